@@ -1,0 +1,310 @@
+//! Addresses in Pen's syntax: the listen address (`[HOST:]PORT`, `[v6]:PORT` or `/path.sock`) and
+//! server specs (`HOST[:PORT[:MAXCONN[:HARD[:WEIGHT[:PRIO]]]]]`, a host containing `/` being a Unix
+//! socket path). Parsing is pure; name resolution happens once, at start-up or reload, never on a
+//! worker.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+
+/// Where a listener accepts clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// Where a backend is reached.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum BackendAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// One server as given on the command line or in a config file, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerSpec {
+    pub addr: BackendAddr,
+    /// Soft limit on sessions; 0 = none.
+    pub max: u32,
+    /// Higher limit that only tracked (returning) clients may use; 0 = none.
+    pub hard: u32,
+    /// Used by weighted selection; 0 = never chosen there.
+    pub weight: u32,
+    /// Used by prio selection; lowest wins.
+    pub prio: u32,
+}
+
+/// Why an address or server spec was rejected. `Resolve` is a runtime failure (exit 1), the other
+/// kinds are usage errors (exit 2).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AddrError {
+    #[error("invalid {what} '{value}': {why}")]
+    Syntax {
+        what: &'static str,
+        value: String,
+        why: String,
+    },
+    #[error("cannot resolve '{0}'")]
+    Resolve(String),
+}
+
+impl AddrError {
+    fn syntax(what: &'static str, value: &str, why: impl Into<String>) -> AddrError {
+        AddrError::Syntax {
+            what,
+            value: value.to_string(),
+            why: why.into(),
+        }
+    }
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddr::Tcp(a) => write!(f, "{a}"),
+            ListenAddr::Unix(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+impl fmt::Display for BackendAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendAddr::Tcp(a) => write!(f, "{a}"),
+            BackendAddr::Unix(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+impl ListenAddr {
+    /// The TCP port, used as the default port of servers that name none.
+    pub fn port(&self) -> Option<u16> {
+        match self {
+            ListenAddr::Tcp(a) => Some(a.port()),
+            ListenAddr::Unix(_) => None,
+        }
+    }
+}
+
+/// Parses `[HOST:]PORT`, `[v6]:PORT` or a path containing `/`. A bare port listens on all IPv4
+/// addresses, as Pen does.
+pub fn parse_listen(value: &str) -> Result<ListenAddr, AddrError> {
+    if value.contains('/') {
+        return Ok(ListenAddr::Unix(PathBuf::from(value)));
+    }
+    let (host, port) = split_host_port(value, "listen address")?;
+    let Some(port) = port else {
+        let port = parse_port(host, "listen address", value)?;
+        return Ok(ListenAddr::Tcp(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port,
+        )));
+    };
+    let port = parse_port(port, "listen address", value)?;
+    if host.is_empty() {
+        return Ok(ListenAddr::Tcp(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port,
+        )));
+    }
+    resolve(host, port).map(ListenAddr::Tcp)
+}
+
+/// Parses a Pen server spec; `default_port` is the listen port (None for a Unix listener).
+pub fn parse_server(value: &str, default_port: Option<u16>) -> Result<ServerSpec, AddrError> {
+    const WHAT: &str = "server";
+    let (host, rest) = split_host_rest(value)?;
+    let fields: Vec<&str> = match rest {
+        Some(rest) => rest.split(':').collect(),
+        None => Vec::new(),
+    };
+    if fields.len() > 5 {
+        return Err(AddrError::syntax(
+            WHAT,
+            value,
+            "too many fields (HOST:PORT:MAXCONN:HARD:WEIGHT:PRIO)",
+        ));
+    }
+    let number = |i: usize, name: &str, default: u32| -> Result<u32, AddrError> {
+        match fields.get(i) {
+            None | Some(&"") => Ok(default),
+            Some(s) => s.parse().map_err(|_| {
+                AddrError::syntax(WHAT, value, format!("{name} '{s}' is not a number"))
+            }),
+        }
+    };
+    let (max, hard, weight, prio) = (
+        number(1, "MAXCONN", 0)?,
+        number(2, "HARD", 0)?,
+        number(3, "WEIGHT", 1)?,
+        number(4, "PRIO", 0)?,
+    );
+    if host.is_empty() {
+        return Err(AddrError::syntax(WHAT, value, "empty host"));
+    }
+    let addr = if host.contains('/') {
+        BackendAddr::Unix(PathBuf::from(host))
+    } else {
+        let port = match fields.first() {
+            Some(p) if !p.is_empty() => parse_port(p, WHAT, value)?,
+            _ => default_port.ok_or_else(|| {
+                AddrError::syntax(WHAT, value, "no port (the listener has none to lend)")
+            })?,
+        };
+        BackendAddr::Tcp(resolve(host, port)?)
+    };
+    Ok(ServerSpec {
+        addr,
+        max,
+        hard,
+        weight,
+        prio,
+    })
+}
+
+/// Parses a plain `HOST:PORT` or path (the emergency and abuse servers).
+pub fn parse_backend(value: &str) -> Result<BackendAddr, AddrError> {
+    if value.contains('/') {
+        return Ok(BackendAddr::Unix(PathBuf::from(value)));
+    }
+    let (host, port) = split_host_port(value, "server address")?;
+    let port =
+        port.ok_or_else(|| AddrError::syntax("server address", value, "expected HOST:PORT"))?;
+    let port = parse_port(port, "server address", value)?;
+    resolve(host, port).map(BackendAddr::Tcp)
+}
+
+/// Splits `host:port`, `[v6]:port`, or a lone token (returned as host, port None).
+fn split_host_port<'a>(
+    value: &'a str,
+    what: &'static str,
+) -> Result<(&'a str, Option<&'a str>), AddrError> {
+    let (host, rest) = split_host_rest(value)?;
+    match rest {
+        None => Ok((host, None)),
+        Some(rest) if rest.contains(':') => {
+            Err(AddrError::syntax(what, value, "expected HOST:PORT"))
+        }
+        Some(rest) => Ok((host, Some(rest))),
+    }
+}
+
+/// Splits the host (bracketed IPv6 allowed) from everything after the first colon that follows it.
+fn split_host_rest(value: &str) -> Result<(&str, Option<&str>), AddrError> {
+    if let Some(inner) = value.strip_prefix('[') {
+        let Some(end) = inner.find(']') else {
+            return Err(AddrError::syntax("address", value, "missing ']'"));
+        };
+        let host = &inner[..end];
+        let after = &inner[end + 1..];
+        return match after.strip_prefix(':') {
+            Some(rest) => Ok((host, Some(rest))),
+            None if after.is_empty() => Ok((host, None)),
+            None => Err(AddrError::syntax(
+                "address",
+                value,
+                "unexpected text after ']'",
+            )),
+        };
+    }
+    Ok(match value.split_once(':') {
+        Some((host, rest)) => (host, Some(rest)),
+        None => (value, None),
+    })
+}
+
+fn parse_port(port: &str, what: &'static str, value: &str) -> Result<u16, AddrError> {
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(p),
+        _ => Err(AddrError::syntax(
+            what,
+            value,
+            format!("'{port}' is not a port (1-65535)"),
+        )),
+    }
+}
+
+/// Resolves a host name or literal; the first address wins, as Pen does.
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, AddrError> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return Err(AddrError::syntax("host", host, "empty or contains spaces"));
+    }
+    (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| AddrError::Resolve(host.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tcp(s: &str) -> BackendAddr {
+        BackendAddr::Tcp(s.parse().unwrap())
+    }
+
+    #[test]
+    fn server_specs_parse_like_pen() {
+        let check = |input: &str, addr: BackendAddr, fields: [u32; 4]| {
+            let spec = parse_server(input, Some(8080)).unwrap();
+            assert_eq!(spec.addr, addr, "{input}");
+            assert_eq!(
+                [spec.max, spec.hard, spec.weight, spec.prio],
+                fields,
+                "{input}"
+            );
+        };
+        check("10.0.0.1", tcp("10.0.0.1:8080"), [0, 0, 1, 0]);
+        check("10.0.0.1:81", tcp("10.0.0.1:81"), [0, 0, 1, 0]);
+        check("10.0.0.1:81:10:20:3:1", tcp("10.0.0.1:81"), [10, 20, 3, 1]);
+        check("10.0.0.1::5", tcp("10.0.0.1:8080"), [5, 0, 1, 0]);
+        check("[::1]:81:0:0:2", tcp("[::1]:81"), [0, 0, 2, 0]);
+        check(
+            "/run/app.sock",
+            BackendAddr::Unix("/run/app.sock".into()),
+            [0, 0, 1, 0],
+        );
+    }
+
+    #[test]
+    fn bad_server_specs_name_the_value() {
+        for bad in [
+            "10.0.0.1:http",
+            "10.0.0.1:0",
+            "10.0.0.1:1:x",
+            "[::1",
+            "10.0.0.1:1:1:1:1:1:1",
+            ":80",
+        ] {
+            let err = parse_server(bad, Some(80)).unwrap_err().to_string();
+            assert!(err.contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            parse_listen("8080").unwrap(),
+            ListenAddr::Tcp("0.0.0.0:8080".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen("127.0.0.1:80").unwrap(),
+            ListenAddr::Tcp("127.0.0.1:80".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen("[::1]:80").unwrap(),
+            ListenAddr::Tcp("[::1]:80".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen("/tmp/q.sock").unwrap(),
+            ListenAddr::Unix("/tmp/q.sock".into())
+        );
+        assert!(parse_listen("99999").is_err());
+        assert!(parse_listen("abc").is_err());
+    }
+}

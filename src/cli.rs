@@ -1,0 +1,479 @@
+//! The command line: Pen's form (`quill [OPTIONS] [HOST:]PORT SERVER...`), `--config`, and the
+//! subcommands. Turns arguments into a validated `Config` and runs it; maps failures to exit
+//! statuses (2 usage or configuration, 1 runtime).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser, Subcommand};
+
+use crate::addr;
+use crate::command::{self, ModeWord};
+use crate::config::{self, Config, ConfigError, ErrorKind, Global, ListenerConfig, TuningPatch};
+use crate::demo::{Behaviour, DemoServer};
+use crate::runtime;
+
+fn duration(s: &str) -> Result<Duration, String> {
+    config::parse_duration(s)
+}
+
+const AFTER_HELP: &str = "\
+SERVER is HOST[:PORT[:MAXCONN[:HARD[:WEIGHT[:PRIO]]]]] as in Pen ([v6addr]:port for IPv6, a path for a Unix
+socket). Durations are seconds, or a number with ms, s, m or h (500ms, 2s, 5m).
+Examples:
+  quill 8080 10.0.0.1:80 10.0.0.2:80          balance port 8080 over two servers (client tracking on)
+  quill -r -x 9000 127.0.0.1:8080 a:80 b:80:0:0:3   round robin, at most 9000 sessions
+  quill --config /etc/quill/quill.toml         several listeners from a file
+  quill demo                                   try it with built-in demo backends";
+
+/// Quill: a Pen-compatible TCP load balancer for Linux.
+#[derive(Debug, Parser)]
+#[command(
+    name = "quill",
+    version,
+    disable_help_flag = true,
+    args_conflicts_with_subcommands = true,
+    after_help = AFTER_HELP
+)]
+pub struct Cli {
+    /// Print help
+    #[arg(long, action = ArgAction::Help)]
+    help: Option<bool>,
+
+    /// Round robin without client tracking
+    #[arg(short = 'r', long)]
+    roundrobin: bool,
+    /// Pick the server by a hash of the client address (with -r: address and port)
+    #[arg(short = 'h', long)]
+    hash: bool,
+    /// Weighted least connections (sessions/WEIGHT)
+    #[arg(short = 'W', long)]
+    weight: bool,
+    /// No failover: close the client if its first server fails
+    #[arg(short = 's', long)]
+    stubborn: bool,
+    /// How long a failed server is skipped [default: 30s]
+    #[arg(short = 'b', long, value_name = "DUR", value_parser = duration)]
+    blacklist: Option<Duration>,
+    /// Backend connect timeout [default: 3s]
+    #[arg(short = 't', long, value_name = "DUR", value_parser = duration)]
+    connect_timeout: Option<Duration>,
+    /// Client tracking expiry, 0 = never [default: 0]
+    #[arg(short = 'T', long, value_name = "DUR", value_parser = duration)]
+    tracking_time: Option<Duration>,
+    /// Client tracking table size [default: 2048]
+    #[arg(short = 'c', long, value_name = "N")]
+    clients_max: Option<u32>,
+    /// Sessions per process [default: what the open-file limit allows]
+    #[arg(short = 'x', long, visible_alias = "connections-max", value_name = "N")]
+    max_connections: Option<u32>,
+    /// Server used when no other is available
+    #[arg(short = 'e', long, value_name = "HOST:PORT")]
+    emergency: Option<String>,
+    /// Control command run at start (repeatable), e.g. -O leastconn, -O "server 1 weight 3"
+    #[arg(short = 'O', long = "command", short_alias = 'o', value_name = "CMD")]
+    commands: Vec<String>,
+    /// Write the process id here; removed at exit
+    #[arg(short = 'p', long, value_name = "FILE")]
+    pid_file: Option<PathBuf>,
+    /// Listen backlog [default: 1024]
+    #[arg(short = 'q', long, value_name = "N")]
+    backlog: Option<u32>,
+    /// Accepts per wake-up [default: 100]
+    #[arg(short = 'm', long, value_name = "N")]
+    accept_batch: Option<u32>,
+    /// Access log, one line per session; reopened on SIGHUP
+    #[arg(short = 'l', long, value_name = "FILE")]
+    log: Option<PathBuf>,
+    /// Run as this user after binding
+    #[arg(short = 'u', long, value_name = "USER")]
+    user: Option<String>,
+    /// Chroot to this directory after binding
+    #[arg(short = 'j', long, value_name = "DIR")]
+    chroot: Option<PathBuf>,
+    /// More logging (repeat for more)
+    #[arg(short = 'd', long, action = ArgAction::Count)]
+    debug: u8,
+    /// Stay in the foreground (always: accepted for Pen compatibility)
+    #[arg(short = 'f', long)]
+    foreground: bool,
+
+    /// TOML configuration file (several listeners); not with positional arguments
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Worker threads [default: number of cores]
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+    /// Close sessions with no traffic for this long, 0 = never [default: 0]
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    idle_timeout: Option<Duration>,
+    /// Close a half-closed session that makes no progress for this long [default: 60s]
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    fin_timeout: Option<Duration>,
+    /// On SIGTERM/SIGINT, how long open sessions may take to finish [default: 30s]
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    drain_timeout: Option<Duration>,
+    /// Do not enable TCP Fast Open on listeners
+    #[arg(long)]
+    no_tfo: bool,
+    /// Share the port with other Quill processes (SO_REUSEPORT)
+    #[arg(long)]
+    reuseport: bool,
+
+    #[command(flatten)]
+    later: Later,
+
+    /// [HOST:]PORT or /path.sock to listen on
+    #[arg(value_name = "LISTEN")]
+    listen: Option<String>,
+    /// Servers: HOST[:PORT[:MAXCONN[:HARD[:WEIGHT[:PRIO]]]]]
+    #[arg(value_name = "SERVER")]
+    servers: Vec<String>,
+
+    #[command(subcommand)]
+    sub: Option<Sub>,
+}
+
+/// Pen options that later issues implement, and obsolete ones: parsed so the message is precise.
+#[derive(Debug, clap::Args)]
+struct Later {
+    #[arg(short = 'U', hide = true)]
+    udp: bool,
+    #[arg(short = 'H', hide = true)]
+    http: bool,
+    #[arg(short = 'E', hide = true)]
+    ssl_cert: Option<String>,
+    #[arg(short = 'K', hide = true)]
+    ssl_key: Option<String>,
+    #[arg(short = 'G', hide = true)]
+    ssl_ca_file: Option<String>,
+    #[arg(short = 'A', hide = true)]
+    ssl_ca_dir: Option<String>,
+    #[arg(short = 'L', hide = true)]
+    ssl_proto: Option<String>,
+    #[arg(short = 'R', hide = true)]
+    ssl_verify: bool,
+    #[arg(short = 'Z', hide = true)]
+    ssl_compat: bool,
+    #[arg(short = 'B', hide = true)]
+    abuse: Option<String>,
+    #[arg(short = 'C', hide = true)]
+    control: Option<String>,
+    #[arg(short = 'X', hide = true)]
+    allow_exit: bool,
+    #[arg(short = 'F', hide = true)]
+    command_file: Option<String>,
+    #[arg(short = 'w', hide = true)]
+    status_file: Option<String>,
+    #[arg(long, hide = true)]
+    admin: Option<String>,
+    #[arg(long, hide = true)]
+    takeover: Option<String>,
+    #[arg(long, hide = true)]
+    exit_idle_time: Option<String>,
+    #[arg(short = 'D', hide = true)]
+    obsolete_delayed_forward: bool,
+    #[arg(short = 'n', hide = true)]
+    obsolete_nonblocking: bool,
+    #[arg(short = 'Q', hide = true)]
+    obsolete_kqueue: bool,
+    #[arg(short = 'P', hide = true)]
+    obsolete_poll: bool,
+    #[arg(short = 'a', hide = true)]
+    obsolete_ascii: bool,
+    #[arg(short = 'S', hide = true)]
+    obsolete_servers: Option<String>,
+}
+
+impl Later {
+    /// The first option given that is not supported yet.
+    fn unsupported(&self) -> Option<&'static str> {
+        let set = [
+            (self.udp, "-U (UDP)"),
+            (self.http, "-H (HTTP mode)"),
+            (self.ssl_cert.is_some(), "-E (TLS)"),
+            (self.ssl_key.is_some(), "-K (TLS)"),
+            (self.ssl_ca_file.is_some(), "-G (TLS)"),
+            (self.ssl_ca_dir.is_some(), "-A (TLS)"),
+            (self.ssl_proto.is_some(), "-L (TLS)"),
+            (self.ssl_verify, "-R (TLS)"),
+            (self.ssl_compat, "-Z (TLS)"),
+            (self.abuse.is_some(), "-B (abuse server)"),
+            (self.control.is_some(), "-C (control socket)"),
+            (self.allow_exit, "-X (exit command)"),
+            (self.command_file.is_some(), "-F (command file)"),
+            (self.status_file.is_some(), "-w (status file)"),
+            (self.admin.is_some(), "--admin"),
+            (self.takeover.is_some(), "--takeover"),
+            (self.exit_idle_time.is_some(), "--exit-idle-time"),
+        ];
+        set.into_iter()
+            .find(|(given, _)| *given)
+            .map(|(_, name)| name)
+    }
+
+    fn obsolete(&self) -> Vec<&'static str> {
+        let set = [
+            (self.obsolete_delayed_forward, "-D"),
+            (self.obsolete_nonblocking, "-n"),
+            (self.obsolete_kqueue, "-Q"),
+            (self.obsolete_poll, "-P"),
+            (self.obsolete_ascii, "-a"),
+            (self.obsolete_servers.is_some(), "-S"),
+        ];
+        set.into_iter()
+            .filter(|(given, _)| *given)
+            .map(|(_, name)| name)
+            .collect()
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// Run Quill over built-in demo HTTP backends and print what to try
+    Demo {
+        /// Where Quill listens
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// How many demo backends to start
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
+        backends: u16,
+    },
+    /// Validate a configuration file and explain what it does
+    Check {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Send a control command to a running Quill (not supported yet)
+    #[command(hide = true)]
+    Ctl {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Load generator (not supported yet)
+    #[command(hide = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+/// Parses the process arguments and runs; the return value is the exit status.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    crate::log::init(cli.debug);
+    match cli.sub {
+        Some(Sub::Demo {
+            ref listen,
+            backends,
+        }) => return demo(listen, backends, cli.debug),
+        Some(Sub::Check { ref config }) => return check(config),
+        Some(Sub::Ctl { .. }) => {
+            return fail(
+                ErrorKind::Usage,
+                "quill ctl: not supported yet (the control socket comes with the operations work)",
+            )
+        }
+        Some(Sub::Bench { .. }) => return fail(ErrorKind::Usage, "quill bench: not supported yet"),
+        None => {}
+    }
+    if let Some(name) = cli.later.unsupported() {
+        return fail(
+            ErrorKind::Usage,
+            &format!("option {name} is not supported yet"),
+        );
+    }
+    for name in cli.later.obsolete() {
+        eprintln!("quill: notice: option {name} is obsolete in Pen and has no effect");
+    }
+    match build_config(&cli) {
+        Ok(config) => run(config),
+        Err(e) => fail(e.kind, &e.message),
+    }
+}
+
+fn fail(kind: ErrorKind, message: &str) -> ExitCode {
+    eprintln!("quill: error: {message}");
+    match kind {
+        ErrorKind::Usage => ExitCode::from(2),
+        ErrorKind::Runtime => ExitCode::from(1),
+    }
+}
+
+fn run(config: Config) -> ExitCode {
+    match runtime::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(ErrorKind::Runtime, &e.0),
+    }
+}
+
+impl Cli {
+    fn tuning_patch(&self) -> TuningPatch {
+        TuningPatch {
+            connect_timeout: self.connect_timeout,
+            blacklist: self.blacklist,
+            tracking_time: self.tracking_time,
+            clients_max: self.clients_max,
+            idle_timeout: self.idle_timeout,
+            fin_timeout: self.fin_timeout,
+            ..TuningPatch::default()
+        }
+    }
+
+    /// Command-line values that override the global settings.
+    fn patch_global(&self, g: &mut Global) {
+        if let Some(n) = self.workers {
+            g.workers = n;
+        }
+        g.max_connections = self.max_connections.or(g.max_connections);
+        g.backlog = self.backlog.unwrap_or(g.backlog);
+        g.accept_batch = self.accept_batch.unwrap_or(g.accept_batch).max(1);
+        g.drain_timeout = self.drain_timeout.unwrap_or(g.drain_timeout);
+        g.tfo &= !self.no_tfo;
+        g.reuseport |= self.reuseport;
+        g.pid_file = self.pid_file.clone().or(g.pid_file.take());
+        g.log = self.log.clone().or(g.log.take());
+        g.user = self.user.clone().or(g.user.take());
+        g.chroot = self.chroot.clone().or(g.chroot.take());
+    }
+
+    /// Pen flags and `-O` commands, applied to one listener.
+    fn patch_listener(&self, l: &mut ListenerConfig, g: &mut Global) -> Result<(), ConfigError> {
+        for (on, word) in [
+            (self.roundrobin, ModeWord::RoundRobin),
+            (self.hash, ModeWord::Hash),
+            (self.weight, ModeWord::Weight),
+            (self.stubborn, ModeWord::Stubborn),
+        ] {
+            if on {
+                l.mode.set(word, true);
+            }
+        }
+        if let Some(e) = &self.emergency {
+            l.emergency = Some(addr::parse_backend(e).map_err(|e| addr_error(e, "-e: "))?);
+        }
+        for line in &self.commands {
+            let cmd = command::parse(line)
+                .map_err(|e| ConfigError::usage(format!("-O '{line}': {e}")))?;
+            l.apply(&cmd, g).map_err(|e| ConfigError {
+                message: format!("-O '{line}': {}", e.message),
+                ..e
+            })?;
+        }
+        Ok(())
+    }
+}
+
+fn addr_error(e: addr::AddrError, prefix: &str) -> ConfigError {
+    let kind = match e {
+        addr::AddrError::Resolve(_) => ErrorKind::Runtime,
+        addr::AddrError::Syntax { .. } => ErrorKind::Usage,
+    };
+    ConfigError {
+        message: format!("{prefix}{e}"),
+        kind,
+    }
+}
+
+/// Builds the configuration from `--config` or the Pen form.
+fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
+    let mut config = match (&cli.config, &cli.listen) {
+        (Some(_), Some(arg)) => {
+            return Err(ConfigError::usage(format!("'{arg}': --config cannot be combined with a listen address and servers")));
+        }
+        (Some(path), None) => {
+            let mut config = config::load_file(path, &cli.tuning_patch())?;
+            let mut global = config.global.clone();
+            for l in &mut config.listeners {
+                cli.patch_listener(l, &mut global)?;
+            }
+            config.global = global;
+            config
+        }
+        (None, Some(listen)) => {
+            let listen = addr::parse_listen(listen).map_err(|e| addr_error(e, "listen address: "))?;
+            let mut l = ListenerConfig::new("default", listen);
+            l.tuning.apply(&cli.tuning_patch());
+            for s in &cli.servers {
+                l.servers.push(addr::parse_server(s, l.listen.port()).map_err(|e| addr_error(e, ""))?);
+            }
+            let mut global = Global::default();
+            cli.patch_listener(&mut l, &mut global)?;
+            if l.servers.is_empty() && l.emergency.is_none() {
+                return Err(ConfigError::usage("no servers given (usage: quill [OPTIONS] [HOST:]PORT SERVER...)"));
+            }
+            Config { global, listeners: vec![l] }
+        }
+        (None, None) => {
+            return Err(ConfigError::usage(
+                "missing listen address and servers (usage: quill [OPTIONS] [HOST:]PORT SERVER..., or --config FILE; see --help)",
+            ))
+        }
+    };
+    cli.patch_global(&mut config.global);
+    config.validate()?;
+    Ok(config)
+}
+
+fn check(path: &std::path::Path) -> ExitCode {
+    match config::load_file(path, &TuningPatch::default()) {
+        Ok(config) => {
+            print!("{}: OK\n{}", path.display(), config.explain());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(ErrorKind::Usage, &e.message),
+    }
+}
+
+fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
+    let listen_addr = match addr::parse_listen(listen) {
+        Ok(a) => a,
+        Err(e) => return fail(ErrorKind::Usage, &format!("--listen: {e}")),
+    };
+    let mut servers = Vec::new();
+    let mut l = ListenerConfig::new("demo", listen_addr);
+    l.mode.set(ModeWord::RoundRobin, true);
+    for i in 1..=backends {
+        match DemoServer::start(
+            "127.0.0.1:0",
+            Behaviour::Http {
+                name: format!("demo-{i}"),
+            },
+        ) {
+            Ok(s) => {
+                l.servers.push(addr::ServerSpec {
+                    addr: addr::BackendAddr::Tcp(s.addr()),
+                    max: 0,
+                    hard: 0,
+                    weight: 1,
+                    prio: 0,
+                });
+                servers.push(s);
+            }
+            Err(e) => {
+                return fail(
+                    ErrorKind::Runtime,
+                    &format!("cannot start demo backend: {e}"),
+                )
+            }
+        }
+    }
+    let config = Config {
+        global: Global::default(),
+        listeners: vec![l],
+    };
+    let _ = debug;
+    let backends_list: Vec<String> = servers.iter().map(|s| s.addr().to_string()).collect();
+    println!(
+        "Quill demo: balancing http://{listen}/ round robin over {} demo backends ({}).\n\
+         Try:\n\
+         \x20 curl http://{listen}/            # run it a few times: demo-1, demo-2, demo-3, ...\n\
+         \x20 curl -s http://{listen}/bytes/1000000 | wc -c    # a 1 MB response through the proxy\n\
+         \x20 ab -n 10000 -c 50 http://{listen}/               # load (apt-get install apache2-utils)\n\
+         Stop with Ctrl-C (a second Ctrl-C stops at once).",
+        servers.len(),
+        backends_list.join(", ")
+    );
+    run(config)
+}

@@ -1,0 +1,32 @@
+//! Time as the data path sees it: milliseconds since the process started (monotonic, cheap to read
+//! through the vDSO) and wall-clock seconds for logs.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// A monotonic origin shared by all workers, so times stored in shared atomics compare.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    origin: Instant,
+}
+
+impl Default for Clock {
+    fn default() -> Clock {
+        Clock {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Clock {
+    /// Milliseconds since the origin; never 0, so 0 can mean "unset" in atomics.
+    pub fn now_ms(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64 + 1
+    }
+}
+
+/// Seconds since the Unix epoch, for log lines.
+pub fn unix_time() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

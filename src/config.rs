@@ -1,0 +1,769 @@
+//! The validated configuration: what every listener accepts on, its pool, its selection mode and its
+//! timeouts, plus process-wide settings. Built from the Pen command line (see `cli`) or a TOML file
+//! (here), then handed to the runtime. Workers never read files: they receive a `Config`.
+//!
+//! Every error names the offending value; errors from a file start with `PATH:LINE:`.
+
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::addr::{self, AddrError, BackendAddr, ListenAddr, ServerSpec};
+use crate::balancer::Mode;
+use crate::command::{Command, ModeWord};
+
+/// Pen's `tcp_fastclose`: which side's EOF closes the whole session at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fastclose {
+    #[default]
+    Off,
+    /// The server's EOF closes the session.
+    Up,
+    /// The client's EOF closes the session.
+    Down,
+    Both,
+}
+
+impl Fastclose {
+    pub fn parse(s: &str) -> Option<Fastclose> {
+        Some(match s {
+            "off" => Fastclose::Off,
+            "up" => Fastclose::Up,
+            "down" => Fastclose::Down,
+            "both" => Fastclose::Both,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fastclose::Off => "off",
+            Fastclose::Up => "up",
+            Fastclose::Down => "down",
+            Fastclose::Both => "both",
+        }
+    }
+
+    /// Whether the server's EOF ends the session.
+    pub fn on_server_eof(self) -> bool {
+        matches!(self, Fastclose::Up | Fastclose::Both)
+    }
+
+    /// Whether the client's EOF ends the session.
+    pub fn on_client_eof(self) -> bool {
+        matches!(self, Fastclose::Down | Fastclose::Both)
+    }
+}
+
+/// Per-listener timeouts and socket settings. Top-level values in a file are the defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// Backend connect timeout (`-t`).
+    pub connect_timeout: Duration,
+    /// How long a failed server is skipped (`-b`).
+    pub blacklist: Duration,
+    /// Client tracking expiry (`-T`), zero = never.
+    pub tracking_time: Duration,
+    /// Client tracking table size (`-c`).
+    pub clients_max: u32,
+    /// Close sessions with no traffic for this long; zero = never.
+    pub idle_timeout: Duration,
+    /// Close a half-closed session that makes no progress for this long.
+    pub fin_timeout: Duration,
+    pub tcp_nodelay: bool,
+    pub tcp_fastclose: Fastclose,
+    /// SO_KEEPALIVE on client and backend sockets.
+    pub keepalive: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            connect_timeout: Duration::from_secs(3),
+            blacklist: Duration::from_secs(30),
+            tracking_time: Duration::ZERO,
+            clients_max: 2048,
+            idle_timeout: Duration::ZERO,
+            fin_timeout: Duration::from_secs(60),
+            tcp_nodelay: true,
+            tcp_fastclose: Fastclose::Off,
+            keepalive: false,
+        }
+    }
+}
+
+/// A partial `Tuning`: what one source (file level, command line) sets.
+#[derive(Clone, Debug, Default)]
+pub struct TuningPatch {
+    pub connect_timeout: Option<Duration>,
+    pub blacklist: Option<Duration>,
+    pub tracking_time: Option<Duration>,
+    pub clients_max: Option<u32>,
+    pub idle_timeout: Option<Duration>,
+    pub fin_timeout: Option<Duration>,
+    pub tcp_nodelay: Option<bool>,
+    pub tcp_fastclose: Option<Fastclose>,
+    pub keepalive: Option<bool>,
+}
+
+impl Tuning {
+    pub fn apply(&mut self, p: &TuningPatch) {
+        fn set<T: Clone>(slot: &mut T, value: &Option<T>) {
+            if let Some(v) = value {
+                *slot = v.clone();
+            }
+        }
+        set(&mut self.connect_timeout, &p.connect_timeout);
+        set(&mut self.blacklist, &p.blacklist);
+        set(&mut self.tracking_time, &p.tracking_time);
+        set(&mut self.clients_max, &p.clients_max);
+        set(&mut self.idle_timeout, &p.idle_timeout);
+        set(&mut self.fin_timeout, &p.fin_timeout);
+        set(&mut self.tcp_nodelay, &p.tcp_nodelay);
+        set(&mut self.tcp_fastclose, &p.tcp_fastclose);
+        set(&mut self.keepalive, &p.keepalive);
+    }
+}
+
+/// Process-wide settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Global {
+    pub workers: usize,
+    /// Sessions per process (`-x`); None = what the open-file limit allows.
+    pub max_connections: Option<u32>,
+    pub backlog: u32,
+    pub accept_batch: u32,
+    pub drain_timeout: Duration,
+    pub tfo: bool,
+    pub reuseport: bool,
+    pub pid_file: Option<PathBuf>,
+    pub log: Option<PathBuf>,
+    pub user: Option<String>,
+    pub chroot: Option<PathBuf>,
+}
+
+impl Default for Global {
+    fn default() -> Global {
+        Global {
+            workers: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            max_connections: None,
+            backlog: 1024,
+            accept_batch: 100,
+            drain_timeout: Duration::from_secs(30),
+            tfo: true,
+            reuseport: false,
+            pid_file: None,
+            log: None,
+            user: None,
+            chroot: None,
+        }
+    }
+}
+
+/// One listener and its pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerConfig {
+    pub name: String,
+    pub listen: ListenAddr,
+    pub mode: Mode,
+    pub servers: Vec<ServerSpec>,
+    pub emergency: Option<BackendAddr>,
+    pub tuning: Tuning,
+    /// Servers blacklisted at start by `server N blacklist T`, with how long.
+    pub initial_blacklist: Vec<(usize, Duration)>,
+}
+
+/// A whole configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub global: Global,
+    pub listeners: Vec<ListenerConfig>,
+}
+
+/// Whether an error is the user's input (exit 2) or the environment's (exit 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    Usage,
+    Runtime,
+}
+
+/// A configuration error: one line naming the offending value.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ConfigError {
+    pub message: String,
+    pub kind: ErrorKind,
+}
+
+impl ConfigError {
+    pub fn usage(message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            message: message.into(),
+            kind: ErrorKind::Usage,
+        }
+    }
+
+    fn from_addr(e: AddrError, prefix: &str) -> ConfigError {
+        let kind = match e {
+            AddrError::Resolve(_) => ErrorKind::Runtime,
+            AddrError::Syntax { .. } => ErrorKind::Usage,
+        };
+        ConfigError {
+            message: format!("{prefix}{e}"),
+            kind,
+        }
+    }
+}
+
+/// Parses a duration: a bare number is seconds (as Pen), or a number followed by ms, s, m or h.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let bad = || format!("invalid duration '{s}' (expected e.g. 30, 500ms, 2s, 5m, 1h)");
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let ms = match unit {
+        "" | "s" => n.checked_mul(1000),
+        "ms" => Some(n),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => None,
+    };
+    ms.map(Duration::from_millis).ok_or_else(bad)
+}
+
+/// Formats a duration the way `parse_duration` reads it back.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+impl ListenerConfig {
+    /// A listener with default tuning and mode; servers are added by the caller.
+    pub fn new(name: &str, listen: ListenAddr) -> ListenerConfig {
+        ListenerConfig {
+            name: name.to_string(),
+            listen,
+            mode: Mode::default(),
+            servers: Vec::new(),
+            emergency: None,
+            tuning: Tuning::default(),
+            initial_blacklist: Vec::new(),
+        }
+    }
+
+    /// Applies one control command (from `-O`, a command file or the control socket).
+    pub fn apply(&mut self, cmd: &Command, global: &mut Global) -> Result<(), ConfigError> {
+        let t = &mut self.tuning;
+        match cmd {
+            Command::Mode(word, on) => self.mode.set(*word, *on),
+            Command::Blacklist(d) => t.blacklist = *d,
+            Command::Timeout(d) => t.connect_timeout = nonzero(*d, "timeout")?,
+            Command::Tracking(d) => t.tracking_time = *d,
+            Command::ClientsMax(n) => t.clients_max = (*n).max(1),
+            Command::ConnMax(n) => global.max_connections = Some(*n),
+            Command::TcpNodelay(on) => t.tcp_nodelay = *on,
+            Command::TcpFastclose(f) => t.tcp_fastclose = *f,
+            Command::Keepalive(on) => t.keepalive = *on,
+            Command::IdleTimeout(d) => t.idle_timeout = *d,
+            Command::Server(index, change) => self.change_server(*index, change)?,
+        }
+        Ok(())
+    }
+
+    fn change_server(
+        &mut self,
+        index: usize,
+        change: &crate::command::ServerChange,
+    ) -> Result<(), ConfigError> {
+        if index > self.servers.len() {
+            return Err(ConfigError::usage(format!(
+                "server {index}: no such server (there are {}; a new one must be number {})",
+                self.servers.len(),
+                self.servers.len()
+            )));
+        }
+        let default_port = self.listen.port();
+        if index == self.servers.len() {
+            let Some(address) = &change.address else {
+                return Err(ConfigError::usage(format!(
+                    "server {index}: a new server needs an address"
+                )));
+            };
+            let spec = addr::parse_server(address, change.port.or(default_port))
+                .map_err(|e| ConfigError::from_addr(e, &format!("server {index}: ")))?;
+            self.servers.push(spec);
+        } else if let Some(address) = &change.address {
+            let port = change.port.or(match self.servers[index].addr {
+                BackendAddr::Tcp(a) => Some(a.port()),
+                BackendAddr::Unix(_) => default_port,
+            });
+            let spec = addr::parse_server(address, port)
+                .map_err(|e| ConfigError::from_addr(e, &format!("server {index}: ")))?;
+            self.servers[index].addr = spec.addr;
+        } else if let Some(port) = change.port {
+            if let BackendAddr::Tcp(a) = &mut self.servers[index].addr {
+                a.set_port(port);
+            }
+        }
+        let s = &mut self.servers[index];
+        s.max = change.max.unwrap_or(s.max);
+        s.hard = change.hard.unwrap_or(s.hard);
+        s.weight = change.weight.unwrap_or(s.weight);
+        s.prio = change.prio.unwrap_or(s.prio);
+        if let Some(d) = change.blacklist {
+            self.initial_blacklist.push((index, d));
+        }
+        Ok(())
+    }
+
+    /// Checks what can only be checked on the whole listener.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.servers.is_empty() && self.emergency.is_none() {
+            return Err(ConfigError::usage(format!(
+                "listener '{}': no servers",
+                self.name
+            )));
+        }
+        if self.servers.len() > crate::balancer::MAX_SERVERS {
+            return Err(ConfigError::usage(format!(
+                "listener '{}': {} servers (at most {})",
+                self.name,
+                self.servers.len(),
+                crate::balancer::MAX_SERVERS
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn nonzero(d: Duration, what: &str) -> Result<Duration, ConfigError> {
+    if d.is_zero() {
+        Err(ConfigError::usage(format!("{what}: must be more than 0")))
+    } else {
+        Ok(d)
+    }
+}
+
+impl Config {
+    /// Validates the whole configuration.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.global.workers == 0 {
+            return Err(ConfigError::usage("workers: must be at least 1"));
+        }
+        for (i, l) in self.listeners.iter().enumerate() {
+            l.validate()?;
+            if let Some(other) = self.listeners[..i].iter().find(|o| o.listen == l.listen) {
+                return Err(ConfigError::usage(format!(
+                    "listeners '{}' and '{}' both listen on {}",
+                    other.name, l.name, l.listen
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// A human explanation of what this configuration does (for `quill check`).
+    pub fn explain(&self) -> String {
+        let g = &self.global;
+        let mut out = format!(
+            "{} listener(s), {} worker(s), max connections {}, backlog {}, drain timeout {}\n",
+            self.listeners.len(),
+            g.workers,
+            g.max_connections
+                .map_or("from the open-file limit".to_string(), |n| n.to_string()),
+            g.backlog,
+            format_duration(g.drain_timeout)
+        );
+        for l in &self.listeners {
+            let t = &l.tuning;
+            out += &format!(
+                "listener '{}' on {}: mode {}; connect timeout {}, blacklist {}, idle timeout {}, fin timeout {}\n",
+                l.name,
+                l.listen,
+                l.mode,
+                format_duration(t.connect_timeout),
+                format_duration(t.blacklist),
+                format_duration(t.idle_timeout),
+                format_duration(t.fin_timeout)
+            );
+            for (i, s) in l.servers.iter().enumerate() {
+                out += &format!(
+                    "  server {i}: {} max {} hard {} weight {} prio {}\n",
+                    s.addr, s.max, s.hard, s.weight, s.prio
+                );
+            }
+            if let Some(e) = &l.emergency {
+                out += &format!("  emergency: {e}\n");
+            }
+        }
+        out
+    }
+}
+
+// === TOML ===
+
+/// Loads and validates a TOML configuration file. `cli` patches apply on top of the file's
+/// top-level values (command-line options override the file).
+pub fn load_file(path: &Path, cli: &TuningPatch) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        message: format!("{}: {e}", path.display()),
+        kind: ErrorKind::Usage,
+    })?;
+    from_toml(&path.display().to_string(), &text, cli)
+}
+
+/// Parses TOML text; `origin` names the file in messages.
+pub fn from_toml(origin: &str, text: &str, cli: &TuningPatch) -> Result<Config, ConfigError> {
+    let at = |span: Range<usize>| format!("{origin}:{}: ", line_of(text, span.start));
+    let raw: RawFile = toml::from_str(text).map_err(|e| {
+        let line = e.span().map_or(1, |s| line_of(text, s.start));
+        ConfigError::usage(format!(
+            "{origin}:{line}: {}",
+            e.message().trim().replace('\n', " ")
+        ))
+    })?;
+    let mut global = Global::default();
+    if let Some(w) = &raw.workers {
+        if *w.get_ref() == 0 {
+            return Err(ConfigError::usage(format!(
+                "{}workers: must be at least 1",
+                at(w.span())
+            )));
+        }
+        global.workers = *w.get_ref();
+    }
+    global.max_connections = raw.max_connections.or(global.max_connections);
+    global.backlog = raw.backlog.unwrap_or(global.backlog);
+    global.accept_batch = raw.accept_batch.unwrap_or(global.accept_batch).max(1);
+    global.drain_timeout = raw.drain_timeout.map_or(global.drain_timeout, |d| d.0);
+    global.tfo = raw.tfo.unwrap_or(global.tfo);
+    global.reuseport = raw.reuseport.unwrap_or(global.reuseport);
+    global.pid_file = raw.pid_file.clone();
+    global.log = raw.log.clone();
+    global.user = raw.user.clone();
+    global.chroot = raw.chroot.clone();
+    let mut defaults = Tuning::default();
+    defaults.apply(&raw.tuning());
+    defaults.apply(cli);
+    if raw.listener.is_empty() {
+        return Err(ConfigError::usage(format!(
+            "{origin}:1: no [[listener]] defined"
+        )));
+    }
+    let mut listeners: Vec<ListenerConfig> = Vec::new();
+    for rl in &raw.listener {
+        let l = build_listener(rl, &defaults, &at)?;
+        if let Some(other) = listeners.iter().find(|o| o.name == l.name) {
+            return Err(ConfigError::usage(format!(
+                "{}duplicate listener name '{}'",
+                at(rl.name.span()),
+                other.name
+            )));
+        }
+        if let Some(other) = listeners.iter().find(|o| o.listen == l.listen) {
+            return Err(ConfigError::usage(format!(
+                "{}listener '{}' listens on {} like listener '{}'",
+                at(rl.listen.span()),
+                l.name,
+                l.listen,
+                other.name
+            )));
+        }
+        listeners.push(l);
+    }
+    let config = Config { global, listeners };
+    config.validate()?;
+    Ok(config)
+}
+
+fn build_listener(
+    rl: &RawListener,
+    defaults: &Tuning,
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<ListenerConfig, ConfigError> {
+    let name = rl.name.get_ref().trim();
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        return Err(ConfigError::usage(format!(
+            "{}invalid listener name '{name}'",
+            at(rl.name.span())
+        )));
+    }
+    let listen = addr::parse_listen(rl.listen.get_ref())
+        .map_err(|e| ConfigError::from_addr(e, &at(rl.listen.span())))?;
+    let mut l = ListenerConfig::new(name, listen);
+    l.tuning = defaults.clone();
+    l.tuning.apply(&rl.tuning());
+    if let Some(mode) = &rl.mode {
+        for word in mode.get_ref() {
+            let w = ModeWord::parse(word).ok_or_else(|| {
+                ConfigError::usage(format!(
+                    "{}unknown mode '{word}' (expected roundrobin, hash, weight, prio, stubborn, leastconn, p2c)",
+                    at(mode.span())
+                ))
+            })?;
+            l.mode.set(w, true);
+        }
+    }
+    if let Some(e) = &rl.emergency {
+        l.emergency = Some(
+            addr::parse_backend(e.get_ref())
+                .map_err(|err| ConfigError::from_addr(err, &at(e.span())))?,
+        );
+    }
+    if rl.servers.is_empty() {
+        return Err(ConfigError::usage(format!(
+            "{}listener '{name}' has no servers",
+            at(rl.name.span())
+        )));
+    }
+    for s in &rl.servers {
+        let prefix = at(s.span());
+        let spec = match s.get_ref() {
+            RawServer::Spec(text) => addr::parse_server(text, l.listen.port()),
+            RawServer::Table(t) => {
+                addr::parse_server(&t.address, l.listen.port()).map(|mut spec| {
+                    spec.max = t.max.unwrap_or(spec.max);
+                    spec.hard = t.hard.unwrap_or(spec.hard);
+                    spec.weight = t.weight.unwrap_or(spec.weight);
+                    spec.prio = t.prio.unwrap_or(spec.prio);
+                    spec
+                })
+            }
+        }
+        .map_err(|e| ConfigError::from_addr(e, &prefix))?;
+        l.servers.push(spec);
+    }
+    l.validate().map_err(|e| ConfigError {
+        message: format!("{}{}", at(rl.name.span()), e.message),
+        ..e
+    })?;
+    Ok(l)
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// A duration in a file: integer seconds or a string with a unit.
+#[derive(Clone, Copy, Debug)]
+struct Dur(Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Dur, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Dur;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as 30, \"500ms\", \"2s\", \"5m\"")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
+                u64::try_from(v)
+                    .map(|s| Dur(Duration::from_secs(s)))
+                    .map_err(|_| E::custom(format!("invalid duration {v}")))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
+                parse_duration(v).map(Dur).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Fastclose {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Fastclose, D::Error> {
+        let s = String::deserialize(d)?;
+        Fastclose::parse(&s).ok_or_else(|| {
+            de::Error::custom(format!(
+                "invalid tcp_fastclose '{s}' (expected off, up, down, both)"
+            ))
+        })
+    }
+}
+
+/// A server in a file: a Pen spec string or a table.
+#[derive(Debug)]
+enum RawServer {
+    Spec(String),
+    Table(RawServerTable),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServerTable {
+    address: String,
+    max: Option<u32>,
+    hard: Option<u32>,
+    weight: Option<u32>,
+    prio: Option<u32>,
+}
+
+impl<'de> Deserialize<'de> for RawServer {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawServer, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawServer;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a server \"HOST:PORT[:MAXCONN[:HARD[:WEIGHT[:PRIO]]]]\" or a table { address = ... }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawServer, E> {
+                Ok(RawServer::Spec(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawServer, A::Error> {
+                RawServerTable::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawServer::Table)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Declares a raw file struct with the tuning keys that may appear both at the top level and in a
+/// listener (serde cannot combine `flatten` with `deny_unknown_fields`).
+macro_rules! with_tuning_keys {
+    ($(#[$meta:meta])* struct $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty,)* }) => {
+        $(#[$meta])*
+        struct $name {
+            $($(#[$fmeta])* $field: $ty,)*
+            connect_timeout: Option<Dur>,
+            blacklist: Option<Dur>,
+            tracking_time: Option<Dur>,
+            clients_max: Option<u32>,
+            idle_timeout: Option<Dur>,
+            fin_timeout: Option<Dur>,
+            tcp_nodelay: Option<bool>,
+            tcp_fastclose: Option<Fastclose>,
+            keepalive: Option<bool>,
+        }
+
+        impl $name {
+            fn tuning(&self) -> TuningPatch {
+                TuningPatch {
+                    connect_timeout: self.connect_timeout.map(|d| d.0),
+                    blacklist: self.blacklist.map(|d| d.0),
+                    tracking_time: self.tracking_time.map(|d| d.0),
+                    clients_max: self.clients_max,
+                    idle_timeout: self.idle_timeout.map(|d| d.0),
+                    fin_timeout: self.fin_timeout.map(|d| d.0),
+                    tcp_nodelay: self.tcp_nodelay,
+                    tcp_fastclose: self.tcp_fastclose,
+                    keepalive: self.keepalive,
+                }
+            }
+        }
+    };
+}
+
+with_tuning_keys! {
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RawFile {
+        workers: Option<Spanned<usize>>,
+        max_connections: Option<u32>,
+        backlog: Option<u32>,
+        accept_batch: Option<u32>,
+        drain_timeout: Option<Dur>,
+        tfo: Option<bool>,
+        reuseport: Option<bool>,
+        pid_file: Option<PathBuf>,
+        log: Option<PathBuf>,
+        user: Option<String>,
+        chroot: Option<PathBuf>,
+        #[serde(default)]
+        listener: Vec<RawListener>,
+    }
+}
+
+with_tuning_keys! {
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RawListener {
+        name: Spanned<String>,
+        listen: Spanned<String>,
+        mode: Option<Spanned<Vec<String>>>,
+        emergency: Option<Spanned<String>>,
+        #[serde(default)]
+        servers: Vec<Spanned<RawServer>>,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let check =
+            |s: &str, ms: u64| assert_eq!(parse_duration(s), Ok(Duration::from_millis(ms)), "{s}");
+        check("30", 30_000);
+        check("500ms", 500);
+        check("2s", 2_000);
+        check("5m", 300_000);
+        check("1h", 3_600_000);
+        for bad in ["", "s", "1.5s", "-1", "3d", "1 s", "99999999999999999999"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        from_toml("q.toml", text, &TuningPatch::default())
+    }
+
+    #[test]
+    fn errors_name_file_and_line() {
+        let check = |text: &str, expected: &str| {
+            let e = load(text).unwrap_err().message;
+            assert!(
+                e.starts_with(expected),
+                "got {e:?}, expected prefix {expected:?}"
+            );
+        };
+        check("workers = 2\nfoo = 1\n", "q.toml:2: unknown field `foo`");
+        check(
+            "[[listener]]\nname = \"a\"\nlisten = \"8080\"\nservers = [\"127.0.0.1:x\"]\n",
+            "q.toml:4: invalid server '127.0.0.1:x'",
+        );
+        check(
+            "connect_timeout = \"3 days\"\n",
+            "q.toml:1: invalid duration '3 days'",
+        );
+        check(
+            "[[listener]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\n",
+            "q.toml:1: missing field `listen`",
+        );
+        check(
+            "[[listener]]\nname = \"a\"\nlisten = \"1\"\nmode = [\"fast\"]\nservers = [\"127.0.0.1:1\"]\n",
+            "q.toml:4: unknown mode 'fast'",
+        );
+    }
+
+    #[test]
+    fn listener_overrides_top_level() {
+        let c = load(
+            "connect_timeout = 5\nidle_timeout = \"1m\"\n[[listener]]\nname = \"a\"\nlisten = \"127.0.0.1:1\"\n\
+             connect_timeout = \"1s\"\nmode = [\"roundrobin\", \"weight\"]\n\
+             servers = [\"127.0.0.1:2\", { address = \"127.0.0.1:3\", weight = 4 }]\n",
+        )
+        .unwrap();
+        let l = &c.listeners[0];
+        assert_eq!(l.tuning.connect_timeout, Duration::from_secs(1));
+        assert_eq!(l.tuning.idle_timeout, Duration::from_secs(60));
+        assert_eq!(l.servers[1].weight, 4);
+        assert_eq!(l.mode.to_string(), "roundrobin weight");
+    }
+}

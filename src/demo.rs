@@ -1,0 +1,222 @@
+//! Built-in backends: the HTTP demo servers behind `quill demo`, and the echo and HTTP servers the
+//! integration tests start in-process. One home for test backends, so the demo and the tests exercise
+//! the same code.
+//!
+//! These are deliberately simple (a thread per connection, blocking I/O): they serve demos and tests,
+//! never benchmarks, which use nginx.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+/// Largest request head the HTTP demo backend accepts before answering 431.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// What a demo server does with each connection.
+#[derive(Clone, Debug)]
+pub enum Behaviour {
+    /// HTTP/1.1 with keep-alive. `GET /` answers `NAME\n`; `GET /bytes/N` answers N bytes of a
+    /// repeating pattern (see [`pattern`]); anything else answers 404.
+    Http { name: String },
+    /// Echo every byte back; on EOF from the client, finish echoing, then shut down the write side.
+    Echo,
+    /// Send `NAME\n` at once, then echo like [`Behaviour::Echo`] (shows which backend answered).
+    Greet { name: String },
+}
+
+/// Counters a demo server keeps about what it served, for tests to compare against.
+#[derive(Debug, Default)]
+pub struct Served {
+    /// Connections accepted.
+    pub connections: AtomicU64,
+    /// HTTP requests answered (HTTP behaviour only).
+    pub requests: AtomicU64,
+    /// Bytes read from clients.
+    pub bytes_in: AtomicU64,
+    /// Bytes written to clients.
+    pub bytes_out: AtomicU64,
+}
+
+/// A running demo server. Dropping it stops accepting; connections already open finish on their own.
+pub struct DemoServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    served: Arc<Served>,
+}
+
+impl DemoServer {
+    /// Binds `addr` (port 0 picks a free port) and serves `behaviour` on a background thread.
+    pub fn start(addr: &str, behaviour: Behaviour) -> io::Result<DemoServer> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let served = Arc::new(Served::default());
+        let (stop2, served2) = (stop.clone(), served.clone());
+        thread::Builder::new()
+            .name(format!("demo-{addr}"))
+            .spawn(move || accept_loop(listener, behaviour, stop2, served2))?;
+        Ok(DemoServer { addr, stop, served })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// What the server has served so far.
+    pub fn served(&self) -> &Served {
+        &self.served
+    }
+}
+
+impl Drop for DemoServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept so the thread sees the flag and exits.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+    }
+}
+
+/// The byte at offset `i` of the `/bytes/N` body: a pattern that makes reordering or loss visible.
+pub fn pattern(i: u64) -> u8 {
+    b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[(i % 62) as usize]
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    behaviour: Behaviour,
+    stop: Arc<AtomicBool>,
+    served: Arc<Served>,
+) {
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(conn) = conn else {
+            thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        served.connections.fetch_add(1, Ordering::Relaxed);
+        let (behaviour, served) = (behaviour.clone(), served.clone());
+        let spawned = thread::Builder::new().stack_size(64 * 1024).spawn(move || {
+            let _ = serve(conn, &behaviour, &served);
+        });
+        if spawned.is_err() {
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+fn serve(mut conn: TcpStream, behaviour: &Behaviour, served: &Served) -> io::Result<()> {
+    let _ = conn.set_nodelay(true);
+    match behaviour {
+        Behaviour::Http { name } => serve_http(conn, name, served),
+        Behaviour::Echo => echo(conn, served),
+        Behaviour::Greet { name } => {
+            let greeting = format!("{name}\n");
+            conn.write_all(greeting.as_bytes())?;
+            served
+                .bytes_out
+                .fetch_add(greeting.len() as u64, Ordering::Relaxed);
+            echo(conn, served)
+        }
+    }
+}
+
+fn echo(mut conn: TcpStream, served: &Served) -> io::Result<()> {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = conn.read(&mut buf)?;
+        if n == 0 {
+            conn.shutdown(Shutdown::Write)?;
+            return Ok(());
+        }
+        served.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+        conn.write_all(&buf[..n])?;
+        served.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+fn serve_http(mut conn: TcpStream, name: &str, served: &Served) -> io::Result<()> {
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 4096];
+    loop {
+        // Serve every complete head already buffered (pipelining), then read more.
+        while let Some(end) = find_head_end(&head) {
+            let request = String::from_utf8_lossy(&head[..end]).into_owned();
+            head.drain(..end + 4);
+            let keep_alive = answer(&mut conn, &request, name, served)?;
+            if !keep_alive {
+                conn.shutdown(Shutdown::Write)?;
+                return drain_until_eof(conn);
+            }
+        }
+        if head.len() > MAX_HEAD {
+            let reply = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+            conn.write_all(reply.as_bytes())?;
+            return Ok(());
+        }
+        let n = conn.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        served.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+        head.extend_from_slice(&buf[..n]);
+    }
+}
+
+fn drain_until_eof(mut conn: TcpStream) -> io::Result<()> {
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut buf = [0u8; 4096];
+    while conn.read(&mut buf)? > 0 {}
+    Ok(())
+}
+
+fn find_head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n")
+}
+
+/// Writes the response to one request head; returns whether the connection stays open.
+fn answer(conn: &mut TcpStream, request: &str, name: &str, served: &Served) -> io::Result<bool> {
+    served.requests.fetch_add(1, Ordering::Relaxed);
+    let mut lines = request.split("\r\n");
+    let first = lines.next().unwrap_or("");
+    let mut parts = first.split(' ');
+    let (method, path, version) = (
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or(""),
+    );
+    let wants_close = lines.any(|l| l.to_ascii_lowercase().replace(' ', "") == "connection:close");
+    let keep_alive = version == "HTTP/1.1" && !wants_close;
+    let (status, body): (&str, Vec<u8>) = if method != "GET" && method != "HEAD" {
+        ("405 Method Not Allowed", b"method not allowed\n".to_vec())
+    } else if path == "/" {
+        ("200 OK", format!("{name}\n").into_bytes())
+    } else if let Some(n) = path
+        .strip_prefix("/bytes/")
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        ("200 OK", (0..n.min(64 << 20)).map(pattern).collect())
+    } else {
+        ("404 Not Found", b"not found\n".to_vec())
+    };
+    let connection = if keep_alive { "keep-alive" } else { "close" };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nServer: quill-demo\r\nX-Backend: {name}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: {connection}\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes())?;
+    let mut written = head.len();
+    if method != "HEAD" {
+        conn.write_all(&body)?;
+        written += body.len();
+    }
+    served
+        .bytes_out
+        .fetch_add(written as u64, Ordering::Relaxed);
+    Ok(keep_alive)
+}

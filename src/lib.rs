@@ -1,0 +1,22 @@
+//! Quill: a Pen-compatible TCP load balancer for Linux, with one event loop per worker thread.
+//!
+//! Layers (a module uses only its own layer or lower ones):
+//! - leaves: [`sys`] (all `unsafe`), [`addr`], [`clock`], [`metrics`];
+//! - pure logic: [`config`], [`command`], [`balancer`], [`backend`];
+//! - I/O: [`listener`], [`proxy`], [`log`], [`demo`];
+//! - assembly: [`runtime`], [`cli`].
+
+pub mod addr;
+pub mod backend;
+pub mod balancer;
+pub mod cli;
+pub mod clock;
+pub mod command;
+pub mod config;
+pub mod demo;
+pub mod listener;
+pub mod log;
+pub mod metrics;
+pub mod proxy;
+pub mod runtime;
+pub mod sys;

@@ -1,0 +1,115 @@
+//! Listening sockets: bound once at start-up (before privileges are dropped), shared by every worker,
+//! with the options accepted sockets inherit (TCP_NODELAY, SO_KEEPALIVE) set here once instead of
+//! once per connection.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+
+use mio::net::{TcpListener, UnixListener};
+use socket2::{Domain, SockAddr, Socket, Type};
+
+use crate::addr::ListenAddr;
+use crate::proxy::tcp::Peer;
+use crate::proxy::Stream;
+use crate::sys;
+
+/// Socket options for a listener.
+#[derive(Clone, Copy, Debug)]
+pub struct BindOptions {
+    pub backlog: u32,
+    pub reuseport: bool,
+    pub tfo: bool,
+    pub nodelay: bool,
+    pub keepalive: bool,
+}
+
+/// A bound, listening, nonblocking socket.
+#[derive(Debug)]
+pub enum ListenSocket {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+impl ListenSocket {
+    /// Accepts one client (accept4 with NONBLOCK|CLOEXEC).
+    pub fn accept(&self) -> io::Result<(Stream, Peer)> {
+        match self {
+            ListenSocket::Tcp(l) => l.accept().map(|(s, a)| (Stream::Tcp(s), Peer::Ip(a))),
+            ListenSocket::Unix(l, _) => l.accept().map(|(s, _)| (Stream::Unix(s), Peer::Unix)),
+        }
+    }
+
+    /// The Unix socket file, removed when Quill stops.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            ListenSocket::Tcp(_) => None,
+            ListenSocket::Unix(_, p) => Some(p),
+        }
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match self {
+            ListenSocket::Tcp(l) => l.local_addr().ok(),
+            ListenSocket::Unix(..) => None,
+        }
+    }
+}
+
+impl AsFd for ListenSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            ListenSocket::Tcp(l) => l.as_fd(),
+            ListenSocket::Unix(l, _) => l.as_fd(),
+        }
+    }
+}
+
+/// Binds and listens. A port in use is an error unless `reuseport` (shared with other processes).
+pub fn bind(addr: &ListenAddr, o: &BindOptions) -> io::Result<ListenSocket> {
+    match addr {
+        ListenAddr::Tcp(a) => bind_tcp(*a, o),
+        ListenAddr::Unix(p) => bind_unix(p, o),
+    }
+}
+
+fn bind_tcp(addr: SocketAddr, o: &BindOptions) -> io::Result<ListenSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking(), None)?;
+    // SO_REUSEADDR only lets us rebind over TIME_WAIT leftovers; a live listener still conflicts.
+    socket.set_reuse_address(true)?;
+    if o.reuseport {
+        socket.set_reuse_port(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(o.backlog.min(i32::MAX as u32) as i32)?;
+    // Accepted sockets inherit these, which saves a setsockopt per client.
+    socket.set_tcp_nodelay(o.nodelay)?;
+    if o.keepalive {
+        socket.set_keepalive(true)?;
+    }
+    if o.tfo {
+        if let Err(e) = sys::set_tcp_fastopen(socket.as_fd(), o.backlog.min(4096) as i32) {
+            tracing::debug!("TCP_FASTOPEN not set on {addr}: {e}");
+        }
+    }
+    Ok(ListenSocket::Tcp(TcpListener::from_std(socket.into())))
+}
+
+fn bind_unix(path: &Path, o: &BindOptions) -> io::Result<ListenSocket> {
+    if path.exists() {
+        // A live socket means another process serves it; a stale file is left from a crash.
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(io::Error::new(io::ErrorKind::AddrInUse, "address in use"));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let socket = Socket::new(Domain::UNIX, Type::STREAM.nonblocking(), None)?;
+    socket.bind(&SockAddr::unix(path)?)?;
+    socket.listen(o.backlog.min(i32::MAX as u32) as i32)?;
+    let std_listener: std::os::unix::net::UnixListener = socket.into();
+    Ok(ListenSocket::Unix(
+        UnixListener::from_std(std_listener),
+        path.to_path_buf(),
+    ))
+}

@@ -1,0 +1,95 @@
+//! Diagnostics (tracing on stderr) and the access log: one line per session, Pen's fields first
+//! (client, time, server), then bytes each way, duration and how the session ended.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::metrics::End;
+
+/// Sets up human logs on stderr: info by default, debug with `-d`, trace with `-dd`.
+pub fn init(debug: u8) {
+    let level = match debug {
+        0 => tracing::Level::INFO,
+        1 => tracing::Level::DEBUG,
+        _ => tracing::Level::TRACE,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(io::stderr)
+        .with_target(false)
+        .with_ansi(false)
+        .try_init();
+}
+
+/// One finished session, as the access log records it.
+pub struct Entry<'a> {
+    pub client_ip: &'a dyn std::fmt::Display,
+    pub unix_time: u64,
+    pub server: Option<&'a dyn std::fmt::Display>,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub duration_ms: u64,
+    pub end: End,
+}
+
+/// A worker's handle on the access log file: buffered, flushed once per event-loop turn, and
+/// reopened (same path) after `SIGHUP` so log rotation works.
+pub struct AccessLog {
+    path: PathBuf,
+    out: BufWriter<File>,
+    generation: u64,
+}
+
+impl AccessLog {
+    pub fn open(path: &Path, generation: u64) -> io::Result<AccessLog> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(AccessLog::new(path, file, generation))
+    }
+
+    /// Wraps a file already opened (before a chroot or privilege drop) at `path`.
+    pub fn new(path: &Path, file: File, generation: u64) -> AccessLog {
+        AccessLog {
+            path: path.to_path_buf(),
+            out: BufWriter::with_capacity(32 * 1024, file),
+            generation,
+        }
+    }
+
+    /// Reopens the file if the log generation moved on (a `SIGHUP` happened).
+    pub fn reopen_if(&mut self, generation: u64) {
+        if generation == self.generation {
+            return;
+        }
+        let _ = self.out.flush();
+        match AccessLog::open(&self.path, generation) {
+            Ok(fresh) => *self = fresh,
+            Err(e) => {
+                tracing::warn!("cannot reopen access log {}: {e}", self.path.display());
+                self.generation = generation;
+            }
+        }
+    }
+
+    pub fn write(&mut self, e: &Entry<'_>) {
+        let server: &dyn std::fmt::Display = e.server.unwrap_or(&"-");
+        let _ = writeln!(
+            self.out,
+            "{} {} {} {} {} {}.{:03} {}",
+            e.client_ip,
+            e.unix_time,
+            server,
+            e.bytes_in,
+            e.bytes_out,
+            e.duration_ms / 1000,
+            e.duration_ms % 1000,
+            e.end.name()
+        );
+    }
+
+    pub fn flush(&mut self) {
+        if !self.out.buffer().is_empty() {
+            let _ = self.out.flush();
+        }
+    }
+}

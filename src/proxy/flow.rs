@@ -1,0 +1,298 @@
+//! One direction of a session: bytes read from one socket and written to the other, through a pooled
+//! buffer for small messages or a pooled pipe (splice, zero copy) once the flow proves bulky.
+//!
+//! A flow holds no memory while idle: the buffer or pipe goes back to the worker's pool as soon as
+//! it is drained. Never allocates per read; allocates only when a pool is empty.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+
+use super::{Ready, Stream};
+use crate::sys;
+
+/// Size of a copy buffer.
+pub const BUF_SIZE: usize = 16 * 1024;
+/// Capacity asked for each splice pipe.
+pub const PIPE_SIZE: usize = 256 * 1024;
+
+/// A kernel pipe used as a splice buffer.
+#[derive(Debug)]
+pub struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+/// A worker's free buffers and pipes, bounded so a burst does not pin memory for ever.
+#[derive(Debug)]
+pub struct Pools {
+    buffers: Vec<Box<[u8]>>,
+    pipes: Vec<Pipe>,
+    max_buffers: usize,
+    max_pipes: usize,
+    /// Whether splice is used for bulk flows (false after pipes could not be created).
+    pub splice: bool,
+}
+
+impl Pools {
+    pub fn new(max_buffers: usize, max_pipes: usize, splice: bool) -> Pools {
+        Pools {
+            buffers: Vec::new(),
+            pipes: Vec::new(),
+            max_buffers,
+            max_pipes,
+            splice,
+        }
+    }
+
+    fn buffer(&mut self) -> Box<[u8]> {
+        self.buffers
+            .pop()
+            .unwrap_or_else(|| vec![0u8; BUF_SIZE].into_boxed_slice())
+    }
+
+    fn give_buffer(&mut self, buf: Box<[u8]>) {
+        if self.buffers.len() < self.max_buffers {
+            self.buffers.push(buf);
+        }
+    }
+
+    /// A pipe from the pool, or a new one while fewer than `max_pipes` are out.
+    fn pipe(&mut self) -> Option<Pipe> {
+        if let Some(p) = self.pipes.pop() {
+            return Some(p);
+        }
+        match sys::pipe(Some(PIPE_SIZE)) {
+            Ok((read, write)) => Some(Pipe { read, write }),
+            Err(e) => {
+                tracing::debug!("no splice pipe ({e}); copying through buffers");
+                None
+            }
+        }
+    }
+
+    /// Returns an empty pipe to the pool (a pipe still holding data must be dropped instead).
+    fn give_pipe(&mut self, pipe: Pipe) {
+        if self.pipes.len() < self.max_pipes {
+            self.pipes.push(pipe);
+        }
+    }
+}
+
+/// Data read but not yet written.
+#[derive(Debug, Default)]
+enum Pending {
+    #[default]
+    Empty,
+    Buf {
+        buf: Box<[u8]>,
+        start: u32,
+        end: u32,
+    },
+    Pipe {
+        pipe: Pipe,
+        len: u32,
+    },
+}
+
+/// What a flush achieved.
+enum Flushed {
+    All,
+    Partial,
+    DestinationFull,
+}
+
+/// Which socket failed, so the session can say who reset.
+#[derive(Debug)]
+pub enum Failure {
+    Read(io::Error),
+    Write(io::Error),
+}
+
+/// One direction's state.
+#[derive(Debug, Default)]
+pub struct Flow {
+    pending: Pending,
+    /// The source sent EOF (all its data is read or pending).
+    pub eof: bool,
+    /// EOF was passed on to the destination (shutdown of its write side).
+    pub shut: bool,
+    /// A read filled a whole buffer: further reads splice through a pipe.
+    bulk: bool,
+    /// Bytes delivered to the destination.
+    pub bytes: u64,
+}
+
+impl Flow {
+    /// Whether this direction is finished: EOF read, everything written, EOF passed on.
+    pub fn is_done(&self) -> bool {
+        self.shut
+    }
+
+    pub fn has_pending(&self) -> bool {
+        !matches!(self.pending, Pending::Empty)
+    }
+
+    /// Moves as much as the sockets allow. Returns whether any byte or EOF moved.
+    pub fn pump(
+        &mut self,
+        src: &Stream,
+        dst: &Stream,
+        sr: &mut Ready,
+        dr: &mut Ready,
+        pools: &mut Pools,
+    ) -> Result<bool, Failure> {
+        let mut progress = false;
+        loop {
+            if self.has_pending() {
+                if !dr.writable {
+                    return Ok(progress);
+                }
+                match self.flush(dst, pools) {
+                    Ok(Flushed::All | Flushed::Partial) => progress = true,
+                    Ok(Flushed::DestinationFull) => {
+                        dr.writable = false;
+                        return Ok(true);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        dr.writable = false;
+                        return Ok(progress);
+                    }
+                    Err(e) => return Err(Failure::Write(e)),
+                }
+            }
+            if self.eof {
+                if !self.shut {
+                    self.shut = true;
+                    progress = true;
+                    // ENOTCONN when the peer is already gone: nothing left to tell it.
+                    let _ = dst.shutdown_write();
+                }
+                return Ok(progress);
+            }
+            if !sr.readable {
+                return Ok(progress);
+            }
+            match self.fill(src, sr, pools) {
+                Ok(true) => progress = true,
+                Ok(false) => return Ok(progress),
+                Err(e) => return Err(Failure::Read(e)),
+            }
+        }
+    }
+
+    /// Writes pending data, releasing the buffer or pipe once all of it went.
+    fn flush(&mut self, dst: &Stream, pools: &mut Pools) -> io::Result<Flushed> {
+        match &mut self.pending {
+            Pending::Empty => Ok(Flushed::All),
+            Pending::Buf { buf, start, end } => {
+                let n = dst.write(&buf[*start as usize..*end as usize])?;
+                self.bytes += n as u64;
+                *start += n as u32;
+                if start < end {
+                    // A short write means the socket buffer is full: wait for the next edge.
+                    return Ok(Flushed::DestinationFull);
+                }
+                if let Pending::Buf { buf, .. } = std::mem::take(&mut self.pending) {
+                    pools.give_buffer(buf);
+                }
+                Ok(Flushed::All)
+            }
+            Pending::Pipe { pipe, len } => {
+                let n = sys::splice(pipe.read.as_fd(), dst.as_fd(), *len as usize)?;
+                self.bytes += n as u64;
+                *len -= n as u32;
+                if *len > 0 {
+                    // splice may stop short for reasons other than a full socket: try again.
+                    return Ok(Flushed::Partial);
+                }
+                if let Pending::Pipe { pipe, .. } = std::mem::take(&mut self.pending) {
+                    pools.give_pipe(pipe);
+                }
+                Ok(Flushed::All)
+            }
+        }
+    }
+
+    /// Reads from the source into a buffer or pipe. Ok(true) when data or EOF arrived, Ok(false)
+    /// when the source had nothing (its readable flag is then cleared).
+    fn fill(&mut self, src: &Stream, sr: &mut Ready, pools: &mut Pools) -> io::Result<bool> {
+        if self.bulk && pools.splice {
+            if let Some(pipe) = pools.pipe() {
+                return self.fill_pipe(pipe, src, sr, pools);
+            }
+        }
+        let mut buf = pools.buffer();
+        match src.read(&mut buf) {
+            Ok(0) => {
+                pools.give_buffer(buf);
+                self.eof = true;
+                Ok(true)
+            }
+            Ok(n) => {
+                if n == buf.len() {
+                    self.bulk = true;
+                } else if sr.read_closed {
+                    // Short read after the peer's FIN: the queue is drained, EOF is next.
+                    self.eof = true;
+                } else {
+                    // Short read: the queue is empty; new data brings a new edge.
+                    sr.readable = false;
+                }
+                self.pending = Pending::Buf {
+                    buf,
+                    start: 0,
+                    end: n as u32,
+                };
+                Ok(true)
+            }
+            Err(e) => {
+                pools.give_buffer(buf);
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    sr.readable = false;
+                    Ok(false)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    fn fill_pipe(
+        &mut self,
+        pipe: Pipe,
+        src: &Stream,
+        sr: &mut Ready,
+        pools: &mut Pools,
+    ) -> io::Result<bool> {
+        match sys::splice(src.as_fd(), pipe.write.as_fd(), PIPE_SIZE) {
+            Ok(0) => {
+                pools.give_pipe(pipe);
+                self.eof = true;
+                Ok(true)
+            }
+            Ok(n) => {
+                self.pending = Pending::Pipe {
+                    pipe,
+                    len: n as u32,
+                };
+                Ok(true)
+            }
+            Err(e) => {
+                pools.give_pipe(pipe);
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    sr.readable = false;
+                    Ok(false)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// Gives a held buffer back on close (a pipe with data in it is simply closed).
+    pub fn release(&mut self, pools: &mut Pools) {
+        if let Pending::Buf { buf, .. } = std::mem::take(&mut self.pending) {
+            pools.give_buffer(buf);
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The data path of a TCP session: the two sockets ([`Stream`]), what the event loop knows of their
+//! readiness ([`Ready`]), and the two directions of copying ([`flow`]).
+
+pub mod flow;
+pub mod tcp;
+
+use std::io::{self, Read, Write};
+use std::net::Shutdown;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use mio::event::{Event, Source};
+use mio::net::{TcpStream, UnixStream};
+
+/// A connected socket: TCP or Unix stream.
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => (&*s).read(buf),
+            Stream::Unix(s) => (&*s).read(buf),
+        }
+    }
+
+    pub fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => (&*s).write(buf),
+            Stream::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    /// Sends EOF to the peer (half-close); the other direction stays open.
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.shutdown(Shutdown::Write),
+            Stream::Unix(s) => s.shutdown(Shutdown::Write),
+        }
+    }
+
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        match self {
+            Stream::Tcp(s) => s.take_error(),
+            Stream::Unix(s) => s.take_error(),
+        }
+    }
+
+    pub fn source(&mut self) -> &mut dyn Source {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+}
+
+impl AsFd for Stream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Stream::Tcp(s) => s.as_fd(),
+            Stream::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
+/// What the event loop knows about one socket. Edge-triggered: a flag is set by an event and
+/// cleared only when a syscall says the socket has nothing more (EAGAIN, or a short read).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ready {
+    pub readable: bool,
+    pub writable: bool,
+    /// The peer has sent EOF: once the receive queue is drained, reads return 0.
+    pub read_closed: bool,
+}
+
+impl Ready {
+    pub fn update(&mut self, ev: &Event) {
+        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+            self.readable = true;
+        }
+        if ev.is_read_closed() {
+            self.read_closed = true;
+        }
+        if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
+            self.writable = true;
+        }
+    }
+}

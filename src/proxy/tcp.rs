@@ -1,0 +1,331 @@
+//! One TCP session: pick a server, connect (nonblocking, with failover and blacklisting), then copy
+//! both ways until both directions are done. The worker owns sessions and feeds them events; a
+//! session never blocks and never allocates on the copy path.
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use mio::net::{TcpStream, UnixStream};
+use mio::{Interest, Registry, Token};
+use socket2::SockRef;
+
+use super::flow::{Failure, Flow, Pools};
+use super::{Ready, Stream};
+use crate::addr::BackendAddr;
+use crate::backend::{Pool, Server};
+use crate::balancer::{self, Client};
+use crate::config::Tuning;
+use crate::metrics::{Counters, End};
+
+/// The client's address.
+#[derive(Clone, Copy, Debug)]
+pub enum Peer {
+    Ip(SocketAddr),
+    Unix,
+}
+
+impl Peer {
+    pub fn ip(&self) -> Option<IpAddr> {
+        match self {
+            Peer::Ip(a) => Some(a.ip()),
+            Peer::Unix => None,
+        }
+    }
+}
+
+impl fmt::Display for Peer {
+    /// The client IP as Pen logs it (no port); "unix" for Unix-socket clients.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Peer::Ip(a) => write!(f, "{}", a.ip()),
+            Peer::Unix => f.write_str("unix"),
+        }
+    }
+}
+
+/// Where the session is in its search for a server.
+#[derive(Debug, Default)]
+struct Attempt {
+    /// The balancer was asked.
+    picked: bool,
+    /// The balancer's first choice, the origin of the failover order.
+    first: Option<usize>,
+    /// How many servers after `first` were offered.
+    tried: usize,
+    emergency: bool,
+    /// Index of the server being connected to (None for the emergency server).
+    current: Option<usize>,
+    /// Bumped on each connect, so a stale timeout is recognised.
+    seq: u32,
+}
+
+/// One client connection and its backend connection.
+#[derive(Debug)]
+pub struct Session {
+    pub pool: Arc<Pool>,
+    /// Index of the listener that accepted the client.
+    pub listener: usize,
+    pub client: Stream,
+    pub peer: Peer,
+    pub backend: Option<Stream>,
+    /// The server the backend connection goes to; counted in its sessions while Some.
+    pub server: Option<Arc<Server>>,
+    pub connected: bool,
+    pub client_ready: Ready,
+    pub backend_ready: Ready,
+    /// Client to server.
+    pub up: Flow,
+    /// Server to client.
+    pub down: Flow,
+    pub started_ms: u64,
+    /// Last time bytes moved (idle and FIN timeouts count from here).
+    pub active_ms: u64,
+    attempt: Attempt,
+}
+
+/// Whether a connect error is ours (no descriptors, no ports, no memory) rather than the server's:
+/// such errors must not blacklist a healthy server.
+pub fn is_local_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EADDRNOTAVAIL)
+    )
+}
+
+impl Session {
+    pub fn new(
+        pool: Arc<Pool>,
+        listener: usize,
+        client: Stream,
+        peer: Peer,
+        now_ms: u64,
+    ) -> Session {
+        Session {
+            pool,
+            listener,
+            client,
+            peer,
+            backend: None,
+            server: None,
+            connected: false,
+            client_ready: Ready::default(),
+            backend_ready: Ready::default(),
+            up: Flow::default(),
+            down: Flow::default(),
+            started_ms: now_ms,
+            active_ms: now_ms,
+            attempt: Attempt::default(),
+        }
+    }
+
+    /// The current connect attempt's number (for timeouts).
+    pub fn attempt_seq(&self) -> u32 {
+        self.attempt.seq
+    }
+
+    /// The next server to try, in Pen's order: the balancer's choice, then the servers after it,
+    /// then the emergency server. `stubborn` stops after the first choice.
+    fn next_server(&mut self, now_ms: u64, rand: u64) -> Option<Arc<Server>> {
+        let pool = self.pool.clone();
+        let a = &mut self.attempt;
+        if !a.picked {
+            a.picked = true;
+            let t = &pool.tuning;
+            let client = match self.peer {
+                Peer::Ip(addr) => Client {
+                    ip: Some(addr.ip()),
+                    port: addr.port(),
+                },
+                Peer::Unix => Client { ip: None, port: 0 },
+            };
+            let tracked = match client.ip {
+                Some(ip) if pool.mode.tracking() => pool.clients.lookup(
+                    ip,
+                    (now_ms / 1000) as u32,
+                    t.tracking_time.as_secs() as u32,
+                ),
+                _ => None,
+            };
+            a.first = balancer::pick(
+                &*pool,
+                &pool.mode,
+                &client,
+                tracked,
+                &pool.cursor,
+                rand,
+                now_ms,
+            );
+            if let Some(i) = a.first {
+                a.current = Some(i);
+                return Some(pool.servers[i].clone());
+            }
+        } else if let (Some(first), false) = (a.first, pool.mode.stubborn) {
+            if let Some(i) = balancer::failover(&*pool, first, &mut a.tried, now_ms) {
+                a.current = Some(i);
+                return Some(pool.servers[i].clone());
+            }
+        }
+        let stubborn_failed = pool.mode.stubborn && a.first.is_some();
+        if a.emergency || stubborn_failed {
+            return None;
+        }
+        a.emergency = true;
+        a.current = None;
+        pool.emergency.clone()
+    }
+
+    /// Starts a nonblocking connect to the next server that will take one. Returns the attempt's
+    /// deadline (clock ms); Err when no server is left to try.
+    pub fn connect_next(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        now_ms: u64,
+        rand: u64,
+        counters: &Counters,
+    ) -> Result<u64, End> {
+        loop {
+            let server = self.next_server(now_ms, rand).ok_or(End::NoServer)?;
+            server.session_started();
+            match open(server.addr(), &self.pool.tuning) {
+                Ok(mut stream) => {
+                    if let Err(e) = registry.register(
+                        stream.source(),
+                        token,
+                        Interest::READABLE | Interest::WRITABLE,
+                    ) {
+                        tracing::warn!("cannot register backend socket: {e}");
+                        server.session_ended();
+                        return Err(End::Error);
+                    }
+                    self.backend = Some(stream);
+                    self.server = Some(server);
+                    self.attempt.seq = self.attempt.seq.wrapping_add(1);
+                    return Ok(now_ms + self.pool.tuning.connect_timeout.as_millis() as u64);
+                }
+                Err(e) if is_local_error(&e) => {
+                    server.session_ended();
+                    tracing::warn!("cannot connect to {}: {e} (local resources)", server.addr());
+                    return Err(End::Error);
+                }
+                Err(e) => {
+                    server.session_ended();
+                    self.blacklist(&server, now_ms, &e, counters);
+                }
+            }
+        }
+    }
+
+    /// The connect in progress failed (refused, unreachable, timed out): blacklist the server and
+    /// forget the socket. The caller then calls `connect_next`.
+    pub fn connect_failed(&mut self, now_ms: u64, why: &io::Error, counters: &Counters) {
+        self.backend = None;
+        self.backend_ready = Ready::default();
+        if let Some(server) = self.server.take() {
+            server.session_ended();
+            self.blacklist(&server, now_ms, why, counters);
+        }
+    }
+
+    fn blacklist(&self, server: &Server, now_ms: u64, why: &io::Error, counters: &Counters) {
+        server.failures.fetch_add(1, Ordering::Relaxed);
+        Counters::add(&counters.connect_failures, 1);
+        if self.attempt.current.is_some() {
+            server.blacklist(now_ms, self.pool.tuning.blacklist);
+            tracing::info!(
+                "server {} failed ({why}); blacklisted for {}s",
+                server.addr(),
+                self.pool.tuning.blacklist.as_secs()
+            );
+        } else {
+            tracing::info!("emergency server {} failed ({why})", server.addr());
+        }
+    }
+
+    /// The backend connection is established: remember the client's server.
+    pub fn connected(&mut self, now_ms: u64) {
+        self.connected = true;
+        self.active_ms = now_ms;
+        if let (Some(i), Some(ip), true) = (
+            self.attempt.current,
+            self.peer.ip(),
+            self.pool.mode.tracking(),
+        ) {
+            self.pool.clients.store(ip, i, (now_ms / 1000) as u32);
+        }
+    }
+
+    /// Copies what the sockets allow in both directions. Returns how the session ends, if it does.
+    pub fn drive(&mut self, pools: &mut Pools, now_ms: u64) -> Option<End> {
+        let backend = self.backend.as_ref()?;
+        let mut progress = match self.up.pump(
+            &self.client,
+            backend,
+            &mut self.client_ready,
+            &mut self.backend_ready,
+            pools,
+        ) {
+            Ok(p) => p,
+            Err(Failure::Read(_)) => return Some(End::ClientReset),
+            Err(Failure::Write(_)) => return Some(End::ServerReset),
+        };
+        progress |= match self.down.pump(
+            backend,
+            &self.client,
+            &mut self.backend_ready,
+            &mut self.client_ready,
+            pools,
+        ) {
+            Ok(p) => p,
+            Err(Failure::Read(_)) => return Some(End::ServerReset),
+            Err(Failure::Write(_)) => return Some(End::ClientReset),
+        };
+        if progress {
+            self.active_ms = now_ms;
+        }
+        let fastclose = self.pool.tuning.tcp_fastclose;
+        let client_gone = self.up.eof && !self.up.has_pending() && fastclose.on_client_eof();
+        let server_gone = self.down.eof && !self.down.has_pending() && fastclose.on_server_eof();
+        if self.up.is_done() && self.down.is_done() {
+            Some(End::Done)
+        } else if client_gone || server_gone {
+            Some(End::Fastclose)
+        } else {
+            None
+        }
+    }
+
+    /// Whether one direction has finished and the other not (FIN timeout applies).
+    pub fn is_half_closed(&self) -> bool {
+        self.up.is_done() != self.down.is_done()
+    }
+
+    /// Gives buffers back before the session is dropped.
+    pub fn release(&mut self, pools: &mut Pools) {
+        self.up.release(pools);
+        self.down.release(pools);
+        if let Some(server) = self.server.take() {
+            server.session_ended();
+        }
+    }
+}
+
+/// Opens a nonblocking connection (connect in progress for TCP).
+fn open(addr: &BackendAddr, t: &Tuning) -> io::Result<Stream> {
+    match addr {
+        BackendAddr::Tcp(a) => {
+            let s = TcpStream::connect(*a)?;
+            if t.tcp_nodelay {
+                s.set_nodelay(true)?;
+            }
+            if t.keepalive {
+                SockRef::from(&s).set_keepalive(true)?;
+            }
+            Ok(Stream::Tcp(s))
+        }
+        BackendAddr::Unix(p) => UnixStream::connect(p).map(Stream::Unix),
+    }
+}

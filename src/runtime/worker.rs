@@ -1,0 +1,533 @@
+//! A worker: one thread, one epoll instance, its own sessions, buffers and timers. Workers share
+//! only the listening sockets (exclusive wake-ups: one worker takes each connection), the pools'
+//! atomics and the counters; the data path takes no lock.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mio::event::Event;
+use mio::{Events, Interest, Poll, Token};
+
+use super::shared::{Phase, Shared};
+use crate::listener::ListenSocket;
+use crate::log::{AccessLog, Entry};
+use crate::metrics::{Counters, End};
+use crate::proxy::flow::Pools;
+use crate::proxy::tcp::{Peer, Session};
+use crate::proxy::Stream;
+use crate::sys;
+
+/// Token of the waker that tells a worker to look at the shared phase.
+pub const WAKER: Token = Token(usize::MAX);
+/// Listener `i` is registered with token `LISTENER_BASE + i`.
+const LISTENER_BASE: usize = 1 << 60;
+const GEN_BITS: u32 = 24;
+const GEN_MASK: u32 = (1 << GEN_BITS) - 1;
+const CLIENT: usize = 0;
+const BACKEND: usize = 1;
+/// How often idle, FIN and drain deadlines are checked.
+const SWEEP_MS: u64 = 250;
+/// How long a listener rests after the process ran out of descriptors.
+const EMFILE_PAUSE_MS: u64 = 100;
+
+fn token(idx: usize, gen: u32, side: usize) -> Token {
+    Token(((gen as usize) << 32) | (idx << 1) | side)
+}
+
+fn decode(t: Token) -> (usize, u32, usize) {
+    ((t.0 & 0xffff_ffff) >> 1, (t.0 >> 32) as u32, t.0 & 1)
+}
+
+struct Slot {
+    gen: u32,
+    session: Option<Session>,
+}
+
+/// A pending connect timeout.
+#[derive(Clone, Copy)]
+struct Timer {
+    deadline: u64,
+    idx: u32,
+    gen: u32,
+    seq: u32,
+}
+
+/// A listener as one worker sees it.
+struct WorkerListener {
+    socket: Option<Arc<ListenSocket>>,
+    /// Paused (deregistered) until this time after EMFILE; 0 = active.
+    paused_until: u64,
+}
+
+pub struct Worker {
+    id: usize,
+    poll: Poll,
+    shared: Arc<Shared>,
+    listeners: Vec<WorkerListener>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    live: usize,
+    pools: Pools,
+    /// Connect deadlines per listener, in the order they were set.
+    timers: Vec<VecDeque<Timer>>,
+    log: Option<AccessLog>,
+    rng: u64,
+    draining: bool,
+    next_sweep: u64,
+    doomed: Vec<(usize, End)>,
+}
+
+impl Worker {
+    /// A worker on `poll` (its waker already registered with `WAKER`).
+    /// `log` is the access log file, opened before privileges were dropped.
+    pub fn new(
+        id: usize,
+        poll: Poll,
+        shared: Arc<Shared>,
+        sockets: &[Arc<ListenSocket>],
+        log: Option<std::fs::File>,
+    ) -> io::Result<Worker> {
+        let log = match (&shared.access_log, log) {
+            (Some(path), Some(file)) => Some(AccessLog::new(
+                path,
+                file,
+                shared.log_generation.load(Ordering::Relaxed),
+            )),
+            _ => None,
+        };
+        let mut w = Worker {
+            id,
+            poll,
+            listeners: sockets
+                .iter()
+                .map(|s| WorkerListener {
+                    socket: Some(s.clone()),
+                    paused_until: 0,
+                })
+                .collect(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            pools: Pools::new(256, 32, true),
+            timers: sockets.iter().map(|_| VecDeque::new()).collect(),
+            log,
+            rng: 0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) << 17) ^ crate::clock::unix_time(),
+            draining: false,
+            next_sweep: 0,
+            doomed: Vec::new(),
+            shared,
+        };
+        for i in 0..w.listeners.len() {
+            w.register_listener(i)?;
+        }
+        Ok(w)
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.shared.counters[self.id]
+    }
+
+    fn register_listener(&mut self, i: usize) -> io::Result<()> {
+        if let Some(sock) = &self.listeners[i].socket {
+            sys::epoll_add_exclusive(
+                self.poll.as_raw_fd(),
+                sock.as_fd(),
+                (LISTENER_BASE + i) as u64,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn deregister_listener(&mut self, i: usize) {
+        if let Some(sock) = &self.listeners[i].socket {
+            let _ = sys::epoll_del(self.poll.as_raw_fd(), sock.as_fd());
+        }
+    }
+
+    /// Runs the event loop until the worker has drained or is told to stop.
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            let now = self.shared.clock.now_ms();
+            let timeout = self
+                .next_wakeup(now)
+                .map(|at| Duration::from_millis(at.saturating_sub(now)));
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!("worker {}: epoll failed: {e}", self.id);
+                    self.close_all(End::Error, self.shared.clock.now_ms());
+                    return;
+                }
+            }
+            let now = self.shared.clock.now_ms();
+            for ev in events.iter() {
+                self.dispatch(ev, now);
+            }
+            self.expire_connects(now);
+            if now >= self.next_sweep {
+                self.next_sweep = now + SWEEP_MS;
+                self.sweep(now);
+            }
+            let stop = self.follow_phase(now);
+            if let Some(log) = &mut self.log {
+                log.flush();
+            }
+            if stop {
+                return;
+            }
+        }
+    }
+
+    fn next_wakeup(&self, now: u64) -> Option<u64> {
+        let timers = self
+            .timers
+            .iter()
+            .filter_map(|q| q.front().map(|t| t.deadline));
+        let pauses = self
+            .listeners
+            .iter()
+            .map(|l| l.paused_until)
+            .filter(|&p| p > 0);
+        let sweep = if self.live > 0 || self.draining {
+            Some(self.next_sweep.max(now))
+        } else {
+            None
+        };
+        timers.chain(pauses).chain(sweep).min()
+    }
+
+    fn dispatch(&mut self, ev: &Event, now: u64) {
+        let t = ev.token();
+        if t == WAKER {
+            return;
+        }
+        if t.0 >= LISTENER_BASE {
+            self.accept(t.0 - LISTENER_BASE, now);
+            return;
+        }
+        let (idx, gen, side) = decode(t);
+        let Some(Slot {
+            gen: g,
+            session: Some(s),
+        }) = self.slots.get_mut(idx)
+        else {
+            return;
+        };
+        if *g != gen {
+            return;
+        }
+        if side == CLIENT {
+            s.client_ready.update(ev);
+            if !s.connected {
+                if ev.is_error() {
+                    self.close(idx, End::ClientReset, now);
+                }
+                return;
+            }
+        } else {
+            s.backend_ready.update(ev);
+            if !s.connected {
+                if s.backend.is_none() {
+                    return;
+                }
+                if ev.is_error() || (ev.is_write_closed() && !ev.is_writable()) {
+                    let why = s
+                        .backend
+                        .as_ref()
+                        .and_then(|b| b.take_error().ok().flatten());
+                    let why =
+                        why.unwrap_or_else(|| io::Error::from(io::ErrorKind::ConnectionRefused));
+                    self.retry_connect(idx, now, &why);
+                    return;
+                }
+                if !ev.is_writable() {
+                    return;
+                }
+                s.connected(now);
+            }
+        }
+        self.drive(idx, now);
+    }
+
+    fn drive(&mut self, idx: usize, now: u64) {
+        let Some(s) = self.slots[idx].session.as_mut() else {
+            return;
+        };
+        if let Some(end) = s.drive(&mut self.pools, now) {
+            self.close(idx, end, now);
+        }
+    }
+
+    // === accept ===
+
+    fn accept(&mut self, li: usize, now: u64) {
+        let Some(sock) = self.listeners[li].socket.clone() else {
+            return;
+        };
+        for _ in 0..self.shared.accept_batch {
+            match sock.accept() {
+                Ok((stream, peer)) => self.open(li, stream, peer, now),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    ) =>
+                {
+                    Counters::add(&self.counters().accept_errors, 1);
+                    tracing::warn!("accept: {e}; pausing the listener for {EMFILE_PAUSE_MS} ms");
+                    self.deregister_listener(li);
+                    self.listeners[li].paused_until = now + EMFILE_PAUSE_MS;
+                    return;
+                }
+                Err(e) => {
+                    // ECONNABORTED and friends concern one client only.
+                    Counters::add(&self.counters().accept_errors, 1);
+                    tracing::debug!("accept: {e}");
+                }
+            }
+        }
+    }
+
+    fn open(&mut self, li: usize, stream: Stream, peer: Peer, now: u64) {
+        Counters::add(&self.counters().accepted, 1);
+        if self.shared.active.fetch_add(1, Ordering::Relaxed) >= self.shared.max_sessions {
+            self.shared.active.fetch_sub(1, Ordering::Relaxed);
+            self.counters().ended(End::Refused);
+            self.log_line(&peer, None, 0, 0, 0, End::Refused);
+            return;
+        }
+        let pool = self.shared.pools[li].load_full();
+        let idx = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.slots.push(Slot {
+                    gen: 0,
+                    session: None,
+                });
+                self.slots.len() - 1
+            }
+        };
+        self.live += 1;
+        let gen = self.slots[idx].gen;
+        let mut session = Session::new(pool, li, stream, peer, now);
+        let registered = self.poll.registry().register(
+            session.client.source(),
+            token(idx, gen, CLIENT),
+            Interest::READABLE | Interest::WRITABLE,
+        );
+        self.slots[idx].session = Some(session);
+        if let Err(e) = registered {
+            tracing::warn!("cannot register client socket: {e}");
+            self.close(idx, End::Error, now);
+            return;
+        }
+        self.connect(idx, li, now);
+    }
+
+    // === connect ===
+
+    fn connect(&mut self, idx: usize, li: usize, now: u64) {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let gen = self.slots[idx].gen;
+        let counters = &self.shared.counters[self.id];
+        let Some(s) = self.slots[idx].session.as_mut() else {
+            return;
+        };
+        match s.connect_next(
+            self.poll.registry(),
+            token(idx, gen, BACKEND),
+            now,
+            self.rng,
+            counters,
+        ) {
+            Ok(deadline) => {
+                let seq = s.attempt_seq();
+                self.timers[li].push_back(Timer {
+                    deadline,
+                    idx: idx as u32,
+                    gen,
+                    seq,
+                });
+            }
+            Err(end) => self.close(idx, end, now),
+        }
+    }
+
+    fn retry_connect(&mut self, idx: usize, now: u64, why: &io::Error) {
+        let counters = &self.shared.counters[self.id];
+        let Some(s) = self.slots[idx].session.as_mut() else {
+            return;
+        };
+        s.connect_failed(now, why, counters);
+        let li = self.listener_of(idx);
+        self.connect(idx, li, now);
+    }
+
+    fn listener_of(&self, idx: usize) -> usize {
+        self.slots[idx].session.as_ref().map_or(0, |s| s.listener)
+    }
+
+    /// Fails connects past their deadline; drops timers whose session moved on.
+    fn expire_connects(&mut self, now: u64) {
+        for li in 0..self.timers.len() {
+            while let Some(&t) = self.timers[li].front() {
+                let live = match &self.slots.get(t.idx as usize) {
+                    Some(Slot {
+                        gen,
+                        session: Some(s),
+                    }) => *gen == t.gen && !s.connected && s.attempt_seq() == t.seq,
+                    _ => false,
+                };
+                if live && t.deadline > now {
+                    break;
+                }
+                self.timers[li].pop_front();
+                if live {
+                    let why = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
+                    self.retry_connect(t.idx as usize, now, &why);
+                }
+            }
+        }
+    }
+
+    // === timeouts, drain, close ===
+
+    fn sweep(&mut self, now: u64) {
+        let hard_deadline = match self.shared.phase() {
+            Phase::Draining => Some(self.shared.drain_deadline_ms.load(Ordering::Relaxed)),
+            _ => None,
+        };
+        for (idx, slot) in self.slots.iter().enumerate() {
+            let Some(s) = &slot.session else { continue };
+            let t = &s.pool.tuning;
+            let quiet = now.saturating_sub(s.active_ms);
+            let end = if hard_deadline.is_some_and(|d| now >= d) {
+                Some(End::Shutdown)
+            } else if s.connected && s.is_half_closed() && quiet >= t.fin_timeout.as_millis() as u64
+            {
+                Some(End::FinTimeout)
+            } else if s.connected
+                && !t.idle_timeout.is_zero()
+                && quiet >= t.idle_timeout.as_millis() as u64
+            {
+                Some(End::IdleTimeout)
+            } else {
+                None
+            };
+            if let Some(end) = end {
+                self.doomed.push((idx, end));
+            }
+        }
+        let doomed = std::mem::take(&mut self.doomed);
+        for &(idx, end) in &doomed {
+            self.close(idx, end, now);
+        }
+        self.doomed = doomed;
+        self.doomed.clear();
+    }
+
+    /// Applies the shared phase (drain, stop) and log reopening; returns true when the worker ends.
+    fn follow_phase(&mut self, now: u64) -> bool {
+        if let Some(log) = &mut self.log {
+            log.reopen_if(self.shared.log_generation.load(Ordering::Relaxed));
+        }
+        for i in 0..self.listeners.len() {
+            let p = self.listeners[i].paused_until;
+            if p > 0 && p <= now && !self.draining {
+                self.listeners[i].paused_until = 0;
+                if let Err(e) = self.register_listener(i) {
+                    tracing::warn!("cannot resume listener: {e}");
+                }
+            }
+        }
+        match self.shared.phase() {
+            Phase::Running => false,
+            Phase::Draining => {
+                if !self.draining {
+                    self.start_drain(now);
+                }
+                self.live == 0
+            }
+            Phase::Stopping => {
+                self.close_all(End::Shutdown, now);
+                true
+            }
+        }
+    }
+
+    fn start_drain(&mut self, now: u64) {
+        self.draining = true;
+        for i in 0..self.listeners.len() {
+            // Take what the kernel already accepted for us before letting go of the socket.
+            if self.listeners[i].paused_until == 0 {
+                self.accept(i, now);
+                self.deregister_listener(i);
+            }
+            self.listeners[i].socket = None;
+        }
+        tracing::debug!("worker {}: draining {} session(s)", self.id, self.live);
+    }
+
+    fn close_all(&mut self, end: End, now: u64) {
+        for idx in 0..self.slots.len() {
+            self.close(idx, end, now);
+        }
+    }
+
+    fn close(&mut self, idx: usize, end: End, now: u64) {
+        let slot = &mut self.slots[idx];
+        let Some(mut s) = slot.session.take() else {
+            return;
+        };
+        slot.gen = (slot.gen + 1) & GEN_MASK;
+        self.free.push(idx as u32);
+        self.live -= 1;
+        let server = s.server.clone();
+        s.release(&mut self.pools);
+        self.shared.active.fetch_sub(1, Ordering::Relaxed);
+        let c = &self.shared.counters[self.id];
+        c.ended(end);
+        Counters::add(&c.bytes_in, s.up.bytes);
+        Counters::add(&c.bytes_out, s.down.bytes);
+        let server_addr = server
+            .as_ref()
+            .map(|sv| sv.addr() as &dyn std::fmt::Display);
+        self.log_line(
+            &s.peer,
+            server_addr,
+            s.up.bytes,
+            s.down.bytes,
+            now.saturating_sub(s.started_ms),
+            end,
+        );
+    }
+
+    fn log_line(
+        &mut self,
+        peer: &Peer,
+        server: Option<&dyn std::fmt::Display>,
+        up: u64,
+        down: u64,
+        ms: u64,
+        end: End,
+    ) {
+        if let Some(log) = &mut self.log {
+            log.write(&Entry {
+                client_ip: peer,
+                unix_time: crate::clock::unix_time(),
+                server,
+                bytes_in: up,
+                bytes_out: down,
+                duration_ms: ms,
+                end,
+            });
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! The only home of `unsafe`: thin wrappers over Linux syscalls that neither std, mio nor socket2
+//! expose (splice and pipes, exclusive epoll registration, resource limits, privilege drop).
+//!
+//! Every wrapper returns `io::Result` and takes borrowed descriptors; nothing here keeps state.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn check_size(ret: libc::ssize_t) -> io::Result<usize> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+/// A nonblocking, close-on-exec pipe: (read end, write end). When `size` is given the pipe's capacity
+/// is raised to it (best effort: the kernel may cap it at `/proc/sys/fs/pipe-max-size`).
+pub fn pipe(size: Option<usize>) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` is a valid, writable array of two ints, as pipe2 requires.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    if let Some(size) = size {
+        // SAFETY: F_SETPIPE_SZ takes an int argument and only reads it; the fd is open.
+        let _ = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, size as libc::c_int) };
+    }
+    Ok((read, write))
+}
+
+/// Moves up to `len` bytes from `from` to `to` inside the kernel; one of them must be a pipe.
+/// Nonblocking: `WouldBlock` when the source is empty or the destination full; `Ok(0)` at EOF.
+pub fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
+    // SAFETY: both descriptors are borrowed for the call, null offsets mean "use the file position",
+    // which is what a socket or pipe requires.
+    let n = unsafe {
+        libc::splice(
+            from.as_raw_fd(),
+            std::ptr::null_mut(),
+            to.as_raw_fd(),
+            std::ptr::null_mut(),
+            len,
+            flags,
+        )
+    };
+    check_size(n)
+}
+
+/// Registers `fd` for readability with the epoll instance `epfd` in exclusive mode (EPOLLEXCLUSIVE):
+/// when several workers wait on the same listening socket, one new connection wakes one of them.
+/// Level-triggered, so a worker that stops after an accept batch is woken again for what remains.
+pub fn epoll_add_exclusive(epfd: RawFd, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+    let mut event = libc::epoll_event {
+        events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
+        u64: token,
+    };
+    // SAFETY: `event` is a valid epoll_event that outlives the call; the kernel copies it.
+    check(unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut event) })?;
+    Ok(())
+}
+
+/// Removes `fd` from the epoll instance `epfd`.
+pub fn epoll_del(epfd: RawFd, fd: BorrowedFd<'_>) -> io::Result<()> {
+    let mut event = libc::epoll_event { events: 0, u64: 0 };
+    // SAFETY: a non-null event pointer keeps old kernels happy; it is not read for EPOLL_CTL_DEL.
+    check(unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd.as_raw_fd(), &mut event) })?;
+    Ok(())
+}
+
+/// Enables TCP Fast Open on a listening socket with a queue of `qlen` pending Fast Open requests.
+pub fn set_tcp_fastopen(fd: BorrowedFd<'_>, qlen: libc::c_int) -> io::Result<()> {
+    // SAFETY: the option value is a c_int living on the stack for the duration of the call.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_FASTOPEN,
+            &qlen as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// Raises the soft open-file limit to the hard limit; returns the new soft limit.
+pub fn raise_nofile_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit.
+    check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: `raised` is a valid rlimit read by the kernel.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim.rlim_cur = lim.rlim_max;
+        }
+    }
+    Ok(lim.rlim_cur)
+}
+
+/// A user's numeric identity, looked up by name.
+#[derive(Clone, Copy, Debug)]
+pub struct UserIds {
+    pub uid: libc::uid_t,
+    pub gid: libc::gid_t,
+}
+
+/// Looks up `name` in the user database (before any chroot, which would hide /etc/passwd).
+pub fn lookup_user(name: &str) -> io::Result<Option<UserIds>> {
+    let cname = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in user name"))?;
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: passwd is a plain C struct; all-zero is a valid (empty) value that getpwnam_r overwrites.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer refers to live, correctly sized storage owned by this frame.
+    let rc = unsafe {
+        libc::getpwnam_r(
+            cname.as_ptr(),
+            &mut pwd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    if result.is_null() {
+        return Ok(None);
+    }
+    Ok(Some(UserIds {
+        uid: pwd.pw_uid,
+        gid: pwd.pw_gid,
+    }))
+}
+
+/// Changes the root directory to `dir` and moves into it.
+pub fn chroot(dir: &Path) -> io::Result<()> {
+    std::os::unix::fs::chroot(dir)?;
+    std::env::set_current_dir("/")
+}
+
+/// Drops to `ids` for the whole process: supplementary groups, then group, then user (the order
+/// matters: once the uid is gone the process may no longer change its groups).
+pub fn drop_privileges(ids: UserIds) -> io::Result<()> {
+    // SAFETY: a one-element array of a valid gid, read by the kernel.
+    check(unsafe { libc::setgroups(1, &ids.gid) })?;
+    // SAFETY: plain integer arguments. glibc applies setgid/setuid to every thread of the process.
+    check(unsafe { libc::setgid(ids.gid) })?;
+    // SAFETY: as above.
+    check(unsafe { libc::setuid(ids.uid) })?;
+    Ok(())
+}
