@@ -120,6 +120,9 @@ pub struct Cli {
     /// Share the port with other Quill processes (SO_REUSEPORT)
     #[arg(long)]
     reuseport: bool,
+    /// Copy bulk flows through buffers instead of splice pipes (for measurement)
+    #[arg(long)]
+    no_splice: bool,
 
     #[command(flatten)]
     later: Later,
@@ -332,6 +335,7 @@ impl Cli {
         g.drain_timeout = self.drain_timeout.unwrap_or(g.drain_timeout);
         g.tfo &= !self.no_tfo;
         g.reuseport |= self.reuseport;
+        g.splice &= !self.no_splice;
         g.pid_file = self.pid_file.clone().or(g.pid_file.take());
         g.log = self.log.clone().or(g.log.take());
         g.user = self.user.clone().or(g.user.take());

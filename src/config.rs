@@ -141,6 +141,8 @@ pub struct Global {
     pub drain_timeout: Duration,
     pub tfo: bool,
     pub reuseport: bool,
+    /// Bulk flows move through splice pipes (zero copy); false copies everything through buffers.
+    pub splice: bool,
     pub pid_file: Option<PathBuf>,
     pub log: Option<PathBuf>,
     pub user: Option<String>,
@@ -159,6 +161,7 @@ impl Default for Global {
             drain_timeout: Duration::from_secs(30),
             tfo: true,
             reuseport: false,
+            splice: true,
             pid_file: None,
             log: None,
             user: None,
@@ -242,10 +245,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 /// Formats a duration the way `parse_duration` reads it back.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
+    match ms {
+        0 => "0s".to_string(),
+        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        _ if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        _ => format!("{ms}ms"),
     }
 }
 
@@ -450,6 +455,7 @@ pub fn from_toml(origin: &str, text: &str, cli: &TuningPatch) -> Result<Config, 
     global.drain_timeout = raw.drain_timeout.map_or(global.drain_timeout, |d| d.0);
     global.tfo = raw.tfo.unwrap_or(global.tfo);
     global.reuseport = raw.reuseport.unwrap_or(global.reuseport);
+    global.splice = raw.splice.unwrap_or(global.splice);
     global.pid_file = raw.pid_file.clone();
     global.log = raw.log.clone();
     global.user = raw.user.clone();
@@ -680,6 +686,7 @@ with_tuning_keys! {
         drain_timeout: Option<Dur>,
         tfo: Option<bool>,
         reuseport: Option<bool>,
+        splice: Option<bool>,
         pid_file: Option<PathBuf>,
         log: Option<PathBuf>,
         user: Option<String>,

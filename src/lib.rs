@@ -6,6 +6,9 @@
 //! - I/O: [`listener`], [`proxy`], [`log`], [`demo`];
 //! - assembly: [`runtime`], [`cli`].
 
+// Only `sys` may contain unsafe code; the compiler enforces it for every other module.
+#![deny(unsafe_code)]
+
 pub mod addr;
 pub mod backend;
 pub mod balancer;
@@ -19,4 +22,5 @@ pub mod log;
 pub mod metrics;
 pub mod proxy;
 pub mod runtime;
+#[allow(unsafe_code)]
 pub mod sys;

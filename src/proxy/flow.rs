@@ -132,9 +132,12 @@ impl Flow {
         !matches!(self.pending, Pending::Empty)
     }
 
-    /// Moves as much as the sockets allow. Returns whether any byte or EOF moved.
+    /// Moves as much as the sockets allow. Returns whether any byte or EOF moved. `other_done`
+    /// says the opposite direction has finished: the session closes both sockets as soon as this
+    /// one reaches EOF, and close() sends the FIN, so the shutdown() is skipped.
     pub fn pump(
         &mut self,
+        other_done: bool,
         src: &Stream,
         dst: &Stream,
         sr: &mut Ready,
@@ -164,8 +167,10 @@ impl Flow {
                 if !self.shut {
                     self.shut = true;
                     progress = true;
-                    // ENOTCONN when the peer is already gone: nothing left to tell it.
-                    let _ = dst.shutdown_write();
+                    if !other_done {
+                        // ENOTCONN when the peer is already gone: nothing left to tell it.
+                        let _ = dst.shutdown_write();
+                    }
                 }
                 return Ok(progress);
             }

@@ -27,7 +27,7 @@ use worker::{Worker, WAKER};
 /// Descriptors kept back from sessions: listeners, epoll and waker per worker, logs, splice pipes.
 const FD_RESERVE: u64 = 64;
 /// Splice pipes a worker may keep (two descriptors each).
-const PIPES_PER_WORKER: u64 = 32;
+pub(crate) const PIPES_PER_WORKER: usize = 32;
 
 /// A failure to start or run (exit status 1).
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +41,7 @@ enum Msg {
 
 /// How many sessions fit in `nofile` descriptors: two sockets each, after the reserve.
 fn sessions_for(nofile: u64, workers: u64, listeners: u64) -> u64 {
-    let reserve = FD_RESERVE + listeners + workers * (2 + 2 * PIPES_PER_WORKER);
+    let reserve = FD_RESERVE + listeners + workers * (2 + 2 * PIPES_PER_WORKER as u64);
     nofile.saturating_sub(reserve) / 2
 }
 
@@ -96,14 +96,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
         .iter()
         .map(|l| ArcSwap::from_pointee(Pool::from_config(l, now)))
         .collect();
-    let shared = Arc::new(Shared::new(
-        clock,
-        pools,
-        max_sessions,
-        g.accept_batch,
-        g.log.clone(),
-        g.workers,
-    ));
+    let shared = Arc::new(Shared::new(clock, pools, max_sessions, g));
 
     let (tx, rx) = mpsc::channel();
     let mut wakers = Vec::new();

@@ -8,6 +8,7 @@ use arc_swap::ArcSwap;
 
 use crate::backend::Pool;
 use crate::clock::Clock;
+use crate::config::Global;
 use crate::metrics::Counters;
 
 /// Where the process is in its life.
@@ -27,6 +28,8 @@ pub struct Shared {
     pub max_sessions: u64,
     pub active: AtomicU64,
     pub accept_batch: u32,
+    /// Whether bulk flows use splice pipes.
+    pub splice: bool,
     phase: AtomicU8,
     pub drain_deadline_ms: AtomicU64,
     /// Bumped by SIGHUP: workers reopen the access log.
@@ -37,25 +40,20 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(
-        clock: Clock,
-        pools: Vec<ArcSwap<Pool>>,
-        max_sessions: u64,
-        accept_batch: u32,
-        access_log: Option<PathBuf>,
-        workers: usize,
-    ) -> Shared {
+    /// Shared state for `g.workers` workers over `pools` (one per listener).
+    pub fn new(clock: Clock, pools: Vec<ArcSwap<Pool>>, max_sessions: u64, g: &Global) -> Shared {
         Shared {
             clock,
             pools,
             max_sessions,
             active: AtomicU64::new(0),
-            accept_batch: accept_batch.max(1),
+            accept_batch: g.accept_batch.max(1),
+            splice: g.splice,
             phase: AtomicU8::new(0),
             drain_deadline_ms: AtomicU64::new(u64::MAX),
             log_generation: AtomicU64::new(0),
-            access_log,
-            counters: (0..workers).map(|_| Counters::default()).collect(),
+            access_log: g.log.clone(),
+            counters: (0..g.workers).map(|_| Counters::default()).collect(),
         }
     }
 

@@ -13,6 +13,7 @@ use mio::event::Event;
 use mio::{Events, Interest, Poll, Token};
 
 use super::shared::{Phase, Shared};
+use super::PIPES_PER_WORKER;
 use crate::listener::ListenSocket;
 use crate::log::{AccessLog, Entry};
 use crate::metrics::{Counters, End};
@@ -112,7 +113,7 @@ impl Worker {
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
-            pools: Pools::new(256, 32, true),
+            pools: Pools::new(256, PIPES_PER_WORKER, shared.splice),
             timers: sockets.iter().map(|_| VecDeque::new()).collect(),
             log,
             rng: 0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) << 17) ^ crate::clock::unix_time(),
