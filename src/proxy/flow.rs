@@ -151,7 +151,13 @@ impl Flow {
                     return Ok(progress);
                 }
                 match self.flush(dst, pools) {
-                    Ok(Flushed::All | Flushed::Partial) => progress = true,
+                    Ok(Flushed::All) => progress = true,
+                    Ok(Flushed::Partial) => {
+                        // Data is still pending: write again (or learn the socket is full)
+                        // before anything may be read into this flow.
+                        progress = true;
+                        continue;
+                    }
                     Ok(Flushed::DestinationFull) => {
                         dr.writable = false;
                         return Ok(true);
@@ -221,6 +227,7 @@ impl Flow {
     /// Reads from the source into a buffer or pipe. Ok(true) when data or EOF arrived, Ok(false)
     /// when the source had nothing (its readable flag is then cleared).
     fn fill(&mut self, src: &Stream, sr: &mut Ready, pools: &mut Pools) -> io::Result<bool> {
+        debug_assert!(!self.has_pending(), "reading over pending data would lose it");
         if self.bulk && pools.splice {
             if let Some(pipe) = pools.pipe() {
                 return self.fill_pipe(pipe, src, sr, pools);
