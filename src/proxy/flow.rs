@@ -227,7 +227,10 @@ impl Flow {
     /// Reads from the source into a buffer or pipe. Ok(true) when data or EOF arrived, Ok(false)
     /// when the source had nothing (its readable flag is then cleared).
     fn fill(&mut self, src: &Stream, sr: &mut Ready, pools: &mut Pools) -> io::Result<bool> {
-        debug_assert!(!self.has_pending(), "reading over pending data would lose it");
+        debug_assert!(
+            !self.has_pending(),
+            "reading over pending data would lose it"
+        );
         if self.bulk && pools.splice {
             if let Some(pipe) = pools.pipe() {
                 return self.fill_pipe(pipe, src, sr, pools);
