@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::addr::{BackendAddr, ServerSpec};
 use crate::balancer::{ClientTable, Cursor, Mode, ServerSet};
+use crate::clock::millis;
 use crate::config::{ListenerConfig, Tuning};
 
 /// One server's live state.
@@ -46,7 +47,7 @@ impl Server {
     /// Skips this server until `now_ms + d`.
     pub fn blacklist(&self, now_ms: u64, d: Duration) {
         self.blacklisted_until
-            .store(now_ms + d.as_millis() as u64, Ordering::Relaxed);
+            .store(now_ms.saturating_add(millis(d)), Ordering::Relaxed);
     }
 
     /// Pen's availability rule: not blacklisted, and under MAXCONN, or, for a client tracked to this

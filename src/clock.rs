@@ -1,7 +1,7 @@
 //! Time as the data path sees it: milliseconds since the process started (monotonic, cheap to read
 //! through the vDSO) and wall-clock seconds for logs.
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A monotonic origin shared by all workers, so times stored in shared atomics compare.
 #[derive(Clone, Copy, Debug)]
@@ -29,4 +29,9 @@ pub fn unix_time() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// A duration in whole milliseconds, saturating (a configured "100000h" must not wrap a deadline).
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

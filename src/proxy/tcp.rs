@@ -17,6 +17,7 @@ use super::{Ready, Stream};
 use crate::addr::BackendAddr;
 use crate::backend::{Pool, Server};
 use crate::balancer::{self, Client};
+use crate::clock::millis;
 use crate::config::Tuning;
 use crate::metrics::{Counters, End};
 
@@ -204,7 +205,7 @@ impl Session {
                     self.backend = Some(stream);
                     self.server = Some(server);
                     self.attempt.seq = self.attempt.seq.wrapping_add(1);
-                    return Ok(now_ms + self.pool.tuning.connect_timeout.as_millis() as u64);
+                    return Ok(now_ms.saturating_add(millis(self.pool.tuning.connect_timeout)));
                 }
                 Err(e) if is_local_error(&e) => {
                     server.session_ended();

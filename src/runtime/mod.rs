@@ -16,7 +16,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use signal_hook::iterator::Signals;
 
 use crate::backend::Pool;
-use crate::clock::Clock;
+use crate::clock::{millis, Clock};
 use crate::config::Config;
 use crate::listener::{self, BindOptions, ListenSocket};
 use crate::metrics;
@@ -164,7 +164,10 @@ pub fn run(config: Config) -> Result<(), RunError> {
         match rx.recv() {
             Ok(Msg::WorkerDone) => running -= 1,
             Ok(Msg::Signal(SIGTERM | SIGINT)) if shared.phase() == Phase::Running => {
-                let deadline = shared.clock.now_ms() + g.drain_timeout.as_millis() as u64;
+                let deadline = shared
+                    .clock
+                    .now_ms()
+                    .saturating_add(millis(g.drain_timeout));
                 shared.drain_deadline_ms.store(deadline, Ordering::Relaxed);
                 shared.set_phase(Phase::Draining);
                 wake_all();

@@ -14,6 +14,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use super::shared::{Phase, Shared};
 use super::PIPES_PER_WORKER;
+use crate::clock::millis;
 use crate::listener::ListenSocket;
 use crate::log::{AccessLog, Entry};
 use crate::metrics::{Counters, End};
@@ -411,13 +412,9 @@ impl Worker {
             let quiet = now.saturating_sub(s.active_ms);
             let end = if hard_deadline.is_some_and(|d| now >= d) {
                 Some(End::Shutdown)
-            } else if s.connected && s.is_half_closed() && quiet >= t.fin_timeout.as_millis() as u64
-            {
+            } else if s.connected && s.is_half_closed() && quiet >= millis(t.fin_timeout) {
                 Some(End::FinTimeout)
-            } else if s.connected
-                && !t.idle_timeout.is_zero()
-                && quiet >= t.idle_timeout.as_millis() as u64
-            {
+            } else if s.connected && !t.idle_timeout.is_zero() && quiet >= millis(t.idle_timeout) {
                 Some(End::IdleTimeout)
             } else {
                 None
