@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Open N idle TCP connections to HOST:PORT, hold them, report how many survived.
+
+Python 3 standard library only. Used by bench/run.sh for the idle-connection
+test, but usable alone:
+
+    python3 bench/idle_hold.py 127.0.0.1 9201 -n 9000 --hold 60 \
+        --ready-file /tmp/ready --stop-file /tmp/stop
+
+Connections come from source addresses 127.0.0.2, 127.0.0.3, ... (at most
+--per-source connections each). Each socket sets IP_BIND_ADDRESS_NO_PORT
+before bind((src, 0)) so the kernel picks the port at connect() time from the
+whole 4-tuple space. The sockets are spread over several worker processes, at
+most --per-process each (default 5000, hard cap 9000), so that no process
+gets near the 20,000 open-file limit.
+
+Phases:
+  1. open: non-blocking connects, at most --inflight pending at once, until
+     all are done or --open-timeout passes;
+  2. ready: writes a JSON summary to --ready-file (if given) and to stderr;
+  3. hold: until --hold seconds pass, --stop-file appears, or SIGTERM/SIGINT;
+  4. check: a connection is "still open" if a non-blocking recv() raises
+     EAGAIN (no data, no FIN, no RST); b'' or an error means it was closed;
+  5. prints one JSON object on stdout and exits (0 if every requested
+     connection opened and is still open, 1 otherwise).
+
+Everything is bounded: the whole run ends by open-timeout + hold + 30 s.
+Only loopback (127.0.0.0/8) targets are accepted.
+"""
+
+import argparse
+import errno
+import ipaddress
+import json
+import multiprocessing as mp
+import os
+import resource
+import selectors
+import signal
+import socket
+import sys
+import time
+
+IP_BIND_ADDRESS_NO_PORT = 24
+MAX_PER_PROCESS = 9000
+
+_stop_requested = False
+
+
+def _on_signal(_signum, _frame):
+    global _stop_requested
+    _stop_requested = True
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def source_address(index, per_source, first_host):
+    """Source address for connection number `index`: 127.0.0.FIRST_HOST, then the next ones."""
+    n = first_host + index // per_source
+    if not 1 <= n < (1 << 24) - 1:
+        raise ValueError("source address outside 127.0.0.0/8")
+    return str(ipaddress.ip_address("127.0.0.0") + n)
+
+
+def make_socket(src):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+    s.bind((src, 0))
+    s.setblocking(False)
+    return s
+
+
+def open_connections(host, port, indices, per_source, first_host, inflight, deadline, stop_event):
+    """Open connections for the given global indices. Returns (open sockets, error counts)."""
+    sel = selectors.DefaultSelector()
+    opened, errors = [], {}
+    pending = 0
+    todo = iter(indices)
+    exhausted = False
+
+    def count(err):
+        errors[err] = errors.get(err, 0) + 1
+
+    while time.monotonic() < deadline and not _stop_requested and not stop_event.is_set():
+        while not exhausted and pending < inflight:
+            i = next(todo, None)
+            if i is None:
+                exhausted = True
+                break
+            try:
+                s = make_socket(source_address(i, per_source, first_host))
+            except OSError as e:
+                count(errno.errorcode.get(e.errno, str(e.errno)) + " (socket/bind)")
+                continue
+            rc = s.connect_ex((host, port))
+            if rc == 0:
+                opened.append(s)
+            elif rc == errno.EINPROGRESS:
+                sel.register(s, selectors.EVENT_WRITE)
+                pending += 1
+            else:
+                count(errno.errorcode.get(rc, str(rc)))
+                s.close()
+        if exhausted and pending == 0:
+            break
+        for key, _ in sel.select(timeout=0.2):
+            s = key.fileobj
+            sel.unregister(s)
+            pending -= 1
+            rc = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if rc == 0:
+                opened.append(s)
+            else:
+                count(errno.errorcode.get(rc, str(rc)))
+                s.close()
+    for key in list(sel.get_map().values()):
+        sel.unregister(key.fileobj)
+        key.fileobj.close()
+        count("pending at timeout or stop")
+    sel.close()
+    return opened, errors
+
+
+def still_open(sockets):
+    """Count sockets whose non-blocking recv() says 'nothing yet' (EAGAIN)."""
+    alive = closed = got_data = 0
+    for s in sockets:
+        try:
+            data = s.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+        except BlockingIOError:
+            alive += 1
+            continue
+        except OSError:
+            closed += 1
+            continue
+        if data == b"":
+            closed += 1
+        else:
+            got_data += 1  # open, but the peer sent something unexpected
+            alive += 1
+    return alive, closed, got_data
+
+
+def worker(args, indices, conn, stop_event):
+    """Child process: open its share, report, hold, check, report again."""
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    raise_nofile()
+    t0 = time.monotonic()
+    socks, errors = open_connections(
+        args.host, args.port, indices, args.per_source, args.first_host,
+        args.inflight, t0 + args.open_timeout, stop_event)
+    conn.send({"opened": len(socks), "errors": errors,
+               "open_seconds": round(time.monotonic() - t0, 3)})
+    hard_deadline = t0 + args.open_timeout + args.hold + 20
+    # Hold until the parent says stop (or our own hard deadline).
+    while not stop_event.is_set() and not _stop_requested and time.monotonic() < hard_deadline:
+        stop_event.wait(0.2)
+    alive, closed, got_data = still_open(socks)
+    for s in socks:
+        s.close()
+    conn.send({"still_open": alive, "closed": closed, "got_data": got_data})
+    conn.close()
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("host")
+    p.add_argument("port", type=int)
+    p.add_argument("-n", "--connections", type=int, default=9000)
+    p.add_argument("--hold", type=float, default=60.0,
+                   help="max seconds to hold after opening (default 60)")
+    p.add_argument("--open-timeout", type=float, default=60.0,
+                   help="max seconds for the opening phase (default 60)")
+    p.add_argument("--stop-file", help="stop holding as soon as this file exists")
+    p.add_argument("--ready-file", help="write the open summary (JSON) here when done opening")
+    p.add_argument("--per-process", type=int, default=5000,
+                   help="sockets per worker process (max %d)" % MAX_PER_PROCESS)
+    p.add_argument("--per-source", type=int, default=1000,
+                   help="connections per source address (default 1000)")
+    p.add_argument("--first-host", type=int, default=2,
+                   help="first source address is 127.0.0.FIRST_HOST (default 2)")
+    p.add_argument("--inflight", type=int, default=256,
+                   help="max connects pending at once per process")
+    a = p.parse_args(argv)
+    if not ipaddress.ip_address(a.host) in ipaddress.ip_network("127.0.0.0/8"):
+        p.error("only loopback (127.0.0.0/8) targets are allowed")
+    if not 1 <= a.per_process <= MAX_PER_PROCESS:
+        p.error("--per-process must be 1..%d" % MAX_PER_PROCESS)
+    if a.connections < 1 or a.connections > 200000:
+        p.error("--connections must be 1..200000")
+    if a.hold < 0 or a.hold > 3600 or a.open_timeout <= 0 or a.open_timeout > 600:
+        p.error("--hold must be 0..3600 and --open-timeout 0..600")
+    return a
+
+
+def main(argv):
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    ctx = mp.get_context("fork")
+    stop_event = ctx.Event()
+    shares = [range(i, min(i + args.per_process, args.connections))
+              for i in range(0, args.connections, args.per_process)]
+    procs = []
+    t0 = time.monotonic()
+    for share in shares:
+        parent_end, child_end = ctx.Pipe(duplex=False)
+        pr = ctx.Process(target=worker, args=(args, share, child_end, stop_event), daemon=True)
+        pr.start()
+        child_end.close()
+        procs.append((pr, parent_end))
+    result = {"target": "%s:%d" % (args.host, args.port), "requested": args.connections,
+              "processes": len(procs), "opened": 0, "failed": 0, "errors": {},
+              "still_open": 0, "closed": 0, "got_data": 0}
+    hard_deadline = t0 + args.open_timeout + args.hold + 30
+
+    def recv(pipe, until):
+        while time.monotonic() < until:
+            if _stop_requested:
+                stop_event.set()  # workers stop opening and report at once
+            if pipe.poll(0.2):
+                try:
+                    return pipe.recv()
+                except EOFError:
+                    return None
+        return None
+
+    # 1+2: wait for every worker's open summary.
+    for pr, pipe in procs:
+        msg = recv(pipe, t0 + args.open_timeout + 10) or {"opened": 0, "errors": {"worker lost": 1}}
+        result["opened"] += msg["opened"]
+        for k, v in msg["errors"].items():
+            result["errors"][k] = result["errors"].get(k, 0) + v
+    result["failed"] = args.connections - result["opened"]
+    result["open_seconds"] = round(time.monotonic() - t0, 3)
+    ready = {k: result[k] for k in ("target", "requested", "opened", "failed", "errors", "open_seconds")}
+    if args.ready_file:
+        tmp = args.ready_file + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(ready, f)
+        os.rename(tmp, args.ready_file)
+    print("idle_hold: ready " + json.dumps(ready), file=sys.stderr, flush=True)
+
+    # 3: hold.
+    t_hold = time.monotonic()
+    while (not _stop_requested and time.monotonic() - t_hold < args.hold
+           and not (args.stop_file and os.path.exists(args.stop_file))):
+        time.sleep(0.1)
+    result["held_seconds"] = round(time.monotonic() - t_hold, 3)
+
+    # 4: check and close.
+    stop_event.set()
+    for pr, pipe in procs:
+        msg = recv(pipe, min(hard_deadline, time.monotonic() + 30)) or {"still_open": 0, "closed": 0, "got_data": 0}
+        for k in ("still_open", "closed", "got_data"):
+            result[k] += msg[k]
+    for pr, _ in procs:
+        pr.join(timeout=5)
+        if pr.is_alive():
+            os.kill(pr.pid, signal.SIGKILL)
+            pr.join(timeout=2)
+    print(json.dumps(result), flush=True)
+    ok = result["opened"] == args.connections and result["still_open"] == args.connections
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

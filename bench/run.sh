@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Benchmark Quill against HAProxy (mode tcp), nginx stream, Pen, systemd-socket-proxyd
+# and a direct connection, all in front of the same two nginx backends on 127.0.0.1.
+#
+#   bash bench/run.sh [--rounds N] [--quick] [--only quill,haproxy,nginx-stream,pen,socket-proxyd,direct]
+#
+# Env: QUILL_BIN=path  use this binary instead of building (cargo build --release)
+#      KEEP_WORK=1     keep the temp work dir (configs, logs, pids) after the run
+#      RESULTS_DIR=dir write the results there instead of bench/results
+# Writes bench/results/latest.md and bench/results/latest.json. See bench/README.md.
+set -euo pipefail
+
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+
+ROUNDS=3
+QUICK=
+ONLY=quill,haproxy,nginx-stream,pen,socket-proxyd,direct
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rounds) ROUNDS="${2:?--rounds needs a number}"; shift 2 ;;
+        --rounds=*) ROUNDS="${1#*=}"; shift ;;
+        --quick) QUICK=1; shift ;;
+        --only) ONLY="${2:?--only needs a list}"; shift 2 ;;
+        --only=*) ONLY="${1#*=}"; shift ;;
+        -h|--help) usage 0 ;;
+        *) echo "run.sh: unknown argument: $1" >&2; usage 2 ;;
+    esac
+done
+case "$ROUNDS" in ''|*[!0-9]*) echo "run.sh: --rounds must be a number" >&2; exit 2 ;; esac
+if [ -n "$QUICK" ] && [ "$ROUNDS" = 3 ]; then ROUNDS=1; fi
+for name in ${ONLY//,/ }; do
+    case "$name" in
+        quill|haproxy|haproxy-tcp|nginx-stream|nginx|pen|socket-proxyd|proxyd|systemd-socket-proxyd|direct) ;;
+        *) echo "run.sh: unknown candidate '$name' (quill haproxy nginx-stream pen socket-proxyd direct)" >&2; exit 2 ;;
+    esac
+done
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(dirname "$BENCH_DIR")"
+RESULTS="${RESULTS_DIR:-$BENCH_DIR/results}"
+COMMAND="bash bench/run.sh --rounds $ROUNDS${QUICK:+ --quick} --only $ONLY"
+
+say() { echo "[run.sh] $*" >&2; }
+
+# ---- 1. tools from Debian (skipped when already present)
+need_install=
+for tool in haproxy nginx pen wrk ab strace python3 systemd-socket-activate; do
+    command -v "$tool" >/dev/null 2>&1 || need_install=1
+done
+[ -f /usr/lib/nginx/modules/ngx_stream_module.so ] || need_install=1
+[ -x /lib/systemd/systemd-socket-proxyd ] || need_install=1
+if [ -n "$need_install" ]; then
+    say "installing haproxy nginx libnginx-mod-stream pen wrk apache2-utils strace python3 systemd"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends \
+        haproxy nginx libnginx-mod-stream pen wrk apache2-utils strace python3 systemd >/dev/null
+    # The packages may start their own services on install; we only use our own instances
+    # on other ports, so nothing needs to be stopped here.
+fi
+
+# ---- 2. Quill
+QUILL=
+case ",$ONLY," in
+    *,quill,*)
+        if [ -n "${QUILL_BIN:-}" ]; then
+            QUILL="$QUILL_BIN"
+        else
+            say "building quill (cargo build --release)"
+            locked=
+            [ -f "$REPO/Cargo.lock" ] && locked=--locked
+            if (cd "$REPO" && timeout 1500 cargo build --release $locked) >&2; then
+                QUILL="$REPO/target/release/quill"
+            else
+                say "WARNING: cargo build --release failed: benchmarking the peers without quill"
+            fi
+        fi
+        if [ -n "$QUILL" ] && ! timeout 10 "$QUILL" --version >/dev/null 2>&1; then
+            say "WARNING: '$QUILL --version' failed: benchmarking the peers without quill"
+            QUILL=
+        fi
+        ;;
+esac
+
+# ---- 3. run the driver; everything it starts is listed in $WORK/pids
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+WORK="$(mktemp -d /tmp/quill-bench.XXXXXX)"
+DRIVER=
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    if [ -n "$DRIVER" ] && kill -0 "$DRIVER" 2>/dev/null; then
+        kill -TERM "$DRIVER" 2>/dev/null || true
+        for _ in $(seq 1 150); do kill -0 "$DRIVER" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$DRIVER" 2>/dev/null || true
+    fi
+    # Backstop: stop by PID anything the driver started that is still alive
+    # (the start time guards against a recycled PID).
+    if [ -f "$WORK/pids" ]; then
+        while read -r pid start name; do
+            [ -r "/proc/$pid/stat" ] || continue
+            now="$(sed 's/^.*) //' "/proc/$pid/stat" | cut -d' ' -f20)"
+            [ "$now" = "$start" ] || continue
+            say "stopping leftover $name (pid $pid)"
+            kill -TERM "$pid" 2>/dev/null || true
+            sleep 0.5
+            kill -KILL "$pid" 2>/dev/null || true
+        done < "$WORK/pids"
+    fi
+    if [ -n "${KEEP_WORK:-}" ]; then say "work dir kept: $WORK"; else rm -rf "$WORK"; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [ -n "$QUILL" ]; then
+    # Run a private copy, so that a rebuild during the run cannot switch binaries half-way.
+    cp "$QUILL" "$WORK/quill" && QUILL="$WORK/quill"
+    say "quill: $("$QUILL" --version 2>&1 | head -1)"
+fi
+
+ONLY_RUN="$ONLY"
+[ -n "$QUILL" ] || ONLY_RUN="$(echo ",$ONLY," | sed 's/,quill,/,/; s/^,//; s/,$//')"
+[ -n "$ONLY_RUN" ] || { say "nothing to run"; exit 1; }
+
+say "work dir $WORK; candidates: $ONLY_RUN; rounds: $ROUNDS${QUICK:+ (quick)}"
+python3 "$BENCH_DIR/harness.py" --work "$WORK" ${QUILL:+--quill-bin "$QUILL"} \
+    --rounds "$ROUNDS" ${QUICK:+--quick} --only "$ONLY_RUN" \
+    --results "$RESULTS" --command "$COMMAND" &
+DRIVER=$!
+set +e
+wait "$DRIVER"
+rc=$?
+set -e
+DRIVER=
+[ "$rc" -le 1 ] && say "tables written to $RESULTS/latest.md (raw: latest.json)"
+exit "$rc"
