@@ -196,7 +196,13 @@ impl Flow {
         match &mut self.pending {
             Pending::Empty => Ok(Flushed::All),
             Pending::Buf { buf, start, end } => {
-                let n = dst.write(&buf[*start as usize..*end as usize])?;
+                let bytes = &buf[*start as usize..*end as usize];
+                // With EOF already read, a shutdown() or close() always follows the last write.
+                let n = if self.eof {
+                    dst.write_last(bytes)?
+                } else {
+                    dst.write(bytes)?
+                };
                 self.bytes += n as u64;
                 *start += n as u32;
                 if start < end {
