@@ -35,6 +35,8 @@ const BACKEND: usize = 1;
 const SWEEP_MS: u64 = 250;
 /// How long a listener rests after the process ran out of descriptors.
 const EMFILE_PAUSE_MS: u64 = 100;
+/// Free copy buffers a worker keeps for the next burst (16 KiB each).
+const BUFFERS_PER_WORKER: usize = 64;
 
 fn token(idx: usize, gen: u32, side: usize) -> Token {
     Token(((gen as usize) << 32) | (idx << 1) | side)
@@ -114,7 +116,7 @@ impl Worker {
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
-            pools: Pools::new(256, PIPES_PER_WORKER, shared.splice),
+            pools: Pools::new(BUFFERS_PER_WORKER, PIPES_PER_WORKER, shared.splice),
             timers: sockets.iter().map(|_| VecDeque::new()).collect(),
             log,
             rng: 0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) << 17) ^ crate::clock::unix_time(),
