@@ -252,6 +252,9 @@ impl Flow {
             Ok(n) => {
                 if n == buf.len() {
                     self.bulk = true;
+                } else if sr.error {
+                    // A reset also reads as "closed": keep reading so the next read reports it
+                    // instead of passing a clean EOF on.
                 } else if sr.read_closed {
                     // Short read after the peer's FIN: the queue is drained, EOF is next.
                     self.eof = true;

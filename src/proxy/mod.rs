@@ -82,8 +82,12 @@ impl AsFd for Stream {
 pub struct Ready {
     pub readable: bool,
     pub writable: bool,
-    /// The peer has sent EOF: once the receive queue is drained, reads return 0.
+    /// The peer has sent EOF or reset: once the receive queue is drained, reads return 0 (EOF) or
+    /// fail (reset: then `error` is set too).
     pub read_closed: bool,
+    /// The socket has a pending error (EPOLLERR: a reset, a timeout): the next read or write
+    /// reports it.
+    pub error: bool,
 }
 
 impl Ready {
@@ -93,6 +97,9 @@ impl Ready {
         }
         if ev.is_read_closed() {
             self.read_closed = true;
+        }
+        if ev.is_error() {
+            self.error = true;
         }
         if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
             self.writable = true;

@@ -262,6 +262,12 @@ impl Session {
     /// Copies what the sockets allow in both directions. Returns how the session ends, if it does.
     pub fn drive(&mut self, pools: &mut Pools, now_ms: u64) -> Option<End> {
         let backend = self.backend.as_ref()?;
+        if self.client_ready.error {
+            // The client reset: nothing can reach it any more, and what it sent last would only
+            // start work whose answer has nowhere to go (a backend that is not reading would
+            // otherwise keep the session for ever).
+            return Some(End::ClientReset);
+        }
         let mut progress = match self.up.pump(
             self.down.is_done(),
             &self.client,
@@ -301,9 +307,10 @@ impl Session {
         }
     }
 
-    /// Whether one direction has finished and the other not (FIN timeout applies).
+    /// Whether one direction has finished and the other not, or the server reset while its last
+    /// bytes still wait for the client (the FIN timeout applies to both).
     pub fn is_half_closed(&self) -> bool {
-        self.up.is_done() != self.down.is_done()
+        self.up.is_done() != self.down.is_done() || self.backend_ready.error
     }
 
     /// Gives buffers back before the session is dropped.
