@@ -499,6 +499,14 @@ impl Worker {
         let server_addr = server
             .as_ref()
             .map(|sv| sv.addr() as &dyn std::fmt::Display);
+        tracing::debug!(
+            "session {} -> {}: {} bytes in, {} bytes out, {}",
+            s.peer,
+            server_addr.unwrap_or(&"-"),
+            s.up.bytes,
+            s.down.bytes,
+            end.name()
+        );
         self.log_line(
             &s.peer,
             server_addr,
