@@ -243,3 +243,43 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod robustness {
+    /// Any sequence of known and unknown words parses or fails with a message, never panics.
+    #[test]
+    fn word_salad_never_panics() {
+        let words = [
+            "server",
+            "no",
+            "hash",
+            "0",
+            "1",
+            "-1",
+            "99999999999999999999",
+            "address",
+            "port",
+            "max",
+            "weight",
+            "blacklist",
+            "tcp_fastclose",
+            "up",
+            "timeout",
+            "5ms",
+            "",
+            "\u{0}",
+            "é",
+        ];
+        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..5_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let n = (rng % 7) as usize;
+            let line: Vec<&str> = (0..n)
+                .map(|k| words[((rng >> (k * 5)) % words.len() as u64) as usize])
+                .collect();
+            let _ = super::parse(&line.join(" "));
+        }
+    }
+}

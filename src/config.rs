@@ -774,3 +774,44 @@ mod tests {
         assert_eq!(l.mode.to_string(), "roundrobin weight");
     }
 }
+
+#[cfg(test)]
+mod robustness {
+    use super::*;
+
+    /// Mutated versions of the example file (bytes dropped, duplicated, flipped, lines cut) must
+    /// give a configuration or an error naming `file:line`, never a panic.
+    #[test]
+    fn mutated_files_never_panic() {
+        let example = include_str!("../examples/quill.toml");
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for _ in 0..2_000 {
+            let mut bytes = example.as_bytes().to_vec();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() as usize) % bytes.len().max(1);
+                match next() % 4 {
+                    0 => {
+                        bytes.remove(at);
+                    }
+                    1 => bytes.insert(at, bytes[at]),
+                    2 => bytes[at] = (next() % 128) as u8,
+                    _ => bytes.truncate(at),
+                }
+                if bytes.is_empty() {
+                    break;
+                }
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            if let Err(e) = from_toml("m.toml", &text, &TuningPatch::default()) {
+                assert!(e.message.starts_with("m.toml:"), "{}", e.message);
+                assert!(!e.message.contains('\n'), "one line: {:?}", e.message);
+            }
+        }
+    }
+}
