@@ -12,33 +12,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 use support::*;
 
-/// Compares big buffers without printing megabytes on failure.
-fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
-    if got == want {
-        return;
-    }
-    let first_diff = got.iter().zip(want).position(|(a, b)| a != b);
-    panic!(
-        "{what}: got {} bytes, want {}; first difference at {:?}",
-        got.len(),
-        want.len(),
-        first_diff.or(Some(got.len().min(want.len())))
-    );
-}
-
-/// Writes `data` on a clone of `s` from another thread, then shuts down the write side; reads
-/// everything until EOF on this thread. Returns what was read.
-fn send_and_collect(s: &mut TcpStream, data: Vec<u8>, within: Duration) -> Vec<u8> {
-    let mut w = s.try_clone().unwrap();
-    let writer = thread::spawn(move || {
-        w.write_all(&data).expect("write");
-        w.shutdown(Shutdown::Write).expect("shutdown write");
-    });
-    let got = read_until_eof(s, within);
-    writer.join().expect("writer thread");
-    got
-}
-
 #[test]
 fn forwarding_is_byte_exact_both_ways_5mib() {
     let e = echo();

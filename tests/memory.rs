@@ -12,17 +12,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 use support::*;
 
-/// VmRSS of a process in KiB, from /proc/PID/status.
-fn vm_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status:\n{status}"))
-}
-
 /// Polls VmRSS (bounded) until three readings in a row, 100 ms apart, are equal; returns the last
 /// reading (the settled value, or the latest one when the deadline passes first).
 fn settled_rss_kib(pid: u32, within: Duration) -> u64 {

@@ -975,3 +975,41 @@ pub fn tally(names: &[String]) -> std::collections::BTreeMap<String, usize> {
     }
     m
 }
+
+/// Compares big buffers without printing megabytes on failure.
+pub fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
+    if got == want {
+        return;
+    }
+    let first_diff = got.iter().zip(want).position(|(a, b)| a != b);
+    panic!(
+        "{what}: got {} bytes, want {}; first difference at {:?}",
+        got.len(),
+        want.len(),
+        first_diff.or(Some(got.len().min(want.len())))
+    );
+}
+
+/// Writes `data` on a clone of `s` from another thread, then shuts down the write side; reads
+/// everything until EOF on this thread. Returns what was read.
+pub fn send_and_collect(s: &mut TcpStream, data: Vec<u8>, within: Duration) -> Vec<u8> {
+    let mut w = s.try_clone().unwrap();
+    let writer = thread::spawn(move || {
+        w.write_all(&data).expect("write");
+        w.shutdown(Shutdown::Write).expect("shutdown write");
+    });
+    let got = read_until_eof(s, within);
+    writer.join().expect("writer thread");
+    got
+}
+
+/// VmRSS of a process in KiB, from /proc/PID/status.
+pub fn vm_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status:\n{status}"))
+}
