@@ -315,3 +315,36 @@ fn user_option_runs_as_that_user_after_binding() {
     assert_eq!(name, "g");
     echo_roundtrip(&mut s, b"as nobody\n");
 }
+
+#[test]
+fn chroot_option_confines_the_process_after_binding() {
+    let me = std::fs::read_to_string("/proc/self/status").unwrap();
+    let root = me
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    if !root {
+        eprintln!("SKIPPED: -j needs root to test");
+        return;
+    }
+    let jail = scratch_dir();
+    let jail_path = jail.path().canonicalize().unwrap();
+    let g = greet("g");
+    let server = spec(g.addr());
+    let jail_arg = jail_path.display().to_string();
+    let q = Quill::start_with(|_dir, port| {
+        vec![
+            "-j".into(),
+            jail_arg.clone(),
+            "--workers".into(),
+            "2".into(),
+            format!("127.0.0.1:{port}"),
+            server.clone(),
+        ]
+    });
+    // The process root is the jail; servers resolved before the chroot still work.
+    let root_link = std::fs::read_link(format!("/proc/{}/root", q.pid)).unwrap();
+    assert_eq!(root_link, jail_path);
+    let (name, mut s) = greet_session(q.port);
+    assert_eq!(name, "g");
+    echo_roundtrip(&mut s, b"from the jail\n");
+}
