@@ -14,6 +14,9 @@ use crate::sys;
 pub const BUF_SIZE: usize = 16 * 1024;
 /// Capacity asked for each splice pipe.
 pub const PIPE_SIZE: usize = 256 * 1024;
+/// Reads one pump may do before yielding to other sessions (at most 256 KiB through buffers or
+/// 4 MiB through a pipe): a fast pair of peers must not starve the rest of the worker.
+const READS_PER_PUMP: usize = 16;
 
 /// A kernel pipe used as a splice buffer.
 #[derive(Debug)]
@@ -120,6 +123,9 @@ pub struct Flow {
     bulk: bool,
     /// Bytes delivered to the destination.
     pub bytes: u64,
+    /// The last pump stopped on its budget with the source still readable: the worker must drive
+    /// this flow again without waiting for an event (edge-triggered: none would come).
+    pub yielded: bool,
 }
 
 impl Flow {
@@ -145,6 +151,8 @@ impl Flow {
         pools: &mut Pools,
     ) -> Result<bool, Failure> {
         let mut progress = false;
+        let mut reads = 0;
+        self.yielded = false;
         loop {
             if self.has_pending() {
                 if !dr.writable {
@@ -183,6 +191,11 @@ impl Flow {
             if !sr.readable {
                 return Ok(progress);
             }
+            if reads == READS_PER_PUMP {
+                self.yielded = true;
+                return Ok(progress);
+            }
+            reads += 1;
             match self.fill(src, sr, pools) {
                 Ok(true) => progress = true,
                 Ok(false) => return Ok(progress),

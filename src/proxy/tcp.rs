@@ -307,6 +307,11 @@ impl Session {
         }
     }
 
+    /// Whether a flow stopped on its budget and must be driven again without an event.
+    pub fn wants_more(&self) -> bool {
+        self.up.yielded || self.down.yielded
+    }
+
     /// Whether one direction has finished and the other not, or the server reset while its last
     /// bytes still wait for the client (the FIN timeout applies to both).
     pub fn is_half_closed(&self) -> bool {

@@ -83,6 +83,9 @@ pub struct Worker {
     draining: bool,
     next_sweep: u64,
     doomed: Vec<(usize, End)>,
+    /// Sessions (index, generation) to drive again next turn, and the list being driven now.
+    again: Vec<(u32, u32)>,
+    again_now: Vec<(u32, u32)>,
 }
 
 impl Worker {
@@ -123,6 +126,8 @@ impl Worker {
             draining: false,
             next_sweep: 0,
             doomed: Vec::new(),
+            again: Vec::new(),
+            again_now: Vec::new(),
             shared,
         };
         for i in 0..w.listeners.len() {
@@ -171,6 +176,7 @@ impl Worker {
             for ev in events.iter() {
                 self.dispatch(ev, now);
             }
+            self.drive_again(now);
             self.expire_connects(now);
             if now >= self.next_sweep {
                 self.next_sweep = now + SWEEP_MS;
@@ -187,6 +193,9 @@ impl Worker {
     }
 
     fn next_wakeup(&self, now: u64) -> Option<u64> {
+        if !self.again.is_empty() {
+            return Some(now);
+        }
         let timers = self
             .timers
             .iter()
@@ -261,9 +270,24 @@ impl Worker {
         let Some(s) = self.slots[idx].session.as_mut() else {
             return;
         };
-        if let Some(end) = s.drive(&mut self.pools, now) {
-            self.close(idx, end, now);
+        match s.drive(&mut self.pools, now) {
+            Some(end) => self.close(idx, end, now),
+            None if s.wants_more() => self.again.push((idx as u32, self.slots[idx].gen)),
+            None => {}
         }
+    }
+
+    /// Drives the sessions that yielded on their budget, after this turn's events.
+    fn drive_again(&mut self, now: u64) {
+        let mut again = std::mem::take(&mut self.again_now);
+        std::mem::swap(&mut again, &mut self.again);
+        for &(idx, gen) in &again {
+            if self.slots[idx as usize].gen == gen {
+                self.drive(idx as usize, now);
+            }
+        }
+        again.clear();
+        self.again_now = again;
     }
 
     // === accept ===
