@@ -273,11 +273,7 @@ fn uid_of(user: &str) -> Option<u32> {
 
 #[test]
 fn user_option_runs_as_that_user_after_binding() {
-    let me = std::fs::read_to_string("/proc/self/status").unwrap();
-    let root = me
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
-    if !root {
+    if !running_as_root() {
         eprintln!("SKIPPED: -u needs root to test");
         return;
     }
@@ -318,11 +314,7 @@ fn user_option_runs_as_that_user_after_binding() {
 
 #[test]
 fn chroot_option_confines_the_process_after_binding() {
-    let me = std::fs::read_to_string("/proc/self/status").unwrap();
-    let root = me
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
-    if !root {
+    if !running_as_root() {
         eprintln!("SKIPPED: -j needs root to test");
         return;
     }

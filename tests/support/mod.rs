@@ -1013,3 +1013,10 @@ pub fn vm_rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status:\n{status}"))
 }
+
+/// Whether the tests run as root (needed for -u and -j).
+pub fn running_as_root() -> bool {
+    let me = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    me.lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+}
