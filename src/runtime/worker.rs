@@ -513,7 +513,11 @@ impl Worker {
         slot.gen = (slot.gen + 1) & GEN_MASK;
         self.free.push(idx as u32);
         self.live -= 1;
-        let server = s.server.clone();
+        // Taken rather than cloned: the log line still needs its address after the count drops.
+        let server = s.server.take();
+        if let Some(sv) = &server {
+            sv.session_ended();
+        }
         s.release(&mut self.pools);
         self.shared.active.fetch_sub(1, Ordering::Relaxed);
         let c = &self.shared.counters[self.id];
