@@ -19,6 +19,8 @@ pub enum ListenAddr {
 pub enum BackendAddr {
     Tcp(SocketAddr),
     Unix(PathBuf),
+    /// A Linux abstract Unix socket (`@name`).
+    Abstract(String),
 }
 
 /// One server as given on the command line or in a config file, resolved.
@@ -33,6 +35,55 @@ pub struct ServerSpec {
     pub weight: u32,
     /// Used by prio selection; lowest wins.
     pub prio: u32,
+    /// Pen's per-server ACL: only clients it permits may use this server.
+    pub acl: Option<u8>,
+    /// What the operator asked of this server (`server N drain|disable|enable`).
+    pub state: AdminState,
+}
+
+/// The operator's say over a server, kept apart from what health checks and failures decide.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AdminState {
+    #[default]
+    Enabled,
+    /// No new sessions; open ones finish.
+    Drain,
+    /// No new sessions (open ones also finish: a session is never cut by a state change).
+    Disabled,
+}
+
+impl AdminState {
+    pub fn name(self) -> &'static str {
+        match self {
+            AdminState::Enabled => "enabled",
+            AdminState::Drain => "drain",
+            AdminState::Disabled => "disabled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AdminState> {
+        Some(match s {
+            "enabled" | "enable" => AdminState::Enabled,
+            "drain" => AdminState::Drain,
+            "disabled" | "disable" => AdminState::Disabled,
+            _ => return None,
+        })
+    }
+}
+
+impl ServerSpec {
+    /// A server at `addr` with Pen's defaults (no limits, weight 1, prio 0).
+    pub fn new(addr: BackendAddr) -> ServerSpec {
+        ServerSpec {
+            addr,
+            max: 0,
+            hard: 0,
+            weight: 1,
+            prio: 0,
+            acl: None,
+            state: AdminState::Enabled,
+        }
+    }
 }
 
 /// Why an address or server spec was rejected. `Resolve` is a runtime failure (exit 1), the other
@@ -73,6 +124,7 @@ impl fmt::Display for BackendAddr {
         match self {
             BackendAddr::Tcp(a) => write!(f, "{a}"),
             BackendAddr::Unix(p) => write!(f, "{}", p.display()),
+            BackendAddr::Abstract(name) => write!(f, "@{name}"),
         }
     }
 }
@@ -155,12 +207,28 @@ pub fn parse_server(value: &str, default_port: Option<u16>) -> Result<ServerSpec
         BackendAddr::Tcp(resolve(host, port)?)
     };
     Ok(ServerSpec {
-        addr,
         max,
         hard,
         weight,
         prio,
+        ..ServerSpec::new(addr)
     })
+}
+
+/// Parses socket-proxyd's server argument: `HOST[:PORT]` (port 80 when none is given), a path
+/// (`/run/app.sock`) or an abstract socket (`@name`).
+pub fn parse_proxyd_target(value: &str) -> Result<ServerSpec, AddrError> {
+    if let Some(name) = value.strip_prefix('@') {
+        if name.is_empty() {
+            return Err(AddrError::syntax(
+                "server",
+                value,
+                "empty abstract socket name",
+            ));
+        }
+        return Ok(ServerSpec::new(BackendAddr::Abstract(name.to_string())));
+    }
+    parse_server(value, Some(80))
 }
 
 /// Parses a plain `HOST:PORT` or path (the emergency and abuse servers).

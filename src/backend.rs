@@ -3,19 +3,45 @@
 //!
 //! Never connects or probes: workers report connect outcomes here.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::addr::{BackendAddr, ServerSpec};
+use crate::acl::Acls;
+use crate::addr::{AdminState, BackendAddr, ServerSpec};
 use crate::balancer::{ClientTable, Cursor, Mode, ServerSet};
 use crate::clock::millis;
-use crate::config::{ListenerConfig, Tuning};
+use crate::config::{HealthCheck, ListenerConfig, Tuning};
 
-/// One server's live state.
+const NO_ACL: u8 = u8::MAX;
+
+/// What active health checks last decided about a server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// No checks configured: only failed connects (the blacklist) take a server out.
+    Unchecked,
+    Up,
+    Down,
+}
+
+/// One server's live state, shared by all workers and the health checker. The address is fixed
+/// for the server's life; limits and states change in place (control commands, reloads), so the
+/// session counts stay right while the configuration moves under them.
 #[derive(Debug)]
 pub struct Server {
-    pub spec: ServerSpec,
+    addr: BackendAddr,
+    max: AtomicU32,
+    hard: AtomicU32,
+    weight: AtomicU32,
+    prio: AtomicU32,
+    acl: AtomicU8,
+    admin: AtomicU8,
+    health: AtomicU8,
+    /// When the server last came up (clock ms), for slow start; 0 = long ago.
+    up_since_ms: AtomicU64,
+    /// The pool's slow-start time in ms (0 = off).
+    slow_start_ms: AtomicU64,
     /// Sessions using (or connecting to) this server now.
     pub sessions: AtomicU64,
     /// Until when (clock ms) the server is skipped; 0 = not blacklisted.
@@ -23,25 +49,139 @@ pub struct Server {
     /// Sessions ever sent here, and connects that failed.
     pub total: AtomicU64,
     pub failures: AtomicU64,
+    /// Health checks run, and how many failed.
+    pub checks: AtomicU64,
+    pub checks_failed: AtomicU64,
+    /// Bytes sent to the server and received from it, by finished sessions (Pen's sx and rx).
+    pub sent: AtomicU64,
+    pub received: AtomicU64,
 }
 
 impl Server {
     pub fn new(spec: ServerSpec) -> Server {
-        Server {
-            spec,
+        let s = Server {
+            addr: spec.addr.clone(),
+            max: AtomicU32::new(0),
+            hard: AtomicU32::new(0),
+            weight: AtomicU32::new(1),
+            prio: AtomicU32::new(0),
+            acl: AtomicU8::new(NO_ACL),
+            admin: AtomicU8::new(0),
+            health: AtomicU8::new(Health::Unchecked as u8),
+            up_since_ms: AtomicU64::new(0),
+            slow_start_ms: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
             blacklisted_until: AtomicU64::new(0),
             total: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            checks: AtomicU64::new(0),
+            checks_failed: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+        };
+        s.set_spec(&spec);
+        s
+    }
+
+    /// Takes the limits, ACL and admin state of `spec` (same address).
+    pub fn set_spec(&self, spec: &ServerSpec) {
+        self.max.store(spec.max, Ordering::Relaxed);
+        self.hard.store(spec.hard, Ordering::Relaxed);
+        self.weight.store(spec.weight, Ordering::Relaxed);
+        self.prio.store(spec.prio, Ordering::Relaxed);
+        self.acl
+            .store(spec.acl.unwrap_or(NO_ACL), Ordering::Relaxed);
+        self.admin.store(spec.state as u8, Ordering::Relaxed);
+    }
+
+    /// The server as a spec (for `write` and status).
+    pub fn spec(&self) -> ServerSpec {
+        ServerSpec {
+            addr: self.addr.clone(),
+            max: self.max.load(Ordering::Relaxed),
+            hard: self.hard.load(Ordering::Relaxed),
+            weight: self.weight(),
+            prio: self.prio(),
+            acl: self.acl(),
+            state: self.admin(),
         }
     }
 
     pub fn addr(&self) -> &BackendAddr {
-        &self.spec.addr
+        &self.addr
+    }
+
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    pub fn prio(&self) -> u32 {
+        self.prio.load(Ordering::Relaxed)
+    }
+
+    pub fn acl(&self) -> Option<u8> {
+        Some(self.acl.load(Ordering::Relaxed)).filter(|&n| n != NO_ACL)
+    }
+
+    pub fn admin(&self) -> AdminState {
+        match self.admin.load(Ordering::Relaxed) {
+            0 => AdminState::Enabled,
+            1 => AdminState::Drain,
+            _ => AdminState::Disabled,
+        }
+    }
+
+    pub fn health(&self) -> Health {
+        match self.health.load(Ordering::Relaxed) {
+            0 => Health::Unchecked,
+            1 => Health::Up,
+            _ => Health::Down,
+        }
+    }
+
+    /// Records a health verdict; a server coming up starts its slow start at `now_ms`.
+    pub fn set_health(&self, health: Health, now_ms: u64) {
+        let old = self.health.swap(health as u8, Ordering::Relaxed);
+        if old == Health::Down as u8 && health != Health::Down {
+            self.up_since_ms.store(now_ms, Ordering::Relaxed);
+            // A server that checks say is back must not wait out a blacklist from before.
+            self.blacklisted_until.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts one health check.
+    pub fn record_check(&self, ok: bool) {
+        self.checks.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            self.checks_failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn set_slow_start(&self, d: Duration) {
+        self.slow_start_ms.store(millis(d), Ordering::Relaxed);
+    }
+
+    /// How much of its share the server takes now, in thousandths: below 1000 during slow start.
+    pub fn ramp(&self, now_ms: u64) -> u32 {
+        let span = self.slow_start_ms.load(Ordering::Relaxed);
+        let since = self.up_since_ms.load(Ordering::Relaxed);
+        if span == 0 || since == 0 {
+            return 1000;
+        }
+        let elapsed = now_ms.saturating_sub(since);
+        if elapsed >= span {
+            return 1000;
+        }
+        (elapsed * 1000 / span).max(1) as u32
     }
 
     pub fn is_blacklisted(&self, now_ms: u64) -> bool {
         self.blacklisted_until.load(Ordering::Relaxed) > now_ms
+    }
+
+    /// Until when the server is blacklisted (clock ms), if it is.
+    pub fn blacklisted_until(&self, now_ms: u64) -> Option<u64> {
+        Some(self.blacklisted_until.load(Ordering::Relaxed)).filter(|&t| t > now_ms)
     }
 
     /// Skips this server until `now_ms + d`.
@@ -50,19 +190,43 @@ impl Server {
             .store(now_ms.saturating_add(millis(d)), Ordering::Relaxed);
     }
 
-    /// Pen's availability rule: not blacklisted, and under MAXCONN, or, for a client tracked to this
+    /// Lifts a blacklist.
+    pub fn unblacklist(&self) {
+        self.blacklisted_until.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether the server may take new sessions at all: enabled, not down, not blacklisted.
+    pub fn is_usable(&self, now_ms: u64) -> bool {
+        self.admin.load(Ordering::Relaxed) == AdminState::Enabled as u8
+            && self.health.load(Ordering::Relaxed) != Health::Down as u8
+            && !self.is_blacklisted(now_ms)
+    }
+
+    /// Pen's availability rule: usable, and under MAXCONN, or, for a client tracked to this
     /// server, under HARD (0 = no limit).
     pub fn is_available(&self, tracked: bool, now_ms: u64) -> bool {
-        if self.is_blacklisted(now_ms) {
+        if !self.is_usable(now_ms) {
             return false;
         }
         let sessions = self.sessions.load(Ordering::Relaxed);
-        let limit = if tracked && self.spec.hard > 0 {
-            self.spec.hard
+        let hard = self.hard.load(Ordering::Relaxed);
+        let limit = if tracked && hard > 0 {
+            hard
         } else {
-            self.spec.max
+            self.max.load(Ordering::Relaxed)
         };
         limit == 0 || sessions < u64::from(limit)
+    }
+
+    /// One word for the state, most important first: disabled, drain, down, blacklisted, up.
+    pub fn state_name(&self, now_ms: u64) -> &'static str {
+        match (self.admin(), self.health()) {
+            (AdminState::Disabled, _) => "disabled",
+            (AdminState::Drain, _) => "drain",
+            (_, Health::Down) => "down",
+            _ if self.is_blacklisted(now_ms) => "blacklisted",
+            _ => "up",
+        }
     }
 
     pub fn session_started(&self) {
@@ -73,10 +237,22 @@ impl Server {
     pub fn session_ended(&self) {
         self.sessions.fetch_sub(1, Ordering::Relaxed);
     }
+
+    /// Adds a finished session's bytes.
+    pub fn count_bytes(&self, sent: u64, received: u64) {
+        if sent > 0 {
+            self.sent.fetch_add(sent, Ordering::Relaxed);
+        }
+        if received > 0 {
+            self.received.fetch_add(received, Ordering::Relaxed);
+        }
+    }
 }
 
-/// A listener's pool as the data path sees it: servers, emergency server, mode and tuning. Swapped
-/// whole when the configuration changes; sessions keep the snapshot they started with.
+/// A listener's pool as the data path sees it: servers, emergency and abuse servers, mode, tuning
+/// and ACLs. Swapped whole when the configuration changes; sessions keep the snapshot they started
+/// with. Servers, the round-robin cursor and the tracking table carry over from the previous
+/// snapshot when they still apply.
 #[derive(Debug)]
 pub struct Pool {
     pub name: String,
@@ -84,63 +260,144 @@ pub struct Pool {
     pub tuning: Tuning,
     pub servers: Vec<Arc<Server>>,
     pub emergency: Option<Arc<Server>>,
-    pub cursor: Cursor,
-    pub clients: ClientTable,
+    /// Where clients denied by `client_acl` go; None = closed.
+    pub abuse: Option<Arc<Server>>,
+    pub cursor: Arc<Cursor>,
+    pub clients: Arc<ClientTable>,
+    pub client_acl: Option<u8>,
+    /// The process's ACL lists (client and per-server ACLs refer to them).
+    pub acls: Arc<Acls>,
+    pub health: Option<HealthCheck>,
+    pub slow_start: Duration,
 }
 
 impl Pool {
     /// Builds a pool from its configuration; `now_ms` starts initial blacklists.
     pub fn from_config(l: &ListenerConfig, now_ms: u64) -> Pool {
+        Pool::build(l, Arc::new(Acls::default()), None, now_ms)
+    }
+
+    /// Builds the pool for `l`, keeping from `old` every server whose address is still listed (its
+    /// sessions, counters, blacklist and health), the round-robin cursor, and the tracking table
+    /// when the server list and its size are unchanged.
+    pub fn build(l: &ListenerConfig, acls: Arc<Acls>, old: Option<&Pool>, now_ms: u64) -> Pool {
+        let mut reusable: Vec<Arc<Server>> = old.map_or_else(Vec::new, |o| o.servers.clone());
         let servers: Vec<Arc<Server>> = l
             .servers
             .iter()
-            .cloned()
-            .map(|s| Arc::new(Server::new(s)))
+            .map(|spec| {
+                let kept = reusable
+                    .iter()
+                    .position(|s| *s.addr() == spec.addr)
+                    .map(|i| reusable.remove(i));
+                match kept {
+                    Some(s) => {
+                        s.set_spec(spec);
+                        s
+                    }
+                    None => Arc::new(Server::new(spec.clone())),
+                }
+            })
             .collect();
+        for s in &servers {
+            s.set_slow_start(l.slow_start);
+            if l.health.is_none() {
+                s.set_health(Health::Unchecked, now_ms);
+            } else if s.health() == Health::Unchecked {
+                s.set_health(Health::Up, now_ms);
+            }
+        }
         for (i, d) in &l.initial_blacklist {
             if let Some(s) = servers.get(*i) {
                 s.blacklist(now_ms, *d);
             }
         }
-        let emergency = l.emergency.clone().map(|addr| {
-            Arc::new(Server::new(ServerSpec {
-                addr,
-                max: 0,
-                hard: 0,
-                weight: 1,
-                prio: 0,
-            }))
+        let extra = |addr: &Option<BackendAddr>, old: Option<&Arc<Server>>| {
+            addr.clone().map(|addr| match old {
+                Some(o) if *o.addr() == addr => o.clone(),
+                _ => Arc::new(Server::new(ServerSpec::new(addr))),
+            })
+        };
+        let emergency = extra(&l.emergency, old.and_then(|o| o.emergency.as_ref()));
+        let abuse = extra(&l.abuse, old.and_then(|o| o.abuse.as_ref()));
+        let same_list = old.is_some_and(|o| {
+            o.servers.len() == servers.len()
+                && o.servers
+                    .iter()
+                    .zip(&servers)
+                    .all(|(a, b)| Arc::ptr_eq(a, b))
         });
+        let clients = match old {
+            Some(o) if same_list && o.tuning.clients_max == l.tuning.clients_max => {
+                o.clients.clone()
+            }
+            _ => Arc::new(ClientTable::new(l.tuning.clients_max)),
+        };
         Pool {
             name: l.name.clone(),
             mode: l.mode,
             tuning: l.tuning.clone(),
             servers,
             emergency,
-            cursor: Cursor::default(),
-            clients: ClientTable::new(l.tuning.clients_max),
+            abuse,
+            cursor: old.map_or_else(Arc::default, |o| o.cursor.clone()),
+            clients,
+            client_acl: l.client_acl,
+            acls,
+            health: l.health.clone(),
+            slow_start: l.slow_start,
         }
+    }
+
+    /// Whether `client_acl` lets this client in (Unix-socket clients always pass).
+    pub fn admits(&self, ip: Option<IpAddr>) -> bool {
+        match (self.client_acl, ip) {
+            (Some(n), Some(ip)) => self.acls[n as usize].permits(ip),
+            _ => true,
+        }
+    }
+
+    /// The pool as one client sees it: per-server ACLs and slow start apply.
+    pub fn view(&self, client: Option<IpAddr>) -> PoolView<'_> {
+        PoolView { pool: self, client }
     }
 }
 
-impl ServerSet for Pool {
+/// A pool seen by one client: a server whose ACL denies the client is unavailable to it.
+pub struct PoolView<'a> {
+    pub pool: &'a Pool,
+    client: Option<IpAddr>,
+}
+
+impl ServerSet for PoolView<'_> {
     fn len(&self) -> usize {
-        self.servers.len()
+        self.pool.servers.len()
     }
 
     fn is_available(&self, i: usize, tracked: bool, now_ms: u64) -> bool {
-        self.servers[i].is_available(tracked, now_ms)
+        let s = &self.pool.servers[i];
+        if !s.is_available(tracked, now_ms) {
+            return false;
+        }
+        match (s.acl(), self.client) {
+            (Some(n), Some(ip)) => self.pool.acls[n as usize].permits(ip),
+            _ => true,
+        }
     }
 
     fn load(&self, i: usize) -> u64 {
-        self.servers[i].sessions.load(Ordering::Relaxed)
+        self.pool.servers[i].sessions.load(Ordering::Relaxed)
     }
 
     fn weight(&self, i: usize) -> u32 {
-        self.servers[i].spec.weight
+        self.pool.servers[i].weight()
     }
 
     fn prio(&self, i: usize) -> u32 {
-        self.servers[i].spec.prio
+        self.pool.servers[i].prio()
+    }
+
+    fn ramp(&self, i: usize, now_ms: u64) -> u32 {
+        self.pool.servers[i].ramp(now_ms)
     }
 }

@@ -101,6 +101,10 @@ pub trait ServerSet {
     fn load(&self, i: usize) -> u64;
     fn weight(&self, i: usize) -> u32;
     fn prio(&self, i: usize) -> u32;
+    /// Share during slow start, in thousandths (1000 = full).
+    fn ramp(&self, _i: usize, _now_ms: u64) -> u32 {
+        1000
+    }
 }
 
 /// The client as the balancer sees it.
@@ -158,12 +162,33 @@ pub fn pick<S: ServerSet>(
         return Some(t);
     }
     let avail = |i: usize| set.is_available(i, false, now_ms);
+    // Slow start: a ramping server is passed over in proportion to how far it still has to go,
+    // unless nothing else is left.
+    let ramped = |i: usize| {
+        avail(i) && {
+            let r = set.ramp(i, now_ms);
+            r >= 1000 || (mix(rand ^ i as u64) % 1000) < u64::from(r)
+        }
+    };
+    choose(set, mode, client, cursor, rand, &ramped)
+        .or_else(|| choose(set, mode, client, cursor, rand, &avail))
+}
+
+fn choose<S: ServerSet>(
+    set: &S,
+    mode: &Mode,
+    client: &Client,
+    cursor: &Cursor,
+    rand: u64,
+    avail: &dyn Fn(usize) -> bool,
+) -> Option<usize> {
+    let n = set.len();
     if mode.prio {
         let best = (0..n).filter(|&i| avail(i)).map(|i| set.prio(i)).min()?;
         return rotate(n, cursor.next(), |i| avail(i) && set.prio(i) == best, |_| 0);
     }
     if mode.weight {
-        return least_weighted(set, n, cursor.next(), &avail);
+        return least_weighted(set, n, cursor.next(), avail);
     }
     if mode.hash {
         let start = (client.hash_key(mode.roundrobin) % n as u64) as usize;
@@ -244,7 +269,7 @@ fn least_weighted<S: ServerSet>(
     set: &S,
     n: usize,
     start: usize,
-    avail: &impl Fn(usize) -> bool,
+    avail: &dyn Fn(usize) -> bool,
 ) -> Option<usize> {
     best_rotating(
         n,

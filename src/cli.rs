@@ -12,7 +12,7 @@ use crate::addr;
 use crate::command::{self, ModeWord};
 use crate::config::{self, Config, ConfigError, ErrorKind, Global, ListenerConfig, TuningPatch};
 use crate::demo::{Behaviour, DemoServer};
-use crate::runtime;
+use crate::runtime::{self, Rebuild, Start};
 
 fn duration(s: &str) -> Result<Duration, String> {
     config::parse_duration(s)
@@ -124,6 +124,55 @@ pub struct Cli {
     #[arg(long)]
     no_splice: bool,
 
+    /// Where clients denied by the client ACL go [default: they are closed]
+    #[arg(short = 'B', long, value_name = "HOST:PORT")]
+    abuse: Option<String>,
+    /// Control socket: a Unix socket path (mode 0600) or a loopback HOST:PORT
+    #[arg(short = 'C', long, value_name = "ADDR")]
+    control: Option<String>,
+    /// Allow the `exit` control command
+    #[arg(short = 'X', long)]
+    allow_exit: bool,
+    /// Control commands read after the command line, and again on every reload
+    #[arg(short = 'F', long, value_name = "FILE")]
+    command_file: Option<PathBuf>,
+    /// Pen's HTML status report, written on SIGUSR1 and by the `status` command
+    #[arg(short = 'w', long, value_name = "FILE")]
+    status_file: Option<PathBuf>,
+    /// Access log format: text or json [default: text]
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<String>,
+    /// Admin HTTP listener: /metrics, /api/status and a live status page (e.g. 127.0.0.1:9100)
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<String>,
+    /// Take the listening sockets over from the Quill behind this control socket, then let it drain
+    #[arg(long, value_name = "SOCKET")]
+    takeover: Option<PathBuf>,
+    /// Active health check: tcp (connect) or http:/PATH (GET, status 200-399)
+    #[arg(long, value_name = "CHECK")]
+    check: Option<String>,
+    /// Time between checks of one server [default: 2s]
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    check_interval: Option<Duration>,
+    /// How long a check may take [default: 1s]
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    check_timeout: Option<Duration>,
+    /// HTTP statuses that pass the check, e.g. 200-299 [default: 200-399]
+    #[arg(long, value_name = "RANGE")]
+    check_expect: Option<String>,
+    /// Successful checks in a row that bring a server up [default: 2]
+    #[arg(long, value_name = "N")]
+    rise: Option<u32>,
+    /// Failed checks in a row that take a server down [default: 3]
+    #[arg(long, value_name = "N")]
+    fall: Option<u32>,
+    /// A server coming back ramps its share up over this time [default: 0 = at once]
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    slow_start: Option<Duration>,
+    /// Exit once no session has been open for this long (with socket activation)
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    exit_idle_time: Option<Duration>,
+
     #[command(flatten)]
     later: Later,
 
@@ -159,22 +208,8 @@ struct Later {
     ssl_verify: bool,
     #[arg(short = 'Z', hide = true)]
     ssl_compat: bool,
-    #[arg(short = 'B', hide = true)]
-    abuse: Option<String>,
-    #[arg(short = 'C', hide = true)]
-    control: Option<String>,
-    #[arg(short = 'X', hide = true)]
-    allow_exit: bool,
-    #[arg(short = 'F', hide = true)]
-    command_file: Option<String>,
-    #[arg(short = 'w', hide = true)]
-    status_file: Option<String>,
     #[arg(long, hide = true)]
-    admin: Option<String>,
-    #[arg(long, hide = true)]
-    takeover: Option<String>,
-    #[arg(long, hide = true)]
-    exit_idle_time: Option<String>,
+    proxy_protocol: bool,
     #[arg(short = 'D', hide = true)]
     obsolete_delayed_forward: bool,
     #[arg(short = 'n', hide = true)]
@@ -202,14 +237,7 @@ impl Later {
             (self.ssl_proto.is_some(), "-L (TLS)"),
             (self.ssl_verify, "-R (TLS)"),
             (self.ssl_compat, "-Z (TLS)"),
-            (self.abuse.is_some(), "-B (abuse server)"),
-            (self.control.is_some(), "-C (control socket)"),
-            (self.allow_exit, "-X (exit command)"),
-            (self.command_file.is_some(), "-F (command file)"),
-            (self.status_file.is_some(), "-w (status file)"),
-            (self.admin.is_some(), "--admin"),
-            (self.takeover.is_some(), "--takeover"),
-            (self.exit_idle_time.is_some(), "--exit-idle-time"),
+            (self.proxy_protocol, "--proxy-protocol"),
         ];
         set.into_iter()
             .find(|(given, _)| *given)
@@ -248,11 +276,25 @@ enum Sub {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
-    /// Send a control command to a running Quill (not supported yet)
-    #[command(hide = true)]
+    /// Send a control command to a running Quill (Pen's penctl language) and print the reply
+    #[command(
+        after_help = "Examples:\n  quill ctl servers\n  quill ctl --socket 127.0.0.1:10080 server 1 drain\n  quill ctl --json servers\n  quill ctl listener web weight\n\nWithout --socket: $QUILL_SOCKET, else /run/quill/quill.sock."
+    )]
     Ctl {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
+        /// Control socket: a Unix socket path or HOST:PORT (a bare number is a loopback port)
+        #[arg(long, value_name = "ADDR")]
+        socket: Option<String>,
+        /// Ask for the reply in JSON
+        #[arg(long)]
+        json: bool,
+        /// The command and its arguments
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "COMMAND"
+        )]
+        command: Vec<String>,
     },
     /// Load generator (not supported yet)
     #[command(hide = true)]
@@ -272,11 +314,18 @@ pub fn main() -> ExitCode {
             backends,
         }) => return demo(listen, backends, cli.debug),
         Some(Sub::Check { ref config }) => return check(config),
-        Some(Sub::Ctl { .. }) => {
-            return fail(
-                ErrorKind::Usage,
-                "quill ctl: not supported yet (the control socket comes with the operations work)",
-            )
+        Some(Sub::Ctl {
+            ref socket,
+            json,
+            ref command,
+        }) => {
+            return match crate::control::client(socket.as_deref(), json, command) {
+                Ok(reply) => {
+                    print!("{reply}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(ErrorKind::Runtime, &e),
+            }
         }
         Some(Sub::Bench { .. }) => return fail(ErrorKind::Usage, "quill bench: not supported yet"),
         None => {}
@@ -290,8 +339,35 @@ pub fn main() -> ExitCode {
     for name in cli.later.obsolete() {
         eprintln!("quill: notice: option {name} is obsolete in Pen and has no effect");
     }
+    if is_proxyd_form(&cli) {
+        return match proxyd_config(&cli) {
+            Ok((config, inherited)) => run(
+                config,
+                Start {
+                    inherited: Some(inherited),
+                    ..Start::default()
+                },
+            ),
+            Err(e) => fail(e.kind, &e.message),
+        };
+    }
     match build_config(&cli) {
-        Ok(config) => run(config),
+        Ok(config) => {
+            let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+            let rebuild: Rebuild = Box::new(move || {
+                let cli = Cli::try_parse_from(&args)
+                    .map_err(|e| ConfigError::usage(e.to_string().trim().to_string()))?;
+                build_config(&cli)
+            });
+            run(
+                config,
+                Start {
+                    rebuild: Some(rebuild),
+                    takeover: cli.takeover.clone(),
+                    ..Start::default()
+                },
+            )
+        }
         Err(e) => fail(e.kind, &e.message),
     }
 }
@@ -304,8 +380,8 @@ fn fail(kind: ErrorKind, message: &str) -> ExitCode {
     }
 }
 
-fn run(config: Config) -> ExitCode {
-    match runtime::run(config) {
+fn run(config: Config, start: Start) -> ExitCode {
+    match runtime::run(config, start) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(ErrorKind::Runtime, &e.0),
     }
@@ -340,6 +416,93 @@ impl Cli {
         g.log = self.log.clone().or(g.log.take());
         g.user = self.user.clone().or(g.user.take());
         g.chroot = self.chroot.clone().or(g.chroot.take());
+        g.allow_exit |= self.allow_exit;
+        g.command_file = self.command_file.clone().or(g.command_file.take());
+        g.status_file = self.status_file.clone().or(g.status_file.take());
+        g.debug = g.debug.max(self.debug);
+        g.exit_idle_time = self.exit_idle_time.or(g.exit_idle_time);
+    }
+
+    /// Options that need checking: control, admin, log format.
+    fn patch_global_checked(&self, g: &mut Global) -> Result<(), ConfigError> {
+        if let Some(c) = &self.control {
+            // Pen's `-C PORT` means a TCP port; here it is bound to loopback.
+            let text = if c.parse::<u16>().is_ok() {
+                format!("127.0.0.1:{c}")
+            } else {
+                c.clone()
+            };
+            g.control = Some(addr::parse_listen(&text).map_err(|e| addr_error(e, "-C: "))?);
+        }
+        if let Some(a) = &self.admin {
+            g.admin = Some(
+                config::parse_admin(a).map_err(|e| ConfigError::usage(format!("--admin: {e}")))?,
+            );
+        }
+        if let Some(f) = &self.log_format {
+            g.log_format = config::LogFormat::parse(f).ok_or_else(|| {
+                ConfigError::usage(format!("--log-format: '{f}' is not text or json"))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The health check options, applied over what the listener has.
+    fn patch_health(&self, l: &mut ListenerConfig) -> Result<(), ConfigError> {
+        let any = self.check.is_some()
+            || self.check_interval.is_some()
+            || self.check_timeout.is_some()
+            || self.check_expect.is_some()
+            || self.rise.is_some()
+            || self.fall.is_some();
+        if !any {
+            return Ok(());
+        }
+        let mut h = l.health.clone().unwrap_or_default();
+        if let Some(c) = &self.check {
+            h.kind = config::parse_check_kind(c)
+                .map_err(|e| ConfigError::usage(format!("--check: {e}")))?;
+        } else if l.health.is_none() {
+            return Err(ConfigError::usage(
+                "--check-interval, --check-timeout, --check-expect, --rise and --fall need --check",
+            ));
+        }
+        if let Some(e) = &self.check_expect {
+            let range = config::parse_status_range(e)
+                .map_err(|e| ConfigError::usage(format!("--check-expect: {e}")))?;
+            match &mut h.kind {
+                config::CheckKind::Http { expect, .. } => *expect = range,
+                config::CheckKind::Tcp => {
+                    return Err(ConfigError::usage(
+                        "--check-expect: needs --check http:/PATH",
+                    ))
+                }
+            }
+        }
+        for (d, slot, name) in [
+            (self.check_interval, &mut h.interval, "--check-interval"),
+            (self.check_timeout, &mut h.timeout, "--check-timeout"),
+        ] {
+            if let Some(d) = d {
+                if d.is_zero() {
+                    return Err(ConfigError::usage(format!("{name}: must be more than 0")));
+                }
+                *slot = d;
+            }
+        }
+        for (n, slot, name) in [
+            (self.rise, &mut h.rise, "--rise"),
+            (self.fall, &mut h.fall, "--fall"),
+        ] {
+            if let Some(n) = n {
+                if n == 0 {
+                    return Err(ConfigError::usage(format!("{name}: must be at least 1")));
+                }
+                *slot = n;
+            }
+        }
+        l.health = Some(h);
+        Ok(())
     }
 
     /// Pen flags and `-O` commands, applied to one listener.
@@ -357,6 +520,13 @@ impl Cli {
         if let Some(e) = &self.emergency {
             l.emergency = Some(addr::parse_backend(e).map_err(|e| addr_error(e, "-e: "))?);
         }
+        if let Some(b) = &self.abuse {
+            l.abuse = Some(addr::parse_backend(b).map_err(|e| addr_error(e, "-B: "))?);
+        }
+        if let Some(d) = self.slow_start {
+            l.slow_start = d;
+        }
+        self.patch_health(l)?;
         for line in &self.commands {
             let cmd = command::parse(line)
                 .map_err(|e| ConfigError::usage(format!("-O '{line}': {e}")))?;
@@ -404,7 +574,7 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
             }
             let mut global = Global::default();
             cli.patch_listener(&mut l, &mut global)?;
-            if l.servers.is_empty() && l.emergency.is_none() {
+            if l.servers.is_empty() && l.emergency.is_none() && cli.command_file.is_none() {
                 return Err(ConfigError::usage("no servers given (usage: quill [OPTIONS] [HOST:]PORT SERVER...)"));
             }
             Config { global, listeners: vec![l] }
@@ -416,8 +586,73 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
         }
     };
     cli.patch_global(&mut config.global);
+    cli.patch_global_checked(&mut config.global)?;
+    if let Some(file) = &cli.command_file {
+        config.apply_file(file, 0)?;
+    }
     config.validate()?;
     Ok(config)
+}
+
+/// socket-proxyd's form: sockets passed by systemd, exactly one positional argument (the server),
+/// neither `-F` nor `--config`.
+fn is_proxyd_form(cli: &Cli) -> bool {
+    std::env::var_os("LISTEN_FDS").is_some()
+        && cli.listen.is_some()
+        && cli.servers.is_empty()
+        && cli.command_file.is_none()
+        && cli.config.is_none()
+}
+
+/// Builds the configuration of the socket-proxyd form: one listener per inherited socket, all
+/// forwarding to the one server (port 80 when none is given), at most `--connections-max`
+/// sessions (256, socket-proxyd's default).
+fn proxyd_config(cli: &Cli) -> Result<(Config, Vec<crate::systemd::Inherited>), ConfigError> {
+    let target = cli.listen.as_deref().unwrap_or_default();
+    let server = addr::parse_proxyd_target(target).map_err(|e| addr_error(e, ""))?;
+    let inherited = crate::systemd::listen_fds().map_err(|e| ConfigError {
+        message: format!("socket activation: {e}"),
+        kind: ErrorKind::Runtime,
+    })?;
+    if inherited.is_empty() {
+        return Err(ConfigError {
+            message:
+                "socket activation: LISTEN_FDS is set but no socket was passed to this process"
+                    .into(),
+            kind: ErrorKind::Runtime,
+        });
+    }
+    let mut listeners = Vec::new();
+    let mut named = Vec::new();
+    for (i, socket) in inherited.into_iter().enumerate() {
+        let fd = socket.fd.try_clone().map_err(|e| ConfigError {
+            message: format!("socket activation: {e}"),
+            kind: ErrorKind::Runtime,
+        })?;
+        let (_, listen) = crate::listener::from_fd(fd).map_err(|e| ConfigError {
+            message: format!("socket activation: descriptor {}: {e}", 3 + i),
+            kind: ErrorKind::Runtime,
+        })?;
+        let name = format!("socket{i}");
+        let mut l = ListenerConfig::new(&name, listen);
+        l.mode.set(ModeWord::RoundRobin, true);
+        l.servers.push(server.clone());
+        l.tuning.apply(&cli.tuning_patch());
+        listeners.push(l);
+        named.push(crate::systemd::Inherited {
+            name: Some(name),
+            fd: socket.fd,
+        });
+    }
+    let mut global = Global {
+        max_connections: Some(256),
+        ..Global::default()
+    };
+    cli.patch_global(&mut global);
+    cli.patch_global_checked(&mut global)?;
+    let config = Config { global, listeners };
+    config.validate()?;
+    Ok((config, named))
 }
 
 fn check(path: &std::path::Path) -> ExitCode {
@@ -446,13 +681,8 @@ fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
             },
         ) {
             Ok(s) => {
-                l.servers.push(addr::ServerSpec {
-                    addr: addr::BackendAddr::Tcp(s.addr()),
-                    max: 0,
-                    hard: 0,
-                    weight: 1,
-                    prio: 0,
-                });
+                l.servers
+                    .push(addr::ServerSpec::new(addr::BackendAddr::Tcp(s.addr())));
                 servers.push(s);
             }
             Err(e) => {
@@ -479,5 +709,5 @@ fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
         servers.len(),
         backends_list.join(", ")
     );
-    run(config)
+    run(config, Start::default())
 }

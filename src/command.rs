@@ -2,8 +2,11 @@
 //! at start-up now, and by the control socket and `-F` files later. Parsing is pure; applying a
 //! command to a configuration lives in `config`.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::acl;
+use crate::addr::AdminState;
 use crate::config::{parse_duration, Fastclose};
 
 /// A selection flag that `mode`-group commands turn on (`hash`) or off (`no hash`).
@@ -56,9 +59,13 @@ pub struct ServerChange {
     pub weight: Option<u32>,
     pub prio: Option<u32>,
     pub blacklist: Option<Duration>,
+    /// `acl A`: Some(Some(a)); `acl none`: Some(None).
+    pub acl: Option<Option<u8>>,
+    /// `drain`, `enable`, `disable`.
+    pub state: Option<AdminState>,
 }
 
-/// One parsed command.
+/// One parsed setting command: it changes the configuration (of a listener or of the process).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     Mode(ModeWord, bool),
@@ -72,6 +79,110 @@ pub enum Command {
     Keepalive(bool),
     IdleTimeout(Duration),
     Server(usize, ServerChange),
+    /// `server add SPEC`: a new server at the end of the list.
+    ServerAdd(String),
+    /// `server N remove`: open sessions finish; later servers move down one number.
+    ServerRemove(usize),
+    /// `acl N permit|deny ...` appends an entry.
+    Acl(u8, acl::Entry),
+    /// `no acl N` empties list N.
+    NoAcl(u8),
+    ClientAcl(Option<u8>),
+    ControlAcl(Option<u8>),
+    /// `log FILE` / `no log`.
+    Log(Option<PathBuf>),
+    /// `web_stats FILE` / `no web_stats`.
+    WebStats(Option<PathBuf>),
+    Debug(u8),
+    /// `listen [HOST:]PORT|PATH`: move the listener.
+    Listen(String),
+}
+
+impl Command {
+    /// Whether the command changes process-wide settings rather than one listener's.
+    pub fn is_global(&self) -> bool {
+        matches!(
+            self,
+            Command::ConnMax(_)
+                | Command::Acl(..)
+                | Command::NoAcl(_)
+                | Command::ControlAcl(_)
+                | Command::Log(_)
+                | Command::WebStats(_)
+                | Command::Debug(_)
+        )
+    }
+
+    /// Whether the command names a file (accepted only over the Unix socket, `-F` and `-O`).
+    pub fn names_file(&self) -> bool {
+        matches!(self, Command::Log(Some(_)) | Command::WebStats(Some(_)))
+    }
+}
+
+/// A setting that a bare word shows (`blacklist`, `timeout`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setting {
+    Blacklist,
+    Timeout,
+    Tracking,
+    ClientsMax,
+    ConnMax,
+    IdleTimeout,
+    TcpFastclose,
+    Mode,
+    ClientAcl,
+    ControlAcl,
+    Acl(u8),
+    Log,
+    WebStats,
+    Debug,
+    Listen,
+    Control,
+}
+
+/// What one control line asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    Set(Command),
+    Show(Setting),
+    Servers,
+    /// Pen's HTML status report (also written to the `-w` file).
+    Status,
+    /// Clients seen in the last N seconds.
+    Recent(u64),
+    /// Open sessions, one line each (Quill's addition).
+    Connections,
+    Connection(u64),
+    Close(u64),
+    Pid,
+    Exit,
+    /// Save the running settings as commands (`-F` reads them back).
+    Write(Option<PathBuf>),
+    Include(PathBuf),
+    Reload,
+    /// A new process asks for the listening sockets (`--takeover`); Unix socket only.
+    Takeover,
+    /// The new process serves; the old one drains and exits. Unix socket only.
+    TakeoverDone,
+}
+
+impl Action {
+    /// Whether the action names or writes a file, or hands over sockets: not over TCP.
+    pub fn local_only(&self) -> bool {
+        match self {
+            Action::Set(c) => c.names_file(),
+            Action::Write(_) | Action::Include(_) | Action::Takeover | Action::TakeoverDone => true,
+            _ => false,
+        }
+    }
+}
+
+/// One control line: an optional `json` word and `listener NAME` prefix, then the action.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub json: bool,
+    pub listener: Option<String>,
+    pub action: Action,
 }
 
 /// Why a command line was rejected; the message names the offending word.
@@ -83,9 +194,46 @@ fn err<T>(msg: impl Into<String>) -> Result<T, CommandError> {
     Err(CommandError(msg.into()))
 }
 
-/// Parses one command line (`hash`, `no weight`, `server 1 weight 3`, ...).
+/// Parses one setting command (`hash`, `no weight`, `server 1 weight 3`, ...), as `-O` takes them.
 pub fn parse(line: &str) -> Result<Command, CommandError> {
-    let words: Vec<&str> = line.split_whitespace().collect();
+    match parse_request(line)? {
+        Request {
+            action: Action::Set(cmd),
+            json: false,
+            listener: None,
+        } => Ok(cmd),
+        _ => err(format!("'{}' does not change a setting", line.trim())),
+    }
+}
+
+/// Parses a control line: `[json] [listener NAME] COMMAND [ARGS...]`.
+pub fn parse_request(line: &str) -> Result<Request, CommandError> {
+    let mut words: Vec<&str> = line.split_whitespace().collect();
+    let mut json = false;
+    let mut listener = None;
+    loop {
+        match words.as_slice() {
+            ["json", ..] => {
+                json = true;
+                words.remove(0);
+            }
+            ["listener", name, ..] => {
+                listener = Some(name.to_string());
+                words.drain(..2);
+            }
+            ["listener"] => return err("listener needs a name"),
+            _ => break,
+        }
+    }
+    let action = parse_action(&words)?;
+    Ok(Request {
+        json,
+        listener,
+        action,
+    })
+}
+
+fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
     let Some((&first, rest)) = words.split_first() else {
         return err("empty command");
     };
@@ -99,34 +247,89 @@ pub fn parse(line: &str) -> Result<Command, CommandError> {
     };
     if let Some(word) = ModeWord::parse(name) {
         no_args(name, args)?;
-        return Ok(Command::Mode(word, !negated));
+        return Ok(Action::Set(Command::Mode(word, !negated)));
     }
-    let cmd = match (name, negated) {
-        ("tcp_nodelay", _) => {
-            no_args(name, args)?;
-            Command::TcpNodelay(!negated)
+    let show = |s: Setting| Ok(Action::Show(s));
+    let set = |c: Command| Ok(Action::Set(c));
+    match (name, negated, args) {
+        ("tcp_nodelay", _, _) => no_args(name, args).and(set(Command::TcpNodelay(!negated))),
+        ("keepalive", _, _) => no_args(name, args).and(set(Command::Keepalive(!negated))),
+        ("blacklist", false, []) => show(Setting::Blacklist),
+        ("blacklist", false, _) => set(Command::Blacklist(duration_arg(name, args)?)),
+        ("timeout", false, []) => show(Setting::Timeout),
+        ("timeout", false, _) => set(Command::Timeout(duration_arg(name, args)?)),
+        ("tracking", false, []) => show(Setting::Tracking),
+        ("tracking", false, _) => set(Command::Tracking(duration_arg(name, args)?)),
+        ("idle_timeout", false, []) => show(Setting::IdleTimeout),
+        ("idle_timeout", false, _) => set(Command::IdleTimeout(duration_arg(name, args)?)),
+        ("clients_max", false, []) => show(Setting::ClientsMax),
+        ("clients_max", false, _) => set(Command::ClientsMax(number_arg(name, args)?)),
+        ("conn_max", false, []) => show(Setting::ConnMax),
+        ("conn_max", false, _) => set(Command::ConnMax(number_arg(name, args)?)),
+        ("tcp_fastclose", false, []) => show(Setting::TcpFastclose),
+        ("tcp_fastclose", false, [value]) => {
+            set(Command::TcpFastclose(Fastclose::parse(value).ok_or_else(
+                || CommandError(format!("tcp_fastclose: '{value}' is not up|down|both|off")),
+            )?))
         }
-        ("keepalive", _) => {
-            no_args(name, args)?;
-            Command::Keepalive(!negated)
+        ("tcp_fastclose", false, _) => err("tcp_fastclose needs one of up|down|both|off"),
+        ("mode", false, []) => show(Setting::Mode),
+        ("server", false, ["add", spec]) => set(Command::ServerAdd(spec.to_string())),
+        ("server", false, ["add", ..]) => {
+            err("server add needs one HOST[:PORT[:MAXCONN[:HARD[:WEIGHT[:PRIO]]]]]")
         }
-        ("blacklist", false) => Command::Blacklist(duration_arg(name, args)?),
-        ("timeout", false) => Command::Timeout(duration_arg(name, args)?),
-        ("tracking", false) => Command::Tracking(duration_arg(name, args)?),
-        ("idle_timeout", false) => Command::IdleTimeout(duration_arg(name, args)?),
-        ("clients_max", false) => Command::ClientsMax(number_arg(name, args)?),
-        ("conn_max", false) => Command::ConnMax(number_arg(name, args)?),
-        ("tcp_fastclose", false) => match args {
-            [value] => Command::TcpFastclose(Fastclose::parse(value).ok_or_else(|| {
-                CommandError(format!("tcp_fastclose: '{value}' is not up|down|both|off"))
-            })?),
-            _ => return err("tcp_fastclose needs one of up|down|both|off"),
-        },
-        ("server", false) => parse_server(args)?,
-        _ if negated => return err(format!("'no {name}' is not a command")),
-        _ => return err(format!("unknown command '{name}'")),
-    };
-    Ok(cmd)
+        ("server", false, [n, "remove"]) => set(Command::ServerRemove(server_number(n)?)),
+        ("server", false, _) => parse_server(args).map(Action::Set),
+        ("servers", false, []) => Ok(Action::Servers),
+        ("acl", false, [n]) => show(Setting::Acl(list_arg(n)?)),
+        ("acl", false, [n, entry @ ..]) => {
+            let n = list_arg(n)?;
+            let e = acl::parse_entry(entry).map_err(|e| CommandError(format!("acl {n}: {e}")))?;
+            set(Command::Acl(n, e))
+        }
+        ("acl", true, [n]) => set(Command::NoAcl(list_arg(n)?)),
+        ("client_acl", false, []) => show(Setting::ClientAcl),
+        ("client_acl", false, [n]) => set(Command::ClientAcl(Some(list_arg(n)?))),
+        ("client_acl", true, []) => set(Command::ClientAcl(None)),
+        ("control_acl", false, []) => show(Setting::ControlAcl),
+        ("control_acl", false, [n]) => set(Command::ControlAcl(Some(list_arg(n)?))),
+        ("control_acl", true, []) => set(Command::ControlAcl(None)),
+        ("log", false, []) => show(Setting::Log),
+        ("log", false, [file]) => set(Command::Log(Some(PathBuf::from(file)))),
+        ("log", true, []) => set(Command::Log(None)),
+        ("web_stats", false, []) => show(Setting::WebStats),
+        ("web_stats", false, [file]) => set(Command::WebStats(Some(PathBuf::from(file)))),
+        ("web_stats", true, []) => set(Command::WebStats(None)),
+        ("debug", false, []) => show(Setting::Debug),
+        ("debug", false, _) => set(Command::Debug(number_arg(name, args)?)),
+        ("listen", false, []) => show(Setting::Listen),
+        ("listen", false, [addr]) => set(Command::Listen(addr.to_string())),
+        ("control", false, []) => show(Setting::Control),
+        ("status", false, []) => Ok(Action::Status),
+        ("recent", false, []) => Ok(Action::Recent(300)),
+        ("recent", false, _) => Ok(Action::Recent(number_arg(name, args)?)),
+        ("connections", false, []) => Ok(Action::Connections),
+        ("connection", false, _) => Ok(Action::Connection(number_arg(name, args)?)),
+        ("close", false, _) => Ok(Action::Close(number_arg(name, args)?)),
+        ("pid", false, []) => Ok(Action::Pid),
+        ("exit", false, []) => Ok(Action::Exit),
+        ("write", false, []) => Ok(Action::Write(None)),
+        ("write", false, [file]) => Ok(Action::Write(Some(PathBuf::from(file)))),
+        ("include", false, [file]) => Ok(Action::Include(PathBuf::from(file))),
+        ("include", false, _) => err("include needs one FILE"),
+        ("reload", false, []) => Ok(Action::Reload),
+        ("takeover", false, []) => Ok(Action::Takeover),
+        ("takeover_done", false, []) => Ok(Action::TakeoverDone),
+        (
+            "mode" | "servers" | "client_acl" | "control_acl" | "log" | "web_stats" | "listen"
+            | "control" | "status" | "connections" | "pid" | "exit" | "write" | "reload"
+            | "takeover" | "takeover_done",
+            false,
+            [_, extra, ..] | [extra],
+        ) => err(format!("{name}: unexpected argument '{extra}'")),
+        _ if negated => err(format!("'no {name}' is not a command")),
+        _ => err(format!("unknown command '{name}'")),
+    }
 }
 
 fn no_args(name: &str, args: &[&str]) -> Result<(), CommandError> {
@@ -156,15 +359,27 @@ fn number_arg<T: std::str::FromStr>(name: &str, args: &[&str]) -> Result<T, Comm
         .map_err(|_| CommandError(format!("{name}: '{value}' is not a number")))
 }
 
+fn list_arg(n: &str) -> Result<u8, CommandError> {
+    acl::parse_list(n).map_err(|e| CommandError(format!("acl: {e}")))
+}
+
+fn server_number(n: &str) -> Result<usize, CommandError> {
+    n.parse()
+        .map_err(|_| CommandError(format!("server: '{n}' is not a server number")))
+}
+
 fn parse_server(args: &[&str]) -> Result<Command, CommandError> {
     let Some((&index, mut rest)) = args.split_first() else {
         return err("server needs a server number");
     };
-    let index: usize = index
-        .parse()
-        .map_err(|_| CommandError(format!("server: '{index}' is not a server number")))?;
+    let index = server_number(index)?;
     let mut change = ServerChange::default();
     while let Some((&key, tail)) = rest.split_first() {
+        if let Some(state) = AdminState::parse(key) {
+            change.state = Some(state);
+            rest = tail;
+            continue;
+        }
         let Some((&value, tail)) = tail.split_first() else {
             return err(format!("server {index}: '{key}' needs a value"));
         };
@@ -183,6 +398,8 @@ fn parse_server(args: &[&str]) -> Result<Command, CommandError> {
             "hard" => change.hard = Some(num(value)?),
             "weight" => change.weight = Some(num(value)?),
             "prio" => change.prio = Some(num(value)?),
+            "acl" if value == "none" => change.acl = Some(None),
+            "acl" => change.acl = Some(Some(list_arg(value)?)),
             "blacklist" => {
                 change.blacklist = Some(
                     parse_duration(value)

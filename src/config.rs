@@ -5,6 +5,7 @@
 //! Every error names the offending value; errors from a file start with `PATH:LINE:`.
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,7 +14,8 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::addr::{self, AddrError, BackendAddr, ListenAddr, ServerSpec};
+use crate::acl::{self, Acl, Acls};
+use crate::addr::{self, AddrError, AdminState, BackendAddr, ListenAddr, ServerSpec};
 use crate::balancer::Mode;
 use crate::command::{Command, ModeWord};
 
@@ -147,6 +149,132 @@ pub struct Global {
     pub log: Option<PathBuf>,
     pub user: Option<String>,
     pub chroot: Option<PathBuf>,
+    /// Access log line format.
+    pub log_format: LogFormat,
+    /// The control socket (`-C`): a Unix socket path or a TCP address.
+    pub control: Option<ListenAddr>,
+    /// ACL checked against control clients over TCP (`control_acl`).
+    pub control_acl: Option<u8>,
+    /// The admin HTTP listener (`--admin`): metrics, status API and page.
+    pub admin: Option<SocketAddr>,
+    /// Whether the `exit` control command is allowed (`-X`).
+    pub allow_exit: bool,
+    /// Control commands read at start and on every reload (`-F`).
+    pub command_file: Option<PathBuf>,
+    /// Pen's HTML status report, written on SIGUSR1 and `status` (`-w`).
+    pub status_file: Option<PathBuf>,
+    /// Pen's ACL lists 0-9.
+    pub acls: Acls,
+    /// Debug level (`-d`, `debug N`).
+    pub debug: u8,
+    /// Exit once no session has been open for this long (socket-proxyd's `--exit-idle-time`).
+    pub exit_idle_time: Option<Duration>,
+}
+
+/// How access log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// `CLIENT_IP UNIX_TIME SERVER BYTES_IN BYTES_OUT DURATION END`, space separated.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl LogFormat {
+    pub fn parse(s: &str) -> Option<LogFormat> {
+        match s {
+            "text" => Some(LogFormat::Text),
+            "json" => Some(LogFormat::Json),
+            _ => None,
+        }
+    }
+}
+
+/// An active health check for the servers of a pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub kind: CheckKind,
+    /// Time between two checks of one server.
+    pub interval: Duration,
+    /// How long one check may take.
+    pub timeout: Duration,
+    /// Successes in a row that bring a down server up.
+    pub rise: u32,
+    /// Failures in a row that take an up server down.
+    pub fall: u32,
+}
+
+/// What a check does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CheckKind {
+    /// The connect succeeds.
+    Tcp,
+    /// `GET path HTTP/1.0` answers with a status in `expect` (inclusive).
+    Http { path: String, expect: (u16, u16) },
+}
+
+impl Default for HealthCheck {
+    fn default() -> HealthCheck {
+        HealthCheck {
+            kind: CheckKind::Tcp,
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(1),
+            rise: 2,
+            fall: 3,
+        }
+    }
+}
+
+impl fmt::Display for HealthCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            CheckKind::Tcp => f.write_str("tcp")?,
+            CheckKind::Http { path, expect } => {
+                write!(f, "http GET {path} expecting {}-{}", expect.0, expect.1)?
+            }
+        }
+        write!(
+            f,
+            " every {}, timeout {}, rise {}, fall {}",
+            format_duration(self.interval),
+            format_duration(self.timeout),
+            self.rise,
+            self.fall
+        )
+    }
+}
+
+/// Parses `tcp` or `http:/path` (the `--check` option and the `check` command).
+pub fn parse_check_kind(s: &str) -> Result<CheckKind, String> {
+    match s {
+        "tcp" => Ok(CheckKind::Tcp),
+        _ => match s.strip_prefix("http:").or(s.strip_prefix("http")) {
+            Some(path) => {
+                let path = if path.is_empty() { "/" } else { path };
+                if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                    return Err(format!("invalid check path '{path}' (expected /path)"));
+                }
+                Ok(CheckKind::Http {
+                    path: path.to_string(),
+                    expect: (200, 399),
+                })
+            }
+            None => Err(format!("invalid check '{s}' (expected tcp or http:/path)")),
+        },
+    }
+}
+
+/// Parses a status range `200-399` or a single status `200`.
+pub fn parse_status_range(s: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("invalid status range '{s}' (expected e.g. 200-399)");
+    let (a, b) = s.split_once('-').unwrap_or((s, s));
+    let a: u16 = a.trim().parse().map_err(|_| bad())?;
+    let b: u16 = b.trim().parse().map_err(|_| bad())?;
+    if !(100..=599).contains(&a) || !(a..=599).contains(&b) {
+        return Err(bad());
+    }
+    Ok((a, b))
 }
 
 impl Default for Global {
@@ -166,6 +294,16 @@ impl Default for Global {
             log: None,
             user: None,
             chroot: None,
+            log_format: LogFormat::Text,
+            control: None,
+            control_acl: None,
+            admin: None,
+            allow_exit: false,
+            command_file: None,
+            status_file: None,
+            acls: Default::default(),
+            debug: 0,
+            exit_idle_time: None,
         }
     }
 }
@@ -181,6 +319,14 @@ pub struct ListenerConfig {
     pub tuning: Tuning,
     /// Servers blacklisted at start by `server N blacklist T`, with how long.
     pub initial_blacklist: Vec<(usize, Duration)>,
+    /// Active health checks; None = passive only (failed connects blacklist).
+    pub health: Option<HealthCheck>,
+    /// A server coming back up ramps its share from nothing to full over this time.
+    pub slow_start: Duration,
+    /// ACL checked against clients before any work (`client_acl`).
+    pub client_acl: Option<u8>,
+    /// Where clients denied by `client_acl` go (`-B`); None = closed.
+    pub abuse: Option<BackendAddr>,
 }
 
 /// A whole configuration.
@@ -265,6 +411,10 @@ impl ListenerConfig {
             emergency: None,
             tuning: Tuning::default(),
             initial_blacklist: Vec::new(),
+            health: None,
+            slow_start: Duration::ZERO,
+            client_acl: None,
+            abuse: None,
         }
     }
 
@@ -283,8 +433,43 @@ impl ListenerConfig {
             Command::Keepalive(on) => t.keepalive = *on,
             Command::IdleTimeout(d) => t.idle_timeout = *d,
             Command::Server(index, change) => self.change_server(*index, change)?,
+            Command::ServerAdd(spec) => {
+                let spec = addr::parse_server(spec, self.listen.port())
+                    .map_err(|e| ConfigError::from_addr(e, "server add: "))?;
+                self.servers.push(spec);
+            }
+            Command::ServerRemove(index) => {
+                if *index >= self.servers.len() {
+                    return Err(self.no_such_server(*index));
+                }
+                self.servers.remove(*index);
+                self.initial_blacklist.retain(|(i, _)| i != index);
+                for (i, _) in &mut self.initial_blacklist {
+                    if *i > *index {
+                        *i -= 1;
+                    }
+                }
+            }
+            Command::Acl(n, entry) => global.acls[*n as usize].entries.push(*entry),
+            Command::NoAcl(n) => global.acls[*n as usize] = Acl::default(),
+            Command::ClientAcl(n) => self.client_acl = *n,
+            Command::ControlAcl(n) => global.control_acl = *n,
+            Command::Log(path) => global.log = path.clone(),
+            Command::WebStats(path) => global.status_file = path.clone(),
+            Command::Debug(n) => global.debug = *n,
+            Command::Listen(text) => {
+                self.listen =
+                    addr::parse_listen(text).map_err(|e| ConfigError::from_addr(e, "listen: "))?;
+            }
         }
         Ok(())
+    }
+
+    fn no_such_server(&self, index: usize) -> ConfigError {
+        ConfigError::usage(format!(
+            "server {index}: no such server (servers are numbered 0 to {})",
+            self.servers.len().saturating_sub(1)
+        ))
     }
 
     fn change_server(
@@ -312,7 +497,7 @@ impl ListenerConfig {
         } else if let Some(address) = &change.address {
             let port = change.port.or(match self.servers[index].addr {
                 BackendAddr::Tcp(a) => Some(a.port()),
-                BackendAddr::Unix(_) => default_port,
+                _ => default_port,
             });
             let spec = addr::parse_server(address, port)
                 .map_err(|e| ConfigError::from_addr(e, &format!("server {index}: ")))?;
@@ -327,6 +512,8 @@ impl ListenerConfig {
         s.hard = change.hard.unwrap_or(s.hard);
         s.weight = change.weight.unwrap_or(s.weight);
         s.prio = change.prio.unwrap_or(s.prio);
+        s.acl = change.acl.unwrap_or(s.acl);
+        s.state = change.state.unwrap_or(s.state);
         if let Some(d) = change.blacklist {
             self.initial_blacklist.push((index, d));
         }
@@ -367,6 +554,13 @@ impl Config {
         if self.global.workers == 0 {
             return Err(ConfigError::usage("workers: must be at least 1"));
         }
+        if let Some(ListenAddr::Tcp(a)) = &self.global.control {
+            if !a.ip().is_loopback() && self.global.control_acl.is_none() {
+                return Err(ConfigError::usage(format!(
+                    "control address {a} is not a loopback address: set control_acl to say who may use it"
+                )));
+            }
+        }
         for (i, l) in self.listeners.iter().enumerate() {
             l.validate()?;
             if let Some(other) = self.listeners[..i].iter().find(|o| o.listen == l.listen) {
@@ -377,6 +571,135 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// Applies one setting command. `listener` names the pool for pool settings; it may be left
+    /// out when there is only one listener.
+    pub fn apply(&mut self, listener: Option<&str>, cmd: &Command) -> Result<(), ConfigError> {
+        let index = match listener {
+            Some(name) => self
+                .listeners
+                .iter()
+                .position(|l| l.name == name)
+                .ok_or_else(|| ConfigError::usage(format!("no listener named '{name}'")))?,
+            None if self.listeners.len() == 1 || cmd.is_global() => 0,
+            None => {
+                return Err(ConfigError::usage(format!(
+                    "there are {} listeners: say which with 'listener NAME' first",
+                    self.listeners.len()
+                )))
+            }
+        };
+        let Some(l) = self.listeners.get_mut(index) else {
+            return Err(ConfigError::usage("no listener to apply the command to"));
+        };
+        l.apply(cmd, &mut self.global)
+    }
+
+    /// Reads control commands from a file (`-F`, `include`): one per line, `#` starts a comment.
+    /// Lines may start with `listener NAME`. Errors name `FILE:LINE`.
+    pub fn apply_file(&mut self, path: &Path, depth: u32) -> Result<(), ConfigError> {
+        if depth > 8 {
+            return Err(ConfigError::usage(format!(
+                "{}: includes nested too deep",
+                path.display()
+            )));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::usage(format!("{}: {e}", path.display())))?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let at =
+                |msg: String| ConfigError::usage(format!("{}:{}: {msg}", path.display(), n + 1));
+            let req = crate::command::parse_request(line).map_err(|e| at(e.0))?;
+            match &req.action {
+                crate::command::Action::Set(cmd) => self
+                    .apply(req.listener.as_deref(), cmd)
+                    .map_err(|e| at(e.message))?,
+                crate::command::Action::Include(file) => {
+                    let file = path.parent().map_or(file.clone(), |dir| dir.join(file));
+                    self.apply_file(&file, depth + 1)?
+                }
+                _ => return Err(at(format!("'{line}' is not a setting"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// The settings as control commands, in a form `-F` reads back (the `write` command).
+    pub fn to_commands(&self) -> String {
+        let g = &self.global;
+        let mut out = String::from("# written by quill\n");
+        if let Some(n) = g.max_connections {
+            out += &format!("conn_max {n}\n");
+        }
+        for (n, list) in g.acls.iter().enumerate() {
+            for e in &list.entries {
+                out += &format!("acl {n} {e}\n");
+            }
+        }
+        if let Some(n) = g.control_acl {
+            out += &format!("control_acl {n}\n");
+        }
+        if let Some(p) = &g.log {
+            out += &format!("log {}\n", p.display());
+        }
+        if let Some(p) = &g.status_file {
+            out += &format!("web_stats {}\n", p.display());
+        }
+        let several = self.listeners.len() > 1;
+        for l in &self.listeners {
+            let prefix = if several {
+                format!("listener {} ", l.name)
+            } else {
+                String::new()
+            };
+            let t = &l.tuning;
+            for w in ModeWord::ALL {
+                if l.mode.is_set(w) {
+                    out += &format!("{prefix}{}\n", w.name());
+                }
+            }
+            out += &format!("{prefix}blacklist {}\n", format_duration(t.blacklist));
+            out += &format!("{prefix}timeout {}\n", format_duration(t.connect_timeout));
+            out += &format!("{prefix}tracking {}\n", format_duration(t.tracking_time));
+            out += &format!("{prefix}clients_max {}\n", t.clients_max);
+            out += &format!("{prefix}idle_timeout {}\n", format_duration(t.idle_timeout));
+            out += &format!("{prefix}tcp_fastclose {}\n", t.tcp_fastclose.name());
+            out += &format!(
+                "{prefix}{}tcp_nodelay\n",
+                if t.tcp_nodelay { "" } else { "no " }
+            );
+            out += &format!(
+                "{prefix}{}keepalive\n",
+                if t.keepalive { "" } else { "no " }
+            );
+            if let Some(n) = l.client_acl {
+                out += &format!("{prefix}client_acl {n}\n");
+            }
+            for (i, s) in l.servers.iter().enumerate() {
+                let addr = match &s.addr {
+                    BackendAddr::Tcp(a) => format!("address {} port {}", a.ip(), a.port()),
+                    other => format!("address {other}"),
+                };
+                out += &format!(
+                    "{prefix}server {i} {addr} max {} hard {} weight {} prio {}{}{}\n",
+                    s.max,
+                    s.hard,
+                    s.weight,
+                    s.prio,
+                    s.acl.map_or(String::new(), |n| format!(" acl {n}")),
+                    match s.state {
+                        AdminState::Enabled => String::new(),
+                        other => format!(" {}", other.name()),
+                    }
+                );
+            }
+        }
+        out
     }
 
     /// A human explanation of what this configuration does (for `quill check`).
@@ -405,12 +728,35 @@ impl Config {
             );
             for (i, s) in l.servers.iter().enumerate() {
                 out += &format!(
-                    "  server {i}: {} max {} hard {} weight {} prio {}\n",
-                    s.addr, s.max, s.hard, s.weight, s.prio
+                    "  server {i}: {} max {} hard {} weight {} prio {}{}{}\n",
+                    s.addr,
+                    s.max,
+                    s.hard,
+                    s.weight,
+                    s.prio,
+                    s.acl.map_or(String::new(), |n| format!(" acl {n}")),
+                    match s.state {
+                        AdminState::Enabled => String::new(),
+                        other => format!(" ({})", other.name()),
+                    }
                 );
             }
             if let Some(e) = &l.emergency {
                 out += &format!("  emergency: {e}\n");
+            }
+            if let Some(h) = &l.health {
+                out += &format!("  health check: {h}\n");
+            }
+            if !l.slow_start.is_zero() {
+                out += &format!("  slow start: {}\n", format_duration(l.slow_start));
+            }
+            if let Some(n) = l.client_acl {
+                out += &format!(
+                    "  client acl {n}, denied clients go to {}\n",
+                    l.abuse
+                        .as_ref()
+                        .map_or("nowhere (closed)".to_string(), |a| a.to_string())
+                );
             }
         }
         out
@@ -460,6 +806,53 @@ pub fn from_toml(origin: &str, text: &str, cli: &TuningPatch) -> Result<Config, 
     global.log = raw.log.clone();
     global.user = raw.user.clone();
     global.chroot = raw.chroot.clone();
+    if let Some(f) = &raw.log_format {
+        global.log_format = LogFormat::parse(f.get_ref()).ok_or_else(|| {
+            ConfigError::usage(format!(
+                "{}invalid log_format '{}' (expected text or json)",
+                at(f.span()),
+                f.get_ref()
+            ))
+        })?;
+    }
+    if let Some(c) = &raw.control {
+        global.control = Some(
+            addr::parse_listen(c.get_ref())
+                .map_err(|e| ConfigError::from_addr(e, &format!("{}control: ", at(c.span()))))?,
+        );
+    }
+    if let Some(n) = &raw.control_acl {
+        global.control_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
+    }
+    if let Some(a) = &raw.admin {
+        global.admin = Some(
+            parse_admin(a.get_ref())
+                .map_err(|e| ConfigError::usage(format!("{}admin: {e}", at(a.span()))))?,
+        );
+    }
+    global.allow_exit = raw.allow_exit.unwrap_or(false);
+    global.command_file = raw.command_file.clone();
+    global.status_file = raw.status_file.clone();
+    for (n, lines) in &raw.acl {
+        let prefix = at(lines.span());
+        let list =
+            acl::parse_list(n).map_err(|e| ConfigError::usage(format!("{prefix}acl: {e}")))?;
+        for line in lines.get_ref() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let entry = acl::parse_entry(&words)
+                .map_err(|e| ConfigError::usage(format!("{prefix}acl {list} '{line}': {e}")))?;
+            global.acls[list as usize].entries.push(entry);
+        }
+    }
+    let default_health = match &raw.health {
+        Some(h) => Some(
+            h.get_ref()
+                .build()
+                .map_err(|e| ConfigError::usage(format!("{}{e}", at(h.span()))))?,
+        ),
+        None => None,
+    };
+    let default_slow_start = raw.slow_start.map_or(Duration::ZERO, |d| d.0);
     let mut defaults = Tuning::default();
     defaults.apply(&raw.tuning());
     defaults.apply(cli);
@@ -470,7 +863,13 @@ pub fn from_toml(origin: &str, text: &str, cli: &TuningPatch) -> Result<Config, 
     }
     let mut listeners: Vec<ListenerConfig> = Vec::new();
     for rl in &raw.listener {
-        let l = build_listener(rl, &defaults, &at)?;
+        let mut l = build_listener(rl, &defaults, &at)?;
+        if l.health.is_none() {
+            l.health = default_health.clone();
+        }
+        if rl.slow_start.is_none() {
+            l.slow_start = default_slow_start;
+        }
         if let Some(other) = listeners.iter().find(|o| o.name == l.name) {
             return Err(ConfigError::usage(format!(
                 "{}duplicate listener name '{}'",
@@ -528,6 +927,25 @@ fn build_listener(
                 .map_err(|err| ConfigError::from_addr(err, &at(e.span())))?,
         );
     }
+    if let Some(e) = &rl.abuse {
+        l.abuse = Some(
+            addr::parse_backend(e.get_ref())
+                .map_err(|err| ConfigError::from_addr(err, &at(e.span())))?,
+        );
+    }
+    if let Some(n) = &rl.client_acl {
+        l.client_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
+    }
+    if let Some(h) = &rl.health {
+        l.health = Some(
+            h.get_ref()
+                .build()
+                .map_err(|e| ConfigError::usage(format!("{}{e}", at(h.span()))))?,
+        );
+    }
+    if let Some(d) = rl.slow_start {
+        l.slow_start = d.0;
+    }
     if rl.servers.is_empty() {
         return Err(ConfigError::usage(format!(
             "{}listener '{name}' has no servers",
@@ -539,11 +957,22 @@ fn build_listener(
         let spec = match s.get_ref() {
             RawServer::Spec(text) => addr::parse_server(text, l.listen.port()),
             RawServer::Table(t) => {
+                let state = match &t.state {
+                    None => AdminState::Enabled,
+                    Some(w) => AdminState::parse(w).ok_or_else(|| {
+                        ConfigError::usage(format!(
+                            "{prefix}invalid state '{w}' (expected enabled, drain, disabled)"
+                        ))
+                    })?,
+                };
+                let acl = t.acl.map(|n| acl_number(n, &prefix)).transpose()?;
                 addr::parse_server(&t.address, l.listen.port()).map(|mut spec| {
                     spec.max = t.max.unwrap_or(spec.max);
                     spec.hard = t.hard.unwrap_or(spec.hard);
                     spec.weight = t.weight.unwrap_or(spec.weight);
                     spec.prio = t.prio.unwrap_or(spec.prio);
+                    spec.acl = acl;
+                    spec.state = state;
                     spec
                 })
             }
@@ -556,6 +985,19 @@ fn build_listener(
         ..e
     })?;
     Ok(l)
+}
+
+fn acl_number(n: u8, prefix: &str) -> Result<u8, ConfigError> {
+    acl::parse_list(&n.to_string()).map_err(|e| ConfigError::usage(format!("{prefix}{e}")))
+}
+
+/// Parses the admin listener address: `HOST:PORT` with an IP host, or a bare port (loopback).
+pub fn parse_admin(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse()
+        .map_err(|_| format!("invalid address '{s}' (expected IP:PORT, e.g. 127.0.0.1:9100)"))
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -617,6 +1059,76 @@ struct RawServerTable {
     hard: Option<u32>,
     weight: Option<u32>,
     prio: Option<u32>,
+    acl: Option<u8>,
+    state: Option<String>,
+}
+
+/// `[health]` / `[listener.health]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHealth {
+    /// "tcp" or "http".
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    path: Option<String>,
+    expect: Option<String>,
+    interval: Option<Dur>,
+    timeout: Option<Dur>,
+    rise: Option<u32>,
+    fall: Option<u32>,
+}
+
+impl RawHealth {
+    fn build(&self) -> Result<HealthCheck, String> {
+        let mut h = HealthCheck::default();
+        let kind = self
+            .kind
+            .as_deref()
+            .unwrap_or(if self.path.is_some() { "http" } else { "tcp" });
+        h.kind = match kind {
+            "tcp" => {
+                if self.path.is_some() || self.expect.is_some() {
+                    return Err("health: path and expect need type = \"http\"".into());
+                }
+                CheckKind::Tcp
+            }
+            "http" => {
+                let path = self.path.as_deref().unwrap_or("/");
+                let CheckKind::Http { path, .. } = parse_check_kind(&format!("http:{path}"))?
+                else {
+                    unreachable!("parse_check_kind(http:..) is Http")
+                };
+                let expect = match &self.expect {
+                    Some(e) => parse_status_range(e)?,
+                    None => (200, 399),
+                };
+                CheckKind::Http { path, expect }
+            }
+            other => {
+                return Err(format!(
+                    "health: unknown type '{other}' (expected tcp or http)"
+                ))
+            }
+        };
+        if let Some(d) = self.interval {
+            h.interval = nonzero(d.0, "health interval").map_err(|e| e.message)?;
+        }
+        if let Some(d) = self.timeout {
+            h.timeout = nonzero(d.0, "health timeout").map_err(|e| e.message)?;
+        }
+        for (v, slot, name) in [
+            (self.rise, &mut h.rise, "rise"),
+            (self.fall, &mut h.fall, "fall"),
+        ] {
+            if let Some(n) = v {
+                if n == 0 {
+                    return Err(format!("health: {name} must be at least 1"));
+                }
+                *slot = n;
+            }
+        }
+        Ok(h)
+    }
 }
 
 impl<'de> Deserialize<'de> for RawServer {
@@ -691,6 +1203,17 @@ with_tuning_keys! {
         log: Option<PathBuf>,
         user: Option<String>,
         chroot: Option<PathBuf>,
+        log_format: Option<Spanned<String>>,
+        control: Option<Spanned<String>>,
+        control_acl: Option<Spanned<u8>>,
+        admin: Option<Spanned<String>>,
+        allow_exit: Option<bool>,
+        command_file: Option<PathBuf>,
+        status_file: Option<PathBuf>,
+        #[serde(default)]
+        acl: std::collections::BTreeMap<String, Spanned<Vec<String>>>,
+        health: Option<Spanned<RawHealth>>,
+        slow_start: Option<Dur>,
         #[serde(default)]
         listener: Vec<RawListener>,
     }
@@ -704,6 +1227,10 @@ with_tuning_keys! {
         listen: Spanned<String>,
         mode: Option<Spanned<Vec<String>>>,
         emergency: Option<Spanned<String>>,
+        abuse: Option<Spanned<String>>,
+        client_acl: Option<Spanned<u8>>,
+        health: Option<Spanned<RawHealth>>,
+        slow_start: Option<Dur>,
         #[serde(default)]
         servers: Vec<Spanned<RawServer>>,
     }

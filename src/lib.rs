@@ -9,18 +9,24 @@
 // Only `sys` may contain unsafe code; the compiler enforces it for every other module.
 #![deny(unsafe_code)]
 
+pub mod acl;
 pub mod addr;
+pub mod admin;
 pub mod backend;
 pub mod balancer;
 pub mod cli;
 pub mod clock;
 pub mod command;
 pub mod config;
+pub mod control;
 pub mod demo;
+pub mod health;
 pub mod listener;
 pub mod log;
 pub mod metrics;
 pub mod proxy;
 pub mod runtime;
+pub mod status;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod systemd;

@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use mio::net::{TcpListener, UnixListener};
@@ -63,6 +63,41 @@ impl AsFd for ListenSocket {
             ListenSocket::Tcp(l) => l.as_fd(),
             ListenSocket::Unix(l, _) => l.as_fd(),
         }
+    }
+}
+
+/// Takes a listening socket inherited from systemd or from the process Quill takes over from.
+/// Returns it with the address it listens on.
+pub fn from_fd(fd: OwnedFd) -> io::Result<(ListenSocket, ListenAddr)> {
+    let socket = Socket::from(fd);
+    if !socket.is_listener()? || socket.r#type()? != Type::STREAM {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a listening stream socket",
+        ));
+    }
+    socket.set_nonblocking(true)?;
+    let local = socket.local_addr()?;
+    if let Some(addr) = local.as_socket() {
+        let l: std::net::TcpListener = socket.into();
+        return Ok((
+            ListenSocket::Tcp(TcpListener::from_std(l)),
+            ListenAddr::Tcp(addr),
+        ));
+    }
+    match local.as_pathname() {
+        Some(path) => {
+            let path = path.to_path_buf();
+            let l: std::os::unix::net::UnixListener = socket.into();
+            Ok((
+                ListenSocket::Unix(UnixListener::from_std(l), path.clone()),
+                ListenAddr::Unix(path),
+            ))
+        }
+        None => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "unsupported socket family (expected TCP or a Unix socket path)",
+        )),
     }
 }
 

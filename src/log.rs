@@ -5,7 +5,24 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use crate::config::LogFormat;
 use crate::metrics::End;
+
+/// A JSON string literal (quotes and escapes) for `s`.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
 
 /// Sets up human logs on stderr: info by default, debug with `-d`, trace with `-dd`.
 pub fn init(debug: u8) {
@@ -38,22 +55,29 @@ pub struct Entry<'a> {
 pub struct AccessLog {
     path: PathBuf,
     out: BufWriter<File>,
+    format: LogFormat,
     generation: u64,
 }
 
 impl AccessLog {
-    pub fn open(path: &Path, generation: u64) -> io::Result<AccessLog> {
+    pub fn open(path: &Path, format: LogFormat, generation: u64) -> io::Result<AccessLog> {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(AccessLog::new(path, file, generation))
+        Ok(AccessLog::new(path, file, format, generation))
     }
 
     /// Wraps a file already opened (before a chroot or privilege drop) at `path`.
-    pub fn new(path: &Path, file: File, generation: u64) -> AccessLog {
+    pub fn new(path: &Path, file: File, format: LogFormat, generation: u64) -> AccessLog {
         AccessLog {
             path: path.to_path_buf(),
             out: BufWriter::with_capacity(32 * 1024, file),
+            format,
             generation,
         }
+    }
+
+    /// The log generation this file belongs to.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Reopens the file if the log generation moved on (a `SIGHUP` happened).
@@ -62,7 +86,7 @@ impl AccessLog {
             return;
         }
         let _ = self.out.flush();
-        match AccessLog::open(&self.path, generation) {
+        match AccessLog::open(&self.path, self.format, generation) {
             Ok(fresh) => *self = fresh,
             Err(e) => {
                 tracing::warn!("cannot reopen access log {}: {e}", self.path.display());
@@ -73,6 +97,21 @@ impl AccessLog {
 
     pub fn write(&mut self, e: &Entry<'_>) {
         let server: &dyn std::fmt::Display = e.server.unwrap_or(&"-");
+        if self.format == LogFormat::Json {
+            let server = e.server.map(|s| s.to_string());
+            let _ = writeln!(
+                self.out,
+                "{{\"client\":{},\"time\":{},\"server\":{},\"bytes_in\":{},\"bytes_out\":{},\"duration_ms\":{},\"end\":\"{}\"}}",
+                json_string(&e.client_ip.to_string()),
+                e.unix_time,
+                server.as_deref().map_or("null".to_string(), json_string),
+                e.bytes_in,
+                e.bytes_out,
+                e.duration_ms,
+                e.end.name()
+            );
+            return;
+        }
         let _ = writeln!(
             self.out,
             "{} {} {} {} {} {}.{:03} {}",

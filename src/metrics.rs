@@ -22,10 +22,14 @@ pub enum End {
     Shutdown,
     /// A local failure (out of descriptors or memory).
     Error,
+    /// Denied by the client ACL and closed (no abuse server).
+    Denied,
+    /// Closed by the operator (`close N`).
+    Closed,
 }
 
 impl End {
-    pub const ALL: [End; 10] = [
+    pub const ALL: [End; 12] = [
         End::Done,
         End::ClientReset,
         End::ServerReset,
@@ -36,6 +40,8 @@ impl End {
         End::Refused,
         End::Shutdown,
         End::Error,
+        End::Denied,
+        End::Closed,
     ];
 
     pub fn name(self) -> &'static str {
@@ -50,6 +56,8 @@ impl End {
             End::Refused => "refused",
             End::Shutdown => "shutdown",
             End::Error => "error",
+            End::Denied => "denied",
+            End::Closed => "closed",
         }
     }
 }
@@ -64,7 +72,16 @@ pub struct Counters {
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     ended: [AtomicU64; End::ALL.len()],
+    /// Connect times (accept to backend connected): counts per bucket of `CONNECT_BUCKETS_US`,
+    /// the last one open-ended, and the sum in microseconds.
+    connect_buckets: [AtomicU64; CONNECT_BUCKETS_US.len() + 1],
+    connect_sum_us: AtomicU64,
 }
+
+/// Upper bounds (inclusive, microseconds) of the connect time histogram's buckets.
+pub const CONNECT_BUCKETS_US: [u64; 12] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 250_000, 1_000_000, 3_000_000,
+];
 
 impl Counters {
     pub fn add(counter: &AtomicU64, n: u64) {
@@ -78,6 +95,27 @@ impl Counters {
 
     pub fn ended_count(&self, end: End) -> u64 {
         self.ended[end as usize].load(Ordering::Relaxed)
+    }
+
+    /// Records one backend connection established after `us` microseconds.
+    pub fn connected(&self, us: u64) {
+        let b = CONNECT_BUCKETS_US
+            .iter()
+            .position(|&le| us <= le)
+            .unwrap_or(CONNECT_BUCKETS_US.len());
+        Self::add(&self.connect_buckets[b], 1);
+        Self::add(&self.connect_sum_us, us);
+    }
+
+    /// Per-bucket connect counts (not cumulative; the last bucket is open-ended) and the sum (µs).
+    pub fn connect_histogram(&self) -> (Vec<u64>, u64) {
+        (
+            self.connect_buckets
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect(),
+            self.connect_sum_us.load(Ordering::Relaxed),
+        )
     }
 }
 

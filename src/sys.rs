@@ -169,3 +169,15 @@ pub fn drop_privileges(ids: UserIds) -> io::Result<()> {
     check(unsafe { libc::setuid(ids.uid) })?;
     Ok(())
 }
+
+/// Takes ownership of a descriptor the process inherited at start (systemd's `LISTEN_FDS`), after
+/// checking that it is open, and marks it close-on-exec.
+pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_GETFD only reads the descriptor's flags; an invalid fd gives EBADF, nothing else.
+    let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    // SAFETY: F_SETFD with an int argument changes only this descriptor's flags.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) })?;
+    // SAFETY: the fd is open (F_GETFD succeeded) and was handed to this process to own: nothing
+    // else in the process refers to it, since it is called once per inherited fd at start-up.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}

@@ -7,6 +7,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use mio::net::{TcpStream, UnixStream};
 use mio::{Interest, Registry, Token};
@@ -33,6 +34,16 @@ impl Peer {
         match self {
             Peer::Ip(a) => Some(a.ip()),
             Peer::Unix => None,
+        }
+    }
+}
+
+impl Peer {
+    /// The client address with its port (for `connections`).
+    pub fn to_string_with_port(&self) -> String {
+        match self {
+            Peer::Ip(a) => a.to_string(),
+            Peer::Unix => "unix".to_string(),
         }
     }
 }
@@ -67,8 +78,8 @@ struct Attempt {
 #[derive(Debug)]
 pub struct Session {
     pub pool: Arc<Pool>,
-    /// Index of the listener that accepted the client.
-    pub listener: usize,
+    /// Unique in the process (`connection N`, `close N`).
+    pub id: u64,
     pub client: Stream,
     pub peer: Peer,
     pub backend: Option<Stream>,
@@ -84,6 +95,10 @@ pub struct Session {
     pub started_ms: u64,
     /// Last time bytes moved (idle and FIN timeouts count from here).
     pub active_ms: u64,
+    /// When the client was accepted, for the connect time.
+    accepted_at: Instant,
+    /// The client's ACL denied it: it goes to the abuse server.
+    pub denied: bool,
     attempt: Attempt,
 }
 
@@ -97,16 +112,10 @@ pub fn is_local_error(e: &io::Error) -> bool {
 }
 
 impl Session {
-    pub fn new(
-        pool: Arc<Pool>,
-        listener: usize,
-        client: Stream,
-        peer: Peer,
-        now_ms: u64,
-    ) -> Session {
+    pub fn new(pool: Arc<Pool>, id: u64, client: Stream, peer: Peer, now_ms: u64) -> Session {
         Session {
             pool,
-            listener,
+            id,
             client,
             peer,
             backend: None,
@@ -118,8 +127,15 @@ impl Session {
             down: Flow::default(),
             started_ms: now_ms,
             active_ms: now_ms,
+            accepted_at: Instant::now(),
+            denied: false,
             attempt: Attempt::default(),
         }
+    }
+
+    /// Microseconds from accept to the backend connection (failovers included).
+    pub fn connect_time_us(&self) -> u64 {
+        self.accepted_at.elapsed().as_micros() as u64
     }
 
     /// The current connect attempt's number (for timeouts).
@@ -132,6 +148,16 @@ impl Session {
     fn next_server(&mut self, now_ms: u64, rand: u64) -> Option<Arc<Server>> {
         let pool = self.pool.clone();
         let a = &mut self.attempt;
+        if self.denied {
+            // Pen sends denied clients to the abuse server, once, with no failover.
+            if a.picked {
+                return None;
+            }
+            a.picked = true;
+            a.emergency = true;
+            a.current = None;
+            return pool.abuse.clone();
+        }
         if !a.picked {
             a.picked = true;
             let t = &pool.tuning;
@@ -151,7 +177,7 @@ impl Session {
                 _ => None,
             };
             a.first = balancer::pick(
-                &*pool,
+                &pool.view(client.ip),
                 &pool.mode,
                 &client,
                 tracked,
@@ -164,7 +190,9 @@ impl Session {
                 return Some(pool.servers[i].clone());
             }
         } else if let (Some(first), false) = (a.first, pool.mode.stubborn) {
-            if let Some(i) = balancer::failover(&*pool, first, &mut a.tried, now_ms) {
+            if let Some(i) =
+                balancer::failover(&pool.view(self.peer.ip()), first, &mut a.tried, now_ms)
+            {
                 a.current = Some(i);
                 return Some(pool.servers[i].clone());
             }
@@ -342,6 +370,11 @@ fn open(addr: &BackendAddr, t: &Tuning) -> io::Result<Stream> {
             Ok(Stream::Tcp(s))
         }
         BackendAddr::Unix(p) => UnixStream::connect(p).map(Stream::Unix),
+        BackendAddr::Abstract(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+            UnixStream::connect_addr(&addr).map(Stream::Unix)
+        }
     }
 }
 

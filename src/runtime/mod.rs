@@ -1,26 +1,31 @@
-//! Start-up and the process lifecycle: raise the descriptor limit, bind every listener, write the pid
-//! file, drop privileges, start the workers, then turn signals into drain, stop and log reopening.
+//! Start-up and the process lifecycle: raise the descriptor limit, bind (or inherit) every
+//! listener, write the pid file, drop privileges, start the workers, the control socket, the health
+//! checker and the admin listener, then turn signals and control requests into reloads, drains and
+//! stops.
 
+pub mod controller;
 pub mod shared;
 pub mod worker;
 
 use std::fs::OpenOptions;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread;
+use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use mio::{Poll, Waker};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use signal_hook::iterator::Signals;
 
-use crate::backend::Pool;
 use crate::clock::{millis, Clock};
-use crate::config::Config;
-use crate::listener::{self, BindOptions, ListenSocket};
+use crate::config::{Config, ConfigError};
+use crate::control;
 use crate::metrics;
+use crate::status;
 use crate::sys;
+use crate::systemd::{self, Inherited};
+use controller::Controller;
 use shared::{Phase, Shared};
 use worker::{Worker, WAKER};
 
@@ -34,9 +39,28 @@ pub(crate) const PIPES_PER_WORKER: usize = 32;
 #[error("{0}")]
 pub struct RunError(pub String);
 
-enum Msg {
+/// Rebuilds the configuration from its sources (file, command line, `-F` file) for a reload.
+pub type Rebuild = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
+
+/// How the process was started, beyond its configuration.
+#[derive(Default)]
+pub struct Start {
+    /// How to rebuild the configuration on SIGHUP or `reload`; None = keep the running one.
+    pub rebuild: Option<Rebuild>,
+    /// Take the listening sockets over from the Quill process behind this control socket.
+    pub takeover: Option<PathBuf>,
+    /// Sockets already taken from systemd (the socket-proxyd form); None = look for them here.
+    pub inherited: Option<Vec<Inherited>>,
+}
+
+/// What the main thread waits for.
+pub enum Msg {
     Signal(i32),
     WorkerDone,
+    /// `exit` over the control socket.
+    Exit,
+    /// A new process has the sockets: drain without removing socket files.
+    HandedOver,
 }
 
 /// How many sessions fit in `nofile` descriptors: two sockets each, after the reserve.
@@ -45,9 +69,9 @@ fn sessions_for(nofile: u64, workers: u64, listeners: u64) -> u64 {
     nofile.saturating_sub(reserve) / 2
 }
 
-/// Runs Quill with `config` until a stop signal has been handled.
-pub fn run(config: Config) -> Result<(), RunError> {
-    let g = &config.global;
+/// Runs Quill with `config` until it has stopped.
+pub fn run(config: Config, start: Start) -> Result<(), RunError> {
+    let g = config.global.clone();
     let nofile = sys::raise_nofile_limit().unwrap_or(1024);
     let fit = sessions_for(nofile, g.workers as u64, config.listeners.len() as u64);
     let max_sessions = match g.max_connections {
@@ -61,19 +85,51 @@ pub fn run(config: Config) -> Result<(), RunError> {
         Some(x) => u64::from(x),
         None => fit,
     };
-    let mut sockets = Vec::new();
-    for l in &config.listeners {
-        let opts = BindOptions {
-            backlog: g.backlog,
-            reuseport: g.reuseport,
-            tfo: g.tfo,
-            nodelay: l.tuning.tcp_nodelay,
-            keepalive: l.tuning.keepalive,
-        };
-        let socket = listener::bind(&l.listen, &opts)
-            .map_err(|e| RunError(format!("cannot listen on {}: {e}", l.listen)))?;
-        sockets.push(Arc::new(socket));
+
+    // Sockets come from the process we take over from, from systemd, or are bound here.
+    let mut handover = None;
+    let mut inherited: Vec<Inherited> = match &start.takeover {
+        Some(path) => {
+            let (fds, conn) = control::request_takeover(path)
+                .map_err(|e| RunError(format!("--takeover {}: {e}", path.display())))?;
+            handover = Some(conn);
+            fds
+        }
+        None => match start.inherited {
+            Some(fds) => fds,
+            None => {
+                systemd::listen_fds().map_err(|e| RunError(format!("socket activation: {e}")))?
+            }
+        },
+    };
+    if !inherited.is_empty() {
+        tracing::info!("inherited {} listening socket(s)", inherited.len());
     }
+    let control_socket = match &g.control {
+        Some(addr) => Some(
+            control::open(addr, &mut inherited)
+                .map_err(|e| RunError(format!("cannot open control socket {addr}: {e}")))?,
+        ),
+        None => None,
+    };
+    let clock = Clock::default();
+    let controller = Controller::start(config, clock, max_sessions, &mut inherited)?;
+    let shared = controller.shared().clone();
+    for rest in &inherited {
+        tracing::warn!(
+            "inherited socket {} matches no listener; closing it",
+            rest.name.as_deref().unwrap_or("(unnamed)")
+        );
+    }
+    drop(inherited);
+    let admin_socket = match g.admin {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr)
+                .map_err(|e| RunError(format!("cannot open admin listener {addr}: {e}")))?,
+        ),
+        None => None,
+    };
+
     if let Some(pid_file) = &g.pid_file {
         std::fs::write(pid_file, format!("{}\n", std::process::id()))
             .map_err(|e| RunError(format!("cannot write pid file {}: {e}", pid_file.display())))?;
@@ -88,15 +144,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
         ),
         None => None,
     };
-    drop_privileges(&config)?;
-    let clock = Clock::default();
-    let now = clock.now_ms();
-    let pools = config
-        .listeners
-        .iter()
-        .map(|l| ArcSwap::from_pointee(Pool::from_config(l, now)))
-        .collect();
-    let shared = Arc::new(Shared::new(clock, pools, max_sessions, g));
+    drop_privileges(&g)?;
 
     let (tx, rx) = mpsc::channel();
     let mut wakers = Vec::new();
@@ -110,7 +158,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
             .map(|f| f.try_clone())
             .transpose()
             .map_err(|e| RunError(format!("access log: {e}")))?;
-        let w = Worker::new(id, poll, shared.clone(), &sockets, log)
+        let w = Worker::new(id, poll, shared.clone(), log)
             .map_err(|e| RunError(format!("worker {id}: {e}")))?;
         let tx = tx.clone();
         thread::Builder::new()
@@ -122,6 +170,27 @@ pub fn run(config: Config) -> Result<(), RunError> {
             .map_err(|e| RunError(format!("cannot start worker thread: {e}")))?;
         wakers.push(waker);
     }
+    let _ = shared.wakers.set(wakers);
+    let controller = Arc::new(
+        controller
+            .with_events(tx.clone())
+            .with_rebuild(start.rebuild),
+    );
+
+    let control = match control_socket {
+        Some(socket) => Some(
+            control::spawn(socket, controller.clone())
+                .map_err(|e| RunError(format!("cannot start control thread: {e}")))?,
+        ),
+        None => None,
+    };
+    crate::health::spawn(shared.clone())
+        .map_err(|e| RunError(format!("cannot start health checker: {e}")))?;
+    if let Some(socket) = admin_socket {
+        crate::admin::spawn(socket, shared.clone())
+            .map_err(|e| RunError(format!("cannot start admin listener: {e}")))?;
+    }
+
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
         .map_err(|e| RunError(format!("cannot handle signals: {e}")))?;
     let signal_handle = signals.handle();
@@ -137,85 +206,165 @@ pub fn run(config: Config) -> Result<(), RunError> {
         })
         .map_err(|e| RunError(format!("cannot start signal thread: {e}")))?;
     drop(tx);
-    for (l, s) in config.listeners.iter().zip(&sockets) {
-        let shown = s
+
+    for l in shared.listeners.load().iter() {
+        let shown = l
+            .socket
             .local_addr()
-            .map_or_else(|| l.listen.to_string(), |a| a.to_string());
+            .map_or_else(|| l.addr.to_string(), |a| a.to_string());
+        let pool = l.pool.load();
         tracing::info!(
             "ready: listener '{}' on {shown}, {} server(s), mode {}",
             l.name,
-            l.servers.len(),
-            l.mode
+            pool.servers.len(),
+            pool.mode
         );
     }
     tracing::info!(
         "ready: {} worker(s), at most {max_sessions} sessions, {nofile} open files allowed",
         g.workers
     );
+    if let Some(conn) = handover {
+        // We serve now: the old process may drain.
+        control::finish_takeover(conn);
+        tracing::info!("took over from the previous process; it is draining");
+    }
+    systemd::notify("READY=1");
 
-    let wake_all = || {
-        for w in &wakers {
-            let _ = w.wake();
-        }
+    let watchdog = systemd::watchdog_interval();
+    let exit_idle = g.exit_idle_time;
+    let tick = match (watchdog, exit_idle) {
+        (Some(w), _) => Some(w.min(Duration::from_secs(1))),
+        (None, Some(_)) => Some(Duration::from_millis(250)),
+        (None, None) => None,
     };
-    let mut sockets = Some(sockets);
+    let mut next_watchdog = Instant::now();
     let mut running = g.workers;
     while running > 0 {
-        match rx.recv() {
-            Ok(Msg::WorkerDone) => running -= 1,
-            Ok(Msg::Signal(SIGTERM | SIGINT)) if shared.phase() == Phase::Running => {
-                let deadline = shared
-                    .clock
-                    .now_ms()
-                    .saturating_add(millis(g.drain_timeout));
-                shared.drain_deadline_ms.store(deadline, Ordering::Relaxed);
-                shared.set_phase(Phase::Draining);
-                wake_all();
-                if let Some(sockets) = sockets.take() {
-                    remove_socket_files(&sockets);
-                }
-                tracing::info!(
-                    "stopping: no new sessions; {} open session(s) may finish within {}s (signal again to stop now)",
-                    shared.active.load(Ordering::Relaxed),
-                    g.drain_timeout.as_secs()
-                );
+        let msg = match tick {
+            Some(t) => match rx.recv_timeout(t) {
+                Ok(m) => Some(m),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            },
+            None => match rx.recv() {
+                Ok(m) => Some(m),
+                Err(_) => break,
+            },
+        };
+        if let Some(w) = watchdog {
+            if Instant::now() >= next_watchdog {
+                systemd::notify("WATCHDOG=1");
+                next_watchdog = Instant::now() + w;
             }
-            Ok(Msg::Signal(SIGTERM | SIGINT)) => {
+        }
+        if let (Some(limit), Phase::Running) = (exit_idle, shared.phase()) {
+            let idle_ms = shared
+                .clock
+                .now_ms()
+                .saturating_sub(shared.last_busy_ms.load(Ordering::Relaxed));
+            if shared.active.load(Ordering::Relaxed) == 0 && idle_ms >= millis(limit) {
+                tracing::info!(
+                    "no session for {}: exiting (--exit-idle-time)",
+                    crate::config::format_duration(limit)
+                );
+                drain(&shared, &g, false);
+            }
+        }
+        match msg {
+            None => {}
+            Some(Msg::WorkerDone) => running -= 1,
+            Some(Msg::Signal(SIGTERM | SIGINT) | Msg::Exit) if shared.phase() == Phase::Running => {
+                drain(&shared, &g, false)
+            }
+            Some(Msg::HandedOver) if shared.phase() == Phase::Running => drain(&shared, &g, true),
+            Some(Msg::Signal(SIGTERM | SIGINT) | Msg::Exit) => {
                 shared.set_phase(Phase::Stopping);
-                wake_all();
+                shared.wake_all();
                 tracing::info!("stopping now");
             }
-            Ok(Msg::Signal(SIGHUP)) => {
-                shared.log_generation.fetch_add(1, Ordering::Relaxed);
-                wake_all();
-                tracing::info!("SIGHUP: reopening logs");
+            Some(Msg::HandedOver) => {}
+            Some(Msg::Signal(SIGHUP)) => {
+                systemd::notify_reloading();
+                match controller.reload() {
+                    Ok(summary) => tracing::info!("SIGHUP: reloaded: {summary}"),
+                    Err(e) => tracing::error!(
+                        "SIGHUP: reload rejected, still running the previous configuration: {e}"
+                    ),
+                }
+                systemd::notify("READY=1");
             }
-            Ok(Msg::Signal(_)) => tracing::info!("{}", metrics::summary(&shared.counters)),
-            Err(_) => break,
+            Some(Msg::Signal(_)) => {
+                tracing::info!("{}", metrics::summary(&shared.counters));
+                if let Err(e) = controller.write_status_file() {
+                    tracing::warn!("{e}");
+                }
+            }
         }
     }
     signal_handle.close();
-    if let Some(sockets) = sockets.take() {
-        remove_socket_files(&sockets);
+    let handed_over = shared.handed_over.load(Ordering::Relaxed);
+    if !handed_over {
+        remove_socket_files(&shared);
+        if let Some(path) = control.as_ref().and_then(|c| c.path()) {
+            let _ = std::fs::remove_file(path);
+        }
     }
     if let Some(pid_file) = &g.pid_file {
-        if let Err(e) = std::fs::remove_file(pid_file) {
-            tracing::warn!("cannot remove pid file {}: {e}", pid_file.display());
+        // After a takeover the new process may have written its own pid here already.
+        let ours = std::fs::read_to_string(pid_file)
+            .is_ok_and(|s| s.trim() == std::process::id().to_string());
+        if ours {
+            if let Err(e) = std::fs::remove_file(pid_file) {
+                tracing::warn!("cannot remove pid file {}: {e}", pid_file.display());
+            }
         }
     }
     tracing::info!("stopped: {}", metrics::summary(&shared.counters));
     Ok(())
 }
 
-fn remove_socket_files(sockets: &[Arc<ListenSocket>]) {
-    for path in sockets.iter().filter_map(|s| s.path()) {
-        let _ = std::fs::remove_file(path);
+/// Stops accepting and lets open sessions finish within the drain timeout. After a handover the
+/// sockets live on in the new process: their files stay.
+fn drain(shared: &Shared, g: &crate::config::Global, handover: bool) {
+    let deadline = shared
+        .clock
+        .now_ms()
+        .saturating_add(millis(g.drain_timeout));
+    shared.drain_deadline_ms.store(deadline, Ordering::Relaxed);
+    if handover {
+        shared.handed_over.store(true, Ordering::Relaxed);
+    } else {
+        remove_socket_files(shared);
+    }
+    shared.set_phase(Phase::Draining);
+    systemd::notify("STOPPING=1");
+    shared.wake_all();
+    shared.listeners.store(Arc::new(Vec::new()));
+    tracing::info!(
+        "stopping: no new sessions; {} open session(s) may finish within {}s (signal again to stop now)",
+        shared.active.load(Ordering::Relaxed),
+        g.drain_timeout.as_secs()
+    );
+}
+
+fn remove_socket_files(shared: &Shared) {
+    for l in shared.listeners.load().iter() {
+        if let Some(path) = l.socket.path() {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
+/// Writes Pen's HTML status report to `path`.
+pub fn write_status(shared: &Shared, path: &Path) -> Result<(), String> {
+    let html = status::pen_html(&status::snapshot(shared));
+    std::fs::write(path, html)
+        .map_err(|e| format!("cannot write status file {}: {e}", path.display()))
+}
+
 /// Chroot (`-j`) then change user (`-u`), after binding and opening files.
-fn drop_privileges(config: &Config) -> Result<(), RunError> {
-    let g = &config.global;
+fn drop_privileges(g: &crate::config::Global) -> Result<(), RunError> {
     let ids = match &g.user {
         Some(user) => Some(
             sys::lookup_user(user)

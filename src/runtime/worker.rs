@@ -2,8 +2,10 @@
 //! only the listening sockets (exclusive wake-ups: one worker takes each connection), the pools'
 //! atomics and the counters; the data path takes no lock.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::io;
+use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,10 +14,9 @@ use std::time::Duration;
 use mio::event::Event;
 use mio::{Events, Interest, Poll, Token};
 
-use super::shared::{Phase, Shared};
+use super::shared::{Listener, Phase, Report, Request, SessionInfo, Shared};
 use super::PIPES_PER_WORKER;
 use crate::clock::millis;
-use crate::listener::ListenSocket;
 use crate::log::{AccessLog, Entry};
 use crate::metrics::{Counters, End};
 use crate::proxy::flow::Pools;
@@ -25,7 +26,7 @@ use crate::sys;
 
 /// Token of the waker that tells a worker to look at the shared phase.
 pub const WAKER: Token = Token(usize::MAX);
-/// Listener `i` is registered with token `LISTENER_BASE + i`.
+/// Listener with id `i` is registered with token `LISTENER_BASE + i`.
 const LISTENER_BASE: usize = 1 << 60;
 const GEN_BITS: u32 = 24;
 const GEN_MASK: u32 = (1 << GEN_BITS) - 1;
@@ -37,6 +38,8 @@ const SWEEP_MS: u64 = 250;
 const EMFILE_PAUSE_MS: u64 = 100;
 /// Free copy buffers a worker keeps for the next burst (16 KiB each).
 const BUFFERS_PER_WORKER: usize = 64;
+/// Recently accepted clients a worker remembers for `recent`.
+const RECENT: usize = 256;
 
 fn token(idx: usize, gen: u32, side: usize) -> Token {
     Token(((gen as usize) << 32) | (idx << 1) | side)
@@ -51,8 +54,8 @@ struct Slot {
     session: Option<Session>,
 }
 
-/// A pending connect timeout.
-#[derive(Clone, Copy)]
+/// A pending connect timeout, ordered by deadline.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Timer {
     deadline: u64,
     idx: u32,
@@ -62,7 +65,7 @@ struct Timer {
 
 /// A listener as one worker sees it.
 struct WorkerListener {
-    socket: Option<Arc<ListenSocket>>,
+    listener: Arc<Listener>,
     /// Paused (deregistered) until this time after EMFILE; 0 = active.
     paused_until: u64,
 }
@@ -72,12 +75,14 @@ pub struct Worker {
     poll: Poll,
     shared: Arc<Shared>,
     listeners: Vec<WorkerListener>,
+    /// Address of the shared listener list this worker last registered (compared, never used).
+    listeners_seen: usize,
     slots: Vec<Slot>,
     free: Vec<u32>,
     live: usize,
     pools: Pools,
-    /// Connect deadlines per listener, in the order they were set.
-    timers: Vec<VecDeque<Timer>>,
+    /// Connect deadlines, earliest first.
+    timers: BinaryHeap<Reverse<Timer>>,
     log: Option<AccessLog>,
     rng: u64,
     draining: bool,
@@ -86,6 +91,10 @@ pub struct Worker {
     /// Sessions (index, generation) to drive again next turn, and the list being driven now.
     again: Vec<(u32, u32)>,
     again_now: Vec<(u32, u32)>,
+    /// The waker fired: look at the inbox, the listeners and the log.
+    woken: bool,
+    next_session: u64,
+    recent: VecDeque<(IpAddr, u64)>,
 }
 
 impl Worker {
@@ -95,32 +104,30 @@ impl Worker {
         id: usize,
         poll: Poll,
         shared: Arc<Shared>,
-        sockets: &[Arc<ListenSocket>],
         log: Option<std::fs::File>,
     ) -> io::Result<Worker> {
-        let log = match (&shared.access_log, log) {
-            (Some(path), Some(file)) => Some(AccessLog::new(
-                path,
-                file,
-                shared.log_generation.load(Ordering::Relaxed),
-            )),
-            _ => None,
+        let log = {
+            let settings = shared.access_log.lock().unwrap_or_else(|e| e.into_inner());
+            match (&settings.0, log) {
+                (Some(path), Some(file)) => Some(AccessLog::new(
+                    path,
+                    file,
+                    settings.1,
+                    shared.log_generation.load(Ordering::Relaxed),
+                )),
+                _ => None,
+            }
         };
         let mut w = Worker {
             id,
             poll,
-            listeners: sockets
-                .iter()
-                .map(|s| WorkerListener {
-                    socket: Some(s.clone()),
-                    paused_until: 0,
-                })
-                .collect(),
+            listeners: Vec::new(),
+            listeners_seen: 0,
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
             pools: Pools::new(BUFFERS_PER_WORKER, PIPES_PER_WORKER, shared.splice),
-            timers: sockets.iter().map(|_| VecDeque::new()).collect(),
+            timers: BinaryHeap::new(),
             log,
             rng: 0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) << 17) ^ crate::clock::unix_time(),
             draining: false,
@@ -128,11 +135,12 @@ impl Worker {
             doomed: Vec::new(),
             again: Vec::new(),
             again_now: Vec::new(),
+            woken: false,
+            next_session: 0,
+            recent: VecDeque::with_capacity(RECENT),
             shared,
         };
-        for i in 0..w.listeners.len() {
-            w.register_listener(i)?;
-        }
+        w.sync_listeners()?;
         Ok(w)
     }
 
@@ -140,21 +148,54 @@ impl Worker {
         &self.shared.counters[self.id]
     }
 
-    fn register_listener(&mut self, i: usize) -> io::Result<()> {
-        if let Some(sock) = &self.listeners[i].socket {
-            sys::epoll_add_exclusive(
-                self.poll.as_raw_fd(),
-                sock.as_fd(),
-                (LISTENER_BASE + i) as u64,
-            )?;
-        }
-        Ok(())
+    fn register_listener(&self, i: usize) -> io::Result<()> {
+        let l = &self.listeners[i].listener;
+        sys::epoll_add_exclusive(
+            self.poll.as_raw_fd(),
+            l.socket.as_fd(),
+            (LISTENER_BASE + l.id as usize) as u64,
+        )
     }
 
-    fn deregister_listener(&mut self, i: usize) {
-        if let Some(sock) = &self.listeners[i].socket {
-            let _ = sys::epoll_del(self.poll.as_raw_fd(), sock.as_fd());
+    fn deregister_listener(&self, i: usize) {
+        let _ = sys::epoll_del(
+            self.poll.as_raw_fd(),
+            self.listeners[i].listener.socket.as_fd(),
+        );
+    }
+
+    /// Registers listeners that appeared in the shared list and lets go of those that left it.
+    /// Sessions of a removed listener carry on: they hold their pool, not the listener.
+    fn sync_listeners(&mut self) -> io::Result<()> {
+        let current = self.shared.listeners.load_full();
+        let seen = Arc::as_ptr(&current) as usize;
+        if seen == self.listeners_seen || self.draining {
+            return Ok(());
         }
+        self.listeners_seen = seen;
+        let mut i = 0;
+        while i < self.listeners.len() {
+            let id = self.listeners[i].listener.id;
+            if current.iter().any(|l| l.id == id) {
+                i += 1;
+                continue;
+            }
+            if self.listeners[i].paused_until == 0 {
+                self.deregister_listener(i);
+            }
+            self.listeners.swap_remove(i);
+        }
+        for l in current.iter() {
+            if self.listeners.iter().any(|w| w.listener.id == l.id) {
+                continue;
+            }
+            self.listeners.push(WorkerListener {
+                listener: l.clone(),
+                paused_until: 0,
+            });
+            self.register_listener(self.listeners.len() - 1)?;
+        }
+        Ok(())
     }
 
     /// Runs the event loop until the worker has drained or is told to stop.
@@ -196,10 +237,7 @@ impl Worker {
         if !self.again.is_empty() {
             return Some(now);
         }
-        let timers = self
-            .timers
-            .iter()
-            .filter_map(|q| q.front().map(|t| t.deadline));
+        let timers = self.timers.peek().map(|t| t.0.deadline).into_iter();
         let pauses = self
             .listeners
             .iter()
@@ -216,10 +254,14 @@ impl Worker {
     fn dispatch(&mut self, ev: &Event, now: u64) {
         let t = ev.token();
         if t == WAKER {
+            self.woken = true;
             return;
         }
         if t.0 >= LISTENER_BASE {
-            self.accept(t.0 - LISTENER_BASE, now);
+            let id = (t.0 - LISTENER_BASE) as u64;
+            if let Some(i) = self.listeners.iter().position(|l| l.listener.id == id) {
+                self.accept(i, now);
+            }
             return;
         }
         let (idx, gen, side) = decode(t);
@@ -261,6 +303,7 @@ impl Worker {
                     return;
                 }
                 s.connected(now);
+                self.shared.counters[self.id].connected(s.connect_time_us());
             }
         }
         self.drive(idx, now);
@@ -293,12 +336,10 @@ impl Worker {
     // === accept ===
 
     fn accept(&mut self, li: usize, now: u64) {
-        let Some(sock) = self.listeners[li].socket.clone() else {
-            return;
-        };
+        let listener = self.listeners[li].listener.clone();
         for _ in 0..self.shared.accept_batch {
-            match sock.accept() {
-                Ok((stream, peer)) => self.open(li, stream, peer, now),
+            match listener.socket.accept() {
+                Ok((stream, peer)) => self.open(&listener, stream, peer, now),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e)
                     if matches!(
@@ -321,15 +362,29 @@ impl Worker {
         }
     }
 
-    fn open(&mut self, li: usize, stream: Stream, peer: Peer, now: u64) {
+    fn open(&mut self, listener: &Listener, stream: Stream, peer: Peer, now: u64) {
         Counters::add(&self.counters().accepted, 1);
-        if self.shared.active.fetch_add(1, Ordering::Relaxed) >= self.shared.max_sessions {
+        if let Some(ip) = peer.ip() {
+            if self.recent.len() == RECENT {
+                self.recent.pop_front();
+            }
+            self.recent.push_back((ip, crate::clock::unix_time()));
+        }
+        let max = self.shared.max_sessions.load(Ordering::Relaxed);
+        if self.shared.active.fetch_add(1, Ordering::Relaxed) >= max {
             self.shared.active.fetch_sub(1, Ordering::Relaxed);
             self.counters().ended(End::Refused);
             self.log_line(&peer, None, 0, 0, 0, End::Refused);
             return;
         }
-        let pool = self.shared.pools[li].load_full();
+        let pool = listener.pool.load_full();
+        let denied = !pool.admits(peer.ip());
+        if denied && pool.abuse.is_none() {
+            self.shared.active.fetch_sub(1, Ordering::Relaxed);
+            self.counters().ended(End::Denied);
+            self.log_line(&peer, None, 0, 0, 0, End::Denied);
+            return;
+        }
         let idx = match self.free.pop() {
             Some(i) => i as usize,
             None => {
@@ -342,7 +397,10 @@ impl Worker {
         };
         self.live += 1;
         let gen = self.slots[idx].gen;
-        let mut session = Session::new(pool, li, stream, peer, now);
+        let id = self.next_session * self.shared.counters.len() as u64 + self.id as u64;
+        self.next_session += 1;
+        let mut session = Session::new(pool, id, stream, peer, now);
+        session.denied = denied;
         let registered = self.poll.registry().register(
             session.client.source(),
             token(idx, gen, CLIENT),
@@ -354,12 +412,12 @@ impl Worker {
             self.close(idx, End::Error, now);
             return;
         }
-        self.connect(idx, li, now);
+        self.connect(idx, now);
     }
 
     // === connect ===
 
-    fn connect(&mut self, idx: usize, li: usize, now: u64) {
+    fn connect(&mut self, idx: usize, now: u64) {
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
@@ -377,12 +435,12 @@ impl Worker {
         ) {
             Ok(deadline) => {
                 let seq = s.attempt_seq();
-                self.timers[li].push_back(Timer {
+                self.timers.push(Reverse(Timer {
                     deadline,
                     idx: idx as u32,
                     gen,
                     seq,
-                });
+                }));
             }
             Err(end) => self.close(idx, end, now),
         }
@@ -394,33 +452,26 @@ impl Worker {
             return;
         };
         s.connect_failed(now, why, counters);
-        let li = self.listener_of(idx);
-        self.connect(idx, li, now);
-    }
-
-    fn listener_of(&self, idx: usize) -> usize {
-        self.slots[idx].session.as_ref().map_or(0, |s| s.listener)
+        self.connect(idx, now);
     }
 
     /// Fails connects past their deadline; drops timers whose session moved on.
     fn expire_connects(&mut self, now: u64) {
-        for li in 0..self.timers.len() {
-            while let Some(&t) = self.timers[li].front() {
-                let live = match &self.slots.get(t.idx as usize) {
-                    Some(Slot {
-                        gen,
-                        session: Some(s),
-                    }) => *gen == t.gen && !s.connected && s.attempt_seq() == t.seq,
-                    _ => false,
-                };
-                if live && t.deadline > now {
-                    break;
-                }
-                self.timers[li].pop_front();
-                if live {
-                    let why = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
-                    self.retry_connect(t.idx as usize, now, &why);
-                }
+        while let Some(&Reverse(t)) = self.timers.peek() {
+            let live = match &self.slots.get(t.idx as usize) {
+                Some(Slot {
+                    gen,
+                    session: Some(s),
+                }) => *gen == t.gen && !s.connected && s.attempt_seq() == t.seq,
+                _ => false,
+            };
+            if live && t.deadline > now {
+                break;
+            }
+            self.timers.pop();
+            if live {
+                let why = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
+                self.retry_connect(t.idx as usize, now, &why);
             }
         }
     }
@@ -457,10 +508,15 @@ impl Worker {
         self.doomed.clear();
     }
 
-    /// Applies the shared phase (drain, stop) and log reopening; returns true when the worker ends.
+    /// Applies the shared phase (drain, stop), and, after a wake-up, log reopening, listener
+    /// changes and the control thread's requests. Returns true when the worker ends.
     fn follow_phase(&mut self, now: u64) -> bool {
-        if let Some(log) = &mut self.log {
-            log.reopen_if(self.shared.log_generation.load(Ordering::Relaxed));
+        if std::mem::take(&mut self.woken) {
+            self.follow_log();
+            if let Err(e) = self.sync_listeners() {
+                tracing::warn!("worker {}: cannot register a listener: {e}", self.id);
+            }
+            self.answer(now);
         }
         for i in 0..self.listeners.len() {
             let p = self.listeners[i].paused_until;
@@ -486,16 +542,97 @@ impl Worker {
         }
     }
 
+    /// Reopens, opens or closes the access log after its settings moved on.
+    fn follow_log(&mut self) {
+        let generation = self.shared.log_generation.load(Ordering::Relaxed);
+        if self
+            .log
+            .as_ref()
+            .is_some_and(|l| l.generation() == generation)
+        {
+            return;
+        }
+        let (path, format) = self
+            .shared
+            .access_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(log) = &mut self.log {
+            log.flush();
+        }
+        self.log = match path {
+            Some(path) => match AccessLog::open(&path, format, generation) {
+                Ok(log) => Some(log),
+                Err(e) => {
+                    tracing::warn!("cannot open access log {}: {e}", path.display());
+                    None
+                }
+            },
+            None => None,
+        };
+    }
+
+    /// Answers the control thread.
+    fn answer(&mut self, now: u64) {
+        let requests = std::mem::take(
+            &mut *self.shared.inboxes[self.id]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for r in requests {
+            match r {
+                Request::Report(reply) => {
+                    let sessions = self
+                        .slots
+                        .iter()
+                        .filter_map(|slot| slot.session.as_ref())
+                        .map(|s| SessionInfo {
+                            id: s.id,
+                            listener: s.pool.name.clone(),
+                            client: s.peer.to_string_with_port(),
+                            server: s.server.as_ref().map(|sv| sv.addr().to_string()),
+                            age_ms: now.saturating_sub(s.started_ms),
+                            bytes_in: s.up.bytes,
+                            bytes_out: s.down.bytes,
+                            state: if !s.connected {
+                                "connecting"
+                            } else if s.is_half_closed() {
+                                "half-closed"
+                            } else {
+                                "open"
+                            },
+                        })
+                        .collect();
+                    let _ = reply.send(Report {
+                        sessions,
+                        recent: self.recent.iter().copied().collect(),
+                    });
+                }
+                Request::Close(id, reply) => {
+                    let found = self
+                        .slots
+                        .iter()
+                        .position(|slot| slot.session.as_ref().is_some_and(|s| s.id == id));
+                    if let Some(idx) = found {
+                        self.close(idx, End::Closed, now);
+                    }
+                    let _ = reply.send(found.is_some());
+                }
+            }
+        }
+    }
+
     fn start_drain(&mut self, now: u64) {
         self.draining = true;
         for i in 0..self.listeners.len() {
-            // Take what the kernel already accepted for us before letting go of the socket.
+            // Take what the kernel already queued for us before letting go of the socket.
             if self.listeners[i].paused_until == 0 {
                 self.accept(i, now);
                 self.deregister_listener(i);
             }
-            self.listeners[i].socket = None;
         }
+        self.listeners.clear();
         tracing::debug!("worker {}: draining {} session(s)", self.id, self.live);
     }
 
@@ -517,9 +654,11 @@ impl Worker {
         let server = s.server.take();
         if let Some(sv) = &server {
             sv.session_ended();
+            sv.count_bytes(s.up.bytes, s.down.bytes);
         }
         s.release(&mut self.pools);
         self.shared.active.fetch_sub(1, Ordering::Relaxed);
+        self.shared.last_busy_ms.store(now, Ordering::Relaxed);
         let c = &self.shared.counters[self.id];
         c.ended(end);
         Counters::add(&c.bytes_in, s.up.bytes);

@@ -1,0 +1,216 @@
+//! Pen's access control lists: ten numbered lists (0-9) of `permit|deny` entries, checked in order.
+//! The first entry that matches decides; when none matches, the answer is the opposite of the last
+//! entry (a list ending in `permit X` denies everyone else); an empty list permits everyone.
+//!
+//! Entries are `IPv4 [MASK]` (dotted mask, default /32), `IPv4/LEN`, or `IPv6[/LEN]` (default /128).
+//! An IPv4 client seen as an IPv4-mapped IPv6 address is matched as IPv4.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// How many lists there are (numbered 0 to 9, as in Pen).
+pub const LISTS: usize = 10;
+
+/// One network: an address and a prefix length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Net {
+    V4(u32, u8),
+    V6(u128, u8),
+}
+
+impl Net {
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (self, canonical(ip)) {
+            (Net::V4(net, len), IpAddr::V4(a)) => {
+                let mask = if *len == 0 { 0 } else { u32::MAX << (32 - len) };
+                u32::from(a) & mask == net & mask
+            }
+            (Net::V6(net, len), IpAddr::V6(a)) => {
+                let mask = if *len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - len)
+                };
+                u128::from(a) & mask == net & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Net {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Net::V4(a, len) => write!(f, "{}/{len}", Ipv4Addr::from(*a)),
+            Net::V6(a, len) => write!(f, "{}/{len}", Ipv6Addr::from(*a)),
+        }
+    }
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// One entry of a list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub permit: bool,
+    pub net: Net,
+}
+
+impl fmt::Display for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let word = if self.permit { "permit" } else { "deny" };
+        write!(f, "{word} {}", self.net)
+    }
+}
+
+/// One list.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Acl {
+    pub entries: Vec<Entry>,
+}
+
+impl Acl {
+    /// Whether the list lets `ip` through (Pen's rule; see the module notes).
+    pub fn permits(&self, ip: IpAddr) -> bool {
+        match self.entries.iter().find(|e| e.net.contains(ip)) {
+            Some(e) => e.permit,
+            None => self.entries.last().is_none_or(|last| !last.permit),
+        }
+    }
+}
+
+/// The ten lists, as configured.
+pub type Acls = [Acl; LISTS];
+
+/// Parses a list number `0`..`9`.
+pub fn parse_list(s: &str) -> Result<u8, String> {
+    match s.parse::<u8>() {
+        Ok(n) if (n as usize) < LISTS => Ok(n),
+        _ => Err(format!("'{s}' is not an ACL number (0-9)")),
+    }
+}
+
+/// Parses the words after `acl N`: `permit|deny ADDR [MASK]`.
+pub fn parse_entry(words: &[&str]) -> Result<Entry, String> {
+    let (permit, rest) = match words.split_first() {
+        Some((&"permit", rest)) => (true, rest),
+        Some((&"deny", rest)) => (false, rest),
+        Some((w, _)) => return Err(format!("'{w}' is not permit or deny")),
+        None => return Err("needs permit or deny and an address".into()),
+    };
+    let net = match rest {
+        [addr] => parse_net(addr, None)?,
+        [addr, mask] => parse_net(addr, Some(mask))?,
+        [] => return Err("needs an address".into()),
+        [_, _, extra, ..] => return Err(format!("unexpected '{extra}'")),
+    };
+    Ok(Entry { permit, net })
+}
+
+fn parse_net(addr: &str, mask: Option<&str>) -> Result<Net, String> {
+    let (ip, len) = match addr.split_once('/') {
+        Some((ip, len)) => (ip, Some(len)),
+        None => (addr, None),
+    };
+    let ip: IpAddr = ip
+        .parse()
+        .map_err(|_| format!("'{ip}' is not an IP address"))?;
+    match ip {
+        IpAddr::V4(v4) => {
+            let len = match (len, mask) {
+                (Some(_), Some(m)) => {
+                    return Err(format!("'{addr}' has a length and a mask '{m}'"))
+                }
+                (Some(len), None) => prefix(len, 32)?,
+                (None, Some(m)) => dotted_mask(m)?,
+                (None, None) => 32,
+            };
+            Ok(Net::V4(u32::from(v4), len))
+        }
+        IpAddr::V6(v6) => {
+            if let Some(m) = mask {
+                return Err(format!("unexpected '{m}' (IPv6 takes ADDR/LEN)"));
+            }
+            let len = len.map_or(Ok(128), |l| prefix(l, 128))?;
+            Ok(Net::V6(u128::from(v6), len))
+        }
+    }
+}
+
+fn prefix(s: &str, max: u8) -> Result<u8, String> {
+    s.parse::<u8>()
+        .ok()
+        .filter(|&n| n <= max)
+        .ok_or_else(|| format!("'/{s}' is not a prefix length (0-{max})"))
+}
+
+fn dotted_mask(s: &str) -> Result<u8, String> {
+    let m: Ipv4Addr = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a dotted mask"))?;
+    let m = u32::from(m);
+    let len = m.leading_ones();
+    if m.checked_shl(len).unwrap_or(0) != 0 {
+        return Err(format!("'{s}' is not a contiguous mask"));
+    }
+    Ok(len as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acl(lines: &[&str]) -> Acl {
+        Acl {
+            entries: lines
+                .iter()
+                .map(|l| parse_entry(&l.split_whitespace().collect::<Vec<_>>()).unwrap())
+                .collect(),
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn first_match_wins_and_no_match_is_the_opposite_of_the_last_entry() {
+        let a = acl(&["deny 10.1.0.0 255.255.0.0", "permit 10.0.0.0/8"]);
+        assert!(!a.permits(ip("10.1.2.3")));
+        assert!(a.permits(ip("10.2.3.4")));
+        assert!(
+            !a.permits(ip("192.168.1.1")),
+            "last entry permits, so others are denied"
+        );
+        let b = acl(&["deny 127.0.0.2"]);
+        assert!(!b.permits(ip("127.0.0.2")));
+        assert!(b.permits(ip("127.0.0.1")));
+        assert!(Acl::default().permits(ip("1.2.3.4")));
+    }
+
+    #[test]
+    fn ipv6_prefixes_and_mapped_ipv4_clients() {
+        let a = acl(&["permit ::1", "permit 2001:db8::/32"]);
+        assert!(a.permits(ip("::1")));
+        assert!(a.permits(ip("2001:db8:1::5")));
+        assert!(!a.permits(ip("2001:db9::1")));
+        let b = acl(&["deny 127.0.0.0/8"]);
+        assert!(!b.permits(ip("::ffff:127.0.0.1")));
+    }
+
+    #[test]
+    fn bad_entries_name_what_is_wrong() {
+        let e = |l: &str| parse_entry(&l.split_whitespace().collect::<Vec<_>>()).unwrap_err();
+        assert!(e("allow 1.2.3.4").contains("allow"));
+        assert!(e("permit 1.2.3").contains("1.2.3"));
+        assert!(e("permit 1.2.3.4 255.0.255.0").contains("contiguous"));
+        assert!(e("permit 10.0.0.0/33").contains("/33"));
+        assert!(e("permit ::1 64").contains("64"));
+        assert!(parse_list("10").is_err());
+    }
+}

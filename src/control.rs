@@ -1,0 +1,699 @@
+//! The control socket: Pen's framing (a client connects, sends one command line, reads the reply
+//! until the server closes), so `penctl`, `nc` and `quill ctl` all work. One thread, off the data
+//! path; each connection is served with blocking I/O under short timeouts.
+//!
+//! Safety rules: the Unix socket is created mode 0600; TCP is bound only to loopback unless
+//! `control_acl` is set, and then the ACL is checked for every client; commands that name files
+//! and the takeover handshake are refused over TCP.
+//!
+//! Takeover: a new process sends `takeover` over the Unix socket and receives every listening
+//! socket (and this control socket) by SCM_RIGHTS, with their names as a JSON line. Once it serves,
+//! it writes `done` on the same connection and this process drains; if the connection closes
+//! first, nothing changes here.
+
+use std::io::{self, BufRead, BufReader, IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+use serde_json::{json, Value};
+
+use crate::addr::ListenAddr;
+use crate::command::{self, Action, Command, Request as Line, Setting};
+use crate::runtime::controller::Controller;
+use crate::runtime::shared::{Report, Request};
+use crate::runtime::Msg;
+use crate::status;
+use crate::systemd::Inherited;
+
+/// Where `quill ctl` looks when no `--socket` is given (and `QUILL_SOCKET` is unset).
+pub const DEFAULT_SOCKET: &str = "/run/quill/quill.sock";
+/// The name the control socket has among handed-over sockets.
+const CONTROL_NAME: &str = "control";
+/// Longest command line accepted.
+const MAX_LINE: usize = 4096;
+/// How long a client may take to send its line, and to read the reply.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the old process waits for the new one to say it serves.
+const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most sockets one takeover hands over.
+const MAX_FDS: usize = 64;
+
+/// The control listening socket.
+pub enum ControlSocket {
+    Unix(UnixListener, PathBuf),
+    Tcp(TcpListener),
+}
+
+impl ControlSocket {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            ControlSocket::Unix(l, _) => l.as_fd(),
+            ControlSocket::Tcp(l) => l.as_fd(),
+        }
+    }
+}
+
+/// A running control thread.
+pub struct ControlHandle {
+    path: Option<PathBuf>,
+}
+
+impl ControlHandle {
+    /// The socket file, removed at exit unless a new process took it over.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+}
+
+/// Opens the control socket at `addr`, or takes the inherited one named `control` or bound there.
+pub fn open(addr: &ListenAddr, inherited: &mut Vec<Inherited>) -> io::Result<ControlSocket> {
+    if let Some(i) = inherited
+        .iter()
+        .position(|s| s.name.as_deref() == Some(CONTROL_NAME))
+    {
+        let fd = inherited.remove(i).fd;
+        return Ok(match addr {
+            ListenAddr::Unix(p) => ControlSocket::Unix(UnixListener::from(fd), p.clone()),
+            ListenAddr::Tcp(_) => ControlSocket::Tcp(TcpListener::from(fd)),
+        });
+    }
+    match addr {
+        ListenAddr::Tcp(a) => Ok(ControlSocket::Tcp(TcpListener::bind(a)?)),
+        ListenAddr::Unix(path) => {
+            if path.exists() {
+                if UnixStream::connect(path).is_ok() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        "a running process serves it (use --takeover to replace it)",
+                    ));
+                }
+                std::fs::remove_file(path)?;
+            }
+            // Created 0600 from the start: no window where others could connect.
+            let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+            let bound = UnixListener::bind(path);
+            rustix::process::umask(old);
+            Ok(ControlSocket::Unix(bound?, path.clone()))
+        }
+    }
+}
+
+/// Starts the control thread.
+pub fn spawn(socket: ControlSocket, controller: Arc<Controller>) -> io::Result<ControlHandle> {
+    let path = match &socket {
+        ControlSocket::Unix(_, p) => Some(p.clone()),
+        ControlSocket::Tcp(_) => None,
+    };
+    match &socket {
+        ControlSocket::Unix(l, _) => l.set_nonblocking(true)?,
+        ControlSocket::Tcp(l) => l.set_nonblocking(true)?,
+    }
+    let poll = Poll::new()?;
+    poll.registry().register(
+        &mut SourceFd(&socket.fd().as_raw_fd()),
+        Token(0),
+        Interest::READABLE,
+    )?;
+    thread::Builder::new()
+        .name("quill-control".into())
+        .spawn(move || serve(socket, poll, &controller))?;
+    Ok(ControlHandle { path })
+}
+
+fn serve(socket: ControlSocket, mut poll: Poll, controller: &Controller) {
+    let mut events = Events::with_capacity(8);
+    let shared = controller.shared().clone();
+    loop {
+        if shared.handed_over.load(Ordering::Relaxed) {
+            // The new process owns the socket now; closing our copy leaves it working.
+            return;
+        }
+        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(500))) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!("control socket: {e}");
+                return;
+            }
+        }
+        loop {
+            let accepted = match &socket {
+                ControlSocket::Unix(l, _) => l.accept().map(|(s, _)| Conn::Unix(s)),
+                ControlSocket::Tcp(l) => l.accept().map(|(s, a)| Conn::Tcp(s, a.ip())),
+            };
+            match accepted {
+                Ok(conn) => {
+                    if let Err(e) = handle(conn, &socket, controller) {
+                        tracing::debug!("control client: {e}");
+                    }
+                    if shared.handed_over.load(Ordering::Relaxed) {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    tracing::warn!("control socket accept: {e}");
+                    thread::sleep(Duration::from_millis(100));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+enum Conn {
+    Unix(UnixStream),
+    Tcp(TcpStream, IpAddr),
+}
+
+impl Conn {
+    fn stream(&mut self) -> &mut dyn ReadWrite {
+        match self {
+            Conn::Unix(s) => s,
+            Conn::Tcp(s, _) => s,
+        }
+    }
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// Reads one line (without its end), at most `MAX_LINE` bytes.
+fn read_line(r: &mut dyn Read) -> io::Result<String> {
+    let mut reader = BufReader::new(r.take(MAX_LINE as u64 + 1));
+    let mut line = Vec::new();
+    reader.read_until(b'\n', &mut line)?;
+    if line.len() > MAX_LINE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "command line too long",
+        ));
+    }
+    String::from_utf8(line)
+        .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "command is not UTF-8"))
+}
+
+fn handle(mut conn: Conn, socket: &ControlSocket, controller: &Controller) -> io::Result<()> {
+    match &conn {
+        Conn::Unix(s) => {
+            s.set_nonblocking(false)?;
+            s.set_read_timeout(Some(IO_TIMEOUT))?;
+            s.set_write_timeout(Some(IO_TIMEOUT))?;
+        }
+        Conn::Tcp(s, _) => {
+            s.set_nonblocking(false)?;
+            s.set_read_timeout(Some(IO_TIMEOUT))?;
+            s.set_write_timeout(Some(IO_TIMEOUT))?;
+        }
+    }
+    let local = matches!(conn, Conn::Unix(_));
+    let config = controller.config();
+    if let Conn::Tcp(_, ip) = &conn {
+        let allowed = match config.global.control_acl {
+            Some(n) => config.global.acls[n as usize].permits(*ip),
+            None => ip.is_loopback(),
+        };
+        if !allowed {
+            tracing::info!("control client {ip} denied by control_acl");
+            return conn.stream().write_all(b"error: denied\n");
+        }
+    }
+    let line = match read_line(conn.stream()) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = conn.stream().write_all(format!("error: {e}\n").as_bytes());
+            return Err(e);
+        }
+    };
+    let reply = match command::parse_request(&line) {
+        Err(e) => Reply::Error(e.0, false),
+        Ok(req) if req.action.local_only() && !local => Reply::Error(
+            format!("'{line}' is accepted only over the Unix control socket"),
+            req.json,
+        ),
+        Ok(Line {
+            action: Action::Takeover,
+            ..
+        }) => {
+            if let Conn::Unix(s) = &conn {
+                return hand_over(s, socket, controller);
+            }
+            Reply::Error("takeover needs the Unix control socket".into(), false)
+        }
+        Ok(req) => execute(&req, controller),
+    };
+    conn.stream().write_all(reply.render().as_bytes())
+}
+
+/// A reply: text for people and penctl, or JSON for scripts.
+enum Reply {
+    Text(String, Value, bool),
+    Error(String, bool),
+}
+
+impl Reply {
+    fn render(&self) -> String {
+        match self {
+            Reply::Text(text, _, false) => text.clone(),
+            Reply::Text(_, value, true) => format!("{value}\n"),
+            Reply::Error(msg, false) => format!("error: {msg}\n"),
+            Reply::Error(msg, true) => format!("{}\n", json!({ "error": msg })),
+        }
+    }
+}
+
+fn ok(json: bool, text: String, value: Value) -> Reply {
+    Reply::Text(text, value, json)
+}
+
+fn execute(req: &Line, controller: &Controller) -> Reply {
+    let json = req.json;
+    let shared = controller.shared();
+    let listener = req.listener.as_deref();
+    match &req.action {
+        Action::Set(cmd) => match controller.set(listener, cmd) {
+            Ok(note) => {
+                after_set(cmd, controller);
+                ok(json, String::new(), json!({ "ok": true, "note": note }))
+            }
+            Err(e) => Reply::Error(e, json),
+        },
+        Action::Show(setting) => match show(*setting, listener, controller) {
+            Ok((text, value)) => ok(json, format!("{text}\n"), value),
+            Err(e) => Reply::Error(e, json),
+        },
+        Action::Servers => {
+            let snap = status::snapshot(shared);
+            let Some(l) = pick_listener(&snap, listener) else {
+                return Reply::Error(listener_error(listener, snap.listeners.len()), json);
+            };
+            let mut text = String::new();
+            for s in &l.servers {
+                text += &status::pen_server_line(s);
+            }
+            ok(
+                json,
+                text,
+                serde_json::to_value(&l.servers).unwrap_or(Value::Null),
+            )
+        }
+        Action::Status => {
+            let snap = status::snapshot(shared);
+            if let Err(e) = controller.write_status_file() {
+                tracing::warn!("{e}");
+            }
+            let value = serde_json::to_value(&snap).unwrap_or(Value::Null);
+            ok(json, status::pen_html(&snap), value)
+        }
+        Action::Recent(secs) => {
+            let now = crate::clock::unix_time();
+            let mut seen: Vec<(IpAddr, u64, u64)> = Vec::new();
+            for report in shared.ask_all(Request::Report) {
+                for (ip, t) in report.recent {
+                    if now.saturating_sub(t) > *secs {
+                        continue;
+                    }
+                    match seen.iter_mut().find(|(i, _, _)| *i == ip) {
+                        Some(e) => {
+                            e.1 += 1;
+                            e.2 = e.2.max(t);
+                        }
+                        None => seen.push((ip, 1, t)),
+                    }
+                }
+            }
+            seen.sort_by_key(|e| std::cmp::Reverse(e.2));
+            let text: String = seen
+                .iter()
+                .map(|(ip, n, t)| {
+                    format!("{ip} connects {n} last {}s ago\n", now.saturating_sub(*t))
+                })
+                .collect();
+            let value: Vec<Value> = seen
+                .iter()
+                .map(|(ip, n, t)| json!({ "client": ip.to_string(), "connects": n, "last": t }))
+                .collect();
+            ok(json, text, Value::Array(value))
+        }
+        Action::Connections | Action::Connection(_) => {
+            let mut sessions: Vec<_> = shared
+                .ask_all(Request::Report)
+                .into_iter()
+                .flat_map(|r: Report| r.sessions)
+                .collect();
+            sessions.sort_by_key(|s| s.id);
+            if let Action::Connection(n) = req.action {
+                sessions.retain(|s| s.id == n);
+                if sessions.is_empty() {
+                    return Reply::Error(format!("no connection {n}"), json);
+                }
+            }
+            let text: String = sessions
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} listener {} client {} server {} age {}s in {} out {} {}\n",
+                        s.id,
+                        s.listener,
+                        s.client,
+                        s.server.as_deref().unwrap_or("-"),
+                        s.age_ms / 1000,
+                        s.bytes_in,
+                        s.bytes_out,
+                        s.state
+                    )
+                })
+                .collect();
+            let value: Vec<Value> = sessions
+                .iter()
+                .map(|s| {
+                    json!({ "id": s.id, "listener": s.listener, "client": s.client,
+                        "server": s.server, "age_ms": s.age_ms, "bytes_in": s.bytes_in,
+                        "bytes_out": s.bytes_out, "state": s.state })
+                })
+                .collect();
+            ok(json, text, Value::Array(value))
+        }
+        Action::Close(n) => {
+            let n = *n;
+            if shared.ask_all(|tx| Request::Close(n, tx)).contains(&true) {
+                ok(json, String::new(), json!({ "ok": true }))
+            } else {
+                Reply::Error(format!("no connection {n}"), json)
+            }
+        }
+        Action::Pid => {
+            let pid = std::process::id();
+            ok(json, format!("{pid}\n"), json!({ "pid": pid }))
+        }
+        Action::Exit => {
+            if !controller.config().global.allow_exit {
+                return Reply::Error("exit is not allowed (start Quill with -X)".into(), json);
+            }
+            controller.send(Msg::Exit);
+            ok(json, String::new(), json!({ "ok": true }))
+        }
+        Action::Write(path) => {
+            let config = controller.config();
+            let Some(path) = path.clone().or(config.global.command_file.clone()) else {
+                return Reply::Error("write needs a FILE (no -F file to default to)".into(), json);
+            };
+            match std::fs::write(&path, config.to_commands()) {
+                Ok(()) => ok(json, String::new(), json!({ "ok": true, "file": path })),
+                Err(e) => Reply::Error(format!("cannot write {}: {e}", path.display()), json),
+            }
+        }
+        Action::Include(path) => match controller.include(path) {
+            Ok(note) => ok(json, String::new(), json!({ "ok": true, "note": note })),
+            Err(e) => Reply::Error(e, json),
+        },
+        Action::Reload => match controller.reload() {
+            Ok(note) => ok(
+                json,
+                format!("reloaded: {note}\n"),
+                json!({ "ok": true, "note": note }),
+            ),
+            Err(e) => Reply::Error(format!("reload rejected: {e}"), json),
+        },
+        Action::Takeover | Action::TakeoverDone => Reply::Error(
+            "takeover is a conversation between Quill processes".into(),
+            json,
+        ),
+    }
+}
+
+/// Commands whose effect is more than a configuration change.
+fn after_set(cmd: &Command, controller: &Controller) {
+    if let Command::WebStats(Some(_)) = cmd {
+        if let Err(e) = controller.write_status_file() {
+            tracing::warn!("{e}");
+        }
+    }
+}
+
+fn pick_listener<'a>(
+    snap: &'a status::Snapshot,
+    name: Option<&str>,
+) -> Option<&'a status::ListenerStatus> {
+    match name {
+        Some(n) => snap.listeners.iter().find(|l| l.name == n),
+        None if snap.listeners.len() == 1 => snap.listeners.first(),
+        None => None,
+    }
+}
+
+fn listener_error(name: Option<&str>, count: usize) -> String {
+    match name {
+        Some(n) => format!("no listener named '{n}'"),
+        None => format!("there are {count} listeners: say which with 'listener NAME' first"),
+    }
+}
+
+/// The current value of a setting, as text and JSON.
+fn show(
+    setting: Setting,
+    listener: Option<&str>,
+    controller: &Controller,
+) -> Result<(String, Value), String> {
+    let config = controller.config();
+    let g = &config.global;
+    let pick = || -> Result<&crate::config::ListenerConfig, String> {
+        match listener {
+            Some(n) => config
+                .listeners
+                .iter()
+                .find(|l| l.name == n)
+                .ok_or_else(|| format!("no listener named '{n}'")),
+            None if config.listeners.len() == 1 => Ok(&config.listeners[0]),
+            None => Err(listener_error(None, config.listeners.len())),
+        }
+    };
+    let dur = |d: Duration| (d.as_secs().to_string(), json!(d.as_secs_f64()));
+    let opt_path = |p: &Option<PathBuf>| match p {
+        Some(p) => (p.display().to_string(), json!(p)),
+        None => ("none".to_string(), Value::Null),
+    };
+    let opt_num = |n: Option<u8>| match n {
+        Some(n) => (n.to_string(), json!(n)),
+        None => ("none".to_string(), Value::Null),
+    };
+    Ok(match setting {
+        Setting::Blacklist => dur(pick()?.tuning.blacklist),
+        Setting::Timeout => dur(pick()?.tuning.connect_timeout),
+        Setting::Tracking => dur(pick()?.tuning.tracking_time),
+        Setting::IdleTimeout => dur(pick()?.tuning.idle_timeout),
+        Setting::ClientsMax => {
+            let n = pick()?.tuning.clients_max;
+            (n.to_string(), json!(n))
+        }
+        Setting::ConnMax => {
+            let n = controller.shared().max_sessions.load(Ordering::Relaxed);
+            (n.to_string(), json!(n))
+        }
+        Setting::TcpFastclose => {
+            let f = pick()?.tuning.tcp_fastclose.name();
+            (f.to_string(), json!(f))
+        }
+        Setting::Mode => {
+            let m = pick()?.mode.to_string();
+            (m.clone(), json!(m))
+        }
+        Setting::ClientAcl => opt_num(pick()?.client_acl),
+        Setting::ControlAcl => opt_num(g.control_acl),
+        Setting::Acl(n) => {
+            let lines: Vec<String> = g.acls[n as usize]
+                .entries
+                .iter()
+                .map(|e| e.to_string())
+                .collect();
+            (lines.join("\n"), json!(lines))
+        }
+        Setting::Log => opt_path(&g.log),
+        Setting::WebStats => opt_path(&g.status_file),
+        Setting::Debug => (g.debug.to_string(), json!(g.debug)),
+        Setting::Listen => {
+            let l = pick()?.listen.to_string();
+            (l.clone(), json!(l))
+        }
+        Setting::Control => match &g.control {
+            Some(a) => (a.to_string(), json!(a.to_string())),
+            None => ("none".to_string(), Value::Null),
+        },
+    })
+}
+
+/// Old process: hands every listening socket and the control socket to the new process, then
+/// waits for it to say it serves.
+fn hand_over(conn: &UnixStream, socket: &ControlSocket, controller: &Controller) -> io::Result<()> {
+    let listeners = controller.shared().listeners.load_full();
+    let mut names: Vec<String> = listeners.iter().map(|l| l.name.clone()).collect();
+    let mut fds: Vec<BorrowedFd<'_>> = listeners.iter().map(|l| l.socket.as_fd()).collect();
+    names.push(CONTROL_NAME.to_string());
+    fds.push(socket.fd());
+    if fds.len() > MAX_FDS {
+        let mut c = conn;
+        return c.write_all(
+            format!("error: too many sockets to hand over ({})\n", fds.len()).as_bytes(),
+        );
+    }
+    let payload = format!("{}\n", json!({ "names": names }));
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::other("ancillary buffer too small"));
+    }
+    rustix::net::sendmsg(
+        conn,
+        &[IoSlice::new(payload.as_bytes())],
+        &mut control,
+        SendFlags::empty(),
+    )?;
+    tracing::info!(
+        "takeover: handed {} socket(s) to a new process; waiting for it to serve",
+        fds.len()
+    );
+    conn.set_read_timeout(Some(TAKEOVER_TIMEOUT))?;
+    let mut reader = conn;
+    match read_line(&mut reader) {
+        Ok(line) if line.trim() == "done" => {
+            let _ = (&*conn).write_all(b"ok\n");
+            controller
+                .shared()
+                .handed_over
+                .store(true, Ordering::Relaxed);
+            controller.send(Msg::HandedOver);
+            Ok(())
+        }
+        Ok(line) => {
+            tracing::warn!("takeover: the new process said {line:?}; carrying on");
+            Ok(())
+        }
+        Err(e) => {
+            tracing::warn!("takeover: the new process did not confirm ({e}); carrying on");
+            Ok(())
+        }
+    }
+}
+
+/// New process: asks the Quill behind `path` for its sockets. Keep the returned stream and pass
+/// it to [`finish_takeover`] once serving.
+pub fn request_takeover(path: &Path) -> io::Result<(Vec<Inherited>, UnixStream)> {
+    let mut conn = UnixStream::connect(path)?;
+    conn.set_read_timeout(Some(IO_TIMEOUT))?;
+    conn.write_all(b"takeover\n")?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got = rustix::net::recvmsg(
+        &conn,
+        &mut [IoSliceMut::new(&mut buf)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    for msg in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(received) = msg {
+            fds.extend(received);
+        }
+    }
+    let text = String::from_utf8_lossy(&buf[..got.bytes]);
+    if let Some(msg) = text.strip_prefix("error: ") {
+        return Err(io::Error::other(msg.trim().to_string()));
+    }
+    let value: Value = serde_json::from_str(text.trim())
+        .map_err(|e| io::Error::other(format!("unexpected answer {:?}: {e}", text.trim())))?;
+    let names: Vec<String> = value["names"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    if fds.is_empty() || fds.len() != names.len() {
+        return Err(io::Error::other(format!(
+            "received {} socket(s) for {} name(s)",
+            fds.len(),
+            names.len()
+        )));
+    }
+    let inherited = names
+        .into_iter()
+        .zip(fds)
+        .map(|(name, fd)| Inherited {
+            name: Some(name),
+            fd,
+        })
+        .collect();
+    Ok((inherited, conn))
+}
+
+/// New process: tells the old one it serves now, so it drains.
+pub fn finish_takeover(mut conn: UnixStream) {
+    if let Err(e) = conn.write_all(b"done\n") {
+        tracing::warn!("takeover: cannot tell the old process to drain: {e}");
+        return;
+    }
+    let _ = read_line(&mut conn);
+}
+
+// === quill ctl ===
+
+/// `quill ctl`: sends one command, prints the reply; exit status 1 when the reply is an error or
+/// the socket cannot be reached.
+pub fn client(socket: Option<&str>, json: bool, words: &[String]) -> Result<String, String> {
+    if words.is_empty() {
+        return Err("quill ctl: no command given (try 'servers')".into());
+    }
+    let target = socket
+        .map(str::to_string)
+        .or_else(|| std::env::var("QUILL_SOCKET").ok())
+        .unwrap_or_else(|| DEFAULT_SOCKET.to_string());
+    let mut line = words.join(" ");
+    if json {
+        line = format!("json {line}");
+    }
+    line.push('\n');
+    let reply = if target.contains('/') {
+        let mut s = UnixStream::connect(&target)
+            .map_err(|e| format!("cannot reach control socket {target}: {e}"))?;
+        exchange(&mut s, &line)
+    } else {
+        let addr = if target.contains(':') {
+            target.clone()
+        } else {
+            format!("127.0.0.1:{target}")
+        };
+        let mut s = TcpStream::connect(&addr)
+            .map_err(|e| format!("cannot reach control socket {addr}: {e}"))?;
+        exchange(&mut s, &line)
+    }
+    .map_err(|e| format!("control socket {target}: {e}"))?;
+    let is_error = reply.starts_with("error: ")
+        || (json
+            && serde_json::from_str::<Value>(reply.trim()).is_ok_and(|v| v.get("error").is_some()));
+    if is_error {
+        Err(reply.trim_end().trim_start_matches("error: ").to_string())
+    } else {
+        Ok(reply)
+    }
+}
+
+fn exchange(s: &mut (impl Read + Write), line: &str) -> io::Result<String> {
+    s.write_all(line.as_bytes())?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply)?;
+    Ok(reply)
+}

@@ -1,0 +1,307 @@
+//! The running configuration and the one way it changes: a new `Config` (from a control command or
+//! a reload) is compared with the running one and the difference is applied in place. Servers that
+//! stay keep their sessions, counters, blacklist and health; listeners that stay keep their socket;
+//! new listeners are bound before anything changes, so a reload that cannot bind changes nothing.
+//! Established sessions are never touched: they hold the pool snapshot they started with.
+
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc, Mutex};
+
+use arc_swap::ArcSwap;
+
+use super::shared::{Listener, Shared};
+use super::{Msg, Rebuild, RunError};
+use crate::backend::Pool;
+use crate::clock::Clock;
+use crate::command::Command;
+use crate::config::{Config, Global, ListenerConfig};
+use crate::listener::{self, BindOptions, ListenSocket};
+use crate::systemd::Inherited;
+
+pub struct Controller {
+    shared: Arc<Shared>,
+    state: Mutex<State>,
+    rebuild: Option<Rebuild>,
+    events: Option<Mutex<mpsc::Sender<Msg>>>,
+}
+
+struct State {
+    config: Config,
+    next_listener_id: u64,
+}
+
+fn bind_options(g: &Global, l: &ListenerConfig) -> BindOptions {
+    BindOptions {
+        backlog: g.backlog,
+        reuseport: g.reuseport,
+        tfo: g.tfo,
+        nodelay: l.tuning.tcp_nodelay,
+        keepalive: l.tuning.keepalive,
+    }
+}
+
+/// The socket for `l`: an inherited one that matches it by name or address, else a new one.
+fn open_socket(
+    l: &ListenerConfig,
+    g: &Global,
+    inherited: &mut Vec<Inherited>,
+) -> Result<ListenSocket, String> {
+    let mut i = 0;
+    while i < inherited.len() {
+        let by_name = inherited[i].name.as_deref() == Some(l.name.as_str());
+        let fd = inherited[i]
+            .fd
+            .try_clone()
+            .map_err(|e| format!("listener '{}': {e}", l.name))?;
+        match listener::from_fd(fd) {
+            Ok((socket, addr)) if by_name || addr == l.listen => {
+                inherited.remove(i);
+                return Ok(socket);
+            }
+            Ok(_) => i += 1,
+            Err(e) if by_name => {
+                return Err(format!("inherited socket '{}': {e}", l.name));
+            }
+            Err(_) => i += 1,
+        }
+    }
+    listener::bind(&l.listen, &bind_options(g, l))
+        .map_err(|e| format!("cannot listen on {}: {e}", l.listen))
+}
+
+impl Controller {
+    /// Binds (or inherits) every listener and builds the shared state.
+    pub fn start(
+        config: Config,
+        clock: Clock,
+        max_sessions: u64,
+        inherited: &mut Vec<Inherited>,
+    ) -> Result<Controller, RunError> {
+        let now = clock.now_ms();
+        let acls = Arc::new(config.global.acls.clone());
+        let mut listeners = Vec::new();
+        for (id, l) in config.listeners.iter().enumerate() {
+            let socket = open_socket(l, &config.global, inherited).map_err(RunError)?;
+            listeners.push(Arc::new(Listener {
+                id: id as u64,
+                name: l.name.clone(),
+                addr: l.listen.clone(),
+                socket,
+                pool: ArcSwap::from_pointee(Pool::build(l, acls.clone(), None, now)),
+            }));
+        }
+        let shared = Arc::new(Shared::new(clock, listeners, max_sessions, &config.global));
+        let mut config = config;
+        for l in &mut config.listeners {
+            l.initial_blacklist.clear();
+        }
+        Ok(Controller {
+            shared,
+            state: Mutex::new(State {
+                next_listener_id: config.listeners.len() as u64,
+                config,
+            }),
+            rebuild: None,
+            events: None,
+        })
+    }
+
+    /// Sets where lifecycle requests (`exit`, handover) go, and how reloads rebuild.
+    pub fn with_events(mut self, events: mpsc::Sender<Msg>) -> Controller {
+        self.events = Some(Mutex::new(events));
+        self
+    }
+
+    pub fn with_rebuild(mut self, rebuild: Option<Rebuild>) -> Controller {
+        self.rebuild = rebuild;
+        self
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy of the running configuration.
+    pub fn config(&self) -> Config {
+        self.lock().config.clone()
+    }
+
+    /// Applies one setting command to the running configuration.
+    pub fn set(&self, listener: Option<&str>, cmd: &Command) -> Result<String, String> {
+        let mut st = self.lock();
+        let mut next = st.config.clone();
+        next.apply(listener, cmd).map_err(|e| e.message)?;
+        next.validate().map_err(|e| e.message)?;
+        self.apply(&mut st, next)
+    }
+
+    /// Rebuilds the configuration from its sources and applies the difference. An invalid new
+    /// configuration changes nothing.
+    pub fn reload(&self) -> Result<String, String> {
+        let Some(rebuild) = &self.rebuild else {
+            self.reopen_logs();
+            return Ok("nothing to reload from; logs reopened".into());
+        };
+        let next = rebuild().map_err(|e| e.message)?;
+        let mut st = self.lock();
+        let summary = self.apply(&mut st, next)?;
+        self.reopen_logs();
+        Ok(summary)
+    }
+
+    /// Applies the commands of a file (`include`) as one change.
+    pub fn include(&self, path: &std::path::Path) -> Result<String, String> {
+        let mut st = self.lock();
+        let mut next = st.config.clone();
+        next.apply_file(path, 0).map_err(|e| e.message)?;
+        next.validate().map_err(|e| e.message)?;
+        self.apply(&mut st, next)
+    }
+
+    fn reopen_logs(&self) {
+        self.shared.log_generation.fetch_add(1, Ordering::Relaxed);
+        self.shared.wake_all();
+    }
+
+    /// Applies `next` in place of the running configuration; returns what changed, in words.
+    fn apply(&self, st: &mut State, mut next: Config) -> Result<String, String> {
+        let old = &st.config;
+        let now = self.shared.clock.now_ms();
+        let mut notes = Vec::new();
+        let (a, b) = (&old.global, &next.global);
+        for (changed, what) in [
+            (a.workers != b.workers, "workers"),
+            (a.backlog != b.backlog, "backlog"),
+            (a.tfo != b.tfo, "tfo"),
+            (a.reuseport != b.reuseport, "reuseport"),
+            (a.splice != b.splice, "splice"),
+            (a.user != b.user, "user"),
+            (a.chroot != b.chroot, "chroot"),
+            (a.pid_file != b.pid_file, "pid_file"),
+            (a.control != b.control, "control"),
+            (a.admin != b.admin, "admin"),
+            (a.accept_batch != b.accept_batch, "accept_batch"),
+        ] {
+            if changed {
+                notes.push(format!("{what} changed: takes effect at the next restart"));
+            }
+        }
+        // New sockets first: if one cannot be bound, nothing has changed yet.
+        let current = self.shared.listeners.load_full();
+        let mut fresh: Vec<(usize, ListenSocket)> = Vec::new();
+        for (i, l) in next.listeners.iter().enumerate() {
+            let kept = current
+                .iter()
+                .any(|c| c.name == l.name && c.addr == l.listen);
+            if !kept {
+                let socket = open_socket(l, &next.global, &mut Vec::new())?;
+                fresh.push((i, socket));
+            }
+        }
+        let acls = Arc::new(next.global.acls.clone());
+        let mut list = Vec::new();
+        let mut listeners_changed = false;
+        for (i, l) in next.listeners.iter().enumerate() {
+            let same = current
+                .iter()
+                .find(|c| c.name == l.name && c.addr == l.listen);
+            match same {
+                Some(c) => {
+                    let old_pool = c.pool.load();
+                    c.pool
+                        .store(Arc::new(Pool::build(l, acls.clone(), Some(&old_pool), now)));
+                    list.push(c.clone());
+                }
+                None => {
+                    let pos = fresh
+                        .iter()
+                        .position(|(j, _)| *j == i)
+                        .ok_or_else(|| format!("listener '{}': socket missing", l.name))?;
+                    let (_, socket) = fresh.remove(pos);
+                    // A listener that moved keeps its servers' state.
+                    let old_pool = current
+                        .iter()
+                        .find(|c| c.name == l.name)
+                        .map(|c| c.pool.load_full());
+                    list.push(Arc::new(Listener {
+                        id: st.next_listener_id,
+                        name: l.name.clone(),
+                        addr: l.listen.clone(),
+                        socket,
+                        pool: ArcSwap::from_pointee(Pool::build(
+                            l,
+                            acls.clone(),
+                            old_pool.as_deref(),
+                            now,
+                        )),
+                    }));
+                    st.next_listener_id += 1;
+                    listeners_changed = true;
+                    notes.push(format!("listener '{}' on {} added", l.name, l.listen));
+                }
+            }
+        }
+        for c in current.iter() {
+            if !list.iter().any(|l| l.id == c.id) {
+                listeners_changed = true;
+                notes.push(format!("listener '{}' on {} removed", c.name, c.addr));
+                if let Some(path) = c.socket.path() {
+                    if !next.listeners.iter().any(|l| l.listen == c.addr) {
+                        let _ = std::fs::remove_file(path);
+                    }
+                }
+            }
+        }
+        if listeners_changed {
+            self.shared.listeners.store(Arc::new(list));
+        }
+        if a.max_connections != b.max_connections {
+            if let Some(n) = b.max_connections {
+                self.shared
+                    .max_sessions
+                    .store(u64::from(n), Ordering::Relaxed);
+                notes.push(format!("conn_max {n}"));
+            }
+        }
+        if a.log != b.log || a.log_format != b.log_format {
+            *self
+                .shared
+                .access_log
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = (b.log.clone(), b.log_format);
+            self.shared.log_generation.fetch_add(1, Ordering::Relaxed);
+        }
+        if a.debug != b.debug {
+            notes.push("debug level changes take effect at the next restart".into());
+        }
+        self.shared.wake_all();
+        for l in &mut next.listeners {
+            l.initial_blacklist.clear();
+        }
+        let changed = *old != next;
+        st.config = next;
+        if notes.is_empty() {
+            notes.push(if changed { "applied" } else { "no change" }.into());
+        }
+        Ok(notes.join("; "))
+    }
+
+    /// Writes Pen's HTML report to the `-w` file, if one is set.
+    pub fn write_status_file(&self) -> Result<(), String> {
+        match self.lock().config.global.status_file.clone() {
+            Some(path) => super::write_status(&self.shared, &path),
+            None => Ok(()),
+        }
+    }
+
+    /// Asks the main thread for something (`exit`, handover).
+    pub fn send(&self, msg: Msg) {
+        if let Some(tx) = &self.events {
+            let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(msg);
+        }
+    }
+}

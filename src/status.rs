@@ -1,0 +1,254 @@
+//! A point-in-time picture of the whole process: listeners, pools, every server's state and
+//! counters, and the session totals. Everything that reports (the `servers` command, `/metrics`,
+//! `/api/status`, the status page, Pen's HTML report) renders one of these, so they agree.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+
+use crate::backend::{Health, Server};
+use crate::metrics::{End, CONNECT_BUCKETS_US};
+use crate::runtime::shared::{Phase, Shared};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Snapshot {
+    pub version: &'static str,
+    pub pid: u32,
+    /// Unix time of the snapshot and of the process start.
+    pub time: u64,
+    pub started: u64,
+    pub phase: &'static str,
+    pub workers: usize,
+    pub max_sessions: u64,
+    pub active_sessions: u64,
+    pub totals: Totals,
+    pub connect_time: Histogram,
+    pub listeners: Vec<ListenerStatus>,
+}
+
+/// Session counters summed over the workers.
+#[derive(Clone, Debug, Serialize)]
+pub struct Totals {
+    pub accepted: u64,
+    /// Sessions ended, by how they ended (`done`, `client_reset`, `no_server`, `refused`, ...).
+    pub ended: BTreeMap<&'static str, u64>,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub connect_failures: u64,
+    pub accept_errors: u64,
+}
+
+/// Connect times: upper bounds in microseconds (the last bucket has none) and counts per bucket.
+#[derive(Clone, Debug, Serialize)]
+pub struct Histogram {
+    pub bounds_us: Vec<u64>,
+    pub counts: Vec<u64>,
+    pub sum_us: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ListenerStatus {
+    pub name: String,
+    pub listen: String,
+    pub mode: String,
+    /// The health check in words, if any.
+    pub health_check: Option<String>,
+    pub servers: Vec<ServerStatus>,
+    pub emergency: Option<ServerStatus>,
+    pub abuse: Option<ServerStatus>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerStatus {
+    pub index: usize,
+    pub address: String,
+    /// disabled, drain, down, blacklisted or up (the first that applies).
+    pub state: &'static str,
+    /// unchecked, up or down.
+    pub health: &'static str,
+    /// enabled, drain or disabled.
+    pub admin: &'static str,
+    pub sessions: u64,
+    pub total: u64,
+    pub failures: u64,
+    pub max: u32,
+    pub hard: u32,
+    pub weight: u32,
+    pub prio: u32,
+    pub acl: Option<u8>,
+    /// Milliseconds of blacklist left.
+    pub blacklisted_ms: Option<u64>,
+    pub checks: u64,
+    pub checks_failed: u64,
+    /// Share during slow start in thousandths (1000 = full).
+    pub ramp: u32,
+    /// Bytes sent to the server and received from it by finished sessions.
+    pub sent: u64,
+    pub received: u64,
+}
+
+fn server_status(index: usize, s: &Server, now_ms: u64) -> ServerStatus {
+    let spec = s.spec();
+    ServerStatus {
+        index,
+        address: s.addr().to_string(),
+        state: s.state_name(now_ms),
+        health: match s.health() {
+            Health::Unchecked => "unchecked",
+            Health::Up => "up",
+            Health::Down => "down",
+        },
+        admin: spec.state.name(),
+        sessions: s.sessions.load(Ordering::Relaxed),
+        total: s.total.load(Ordering::Relaxed),
+        failures: s.failures.load(Ordering::Relaxed),
+        max: spec.max,
+        hard: spec.hard,
+        weight: spec.weight,
+        prio: spec.prio,
+        acl: spec.acl,
+        blacklisted_ms: s.blacklisted_until(now_ms).map(|t| t - now_ms),
+        checks: s.checks.load(Ordering::Relaxed),
+        checks_failed: s.checks_failed.load(Ordering::Relaxed),
+        ramp: s.ramp(now_ms),
+        sent: s.sent.load(Ordering::Relaxed),
+        received: s.received.load(Ordering::Relaxed),
+    }
+}
+
+/// Takes the picture.
+pub fn snapshot(shared: &Shared) -> Snapshot {
+    let now_ms = shared.clock.now_ms();
+    let sum = |f: &dyn Fn(&crate::metrics::Counters) -> u64| shared.counters.iter().map(f).sum();
+    let mut counts = vec![0; CONNECT_BUCKETS_US.len() + 1];
+    let mut sum_us = 0;
+    for c in &shared.counters {
+        let (b, s) = c.connect_histogram();
+        for (acc, v) in counts.iter_mut().zip(b) {
+            *acc += v;
+        }
+        sum_us += s;
+    }
+    let listeners = shared
+        .listeners
+        .load()
+        .iter()
+        .map(|l| {
+            let pool = l.pool.load();
+            ListenerStatus {
+                name: l.name.clone(),
+                listen: l.addr.to_string(),
+                mode: pool.mode.to_string(),
+                health_check: pool.health.as_ref().map(|h| h.to_string()),
+                servers: pool
+                    .servers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| server_status(i, s, now_ms))
+                    .collect(),
+                emergency: pool.emergency.as_ref().map(|s| server_status(0, s, now_ms)),
+                abuse: pool.abuse.as_ref().map(|s| server_status(0, s, now_ms)),
+            }
+        })
+        .collect();
+    Snapshot {
+        version: env!("CARGO_PKG_VERSION"),
+        pid: std::process::id(),
+        time: crate::clock::unix_time(),
+        started: shared.started_unix,
+        phase: match shared.phase() {
+            Phase::Running => "running",
+            Phase::Draining => "draining",
+            Phase::Stopping => "stopping",
+        },
+        workers: shared.counters.len(),
+        max_sessions: shared.max_sessions.load(Ordering::Relaxed),
+        active_sessions: shared.active.load(Ordering::Relaxed),
+        totals: Totals {
+            accepted: sum(&|c| c.accepted.load(Ordering::Relaxed)),
+            ended: End::ALL
+                .iter()
+                .map(|&e| (e.name(), sum(&|c| c.ended_count(e))))
+                .collect(),
+            bytes_in: sum(&|c| c.bytes_in.load(Ordering::Relaxed)),
+            bytes_out: sum(&|c| c.bytes_out.load(Ordering::Relaxed)),
+            connect_failures: sum(&|c| c.connect_failures.load(Ordering::Relaxed)),
+            accept_errors: sum(&|c| c.accept_errors.load(Ordering::Relaxed)),
+        },
+        connect_time: Histogram {
+            bounds_us: CONNECT_BUCKETS_US.to_vec(),
+            counts,
+            sum_us,
+        },
+        listeners,
+    }
+}
+
+/// One line of `servers`, in Pen's format with Quill's columns appended.
+pub fn pen_server_line(s: &ServerStatus) -> String {
+    let (addr, port) = match s.address.rsplit_once(':') {
+        Some((a, p)) if !s.address.starts_with('/') && !s.address.starts_with('@') => {
+            (a.trim_start_matches('[').trim_end_matches(']'), p)
+        }
+        _ => (s.address.as_str(), "0"),
+    };
+    format!(
+        "{} addr {addr} port {port} conn {} max {} hard {} weight {} prio {} sx {} rx {} state {} health {} total {} failures {} blacklisted {}\n",
+        s.index,
+        s.sessions,
+        s.max,
+        s.hard,
+        s.weight,
+        s.prio,
+        s.sent,
+        s.received,
+        s.state,
+        s.health,
+        s.total,
+        s.failures,
+        s.blacklisted_ms.map_or(0, |ms| ms.div_ceil(1000)),
+    )
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Pen's HTML status report (`-w`, SIGUSR1, `status`): a static page with the process, the
+/// settings and one table row per server.
+pub fn pen_html(snap: &Snapshot) -> String {
+    let mut out = String::from(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Quill status</title></head><body>\n",
+    );
+    out += &format!(
+        "<h1>Quill {} status</h1>\n<p>pid {}, time {}, started {}, {} worker(s), {} of at most {} sessions open, {} accepted</p>\n",
+        snap.version, snap.pid, snap.time, snap.started, snap.workers, snap.active_sessions,
+        snap.max_sessions, snap.totals.accepted
+    );
+    for l in &snap.listeners {
+        out += &format!(
+            "<h2>Listener {} on {}</h2>\n<p>mode {}{}</p>\n",
+            esc(&l.name),
+            esc(&l.listen),
+            esc(&l.mode),
+            l.health_check
+                .as_ref()
+                .map_or(String::new(), |h| format!(", health check {}", esc(h)))
+        );
+        out += "<table border=\"1\">\n<tr><th>server</th><th>address</th><th>state</th><th>conn</th><th>max</th><th>hard</th><th>weight</th><th>prio</th><th>sx</th><th>rx</th><th>total</th><th>failures</th></tr>\n";
+        for s in &l.servers {
+            out += &format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                s.index, esc(&s.address), s.state, s.sessions, s.max, s.hard, s.weight, s.prio,
+                s.sent, s.received, s.total, s.failures
+            );
+        }
+        out += "</table>\n";
+    }
+    out += "</body></html>\n";
+    out
+}
