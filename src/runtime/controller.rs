@@ -209,6 +209,9 @@ impl Controller {
             let same = current
                 .iter()
                 .find(|c| c.name == l.name && c.addr == l.listen);
+            if let Some(was) = old.listeners.iter().find(|o| o.name == l.name) {
+                describe_pool_change(was, l, &mut notes);
+            }
             match same {
                 Some(c) => {
                     let old_pool = c.pool.load();
@@ -303,5 +306,33 @@ impl Controller {
         if let Some(tx) = &self.events {
             let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(msg);
         }
+    }
+}
+
+/// Says in words how a listener's pool changed (for the reply and the log).
+fn describe_pool_change(was: &ListenerConfig, now: &ListenerConfig, notes: &mut Vec<String>) {
+    for s in &now.servers {
+        match was.servers.iter().find(|o| o.addr == s.addr) {
+            None => notes.push(format!("'{}': server {} added", now.name, s.addr)),
+            Some(o) if o != s => notes.push(format!("'{}': server {} changed", now.name, s.addr)),
+            Some(_) => {}
+        }
+    }
+    for o in &was.servers {
+        if !now.servers.iter().any(|s| s.addr == o.addr) {
+            notes.push(format!("'{}': server {} removed", now.name, o.addr));
+        }
+    }
+    if was.mode != now.mode {
+        notes.push(format!("'{}': mode {}", now.name, now.mode));
+    }
+    if was.tuning != now.tuning
+        || was.emergency != now.emergency
+        || was.abuse != now.abuse
+        || was.client_acl != now.client_acl
+        || was.health != now.health
+        || was.slow_start != now.slow_start
+    {
+        notes.push(format!("'{}': settings changed", now.name));
     }
 }

@@ -626,10 +626,19 @@ impl Worker {
     fn start_drain(&mut self, now: u64) {
         self.draining = true;
         for i in 0..self.listeners.len() {
-            // Take what the kernel already queued for us before letting go of the socket.
             if self.listeners[i].paused_until == 0 {
-                self.accept(i, now);
                 self.deregister_listener(i);
+            }
+            // Off the wait queue first, then take what is queued: a client that arrives after
+            // this wakes another process sharing the socket (takeover) instead of waiting for us.
+            for _ in 0..64 {
+                let before = self.counters().accepted.load(Ordering::Relaxed);
+                self.accept(i, now);
+                if self.counters().accepted.load(Ordering::Relaxed) - before
+                    < u64::from(self.shared.accept_batch)
+                {
+                    break;
+                }
             }
         }
         self.listeners.clear();
