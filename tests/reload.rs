@@ -188,7 +188,7 @@ fn start_config(body: impl Fn(u16) -> String) -> QuillProcess {
 fn reload_sighup_changes_servers_in_place_and_keeps_sessions() {
     let (a, b, c) = (http("a"), http("b"), http("c"));
     let g = greet("g");
-    let mut q = start_config(|port| {
+    let q = start_config(|port| {
         listener_toml("web", port, &[a.addr(), b.addr()], "")
             + &listener_toml("echo", free_listen_port(), &[g.addr()], "")
     });
