@@ -72,6 +72,10 @@ fn sessions_for(nofile: u64, workers: u64, listeners: u64) -> u64 {
 /// Runs Quill with `config` until it has stopped.
 pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     let g = config.global.clone();
+    // Before anything can be reached from outside: a SIGHUP that arrives during start-up must
+    // queue, not kill the process.
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
+        .map_err(|e| RunError(format!("cannot handle signals: {e}")))?;
     let nofile = sys::raise_nofile_limit().unwrap_or(1024);
     let fit = sessions_for(nofile, g.workers as u64, config.listeners.len() as u64);
     let max_sessions = match g.max_connections {
@@ -191,8 +195,6 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
             .map_err(|e| RunError(format!("cannot start admin listener: {e}")))?;
     }
 
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
-        .map_err(|e| RunError(format!("cannot handle signals: {e}")))?;
     let signal_handle = signals.handle();
     let signal_tx = tx.clone();
     thread::Builder::new()
