@@ -714,6 +714,25 @@ impl Config {
             g.backlog,
             format_duration(g.drain_timeout)
         );
+        if let Some(c) = &g.control {
+            out += &format!(
+                "control socket {c}{}\n",
+                g.control_acl
+                    .map_or(String::new(), |n| format!(" (control_acl {n})"))
+            );
+        }
+        if let Some(a) = &g.admin {
+            out += &format!("admin listener http://{a}/ (metrics at /metrics)\n");
+        }
+        for (n, acl) in g
+            .acls
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| !a.entries.is_empty())
+        {
+            let entries: Vec<String> = acl.entries.iter().map(|e| e.to_string()).collect();
+            out += &format!("acl {n}: {}\n", entries.join(", "));
+        }
         for l in &self.listeners {
             let t = &l.tuning;
             out += &format!(

@@ -666,7 +666,10 @@ pub fn client(socket: Option<&str>, json: bool, words: &[String]) -> Result<Stri
         line = format!("json {line}");
     }
     line.push('\n');
-    let reply = if target.contains('/') {
+    let is_tcp = !target.contains('/')
+        && !Path::new(&target).exists()
+        && (target.parse::<u16>().is_ok() || target.contains(':'));
+    let reply = if !is_tcp {
         let mut s = UnixStream::connect(&target)
             .map_err(|e| format!("cannot reach control socket {target}: {e}"))?;
         exchange(&mut s, &line)

@@ -4,6 +4,12 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{reload, Registry};
 
 use crate::config::LogFormat;
 use crate::metrics::End;
@@ -24,19 +30,42 @@ pub fn json_string(s: &str) -> String {
     out
 }
 
-/// Sets up human logs on stderr: info by default, debug with `-d`, trace with `-dd`.
+/// Changes the diagnostic level at run time (`debug N`).
+static LEVEL: OnceLock<reload::Handle<LevelFilter, Registry>> = OnceLock::new();
+
+fn level_for(debug: u8) -> LevelFilter {
+    match debug {
+        0 => LevelFilter::INFO,
+        1 => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
+    }
+}
+
+/// Sets up human logs on stderr: info by default, debug with `-d`, trace with `-dd`. The level can
+/// change later with [`set_level`]; disabled levels cost nothing at their call sites.
 pub fn init(debug: u8) {
-    let level = match debug {
-        0 => tracing::Level::INFO,
-        1 => tracing::Level::DEBUG,
-        _ => tracing::Level::TRACE,
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(level)
+    let (filter, handle) = reload::Layer::new(level_for(debug));
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(io::stderr)
         .with_target(false)
-        .with_ansi(false)
-        .try_init();
+        .with_ansi(false);
+    if tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .try_init()
+        .is_ok()
+    {
+        let _ = LEVEL.set(handle);
+    }
+}
+
+/// Sets the diagnostic level (`debug N` over the control socket or a reload).
+pub fn set_level(debug: u8) {
+    if let Some(handle) = LEVEL.get() {
+        if let Err(e) = handle.modify(|f| *f = level_for(debug)) {
+            tracing::warn!("cannot change the log level: {e}");
+        }
+    }
 }
 
 /// One finished session, as the access log records it.

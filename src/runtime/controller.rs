@@ -279,7 +279,8 @@ impl Controller {
             self.shared.log_generation.fetch_add(1, Ordering::Relaxed);
         }
         if a.debug != b.debug {
-            notes.push("debug level changes take effect at the next restart".into());
+            crate::log::set_level(b.debug);
+            notes.push(format!("debug level {}", b.debug));
         }
         self.shared.wake_all();
         for l in &mut next.listeners {
