@@ -49,6 +49,16 @@ impl ListenSocket {
         }
     }
 
+    /// Changes the options accepted sockets inherit (a reload or `tcp_nodelay` / `keepalive`).
+    pub fn set_inherited_options(&self, nodelay: bool, keepalive: bool) -> io::Result<()> {
+        if let ListenSocket::Tcp(l) = self {
+            let s = socket2::SockRef::from(l);
+            s.set_tcp_nodelay(nodelay)?;
+            s.set_keepalive(keepalive)?;
+        }
+        Ok(())
+    }
+
     pub fn local_addr(&self) -> Option<SocketAddr> {
         match self {
             ListenSocket::Tcp(l) => l.local_addr().ok(),

@@ -215,6 +215,13 @@ impl Controller {
             match same {
                 Some(c) => {
                     let old_pool = c.pool.load();
+                    let (t0, t1) = (&old_pool.tuning, &l.tuning);
+                    if t0.tcp_nodelay != t1.tcp_nodelay || t0.keepalive != t1.keepalive {
+                        if let Err(e) = c.socket.set_inherited_options(t1.tcp_nodelay, t1.keepalive)
+                        {
+                            notes.push(format!("listener '{}': socket options: {e}", l.name));
+                        }
+                    }
                     c.pool
                         .store(Arc::new(Pool::build(l, acls.clone(), Some(&old_pool), now)));
                     list.push(c.clone());

@@ -368,7 +368,7 @@ impl Worker {
             if self.recent.len() == RECENT {
                 self.recent.pop_front();
             }
-            self.recent.push_back((ip, crate::clock::unix_time()));
+            self.recent.push_back((ip, now));
         }
         let max = self.shared.max_sessions.load(Ordering::Relaxed);
         if self.shared.active.fetch_add(1, Ordering::Relaxed) >= max {
@@ -604,10 +604,14 @@ impl Worker {
                             },
                         })
                         .collect();
-                    let _ = reply.send(Report {
-                        sessions,
-                        recent: self.recent.iter().copied().collect(),
-                    });
+                    // Clock milliseconds to Unix seconds (the clock started with the process).
+                    let started = self.shared.started_unix;
+                    let recent = self
+                        .recent
+                        .iter()
+                        .map(|&(ip, ms)| (ip, started + ms / 1000))
+                        .collect();
+                    let _ = reply.send(Report { sessions, recent });
                 }
                 Request::Close(id, reply) => {
                     let found = self
