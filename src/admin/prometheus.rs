@@ -1,0 +1,436 @@
+//! `/metrics`: a [`Snapshot`] in the Prometheus text exposition format 0.0.4.
+//!
+//! Names follow `quill_<subsystem>_<what>_<unit>`; counters end in `_total`. Every family is
+//! written whole (HELP, TYPE, then all its samples), as the format requires, and every label value
+//! is escaped. The names are a contract with dashboards and alerts: rename nothing lightly.
+
+use std::fmt::Write as _;
+
+use crate::metrics::End;
+use crate::status::{ListenerStatus, ServerStatus, Snapshot};
+
+/// The Content-Type of the text format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The server states `quill_server_state` enumerates (`ServerStatus::state`).
+const SERVER_STATES: [&str; 5] = ["up", "blacklisted", "down", "drain", "disabled"];
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// A per-server family whose value is one integer of [`ServerStatus`].
+struct ServerFamily {
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    value: fn(&ServerStatus) -> u64,
+}
+
+const SERVER_FAMILIES: &[ServerFamily] = &[
+    ServerFamily {
+        name: "quill_server_sessions_active",
+        kind: Kind::Gauge,
+        help: "Sessions open to the server now.",
+        value: |s| s.sessions,
+    },
+    ServerFamily {
+        name: "quill_server_sessions_total",
+        kind: Kind::Counter,
+        help: "Sessions sent to the server.",
+        value: |s| s.total,
+    },
+    ServerFamily {
+        name: "quill_server_connect_failures_total",
+        kind: Kind::Counter,
+        help: "Connects to the server that failed (refused, reset, unreachable or timed out).",
+        value: |s| s.failures,
+    },
+    ServerFamily {
+        name: "quill_server_up",
+        kind: Kind::Gauge,
+        help: "1 when the server is believed reachable: not down by health checks and not blacklisted after a failed connect (drain and disable do not count: see quill_server_state).",
+        value: |s| u64::from(s.health != "down" && s.blacklisted_ms.is_none()),
+    },
+    ServerFamily {
+        name: "quill_server_checks_total",
+        kind: Kind::Counter,
+        help: "Active health checks run against the server.",
+        value: |s| s.checks,
+    },
+    ServerFamily {
+        name: "quill_server_checks_failed_total",
+        kind: Kind::Counter,
+        help: "Active health checks of the server that failed.",
+        value: |s| s.checks_failed,
+    },
+    ServerFamily {
+        name: "quill_server_bytes_sent_total",
+        kind: Kind::Counter,
+        help: "Bytes sent to the server (from clients), counted when sessions end.",
+        value: |s| s.sent,
+    },
+    ServerFamily {
+        name: "quill_server_bytes_received_total",
+        kind: Kind::Counter,
+        help: "Bytes received from the server (for clients), counted when sessions end.",
+        value: |s| s.received,
+    },
+    ServerFamily {
+        name: "quill_server_weight",
+        kind: Kind::Gauge,
+        help: "The server's configured weight.",
+        value: |s| u64::from(s.weight),
+    },
+    ServerFamily {
+        name: "quill_server_sessions_max",
+        kind: Kind::Gauge,
+        help: "The server's session limit (MAXCONN); 0 means none.",
+        value: |s| u64::from(s.max),
+    },
+];
+
+/// Renders the whole exposition.
+pub fn render(snap: &Snapshot) -> String {
+    let mut out = Exposition::default();
+    process(&mut out, snap);
+    sessions(&mut out, snap);
+    connect_histogram(&mut out, snap);
+    listeners(&mut out, snap);
+    servers(&mut out, snap);
+    out.text
+}
+
+fn process(out: &mut Exposition, snap: &Snapshot) {
+    out.family(
+        "quill_build_info",
+        Kind::Gauge,
+        "Always 1; the label says which Quill runs.",
+    );
+    out.sample("quill_build_info", &[("version", snap.version)], 1);
+    out.family(
+        "quill_process_start_time_seconds",
+        Kind::Gauge,
+        "Unix time the process started.",
+    );
+    out.sample("quill_process_start_time_seconds", &[], snap.started);
+    out.family(
+        "quill_process_draining",
+        Kind::Gauge,
+        "1 once the process stopped accepting (draining or stopping).",
+    );
+    out.sample(
+        "quill_process_draining",
+        &[],
+        u64::from(snap.phase != "running"),
+    );
+    out.family(
+        "quill_workers",
+        Kind::Gauge,
+        "Worker threads (event loops).",
+    );
+    out.sample("quill_workers", &[], snap.workers as u64);
+}
+
+fn sessions(out: &mut Exposition, snap: &Snapshot) {
+    let t = &snap.totals;
+    let plain: [(&str, Kind, &str, u64); 8] = [
+        (
+            "quill_sessions_accepted_total",
+            Kind::Counter,
+            "Client connections accepted (including those refused or denied right after).",
+            t.accepted,
+        ),
+        (
+            "quill_sessions_active",
+            Kind::Gauge,
+            "Sessions open now.",
+            snap.active_sessions,
+        ),
+        (
+            "quill_sessions_max",
+            Kind::Gauge,
+            "Sessions allowed at once (-x, conn_max).",
+            snap.max_sessions,
+        ),
+        (
+            "quill_client_bytes_received_total",
+            Kind::Counter,
+            "Bytes received from clients (and forwarded to servers), counted when sessions end.",
+            t.bytes_in,
+        ),
+        (
+            "quill_client_bytes_sent_total",
+            Kind::Counter,
+            "Bytes sent to clients (received from servers), counted when sessions end.",
+            t.bytes_out,
+        ),
+        (
+            "quill_backend_connect_failures_total",
+            Kind::Counter,
+            "Connects to servers that failed, all servers together.",
+            t.connect_failures,
+        ),
+        (
+            "quill_accept_errors_total",
+            Kind::Counter,
+            "accept() calls that failed (for example out of file descriptors).",
+            t.accept_errors,
+        ),
+        (
+            "quill_listeners",
+            Kind::Gauge,
+            "Listeners configured.",
+            snap.listeners.len() as u64,
+        ),
+    ];
+    for (name, kind, help, value) in plain {
+        out.family(name, kind, help);
+        out.sample(name, &[], value);
+    }
+    let name = "quill_sessions_ended_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "Sessions ended, by how they ended (the access log's last field).",
+    );
+    for end in End::ALL {
+        let n = t.ended.get(end.name()).copied().unwrap_or(0);
+        out.sample(name, &[("reason", end.name())], n);
+    }
+}
+
+/// `quill_backend_connect_duration_seconds`: the snapshot keeps counts per bucket with bounds
+/// in microseconds; Prometheus wants cumulative buckets with bounds in seconds.
+fn connect_histogram(out: &mut Exposition, snap: &Snapshot) {
+    let name = "quill_backend_connect_duration_seconds";
+    let h = &snap.connect_time;
+    out.family(
+        name,
+        Kind::Histogram,
+        "Time from accepting a client to its server connection being established.",
+    );
+    let bucket = format!("{name}_bucket");
+    let mut cumulative = 0;
+    for (i, count) in h.counts.iter().enumerate() {
+        cumulative += count;
+        let le = match h.bounds_us.get(i) {
+            Some(&us) => seconds(us),
+            None => "+Inf".to_string(),
+        };
+        out.sample(&bucket, &[("le", &le)], cumulative);
+    }
+    out.sample_text(&format!("{name}_sum"), &[], &seconds(h.sum_us));
+    out.sample(&format!("{name}_count"), &[], cumulative);
+}
+
+fn listeners(out: &mut Exposition, snap: &Snapshot) {
+    let name = "quill_listener_info";
+    out.family(
+        name,
+        Kind::Gauge,
+        "Always 1, one per listener: its address, balancing mode and health check.",
+    );
+    for l in &snap.listeners {
+        let check = l.health_check.as_deref().unwrap_or("none");
+        out.sample(
+            name,
+            &[
+                ("listener", &l.name),
+                ("listen", &l.listen),
+                ("mode", &l.mode),
+                ("health_check", check),
+            ],
+            1,
+        );
+    }
+}
+
+/// Every server of every pool, the emergency and abuse servers included (as `server="emergency"`
+/// and `server="abuse"`), with its listener, index and address as labels.
+fn server_rows(snap: &Snapshot) -> Vec<(&ListenerStatus, String, &ServerStatus)> {
+    let mut rows = Vec::new();
+    for l in &snap.listeners {
+        for s in &l.servers {
+            rows.push((l, s.index.to_string(), s));
+        }
+        if let Some(s) = &l.emergency {
+            rows.push((l, "emergency".to_string(), s));
+        }
+        if let Some(s) = &l.abuse {
+            rows.push((l, "abuse".to_string(), s));
+        }
+    }
+    rows
+}
+
+fn servers(out: &mut Exposition, snap: &Snapshot) {
+    let rows = server_rows(snap);
+    for f in SERVER_FAMILIES {
+        out.family(f.name, f.kind, f.help);
+        for (l, index, s) in &rows {
+            let labels = [
+                ("listener", l.name.as_str()),
+                ("server", index),
+                ("address", &s.address),
+            ];
+            out.sample(f.name, &labels, (f.value)(s));
+        }
+    }
+    let name = "quill_server_state";
+    out.family(
+        name,
+        Kind::Gauge,
+        "1 for the server's current state (up, blacklisted, down, drain, disabled), 0 for the others.",
+    );
+    for (l, index, s) in &rows {
+        for state in SERVER_STATES {
+            let labels = [
+                ("listener", l.name.as_str()),
+                ("server", index),
+                ("address", &s.address),
+                ("state", state),
+            ];
+            out.sample(name, &labels, u64::from(s.state == state));
+        }
+    }
+    let name = "quill_server_slow_start_ratio";
+    out.family(
+        name,
+        Kind::Gauge,
+        "Share of its normal load the server gets during slow start (1 = full).",
+    );
+    for (l, index, s) in &rows {
+        let labels = [
+            ("listener", l.name.as_str()),
+            ("server", index),
+            ("address", &s.address),
+        ];
+        out.sample_text(name, &labels, &thousandths(u64::from(s.ramp)));
+    }
+}
+
+// === impl Exposition ===
+
+/// The text being written.
+#[derive(Default)]
+struct Exposition {
+    text: String,
+}
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: Kind, help: &str) {
+        let _ = writeln!(self.text, "# HELP {name} {}", escape_help(help));
+        let _ = writeln!(self.text, "# TYPE {name} {}", kind.name());
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
+        self.sample_text(name, labels, &value.to_string());
+    }
+
+    fn sample_text(&mut self, name: &str, labels: &[(&str, &str)], value: &str) {
+        self.text += name;
+        if !labels.is_empty() {
+            self.text.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.text.push(',');
+                }
+                let _ = write!(self.text, "{k}=\"{}\"", escape_label(v));
+            }
+            self.text.push('}');
+        }
+        let _ = writeln!(self.text, " {value}");
+    }
+}
+
+/// Label values escape backslash, double quote and line feed.
+fn escape_label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// HELP text escapes backslash and line feed.
+fn escape_help(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// Microseconds as exact decimal seconds ("0.00025", "1", "3.5").
+fn seconds(us: u64) -> String {
+    decimal(us, 1_000_000, 6)
+}
+
+/// Thousandths as an exact decimal ("0.5", "1").
+fn thousandths(n: u64) -> String {
+    decimal(n, 1_000, 3)
+}
+
+fn decimal(n: u64, unit: u64, digits: usize) -> String {
+    let (whole, frac) = (n / unit, n % unit);
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let frac = format!("{frac:0digits$}");
+    format!("{whole}.{}", frac.trim_end_matches('0'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_are_exact_decimals() {
+        for (us, want) in [
+            (0, "0"),
+            (100, "0.0001"),
+            (250, "0.00025"),
+            (1_000_000, "1"),
+            (3_000_000, "3"),
+            (3_500_001, "3.500001"),
+        ] {
+            assert_eq!(seconds(us), want, "{us} µs");
+        }
+        assert_eq!(thousandths(500), "0.5");
+        assert_eq!(thousandths(1000), "1");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape_label(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(escape_label("x\ny"), "x\\ny");
+        assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
+    }
+
+    #[test]
+    fn samples_carry_labels_in_order() {
+        let mut e = Exposition::default();
+        e.family("quill_x_total", Kind::Counter, "X.");
+        e.sample("quill_x_total", &[("a", "1"), ("b", "q\"")], 7);
+        e.sample("quill_x_total", &[], 8);
+        assert_eq!(
+            e.text,
+            "# HELP quill_x_total X.\n# TYPE quill_x_total counter\nquill_x_total{a=\"1\",b=\"q\\\"\"} 7\nquill_x_total 8\n"
+        );
+    }
+}
