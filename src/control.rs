@@ -542,6 +542,10 @@ fn hand_over(conn: &UnixStream, socket: &ControlSocket, controller: &Controller)
     let mut fds: Vec<BorrowedFd<'_>> = listeners.iter().map(|l| l.socket.as_fd()).collect();
     names.push(CONTROL_NAME.to_string());
     fds.push(socket.fd());
+    if let Some(admin) = controller.shared().admin_socket.get() {
+        names.push(crate::runtime::ADMIN_NAME.to_string());
+        fds.push(admin.as_fd());
+    }
     if fds.len() > MAX_FDS {
         let mut c = conn;
         return c.write_all(

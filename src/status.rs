@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::backend::{Health, Server};
+use crate::backend::{Health, Pool, Server};
 use crate::metrics::{End, CONNECT_BUCKETS_US};
 use crate::runtime::shared::{Phase, Shared};
 
@@ -130,26 +131,33 @@ pub fn snapshot(shared: &Shared) -> Snapshot {
         }
         sum_us += s;
     }
-    let listeners = shared
-        .listeners
-        .load()
+    let live = shared.listeners.load();
+    let drained = shared.drained.load();
+    let current: Vec<(&str, String, Arc<Pool>)> = if live.is_empty() {
+        drained
+            .iter()
+            .map(|l| (l.name.as_str(), l.addr.to_string(), l.pool.clone()))
+            .collect()
+    } else {
+        live.iter()
+            .map(|l| (l.name.as_str(), l.addr.to_string(), l.pool.load_full()))
+            .collect()
+    };
+    let listeners = current
         .iter()
-        .map(|l| {
-            let pool = l.pool.load();
-            ListenerStatus {
-                name: l.name.clone(),
-                listen: l.addr.to_string(),
-                mode: pool.mode.to_string(),
-                health_check: pool.health.as_ref().map(|h| h.to_string()),
-                servers: pool
-                    .servers
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| server_status(i, s, now_ms))
-                    .collect(),
-                emergency: pool.emergency.as_ref().map(|s| server_status(0, s, now_ms)),
-                abuse: pool.abuse.as_ref().map(|s| server_status(0, s, now_ms)),
-            }
+        .map(|(name, addr, pool)| ListenerStatus {
+            name: name.to_string(),
+            listen: addr.clone(),
+            mode: pool.mode.to_string(),
+            health_check: pool.health.as_ref().map(|h| h.to_string()),
+            servers: pool
+                .servers
+                .iter()
+                .enumerate()
+                .map(|(i, s)| server_status(i, s, now_ms))
+                .collect(),
+            emergency: pool.emergency.as_ref().map(|s| server_status(0, s, now_ms)),
+            abuse: pool.abuse.as_ref().map(|s| server_status(0, s, now_ms)),
         })
         .collect();
     Snapshot {

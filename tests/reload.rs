@@ -441,8 +441,10 @@ fn takeover_under_load_fails_no_connection_and_old_process_drains() {
     let dir = scratch_dir();
     let sock = dir.path().join("c.sock");
     let echo_port = free_listen_port();
+    let admin_port = free_listen_port();
     let mut old = start_config(|port| {
-        listener_toml("web", port, &[a.addr(), b.addr()], "")
+        format!("admin = \"127.0.0.1:{admin_port}\"\n")
+            + &listener_toml("web", port, &[a.addr(), b.addr()], "")
             + &listener_toml("echo", echo_port, &[g.addr()], "")
     });
     let old_sock = old.path("c.sock");
@@ -496,6 +498,15 @@ fn takeover_under_load_fails_no_connection_and_old_process_drains() {
     assert_eq!(pid.trim(), new.pid.to_string());
     let (name, _s) = greet_session(echo_port);
     assert_eq!(name, "g");
+    // The admin listener moved too: the new process answers on the same port.
+    let mut admin = TcpStream::connect(("127.0.0.1", admin_port)).unwrap();
+    set_timeouts(&admin, Duration::from_secs(5));
+    admin
+        .write_all(b"GET /api/status HTTP/1.0\r\n\r\n")
+        .unwrap();
+    let reply =
+        String::from_utf8_lossy(&read_until_eof(&mut admin, Duration::from_secs(5))).into_owned();
+    assert!(reply.contains(&format!("\"pid\":{}", new.pid)), "{reply}");
 }
 
 #[test]
@@ -521,4 +532,31 @@ fn takeover_without_a_running_process_fails_clearly() {
         "{}",
         q.stderr()
     );
+}
+
+#[test]
+fn status_still_shows_pools_while_draining() {
+    let g = greet("g");
+    let admin_port = free_listen_port();
+    let q = start_config(|port| {
+        format!("admin = \"127.0.0.1:{admin_port}\"\ndrain_timeout = \"10s\"\n")
+            + &listener_toml("echo", port, &[g.addr()], "")
+    });
+    let (name, mut held) = greet_session(q.port);
+    assert_eq!(name, "g");
+    q.signal("TERM");
+    assert!(q.wait_stderr_contains("stopping", Duration::from_secs(5)));
+    let mut admin = TcpStream::connect(("127.0.0.1", admin_port)).unwrap();
+    set_timeouts(&admin, Duration::from_secs(5));
+    admin
+        .write_all(b"GET /api/status HTTP/1.0\r\n\r\n")
+        .unwrap();
+    let reply =
+        String::from_utf8_lossy(&read_until_eof(&mut admin, Duration::from_secs(5))).into_owned();
+    assert!(reply.contains("\"phase\":\"draining\""), "{reply}");
+    assert!(
+        reply.contains(&g.addr().to_string()),
+        "the pool is still shown: {reply}"
+    );
+    echo_roundtrip(&mut held, b"still served\n");
 }

@@ -13,10 +13,14 @@ mod prometheus;
 
 use std::io;
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
 
 use crate::runtime::shared::Shared;
 use crate::status;
@@ -36,26 +40,49 @@ const PAGE: &str = include_str!("page.html");
 /// The page may run its own inline script and style and fetch from us, nothing else.
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'";
 
-/// Starts serving on `socket` (already bound) on a thread of its own.
-pub fn spawn(socket: TcpListener, shared: Arc<Shared>) -> io::Result<()> {
+/// Starts serving on `socket` (already bound) on a thread of its own. The thread stops, leaving
+/// the socket to its new owner, once the process has handed its sockets over (`--takeover`).
+pub fn spawn(socket: Arc<TcpListener>, shared: Arc<Shared>) -> io::Result<()> {
     let local = socket.local_addr()?;
+    socket.set_nonblocking(true)?;
+    let poll = Poll::new()?;
+    poll.registry().register(
+        &mut SourceFd(&socket.as_raw_fd()),
+        Token(0),
+        Interest::READABLE,
+    )?;
     thread::Builder::new()
         .name("quill-admin".into())
-        .spawn(move || accept_loop(&socket, &shared))?;
+        .spawn(move || accept_loop(&socket, poll, &shared))?;
     tracing::info!("admin listener on http://{local}/ (/metrics, /api/status)");
     Ok(())
 }
 
-fn accept_loop(socket: &TcpListener, shared: &Arc<Shared>) {
+fn accept_loop(socket: &TcpListener, mut poll: Poll, shared: &Arc<Shared>) {
     let busy = Arc::new(AtomicUsize::new(0));
+    let mut events = Events::with_capacity(4);
     loop {
-        match socket.accept() {
-            Ok((stream, _)) => dispatch(stream, shared, &busy),
-            Err(e) if is_transient(&e) => {}
-            Err(e) => {
-                // Out of descriptors, most likely: wait instead of spinning.
-                tracing::debug!("admin listener: accept failed: {e}");
-                thread::sleep(Duration::from_millis(100));
+        if shared.handed_over.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(500))) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!("admin listener: {e}");
+                return;
+            }
+        }
+        loop {
+            match socket.accept() {
+                // Accepted sockets do not inherit O_NONBLOCK: connection threads block, with timeouts.
+                Ok((stream, _)) => dispatch(stream, shared, &busy),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if is_transient(&e) => {}
+                Err(e) => {
+                    // Out of descriptors, most likely: wait instead of spinning.
+                    tracing::debug!("admin listener: accept failed: {e}");
+                    thread::sleep(Duration::from_millis(100));
+                    break;
+                }
             }
         }
     }

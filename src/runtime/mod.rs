@@ -29,6 +29,8 @@ use controller::Controller;
 use shared::{Phase, Shared};
 use worker::{Worker, WAKER};
 
+/// The admin listener's name among handed-over sockets.
+pub const ADMIN_NAME: &str = "admin";
 /// Descriptors kept back from sessions: listeners, epoll and waker per worker, logs, splice pipes.
 const FD_RESERVE: u64 = 64;
 /// Splice pipes a worker may keep (two descriptors each).
@@ -119,6 +121,22 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     let clock = Clock::default();
     let controller = Controller::start(config, clock, max_sessions, &mut inherited)?;
     let shared = controller.shared().clone();
+    let admin_socket = match g.admin {
+        Some(addr) => {
+            let socket = match inherited
+                .iter()
+                .position(|s| s.name.as_deref() == Some(ADMIN_NAME))
+            {
+                Some(i) => std::net::TcpListener::from(inherited.remove(i).fd),
+                None => std::net::TcpListener::bind(addr)
+                    .map_err(|e| RunError(format!("cannot open admin listener {addr}: {e}")))?,
+            };
+            let socket = Arc::new(socket);
+            let _ = shared.admin_socket.set(socket.clone());
+            Some(socket)
+        }
+        None => None,
+    };
     for rest in &inherited {
         tracing::warn!(
             "inherited socket {} matches no listener; closing it",
@@ -126,13 +144,6 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
         );
     }
     drop(inherited);
-    let admin_socket = match g.admin {
-        Some(addr) => Some(
-            std::net::TcpListener::bind(addr)
-                .map_err(|e| RunError(format!("cannot open admin listener {addr}: {e}")))?,
-        ),
-        None => None,
-    };
 
     if let Some(pid_file) = &g.pid_file {
         std::fs::write(pid_file, format!("{}\n", std::process::id()))
@@ -339,6 +350,17 @@ fn drain(shared: &Shared, g: &crate::config::Global, handover: bool) {
     } else {
         remove_socket_files(shared);
     }
+    let drained = shared
+        .listeners
+        .load()
+        .iter()
+        .map(|l| shared::DrainedListener {
+            name: l.name.clone(),
+            addr: l.addr.clone(),
+            pool: l.pool.load_full(),
+        })
+        .collect();
+    shared.drained.store(Arc::new(drained));
     shared.set_phase(Phase::Draining);
     systemd::notify("STOPPING=1");
     shared.wake_all();

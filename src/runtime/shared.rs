@@ -96,6 +96,19 @@ pub struct Shared {
     pub last_busy_ms: AtomicU64,
     /// Unix time the process started.
     pub started_unix: u64,
+    /// The admin listener, kept here so a takeover can hand it over.
+    pub admin_socket: OnceLock<Arc<std::net::TcpListener>>,
+    /// What the listeners were when the drain began: status keeps showing the pools while their
+    /// sessions finish (the listener list itself is emptied so the sockets close).
+    pub drained: ArcSwap<Vec<DrainedListener>>,
+}
+
+/// A listener that no longer accepts, as status reports show it during a drain.
+#[derive(Debug)]
+pub struct DrainedListener {
+    pub name: String,
+    pub addr: ListenAddr,
+    pub pool: Arc<Pool>,
 }
 
 impl Shared {
@@ -123,6 +136,8 @@ impl Shared {
             handed_over: AtomicBool::new(false),
             last_busy_ms: AtomicU64::new(clock.now_ms()),
             started_unix: crate::clock::unix_time(),
+            admin_socket: OnceLock::new(),
+            drained: ArcSwap::from_pointee(Vec::new()),
         }
     }
 
