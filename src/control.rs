@@ -133,7 +133,7 @@ pub fn spawn(socket: ControlSocket, controller: Arc<Controller>) -> io::Result<C
         Interest::READABLE,
     )?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
-    let server = Arc::new(Server {
+    let ctl = Arc::new(Control {
         socket,
         controller,
         waker,
@@ -141,7 +141,7 @@ pub fn spawn(socket: ControlSocket, controller: Arc<Controller>) -> io::Result<C
     });
     thread::Builder::new()
         .name("quill-control".into())
-        .spawn(move || serve(server, poll))?;
+        .spawn(move || serve(ctl, poll))?;
     Ok(ControlHandle { path })
 }
 
@@ -150,7 +150,7 @@ const LISTENING: Token = Token(0);
 const WAKE: Token = Token(1);
 
 /// What the accept loop and every connection thread share.
-struct Server {
+struct Control {
     socket: ControlSocket,
     controller: Arc<Controller>,
     waker: Arc<Waker>,
@@ -160,9 +160,9 @@ struct Server {
 
 /// Accepts control clients and serves each on its own short-lived thread, so a client that is
 /// slow to send its line (or never does) holds up nobody else.
-fn serve(server: Arc<Server>, mut poll: Poll) {
+fn serve(ctl: Arc<Control>, mut poll: Poll) {
     let mut events = Events::with_capacity(8);
-    let shared = server.controller.shared().clone();
+    let shared = ctl.controller.shared().clone();
     loop {
         if shared.handed_over.load(Ordering::Relaxed) {
             // The new process owns the socket now; closing our copy leaves it working.
@@ -175,12 +175,12 @@ fn serve(server: Arc<Server>, mut poll: Poll) {
             }
         }
         while !shared.handed_over.load(Ordering::Relaxed) {
-            let accepted = match &server.socket {
+            let accepted = match &ctl.socket {
                 ControlSocket::Unix(l, _) => l.accept().map(|(s, _)| Conn::Unix(s)),
                 ControlSocket::Tcp(l) => l.accept().map(|(s, a)| Conn::Tcp(s, a.ip())),
             };
             match accepted {
-                Ok(conn) => dispatch(conn, &server),
+                Ok(conn) => dispatch(conn, &ctl),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     tracing::warn!("control socket accept: {e}");
@@ -193,25 +193,25 @@ fn serve(server: Arc<Server>, mut poll: Poll) {
 }
 
 /// Serves `conn` on a thread of its own, or tells it the socket is busy.
-fn dispatch(mut conn: Conn, server: &Arc<Server>) {
-    if server.clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
-        server.clients.fetch_sub(1, Ordering::AcqRel);
+fn dispatch(mut conn: Conn, ctl: &Arc<Control>) {
+    if ctl.clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+        ctl.clients.fetch_sub(1, Ordering::AcqRel);
         tracing::warn!("control socket: {MAX_CLIENTS} clients already connected; refusing one");
         let _ = conn.set_nonblocking(true);
         let _ = conn.stream().write_all(b"error: busy\n");
         return;
     }
-    let server2 = server.clone();
+    let ctl2 = ctl.clone();
     let spawned = thread::Builder::new()
         .name("quill-control-client".into())
         .spawn(move || {
-            if let Err(e) = handle(conn, &server2) {
+            if let Err(e) = handle(conn, &ctl2) {
                 tracing::debug!("control client: {e}");
             }
-            server2.clients.fetch_sub(1, Ordering::AcqRel);
+            ctl2.clients.fetch_sub(1, Ordering::AcqRel);
         });
     if let Err(e) = spawned {
-        server.clients.fetch_sub(1, Ordering::AcqRel);
+        ctl.clients.fetch_sub(1, Ordering::AcqRel);
         tracing::warn!("control socket: cannot start a client thread: {e}");
     }
 }
@@ -319,9 +319,9 @@ fn tcp_client_allowed(ip: IpAddr, controller: &Controller) -> bool {
     }
 }
 
-fn handle(mut conn: Conn, server: &Server) -> io::Result<()> {
+fn handle(mut conn: Conn, ctl: &Control) -> io::Result<()> {
     conn.set_nonblocking(false)?;
-    let controller = &server.controller;
+    let controller = &ctl.controller;
     // The line is read even from a client about to be denied: closing a socket with unread
     // bytes resets the connection, and the client would never see why.
     let line = conn.read_request();
@@ -352,7 +352,7 @@ fn handle(mut conn: Conn, server: &Server) -> io::Result<()> {
             ..
         }) => {
             if let Conn::Unix(s) = &conn {
-                return hand_over(s, server);
+                return hand_over(s, ctl);
             }
             Reply::Error("takeover needs the Unix control socket".into(), false)
         }
@@ -647,8 +647,8 @@ fn show(
 
 /// Old process: hands every listening socket and the control socket to the new process, then
 /// waits for it to say it serves.
-fn hand_over(conn: &UnixStream, server: &Server) -> io::Result<()> {
-    let (socket, controller) = (&server.socket, &server.controller);
+fn hand_over(conn: &UnixStream, ctl: &Control) -> io::Result<()> {
+    let (socket, controller) = (&ctl.socket, &ctl.controller);
     let listeners = controller.shared().listeners.load_full();
     let mut names: Vec<String> = listeners.iter().map(|l| l.name.clone()).collect();
     let mut fds: Vec<BorrowedFd<'_>> = listeners.iter().map(|l| l.socket.as_fd()).collect();
@@ -685,7 +685,7 @@ fn hand_over(conn: &UnixStream, server: &Server) -> io::Result<()> {
                 .shared()
                 .handed_over
                 .store(true, Ordering::Relaxed);
-            let _ = server.waker.wake();
+            let _ = ctl.waker.wake();
             controller.send(Msg::HandedOver);
             Ok(())
         }
