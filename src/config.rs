@@ -427,6 +427,11 @@ impl ListenerConfig {
             Command::Timeout(d) => t.connect_timeout = nonzero(*d, "timeout")?,
             Command::Tracking(d) => t.tracking_time = *d,
             Command::ClientsMax(n) => t.clients_max = (*n).max(1),
+            Command::ConnMax(0) => {
+                return Err(ConfigError::usage(
+                    "conn_max: must be at least 1 (0 would refuse every client)",
+                ))
+            }
             Command::ConnMax(n) => global.max_connections = Some(*n),
             Command::TcpNodelay(on) => t.tcp_nodelay = *on,
             Command::TcpFastclose(f) => t.tcp_fastclose = *f,
@@ -491,7 +496,7 @@ impl ListenerConfig {
                     "server {index}: a new server needs an address"
                 )));
             };
-            let spec = addr::parse_server(address, change.port.or(default_port))
+            let spec = addr::parse_server(&bracket_ipv6(address), change.port.or(default_port))
                 .map_err(|e| ConfigError::from_addr(e, &format!("server {index}: ")))?;
             self.servers.push(spec);
         } else if let Some(address) = &change.address {
@@ -499,7 +504,7 @@ impl ListenerConfig {
                 BackendAddr::Tcp(a) => Some(a.port()),
                 _ => default_port,
             });
-            let spec = addr::parse_server(address, port)
+            let spec = addr::parse_server(&bracket_ipv6(address), port)
                 .map_err(|e| ConfigError::from_addr(e, &format!("server {index}: ")))?;
             self.servers[index].addr = spec.addr;
         } else if let Some(port) = change.port {
@@ -537,6 +542,16 @@ impl ListenerConfig {
             )));
         }
         Ok(())
+    }
+}
+
+/// `server N address ::1` names a bare IPv6 address (as Pen and `write` do); the server syntax
+/// needs it in brackets to tell it from `HOST:PORT`.
+fn bracket_ipv6(address: &str) -> String {
+    if address.parse::<std::net::Ipv6Addr>().is_ok() {
+        format!("[{address}]")
+    } else {
+        address.to_string()
     }
 }
 
@@ -630,6 +645,10 @@ impl Config {
     }
 
     /// The settings as control commands, in a form `-F` reads back (the `write` command).
+    /// The file is applied over the command line at start and on every reload, so it states
+    /// every setting it covers, switched off ones included (`no hash`, `no client_acl`, `no acl
+    /// N` before a list's entries): what was turned off at runtime stays off, and lists are not
+    /// appended to twice.
     pub fn to_commands(&self) -> String {
         let g = &self.global;
         let mut out = String::from("# written by quill\n");
@@ -637,19 +656,23 @@ impl Config {
             out += &format!("conn_max {n}\n");
         }
         for (n, list) in g.acls.iter().enumerate() {
+            out += &format!("no acl {n}\n");
             for e in &list.entries {
                 out += &format!("acl {n} {e}\n");
             }
         }
-        if let Some(n) = g.control_acl {
-            out += &format!("control_acl {n}\n");
-        }
-        if let Some(p) = &g.log {
-            out += &format!("log {}\n", p.display());
-        }
-        if let Some(p) = &g.status_file {
-            out += &format!("web_stats {}\n", p.display());
-        }
+        out += &match g.control_acl {
+            Some(n) => format!("control_acl {n}\n"),
+            None => "no control_acl\n".into(),
+        };
+        out += &match &g.log {
+            Some(p) => format!("log {}\n", p.display()),
+            None => "no log\n".into(),
+        };
+        out += &match &g.status_file {
+            Some(p) => format!("web_stats {}\n", p.display()),
+            None => "no web_stats\n".into(),
+        };
         let several = self.listeners.len() > 1;
         for l in &self.listeners {
             let prefix = if several {
@@ -658,10 +681,14 @@ impl Config {
                 String::new()
             };
             let t = &l.tuning;
-            for w in ModeWord::ALL {
-                if l.mode.is_set(w) {
-                    out += &format!("{prefix}{}\n", w.name());
-                }
+            // Words that are off first: `no p2c` after `leastconn` would reset the base policy.
+            let (on, off): (Vec<ModeWord>, Vec<ModeWord>) =
+                ModeWord::ALL.into_iter().partition(|w| l.mode.is_set(*w));
+            for w in off {
+                out += &format!("{prefix}no {}\n", w.name());
+            }
+            for w in on {
+                out += &format!("{prefix}{}\n", w.name());
             }
             out += &format!("{prefix}blacklist {}\n", format_duration(t.blacklist));
             out += &format!("{prefix}timeout {}\n", format_duration(t.connect_timeout));
@@ -677,9 +704,10 @@ impl Config {
                 "{prefix}{}keepalive\n",
                 if t.keepalive { "" } else { "no " }
             );
-            if let Some(n) = l.client_acl {
-                out += &format!("{prefix}client_acl {n}\n");
-            }
+            out += &match l.client_acl {
+                Some(n) => format!("{prefix}client_acl {n}\n"),
+                None => format!("{prefix}no client_acl\n"),
+            };
             for (i, s) in l.servers.iter().enumerate() {
                 let addr = match &s.addr {
                     BackendAddr::Tcp(a) => format!("address {} port {}", a.ip(), a.port()),
@@ -1318,6 +1346,46 @@ mod tests {
         assert_eq!(l.tuning.idle_timeout, Duration::from_secs(60));
         assert_eq!(l.servers[1].weight, 4);
         assert_eq!(l.mode.to_string(), "roundrobin weight");
+    }
+
+    /// `write` then `-F` over a command line that set other things gives back the written state.
+    #[test]
+    fn written_commands_read_back_over_other_command_line_settings() {
+        let cli = |extra: &[&str]| {
+            let mut c = load(
+                "[[listener]]\nname = \"a\"\nlisten = \"127.0.0.1:1\"\nmode = [\"roundrobin\"]\n\
+                 client_acl = 1\nservers = [\"127.0.0.1:2\", \"[::1]:3\"]\n",
+            )
+            .unwrap();
+            for line in extra {
+                c.apply(None, &crate::command::parse(line).unwrap())
+                    .unwrap();
+            }
+            c
+        };
+        let mut running = cli(&["acl 1 deny 10.0.0.1"]);
+        for line in [
+            "no roundrobin",
+            "leastconn",
+            "no client_acl",
+            "server 1 weight 3 drain",
+        ] {
+            running
+                .apply(None, &crate::command::parse(line).unwrap())
+                .unwrap();
+        }
+        let dir = std::env::temp_dir().join(format!("quill-write-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("saved.cmds");
+        std::fs::write(&file, running.to_commands()).unwrap();
+        // The same command line again (its ACL entry included), then the file.
+        let mut restarted = cli(&["acl 1 deny 10.0.0.1"]);
+        restarted.apply_file(&file, 0).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        for l in &mut restarted.listeners {
+            l.initial_blacklist.clear();
+        }
+        assert_eq!(restarted, running, "{}", running.to_commands());
     }
 }
 

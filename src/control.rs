@@ -1,6 +1,7 @@
 //! The control socket: Pen's framing (a client connects, sends one command line, reads the reply
-//! until the server closes), so `penctl`, `nc` and `quill ctl` all work. One thread, off the data
-//! path; each connection is served with blocking I/O under short timeouts.
+//! until the server closes), so `penctl`, `nc` and `quill ctl` all work. Off the data path: one
+//! thread accepts, and each connection is served on a thread of its own (at most `MAX_CLIENTS`)
+//! with blocking I/O under short timeouts, so a silent client delays nobody else.
 //!
 //! Safety rules: the Unix socket is created mode 0600; TCP is bound only to loopback unless
 //! `control_acl` is set, and then the ACL is checked for every client; commands that name files
@@ -17,13 +18,13 @@ use std::net::{IpAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Token, Waker};
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags,
@@ -46,6 +47,10 @@ const CONTROL_NAME: &str = "control";
 const MAX_LINE: usize = 4096;
 /// How long a client may take to send its line, and to read the reply.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Control connections served at once; more are answered "busy". Each has a thread of its own
+/// for about `IO_TIMEOUT` to read the line plus the time to answer (a takeover: up to
+/// `TAKEOVER_TIMEOUT`).
+const MAX_CLIENTS: usize = 16;
 /// How long the old process waits for the new one to say it serves.
 const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most sockets one takeover hands over.
@@ -124,18 +129,40 @@ pub fn spawn(socket: ControlSocket, controller: Arc<Controller>) -> io::Result<C
     let poll = Poll::new()?;
     poll.registry().register(
         &mut SourceFd(&socket.fd().as_raw_fd()),
-        Token(0),
+        LISTENING,
         Interest::READABLE,
     )?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+    let ctl = Arc::new(Control {
+        socket,
+        controller,
+        waker,
+        clients: AtomicUsize::new(0),
+    });
     thread::Builder::new()
         .name("quill-control".into())
-        .spawn(move || serve(socket, poll, &controller))?;
+        .spawn(move || serve(ctl, poll))?;
     Ok(ControlHandle { path })
 }
 
-fn serve(socket: ControlSocket, mut poll: Poll, controller: &Controller) {
+const LISTENING: Token = Token(0);
+/// Wakes the accept loop after a takeover, so it lets go of the socket at once.
+const WAKE: Token = Token(1);
+
+/// What the accept loop and every connection thread share.
+struct Control {
+    socket: ControlSocket,
+    controller: Arc<Controller>,
+    waker: Arc<Waker>,
+    /// Connections being served now (at most `MAX_CLIENTS`).
+    clients: AtomicUsize,
+}
+
+/// Accepts control clients and serves each on its own short-lived thread, so a client that is
+/// slow to send its line (or never does) holds up nobody else.
+fn serve(ctl: Arc<Control>, mut poll: Poll) {
     let mut events = Events::with_capacity(8);
-    let shared = controller.shared().clone();
+    let shared = ctl.controller.shared().clone();
     loop {
         if shared.handed_over.load(Ordering::Relaxed) {
             // The new process owns the socket now; closing our copy leaves it working.
@@ -147,20 +174,13 @@ fn serve(socket: ControlSocket, mut poll: Poll, controller: &Controller) {
                 return;
             }
         }
-        loop {
-            let accepted = match &socket {
+        while !shared.handed_over.load(Ordering::Relaxed) {
+            let accepted = match &ctl.socket {
                 ControlSocket::Unix(l, _) => l.accept().map(|(s, _)| Conn::Unix(s)),
                 ControlSocket::Tcp(l) => l.accept().map(|(s, a)| Conn::Tcp(s, a.ip())),
             };
             match accepted {
-                Ok(conn) => {
-                    if let Err(e) = handle(conn, &socket, controller) {
-                        tracing::debug!("control client: {e}");
-                    }
-                    if shared.handed_over.load(Ordering::Relaxed) {
-                        return;
-                    }
-                }
+                Ok(conn) => dispatch(conn, &ctl),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     tracing::warn!("control socket accept: {e}");
@@ -169,6 +189,30 @@ fn serve(socket: ControlSocket, mut poll: Poll, controller: &Controller) {
                 }
             }
         }
+    }
+}
+
+/// Serves `conn` on a thread of its own, or tells it the socket is busy.
+fn dispatch(mut conn: Conn, ctl: &Arc<Control>) {
+    if ctl.clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+        ctl.clients.fetch_sub(1, Ordering::AcqRel);
+        tracing::warn!("control socket: {MAX_CLIENTS} clients already connected; refusing one");
+        let _ = conn.set_nonblocking(true);
+        let _ = conn.stream().write_all(b"error: busy\n");
+        return;
+    }
+    let ctl2 = ctl.clone();
+    let spawned = thread::Builder::new()
+        .name("quill-control-client".into())
+        .spawn(move || {
+            if let Err(e) = handle(conn, &ctl2) {
+                tracing::debug!("control client: {e}");
+            }
+            ctl2.clients.fetch_sub(1, Ordering::AcqRel);
+        });
+    if let Err(e) = spawned {
+        ctl.clients.fetch_sub(1, Ordering::AcqRel);
+        tracing::warn!("control socket: cannot start a client thread: {e}");
     }
 }
 
@@ -183,6 +227,67 @@ impl Conn {
             Conn::Unix(s) => s,
             Conn::Tcp(s, _) => s,
         }
+    }
+
+    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Conn::Unix(s) => s.set_nonblocking(on),
+            Conn::Tcp(s, _) => s.set_nonblocking(on),
+        }
+    }
+
+    fn set_timeouts(&self, read: Duration, write: Duration) -> io::Result<()> {
+        match self {
+            Conn::Unix(s) => {
+                s.set_read_timeout(Some(read))?;
+                s.set_write_timeout(Some(write))
+            }
+            Conn::Tcp(s, _) => {
+                s.set_read_timeout(Some(read))?;
+                s.set_write_timeout(Some(write))
+            }
+        }
+    }
+
+    /// Reads the command line: at most `MAX_LINE` bytes, all of them within `IO_TIMEOUT` (a
+    /// client that drips its bytes gets no longer than a silent one). Bytes after the first
+    /// newline are ignored: one command per connection.
+    fn read_request(&mut self) -> io::Result<String> {
+        let deadline = Instant::now() + IO_TIMEOUT;
+        let mut line = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !line.contains(&b'\n') && line.len() <= MAX_LINE {
+            let left = deadline
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no command line within {}s", IO_TIMEOUT.as_secs()),
+                    )
+                })?;
+            self.set_timeouts(left, IO_TIMEOUT)?;
+            let n = match self.stream().read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            };
+            line.extend_from_slice(&buf[..n]);
+        }
+        if let Some(end) = line.iter().position(|&b| b == b'\n') {
+            line.truncate(end);
+        }
+        if line.len() > MAX_LINE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("command line longer than {MAX_LINE} bytes"),
+            ));
+        }
+        String::from_utf8(line)
+            .map(|s| s.trim_end_matches('\r').to_string())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "command is not UTF-8"))
     }
 }
 
@@ -205,40 +310,39 @@ fn read_line(r: &mut dyn Read) -> io::Result<String> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "command is not UTF-8"))
 }
 
-fn handle(mut conn: Conn, socket: &ControlSocket, controller: &Controller) -> io::Result<()> {
-    match &conn {
-        Conn::Unix(s) => {
-            s.set_nonblocking(false)?;
-            s.set_read_timeout(Some(IO_TIMEOUT))?;
-            s.set_write_timeout(Some(IO_TIMEOUT))?;
-        }
-        Conn::Tcp(s, _) => {
-            s.set_nonblocking(false)?;
-            s.set_read_timeout(Some(IO_TIMEOUT))?;
-            s.set_write_timeout(Some(IO_TIMEOUT))?;
-        }
-    }
-    let local = matches!(conn, Conn::Unix(_));
+/// Whether a TCP client may use the control socket: `control_acl` when set, else loopback only.
+fn tcp_client_allowed(ip: IpAddr, controller: &Controller) -> bool {
     let config = controller.config();
+    match config.global.control_acl {
+        Some(n) => config.global.acls[n as usize].permits(ip),
+        None => ip.is_loopback(),
+    }
+}
+
+fn handle(mut conn: Conn, ctl: &Control) -> io::Result<()> {
+    conn.set_nonblocking(false)?;
+    let controller = &ctl.controller;
+    // The line is read even from a client about to be denied: closing a socket with unread
+    // bytes resets the connection, and the client would never see why.
+    let line = conn.read_request();
     if let Conn::Tcp(_, ip) = &conn {
-        let allowed = match config.global.control_acl {
-            Some(n) => config.global.acls[n as usize].permits(*ip),
-            None => ip.is_loopback(),
-        };
-        if !allowed {
+        if !tcp_client_allowed(*ip, controller) {
             tracing::info!("control client {ip} denied by control_acl");
             return conn.stream().write_all(b"error: denied\n");
         }
     }
-    let line = match read_line(conn.stream()) {
+    let line = match line {
         Ok(l) => l,
         Err(e) => {
             let _ = conn.stream().write_all(format!("error: {e}\n").as_bytes());
             return Err(e);
         }
     };
-    let reply = match command::parse_request(&line) {
-        Err(e) => Reply::Error(e.0, false),
+    let local = matches!(conn, Conn::Unix(_));
+    let request = command::parse_request(&line);
+    let reply = match &request {
+        // A line that does not parse still asked for JSON if its first word says so.
+        Err(e) => Reply::Error(e.0.clone(), line.split_whitespace().next() == Some("json")),
         Ok(req) if req.action.local_only() && !local => Reply::Error(
             format!("'{line}' is accepted only over the Unix control socket"),
             req.json,
@@ -248,13 +352,20 @@ fn handle(mut conn: Conn, socket: &ControlSocket, controller: &Controller) -> io
             ..
         }) => {
             if let Conn::Unix(s) = &conn {
-                return hand_over(s, socket, controller);
+                return hand_over(s, ctl);
             }
             Reply::Error("takeover needs the Unix control socket".into(), false)
         }
-        Ok(req) => execute(&req, controller),
+        Ok(req) => execute(req, controller),
     };
-    conn.stream().write_all(reply.render().as_bytes())
+    conn.stream().write_all(reply.render().as_bytes())?;
+    // `exit` is acted on once its reply is out: the process may be gone a moment later.
+    if let (Ok(req), Reply::Text(..)) = (&request, &reply) {
+        if req.action == Action::Exit {
+            controller.send(Msg::Exit);
+        }
+    }
+    Ok(())
 }
 
 /// A reply: text for people and penctl, or JSON for scripts.
@@ -402,7 +513,7 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
             if !controller.config().global.allow_exit {
                 return Reply::Error("exit is not allowed (start Quill with -X)".into(), json);
             }
-            controller.send(Msg::Exit);
+            // The caller sends `Msg::Exit` once this reply is written.
             ok(json, String::new(), json!({ "ok": true }))
         }
         Action::Write(path) => {
@@ -536,7 +647,8 @@ fn show(
 
 /// Old process: hands every listening socket and the control socket to the new process, then
 /// waits for it to say it serves.
-fn hand_over(conn: &UnixStream, socket: &ControlSocket, controller: &Controller) -> io::Result<()> {
+fn hand_over(conn: &UnixStream, ctl: &Control) -> io::Result<()> {
+    let (socket, controller) = (&ctl.socket, &ctl.controller);
     let listeners = controller.shared().listeners.load_full();
     let mut names: Vec<String> = listeners.iter().map(|l| l.name.clone()).collect();
     let mut fds: Vec<BorrowedFd<'_>> = listeners.iter().map(|l| l.socket.as_fd()).collect();
@@ -577,6 +689,7 @@ fn hand_over(conn: &UnixStream, socket: &ControlSocket, controller: &Controller)
                 .shared()
                 .handed_over
                 .store(true, Ordering::Relaxed);
+            let _ = ctl.waker.wake();
             controller.send(Msg::HandedOver);
             Ok(())
         }
