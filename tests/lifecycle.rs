@@ -294,6 +294,8 @@ fn user_option_runs_as_that_user_after_binding() {
             server.clone(),
         ]
     });
+    // The socket accepts as soon as it is bound; privileges drop just after: wait for "ready".
+    assert!(q.wait_stderr_contains("ready:", Duration::from_secs(5)));
     let status = std::fs::read_to_string(format!("/proc/{}/status", q.pid)).unwrap();
     let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
     let uids: Vec<u32> = uid_line
@@ -333,7 +335,9 @@ fn chroot_option_confines_the_process_after_binding() {
             server.clone(),
         ]
     });
-    // The process root is the jail; servers resolved before the chroot still work.
+    // The process root is the jail; servers resolved before the chroot still work. The socket
+    // accepts as soon as it is bound; the chroot happens just after: wait for "ready".
+    assert!(q.wait_stderr_contains("ready:", Duration::from_secs(5)));
     let root_link = std::fs::read_link(format!("/proc/{}/root", q.pid)).unwrap();
     assert_eq!(root_link, jail_path);
     let (name, mut s) = greet_session(q.port);

@@ -86,8 +86,8 @@ pub struct Shared {
     pub access_log: Mutex<(Option<PathBuf>, LogFormat)>,
     /// One per worker.
     pub counters: Vec<Counters>,
-    /// One per worker: requests from the control thread.
-    pub inboxes: Vec<Mutex<Vec<Request>>>,
+    /// One per worker: requests from the control thread; None once the worker has stopped.
+    pub inboxes: Vec<Mutex<Option<Vec<Request>>>>,
     /// One per worker, set once the workers exist.
     pub wakers: OnceLock<Vec<Waker>>,
     /// Set when a new process took the sockets over: the socket files belong to it now.
@@ -131,7 +131,9 @@ impl Shared {
             log_generation: AtomicU64::new(0),
             access_log: Mutex::new((g.log.clone(), g.log_format)),
             counters: (0..g.workers).map(|_| Counters::default()).collect(),
-            inboxes: (0..g.workers).map(|_| Mutex::new(Vec::new())).collect(),
+            inboxes: (0..g.workers)
+                .map(|_| Mutex::new(Some(Vec::new())))
+                .collect(),
             wakers: OnceLock::new(),
             handed_over: AtomicBool::new(false),
             last_busy_ms: AtomicU64::new(clock.now_ms()),
@@ -170,10 +172,9 @@ impl Shared {
     pub fn ask_all<T>(&self, make: impl Fn(mpsc::Sender<T>) -> Request) -> Vec<T> {
         let (tx, rx) = mpsc::channel();
         for inbox in &self.inboxes {
-            inbox
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(make(tx.clone()));
+            if let Some(queue) = inbox.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                queue.push(make(tx.clone()));
+            }
         }
         drop(tx);
         self.wake_all();

@@ -198,8 +198,18 @@ impl Worker {
         Ok(())
     }
 
-    /// Runs the event loop until the worker has drained or is told to stop.
+    /// Runs the event loop until the worker has drained or is told to stop, then closes its inbox
+    /// (requests left there are dropped, so whoever waits for them hears at once).
     pub fn run(mut self) {
+        self.event_loop();
+        let left = self.shared.inboxes[self.id]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(left);
+    }
+
+    fn event_loop(&mut self) {
         let mut events = Events::with_capacity(1024);
         loop {
             let now = self.shared.clock.now_ms();
@@ -575,11 +585,12 @@ impl Worker {
 
     /// Answers the control thread.
     fn answer(&mut self, now: u64) {
-        let requests = std::mem::take(
-            &mut *self.shared.inboxes[self.id]
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
+        let requests = self.shared.inboxes[self.id]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
         for r in requests {
             match r {
                 Request::Report(reply) => {
