@@ -464,9 +464,14 @@ fn health_http_check_expects_status_range() {
         "log should say {line:?}:\n{}",
         q.stderr()
     );
+    assert!(
+        eventually(Duration::from_secs(2), || num(&server(&q, 0), "checks")
+            >= 2),
+        "{:#?}",
+        servers(&q)
+    );
     let s0 = server(&q, 0);
     assert_eq!(s0["health"], "up", "{s0}");
-    assert!(num(&s0, "checks") >= 2, "{s0}");
     assert_eq!(num(&s0, "checks_failed"), 0, "{s0}");
 
     // The request: GET path over HTTP/1.0, naming the server, closing after the answer.
@@ -485,9 +490,15 @@ fn health_http_check_expects_status_range() {
     ok.set(Answer::Status(302));
     wait_field(&q, 1, "health", "up", Duration::from_secs(3));
     wait_field(&q, 0, "health", "down", Duration::from_secs(3));
-    assert!(q
-        .stderr()
-        .contains("is down: status 302 (expected 200-299)"));
+    let line = format!(
+        "server {} (pool default) is down: status 302 (expected 200-299) (2 failed checks)",
+        ok.addr
+    );
+    assert!(
+        q.wait_stderr_contains(&line, Duration::from_secs(2)),
+        "log should say {line:?}:\n{}",
+        q.stderr()
+    );
 }
 
 #[test]
@@ -662,7 +673,11 @@ fn health_check_follows_reload() {
         "{:#?}",
         servers(&q)
     );
-    assert!(a.accepted() >= 2 && a.requests().is_empty());
+    assert!(
+        eventually(Duration::from_secs(2), || a.accepted() >= 2),
+        "a is connected to"
+    );
+    assert!(a.requests().is_empty(), "{:?}", a.requests());
 
     // Reload with a new server and an HTTP check: both servers are checked the new way.
     std::fs::write(&cfg, reload_config(q.dir.path(), q.port, &[&a, &b], http)).unwrap();
