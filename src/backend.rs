@@ -143,10 +143,28 @@ impl Server {
     pub fn set_health(&self, health: Health, now_ms: u64) {
         let old = self.health.swap(health as u8, Ordering::Relaxed);
         if old == Health::Down as u8 && health != Health::Down {
-            self.up_since_ms.store(now_ms, Ordering::Relaxed);
-            // A server that checks say is back must not wait out a blacklist from before.
-            self.blacklisted_until.store(0, Ordering::Relaxed);
+            self.came_up(now_ms);
         }
+    }
+
+    /// Moves the health from `from` to `to` only if it is still `from`, so a verdict reached
+    /// while a reload removed the check (health now unchecked) is dropped instead of leaving the
+    /// server down for good. Returns whether it moved.
+    pub fn change_health(&self, from: Health, to: Health, now_ms: u64) -> bool {
+        let moved = self
+            .health
+            .compare_exchange(from as u8, to as u8, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+        if moved && from == Health::Down && to != Health::Down {
+            self.came_up(now_ms);
+        }
+        moved
+    }
+
+    fn came_up(&self, now_ms: u64) {
+        self.up_since_ms.store(now_ms, Ordering::Relaxed);
+        // A server that checks say is back must not wait out a blacklist from before.
+        self.blacklisted_until.store(0, Ordering::Relaxed);
     }
 
     /// Counts one health check.
