@@ -180,10 +180,16 @@ impl Server {
     }
 
     /// How much of its share the server takes now, in thousandths: below 1000 during slow start.
+    /// The ramp starts when the server last came back: up after health checks said down, enabled
+    /// after a drain or disable, or out of a blacklist (its end is the start).
     pub fn ramp(&self, now_ms: u64) -> u32 {
         let span = self.slow_start_ms.load(Ordering::Relaxed);
-        let since = self.up_since_ms.load(Ordering::Relaxed);
-        if span == 0 || since == 0 {
+        if span == 0 {
+            return 1000;
+        }
+        let back = self.blacklisted_until.load(Ordering::Relaxed);
+        let since = self.up_since_ms.load(Ordering::Relaxed).max(back);
+        if since == 0 || since > now_ms {
             return 1000;
         }
         let elapsed = now_ms.saturating_sub(since);
@@ -310,6 +316,10 @@ impl Pool {
                     .map(|i| reusable.remove(i));
                 match kept {
                     Some(s) => {
+                        if s.admin() != AdminState::Enabled && spec.state == AdminState::Enabled {
+                            // Back in service: slow start applies as after a health recovery.
+                            s.up_since_ms.store(now_ms, Ordering::Relaxed);
+                        }
                         s.set_spec(spec);
                         s
                     }
@@ -417,5 +427,57 @@ impl ServerSet for PoolView<'_> {
 
     fn ramp(&self, i: usize, now_ms: u64) -> u32 {
         self.pool.servers[i].ramp(now_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server() -> Server {
+        let s = Server::new(ServerSpec::new(BackendAddr::Unix("/x".into())));
+        s.set_slow_start(Duration::from_secs(10));
+        s
+    }
+
+    #[test]
+    fn slow_start_follows_a_blacklist_and_a_recovery() {
+        let s = server();
+        assert_eq!(
+            s.ramp(5_000),
+            1000,
+            "a server that never left takes its full share"
+        );
+        s.blacklist(1_000, Duration::from_secs(2));
+        assert_eq!(
+            s.ramp(8_000),
+            500,
+            "ramping from the blacklist's end at 3 s"
+        );
+        assert_eq!(s.ramp(13_000), 1000);
+        s.set_health(Health::Down, 20_000);
+        s.set_health(Health::Up, 30_000);
+        assert_eq!(s.ramp(32_500), 250);
+    }
+
+    #[test]
+    fn slow_start_follows_an_enable() {
+        let l = |state| {
+            let mut l = ListenerConfig::new("p", crate::addr::ListenAddr::Unix("/l".into()));
+            let mut spec = ServerSpec::new(BackendAddr::Unix("/x".into()));
+            spec.state = state;
+            l.servers.push(spec);
+            l.slow_start = Duration::from_secs(10);
+            l
+        };
+        let drained = Pool::build(&l(AdminState::Drain), Arc::default(), None, 1_000);
+        let enabled = Pool::build(
+            &l(AdminState::Enabled),
+            Arc::default(),
+            Some(&drained),
+            50_000,
+        );
+        assert!(Arc::ptr_eq(&drained.servers[0], &enabled.servers[0]));
+        assert_eq!(enabled.servers[0].ramp(55_000), 500);
     }
 }
