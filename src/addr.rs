@@ -1,7 +1,8 @@
 //! Addresses in Pen's syntax: the listen address (`[HOST:]PORT`, `[v6]:PORT` or `/path.sock`) and
 //! server specs (`HOST[:PORT[:MAXCONN[:HARD[:WEIGHT[:PRIO]]]]]`, a host containing `/` being a Unix
 //! socket path). Parsing is pure; name resolution happens once, at start-up or reload, never on a
-//! worker.
+//! worker. The one exception is socket-proxyd's form, whose server name stays a `BackendAddr::Name`
+//! and is resolved again for every session, on the runtime's resolver threads.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
@@ -21,6 +22,12 @@ pub enum BackendAddr {
     Unix(PathBuf),
     /// A Linux abstract Unix socket (`@name`).
     Abstract(String),
+    /// A host name resolved again for each session, as systemd-socket-proxyd does (so a server
+    /// that moves is followed without a restart). Only socket-proxyd's form makes these.
+    Name {
+        host: String,
+        port: u16,
+    },
 }
 
 /// One server as given on the command line or in a config file, resolved.
@@ -125,6 +132,7 @@ impl fmt::Display for BackendAddr {
             BackendAddr::Tcp(a) => write!(f, "{a}"),
             BackendAddr::Unix(p) => write!(f, "{}", p.display()),
             BackendAddr::Abstract(name) => write!(f, "@{name}"),
+            BackendAddr::Name { host, port } => write!(f, "{host}:{port}"),
         }
     }
 }
@@ -216,19 +224,50 @@ pub fn parse_server(value: &str, default_port: Option<u16>) -> Result<ServerSpec
 }
 
 /// Parses socket-proxyd's server argument: `HOST[:PORT]` (port 80 when none is given), a path
-/// (`/run/app.sock`) or an abstract socket (`@name`).
+/// (`/run/app.sock`) or an abstract socket (`@name`). An IP literal is used as it is; a host name is
+/// kept as a `Name` and never resolved here (socket-proxyd resolves it for each connection).
 pub fn parse_proxyd_target(value: &str) -> Result<ServerSpec, AddrError> {
+    const WHAT: &str = "server";
     if let Some(name) = value.strip_prefix('@') {
         if name.is_empty() {
-            return Err(AddrError::syntax(
-                "server",
-                value,
-                "empty abstract socket name",
-            ));
+            return Err(AddrError::syntax(WHAT, value, "empty abstract socket name"));
         }
         return Ok(ServerSpec::new(BackendAddr::Abstract(name.to_string())));
     }
-    parse_server(value, Some(80))
+    if value.starts_with('/') {
+        return Ok(ServerSpec::new(BackendAddr::Unix(PathBuf::from(value))));
+    }
+    let (host, port) = split_host_port(value, WHAT)?;
+    let port = match port {
+        Some(p) => parse_port(p, WHAT, value)?,
+        None => 80,
+    };
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(ServerSpec::new(BackendAddr::Tcp(SocketAddr::new(ip, port))));
+    }
+    if !is_host_name(host) {
+        return Err(AddrError::syntax(
+            WHAT,
+            value,
+            "expected HOST[:PORT], [v6addr]:PORT, /path or @abstract",
+        ));
+    }
+    Ok(ServerSpec::new(BackendAddr::Name {
+        host: host.to_string(),
+        port,
+    }))
+}
+
+/// Whether `host` can be a DNS or /etc/hosts name: dot-separated labels of letters, digits,
+/// `-` and `_`, at most 253 bytes. Anything else is a typo, refused before it reaches a resolver.
+fn is_host_name(host: &str) -> bool {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    !host.is_empty() && host.len() <= 253 && host.trim_end_matches('.').split('.').all(label_ok)
 }
 
 /// Parses a plain `HOST:PORT` or path (the emergency and abuse servers).
@@ -355,6 +394,47 @@ mod tests {
         ] {
             let err = parse_server(bad, Some(80)).unwrap_err().to_string();
             assert!(err.contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn proxyd_targets_parse_like_socket_proxyd() {
+        let check = |input: &str, addr: BackendAddr| {
+            assert_eq!(parse_proxyd_target(input).unwrap().addr, addr, "{input}");
+        };
+        check("10.0.0.1", tcp("10.0.0.1:80"));
+        check("10.0.0.1:8080", tcp("10.0.0.1:8080"));
+        check("[::1]", tcp("[::1]:80"));
+        check("[::1]:81", tcp("[::1]:81"));
+        check("/run/app.sock", BackendAddr::Unix("/run/app.sock".into()));
+        check("@app", BackendAddr::Abstract("app".into()));
+        let name = |host: &str, port| BackendAddr::Name {
+            host: host.into(),
+            port,
+        };
+        check("localhost", name("localhost", 80));
+        check("app.internal:8080", name("app.internal", 8080));
+        check("my_host.example.", name("my_host.example.", 80));
+        assert_eq!(name("app", 81).to_string(), "app:81");
+    }
+
+    #[test]
+    fn bad_proxyd_targets_name_the_value() {
+        for bad in [
+            "@",
+            "host:0",
+            "host:http",
+            "host:80:5",
+            "a b",
+            "",
+            "::1",
+            "relative/path",
+            "bad..name",
+            "[::1",
+        ] {
+            let err = parse_proxyd_target(bad).unwrap_err();
+            assert!(matches!(err, AddrError::Syntax { .. }), "{bad}: {err}");
+            assert!(err.to_string().contains(&format!("'{bad}'")), "{err}");
         }
     }
 

@@ -169,8 +169,9 @@ pub struct Cli {
     /// A server coming back ramps its share up over this time [default: 0 = at once]
     #[arg(long, value_name = "DUR", value_parser = duration)]
     slow_start: Option<Duration>,
-    /// Exit once no session has been open for this long (with socket activation)
-    #[arg(long, value_name = "DUR", value_parser = duration)]
+    /// Exit once no session has been open for this long (with socket activation); also systemd
+    /// time spans ("5min", "1h 30s", "infinity")
+    #[arg(long, value_name = "DUR", value_parser = crate::systemd::parse_timespan)]
     exit_idle_time: Option<Duration>,
 
     #[command(flatten)]
@@ -605,8 +606,11 @@ fn is_proxyd_form(cli: &Cli) -> bool {
 }
 
 /// Builds the configuration of the socket-proxyd form: one listener per inherited socket, all
-/// forwarding to the one server (port 80 when none is given), at most `--connections-max`
-/// sessions (256, socket-proxyd's default).
+/// forwarding to the one server (port 80 when none is given; a host name is resolved again for
+/// each session), at most `--connections-max` sessions (256, socket-proxyd's default). As in
+/// socket-proxyd, every session tries the server (no blacklist unless `-b` asks for one) and `-c N`
+/// is the connection limit: Pen's meaning of `-c` (the tracking table) has no use here, where
+/// clients are not tracked.
 fn proxyd_config(cli: &Cli) -> Result<(Config, Vec<crate::systemd::Inherited>), ConfigError> {
     let target = cli.listen.as_deref().unwrap_or_default();
     let server = addr::parse_proxyd_target(target).map_err(|e| addr_error(e, ""))?;
@@ -637,6 +641,7 @@ fn proxyd_config(cli: &Cli) -> Result<(Config, Vec<crate::systemd::Inherited>), 
         let mut l = ListenerConfig::new(&name, listen);
         l.mode.set(ModeWord::RoundRobin, true);
         l.servers.push(server.clone());
+        l.tuning.blacklist = Duration::ZERO;
         l.tuning.apply(&cli.tuning_patch());
         listeners.push(l);
         named.push(crate::systemd::Inherited {
@@ -649,6 +654,9 @@ fn proxyd_config(cli: &Cli) -> Result<(Config, Vec<crate::systemd::Inherited>), 
         ..Global::default()
     };
     cli.patch_global(&mut global);
+    if let (None, Some(n)) = (cli.max_connections, cli.clients_max) {
+        global.max_connections = Some(n);
+    }
     cli.patch_global_checked(&mut global)?;
     let config = Config { global, listeners };
     config.validate()?;

@@ -95,3 +95,81 @@ pub fn watchdog_interval() -> Option<Duration> {
     }
     (usec > 0).then(|| Duration::from_micros(usec / 2))
 }
+
+/// Parses a systemd time span (systemd.time(7)): `infinity`, or numbers with units summed
+/// (`90`, `1.5s`, `5min`, `1h 30min`, `250ms`); a bare number is seconds. Quill's own durations
+/// (`500ms`, `2s`, `5m`, `1h`) mean the same here, so socket-proxyd's `--exit-idle-time` values
+/// carry over unchanged. `infinity` is `Duration::MAX` (never).
+pub fn parse_timespan(text: &str) -> Result<Duration, String> {
+    let bad = |why: &str| format!("invalid time span '{text}': {why}");
+    let s = text.trim();
+    if s == "infinity" {
+        return Ok(Duration::MAX);
+    }
+    let mut rest = s;
+    let mut total = 0f64;
+    let mut parts = 0;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..number_len]
+            .parse()
+            .map_err(|_| bad("expected a number"))?;
+        rest = rest[number_len..].trim_start();
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace())
+            .unwrap_or(rest.len());
+        let unit = timespan_unit(&rest[..unit_len])
+            .ok_or_else(|| bad(&format!("unknown unit '{}'", &rest[..unit_len])))?;
+        rest = rest[unit_len..].trim_start();
+        total += number * unit;
+        parts += 1;
+    }
+    if parts == 0 {
+        return Err(bad("empty"));
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| bad("out of range"))
+}
+
+/// Seconds per unit of a systemd time span ("" = seconds).
+fn timespan_unit(unit: &str) -> Option<f64> {
+    Some(match unit {
+        "usec" | "us" | "µs" | "μs" => 1e-6,
+        "msec" | "ms" => 1e-3,
+        "" | "seconds" | "second" | "sec" | "s" => 1.0,
+        "minutes" | "minute" | "min" | "m" => 60.0,
+        "hours" | "hour" | "hr" | "h" => 3600.0,
+        "days" | "day" | "d" => 86_400.0,
+        "weeks" | "week" | "w" => 604_800.0,
+        "months" | "month" | "M" => 2_629_800.0,
+        "years" | "year" | "y" => 31_557_600.0,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timespans_parse_like_systemd() {
+        let check = |text: &str, ms: u128| {
+            assert_eq!(parse_timespan(text).unwrap().as_millis(), ms, "{text}");
+        };
+        check("90", 90_000);
+        check("1.5s", 1_500);
+        check("250ms", 250);
+        check("5min", 300_000);
+        check("5m", 300_000);
+        check("1h 30min", 5_400_000);
+        check("2h30m", 9_000_000);
+        check(" 1 sec ", 1_000);
+        check("1d", 86_400_000);
+        assert_eq!(parse_timespan("infinity"), Ok(Duration::MAX));
+        for bad in ["", "x", "5 parsecs", "1..2s", "-1s", "s"] {
+            let err = parse_timespan(bad).unwrap_err();
+            assert!(err.contains(&format!("'{bad}'")), "{err}");
+        }
+    }
+}

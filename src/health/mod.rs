@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use mio::{Events, Poll, Registry, Token};
 
+use crate::addr::BackendAddr;
 use crate::backend::{Health, Pool, Server};
 use crate::clock::millis;
 use crate::config::HealthCheck;
@@ -208,7 +209,13 @@ impl Checker {
             let Some(check) = &pool.health else {
                 continue;
             };
-            for server in &pool.servers {
+            // A server name is resolved per session on the resolver threads; the checker never
+            // resolves (it must not block), so such servers are not checked.
+            let checkable = pool
+                .servers
+                .iter()
+                .filter(|s| !matches!(s.addr(), BackendAddr::Name { .. }));
+            for server in checkable {
                 let rand = self.next_rand();
                 self.watch(server, pool, check, now_ms, rand);
             }

@@ -204,6 +204,7 @@ fn request(path: &str, addr: &BackendAddr) -> Vec<u8> {
     let host = match addr {
         BackendAddr::Tcp(a) => a.to_string(),
         BackendAddr::Unix(_) | BackendAddr::Abstract(_) => "localhost".to_string(),
+        BackendAddr::Name { host, port } => format!("{host}:{port}"),
     };
     format!(
         "GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: quill-health\r\nConnection: close\r\n\r\n"
@@ -221,6 +222,11 @@ fn open(addr: &BackendAddr) -> io::Result<Stream> {
             let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
             UnixStream::connect_addr(&addr).map(Stream::Unix)
         }
+        // Never watched (see `Checker::refresh`): resolving here would block the checker.
+        BackendAddr::Name { .. } => Err(io::Error::new(
+            ErrorKind::Unsupported,
+            "server names are not checked",
+        )),
     }
 }
 

@@ -72,6 +72,18 @@ struct Attempt {
     current: Option<usize>,
     /// Bumped on each connect, so a stale timeout is recognised.
     seq: u32,
+    /// Waiting for the resolver to turn the server's name into an address.
+    resolving: bool,
+}
+
+/// What a session waits for after starting an attempt; both end by the deadline (clock ms).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempting {
+    /// A nonblocking connect is in progress.
+    Connect(u64),
+    /// The server is a `BackendAddr::Name`: the worker must ask the resolver, then call
+    /// `Session::resolved` with the answer.
+    Resolve(u64),
 }
 
 /// One client connection and its backend connection.
@@ -206,8 +218,8 @@ impl Session {
         pool.emergency.clone()
     }
 
-    /// Starts a nonblocking connect to the next server that will take one. Returns the attempt's
-    /// deadline (clock ms); Err when no server is left to try.
+    /// Starts a nonblocking connect to the next server that will take one, or asks for the
+    /// server's name to be resolved first. Err when no server is left to try.
     pub fn connect_next(
         &mut self,
         registry: &Registry,
@@ -215,42 +227,116 @@ impl Session {
         now_ms: u64,
         rand: u64,
         counters: &Counters,
-    ) -> Result<u64, End> {
+    ) -> Result<Attempting, End> {
         loop {
             let server = self.next_server(now_ms, rand).ok_or(End::NoServer)?;
             server.session_started();
-            match open(server.addr(), &self.pool.tuning) {
-                Ok(mut stream) => {
-                    if let Err(e) = registry.register(
-                        stream.source(),
-                        token,
-                        Interest::READABLE | Interest::WRITABLE,
-                    ) {
-                        tracing::warn!("cannot register backend socket: {e}");
-                        server.session_ended();
-                        return Err(End::Error);
-                    }
-                    self.backend = Some(stream);
-                    self.server = Some(server);
-                    self.attempt.seq = self.attempt.seq.wrapping_add(1);
-                    return Ok(now_ms.saturating_add(millis(self.pool.tuning.connect_timeout)));
-                }
-                Err(e) if is_local_error(&e) => {
-                    server.session_ended();
-                    tracing::warn!("cannot connect to {}: {e} (local resources)", server.addr());
-                    return Err(End::Error);
-                }
-                Err(e) => {
-                    server.session_ended();
-                    self.blacklist(&server, now_ms, &e, counters);
-                }
+            if matches!(server.addr(), BackendAddr::Name { .. }) {
+                self.server = Some(server);
+                self.attempt.resolving = true;
+                self.attempt.seq = self.attempt.seq.wrapping_add(1);
+                return Ok(Attempting::Resolve(self.deadline(now_ms)));
+            }
+            if let Some(deadline) =
+                self.start_connect(server, None, registry, token, now_ms, counters)?
+            {
+                return Ok(Attempting::Connect(deadline));
             }
         }
     }
 
-    /// The connect in progress failed (refused, unreachable, timed out): blacklist the server and
-    /// forget the socket. The caller then calls `connect_next`.
+    /// Whether the session waits for the resolver.
+    pub fn is_resolving(&self) -> bool {
+        self.attempt.resolving
+    }
+
+    /// The resolver answered for the server being tried: connect to the address, or, when the
+    /// name did not resolve, go on to the next server (no blacklist: the name may resolve for the
+    /// next client, as socket-proxyd would try again). Err when no server is left to try.
+    pub fn resolved(
+        &mut self,
+        answer: io::Result<SocketAddr>,
+        registry: &Registry,
+        token: Token,
+        now_ms: u64,
+        rand: u64,
+        counters: &Counters,
+    ) -> Result<Attempting, End> {
+        self.attempt.resolving = false;
+        let server = self.server.take().ok_or(End::Error)?;
+        match answer {
+            Ok(addr) => {
+                if let Some(deadline) =
+                    self.start_connect(server, Some(addr), registry, token, now_ms, counters)?
+                {
+                    return Ok(Attempting::Connect(deadline));
+                }
+            }
+            Err(e) => {
+                server.session_ended();
+                server.failures.fetch_add(1, Ordering::Relaxed);
+                Counters::add(&counters.connect_failures, 1);
+                tracing::info!("cannot resolve server {}: {e}", server.addr());
+            }
+        }
+        self.connect_next(registry, token, now_ms, rand, counters)
+    }
+
+    fn deadline(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_add(millis(self.pool.tuning.connect_timeout))
+    }
+
+    /// Opens and registers a connection to `server` (at `resolved` when its address is a name).
+    /// Ok(Some(deadline)) when the connect is under way, Ok(None) when the server failed at once
+    /// (it is blacklisted; try the next), Err on a local failure.
+    fn start_connect(
+        &mut self,
+        server: Arc<Server>,
+        resolved: Option<SocketAddr>,
+        registry: &Registry,
+        token: Token,
+        now_ms: u64,
+        counters: &Counters,
+    ) -> Result<Option<u64>, End> {
+        let t = &self.pool.tuning;
+        let opened = match resolved {
+            Some(addr) => open_tcp(addr, t),
+            None => open(server.addr(), t),
+        };
+        match opened {
+            Ok(mut stream) => {
+                if let Err(e) = registry.register(
+                    stream.source(),
+                    token,
+                    Interest::READABLE | Interest::WRITABLE,
+                ) {
+                    tracing::warn!("cannot register backend socket: {e}");
+                    server.session_ended();
+                    return Err(End::Error);
+                }
+                self.backend = Some(stream);
+                self.server = Some(server);
+                self.attempt.seq = self.attempt.seq.wrapping_add(1);
+                Ok(Some(self.deadline(now_ms)))
+            }
+            Err(e) if is_local_error(&e) => {
+                server.session_ended();
+                tracing::warn!("cannot connect to {}: {e} (local resources)", server.addr());
+                Err(End::Error)
+            }
+            Err(e) => {
+                server.session_ended();
+                self.blacklist(&server, now_ms, &e, counters);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The connect in progress failed (refused, unreachable, timed out; or the resolver did not
+    /// answer in time): blacklist the server and forget the socket. The caller then calls
+    /// `connect_next`.
     pub fn connect_failed(&mut self, now_ms: u64, why: &io::Error, counters: &Counters) {
+        self.attempt.resolving = false;
         self.backend = None;
         self.backend_ready = Ready::default();
         if let Some(server) = self.server.take() {
@@ -356,26 +442,33 @@ impl Session {
     }
 }
 
-/// Opens a nonblocking connection (connect in progress for TCP).
+/// Opens a nonblocking connection (connect in progress for TCP). A `Name` must have been resolved
+/// by the caller (`open_tcp`): resolving here would block the worker.
 fn open(addr: &BackendAddr, t: &Tuning) -> io::Result<Stream> {
     match addr {
-        BackendAddr::Tcp(a) => {
-            let s = TcpStream::connect(*a)?;
-            if t.tcp_nodelay {
-                s.set_nodelay(true)?;
-            }
-            if t.keepalive {
-                SockRef::from(&s).set_keepalive(true)?;
-            }
-            Ok(Stream::Tcp(s))
-        }
+        BackendAddr::Tcp(a) => open_tcp(*a, t),
         BackendAddr::Unix(p) => UnixStream::connect(p).map(Stream::Unix),
         BackendAddr::Abstract(name) => {
             use std::os::linux::net::SocketAddrExt;
             let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
             UnixStream::connect_addr(&addr).map(Stream::Unix)
         }
+        BackendAddr::Name { host, .. } => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("'{host}' must be resolved before connecting"),
+        )),
     }
+}
+
+fn open_tcp(addr: SocketAddr, t: &Tuning) -> io::Result<Stream> {
+    let s = TcpStream::connect(addr)?;
+    if t.tcp_nodelay {
+        s.set_nodelay(true)?;
+    }
+    if t.keepalive {
+        SockRef::from(&s).set_keepalive(true)?;
+    }
+    Ok(Stream::Tcp(s))
 }
 
 #[cfg(test)]

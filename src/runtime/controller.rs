@@ -56,6 +56,7 @@ fn open_socket(
         match listener::from_fd(fd) {
             Ok((socket, addr)) if by_name || addr == l.listen => {
                 inherited.remove(i);
+                set_inherited_options(&socket, &bind_options(g, l));
                 return Ok(socket);
             }
             Ok(_) => i += 1,
@@ -67,6 +68,25 @@ fn open_socket(
     }
     listener::bind(&l.listen, &bind_options(g, l))
         .map_err(|e| format!("cannot listen on {}: {e}", l.listen))
+}
+
+/// Sets on a socket systemd (or the previous process) bound the options that accepted clients
+/// inherit, as `listener::bind` does: without them every client of a socket-activated listener
+/// would run with Nagle's algorithm on. Failures only cost that, so they are logged.
+fn set_inherited_options(socket: &ListenSocket, o: &BindOptions) {
+    if let ListenSocket::Tcp(_) = socket {
+        let s = socket2::SockRef::from(socket);
+        let result = s.set_tcp_nodelay(o.nodelay).and_then(|()| {
+            if o.keepalive {
+                s.set_keepalive(true)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = result {
+            tracing::warn!("cannot set options on an inherited socket: {e}");
+        }
+    }
 }
 
 impl Controller {

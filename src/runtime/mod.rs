@@ -4,6 +4,7 @@
 //! stops.
 
 pub mod controller;
+pub mod resolver;
 pub mod shared;
 pub mod worker;
 
@@ -78,6 +79,7 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     // queue, not kill the process.
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
         .map_err(|e| RunError(format!("cannot handle signals: {e}")))?;
+    let resolves_names = has_server_names(&config);
     let nofile = sys::raise_nofile_limit().unwrap_or(1024);
     let fit = sessions_for(nofile, g.workers as u64, config.listeners.len() as u64);
     let max_sessions = match g.max_connections {
@@ -111,6 +113,10 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     if !inherited.is_empty() {
         tracing::info!("inherited {} listening socket(s)", inherited.len());
     }
+    let systemd_files = match &start.takeover {
+        Some(_) => Vec::new(),
+        None => socket_files(&inherited),
+    };
     let control_socket = match &g.control {
         Some(addr) => Some(
             control::open(addr, &mut inherited)
@@ -161,6 +167,14 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     };
     drop_privileges(&g)?;
 
+    let resolver = if resolves_names {
+        Some(
+            resolver::Resolver::start(shared.clone(), g.workers, resolver::THREADS)
+                .map_err(|e| RunError(format!("cannot start resolver threads: {e}")))?,
+        )
+    } else {
+        None
+    };
     let (tx, rx) = mpsc::channel();
     let mut wakers = Vec::new();
     for id in 0..g.workers {
@@ -173,7 +187,7 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
             .map(|f| f.try_clone())
             .transpose()
             .map_err(|e| RunError(format!("access log: {e}")))?;
-        let w = Worker::new(id, poll, shared.clone(), log)
+        let w = Worker::new(id, poll, shared.clone(), log, resolver.clone())
             .map_err(|e| RunError(format!("worker {id}: {e}")))?;
         let tx = tx.clone();
         thread::Builder::new()
@@ -281,16 +295,18 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
                     "no session for {}: exiting (--exit-idle-time)",
                     crate::config::format_duration(limit)
                 );
-                drain(&shared, &g, false);
+                drain(&shared, &g, false, &systemd_files);
             }
         }
         match msg {
             None => {}
             Some(Msg::WorkerDone) => running -= 1,
             Some(Msg::Signal(SIGTERM | SIGINT) | Msg::Exit) if shared.phase() == Phase::Running => {
-                drain(&shared, &g, false)
+                drain(&shared, &g, false, &systemd_files)
             }
-            Some(Msg::HandedOver) if shared.phase() == Phase::Running => drain(&shared, &g, true),
+            Some(Msg::HandedOver) if shared.phase() == Phase::Running => {
+                drain(&shared, &g, true, &systemd_files)
+            }
             Some(Msg::Signal(SIGTERM | SIGINT) | Msg::Exit) => {
                 shared.set_phase(Phase::Stopping);
                 shared.wake_all();
@@ -318,9 +334,11 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     signal_handle.close();
     let handed_over = shared.handed_over.load(Ordering::Relaxed);
     if !handed_over {
-        remove_socket_files(&shared);
+        remove_socket_files(&shared, &systemd_files);
         if let Some(path) = control.as_ref().and_then(|c| c.path()) {
-            let _ = std::fs::remove_file(path);
+            if !systemd_files.iter().any(|f| f == path) {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
     if let Some(pid_file) = &g.pid_file {
@@ -337,9 +355,19 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     Ok(())
 }
 
+/// Whether a server is given by a name resolved for each session (socket-proxyd's form): only
+/// then are resolver threads needed.
+fn has_server_names(config: &Config) -> bool {
+    config
+        .listeners
+        .iter()
+        .flat_map(|l| &l.servers)
+        .any(|s| matches!(s.addr, crate::addr::BackendAddr::Name { .. }))
+}
+
 /// Stops accepting and lets open sessions finish within the drain timeout. After a handover the
 /// sockets live on in the new process: their files stay.
-fn drain(shared: &Shared, g: &crate::config::Global, handover: bool) {
+fn drain(shared: &Shared, g: &crate::config::Global, handover: bool, systemd_files: &[PathBuf]) {
     let deadline = shared
         .clock
         .now_ms()
@@ -348,7 +376,7 @@ fn drain(shared: &Shared, g: &crate::config::Global, handover: bool) {
     if handover {
         shared.handed_over.store(true, Ordering::Relaxed);
     } else {
-        remove_socket_files(shared);
+        remove_socket_files(shared, systemd_files);
     }
     let drained = shared
         .listeners
@@ -372,12 +400,27 @@ fn drain(shared: &Shared, g: &crate::config::Global, handover: bool) {
     );
 }
 
-fn remove_socket_files(shared: &Shared) {
+/// Removes the files of the Unix sockets Quill bound; those systemd bound stay (`systemd_files`).
+fn remove_socket_files(shared: &Shared, systemd_files: &[PathBuf]) {
     for l in shared.listeners.load().iter() {
         if let Some(path) = l.socket.path() {
-            let _ = std::fs::remove_file(path);
+            if !systemd_files.iter().any(|f| f == path) {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
+}
+
+/// The files of the Unix sockets systemd passed. systemd owns them: they must outlive this
+/// process so that the next client finds the socket and systemd starts Quill again.
+fn socket_files(inherited: &[Inherited]) -> Vec<PathBuf> {
+    inherited
+        .iter()
+        .filter_map(|s| {
+            let local = socket2::SockRef::from(&s.fd).local_addr().ok()?;
+            local.as_pathname().map(Path::to_path_buf)
+        })
+        .collect()
 }
 
 /// Writes Pen's HTML status report to `path`.

@@ -48,7 +48,7 @@ pub struct SessionInfo {
     pub age_ms: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
-    /// connecting, open, half-closed
+    /// resolving, connecting, open, half-closed
     pub state: &'static str,
 }
 

@@ -14,13 +14,14 @@ use std::time::Duration;
 use mio::event::Event;
 use mio::{Events, Interest, Poll, Token};
 
+use super::resolver::{self, Resolver};
 use super::shared::{Listener, Phase, Report, Request, SessionInfo, Shared};
 use super::PIPES_PER_WORKER;
 use crate::clock::millis;
 use crate::log::{AccessLog, Entry};
 use crate::metrics::{Counters, End};
 use crate::proxy::flow::Pools;
-use crate::proxy::tcp::{Peer, Session};
+use crate::proxy::tcp::{Attempting, Peer, Session};
 use crate::proxy::Stream;
 use crate::sys;
 
@@ -95,6 +96,10 @@ pub struct Worker {
     woken: bool,
     next_session: u64,
     recent: VecDeque<(IpAddr, u64)>,
+    /// Resolves server names (socket-proxyd's form); None when no pool has one.
+    resolver: Option<Arc<Resolver>>,
+    /// The resolver's answers being handled (kept to reuse its allocation).
+    answers: Vec<resolver::Answer>,
 }
 
 impl Worker {
@@ -105,6 +110,7 @@ impl Worker {
         poll: Poll,
         shared: Arc<Shared>,
         log: Option<std::fs::File>,
+        resolver: Option<Arc<Resolver>>,
     ) -> io::Result<Worker> {
         let log = {
             let settings = shared.access_log.lock().unwrap_or_else(|e| e.into_inner());
@@ -138,6 +144,8 @@ impl Worker {
             woken: false,
             next_session: 0,
             recent: VecDeque::with_capacity(RECENT),
+            resolver,
+            answers: Vec::new(),
             shared,
         };
         w.sync_listeners()?;
@@ -428,32 +436,104 @@ impl Worker {
     // === connect ===
 
     fn connect(&mut self, idx: usize, now: u64) {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
+        let rand = self.next_rand();
         let gen = self.slots[idx].gen;
         let counters = &self.shared.counters[self.id];
         let Some(s) = self.slots[idx].session.as_mut() else {
             return;
         };
-        match s.connect_next(
+        let step = s.connect_next(
             self.poll.registry(),
             token(idx, gen, BACKEND),
             now,
-            self.rng,
+            rand,
             counters,
-        ) {
-            Ok(deadline) => {
-                let seq = s.attempt_seq();
-                self.timers.push(Reverse(Timer {
-                    deadline,
+        );
+        self.follow_attempt(idx, step, now);
+    }
+
+    fn next_rand(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    /// Arms the deadline of the attempt a session started (and asks the resolver when the server
+    /// is a name), or closes the session when no server was left.
+    fn follow_attempt(&mut self, idx: usize, step: Result<Attempting, End>, now: u64) {
+        let gen = self.slots[idx].gen;
+        let Some(s) = self.slots[idx].session.as_ref() else {
+            return;
+        };
+        let seq = s.attempt_seq();
+        let deadline = match step {
+            Ok(Attempting::Connect(deadline)) => deadline,
+            Ok(Attempting::Resolve(deadline)) => {
+                let key = resolver::Key {
                     idx: idx as u32,
                     gen,
                     seq,
-                }));
+                };
+                match (&self.resolver, &s.server) {
+                    (Some(r), Some(server)) => r.ask(self.id, key, server.clone()),
+                    _ => {
+                        tracing::warn!("no resolver for a server name; closing the session");
+                        self.close(idx, End::NoServer, now);
+                        return;
+                    }
+                }
+                deadline
             }
-            Err(end) => self.close(idx, end, now),
+            Err(end) => {
+                self.close(idx, end, now);
+                return;
+            }
+        };
+        self.timers.push(Reverse(Timer {
+            deadline,
+            idx: idx as u32,
+            gen,
+            seq,
+        }));
+    }
+
+    /// Hands the resolver's answers to the sessions still waiting for them.
+    fn take_resolved(&mut self, now: u64) {
+        let Some(resolver) = self.resolver.clone() else {
+            return;
+        };
+        let mut answers = std::mem::take(&mut self.answers);
+        resolver.take_answers(self.id, &mut answers);
+        for answer in answers.drain(..) {
+            let resolver::Key { idx, gen, seq } = answer.key;
+            let idx = idx as usize;
+            let waiting = match self.slots.get(idx) {
+                Some(Slot {
+                    gen: g,
+                    session: Some(s),
+                }) => *g == gen && s.is_resolving() && s.attempt_seq() == seq,
+                _ => false,
+            };
+            if !waiting {
+                continue;
+            }
+            let rand = self.next_rand();
+            let counters = &self.shared.counters[self.id];
+            let Some(s) = self.slots[idx].session.as_mut() else {
+                continue;
+            };
+            let step = s.resolved(
+                answer.result,
+                self.poll.registry(),
+                token(idx, gen, BACKEND),
+                now,
+                rand,
+                counters,
+            );
+            self.follow_attempt(idx, step, now);
         }
+        self.answers = answers;
     }
 
     fn retry_connect(&mut self, idx: usize, now: u64, why: &io::Error) {
@@ -480,7 +560,16 @@ impl Worker {
             }
             self.timers.pop();
             if live {
-                let why = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
+                let resolving = self.slots[t.idx as usize]
+                    .session
+                    .as_ref()
+                    .is_some_and(|s| s.is_resolving());
+                let why = if resolving {
+                    "name resolution timed out"
+                } else {
+                    "connect timed out"
+                };
+                let why = io::Error::new(io::ErrorKind::TimedOut, why);
                 self.retry_connect(t.idx as usize, now, &why);
             }
         }
@@ -527,6 +616,7 @@ impl Worker {
                 tracing::warn!("worker {}: cannot register a listener: {e}", self.id);
             }
             self.answer(now);
+            self.take_resolved(now);
         }
         for i in 0..self.listeners.len() {
             let p = self.listeners[i].paused_until;
@@ -606,7 +696,9 @@ impl Worker {
                             age_ms: now.saturating_sub(s.started_ms),
                             bytes_in: s.up.bytes,
                             bytes_out: s.down.bytes,
-                            state: if !s.connected {
+                            state: if s.is_resolving() {
+                                "resolving"
+                            } else if !s.connected {
                                 "connecting"
                             } else if s.is_half_closed() {
                                 "half-closed"
