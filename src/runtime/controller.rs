@@ -280,7 +280,9 @@ impl Controller {
                 listeners_changed = true;
                 notes.push(format!("listener '{}' on {} removed", c.name, c.addr));
                 if let Some(path) = c.socket.path() {
-                    if !next.listeners.iter().any(|l| l.listen == c.addr) {
+                    if !next.listeners.iter().any(|l| l.listen == c.addr)
+                        && !self.shared.is_systemd_file(path)
+                    {
                         let _ = std::fs::remove_file(path);
                     }
                 }

@@ -127,6 +127,7 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     let clock = Clock::default();
     let controller = Controller::start(config, clock, max_sessions, &mut inherited)?;
     let shared = controller.shared().clone();
+    let _ = shared.systemd_files.set(systemd_files.clone());
     let admin_socket = match g.admin {
         Some(addr) => {
             let socket = match inherited
@@ -266,6 +267,8 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
         (None, None) => None,
     };
     let mut next_watchdog = Instant::now();
+    // When the workers were last woken to prove they are alive (clock ms).
+    let mut poked_ms = 0;
     let mut running = g.workers;
     while running > 0 {
         let msg = match tick {
@@ -281,7 +284,21 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
         };
         if let Some(w) = watchdog {
             if Instant::now() >= next_watchdog {
-                systemd::notify("WATCHDOG=1");
+                // Ping only while every event loop answered the previous wake-up: a stuck worker
+                // lets systemd's watchdog fire.
+                let stuck = shared
+                    .heartbeats
+                    .iter()
+                    .position(|h| h.load(Ordering::Relaxed) < poked_ms);
+                match stuck {
+                    None => systemd::notify("WATCHDOG=1"),
+                    Some(id) => tracing::warn!(
+                        "worker {id} has not answered for {} ms: not pinging the watchdog",
+                        shared.clock.now_ms().saturating_sub(poked_ms)
+                    ),
+                }
+                poked_ms = shared.clock.now_ms();
+                shared.wake_all();
                 next_watchdog = Instant::now() + w;
             }
         }

@@ -96,6 +96,11 @@ pub struct Shared {
     pub last_busy_ms: AtomicU64,
     /// Unix time the process started.
     pub started_unix: u64,
+    /// One per worker: clock ms when it last answered a wake-up (u64::MAX once it has stopped).
+    /// The watchdog pings systemd only while every worker answers.
+    pub heartbeats: Vec<AtomicU64>,
+    /// Files of the Unix sockets systemd passed: they belong to the socket unit, never removed.
+    pub systemd_files: OnceLock<Vec<PathBuf>>,
     /// The admin listener, kept here so a takeover can hand it over.
     pub admin_socket: OnceLock<Arc<std::net::TcpListener>>,
     /// What the listeners were when the drain began: status keeps showing the pools while their
@@ -138,6 +143,8 @@ impl Shared {
             handed_over: AtomicBool::new(false),
             last_busy_ms: AtomicU64::new(clock.now_ms()),
             started_unix: crate::clock::unix_time(),
+            heartbeats: (0..g.workers).map(|_| AtomicU64::new(0)).collect(),
+            systemd_files: OnceLock::new(),
             admin_socket: OnceLock::new(),
             drained: ArcSwap::from_pointee(Vec::new()),
         }
@@ -196,5 +203,14 @@ impl Shared {
             .iter()
             .find(|l| l.name == name)
             .cloned()
+    }
+}
+
+impl Shared {
+    /// Whether `path` is the file of a socket systemd passed (never removed by Quill).
+    pub fn is_systemd_file(&self, path: &std::path::Path) -> bool {
+        self.systemd_files
+            .get()
+            .is_some_and(|files| files.iter().any(|f| f == path))
     }
 }

@@ -210,6 +210,7 @@ impl Worker {
     /// (requests left there are dropped, so whoever waits for them hears at once).
     pub fn run(mut self) {
         self.event_loop();
+        self.shared.heartbeats[self.id].store(u64::MAX, Ordering::Relaxed);
         let left = self.shared.inboxes[self.id]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -611,6 +612,7 @@ impl Worker {
     /// changes and the control thread's requests. Returns true when the worker ends.
     fn follow_phase(&mut self, now: u64) -> bool {
         if std::mem::take(&mut self.woken) {
+            self.shared.heartbeats[self.id].store(now, Ordering::Relaxed);
             self.follow_log();
             if let Err(e) = self.sync_listeners() {
                 tracing::warn!("worker {}: cannot register a listener: {e}", self.id);
