@@ -555,6 +555,18 @@ fn bracket_ipv6(address: &str) -> String {
     }
 }
 
+/// A server's limits in the control language's words: `max M hard H weight W prio P [acl A]`.
+fn server_limits(s: &ServerSpec) -> String {
+    format!(
+        "max {} hard {} weight {} prio {}{}",
+        s.max,
+        s.hard,
+        s.weight,
+        s.prio,
+        s.acl.map_or(String::new(), |n| format!(" acl {n}"))
+    )
+}
+
 fn nonzero(d: Duration, what: &str) -> Result<Duration, ConfigError> {
     if d.is_zero() {
         Err(ConfigError::usage(format!("{what}: must be more than 0")))
@@ -713,18 +725,11 @@ impl Config {
                     BackendAddr::Tcp(a) => format!("address {} port {}", a.ip(), a.port()),
                     other => format!("address {other}"),
                 };
-                out += &format!(
-                    "{prefix}server {i} {addr} max {} hard {} weight {} prio {}{}{}\n",
-                    s.max,
-                    s.hard,
-                    s.weight,
-                    s.prio,
-                    s.acl.map_or(String::new(), |n| format!(" acl {n}")),
-                    match s.state {
-                        AdminState::Enabled => String::new(),
-                        other => format!(" {}", other.name()),
-                    }
-                );
+                let state = match s.state {
+                    AdminState::Enabled => String::new(),
+                    other => format!(" {}", other.name()),
+                };
+                out += &format!("{prefix}server {i} {addr} {}{state}\n", server_limits(s));
             }
         }
         out
@@ -774,19 +779,11 @@ impl Config {
                 format_duration(t.fin_timeout)
             );
             for (i, s) in l.servers.iter().enumerate() {
-                out += &format!(
-                    "  server {i}: {} max {} hard {} weight {} prio {}{}{}\n",
-                    s.addr,
-                    s.max,
-                    s.hard,
-                    s.weight,
-                    s.prio,
-                    s.acl.map_or(String::new(), |n| format!(" acl {n}")),
-                    match s.state {
-                        AdminState::Enabled => String::new(),
-                        other => format!(" ({})", other.name()),
-                    }
-                );
+                let state = match s.state {
+                    AdminState::Enabled => String::new(),
+                    other => format!(" ({})", other.name()),
+                };
+                out += &format!("  server {i}: {} {}{state}\n", s.addr, server_limits(s));
             }
             if let Some(e) = &l.emergency {
                 out += &format!("  emergency: {e}\n");
