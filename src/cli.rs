@@ -701,18 +701,45 @@ fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
             }
         }
     }
+    // Show the operations side too: a health check, a control socket and the status page.
+    l.health = Some(config::HealthCheck {
+        kind: config::CheckKind::Http {
+            path: "/".into(),
+            expect: (200, 399),
+        },
+        ..config::HealthCheck::default()
+    });
+    let control = std::env::temp_dir().join(format!("quill-demo-{}.sock", std::process::id()));
+    // An admin port free now (the demo is for trying things, a tiny race is acceptable).
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .ok();
+    let mut global = Global {
+        control: Some(addr::ListenAddr::Unix(control.clone())),
+        admin,
+        ..Global::default()
+    };
+    global.debug = debug;
     let config = Config {
-        global: Global::default(),
+        global,
         listeners: vec![l],
     };
-    let _ = debug;
     let backends_list: Vec<String> = servers.iter().map(|s| s.addr().to_string()).collect();
+    let ctl = format!("quill ctl --socket {}", control.display());
+    let page = admin.map_or(String::new(), |a| {
+        format!(
+            "\x20 open http://{a}/                  # live status page (metrics: http://{a}/metrics)\n"
+        )
+    });
     println!(
-        "Quill demo: balancing http://{listen}/ round robin over {} demo backends ({}).\n\
+        "Quill demo: balancing http://{listen}/ round robin over {} demo backends ({}), with HTTP health checks.\n\
          Try:\n\
          \x20 curl http://{listen}/            # run it a few times: demo-1, demo-2, demo-3, ...\n\
          \x20 curl -s http://{listen}/bytes/1000000 | wc -c    # a 1 MB response through the proxy\n\
          \x20 ab -n 10000 -c 50 http://{listen}/               # load (apt-get install apache2-utils)\n\
+         {page}\
+         \x20 {ctl} servers          # the pool in Pen's format, with state and health\n\
+         \x20 {ctl} server 1 drain   # take demo-2 out gently; 'server 1 enable' brings it back\n\
          Stop with Ctrl-C (a second Ctrl-C stops at once).",
         servers.len(),
         backends_list.join(", ")

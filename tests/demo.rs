@@ -40,6 +40,19 @@ fn demo_prints_curl_hint_and_rotates_three_backends() {
         out.contains("curl"),
         "demo should print what to try (a curl command) on stdout:\n{out}"
     );
+    // The printed control socket answers `servers` with the three backends.
+    let sock = out
+        .split_whitespace()
+        .skip_while(|w| *w != "--socket")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no control socket in the demo's hints:\n{out}"))
+        .to_string();
+    let servers = std::process::Command::new(env!("CARGO_BIN_EXE_quill"))
+        .args(["ctl", "--socket", &sock, "servers"])
+        .output()
+        .expect("run quill ctl");
+    let listing = String::from_utf8_lossy(&servers.stdout);
+    assert_eq!(listing.lines().count(), 3, "{listing}");
     let bodies: Vec<String> = (0..3).map(|_| get_root(q.port)).collect();
     let set: BTreeSet<&str> = bodies.iter().map(|b| b.as_str()).collect();
     let want: BTreeSet<&str> = ["demo-1\n", "demo-2\n", "demo-3\n"].into();
@@ -47,4 +60,6 @@ fn demo_prints_curl_hint_and_rotates_three_backends() {
         set, want,
         "three successive GET / should show demo-1, demo-2 and demo-3: {bodies:?}"
     );
+    // The process is killed (not stopped) when the test ends: its socket file is ours to remove.
+    let _ = std::fs::remove_file(&sock);
 }
