@@ -306,6 +306,9 @@ impl Pool {
     /// when the server list and its size are unchanged.
     pub fn build(l: &ListenerConfig, acls: Arc<Acls>, old: Option<&Pool>, now_ms: u64) -> Pool {
         let mut reusable: Vec<Arc<Server>> = old.map_or_else(Vec::new, |o| o.servers.clone());
+        // A server added to a running, checked pool waits for its checks before any client meets
+        // it; at start (and for a new listener) servers begin up so traffic flows at once.
+        let checked_later = old.is_some() && l.health.is_some();
         let servers: Vec<Arc<Server>> = l
             .servers
             .iter()
@@ -314,6 +317,11 @@ impl Pool {
                     .iter()
                     .position(|s| *s.addr() == spec.addr)
                     .map(|i| reusable.remove(i));
+                if kept.is_none() && checked_later {
+                    let s = Arc::new(Server::new(spec.clone()));
+                    s.set_health(Health::Down, now_ms);
+                    return s;
+                }
                 match kept {
                     Some(s) => {
                         if s.admin() != AdminState::Enabled && spec.state == AdminState::Enabled {

@@ -679,19 +679,20 @@ fn health_check_follows_reload() {
     );
     assert!(a.requests().is_empty(), "{:?}", a.requests());
 
-    // Reload with a new server and an HTTP check: both servers are checked the new way.
+    // Reload with a new server and an HTTP check: both servers are checked the new way. The new
+    // server starts down (it joined a running, checked pool) and its 503 keeps it there.
     std::fs::write(&cfg, reload_config(q.dir.path(), q.port, &[&a, &b], http)).unwrap();
     ctl(&sock, &["reload"]);
     wait_field(&q, 1, "health", "down", Duration::from_secs(3));
-    let line = format!(
-        "server {} (pool web) is down: status 503 (expected 200-399) (2 failed checks)",
-        b.addr
-    );
     assert!(
-        q.wait_stderr_contains(&line, Duration::from_secs(2)),
-        "log should say {line:?}:\n{}",
-        q.stderr()
+        eventually(Duration::from_secs(3), || num(
+            &server(&q, 1),
+            "checks_failed"
+        ) >= 2),
+        "b is checked: {:#?}",
+        servers(&q)
     );
+    assert_eq!(num(&server(&q, 1), "total"), 0, "no client met b");
     assert!(
         eventually(Duration::from_secs(2), || !a.requests().is_empty()),
         "a is asked GET /health after the reload"
@@ -769,5 +770,41 @@ fn slow_start_ramps_a_returning_server() {
     assert!(
         (40..=60).contains(&b_late),
         "b took {b_late} of 100 sessions after slow start"
+    );
+}
+
+#[test]
+fn health_server_added_at_run_time_takes_no_client_before_passing_checks() {
+    let a = greet("a");
+    let b = Target::start(Answer::Status(200));
+    let opts = [
+        "-r",
+        "--check",
+        "http:/health",
+        "--check-interval",
+        "300ms",
+        "--check-timeout",
+        "200ms",
+        "--rise",
+        "3",
+        "--fall",
+        "2",
+    ];
+    let q = start(&opts, &[spec(a.addr())]);
+    let sock = ctl_path(&q);
+    ctl(&sock, &["server", "add", &b.spec()]);
+    // Down from the start, while its three checks run: every client goes to a.
+    assert_eq!(server(&q, 1)["health"], "down", "{:#?}", servers(&q));
+    let got = names(q.port, 10);
+    assert!(got.iter().all(|n| n == "a"), "sessions went to: {got:?}");
+    assert_eq!(num(&server(&q, 1), "total"), 0);
+    // Up after rise passed checks, then it takes its share.
+    wait_field(&q, 1, "health", "up", Duration::from_secs(5));
+    assert!(num(&server(&q, 1), "checks") >= 3, "{:#?}", servers(&q));
+    let line = format!("server {} (pool default) is up", b.addr);
+    assert!(
+        q.wait_stderr_contains(&line, Duration::from_secs(2)),
+        "{}",
+        q.stderr()
     );
 }

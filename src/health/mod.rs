@@ -247,12 +247,19 @@ impl Checker {
                 }
             }
             Entry::Vacant(e) => {
+                // A server that starts down (added to a running pool) is checked at once: it
+                // takes no client until it passes.
+                let first = if server.health() == Health::Down {
+                    now_ms
+                } else {
+                    now_ms + jitter(check, rand)
+                };
                 e.insert(Watched {
                     server: server.clone(),
                     pool: pool.name.clone(),
                     check: check.clone(),
                     streak: Streak::default(),
-                    due_ms: now_ms + jitter(check, rand),
+                    due_ms: first,
                     probe: None,
                     seen: self.round,
                 });
