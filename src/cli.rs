@@ -19,12 +19,19 @@ fn duration(s: &str) -> Result<Duration, String> {
 }
 
 const AFTER_HELP: &str = "\
-SERVER is HOST[:PORT[:MAXCONN[:HARD[:WEIGHT[:PRIO]]]]] as in Pen ([v6addr]:port for IPv6, a path for a Unix
-socket). Durations are seconds, or a number with ms, s, m or h (500ms, 2s, 5m).
+SERVER is HOST[:PORT[:MAXCONN[:HARD[:WEIGHT[:PRIO]]]]] as in Pen ([v6addr]:port for IPv6, a path
+for a Unix socket). Durations are seconds, or a number with ms, s, m or h (500ms, 2s, 5m).
+
 Examples:
-  quill 8080 10.0.0.1:80 10.0.0.2:80          balance port 8080 over two servers (client tracking on)
-  quill -r -x 9000 127.0.0.1:8080 a:80 b:80:0:0:3   round robin, at most 9000 sessions
-  quill --config /etc/quill/quill.toml         several listeners from a file
+  quill 8080 10.0.0.1:80 10.0.0.2:80           balance port 8080 over two servers
+  quill -r -x 9000 127.0.0.1:8080 a:80 b:80:0:0:3
+                                               round robin, at most 9000 sessions
+  quill -C /run/quill/quill.sock --check http:/health --admin 9100 8080 a:80 b:80
+                                               control socket, health checks, metrics and page
+  quill ctl --socket /run/quill/quill.sock servers      the pool, in Pen's format
+  quill --config /etc/quill/quill.toml         several listeners from a file (SIGHUP reloads it)
+  quill --config q.toml -C S --takeover S      replace the Quill behind control socket S, no loss
+  quill --exit-idle-time 5min 127.0.0.1:8081   as systemd-socket-proxyd (sockets from systemd)
   quill demo                                   try it with built-in demo backends";
 
 /// Quill: a Pen-compatible TCP load balancer for Linux.
