@@ -1,0 +1,4 @@
+//! `quill bench`: the load balancer shootout as a built-in tool.
+
+pub mod plot;
+pub mod spec;
