@@ -14,6 +14,7 @@ pub mod addr;
 pub mod admin;
 pub mod backend;
 pub mod balancer;
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod command;
