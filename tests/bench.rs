@@ -581,3 +581,53 @@ fn bench_progress_lines_are_plain_when_stderr_is_not_a_terminal() {
         "periodic progress lines:\n{err}"
     );
 }
+
+#[test]
+fn bench_spreads_connections_over_child_processes_when_descriptors_run_short() {
+    let server = CountingServer::start(Faults::default());
+    // 300 descriptors per process (hard limit too, so it cannot be raised), 200 kept in reserve:
+    // 100 connections per process, so 250 idle + 5 active need 3 processes.
+    let script = format!(
+        "ulimit -n 300 && exec {BIN} bench --json --idle 250 --active 5 --requests 50 --keepalive {}",
+        server.url()
+    );
+    let dir = scratch_dir();
+    let out = dir.path().join("out");
+    let err = dir.path().join("err");
+    let mut child = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("spawn sh");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("quill bench still running after 20 s");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let (out, err) = (
+        std::fs::read_to_string(out).unwrap(),
+        std::fs::read_to_string(err).unwrap(),
+    );
+    assert!(status.success(), "stderr:\n{err}");
+    assert!(
+        err.contains("spreading 255 connections over 3 processes"),
+        "stderr:\n{err}"
+    );
+    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(num(&v, "processes"), 3);
+    assert_eq!(num(&v, "complete"), 50);
+    assert_eq!(num(&v, "idle_held"), 250, "{v}");
+    assert_eq!(num(&v, "failed"), 0);
+    assert_eq!(server.get(|s| &s.requests), 50);
+    assert!(server.get(|s| &s.max_silent) >= 250);
+    assert_eq!(server.get(|s| &s.connections), 255);
+}

@@ -424,7 +424,9 @@ impl<'p> Engine<'p> {
             Type::STREAM.nonblocking().cloexec(),
             None,
         )?;
-        socket.set_tcp_nodelay(true)?;
+        // No TCP_NODELAY: a request is one write, made only after the whole previous response
+        // (which acknowledged the previous request) arrived, so Nagle never holds it back; the
+        // setsockopt would be one more syscall per connection.
         if let Some(sources) = &self.plan.sources {
             let source = sources[self.next_source % sources.len()];
             self.next_source = self.next_source.wrapping_add(1);
@@ -644,7 +646,12 @@ impl<'p> Engine<'p> {
             match self.slots[i].phase {
                 Phase::Free => return,
                 Phase::Sending(off) => match self.send(i, off) {
-                    Ok(true) => self.slots[i].phase = Phase::Receiving,
+                    // No read now: the answer cannot be there yet, and a read that finds nothing
+                    // would cost a syscall per request. Its arrival brings a readable edge.
+                    Ok(true) => {
+                        self.slots[i].phase = Phase::Receiving;
+                        return;
+                    }
                     Ok(false) => return,
                     Err(kind) => self.fail(i, kind),
                 },

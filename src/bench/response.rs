@@ -280,7 +280,8 @@ mod tests {
     #[test]
     fn chunked_body_counts_payload_in_any_split() {
         let body = b"5;x=1\r\nhello\r\n0b\r\n, world! ok\r\n0\r\nX-T: 1\r\n\r\nEXTRA";
-        for split in 0..body.len() {
+        // Every split inside the response (the last 5 bytes are after it).
+        for split in 0..body.len() - 5 {
             let mut f = Framing::Chunked(Chunked::default());
             let a = f.feed(&body[..split]).unwrap();
             assert!(!a.done, "split {split}");
