@@ -304,12 +304,9 @@ enum Sub {
         )]
         command: Vec<String>,
     },
-    /// Load generator (not supported yet)
-    #[command(hide = true)]
-    Bench {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    /// Load generator: idle and active connections, latency, and the CPU and memory of watched
+    /// processes (the seed's table)
+    Bench(Box<crate::bench::BenchArgs>),
 }
 
 /// Parses the process arguments and runs; the return value is the exit status.
@@ -335,7 +332,7 @@ pub fn main() -> ExitCode {
                 Err(e) => fail(ErrorKind::Runtime, &e),
             }
         }
-        Some(Sub::Bench { .. }) => return fail(ErrorKind::Usage, "quill bench: not supported yet"),
+        Some(Sub::Bench(ref args)) => return crate::bench::run(args),
         None => {}
     }
     if let Some(name) = cli.later.unsupported() {

@@ -181,3 +181,43 @@ pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
     // else in the process refers to it, since it is called once per inherited fd at start-up.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+/// Sets IP_BIND_ADDRESS_NO_PORT: a `bind` to a source address with port 0 leaves the port choice to
+/// `connect`, which can then reuse one port for different destinations. Without it every bound
+/// socket holds its own ephemeral port, and one source address runs out after about 28,000.
+pub fn set_bind_address_no_port(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: the option value is a c_int living on the stack for the duration of the call.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            &on as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// Clock ticks per second, the unit of the CPU times in /proc/PID/stat (100 on nearly every Linux).
+pub fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf only reads a constant of the running system.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as u64
+    } else {
+        100
+    }
+}
+
+/// The soft limit on open files (what this process may open now).
+pub fn nofile_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit.
+    check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    Ok(lim.rlim_cur)
+}

@@ -1,4 +1,222 @@
-//! `quill bench`: the load balancer shootout as a built-in tool.
+//! `quill bench`: a load generator shaped like the long-lived-connection tests of Pen's author
+//! (many idle connections held open, a few active clients) that also watches the CPU and memory
+//! of the processes under test.
+//!
+//! `args` is the command line, [`Options`] the validated plan, [`measure`] runs one measurement
+//! and returns a [`Summary`]; `engine` is the event loop, `response` the HTTP/line parser,
+//! `report` the table and JSON, `watch` the /proc sampler, `spread` the child processes used when
+//! one process has too few descriptors.
 
+pub mod engine;
 pub mod plot;
+pub mod report;
+pub mod response;
 pub mod spec;
+pub mod spread;
+pub mod target;
+pub mod watch;
+
+use std::io::IsTerminal;
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+pub use engine::Tally;
+pub use report::Summary;
+pub use target::{Sources, Target};
+
+const AFTER_HELP: &str = "\
+TARGET is http://HOST[:PORT]/PATH (HTTP/1.1 GET; a 2xx response is a success) or tcp://HOST:PORT
+(send a line, read a line). Durations: 500ms, 2s, 1m. Without --requests or --duration, every
+active client makes one request.
+
+--sources A-B binds each connection to one of the addresses A..B in turn (e.g.
+127.0.0.1-127.0.0.50), so more connections fit than one source address has ports.
+
+Examples:
+  quill bench --active 50 --keepalive --duration 10s http://127.0.0.1:8080/
+  quill bench --idle 5000 --active 200 --requests 20000 --watch 4242 http://127.0.0.1:8080/
+  quill bench --idle 80000 --active 2000 --sources 127.0.0.1-127.0.0.20 http://127.0.0.1:8080/
+  quill bench --active 10 --duration 2s --json tcp://127.0.0.1:9000";
+
+/// `quill bench` options.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct BenchArgs {
+    /// Print help
+    #[arg(long, action = clap::ArgAction::Help)]
+    help: Option<bool>,
+    /// Connections opened first and held open, silent, for the whole run
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub idle: usize,
+    /// Concurrent clients making requests
+    #[arg(long, value_name = "M", default_value_t = 1)]
+    pub active: usize,
+    /// Total requests to make (default: one per active client)
+    #[arg(long, value_name = "R", conflicts_with = "duration")]
+    pub requests: Option<u64>,
+    /// Run for this long instead of a number of requests
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    pub duration: Option<Duration>,
+    /// Reuse a connection for the next request when the response allows it (default: a new
+    /// connection per request)
+    #[arg(long)]
+    pub keepalive: bool,
+    /// Source addresses A-B (e.g. 127.0.0.1-127.0.0.50), used in turn, bound before connect
+    #[arg(long, value_name = "A-B", value_parser = target::parse_sources)]
+    pub sources: Option<Sources>,
+    /// Longest wait for one response (or one idle connect) before it counts as a timeout
+    #[arg(long, value_name = "DUR", value_parser = duration, default_value = "10s")]
+    pub timeout: Duration,
+    /// Event-loop threads
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
+    /// Sample this process's CPU and memory during the run (repeatable)
+    #[arg(long, value_name = "PID")]
+    pub watch: Vec<u32>,
+    /// Print one JSON object instead of the table
+    #[arg(long)]
+    pub json: bool,
+    /// Internal: run as a child of a spread run (share given by the other options)
+    #[arg(long, hide = true)]
+    pub spread_child: bool,
+    /// What to load: http://HOST[:PORT]/PATH or tcp://HOST:PORT
+    #[arg(value_name = "TARGET", value_parser = target::parse_target)]
+    pub target: Target,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    crate::config::parse_duration(s)
+}
+
+/// What one measurement does: the validated form of [`BenchArgs`] (minus output choices).
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub target: Arc<Target>,
+    pub idle: usize,
+    pub active: usize,
+    pub stop: Stop,
+    pub keepalive: bool,
+    pub sources: Option<Arc<[IpAddr]>>,
+    /// `--sources` as given (passed on to spread children).
+    pub sources_arg: Option<String>,
+    pub timeout: Duration,
+    pub threads: usize,
+    pub watch: Vec<u32>,
+}
+
+/// When the active clients stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    Requests(u64),
+    After(Duration),
+}
+
+impl Options {
+    /// Validates the arguments; the error is one line naming the offending value.
+    pub fn from_args(a: &BenchArgs) -> Result<Options, String> {
+        if a.active == 0 && !a.spread_child {
+            return Err("--active 0: at least one active client is needed".into());
+        }
+        if a.duration == Some(Duration::ZERO) {
+            return Err("--duration 0: the run needs a length".into());
+        }
+        if a.requests == Some(0) {
+            return Err("--requests 0: at least one request is needed".into());
+        }
+        if a.timeout.is_zero() {
+            return Err("--timeout 0: a request needs time".into());
+        }
+        for &pid in &a.watch {
+            if watch::read(pid).is_none() {
+                return Err(format!("--watch {pid}: no such process"));
+            }
+        }
+        let stop = match (a.requests, a.duration) {
+            (_, Some(d)) => Stop::After(d),
+            (Some(r), None) => Stop::Requests(r),
+            (None, None) => Stop::Requests(a.active as u64),
+        };
+        Ok(Options {
+            target: Arc::new(a.target.clone()),
+            idle: a.idle,
+            active: a.active,
+            stop,
+            keepalive: a.keepalive,
+            sources: a.sources.as_ref().map(|s| s.addresses().into()),
+            sources_arg: a.sources.map(|s| format!("{}-{}", s.first, s.last)),
+            timeout: a.timeout,
+            threads: usize::from(a.threads),
+            watch: a.watch.clone(),
+        })
+    }
+}
+
+/// Runs one measurement: in this process, or spread over child processes when the connections
+/// need more descriptors than one process may open. `progress` shows progress on stderr.
+pub fn measure(opts: &Options, progress: bool) -> Result<Summary, String> {
+    let mut sampler = watch::Sampler::new(&opts.watch)?;
+    let n = spread::processes(opts)?;
+    let (tally, watched) = if n > 1 {
+        spread::run(opts, n, &mut sampler)?
+    } else {
+        let mut phases = Watching {
+            sampler: &mut sampler,
+            watched: Vec::new(),
+        };
+        let tally = engine::run(opts, &mut phases, progress)?;
+        (tally, phases.watched)
+    };
+    Ok(Summary::new(opts, &tally, &watched, n as u64))
+}
+
+/// Watches the processes during the active phase of a run in this process.
+struct Watching<'a> {
+    sampler: &'a mut watch::Sampler,
+    watched: Vec<watch::Watched>,
+}
+
+impl engine::Phases for Watching<'_> {
+    fn idle_open(&mut self) {
+        self.sampler.start();
+    }
+    fn active_done(&mut self) {
+        self.watched = self.sampler.stop();
+    }
+}
+
+/// `quill bench`: runs and prints; exit 0 when the run happened (failed requests included), 2 for
+/// bad arguments, 1 when the run could not be made.
+pub fn run(args: &BenchArgs) -> ExitCode {
+    let opts = match Options::from_args(args) {
+        Ok(o) => o,
+        Err(e) => return fail(2, &e),
+    };
+    if args.spread_child {
+        return spread::child_main(&opts);
+    }
+    match measure(&opts, true) {
+        Ok(summary) => {
+            if args.json {
+                println!("{}", summary.to_json());
+            } else {
+                print!("{}", summary.table());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(1, &e),
+    }
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("quill: error: {message}");
+    ExitCode::from(code)
+}
+
+/// Whether progress should redraw one line (a terminal) or print plain periodic lines.
+pub(crate) fn stderr_is_terminal() -> bool {
+    std::io::stderr().is_terminal()
+}

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""The load balancer shootout (called by bench/shootout.sh).
+
+Starts the two nginx backends and every candidate of bench/harness.py (Quill, HAProxy mode tcp,
+nginx stream, Pen), adds HAProxy `mode http` and nginx `http` proxying, then hands the measuring to
+`quill bench`: one interleaved run over every candidate (`--target NAME=URL`), one measurement per
+concurrency level (`--sweep`), with idle connections held during each (`--idle`), and the chart
+(`--plot`). Python 3 standard library only; loopback only; every process it starts is stopped by
+PID (WORK/pids for shootout.sh's EXIT trap, and `finally` here).
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import harness  # noqa: E402  (same directory)
+
+HTTP_PORTS = {"haproxy-http": 9206, "nginx-http": 9207}
+ORDER = ["quill", "haproxy", "haproxy-http", "nginx-stream", "nginx-http", "pen", "direct"]
+LABELS = {"quill": "quill", "haproxy": "haproxy-tcp", "haproxy-http": "haproxy-http",
+          "nginx-stream": "nginx-stream", "nginx-http": "nginx-http", "pen": "pen",
+          "direct": "direct"}
+
+
+def write_http_configs(work):
+    with open(os.path.join(work, "haproxy-http.cfg"), "w") as f:
+        f.write("""global
+    nbthread 2
+    maxconn {mc}
+defaults
+    mode http
+    maxconn {mc}
+    option http-keep-alive
+    timeout connect 5s
+    timeout client 600s
+    timeout server 600s
+    timeout http-keep-alive 600s
+frontend fe
+    bind 127.0.0.1:{port}
+    default_backend be
+backend be
+    balance roundrobin
+    server s1 127.0.0.1:9001
+    server s2 127.0.0.1:9002
+""".format(mc=harness.MAXCONN, port=HTTP_PORTS["haproxy-http"]))
+    with open(os.path.join(work, "nginx-http.conf"), "w") as f:
+        f.write("""daemon off;
+worker_processes 2;
+worker_rlimit_nofile 20000;
+pid {w}/nginx-http.pid;
+error_log {w}/nginx-http.err warn;
+events {{ worker_connections 19900; }}
+http {{
+    access_log off;
+    keepalive_timeout 600s;
+    keepalive_requests 1000000;
+    client_header_timeout 600s;
+    upstream be {{ server 127.0.0.1:9001; server 127.0.0.1:9002; keepalive 256; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://be;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_read_timeout 600s;
+        }}
+    }}
+}}
+""".format(w=work, port=HTTP_PORTS["nginx-http"]))
+
+
+def command(name, work, quill_bin):
+    if name == "haproxy-http":
+        return ["haproxy", "-db", "-f", os.path.join(work, "haproxy-http.cfg")]
+    if name == "nginx-http":
+        return ["nginx", "-p", work + "/", "-c", os.path.join(work, "nginx-http.conf"),
+                "-e", os.path.join(work, "nginx-http.err")]
+    return harness.candidate_cmd(name, work, quill_bin)
+
+
+def port_of(name):
+    return HTTP_PORTS.get(name) or harness.PORTS[name]
+
+
+def main(argv):
+    p = argparse.ArgumentParser()
+    p.add_argument("--work", required=True)
+    p.add_argument("--quill-bin", required=True)
+    p.add_argument("--only", default=",".join(ORDER))
+    p.add_argument("--bench-args", default="", help="extra arguments for quill bench")
+    p.add_argument("--out-json", required=True)
+    a = p.parse_args(argv)
+    names = [n for n in a.only.split(",") if n]
+    for n in names:
+        if n not in ORDER:
+            p.error("unknown candidate %r (known: %s)" % (n, ", ".join(ORDER)))
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt("signal %d" % signum)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    procs = harness.Procs(a.work)
+    rc = 1
+    try:
+        harness.write_configs(a.work)
+        write_http_configs(a.work)
+        for i, port in enumerate(harness.BACKENDS, 1):
+            if harness.port_open(port):
+                raise RuntimeError("port %d already in use" % port)
+            bp = procs.start("backend%d" % i, [
+                "nginx", "-p", a.work + "/", "-c", os.path.join(a.work, "backend%d.conf" % i),
+                "-e", os.path.join(a.work, "backend%d.err" % i)])
+            if not harness.wait_ready(port, bp):
+                raise RuntimeError("backend on %d did not start" % port)
+        targets = []
+        for n in names:
+            port = port_of(n)
+            if n != "direct":
+                if harness.port_open(port):
+                    raise RuntimeError("port %d already in use before starting %s" % (port, n))
+                cp = procs.start(n, command(n, a.work, a.quill_bin))
+                if not harness.wait_ready(port, cp):
+                    raise RuntimeError("%s did not become ready (see %s/%s.log)" % (n, a.work, n))
+            got = harness.http_get(port, "/1k")
+            if got != (200, 1024):
+                raise RuntimeError("%s: GET /1k gave %s" % (n, got))
+            targets.append("%s=http://127.0.0.1:%d/1k" % (LABELS[n], port))
+        time.sleep(0.5)
+        cmd = [a.quill_bin, "bench", "--json"] + a.bench_args.split()
+        for t in targets:
+            cmd += ["--target", t]
+        harness.log("running: " + " ".join(cmd))
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=3600)
+        with open(a.out_json, "wb") as f:
+            f.write(out.stdout)
+        json.loads(out.stdout or b"null")
+        rc = out.returncode
+    except (KeyboardInterrupt, RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+        harness.log("shootout stopped: %s" % e)
+        rc = 1
+    finally:
+        procs.stop_all()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,851 @@
+//! The load engine: one mio event loop per thread, a fixed slab of active client slots, the idle
+//! connections beside them, and a [`Tally`] of what happened.
+//!
+//! Written for speed: the request bytes are built once, each slot owns a fixed receive buffer and
+//! the response parser allocates nothing, so a request costs its syscalls and two clock reads.
+//! Connections are registered once (edge-triggered, read and write) and never re-registered:
+//! a write tried while the connect is still in progress simply waits for the writable edge.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+use serde::{Deserialize, Serialize};
+use socket2::{Domain, Socket, Type};
+
+use super::response::{self, Framing, Head};
+use super::{Options, Stop};
+
+/// Receive buffer per active slot: a response head must fit in it; bodies stream through it.
+const RECV_BUF: usize = 16 * 1024;
+/// Idle connects in flight at once per thread (more would overflow the server's SYN backlog).
+const IDLE_BATCH: usize = 256;
+/// How often in-flight requests are checked against `--timeout`.
+const SWEEP: Duration = Duration::from_millis(100);
+/// Largest latency the histogram holds (one hour, in µs); longer ones are clamped.
+const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+// === Tally ===
+
+/// Why a request (or an idle connection) failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Refused,
+    Reset,
+    Timeout,
+    BadResponse,
+    IdleClosed,
+    Other,
+}
+
+impl Kind {
+    fn of(e: &io::Error) -> Kind {
+        match e.kind() {
+            io::ErrorKind::ConnectionRefused => Kind::Refused,
+            io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe => Kind::Reset,
+            io::ErrorKind::TimedOut => Kind::Timeout,
+            _ => Kind::Other,
+        }
+    }
+}
+
+/// Failures by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failures {
+    pub refused: u64,
+    pub reset: u64,
+    pub timeout: u64,
+    pub bad_response: u64,
+    pub idle_closed: u64,
+    pub other: u64,
+}
+
+impl Failures {
+    pub fn add(&mut self, kind: Kind) {
+        *match kind {
+            Kind::Refused => &mut self.refused,
+            Kind::Reset => &mut self.reset,
+            Kind::Timeout => &mut self.timeout,
+            Kind::BadResponse => &mut self.bad_response,
+            Kind::IdleClosed => &mut self.idle_closed,
+            Kind::Other => &mut self.other,
+        } += 1;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.refused + self.reset + self.timeout + self.bad_response + self.idle_closed + self.other
+    }
+
+    /// (name, count) for every kind, in a fixed order.
+    pub fn by_name(&self) -> [(&'static str, u64); 6] {
+        [
+            ("refused", self.refused),
+            ("reset", self.reset),
+            ("timeout", self.timeout),
+            ("bad_response", self.bad_response),
+            ("idle_closed", self.idle_closed),
+            ("other", self.other),
+        ]
+    }
+
+    fn merge(&mut self, o: &Failures) {
+        self.refused += o.refused;
+        self.reset += o.reset;
+        self.timeout += o.timeout;
+        self.bad_response += o.bad_response;
+        self.idle_closed += o.idle_closed;
+        self.other += o.other;
+    }
+}
+
+/// What one engine (thread, process, or all of them merged) measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Tally {
+    /// Requests answered in full with a 2xx status (a whole line in tcp mode).
+    pub complete: u64,
+    pub failures: Failures,
+    /// Bytes received on active connections (heads and bodies).
+    pub bytes: u64,
+    /// Body bytes among them (chunk framing excluded); a whole line in tcp mode.
+    pub body_bytes: u64,
+    /// Idle connections still open when they were checked at the end.
+    pub idle_held: u64,
+    /// Seconds from the start of the active phase to its end.
+    pub seconds: f64,
+    /// Latency of every finished request (successful or not), in µs.
+    #[serde(with = "pairs")]
+    pub latency: Histogram<u64>,
+}
+
+impl Default for Tally {
+    fn default() -> Tally {
+        Tally {
+            complete: 0,
+            failures: Failures::default(),
+            bytes: 0,
+            body_bytes: 0,
+            idle_held: 0,
+            seconds: 0.0,
+            latency: new_histogram(),
+        }
+    }
+}
+
+impl Tally {
+    /// Adds another tally's counters and latencies; the run time is the longer of the two.
+    pub fn merge(&mut self, o: &Tally) {
+        self.complete += o.complete;
+        self.failures.merge(&o.failures);
+        self.bytes += o.bytes;
+        self.body_bytes += o.body_bytes;
+        self.idle_held += o.idle_held;
+        self.seconds = self.seconds.max(o.seconds);
+        // Both histograms have the same fixed bounds, so adding cannot fail.
+        let _ = self.latency.add(&o.latency);
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("constant histogram bounds are valid")
+}
+
+/// A histogram as JSON: the list of recorded (value, count) pairs, which is all a merge needs.
+mod pairs {
+    use super::*;
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(h: &Histogram<u64>, s: S) -> Result<S::Ok, S::Error> {
+        let v: Vec<(u64, u64)> = h
+            .iter_recorded()
+            .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
+            .collect();
+        v.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Histogram<u64>, D::Error> {
+        let v: Vec<(u64, u64)> = Vec::deserialize(d)?;
+        let mut h = new_histogram();
+        for (value, count) in v {
+            h.saturating_record_n(value.min(MAX_LATENCY_US), count);
+        }
+        Ok(h)
+    }
+}
+
+// === Running ===
+
+/// Points where the engine's caller steps in (watching, or the handshake of a spread child).
+pub trait Phases {
+    /// Every idle connection is open (or failed); returns when the active phase may start.
+    fn idle_open(&mut self) {}
+    /// The active phase is over; returns when the idle connections may be checked and closed.
+    fn active_done(&mut self) {}
+}
+
+/// Counters the engine threads publish for the progress line.
+#[derive(Default)]
+pub struct Progress {
+    pub done: AtomicU64,
+    pub failed: AtomicU64,
+    pub idle: AtomicU64,
+}
+
+/// Lets threads wait for a phase the main thread opens (a barrier the main thread can poll).
+#[derive(Default)]
+struct Gate {
+    arrived: AtomicUsize,
+    opened: AtomicUsize,
+}
+
+impl Gate {
+    fn pass(&self, phase: usize) {
+        self.arrived.fetch_add(1, Ordering::AcqRel);
+        while self.opened.load(Ordering::Acquire) < phase {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+}
+
+/// Runs the idle and active phases on `opts.threads` threads and merges what they measured.
+/// `show` prints progress on stderr (a redrawn line on a terminal, plain lines otherwise).
+pub fn run(opts: &Options, phases: &mut dyn Phases, show: bool) -> Result<Tally, String> {
+    let n = opts.threads.min(opts.active.max(1)).max(1);
+    let request: Arc<[u8]> = opts.target.request(opts.keepalive).into();
+    let gate = Arc::new(Gate::default());
+    let progress: Arc<[Progress]> = (0..n).map(|_| Progress::default()).collect();
+    let mut handles = Vec::with_capacity(n);
+    for t in 0..n {
+        let plan = Plan::share(opts, t, n, request.clone());
+        let (gate, progress) = (gate.clone(), progress.clone());
+        let h = std::thread::Builder::new()
+            .name(format!("bench-{t}"))
+            .spawn(move || plan.run(&gate, &progress[t]))
+            .map_err(|e| format!("cannot start a bench thread: {e}"))?;
+        handles.push(h);
+    }
+    let mut meter = super::report::Meter::new(show, opts.idle as u64);
+    wait_arrived(&gate, n, 1, || meter.idle(&progress));
+    phases.idle_open();
+    let start = Instant::now();
+    meter.start(start);
+    gate.opened.store(1, Ordering::Release);
+    wait_arrived(&gate, n, 2, || meter.active(&progress));
+    meter.clear();
+    phases.active_done();
+    gate.opened.store(2, Ordering::Release);
+    let mut total = Tally::default();
+    for h in handles {
+        let (tally, end) = h
+            .join()
+            .map_err(|_| "a bench thread panicked".to_string())??;
+        let mut tally: Tally = tally;
+        tally.seconds = end.saturating_duration_since(start).as_secs_f64();
+        total.merge(&tally);
+    }
+    Ok(total)
+}
+
+fn wait_arrived(gate: &Gate, n: usize, phase: usize, mut tick: impl FnMut()) {
+    while gate.arrived.load(Ordering::Acquire) < n * phase {
+        tick();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One thread's share of the run.
+struct Plan {
+    addr: SocketAddr,
+    line_mode: bool,
+    request: Arc<[u8]>,
+    idle: usize,
+    active: usize,
+    stop: Stop,
+    keepalive: bool,
+    timeout: Duration,
+    sources: Option<Arc<[IpAddr]>>,
+    first_source: usize,
+}
+
+/// `total / n`, the first `total % n` shares one more.
+fn share(total: u64, t: usize, n: usize) -> u64 {
+    total / n as u64 + u64::from((t as u64) < total % n as u64)
+}
+
+impl Plan {
+    fn share(opts: &Options, t: usize, n: usize, request: Arc<[u8]>) -> Plan {
+        let stop = match opts.stop {
+            Stop::Requests(r) => Stop::Requests(share(r, t, n)),
+            after => after,
+        };
+        Plan {
+            addr: opts.target.addr,
+            line_mode: !opts.target.is_http(),
+            request,
+            idle: share(opts.idle as u64, t, n) as usize,
+            active: share(opts.active as u64, t, n) as usize,
+            stop,
+            keepalive: opts.keepalive,
+            timeout: opts.timeout,
+            sources: opts.sources.clone(),
+            first_source: t,
+        }
+    }
+
+    /// Opens the idle connections, passes the gate, drives the active slots, passes the gate,
+    /// checks the idle connections. Returns the tally and when the active phase ended. The gates
+    /// are passed even when something fails, so the other threads never wait forever.
+    fn run(self, gate: &Gate, progress: &Progress) -> Result<(Tally, Instant), String> {
+        let mut engine = match Engine::new(self, progress) {
+            Ok(e) => e,
+            Err(e) => {
+                gate.pass(1);
+                gate.pass(2);
+                return Err(format!("cannot create an event loop: {e}"));
+            }
+        };
+        engine.open_idle();
+        gate.pass(1);
+        engine.drive_active();
+        let end = Instant::now();
+        gate.pass(2);
+        engine.check_idle();
+        Ok((engine.tally, end))
+    }
+}
+
+// === The event loop ===
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No request in flight (stopped, or between connections).
+    Free,
+    /// Writing the request from this offset (also while the connect is in progress).
+    Sending(usize),
+    Receiving,
+}
+
+/// One active client.
+struct Slot {
+    conn: Option<TcpStream>,
+    phase: Phase,
+    started: Instant,
+    buf: Box<[u8]>,
+    /// Head bytes gathered so far (until the head is parsed).
+    filled: usize,
+    head: Option<Head>,
+    /// Bytes and body bytes of the response in progress.
+    raw: u64,
+    body: u64,
+}
+
+impl Slot {
+    fn new(now: Instant) -> Slot {
+        Slot {
+            conn: None,
+            phase: Phase::Free,
+            started: now,
+            buf: vec![0; RECV_BUF].into_boxed_slice(),
+            filled: 0,
+            head: None,
+            raw: 0,
+            body: 0,
+        }
+    }
+
+    fn reset_response(&mut self) {
+        self.filled = 0;
+        self.head = None;
+        self.raw = 0;
+        self.body = 0;
+    }
+}
+
+/// How a response read ended.
+enum Read_ {
+    /// Wait for the next readable edge.
+    Wait,
+    /// Whole: (2xx, connection reusable).
+    Whole(bool, bool),
+    Failed(Kind),
+}
+
+enum IdleState {
+    Connecting(Instant),
+    Open,
+    Failed,
+}
+
+struct Engine<'p> {
+    plan: Plan,
+    poll: Poll,
+    slots: Vec<Slot>,
+    idle: Vec<(TcpStream, IdleState)>,
+    tally: Tally,
+    progress: &'p Progress,
+    /// Requests still to start (`Stop::Requests`), or the deadline (`Stop::After`).
+    left: u64,
+    deadline: Option<Instant>,
+    busy: usize,
+    next_source: usize,
+}
+
+impl<'p> Engine<'p> {
+    fn new(plan: Plan, progress: &'p Progress) -> io::Result<Engine<'p>> {
+        let now = Instant::now();
+        let slots = (0..plan.active).map(|_| Slot::new(now)).collect();
+        let next_source = plan.first_source;
+        Ok(Engine {
+            poll: Poll::new()?,
+            slots,
+            idle: Vec::with_capacity(plan.idle),
+            tally: Tally::default(),
+            progress,
+            left: 0,
+            deadline: None,
+            busy: 0,
+            next_source,
+            plan,
+        })
+    }
+
+    /// A nonblocking connect to the target, from the next source address when there are several.
+    fn connect(&mut self, token: Token) -> io::Result<TcpStream> {
+        let addr = self.plan.addr;
+        let socket = Socket::new(
+            Domain::for_address(addr),
+            Type::STREAM.nonblocking().cloexec(),
+            None,
+        )?;
+        // No TCP_NODELAY: a request is one write, made only after the whole previous response
+        // (which acknowledged the previous request) arrived, so Nagle never holds it back; the
+        // setsockopt would be one more syscall per connection.
+        if let Some(sources) = &self.plan.sources {
+            let source = sources[self.next_source % sources.len()];
+            self.next_source = self.next_source.wrapping_add(1);
+            crate::sys::set_bind_address_no_port(socket.as_fd())?;
+            socket.bind(&SocketAddr::new(source, 0).into())?;
+        }
+        match socket.connect(&addr.into()) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+            Err(e) => return Err(e),
+        }
+        let mut stream = TcpStream::from_std(socket.into());
+        self.poll.registry().register(
+            &mut stream,
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        Ok(stream)
+    }
+
+    // --- idle connections ---
+
+    fn open_idle(&mut self) {
+        let mut events = Events::with_capacity(1024);
+        let base = self.slots.len();
+        let (mut started, mut pending) = (0, 0);
+        let mut last_sweep = Instant::now();
+        while started < self.plan.idle || pending > 0 {
+            while started < self.plan.idle && pending < IDLE_BATCH {
+                let token = Token(base + self.idle.len());
+                match self.connect(token) {
+                    Ok(s) => {
+                        self.idle.push((s, IdleState::Connecting(Instant::now())));
+                        pending += 1;
+                    }
+                    Err(e) => self.tally.failures.add(Kind::of(&e)),
+                }
+                started += 1;
+            }
+            if pending == 0 {
+                continue;
+            }
+            if let Err(e) = self.poll.poll(&mut events, Some(SWEEP)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    self.tally.failures.add(Kind::Other);
+                    return;
+                }
+            }
+            for ev in events.iter() {
+                if let Some(i) = ev.token().0.checked_sub(base) {
+                    pending -= self.settle_idle(i);
+                }
+            }
+            if last_sweep.elapsed() >= SWEEP {
+                last_sweep = Instant::now();
+                pending -= self.expire_idle(last_sweep);
+            }
+            self.progress
+                .idle
+                .store(self.idle_open_count(), Ordering::Relaxed);
+        }
+        self.progress
+            .idle
+            .store(self.idle_open_count(), Ordering::Relaxed);
+    }
+
+    fn idle_open_count(&self) -> u64 {
+        self.idle
+            .iter()
+            .filter(|(_, s)| matches!(s, IdleState::Open))
+            .count() as u64
+    }
+
+    /// Learns whether idle connection `i` connected; returns 1 when it stopped being pending.
+    fn settle_idle(&mut self, i: usize) -> usize {
+        let Some((stream, state)) = self.idle.get_mut(i) else {
+            return 0;
+        };
+        if !matches!(state, IdleState::Connecting(_)) {
+            return 0;
+        }
+        let kind = match stream.take_error() {
+            Ok(Some(e)) | Err(e) => Kind::of(&e),
+            Ok(None) => match stream.peer_addr() {
+                Ok(_) => {
+                    *state = IdleState::Open;
+                    return 1;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return 0,
+                Err(e) => Kind::of(&e),
+            },
+        };
+        *state = IdleState::Failed;
+        self.tally.failures.add(kind);
+        1
+    }
+
+    fn expire_idle(&mut self, now: Instant) -> usize {
+        let mut expired = 0;
+        for (_, state) in self.idle.iter_mut() {
+            if let IdleState::Connecting(t) = state {
+                if now.duration_since(*t) > self.plan.timeout {
+                    *state = IdleState::Failed;
+                    self.tally.failures.add(Kind::Timeout);
+                    expired += 1;
+                }
+            }
+        }
+        expired
+    }
+
+    /// At the end: an idle connection still open reads `WouldBlock`; one the server closed reads
+    /// EOF or an error (`idle_closed`); one the server wrote to is a `bad_response`.
+    fn check_idle(&mut self) {
+        let mut byte = [0u8; 1];
+        for (stream, state) in self.idle.iter_mut() {
+            if !matches!(state, IdleState::Open) {
+                continue;
+            }
+            match stream.read(&mut byte) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.tally.idle_held += 1,
+                Ok(0) | Err(_) => self.tally.failures.add(Kind::IdleClosed),
+                Ok(_) => self.tally.failures.add(Kind::BadResponse),
+            }
+        }
+    }
+
+    // --- active clients ---
+
+    fn drive_active(&mut self) {
+        let now = Instant::now();
+        match self.plan.stop {
+            Stop::Requests(r) => self.left = r,
+            Stop::After(d) => self.deadline = Some(now + d),
+        }
+        for i in 0..self.slots.len() {
+            self.restart(i, now);
+            self.drive(i);
+        }
+        let mut events = Events::with_capacity(1024);
+        let mut last_sweep = now;
+        while self.busy > 0 {
+            let now = Instant::now();
+            let mut wait = SWEEP;
+            if let Some(d) = self.deadline {
+                if now >= d {
+                    break;
+                }
+                wait = wait.min(d - now);
+            }
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    self.tally.failures.add(Kind::Other);
+                    return;
+                }
+            }
+            for ev in events.iter() {
+                if ev.token().0 < self.slots.len() {
+                    self.drive(ev.token().0);
+                }
+            }
+            if last_sweep.elapsed() >= SWEEP {
+                last_sweep = Instant::now();
+                self.expire(last_sweep);
+            }
+        }
+    }
+
+    /// Whether another request may start now.
+    fn claim(&mut self, now: Instant) -> bool {
+        match self.deadline {
+            Some(d) => now < d,
+            None if self.left > 0 => {
+                self.left -= 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Starts the slot's next request on a new connection, or frees the slot when the run is over.
+    /// Does not write: the caller's `drive` loop does, so a chain of failures never recurses.
+    fn restart(&mut self, i: usize, mut now: Instant) {
+        loop {
+            self.slots[i].conn = None;
+            self.slots[i].reset_response();
+            if !self.claim(now) {
+                if self.slots[i].phase != Phase::Free {
+                    self.busy -= 1;
+                }
+                self.slots[i].phase = Phase::Free;
+                return;
+            }
+            if self.slots[i].phase == Phase::Free {
+                self.busy += 1;
+            }
+            self.slots[i].started = now;
+            self.slots[i].phase = Phase::Sending(0);
+            match self.connect(Token(i)) {
+                Ok(s) => {
+                    self.slots[i].conn = Some(s);
+                    return;
+                }
+                Err(e) => {
+                    self.record(i, now);
+                    self.count_failure(Kind::of(&e));
+                    now = Instant::now();
+                }
+            }
+        }
+    }
+
+    /// Advances slot `i` as far as its socket allows. A new connection is written to at once:
+    /// loopback connects usually complete within the connect call, which saves a loop turn.
+    fn drive(&mut self, i: usize) {
+        loop {
+            match self.slots[i].phase {
+                Phase::Free => return,
+                Phase::Sending(off) => match self.send(i, off) {
+                    // No read now: the answer cannot be there yet, and a read that finds nothing
+                    // would cost a syscall per request. Its arrival brings a readable edge.
+                    Ok(true) => {
+                        self.slots[i].phase = Phase::Receiving;
+                        return;
+                    }
+                    Ok(false) => return,
+                    Err(kind) => self.fail(i, kind),
+                },
+                Phase::Receiving => match self.receive(i) {
+                    Read_::Wait => return,
+                    Read_::Whole(ok, reusable) => self.finish(i, ok, reusable),
+                    Read_::Failed(kind) => self.fail(i, kind),
+                },
+            }
+        }
+    }
+
+    /// Writes the rest of the request; true when all of it is written.
+    fn send(&mut self, i: usize, mut off: usize) -> Result<bool, Kind> {
+        let slot = &mut self.slots[i];
+        let Some(conn) = slot.conn.as_mut() else {
+            return Err(Kind::Other);
+        };
+        while off < self.plan.request.len() {
+            match conn.write(&self.plan.request[off..]) {
+                Ok(n) => off += n,
+                Err(e) if is_wait(&e) => {
+                    slot.phase = Phase::Sending(off);
+                    return Ok(false);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Kind::of(&e)),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads what has arrived and feeds it to the parser.
+    fn receive(&mut self, i: usize) -> Read_ {
+        let slot = &mut self.slots[i];
+        let Some(mut conn) = slot.conn.take() else {
+            return Read_::Failed(Kind::Other);
+        };
+        let r = read_response(&mut conn, slot, self.plan.line_mode);
+        slot.conn = Some(conn);
+        r
+    }
+
+    /// Records a whole response. With keep-alive and a reusable connection the next request goes
+    /// on the same connection, else on a new one.
+    fn finish(&mut self, i: usize, ok: bool, reusable: bool) {
+        let now = Instant::now();
+        self.record(i, now);
+        if ok {
+            self.tally.complete += 1;
+            self.progress
+                .done
+                .store(self.tally.complete, Ordering::Relaxed);
+        } else {
+            self.count_failure(Kind::BadResponse);
+        }
+        if self.plan.keepalive && reusable && self.claim(now) {
+            let slot = &mut self.slots[i];
+            slot.reset_response();
+            slot.started = now;
+            slot.phase = Phase::Sending(0);
+        } else {
+            self.restart(i, now);
+        }
+    }
+
+    /// Records a failed request and starts the next one; the caller's `drive` loop sends it.
+    fn fail(&mut self, i: usize, kind: Kind) {
+        let now = Instant::now();
+        self.record(i, now);
+        self.count_failure(kind);
+        self.restart(i, now);
+    }
+
+    fn count_failure(&mut self, kind: Kind) {
+        self.tally.failures.add(kind);
+        self.progress
+            .failed
+            .store(self.tally.failures.total(), Ordering::Relaxed);
+    }
+
+    /// Adds the slot's response bytes and latency to the tally.
+    fn record(&mut self, i: usize, now: Instant) {
+        let slot = &self.slots[i];
+        self.tally.bytes += slot.raw;
+        self.tally.body_bytes += slot.body;
+        let us = now.saturating_duration_since(slot.started).as_micros() as u64;
+        self.tally
+            .latency
+            .saturating_record(us.clamp(1, MAX_LATENCY_US));
+    }
+
+    /// Fails every request older than the timeout.
+    fn expire(&mut self, now: Instant) {
+        for i in 0..self.slots.len() {
+            let slot = &self.slots[i];
+            if slot.phase != Phase::Free && now.duration_since(slot.started) > self.plan.timeout {
+                self.fail(i, Kind::Timeout);
+                self.drive(i);
+            }
+        }
+    }
+}
+
+/// Reads from `conn` until the response is whole, the socket is drained, or something fails.
+fn read_response(conn: &mut TcpStream, slot: &mut Slot, line_mode: bool) -> Read_ {
+    loop {
+        let from = if slot.head.is_some() || line_mode {
+            0
+        } else {
+            slot.filled
+        };
+        if from == slot.buf.len() {
+            // The head does not fit in the buffer.
+            return Read_::Failed(Kind::BadResponse);
+        }
+        let n = match conn.read(&mut slot.buf[from..]) {
+            Ok(0) => return eof(slot, line_mode),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Read_::Wait,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Read_::Failed(Kind::of(&e)),
+        };
+        slot.raw += n as u64;
+        let outcome = if line_mode {
+            take_line(slot, n)
+        } else {
+            take_http(slot, from, n)
+        };
+        if let Some(r) = outcome {
+            return r;
+        }
+    }
+}
+
+fn is_wait(e: &io::Error) -> bool {
+    // A write while the connect is still in progress fails with EAGAIN (or ENOTCONN on some paths).
+    e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::NotConnected
+}
+
+/// The server closed the connection: the end of an until-close body, else a truncated response.
+fn eof(slot: &mut Slot, line_mode: bool) -> Read_ {
+    match slot.head {
+        Some(Head {
+            ok,
+            body: Framing::UntilClose,
+            ..
+        }) if !line_mode => Read_::Whole(ok, false),
+        _ => Read_::Failed(if slot.raw == 0 {
+            Kind::Reset
+        } else {
+            Kind::BadResponse
+        }),
+    }
+}
+
+/// Tcp mode: the response is whole at the first newline.
+fn take_line(slot: &mut Slot, n: usize) -> Option<Read_> {
+    match slot.buf[..n].iter().position(|&b| b == b'\n') {
+        Some(at) => {
+            slot.body += at as u64 + 1;
+            Some(Read_::Whole(true, at + 1 == n))
+        }
+        None => {
+            slot.body += n as u64;
+            None
+        }
+    }
+}
+
+/// HTTP: `n` new bytes at `from` in the slot's buffer. None: the response is not whole yet.
+fn take_http(slot: &mut Slot, from: usize, n: usize) -> Option<Read_> {
+    let (mut head, body_at) = match slot.head {
+        Some(h) => (h, from),
+        None => {
+            slot.filled = from + n;
+            match response::parse_head(&slot.buf[..slot.filled]) {
+                Ok(Some(h)) => (h, h.len),
+                Ok(None) => return None,
+                Err(()) => return Some(Read_::Failed(Kind::BadResponse)),
+            }
+        }
+    };
+    let end = from + n;
+    let fed = match head.body.feed(&slot.buf[body_at..end]) {
+        Ok(f) => f,
+        Err(()) => return Some(Read_::Failed(Kind::BadResponse)),
+    };
+    slot.body += fed.body;
+    slot.head = Some(head);
+    if !fed.done {
+        return None;
+    }
+    // Bytes after the end of the response: the server is out of step; do not reuse.
+    let clean = body_at + fed.used == end;
+    Some(Read_::Whole(head.ok, head.reusable && clean))
+}

@@ -1,0 +1,633 @@
+//! `quill bench`: the table's numbers against a server that counts what it served (and fails on
+//! purpose), idle connections held open and silent, `--watch` against a process burning CPU,
+//! `--sources`, tcp mode, JSON and usage errors. Every run is the real binary over loopback.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::*;
+
+// === A counting HTTP server ===
+
+/// What the server served, counted on its side of the wire.
+#[derive(Default)]
+struct Served {
+    requests: AtomicU64,
+    ok: AtomicU64,
+    errors: AtomicU64,
+    resets: AtomicU64,
+    bytes: AtomicU64,
+    body: AtomicU64,
+    connections: AtomicU64,
+    /// Connections open right now that have not sent a byte, and the most seen at once.
+    silent: AtomicU64,
+    max_silent: AtomicU64,
+    /// Connections the server closed because they stayed silent.
+    closed_silent: AtomicU64,
+    peers: Mutex<BTreeSet<IpAddr>>,
+}
+
+/// How the server misbehaves on purpose.
+#[derive(Clone, Copy, Default)]
+struct Faults {
+    /// Request number n (from 1) with n % error_every == 0 is answered 500.
+    error_every: u64,
+    /// Otherwise, n % reset_every == 0 is answered with a reset (SO_LINGER 0) and no bytes.
+    reset_every: u64,
+    /// Close a connection that stays silent this long (None: wait for ever).
+    close_silent_after: Option<Duration>,
+}
+
+struct CountingServer {
+    addr: SocketAddr,
+    served: Arc<Served>,
+}
+
+const BODY: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz\n";
+
+impl CountingServer {
+    fn start(faults: Faults) -> CountingServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let served = Arc::new(Served::default());
+        let s = served.clone();
+        thread::spawn(move || {
+            // Bounded: at most this many connections over the server's life.
+            for conn in listener.incoming().take(5_000) {
+                let Ok(conn) = conn else { continue };
+                let s = s.clone();
+                thread::spawn(move || serve(conn, &s, faults));
+            }
+        });
+        CountingServer { addr, served }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/x", self.addr)
+    }
+
+    fn get(&self, f: impl Fn(&Served) -> &AtomicU64) -> u64 {
+        f(&self.served).load(Ordering::SeqCst)
+    }
+}
+
+fn serve(mut conn: TcpStream, s: &Served, faults: Faults) {
+    s.connections.fetch_add(1, Ordering::SeqCst);
+    if let Ok(peer) = conn.peer_addr() {
+        s.peers.lock().unwrap().insert(peer.ip());
+    }
+    let now_silent = s.silent.fetch_add(1, Ordering::SeqCst) + 1;
+    s.max_silent.fetch_max(now_silent, Ordering::SeqCst);
+    let first_wait = faults.close_silent_after.unwrap_or(Duration::from_secs(30));
+    conn.set_read_timeout(Some(first_wait)).unwrap();
+    let mut silent = true;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // Bounded: a connection carries at most this many reads.
+    for _ in 0..100_000 {
+        let n = match conn.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(_) => {
+                if silent && faults.close_silent_after.is_some() {
+                    s.closed_silent.fetch_add(1, Ordering::SeqCst);
+                }
+                break;
+            }
+        };
+        if silent {
+            silent = false;
+            s.silent.fetch_sub(1, Ordering::SeqCst);
+            conn.set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        while let Some(end) = find(&buf, b"\r\n\r\n") {
+            let head: Vec<u8> = buf.drain(..end + 4).collect();
+            let close = String::from_utf8_lossy(&head)
+                .to_ascii_lowercase()
+                .contains("connection: close");
+            if !respond(&mut conn, s, faults) || close {
+                finish(silent, s);
+                return;
+            }
+        }
+    }
+    finish(silent, s);
+}
+
+fn finish(silent: bool, s: &Served) {
+    if silent {
+        s.silent.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Answers one request; false when the connection was reset on purpose.
+fn respond(conn: &mut TcpStream, s: &Served, faults: Faults) -> bool {
+    let n = s.requests.fetch_add(1, Ordering::SeqCst) + 1;
+    if faults.error_every > 0 && n % faults.error_every == 0 {
+        let body = b"oops\n";
+        let head = format!(
+            "HTTP/1.1 500 Internal Server Error\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        send(conn, s, head.as_bytes(), body, body.len());
+        s.errors.fetch_add(1, Ordering::SeqCst);
+        return true;
+    }
+    if faults.reset_every > 0 && n % faults.reset_every == 0 {
+        let _ = socket2::SockRef::from(&*conn).set_linger(Some(Duration::ZERO));
+        s.resets.fetch_add(1, Ordering::SeqCst);
+        return false;
+    }
+    if n % 3 == 0 {
+        // Chunked, in two chunks: the payload is BODY, the framing is extra bytes on the wire.
+        let (a, b) = BODY.split_at(10);
+        let mut wire = format!("{:x}\r\n", a.len()).into_bytes();
+        wire.extend_from_slice(a);
+        wire.extend_from_slice(format!("\r\n{:x}\r\n", b.len()).as_bytes());
+        wire.extend_from_slice(b);
+        wire.extend_from_slice(b"\r\n0\r\n\r\n");
+        let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        send(conn, s, head.as_bytes(), &wire, BODY.len());
+    } else {
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", BODY.len());
+        send(conn, s, head.as_bytes(), BODY, BODY.len());
+    }
+    s.ok.fetch_add(1, Ordering::SeqCst);
+    true
+}
+
+fn send(conn: &mut TcpStream, s: &Served, head: &[u8], wire_body: &[u8], payload: usize) {
+    let mut all = head.to_vec();
+    all.extend_from_slice(wire_body);
+    if conn.write_all(&all).is_ok() {
+        s.bytes.fetch_add(all.len() as u64, Ordering::SeqCst);
+        s.body.fetch_add(payload as u64, Ordering::SeqCst);
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+// === Running the bench ===
+
+/// Runs `quill bench ARGS` to completion (bounded) and returns (exit code, stdout, stderr).
+fn bench(args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    run_quill_output(&all)
+}
+
+/// Runs `quill bench --json ARGS`, expects exit 0 and returns the JSON object.
+fn bench_json(args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let (code, out, err) = bench(&all);
+    assert_eq!(code, 0, "quill bench {args:?} exit code; stderr:\n{err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{out}"))
+}
+
+fn num(v: &Value, path: &str) -> u64 {
+    path.split('.')
+        .fold(v, |v, k| &v[k])
+        .as_u64()
+        .unwrap_or_else(|| panic!("{path} missing in {v}"))
+}
+
+/// The value column of a table line, found by its label.
+fn table_value<'a>(table: &'a str, label: &str) -> &'a str {
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(label))
+        .unwrap_or_else(|| panic!("no '{label}' line in:\n{table}"));
+    assert!(
+        line.len() > 30 && line.as_bytes()[29] == b' ' && line.as_bytes()[30] != b' ',
+        "value of '{label}' must start at column 31:\n{line}"
+    );
+    &line[30..]
+}
+
+// === Tests ===
+
+#[test]
+fn bench_table_counts_match_what_the_server_served_with_injected_failures() {
+    let server = CountingServer::start(Faults {
+        error_every: 10,
+        reset_every: 7,
+        ..Faults::default()
+    });
+    let (code, table, err) = bench(&["--active", "8", "--requests", "300", &server.url()]);
+    assert_eq!(code, 0, "stderr:\n{err}");
+    let (ok, errors, resets) = (
+        server.get(|s| &s.ok),
+        server.get(|s| &s.errors),
+        server.get(|s| &s.resets),
+    );
+    assert_eq!(server.get(|s| &s.requests), 300, "server saw every request");
+    assert!(errors > 0 && resets > 0, "faults were injected");
+    for (label, want) in [
+        ("Idle Connections:", "0".to_string()),
+        ("Active Connections:", "8".to_string()),
+        ("Total Concurrency Level:", "8".to_string()),
+        ("Complete requests:", ok.to_string()),
+        ("Failed requests:", (errors + resets).to_string()),
+        (
+            "Total transferred:",
+            format!("{} bytes", server.get(|s| &s.bytes)),
+        ),
+        (
+            "HTML transferred:",
+            format!("{} bytes", server.get(|s| &s.body)),
+        ),
+        (
+            "Failures by kind:",
+            format!("reset {resets}, bad_response {errors}"),
+        ),
+    ] {
+        assert_eq!(table_value(&table, label), want, "{label}\n{table}");
+    }
+    for label in [
+        "Average time taken for tests:",
+        "Requests per second:",
+        "Transfer rate:",
+        "Latency p50:",
+        "Latency p99.9:",
+        "Latency max:",
+    ] {
+        table_value(&table, label);
+    }
+    assert!(table_value(&table, "Requests per second:").ends_with("[#/sec] (mean)"));
+    assert!(table_value(&table, "Transfer rate:").ends_with("[Kbytes/sec] received"));
+}
+
+#[test]
+fn bench_keepalive_reuses_connections_and_counts_exactly() {
+    let server = CountingServer::start(Faults {
+        error_every: 10,
+        reset_every: 7,
+        ..Faults::default()
+    });
+    let v = bench_json(&[
+        "--active",
+        "4",
+        "--requests",
+        "200",
+        "--keepalive",
+        &server.url(),
+    ]);
+    assert_eq!(server.get(|s| &s.requests), 200);
+    assert_eq!(num(&v, "complete"), server.get(|s| &s.ok));
+    assert_eq!(num(&v, "failures.bad_response"), server.get(|s| &s.errors));
+    assert_eq!(num(&v, "failures.reset"), server.get(|s| &s.resets));
+    assert_eq!(num(&v, "total_bytes"), server.get(|s| &s.bytes));
+    assert_eq!(num(&v, "body_bytes"), server.get(|s| &s.body));
+    // A connection ends only at a reset (every 7th request, not also 10th), so far fewer
+    // connections than requests: 4 to start with, plus one per reset that had a request after it.
+    let (resets, conns) = (server.get(|s| &s.resets), server.get(|s| &s.connections));
+    assert!(
+        conns <= 4 + resets && conns + 4 >= 4 + resets,
+        "{conns} connections for {resets} resets"
+    );
+}
+
+#[test]
+fn bench_without_keepalive_opens_one_connection_per_request() {
+    let server = CountingServer::start(Faults::default());
+    let v = bench_json(&["--active", "5", "--requests", "60", &server.url()]);
+    assert_eq!(num(&v, "complete"), 60);
+    assert_eq!(num(&v, "failed"), 0);
+    assert_eq!(server.get(|s| &s.connections), 60);
+    assert_eq!(num(&v, "body_bytes"), 60 * BODY.len() as u64);
+    let p50 = num(&v, "latency_us.p50");
+    let max = num(&v, "latency_us.max");
+    assert!(p50 > 0 && p50 <= max, "latency p50 {p50} max {max}");
+}
+
+#[test]
+fn bench_idle_connections_stay_open_and_silent_for_the_whole_run() {
+    let server = CountingServer::start(Faults::default());
+    let v = bench_json(&[
+        "--idle",
+        "30",
+        "--active",
+        "2",
+        "--duration",
+        "1s",
+        "--keepalive",
+        &server.url(),
+    ]);
+    assert_eq!(num(&v, "idle"), 30);
+    assert_eq!(num(&v, "idle_held"), 30, "{v}");
+    assert_eq!(num(&v, "failures.idle_closed"), 0);
+    assert!(num(&v, "complete") > 0);
+    // The server saw 30 connections open at once that never sent a byte (the active ones
+    // write as soon as they connect).
+    assert!(
+        server.get(|s| &s.max_silent) >= 30,
+        "max silent {}",
+        server.get(|s| &s.max_silent)
+    );
+    assert_eq!(
+        server.get(|s| &s.connections),
+        32,
+        "30 idle and 2 kept-alive"
+    );
+}
+
+#[test]
+fn bench_counts_idle_connections_the_server_closed() {
+    let server = CountingServer::start(Faults {
+        close_silent_after: Some(Duration::from_millis(300)),
+        ..Faults::default()
+    });
+    let v = bench_json(&[
+        "--idle",
+        "6",
+        "--active",
+        "1",
+        "--duration",
+        "1200ms",
+        "--keepalive",
+        &server.url(),
+    ]);
+    assert_eq!(server.get(|s| &s.closed_silent), 6);
+    assert_eq!(num(&v, "failures.idle_closed"), 6, "{v}");
+    assert_eq!(num(&v, "idle_held"), 0);
+    assert_eq!(num(&v, "failed"), 6);
+}
+
+/// CPU ticks (user + system) of a process, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    // The test assumes the usual 100 ticks per second (the bench asks sysconf).
+    ticks as f64 / 100.0
+}
+
+/// A child process burning CPU; killed by PID on drop.
+struct Burner(Child);
+
+impl Drop for Burner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn bench_watch_reports_the_cpu_a_busy_process_burned() {
+    let server = CountingServer::start(Faults::default());
+    let burner = Burner(
+        Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn sh"),
+    );
+    let pid = burner.0.id();
+    let before = cpu_seconds(pid);
+    let pid_arg = pid.to_string();
+    let v = bench_json(&[
+        "--active",
+        "1",
+        "--duration",
+        "1500ms",
+        "--keepalive",
+        "--watch",
+        &pid_arg,
+        &server.url(),
+    ]);
+    let outside = cpu_seconds(pid) - before;
+    let w = &v["watch"][0];
+    assert_eq!(w["pid"].as_u64(), Some(pid as u64));
+    let reported = w["user_seconds"].as_f64().unwrap() + w["system_seconds"].as_f64().unwrap();
+    // The bench watched the 1.5 s active phase, inside the window measured here.
+    assert!(outside > 0.3, "the burner got {outside} s of CPU");
+    assert!(
+        reported <= outside + 0.05 && reported >= 0.5 * outside,
+        "reported {reported} s, measured {outside} s around the run"
+    );
+    assert!(w["peak_rss_kib"].as_u64().unwrap() > 0);
+    assert!(w["cpu_us_per_request"].as_f64().unwrap() > 0.0);
+    drop(burner);
+}
+
+#[test]
+fn bench_sources_spread_clients_over_the_given_addresses() {
+    let server = CountingServer::start(Faults::default());
+    let v = bench_json(&[
+        "--active",
+        "4",
+        "--requests",
+        "20",
+        "--sources",
+        "127.0.0.2-127.0.0.3",
+        &server.url(),
+    ]);
+    assert_eq!(num(&v, "complete"), 20);
+    let peers = server.served.peers.lock().unwrap().clone();
+    let want: BTreeSet<IpAddr> = ["127.0.0.2", "127.0.0.3"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    assert_eq!(peers, want);
+}
+
+#[test]
+fn bench_help_documents_sources_syntax() {
+    let (code, out, _) = bench(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("--sources <A-B>"), "{out}");
+    assert!(out.contains("127.0.0.1-127.0.0.50"), "{out}");
+    assert!(out.contains("--watch <PID>"), "{out}");
+}
+
+#[test]
+fn bench_bad_arguments_exit_2_with_a_one_line_error_naming_the_value() {
+    let target = "http://127.0.0.1:1/";
+    for (args, needle) in [
+        (vec!["--active", "many", target], "many"),
+        (vec!["--duration", "3 weeks", target], "3 weeks"),
+        (
+            vec!["--sources", "127.0.0.9-127.0.0.1", target],
+            "127.0.0.9-127.0.0.1",
+        ),
+        (vec!["ftp://127.0.0.1:21"], "ftp://127.0.0.1:21"),
+        (vec!["--active", "0", target], "--active 0"),
+        (vec!["--watch", "4000000000", target], "4000000000"),
+        (
+            vec!["--requests", "5", "--duration", "1s", target],
+            "--duration",
+        ),
+    ] {
+        let (code, _, err) = bench(&args);
+        assert_eq!(code, 2, "{args:?}: stderr:\n{err}");
+        assert!(
+            first_line(&err).contains(needle),
+            "{args:?}: first stderr line should name '{needle}':\n{err}"
+        );
+    }
+}
+
+#[test]
+fn bench_refused_target_counts_refused_failures() {
+    let addr = refused_addr();
+    let url = format!("http://{addr}/");
+    let v = bench_json(&["--active", "2", "--requests", "10", &url]);
+    assert_eq!(num(&v, "complete"), 0);
+    assert_eq!(num(&v, "failures.refused"), 10, "{v}");
+}
+
+/// An echo-line server counting lines.
+fn line_echo() -> (SocketAddr, Arc<AtomicU64>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let lines = Arc::new(AtomicU64::new(0));
+    let l = lines.clone();
+    thread::spawn(move || {
+        for conn in listener.incoming().take(1_000) {
+            let Ok(conn) = conn else { continue };
+            let l = l.clone();
+            thread::spawn(move || {
+                conn.set_read_timeout(Some(Duration::from_secs(10)))
+                    .unwrap();
+                let mut w = conn.try_clone().unwrap();
+                let mut r = BufReader::new(conn);
+                let mut line = String::new();
+                for _ in 0..10_000 {
+                    line.clear();
+                    match r.read_line(&mut line) {
+                        Ok(n) if n > 0 => {}
+                        _ => return,
+                    }
+                    l.fetch_add(1, Ordering::SeqCst);
+                    if w.write_all(line.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, lines)
+}
+
+#[test]
+fn bench_tcp_mode_sends_a_line_and_reads_a_line() {
+    let (addr, lines) = line_echo();
+    let url = format!("tcp://{addr}");
+    let v = bench_json(&["--active", "5", "--requests", "50", &url]);
+    assert_eq!(num(&v, "complete"), 50);
+    assert_eq!(lines.load(Ordering::SeqCst), 50);
+    // Each answer is the line "quill-bench\n" echoed back.
+    assert_eq!(num(&v, "total_bytes"), 50 * 12);
+    assert_eq!(num(&v, "body_bytes"), 50 * 12);
+    let v = bench_json(&["--active", "2", "--requests", "40", "--keepalive", &url]);
+    assert_eq!(num(&v, "complete"), 40);
+    assert_eq!(num(&v, "failed"), 0);
+}
+
+#[test]
+fn bench_threads_share_the_work() {
+    let server = CountingServer::start(Faults::default());
+    let v = bench_json(&[
+        "--threads",
+        "3",
+        "--active",
+        "7",
+        "--requests",
+        "101",
+        "--keepalive",
+        &server.url(),
+    ]);
+    assert_eq!(num(&v, "complete"), 101);
+    assert_eq!(server.get(|s| &s.requests), 101);
+    assert_eq!(server.get(|s| &s.connections), 7);
+}
+
+#[test]
+fn bench_progress_lines_are_plain_when_stderr_is_not_a_terminal() {
+    let server = CountingServer::start(Faults::default());
+    let start = Instant::now();
+    let (code, _, err) = bench(&[
+        "--active",
+        "1",
+        "--duration",
+        "2200ms",
+        "--keepalive",
+        &server.url(),
+    ]);
+    assert_eq!(code, 0);
+    assert!(start.elapsed() >= Duration::from_secs(2));
+    assert!(
+        !err.contains('\r'),
+        "no carriage returns off a terminal:\n{err:?}"
+    );
+    assert!(
+        err.lines().filter(|l| l.contains("req/s")).count() >= 1,
+        "periodic progress lines:\n{err}"
+    );
+}
+
+#[test]
+fn bench_spreads_connections_over_child_processes_when_descriptors_run_short() {
+    let server = CountingServer::start(Faults::default());
+    // 300 descriptors per process (hard limit too, so it cannot be raised), 200 kept in reserve:
+    // 100 connections per process, so 250 idle + 5 active need 3 processes.
+    let script = format!(
+        "ulimit -n 300 && exec {BIN} bench --json --idle 250 --active 5 --requests 50 --keepalive {}",
+        server.url()
+    );
+    let dir = scratch_dir();
+    let out = dir.path().join("out");
+    let err = dir.path().join("err");
+    let mut child = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("spawn sh");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("quill bench still running after 20 s");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let (out, err) = (
+        std::fs::read_to_string(out).unwrap(),
+        std::fs::read_to_string(err).unwrap(),
+    );
+    assert!(status.success(), "stderr:\n{err}");
+    assert!(
+        err.contains("spreading 255 connections over 3 processes"),
+        "stderr:\n{err}"
+    );
+    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(num(&v, "processes"), 3);
+    assert_eq!(num(&v, "complete"), 50);
+    assert_eq!(num(&v, "idle_held"), 250, "{v}");
+    assert_eq!(num(&v, "failed"), 0);
+    assert_eq!(server.get(|s| &s.requests), 50);
+    assert!(server.get(|s| &s.max_silent) >= 250);
+    assert_eq!(server.get(|s| &s.connections), 255);
+}
