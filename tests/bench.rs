@@ -631,3 +631,94 @@ fn bench_spreads_connections_over_child_processes_when_descriptors_run_short() {
     assert!(server.get(|s| &s.max_silent) >= 250);
     assert_eq!(server.get(|s| &s.connections), 255);
 }
+
+#[test]
+fn bench_sweep_measures_every_target_at_every_level_and_plots_them() {
+    let (a, b) = (
+        CountingServer::start(Faults::default()),
+        CountingServer::start(Faults::default()),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("chart.svg");
+    let (ta, tb) = (format!("a={}", a.url()), format!("b={}", b.url()));
+    let report = bench_json(&[
+        "--sweep",
+        "2:5:2",
+        "--requests",
+        "30",
+        "--target",
+        &ta,
+        "--target",
+        &tb,
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    // END is inclusive: 2, 4, 5; both targets at each level, each a full measurement.
+    let levels: Vec<u64> = report["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(levels, [2, 4, 5]);
+    let rows = report["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "{report}");
+    for (name, server) in [("a", &a), ("b", &b)] {
+        let mine: Vec<&Value> = rows.iter().filter(|r| r["target"] == name).collect();
+        let actives: Vec<u64> = mine.iter().map(|r| num(r, "active")).collect();
+        assert_eq!(actives, [2, 4, 5], "{name}");
+        let complete: u64 = mine.iter().map(|r| num(r, "summary.complete")).sum();
+        assert_eq!(complete, 90, "{name}: 3 levels x 30 requests");
+        assert_eq!(
+            server.get(|s| &s.requests),
+            90,
+            "{name}: the server saw them all"
+        );
+    }
+    let chart = std::fs::read_to_string(&svg).expect("the chart was written");
+    assert!(chart.starts_with("<svg"), "{chart}");
+    for text in ["requests per second", "concurrent active connections"] {
+        assert!(chart.contains(text), "chart lacks {text:?}");
+    }
+    // The legend names every target (text elements hold their text on a line of its own).
+    for name in ["a", "b"] {
+        assert!(
+            chart.lines().any(|l| l.trim() == name),
+            "legend lacks {name}"
+        );
+    }
+}
+
+#[test]
+fn bench_help_documents_sweep_and_targets() {
+    let (code, help, _) = bench(&["--help"]);
+    assert_eq!(code, 0);
+    for text in [
+        "--sweep",
+        "END inclusive",
+        "50:120:50 gives 50, 100, 120",
+        "--target",
+        "NAME=URL",
+        "--plot",
+    ] {
+        assert!(help.contains(text), "--help lacks {text:?}:\n{help}");
+    }
+}
+
+#[test]
+fn bench_target_names_must_be_unique_and_not_mixed_with_a_positional_target() {
+    let (code, _, err) = bench(&[
+        "--target",
+        "a=http://127.0.0.1:1/",
+        "--target",
+        "a=http://127.0.0.1:2/",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--target a: the name is used twice"), "{err}");
+    let (code, _, err) = bench(&["http://127.0.0.1:1/", "--target", "a=http://127.0.0.1:2/"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not both"), "{err}");
+    let (code, _, err) = bench(&["--sweep", "10:5:1", "http://127.0.0.1:1/"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("10:5:1"), "{err}");
+}

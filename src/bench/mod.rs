@@ -8,6 +8,7 @@
 //! one process has too few descriptors.
 
 pub mod engine;
+pub mod matrix;
 pub mod plot;
 pub mod report;
 pub mod response;
@@ -36,11 +37,19 @@ active client makes one request.
 --sources A-B binds each connection to one of the addresses A..B in turn (e.g.
 127.0.0.1-127.0.0.50), so more connections fit than one source address has ports.
 
+--sweep START:END:STEP measures once per concurrency level (--active), END inclusive: it is always the
+last level, so 50:120:50 gives 50, 100, 120; also a single level (500) or a list (50,100,500).
+--target NAME=URL (repeatable) measures several balancers in one run, interleaved: at each level every
+target in turn, the order rotating from level to level. --plot FILE.svg draws requests/s against
+concurrency, one line per target.
+
 Examples:
   quill bench --active 50 --keepalive --duration 10s http://127.0.0.1:8080/
   quill bench --idle 5000 --active 200 --requests 20000 --watch 4242 http://127.0.0.1:8080/
   quill bench --idle 80000 --active 2000 --sources 127.0.0.1-127.0.0.20 http://127.0.0.1:8080/
-  quill bench --active 10 --duration 2s --json tcp://127.0.0.1:9000";
+  quill bench --active 10 --duration 2s --json tcp://127.0.0.1:9000
+  quill bench --idle 5000 --sweep 50:1000:190 --duration 5s --target quill=http://127.0.0.1:8080/ \\
+      --target haproxy=http://127.0.0.1:8081/ --plot shootout.svg";
 
 /// `quill bench` options.
 #[derive(Debug, Clone, Args)]
@@ -83,9 +92,26 @@ pub struct BenchArgs {
     /// Internal: run as a child of a spread run (share given by the other options)
     #[arg(long, hide = true)]
     pub spread_child: bool,
-    /// What to load: http://HOST[:PORT]/PATH or tcp://HOST:PORT
-    #[arg(value_name = "TARGET", value_parser = target::parse_target)]
-    pub target: Target,
+    /// A named target, NAME=URL (repeatable; instead of TARGET): several balancers in one run
+    #[arg(long = "target", value_name = "NAME=URL", value_parser = spec::parse_named)]
+    pub targets: Vec<(String, Target)>,
+    /// Concurrency levels, one measurement each: START:END:STEP (END inclusive), N, or N,N,...
+    #[arg(long, value_name = "LEVELS", value_parser = parse_levels)]
+    pub sweep: Option<Levels>,
+    /// Draw requests/s against concurrency, one line per target, as an SVG file
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
+    /// What to load: http://HOST[:PORT]/PATH or tcp://HOST:PORT (or give --target NAME=URL)
+    #[arg(value_name = "TARGET", value_parser = target::parse_target, required_unless_present = "targets")]
+    pub target: Option<Target>,
+}
+
+/// The concurrency levels of `--sweep`.
+#[derive(Debug, Clone)]
+pub struct Levels(pub Vec<u32>);
+
+fn parse_levels(s: &str) -> Result<Levels, String> {
+    spec::parse_sweep(s).map(Levels)
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -141,7 +167,12 @@ impl Options {
             (None, None) => Stop::Requests(a.active as u64),
         };
         Ok(Options {
-            target: Arc::new(a.target.clone()),
+            target: Arc::new(
+                a.target
+                    .clone()
+                    .or_else(|| a.targets.first().map(|t| t.1.clone()))
+                    .ok_or("no TARGET given (or --target NAME=URL)")?,
+            ),
             idle: a.idle,
             active: a.active,
             stop,
@@ -197,6 +228,12 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     };
     if args.spread_child {
         return spread::child_main(&opts);
+    }
+    if !args.targets.is_empty() || args.sweep.is_some() || args.plot.is_some() {
+        return match matrix::run(args, &opts) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e.0, &e.1),
+        };
     }
     match measure(&opts, true) {
         Ok(summary) => {
