@@ -88,7 +88,61 @@ def port_of(name):
     return HTTP_PORTS.get(name) or harness.PORTS[name]
 
 
+def render(path, command, started, load_before, load_after):
+    """The results as Markdown: requests/s per candidate and level, then failures and p99."""
+    with open(path) as f:
+        rep = json.load(f)
+    rows = rep["results"]
+    names = []
+    for r in rows:
+        if r["target"] not in names:
+            names.append(r["target"])
+    levels = rep["levels"]
+    cell = {(r["target"], r["active"]): r["summary"] for r in rows}
+    out = ["# Load balancer shootout", "",
+           "Command: `%s`  " % command,
+           "Started %s; %d CPUs; load average before %s, after %s.  " % (
+               started, os.cpu_count(), load_before, load_after),
+           "Versions: %s." % "; ".join("%s %s" % kv for kv in sorted(
+               harness.versions(None, []).items()) if kv[0] in ("haproxy", "nginx", "pen")),
+           "",
+           "Every candidate in front of the same two nginx backends (1 KiB file), measured by "
+           "`quill bench` with %d idle connections held open during each measurement and a new "
+           "connection per request (%s); at each level the candidates take turns, the order "
+           "rotating. Chart: `docs/shootout.svg`." % (rep["idle"], "keep-alive" if rep["keepalive"] else "HTTP/1.1, Connection: close"),
+           "", "## Requests per second", ""]
+    out.append("| candidate | " + " | ".join("%d active" % l for l in levels) + " |")
+    out.append("|---|" + "---:|" * len(levels))
+    for n in names:
+        out.append("| %s | " % n + " | ".join(
+            "{:,.0f}".format(cell[(n, l)]["requests_per_second"]) if (n, l) in cell else "–"
+            for l in levels) + " |")
+    out += ["", "## p99 latency (ms) and failed requests", ""]
+    out.append("| candidate | " + " | ".join("%d active" % l for l in levels) + " |")
+    out.append("|---|" + "---:|" * len(levels))
+    for n in names:
+        cells = []
+        for l in levels:
+            s = cell.get((n, l))
+            cells.append("–" if s is None else "%.1f / %d" % (s["latency_us"]["p99"] / 1000.0, s["failed"]))
+        out.append("| %s | " % n + " | ".join(cells) + " |")
+    idle_held = min((s["idle_held"] for s in cell.values()), default=0)
+    out += ["", "Idle connections still open at the end of every measurement: at least %d of %d." % (
+        idle_held, rep["idle"])]
+    return "\n".join(out) + "\n"
+
+
 def main(argv):
+    if argv and argv[0] == "--render":
+        r = argparse.ArgumentParser()
+        r.add_argument("--render", required=True)
+        r.add_argument("--command", default="bash bench/shootout.sh")
+        r.add_argument("--started", default="")
+        r.add_argument("--load-before", default="")
+        r.add_argument("--load-after", default="")
+        a = r.parse_args(argv)
+        sys.stdout.write(render(a.render, a.command, a.started, a.load_before, a.load_after))
+        return 0
     p = argparse.ArgumentParser()
     p.add_argument("--work", required=True)
     p.add_argument("--quill-bin", required=True)
