@@ -395,6 +395,8 @@ struct Engine<'p> {
     deadline: Option<Instant>,
     busy: usize,
     next_source: usize,
+    /// Keep-alive slots whose next request waits for the end of this loop turn.
+    deferred: Vec<usize>,
 }
 
 impl<'p> Engine<'p> {
@@ -406,6 +408,7 @@ impl<'p> Engine<'p> {
             poll: Poll::new()?,
             slots,
             idle: Vec::with_capacity(plan.idle),
+            deferred: Vec::with_capacity(plan.active),
             tally: Tally::default(),
             progress,
             left: 0,
@@ -424,9 +427,13 @@ impl<'p> Engine<'p> {
             Type::STREAM.nonblocking().cloexec(),
             None,
         )?;
-        // No TCP_NODELAY: a request is one write, made only after the whole previous response
-        // (which acknowledged the previous request) arrived, so Nagle never holds it back; the
-        // setsockopt would be one more syscall per connection.
+        // With a new connection per request there is one write per connection: Nagle cannot hold
+        // it back, and TCP_NODELAY would cost a syscall per request. On a kept-alive connection
+        // it can (measured: `wrk`, which sets it, drove nginx 5-10% faster before), and there the
+        // setsockopt is paid once per connection.
+        if self.plan.keepalive {
+            socket.set_tcp_nodelay(true)?;
+        }
         if let Some(sources) = &self.plan.sources {
             let source = sources[self.next_source % sources.len()];
             self.next_source = self.next_source.wrapping_add(1);
@@ -588,6 +595,13 @@ impl<'p> Engine<'p> {
                     self.drive(ev.token().0);
                 }
             }
+            // Next requests on kept-alive connections go out together, after this turn's reads.
+            let deferred = std::mem::take(&mut self.deferred);
+            for &i in &deferred {
+                self.drive(i);
+            }
+            self.deferred = deferred;
+            self.deferred.clear();
             if last_sweep.elapsed() >= SWEEP {
                 last_sweep = Instant::now();
                 self.expire(last_sweep);
@@ -657,7 +671,12 @@ impl<'p> Engine<'p> {
                 },
                 Phase::Receiving => match self.receive(i) {
                     Read_::Wait => return,
-                    Read_::Whole(ok, reusable) => self.finish(i, ok, reusable),
+                    Read_::Whole(ok, reusable) => {
+                        if self.finish(i, ok, reusable) {
+                            self.deferred.push(i);
+                            return;
+                        }
+                    }
                     Read_::Failed(kind) => self.fail(i, kind),
                 },
             }
@@ -697,7 +716,8 @@ impl<'p> Engine<'p> {
 
     /// Records a whole response. With keep-alive and a reusable connection the next request goes
     /// on the same connection, else on a new one.
-    fn finish(&mut self, i: usize, ok: bool, reusable: bool) {
+    /// Returns true when the next request goes on the same connection (sent at the turn's end).
+    fn finish(&mut self, i: usize, ok: bool, reusable: bool) -> bool {
         let now = Instant::now();
         self.record(i, now);
         if ok {
@@ -713,8 +733,10 @@ impl<'p> Engine<'p> {
             slot.reset_response();
             slot.started = now;
             slot.phase = Phase::Sending(0);
+            true
         } else {
             self.restart(i, now);
+            false
         }
     }
 
