@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::plot::{self, Series};
+use super::spread::thousands;
 use super::{measure, stderr_is_terminal, BenchArgs, Options, Stop, Summary, Target};
 
 /// A failure: the exit status (2 for arguments, 1 for the run) and the message.
@@ -147,7 +148,7 @@ fn title(base: &Options) -> String {
     if base.idle > 0 {
         format!(
             "Requests per second by concurrency ({} idle connections held, {mode})",
-            group(base.idle as u64)
+            thousands(base.idle as u64)
         )
     } else {
         format!("Requests per second by concurrency ({mode})")
@@ -181,7 +182,7 @@ fn table(rows: &[Row]) -> String {
             r.target,
             r.active,
             s.idle,
-            group(s.requests_per_second.round() as u64),
+            thousands(s.requests_per_second.round() as u64),
             s.latency_us.p50 as f64 / 1000.0,
             s.latency_us.p99 as f64 / 1000.0,
             s.latency_us.max as f64 / 1000.0,
@@ -190,28 +191,4 @@ fn table(rows: &[Row]) -> String {
         );
     }
     out
-}
-
-/// 12345 → "12,345".
-fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn groups_thousands() {
-        assert_eq!(super::group(0), "0");
-        assert_eq!(super::group(999), "999");
-        assert_eq!(super::group(1000), "1,000");
-        assert_eq!(super::group(1234567), "1,234,567");
-    }
 }
