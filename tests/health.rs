@@ -8,7 +8,6 @@ mod support;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -47,36 +46,14 @@ fn start(opts: &[&str], servers: &[String]) -> QuillProcess {
     })
 }
 
-/// Runs `quill ctl --socket SOCK ARGS...` (killed by PID if it takes over 5 s); returns stdout.
+/// Runs `quill ctl --socket SOCK ARGS...` (bounded, killed by PID if stuck); returns stdout.
 fn ctl(sock: &Path, args: &[&str]) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let out_path = dir.path().join("out");
-    let out = std::fs::File::create(&out_path).unwrap();
-    let mut child = Command::new(BIN)
-        .arg("ctl")
-        .arg("--socket")
-        .arg(sock)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run quill ctl");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("quill ctl {args:?} still running after 5 s");
-        }
-        thread::sleep(Duration::from_millis(2));
-    };
-    let text = std::fs::read_to_string(&out_path).unwrap();
-    assert!(status.success(), "quill ctl {args:?} failed: {text}");
-    text
+    let sock = sock.display().to_string();
+    let mut all = vec!["ctl", "--socket", sock.as_str()];
+    all.extend_from_slice(args);
+    let (code, out, err) = run_quill_output(&all);
+    assert_eq!(code, 0, "quill ctl {args:?} failed: {err}{out}");
+    out
 }
 
 /// `quill ctl --json servers` of the only listener.

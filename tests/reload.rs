@@ -9,29 +9,19 @@ use std::fs;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use support::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_quill");
-
-/// Runs `quill ctl --socket SOCK WORDS...`; returns (success, stdout, stderr).
+/// Runs `quill ctl --socket SOCK WORDS...` (bounded); returns (success, stdout, stderr).
 fn ctl(sock: &Path, words: &[&str]) -> (bool, String, String) {
-    let out = Command::new(BIN)
-        .arg("ctl")
-        .arg("--socket")
-        .arg(sock)
-        .args(words)
-        .output()
-        .expect("run quill ctl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let sock = sock.display().to_string();
+    let mut all = vec!["ctl", "--socket", sock.as_str()];
+    all.extend_from_slice(words);
+    let (code, out, err) = run_quill_output(&all);
+    (code == 0, out, err)
 }
 
 fn ctl_ok(sock: &Path, words: &[&str]) -> String {

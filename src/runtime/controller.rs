@@ -22,7 +22,7 @@ pub struct Controller {
     shared: Arc<Shared>,
     state: Mutex<State>,
     rebuild: Option<Rebuild>,
-    events: Option<Mutex<mpsc::Sender<Msg>>>,
+    events: Option<mpsc::Sender<Msg>>,
 }
 
 struct State {
@@ -128,7 +128,7 @@ impl Controller {
 
     /// Sets where lifecycle requests (`exit`, handover) go, and how reloads rebuild.
     pub fn with_events(mut self, events: mpsc::Sender<Msg>) -> Controller {
-        self.events = Some(Mutex::new(events));
+        self.events = Some(events);
         self
     }
 
@@ -334,7 +334,7 @@ impl Controller {
     /// Asks the main thread for something (`exit`, handover).
     pub fn send(&self, msg: Msg) {
         if let Some(tx) = &self.events {
-            let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(msg);
+            let _ = tx.send(msg);
         }
     }
 }

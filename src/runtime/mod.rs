@@ -127,7 +127,7 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     let clock = Clock::default();
     let controller = Controller::start(config, clock, max_sessions, &mut inherited)?;
     let shared = controller.shared().clone();
-    let _ = shared.systemd_files.set(systemd_files.clone());
+    let _ = shared.systemd_files.set(systemd_files);
     let admin_socket = match g.admin {
         Some(addr) => {
             let socket = match inherited
@@ -312,18 +312,16 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
                     "no session for {}: exiting (--exit-idle-time)",
                     crate::config::format_duration(limit)
                 );
-                drain(&shared, &g, false, &systemd_files);
+                drain(&shared, &g, false);
             }
         }
         match msg {
             None => {}
             Some(Msg::WorkerDone) => running -= 1,
             Some(Msg::Signal(SIGTERM | SIGINT) | Msg::Exit) if shared.phase() == Phase::Running => {
-                drain(&shared, &g, false, &systemd_files)
+                drain(&shared, &g, false)
             }
-            Some(Msg::HandedOver) if shared.phase() == Phase::Running => {
-                drain(&shared, &g, true, &systemd_files)
-            }
+            Some(Msg::HandedOver) if shared.phase() == Phase::Running => drain(&shared, &g, true),
             Some(Msg::Signal(SIGTERM | SIGINT) | Msg::Exit) => {
                 shared.set_phase(Phase::Stopping);
                 shared.wake_all();
@@ -351,9 +349,9 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     signal_handle.close();
     let handed_over = shared.handed_over.load(Ordering::Relaxed);
     if !handed_over {
-        remove_socket_files(&shared, &systemd_files);
+        remove_socket_files(&shared);
         if let Some(path) = control.as_ref().and_then(|c| c.path()) {
-            if !systemd_files.iter().any(|f| f == path) {
+            if !shared.is_systemd_file(path) {
                 let _ = std::fs::remove_file(path);
             }
         }
@@ -384,7 +382,7 @@ fn has_server_names(config: &Config) -> bool {
 
 /// Stops accepting and lets open sessions finish within the drain timeout. After a handover the
 /// sockets live on in the new process: their files stay.
-fn drain(shared: &Shared, g: &crate::config::Global, handover: bool, systemd_files: &[PathBuf]) {
+fn drain(shared: &Shared, g: &crate::config::Global, handover: bool) {
     let deadline = shared
         .clock
         .now_ms()
@@ -393,7 +391,7 @@ fn drain(shared: &Shared, g: &crate::config::Global, handover: bool, systemd_fil
     if handover {
         shared.handed_over.store(true, Ordering::Relaxed);
     } else {
-        remove_socket_files(shared, systemd_files);
+        remove_socket_files(shared);
     }
     let drained = shared
         .listeners
@@ -417,11 +415,11 @@ fn drain(shared: &Shared, g: &crate::config::Global, handover: bool, systemd_fil
     );
 }
 
-/// Removes the files of the Unix sockets Quill bound; those systemd bound stay (`systemd_files`).
-fn remove_socket_files(shared: &Shared, systemd_files: &[PathBuf]) {
+/// Removes the files of the Unix sockets Quill bound; those systemd bound stay.
+fn remove_socket_files(shared: &Shared) {
     for l in shared.listeners.load().iter() {
         if let Some(path) = l.socket.path() {
-            if !systemd_files.iter().any(|f| f == path) {
+            if !shared.is_systemd_file(path) {
                 let _ = std::fs::remove_file(path);
             }
         }
