@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Is `quill bench` fast enough not to be the bottleneck? Drives one nginx (1 worker, a 1 KiB
 # file) with `wrk -t1 -c50` and with `quill bench --active 50` for the same duration, keep-alive
-# and a new connection per request, in interleaved rounds, and reports the medians.
+# and a new connection per request, in interleaved rounds (the order alternating), and reports the
+# medians. nginx is pinned to CPU 0 and the client to CPU 1 (taskset), so each has a core and the
+# scheduler's placement is the same for both clients; nginx's CPU use is recorded for every run.
 #
 #   bash bench/loadgen.sh [--rounds N] [--seconds S]
 #
@@ -28,9 +30,11 @@ REPO="$(dirname "$BENCH_DIR")"
 RESULTS="${RESULTS_DIR:-$BENCH_DIR/results}"
 say() { echo "loadgen: $*" >&2; }
 
-for tool in nginx wrk python3; do
-    command -v "$tool" >/dev/null || { say "needs $tool (apt-get install nginx wrk python3)"; exit 1; }
+for tool in nginx wrk python3 taskset; do
+    command -v "$tool" >/dev/null || { say "needs $tool (apt-get install nginx wrk python3 util-linux)"; exit 1; }
 done
+# One core for nginx, one for the client (on a 1-CPU machine both share it).
+if [ "$(nproc)" -ge 2 ]; then SERVER_CPU=0; CLIENT_CPU=1; else SERVER_CPU=0; CLIENT_CPU=0; fi
 if [ -n "${QUILL_BIN:-}" ]; then
     QUILL="$QUILL_BIN"
 else
@@ -68,7 +72,7 @@ http {
     server { listen 127.0.0.1:$PORT; root $WORK/www; location / { } }
 }
 EOF
-nginx -p "$WORK/" -c "$WORK/nginx.conf" -e "$WORK/nginx.err" &
+taskset -c "$SERVER_CPU" nginx -p "$WORK/" -c "$WORK/nginx.conf" -e "$WORK/nginx.err" &
 NGINX_PID=$!
 for _ in $(seq 1 50); do
     (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
@@ -86,21 +90,28 @@ for _ in $(seq 1 "$((max_wait / 5))"); do
 done
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
-# ---- one run: prints "REQ_PER_S CPU_SECONDS" (CPU = the client's user + system time)
-TIMEFORMAT='%U %S'
+# ---- one run: prints "REQ_PER_S CPU_SECONDS NGINX_CPU_SHARE" (CPU = the client's user + system
+# time; the share = nginx's CPU time over the run's wall time, 1.0 = one core busy all along)
+TIMEFORMAT='%U %S %R'
+NGINX_TICKS=$(getconf CLK_TCK)
+nginx_ticks() { awk '{print $14 + $15}' "/proc/$NGINX_PID/stat"; }
 run_wrk() {  # $1 = keepalive | close
-    local out t hdr=()
+    local out t hdr=() n0 n1
     [ "$1" = close ] && hdr=(-H "Connection: close")
-    t=$( { time wrk -t1 -c50 -d"${SECS}s" "${hdr[@]}" "$URL" > "$WORK/wrk.out" 2>&1; } 2>&1 )
+    n0=$(nginx_ticks)
+    t=$( { time taskset -c "$CLIENT_CPU" wrk -t1 -c50 -d"${SECS}s" "${hdr[@]}" "$URL" > "$WORK/wrk.out" 2>&1; } 2>&1 )
+    n1=$(nginx_ticks)
     out=$(awk '/^Requests\/sec:/ {print $2}' "$WORK/wrk.out")
-    echo "$out $(echo "$t" | awk '{print $1 + $2}')"
+    echo "$out $(echo "$t" | awk -v n=$((n1 - n0)) -v hz="$NGINX_TICKS" '{print $1 + $2, n / hz / $3}')"
 }
 run_quill() {  # $1 = keepalive | close
-    local out t ka=()
+    local out t ka=() n0 n1
     [ "$1" = keepalive ] && ka=(--keepalive)
-    t=$( { time "$QUILL" bench --active 50 --duration "${SECS}s" "${ka[@]}" --json "$URL" > "$WORK/q.out" 2>/dev/null; } 2>&1 )
+    n0=$(nginx_ticks)
+    t=$( { time taskset -c "$CLIENT_CPU" "$QUILL" bench --active 50 --duration "${SECS}s" "${ka[@]}" --json "$URL" > "$WORK/q.out" 2>/dev/null; } 2>&1 )
+    n1=$(nginx_ticks)
     out=$(python3 -c "import json; print('%.0f' % json.load(open('$WORK/q.out'))['requests_per_second'])")
-    echo "$out $(echo "$t" | awk '{print $1 + $2}')"
+    echo "$out $(echo "$t" | awk -v n=$((n1 - n0)) -v hz="$NGINX_TICKS" '{print $1 + $2, n / hz / $3}')"
 }
 
 say "warm-up"
@@ -109,10 +120,16 @@ wrk -t1 -c50 -d1s "$URL" >/dev/null 2>&1
 
 ROWS="$WORK/rows"
 : > "$ROWS"
+one() {  # $1 = round, $2 = mode, $3 = wrk | quill
+    set -- "$1" "$2" "$3" $(run_"$3" "$2")
+    echo "$1 $2 $3 $4 $5 $6" >> "$ROWS"
+    say "round $1 $2 $3: $4 req/s, nginx busy $6"
+}
 for r in $(seq 1 "$ROUNDS"); do
     for mode in keepalive close; do
-        set -- $(run_wrk "$mode");   echo "$r $mode wrk $1 $2" >> "$ROWS"; say "round $r $mode wrk: $1 req/s"
-        set -- $(run_quill "$mode"); echo "$r $mode quill $1 $2" >> "$ROWS"; say "round $r $mode quill: $1 req/s"
+        # The order alternates, so neither client always runs right after the other.
+        if [ $((r % 2)) = 1 ]; then one "$r" "$mode" wrk; one "$r" "$mode" quill
+        else one "$r" "$mode" quill; one "$r" "$mode" wrk; fi
     done
 done
 
@@ -129,23 +146,29 @@ lines = [
     "# quill bench vs wrk -t1: is the load generator the bottleneck?", "",
     "```", "bash bench/loadgen.sh --rounds %s --seconds %s" % (rounds, secs), "```", "",
     "One nginx %s (1 worker, `sendfile`, 1 KiB file, keep-alive allowed) on 127.0.0.1; each client "
-    "runs %s s at concurrency 50, one thread, interleaved rounds. `close` = a new connection per request "
-    "(wrk: `-H 'Connection: close'`; quill bench: its default). Client CPU = user + system seconds of the "
-    "client process, per request. Machine: %s CPUs, Linux %s, wrk %s; load average at start: %s." %
-    (nginx, secs, cpus, kernel, wrk, load), "",
-    "| mode | client | req/s per round | median req/s | client CPU µs/request (median) |",
-    "|---|---|---|---|---|",
+    "runs %s s at concurrency 50, one thread, interleaved rounds (wrk first in odd rounds, quill bench "
+    "first in even ones); nginx pinned to CPU 0, the client to CPU 1. `close` = a new connection per "
+    "request (wrk: `-H 'Connection: close'`; quill bench: its default). Client CPU = user + system seconds "
+    "of the client process, per request. nginx busy = nginx's CPU time over the run's wall time (1.00: "
+    "its one core busy all along, so nginx is the limit). Machine: %s CPUs, Linux %s, wrk %s; load "
+    "average at start: %s." % (nginx, secs, cpus, kernel, wrk, load), "",
+    "| mode | client | req/s per round | median req/s | client CPU µs/request (median) | nginx busy (median) |",
+    "|---|---|---|---|---|---|",
 ]
 for mode in ("keepalive", "close"):
     for tool, cmd in (("wrk", "wrk -t1 -c50"), ("quill", "quill bench --active 50")):
         rps = pick(mode, tool, 3)
         cpu = [c / max(r * float(secs), 1) * 1e6 for r, c in zip(rps, pick(mode, tool, 4))]
-        lines.append("| %s | `%s` | %s | **%.0f** | %.1f |" % (
-            mode, cmd, ", ".join("%.0f" % x for x in rps), statistics.median(rps), statistics.median(cpu)))
+        lines.append("| %s | `%s` | %s | **%.0f** | %.1f | %.2f |" % (
+            mode, cmd, ", ".join("%.0f" % x for x in rps), statistics.median(rps),
+            statistics.median(cpu), statistics.median(pick(mode, tool, 5))))
 lines.append("")
 for mode in ("keepalive", "close"):
-    q, w = statistics.median(pick(mode, "quill", 3)), statistics.median(pick(mode, "wrk", 3))
-    lines.append("- %s: quill bench / wrk = **%.2f**" % (mode, q / w))
+    q, w = pick(mode, "quill", 3), pick(mode, "wrk", 3)
+    paired = [a / b for a, b in zip(q, w)]
+    lines.append("- %s: quill bench / wrk = **%.2f** (medians); per round %s, median %.2f" % (
+        mode, statistics.median(q) / statistics.median(w), ", ".join("%.2f" % x for x in paired),
+        statistics.median(paired)))
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF

@@ -200,6 +200,22 @@ pub fn set_bind_address_no_port(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets SO_RCVLOWAT: the socket reads as ready (and wakes a waiter) only once this many bytes
+/// are queued, or at end of stream or an error.
+pub fn set_recv_lowat(fd: BorrowedFd<'_>, bytes: libc::c_int) -> io::Result<()> {
+    // SAFETY: the option value is a c_int living on the stack for the duration of the call.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            &bytes as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
 /// Clock ticks per second, the unit of the CPU times in /proc/PID/stat (100 on nearly every Linux).
 pub fn clock_ticks_per_second() -> u64 {
     // SAFETY: sysconf only reads a constant of the running system.

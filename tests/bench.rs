@@ -45,6 +45,9 @@ struct Faults {
     reset_every: u64,
     /// Close a connection that stays silent this long (None: wait for ever).
     close_silent_after: Option<Duration>,
+    /// Answer with Content-Length bodies whose size changes from request to request (0 B to
+    /// 18 KiB, shorter and longer than the one before), in two writes: head, then body.
+    vary_size: bool,
 }
 
 struct CountingServer {
@@ -148,6 +151,19 @@ fn respond(conn: &mut TcpStream, s: &Served, faults: Faults) -> bool {
         let _ = socket2::SockRef::from(&*conn).set_linger(Some(Duration::ZERO));
         s.resets.fetch_add(1, Ordering::SeqCst);
         return false;
+    }
+    if faults.vary_size {
+        let body = BODY.repeat([1, 60, 2, 500, 0, 3][(n % 6) as usize]);
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+        // Two writes, as nginx does (head, then the body by sendfile), with a pause between.
+        if conn.write_all(head.as_bytes()).is_err() {
+            return false;
+        }
+        thread::sleep(Duration::from_micros(200));
+        send(conn, s, b"", &body, body.len());
+        s.bytes.fetch_add(head.len() as u64, Ordering::SeqCst);
+        s.ok.fetch_add(1, Ordering::SeqCst);
+        return true;
     }
     if n % 3 == 0 {
         // Chunked, in two chunks: the payload is BODY, the framing is extra bytes on the wire.
@@ -299,6 +315,40 @@ fn bench_keepalive_reuses_connections_and_counts_exactly() {
         conns <= 4 + resets && conns + 4 >= 4 + resets,
         "{conns} connections for {resets} resets"
     );
+}
+
+#[test]
+fn bench_keepalive_responses_shorter_or_longer_than_the_last_are_read_without_stalling() {
+    // Kept-alive connections wait for a whole response of the last one's size (SO_RCVLOWAT).
+    // A shorter response must still be read (the mark is dropped within a few ms), and a longer
+    // one too (the mark falls to 1 at the first partial read): none may run into the timeout.
+    let server = CountingServer::start(Faults {
+        vary_size: true,
+        ..Faults::default()
+    });
+    let v = bench_json(&[
+        "--active",
+        "3",
+        "--requests",
+        "600",
+        "--keepalive",
+        "--timeout",
+        "2s",
+        &server.url(),
+    ]);
+    assert_eq!(server.get(|s| &s.requests), 600);
+    assert_eq!(num(&v, "failed"), 0, "{v}");
+    assert_eq!(num(&v, "complete"), 600);
+    assert_eq!(num(&v, "total_bytes"), server.get(|s| &s.bytes));
+    assert_eq!(num(&v, "body_bytes"), server.get(|s| &s.body));
+    assert_eq!(
+        server.get(|s| &s.connections),
+        3,
+        "all on the first connections"
+    );
+    // A stalled response would wait for the 2 s timeout; the slowest one must be far quicker.
+    let max_us = v["latency_us"]["max"].as_u64().expect("latency_us.max");
+    assert!(max_us < 1_000_000, "slowest response {max_us} µs: {v}");
 }
 
 #[test]

@@ -5,6 +5,19 @@
 //! the response parser allocates nothing, so a request costs its syscalls and two clock reads.
 //! Connections are registered once (edge-triggered, read and write) and never re-registered:
 //! a write tried while the connect is still in progress simply waits for the writable edge.
+//!
+//! Kept-alive HTTP connections wake once per response, not once per segment: after a response of
+//! S bytes (Content-Length framed, at most one buffer), the socket's receive low-water mark
+//! (SO_RCVLOWAT) is set to S, so the kernel signals readiness when the next response of that size
+//! is whole. Servers such as nginx write the head and the body in two segments; without the mark
+//! the client wakes for the head alone, and every wake-up of a sleeping client is paid for by the
+//! server's CPU (measured: nginx served 0.92 of wrk's rate before, level with it after). The mark
+//! is a guess, so it is made safe:
+//! - a read that leaves the response incomplete drops the mark to 1 at once (a longer response
+//!   then wakes on its next byte; lowering the mark signals data already there);
+//! - a request waiting longer than four times the recent mean latency (at least 1 ms) gets its
+//!   mark dropped the same way, so a shorter response is delayed by that much at most;
+//! - a response that turns out shorter than its mark turns the marks off for the rest of the run.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -28,6 +41,8 @@ const RECV_BUF: usize = 16 * 1024;
 const IDLE_BATCH: usize = 256;
 /// How often in-flight requests are checked against `--timeout`.
 const SWEEP: Duration = Duration::from_millis(100);
+/// How often requests waiting behind a receive low-water mark are checked (see the module doc).
+const PROBE: Duration = Duration::from_millis(1);
 /// Largest latency the histogram holds (one hour, in µs); longer ones are clamped.
 const MAX_LATENCY_US: u64 = 3_600_000_000;
 
@@ -344,6 +359,10 @@ struct Slot {
     /// Bytes and body bytes of the response in progress.
     raw: u64,
     body: u64,
+    /// The connection's SO_RCVLOWAT (1: the kernel's default).
+    lowat: u32,
+    /// The response size the request in flight was sent expecting (0: none).
+    expect: u32,
 }
 
 impl Slot {
@@ -357,6 +376,8 @@ impl Slot {
             head: None,
             raw: 0,
             body: 0,
+            lowat: 1,
+            expect: 0,
         }
     }
 
@@ -397,6 +418,10 @@ struct Engine<'p> {
     next_source: usize,
     /// Keep-alive slots whose next request waits for the end of this loop turn.
     deferred: Vec<usize>,
+    /// Receive low-water marks may be set (keep-alive HTTP, until a response proves them wrong).
+    marks: bool,
+    /// Mean latency of recent requests, µs (an exponentially weighted mean over ~32 requests).
+    recent_us: u64,
 }
 
 impl<'p> Engine<'p> {
@@ -409,6 +434,8 @@ impl<'p> Engine<'p> {
             slots,
             idle: Vec::with_capacity(plan.idle),
             deferred: Vec::with_capacity(plan.active),
+            marks: plan.keepalive && !plan.line_mode,
+            recent_us: 0,
             tally: Tally::default(),
             progress,
             left: 0,
@@ -575,9 +602,10 @@ impl<'p> Engine<'p> {
         }
         let mut events = Events::with_capacity(1024);
         let mut last_sweep = now;
+        let mut last_probe = now;
         while self.busy > 0 {
             let now = Instant::now();
-            let mut wait = SWEEP;
+            let mut wait = if self.marks { PROBE } else { SWEEP };
             if let Some(d) = self.deadline {
                 if now >= d {
                     break;
@@ -602,6 +630,10 @@ impl<'p> Engine<'p> {
             }
             self.deferred = deferred;
             self.deferred.clear();
+            if self.marks && last_probe.elapsed() >= PROBE {
+                last_probe = Instant::now();
+                self.probe(last_probe);
+            }
             if last_sweep.elapsed() >= SWEEP {
                 last_sweep = Instant::now();
                 self.expire(last_sweep);
@@ -626,6 +658,8 @@ impl<'p> Engine<'p> {
     fn restart(&mut self, i: usize, mut now: Instant) {
         loop {
             self.slots[i].conn = None;
+            self.slots[i].lowat = 1;
+            self.slots[i].expect = 0;
             self.slots[i].reset_response();
             if !self.claim(now) {
                 if self.slots[i].phase != Phase::Free {
@@ -670,7 +704,13 @@ impl<'p> Engine<'p> {
                     Err(kind) => self.fail(i, kind),
                 },
                 Phase::Receiving => match self.receive(i) {
-                    Read_::Wait => return,
+                    Read_::Wait => {
+                        // Part of the response is here: the mark may exceed what is left.
+                        if self.slots[i].lowat > 1 && self.slots[i].raw > 0 {
+                            self.set_lowat(i, 1);
+                        }
+                        return;
+                    }
                     Read_::Whole(ok, reusable) => {
                         if self.finish(i, ok, reusable) {
                             self.deferred.push(i);
@@ -729,6 +769,7 @@ impl<'p> Engine<'p> {
             self.count_failure(Kind::BadResponse);
         }
         if self.plan.keepalive && reusable && self.claim(now) {
+            self.mark(i);
             let slot = &mut self.slots[i];
             slot.reset_response();
             slot.started = now;
@@ -761,9 +802,83 @@ impl<'p> Engine<'p> {
         self.tally.bytes += slot.raw;
         self.tally.body_bytes += slot.body;
         let us = now.saturating_duration_since(slot.started).as_micros() as u64;
+        self.recent_us = if self.recent_us == 0 {
+            us
+        } else {
+            (self.recent_us * 31 + us) / 32
+        };
         self.tally
             .latency
             .saturating_record(us.clamp(1, MAX_LATENCY_US));
+    }
+
+    /// Sets the receive low-water mark for the next response on a kept-alive connection: the size
+    /// of the one just read, when it was Content-Length framed and fits the buffer. A response
+    /// shorter than its mark turns the marks off for the run.
+    fn mark(&mut self, i: usize) {
+        let slot = &self.slots[i];
+        let size = u32::try_from(slot.raw).unwrap_or(u32::MAX);
+        if slot.expect > 0 && size < slot.expect {
+            self.marks_off();
+            return;
+        }
+        let framed = matches!(
+            slot.head,
+            Some(Head {
+                body: Framing::Length(_),
+                ..
+            })
+        );
+        let want = if self.marks && framed && (size as usize) <= RECV_BUF {
+            size
+        } else {
+            1
+        };
+        self.slots[i].expect = if want > 1 { want } else { 0 };
+        if self.slots[i].lowat != want {
+            self.set_lowat(i, want);
+        }
+    }
+
+    /// Drops every mark: a response came back shorter than expected.
+    fn marks_off(&mut self) {
+        self.marks = false;
+        for i in 0..self.slots.len() {
+            self.slots[i].expect = 0;
+            if self.slots[i].lowat > 1 {
+                self.set_lowat(i, 1);
+            }
+        }
+    }
+
+    /// Sets SO_RCVLOWAT. Lowering it makes the kernel signal data already there, so nothing is
+    /// missed. If the call fails, the slot keeps the kernel's value and its mark is forgotten.
+    fn set_lowat(&mut self, i: usize, bytes: u32) {
+        let slot = &mut self.slots[i];
+        let Some(conn) = slot.conn.as_ref() else {
+            return;
+        };
+        let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        if crate::sys::set_recv_lowat(conn.as_fd(), value).is_ok() {
+            slot.lowat = bytes;
+        } else if bytes > 1 {
+            slot.expect = 0;
+        }
+    }
+
+    /// Drops the mark of every request waiting much longer than recent ones did, in case its
+    /// response is shorter than the mark (it then wakes the loop at once).
+    fn probe(&mut self, now: Instant) {
+        let late = Duration::from_micros((self.recent_us * 4).max(1000));
+        for i in 0..self.slots.len() {
+            let slot = &self.slots[i];
+            if slot.lowat > 1
+                && slot.phase == Phase::Receiving
+                && now.saturating_duration_since(slot.started) > late
+            {
+                self.set_lowat(i, 1);
+            }
+        }
     }
 
     /// Fails every request older than the timeout.
