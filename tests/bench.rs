@@ -632,6 +632,123 @@ fn bench_progress_lines_are_plain_when_stderr_is_not_a_terminal() {
     );
 }
 
+/// Runs a shell command on a pseudo-terminal 72 columns wide (`script`, util-linux), bounded;
+/// returns everything written to the terminal.
+fn on_terminal(cmd: &str) -> String {
+    let cmd = format!("stty cols 72; {cmd}");
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script (util-linux) runs");
+    let mut out = child.stdout.take().unwrap();
+    let reader = thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = out.read_to_end(&mut text);
+        String::from_utf8_lossy(&text).into_owned()
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+    }
+    if child.try_wait().unwrap().is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{cmd}: still running after 20 s");
+    }
+    reader.join().unwrap()
+}
+
+/// Splits terminal output at the table and checks the progress before it: redraws of one line,
+/// each a bar with a percentage that fits 72 columns, cleared before the table. Returns the
+/// draws and the table.
+fn progress_draws(text: &str) -> (Vec<String>, String) {
+    let table_at = text
+        .find("Idle Connections:")
+        .unwrap_or_else(|| panic!("no table:\n{text:?}"));
+    let (progress, table) = text.split_at(table_at);
+    // Lines before the bar (the "spreading" notice) end with a newline; the bar never does.
+    let bar = progress.rsplit('\n').next().unwrap_or(progress);
+    assert!(
+        bar.ends_with("\r\x1b[K"),
+        "the bar is cleared before the table: {progress:?}"
+    );
+    let draws: Vec<String> = bar
+        .split('\r')
+        .filter_map(|d| d.strip_suffix("\x1b[K"))
+        .filter(|d| !d.is_empty())
+        .map(str::to_string)
+        .collect();
+    assert!(draws.len() >= 3, "redrawn several times: {progress:?}");
+    for d in &draws {
+        assert!(
+            d.starts_with('[') && d[1..].contains("] ") && d.contains('%'),
+            "a bar with a percentage: {d:?}"
+        );
+        assert!(d.len() < 72, "fits 72 columns: {d:?} ({} chars)", d.len());
+    }
+    (draws, table.to_string())
+}
+
+/// The request count of an active-phase draw (`[...]  50% 0.8/1.5 s, 1,234 req, ...`).
+fn drawn_requests(d: &str) -> Option<u64> {
+    let after = d.split(" s, ").nth(1)?;
+    after.split(" req").next()?.replace(',', "").parse().ok()
+}
+
+#[test]
+fn bench_progress_bar_redraws_one_line_on_a_terminal() {
+    let server = CountingServer::start(Faults::default());
+    let text = on_terminal(&format!(
+        "exec {BIN} bench --idle 20 --active 2 --duration 1500ms --keepalive {}",
+        server.url()
+    ));
+    let (draws, table) = progress_draws(&text);
+    assert!(table.contains("Complete requests:"), "{table}");
+    assert!(
+        draws.iter().any(|d| d.contains("req/s")),
+        "the active phase shows counts and rate: {draws:?}"
+    );
+    let counts: Vec<u64> = draws.iter().filter_map(|d| drawn_requests(d)).collect();
+    assert!(
+        counts.windows(2).all(|w| w[0] <= w[1]) && counts.last() > Some(&0),
+        "the count rises: {draws:?}"
+    );
+    assert!(
+        draws.last().unwrap().contains('#'),
+        "the bar fills: {draws:?}"
+    );
+}
+
+#[test]
+fn bench_progress_bar_sums_the_child_processes_of_a_spread_run() {
+    // 300 descriptors per process: 250 idle + 5 active need 3 processes (see the test below).
+    let server = CountingServer::start(Faults::default());
+    let text = on_terminal(&format!(
+        "ulimit -n 300 && exec {BIN} bench --idle 250 --active 5 --duration 1500ms --keepalive {}",
+        server.url()
+    ));
+    assert!(
+        text.contains("spreading 255 connections over 3 processes"),
+        "{text:?}"
+    );
+    let (draws, table) = progress_draws(&text);
+    let complete: u64 = table_value(&table, "Complete requests:")
+        .trim()
+        .parse()
+        .unwrap();
+    let counts: Vec<u64> = draws.iter().filter_map(|d| drawn_requests(d)).collect();
+    let last = *counts
+        .last()
+        .unwrap_or_else(|| panic!("active draws: {draws:?}"));
+    assert!(
+        last > 0 && last <= complete,
+        "the children's counts are summed: last drawn {last}, complete {complete}: {draws:?}"
+    );
+}
+
 #[test]
 fn bench_spreads_connections_over_child_processes_when_descriptors_run_short() {
     let server = CountingServer::start(Faults::default());

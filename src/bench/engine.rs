@@ -197,17 +197,48 @@ mod pairs {
 
 // === Running ===
 
-/// Points where the engine's caller steps in (watching, or the handshake of a spread child).
+/// Points where the engine's caller steps in (watching and progress, or the handshake of a
+/// spread child).
 pub trait Phases {
     /// Every idle connection is open (or failed); returns when the active phase may start.
     fn idle_open(&mut self) {}
     /// The active phase is over; returns when the idle connections may be checked and closed.
     fn active_done(&mut self) {}
+    /// The counts so far, about every 10 ms while a phase runs.
+    fn tick(&mut self, _counts: Counts) {}
+}
+
+/// What the engine threads have done so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Idle connections open.
+    pub idle: u64,
+    /// Complete requests.
+    pub done: u64,
+    pub failed: u64,
+}
+
+impl Counts {
+    fn sum(progress: &[Progress]) -> Counts {
+        let mut c = Counts::default();
+        for p in progress {
+            c.idle += p.idle.load(Ordering::Relaxed);
+            c.done += p.done.load(Ordering::Relaxed);
+            c.failed += p.failed.load(Ordering::Relaxed);
+        }
+        c
+    }
+
+    pub fn add(&mut self, o: Counts) {
+        self.idle += o.idle;
+        self.done += o.done;
+        self.failed += o.failed;
+    }
 }
 
 /// Counters the engine threads publish for the progress line.
 #[derive(Default)]
-pub struct Progress {
+struct Progress {
     pub done: AtomicU64,
     pub failed: AtomicU64,
     pub idle: AtomicU64,
@@ -230,8 +261,7 @@ impl Gate {
 }
 
 /// Runs the idle and active phases on `opts.threads` threads and merges what they measured.
-/// `show` prints progress on stderr (a redrawn line on a terminal, plain lines otherwise).
-pub fn run(opts: &Options, phases: &mut dyn Phases, show: bool) -> Result<Tally, String> {
+pub fn run(opts: &Options, phases: &mut dyn Phases) -> Result<Tally, String> {
     let n = opts.threads.min(opts.active.max(1)).max(1);
     let request: Arc<[u8]> = opts.target.request(opts.keepalive).into();
     let gate = Arc::new(Gate::default());
@@ -246,14 +276,11 @@ pub fn run(opts: &Options, phases: &mut dyn Phases, show: bool) -> Result<Tally,
             .map_err(|e| format!("cannot start a bench thread: {e}"))?;
         handles.push(h);
     }
-    let mut meter = super::report::Meter::new(show, opts.idle as u64);
-    wait_arrived(&gate, n, 1, || meter.idle(&progress));
+    wait_arrived(&gate, n, 1, || phases.tick(Counts::sum(&progress)));
     phases.idle_open();
     let start = Instant::now();
-    meter.start(start);
     gate.opened.store(1, Ordering::Release);
-    wait_arrived(&gate, n, 2, || meter.active(&progress));
-    meter.clear();
+    wait_arrived(&gate, n, 2, || phases.tick(Counts::sum(&progress)));
     phases.active_done();
     gate.opened.store(2, Ordering::Release);
     let mut total = Tally::default();

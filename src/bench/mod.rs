@@ -191,31 +191,39 @@ impl Options {
 pub fn measure(opts: &Options, progress: bool) -> Result<Summary, String> {
     let mut sampler = watch::Sampler::new(&opts.watch)?;
     let n = spread::processes(opts)?;
+    let mut meter = report::Meter::new(progress, opts.idle as u64, opts.stop);
     let (tally, watched) = if n > 1 {
-        spread::run(opts, n, &mut sampler)?
+        spread::run(opts, n, &mut sampler, &mut meter)?
     } else {
         let mut phases = Watching {
             sampler: &mut sampler,
+            meter: &mut meter,
             watched: Vec::new(),
         };
-        let tally = engine::run(opts, &mut phases, progress)?;
+        let tally = engine::run(opts, &mut phases)?;
         (tally, phases.watched)
     };
     Ok(Summary::new(opts, &tally, &watched, n as u64))
 }
 
-/// Watches the processes during the active phase of a run in this process.
+/// Watches the processes during the active phase of a run in this process, and shows progress.
 struct Watching<'a> {
     sampler: &'a mut watch::Sampler,
+    meter: &'a mut report::Meter,
     watched: Vec<watch::Watched>,
 }
 
 impl engine::Phases for Watching<'_> {
     fn idle_open(&mut self) {
         self.sampler.start();
+        self.meter.start(std::time::Instant::now());
     }
     fn active_done(&mut self) {
+        self.meter.clear();
         self.watched = self.sampler.stop();
+    }
+    fn tick(&mut self, counts: engine::Counts) {
+        self.meter.tick(counts);
     }
 }
 

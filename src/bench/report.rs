@@ -4,14 +4,14 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::engine::{Failures, Progress, Tally};
+use super::engine::{Counts, Failures, Tally};
+use super::spread::thousands;
 use super::watch::Watched;
-use super::Options;
+use super::{Options, Stop};
 
 /// The result of one measurement.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -196,26 +196,35 @@ fn watch_report(w: &Watched, complete: u64) -> WatchReport {
 
 // === Progress ===
 
-/// Progress on stderr: on a terminal one line redrawn at most 4 times a second and cleared at
-/// the end; otherwise a plain line every second (logs and pipes get no carriage returns).
+/// Width of the progress bar, in characters between its brackets.
+const BAR: usize = 20;
+
+/// Progress on stderr. On a terminal: a bar with counts, redrawn in place at most 4 times a
+/// second and cleared at the end. Otherwise a plain line every second (logs and pipes get no
+/// carriage returns).
 pub struct Meter {
     show: bool,
     tty: bool,
     idle_total: u64,
+    stop: Stop,
     start: Option<Instant>,
     last: Option<Instant>,
     drawn: bool,
+    /// Cleared for good: the run is over.
+    over: bool,
 }
 
 impl Meter {
-    pub fn new(show: bool, idle_total: u64) -> Meter {
+    pub fn new(show: bool, idle_total: u64, stop: Stop) -> Meter {
         Meter {
             show,
             tty: super::stderr_is_terminal(),
             idle_total,
+            stop,
             start: None,
             last: None,
             drawn: false,
+            over: false,
         }
     }
 
@@ -224,36 +233,60 @@ impl Meter {
         self.last = Some(at);
     }
 
+    /// Draws the counts: the idle phase until [`Meter::start`], then the active phase.
+    pub fn tick(&mut self, c: Counts) {
+        if self.start.is_some() {
+            self.active(c.done, c.failed);
+        } else {
+            self.idle(c.idle);
+        }
+    }
+
     /// While the idle connections open.
-    pub fn idle(&mut self, progress: &[Progress]) {
+    fn idle(&mut self, open: u64) {
         if self.idle_total == 0 {
             return;
         }
-        let open: u64 = progress
-            .iter()
-            .map(|p| p.idle.load(Ordering::Relaxed))
-            .sum();
         let total = self.idle_total;
-        self.emit(|| format!("idle connections open: {open}/{total}"));
+        let frac = open as f64 / total as f64;
+        self.emit(frac, || {
+            format!(
+                "idle connections open: {}/{}",
+                thousands(open),
+                thousands(total)
+            )
+        });
     }
 
     /// During the active phase.
-    pub fn active(&mut self, progress: &[Progress]) {
-        let done: u64 = progress
-            .iter()
-            .map(|p| p.done.load(Ordering::Relaxed))
-            .sum();
-        let failed: u64 = progress
-            .iter()
-            .map(|p| p.failed.load(Ordering::Relaxed))
-            .sum();
+    fn active(&mut self, done: u64, failed: u64) {
         let secs = self.start.map_or(0.0, |s| s.elapsed().as_secs_f64());
         let rate = done as f64 / secs.max(1e-3);
-        self.emit(|| format!("{secs:.1} s: {done} requests, {failed} failed, {rate:.0} req/s"));
+        let (frac, goal) = match self.stop {
+            Stop::Requests(r) => (
+                (done + failed) as f64 / r.max(1) as f64,
+                format!("{}/{} req", thousands(done + failed), thousands(r)),
+            ),
+            Stop::After(d) => (
+                secs / d.as_secs_f64().max(1e-3),
+                format!(
+                    "{secs:.1}/{:.1} s, {} req",
+                    d.as_secs_f64(),
+                    thousands(done)
+                ),
+            ),
+        };
+        self.emit(frac, || {
+            format!(
+                "{goal}, {} req/s, {} failed",
+                thousands(rate as u64),
+                thousands(failed)
+            )
+        });
     }
 
-    fn emit(&mut self, text: impl FnOnce() -> String) {
-        if !self.show {
+    fn emit(&mut self, frac: f64, text: impl FnOnce() -> String) {
+        if !self.show || self.over {
             return;
         }
         let every = if self.tty {
@@ -269,7 +302,15 @@ impl Meter {
         self.last = Some(now);
         let mut err = std::io::stderr().lock();
         if self.tty {
-            let _ = write!(err, "\r{}\x1b[K", text());
+            // One line, cut to the terminal's width: a wrapped line could not be redrawn.
+            let mut line = format!("{} {}", bar(frac), text());
+            // A terminal that does not know its size says 0 columns.
+            let width = match rustix::termios::tcgetwinsize(std::io::stderr()) {
+                Ok(w) if w.ws_col > 0 => usize::from(w.ws_col).max(20),
+                _ => 80,
+            };
+            line.truncate(width - 1);
+            let _ = write!(err, "\r{line}\x1b[K");
             self.drawn = true;
         } else {
             let _ = writeln!(err, "quill bench: {}", text());
@@ -277,11 +318,28 @@ impl Meter {
         let _ = err.flush();
     }
 
-    /// Removes the progress line from the terminal.
+    /// Removes the progress line from the terminal; nothing is drawn after it.
     pub fn clear(&mut self) {
+        self.over = true;
         if self.drawn {
             let _ = write!(std::io::stderr(), "\r\x1b[K");
             self.drawn = false;
         }
     }
+}
+
+/// `[#########---------------]  37%`: `frac` of the way, clamped to 0..=1.
+fn bar(frac: f64) -> String {
+    let frac = if frac.is_finite() {
+        frac.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let full = (frac * BAR as f64).round() as usize;
+    format!(
+        "[{}{}] {:>3}%",
+        "#".repeat(full),
+        "-".repeat(BAR - full),
+        (frac * 100.0).floor() as u32
+    )
 }

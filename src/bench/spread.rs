@@ -5,12 +5,17 @@
 //! idle connections, active clients and requests. The children open their idle connections, say
 //! `ready` on stdout and wait for `go` on stdin, so every child's active phase starts together;
 //! they say `done` after it and wait for `verify`, so every idle connection is held until the
-//! last child finishes; then each prints its [`Tally`] as one JSON line and exits.
+//! last child finishes; then each prints its [`Tally`] as one JSON line and exits. Meanwhile each
+//! child reports `progress IDLE DONE FAILED` every 250 ms; one thread per child reads its lines,
+//! and the parent draws the sum as the progress bar of a one-process run.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use super::engine::{self, Phases, Tally};
+use super::engine::{self, Counts, Phases, Tally};
+use super::report::Meter;
 use super::watch::{Sampler, Watched};
 use super::{Options, Stop};
 
@@ -63,97 +68,183 @@ fn child_args(opts: &Options, c: usize, n: usize) -> Vec<String> {
     args
 }
 
-struct Kid {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+/// A line from a child, or the end of its output.
+enum Said {
+    Line(usize, String),
+    End(usize),
 }
 
-impl Kid {
-    fn expect(&mut self, word: &str) -> Result<String, String> {
-        let mut line = String::new();
-        match self.stdout.read_line(&mut line) {
-            Ok(n) if n > 0 && (word.is_empty() || line.trim() == word) => Ok(line),
-            _ => Err(format!(
-                "bench child {} stopped before saying '{word}'",
-                self.child.id()
-            )),
+/// The children, their stdin, and one thread per child reading its stdout into one channel, so
+/// the parent can wait on all of them at once while it draws their progress.
+struct Kids {
+    children: Vec<Child>,
+    stdins: Vec<ChildStdin>,
+    said: mpsc::Receiver<Said>,
+    /// Each child's last progress report.
+    counts: Vec<Counts>,
+}
+
+impl Kids {
+    fn start(opts: &Options, n: usize) -> Result<Kids, String> {
+        let exe =
+            std::env::current_exe().map_err(|e| format!("cannot find the quill binary: {e}"))?;
+        let (tx, said) = mpsc::channel();
+        let mut kids = Kids {
+            children: Vec::with_capacity(n),
+            stdins: Vec::with_capacity(n),
+            said,
+            counts: vec![Counts::default(); n],
+        };
+        for c in 0..n {
+            let mut child = Command::new(&exe)
+                .args(child_args(opts, c, n))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(|e| format!("cannot start a bench child: {e}"))?;
+            let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
+            kids.children.push(child);
+            let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+                return Err("bench child without pipes".into());
+            };
+            kids.stdins.push(stdin);
+            let tx = tx.clone();
+            std::thread::Builder::new()
+                .name(format!("bench-child-{c}"))
+                .spawn(move || read_lines(c, stdout, &tx))
+                .map_err(|e| format!("cannot start a reader thread: {e}"))?;
         }
+        Ok(kids)
+    }
+
+    /// Waits until every child has said `word` (any line but progress, for ""), drawing their
+    /// progress meanwhile. Returns what each said.
+    fn expect(&mut self, word: &str, meter: &mut Meter) -> Result<Vec<String>, String> {
+        let n = self.children.len();
+        let mut lines: Vec<Option<String>> = vec![None; n];
+        let mut left = n;
+        while left > 0 {
+            match self.said.recv_timeout(Duration::from_millis(50)) {
+                Ok(Said::Line(c, line)) => {
+                    if let Some(counts) = parse_progress(&line) {
+                        self.counts[c] = counts;
+                    } else if (word.is_empty() || line.trim() == word) && lines[c].is_none() {
+                        lines[c] = Some(line);
+                        left -= 1;
+                    }
+                }
+                Ok(Said::End(c)) if lines[c].is_none() => {
+                    return Err(format!(
+                        "bench child {} stopped before saying '{word}'",
+                        self.children[c].id()
+                    ));
+                }
+                Ok(Said::End(_)) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err("every bench child stopped".into());
+                }
+            }
+            let mut total = Counts::default();
+            for c in &self.counts {
+                total.add(*c);
+            }
+            meter.tick(total);
+        }
+        Ok(lines.into_iter().flatten().collect())
     }
 
     fn say(&mut self, word: &str) -> Result<(), String> {
-        writeln!(self.stdin, "{word}")
-            .and_then(|_| self.stdin.flush())
-            .map_err(|e| format!("bench child {}: {e}", self.child.id()))
+        for (stdin, child) in self.stdins.iter_mut().zip(&self.children) {
+            writeln!(stdin, "{word}")
+                .and_then(|_| stdin.flush())
+                .map_err(|e| format!("bench child {}: {e}", child.id()))?;
+        }
+        Ok(())
     }
 }
 
-impl Drop for Kid {
+impl Drop for Kids {
     fn drop(&mut self) {
-        // Kills this child by its PID if it is still running (an error path), then reaps it.
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
+        // Kills each child by its PID if it is still running (an error path), then reaps it.
+        for child in &mut self.children {
+            if let Ok(None) = child.try_wait() {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
         }
-        let _ = self.child.wait();
     }
+}
+
+/// A child's stdout, line by line, until it ends.
+fn read_lines(c: usize, stdout: ChildStdout, tx: &mpsc::Sender<Said>) {
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+        if tx.send(Said::Line(c, std::mem::take(&mut line))).is_err() {
+            return;
+        }
+    }
+    let _ = tx.send(Said::End(c));
+}
+
+/// `progress IDLE DONE FAILED`, a child's counts.
+fn parse_progress(line: &str) -> Option<Counts> {
+    let mut f = line.strip_prefix("progress ")?.split_whitespace();
+    let mut next = || f.next()?.parse().ok();
+    Some(Counts {
+        idle: next()?,
+        done: next()?,
+        failed: next()?,
+    })
 }
 
 /// Runs the measurement over `n` child processes; returns the merged tally and what was watched.
+/// Progress (the children's counts, summed) goes to `meter`.
 pub fn run(
     opts: &Options,
     n: usize,
     sampler: &mut Sampler,
+    meter: &mut Meter,
 ) -> Result<(Tally, Vec<Watched>), String> {
     eprintln!(
         "quill bench: spreading {} connections over {n} processes",
         thousands((opts.idle + opts.active) as u64)
     );
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the quill binary: {e}"))?;
-    let mut kids = Vec::with_capacity(n);
-    for c in 0..n {
-        let mut child = Command::new(&exe)
-            .args(child_args(opts, c, n))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start a bench child: {e}"))?;
-        let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
-        let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
-            return Err("bench child without pipes".into());
-        };
-        kids.push(Kid {
-            child,
-            stdin,
-            stdout: BufReader::new(stdout),
-        });
-    }
-    for k in kids.iter_mut() {
-        k.expect("ready")?;
-    }
+    let mut kids = Kids::start(opts, n)?;
+    kids.expect("ready", meter)?;
     sampler.start();
-    for k in kids.iter_mut() {
-        k.say("go")?;
-    }
-    for k in kids.iter_mut() {
-        k.expect("done")?;
-    }
+    meter.start(Instant::now());
+    kids.say("go")?;
+    kids.expect("done", meter)?;
+    meter.clear();
     let watched = sampler.stop();
-    for k in kids.iter_mut() {
-        k.say("verify")?;
-    }
+    kids.say("verify")?;
     let mut total = Tally::default();
-    for k in kids.iter_mut() {
-        let line = k.expect("")?;
-        let t: Tally = serde_json::from_str(&line)
-            .map_err(|e| format!("bench child {} sent a bad result: {e}", k.child.id()))?;
+    for (line, child) in kids.expect("", meter)?.iter().zip(&kids.children) {
+        let t: Tally = serde_json::from_str(line)
+            .map_err(|e| format!("bench child {} sent a bad result: {e}", child.id()))?;
         total.merge(&t);
     }
     Ok((total, watched))
 }
 
-/// The child's side of the handshake, on its stdin and stdout.
-struct Handshake;
+/// The child's side of the handshake, on its stdin and stdout, and its progress every 250 ms.
+#[derive(Default)]
+struct Handshake {
+    last: Option<Instant>,
+    counts: Counts,
+}
+
+impl Handshake {
+    fn report(&mut self) {
+        self.last = Some(Instant::now());
+        let c = self.counts;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "progress {} {} {}", c.idle, c.done, c.failed);
+        let _ = out.flush();
+    }
+}
 
 impl Handshake {
     fn exchange(say: &str, wait: &str) {
@@ -173,17 +264,28 @@ impl Handshake {
 
 impl Phases for Handshake {
     fn idle_open(&mut self) {
+        self.report();
         Handshake::exchange("ready", "go");
     }
     fn active_done(&mut self) {
+        self.report();
         Handshake::exchange("done", "verify");
+    }
+    fn tick(&mut self, c: Counts) {
+        self.counts = c;
+        let due = self
+            .last
+            .is_none_or(|t| t.elapsed() >= Duration::from_millis(250));
+        if due {
+            self.report();
+        }
     }
 }
 
 /// `quill bench --spread-child`: runs its share and prints its tally as one JSON line.
 pub fn child_main(opts: &Options) -> ExitCode {
     let _ = crate::sys::raise_nofile_limit();
-    match engine::run(opts, &mut Handshake, false) {
+    match engine::run(opts, &mut Handshake::default()) {
         Ok(t) => match serde_json::to_string(&t) {
             Ok(json) => {
                 println!("{json}");
