@@ -89,16 +89,18 @@ def port_of(name):
 
 
 def render(path, command, started, load_before, load_after):
-    """The results as Markdown: requests/s per candidate and level, then failures and p99."""
+    """The results as Markdown: requests/s per candidate and level (medians over the rounds, with
+    the range), then p99 and failures."""
     with open(path) as f:
         rep = json.load(f)
-    rows = rep["results"]
+    rows = rep["medians"]
+    rounds = rep.get("rounds", 1)
     names = []
     for r in rows:
         if r["target"] not in names:
             names.append(r["target"])
     levels = rep["levels"]
-    cell = {(r["target"], r["active"]): r["summary"] for r in rows}
+    cell = {(r["target"], r["active"]): r for r in rows}
     out = ["# Load balancer shootout", "",
            "Command: `%s`  " % command,
            "Started %s; %d CPUs; load average before %s, after %s.  " % (
@@ -109,26 +111,48 @@ def render(path, command, started, load_before, load_after):
            "Every candidate in front of the same two nginx backends (1 KiB file), measured by "
            "`quill bench` with %d idle connections held open during each measurement and a new "
            "connection per request (%s); at each level the candidates take turns, the order "
-           "rotating. Chart: `docs/shootout.svg`." % (rep["idle"], "keep-alive" if rep["keepalive"] else "HTTP/1.1, Connection: close"),
-           "", "## Requests per second", ""]
+           "rotating, and the whole set is repeated %d times (rounds), the order rotating again. "
+           "Figures are medians over the rounds. Chart: `docs/shootout.svg`." % (
+               rep["idle"], "keep-alive" if rep["keepalive"] else "HTTP/1.1, Connection: close", rounds),
+           "", "## Requests per second (median of %d rounds; lowest–highest below)" % rounds, ""]
     out.append("| candidate | " + " | ".join("%d active" % l for l in levels) + " |")
     out.append("|---|" + "---:|" * len(levels))
     for n in names:
         out.append("| %s | " % n + " | ".join(
             "{:,.0f}".format(cell[(n, l)]["requests_per_second"]) if (n, l) in cell else "–"
             for l in levels) + " |")
-    out += ["", "## p99 latency (ms) and failed requests", ""]
+    out += ["", "Range over the rounds (lowest–highest requests per second):", ""]
+    out.append("| candidate | " + " | ".join("%d active" % l for l in levels) + " |")
+    out.append("|---|" + "---:|" * len(levels))
+    for n in names:
+        out.append("| %s | " % n + " | ".join(
+            "{:,.0f}–{:,.0f}".format(cell[(n, l)]["requests_per_second_min"],
+                                     cell[(n, l)]["requests_per_second_max"])
+            if (n, l) in cell else "–" for l in levels) + " |")
+    if len(names) > 1 and "quill" in names:
+        out += ["", "Quill's median against each other candidate's, per level (ratio):", ""]
+        out.append("| against | " + " | ".join("%d active" % l for l in levels) + " |")
+        out.append("|---|" + "---:|" * len(levels))
+        for n in names:
+            if n == "quill":
+                continue
+            out.append("| %s | " % n + " | ".join(
+                "%.2f" % (cell[("quill", l)]["requests_per_second"] / cell[(n, l)]["requests_per_second"])
+                if ("quill", l) in cell and (n, l) in cell and cell[(n, l)]["requests_per_second"] > 0
+                else "–" for l in levels) + " |")
+    out += ["", "## p99 latency (ms, median of the rounds) and failed requests (all rounds)", ""]
     out.append("| candidate | " + " | ".join("%d active" % l for l in levels) + " |")
     out.append("|---|" + "---:|" * len(levels))
     for n in names:
         cells = []
         for l in levels:
             s = cell.get((n, l))
-            cells.append("–" if s is None else "%.1f / %d" % (s["latency_us"]["p99"] / 1000.0, s["failed"]))
+            cells.append("–" if s is None else "%.1f / %d" % (s["p99_us"] / 1000.0, s["failed"]))
         out.append("| %s | " % n + " | ".join(cells) + " |")
     idle_held = min((s["idle_held"] for s in cell.values()), default=0)
-    out += ["", "Idle connections still open at the end of every measurement: at least %d of %d." % (
-        idle_held, rep["idle"])]
+    complete = sum(s["complete"] for s in cell.values())
+    out += ["", "Idle connections still open at the end of every measurement: at least %d of %d. "
+            "Requests completed over the whole run: {:,}.".format(complete) % (idle_held, rep["idle"])]
     return "\n".join(out) + "\n"
 
 

@@ -4,9 +4,10 @@
 # interleaved run: one measurement per concurrency level, with idle connections held open during
 # each (Pen's author's shape: many idle, a few active), a new connection per request.
 #
-#   bash bench/shootout.sh [--sweep LEVELS] [--idle N] [--duration DUR] [--only a,b,...]
+#   bash bench/shootout.sh [--sweep LEVELS] [--idle N] [--duration DUR] [--rounds N] [--only a,b,...]
 #
-# Defaults: --sweep 50,200,400,600,800,1000 --idle 5000 --duration 5s, every candidate.
+# Defaults: --sweep 50,200,400,600,800,1000 --idle 5000 --duration 5s --rounds 3, every candidate;
+# the tables and the chart show each candidate and level's median over the rounds.
 # Env: QUILL_BIN=path (else cargo build --release), KEEP_WORK=1 (keep the work dir).
 # Writes bench/results/shootout.md, bench/results/shootout.json and docs/shootout.svg.
 # Ports: backends 9001/9002, quill 9201, haproxy-tcp 9202, nginx-stream 9203, pen 9204,
@@ -16,21 +17,23 @@ set -euo pipefail
 SWEEP=50,200,400,600,800,1000
 IDLE=5000
 DURATION=5s
+ROUNDS=3
 ONLY=quill,haproxy,haproxy-http,nginx-stream,nginx-http,pen,direct
 while [ $# -gt 0 ]; do
     case "$1" in
         --sweep) SWEEP="${2:?}"; shift 2 ;;
         --idle) IDLE="${2:?}"; shift 2 ;;
         --duration) DURATION="${2:?}"; shift 2 ;;
+        --rounds) ROUNDS="${2:?}"; shift 2 ;;
         --only) ONLY="${2:?}"; shift 2 ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "shootout.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
 
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$BENCH_DIR")"
-COMMAND="bash bench/shootout.sh --sweep $SWEEP --idle $IDLE --duration $DURATION --only $ONLY"
+COMMAND="bash bench/shootout.sh --sweep $SWEEP --idle $IDLE --duration $DURATION --rounds $ROUNDS --only $ONLY"
 say() { echo "[shootout.sh] $*" >&2; }
 LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -87,7 +90,7 @@ STARTED="$(date -u '+%Y-%m-%d %H:%M UTC')"
 say "work dir $WORK; quill: $("$QUILL" --version)"
 python3 "$BENCH_DIR/shootout.py" --work "$WORK" --quill-bin "$QUILL" --only "$ONLY" \
     --out-json "$BENCH_DIR/results/shootout.json" \
-    --bench-args "--idle $IDLE --sweep $SWEEP --duration $DURATION --plot $REPO/docs/shootout.svg" &
+    --bench-args "--idle $IDLE --sweep $SWEEP --duration $DURATION --rounds $ROUNDS --plot $REPO/docs/shootout.svg" &
 DRIVER=$!
 set +e
 wait "$DRIVER"

@@ -857,6 +857,73 @@ fn bench_sweep_measures_every_target_at_every_level_and_plots_them() {
 }
 
 #[test]
+fn bench_rounds_repeat_every_measurement_rotating_the_order_and_report_medians() {
+    let (a, b) = (
+        CountingServer::start(Faults::default()),
+        CountingServer::start(Faults::default()),
+    );
+    let (ta, tb) = (format!("a={}", a.url()), format!("b={}", b.url()));
+    let args = [
+        "--sweep",
+        "1:2:1",
+        "--requests",
+        "20",
+        "--rounds",
+        "3",
+        "--target",
+        &ta,
+        "--target",
+        &tb,
+    ];
+    let mut json_args = vec!["--json"];
+    json_args.extend_from_slice(&args);
+    let (code, out, err) = bench(&json_args);
+    assert_eq!(code, 0, "{err}");
+    let report: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(num(&report, "rounds"), 3);
+    // Every target at every level in every round: 2 x 2 x 3 measurements of 20 requests.
+    assert_eq!(report["results"].as_array().unwrap().len(), 12, "{report}");
+    for server in [&a, &b] {
+        assert_eq!(server.get(|s| &s.requests), 2 * 3 * 20);
+    }
+    let medians = report["medians"].as_array().unwrap();
+    assert_eq!(medians.len(), 4, "{report}");
+    for m in medians {
+        assert_eq!(num(m, "rounds"), 3);
+        assert_eq!(num(m, "complete"), 60);
+        assert_eq!(num(m, "failed"), 0);
+        let rps: Vec<f64> = report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["target"] == m["target"] && r["active"] == m["active"])
+            .map(|r| r["summary"]["requests_per_second"].as_f64().unwrap())
+            .collect();
+        let mut sorted = rps.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(m["requests_per_second"].as_f64(), Some(sorted[1]), "{m}");
+        assert_eq!(m["requests_per_second_min"].as_f64(), Some(sorted[0]));
+        assert_eq!(m["requests_per_second_max"].as_f64(), Some(sorted[2]));
+    }
+    // The order rotates from round to round: who goes first at level 1 changes.
+    let firsts: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(" at 1 active"))
+        .filter_map(|l| l.split("] ").nth(1)?.split(' ').next())
+        .collect();
+    assert_eq!(firsts.len(), 6, "{err}");
+    assert_ne!(
+        firsts[0], firsts[2],
+        "round 1 and round 2 start alike:\n{err}"
+    );
+    // The table shows one line per target and level, with the rounds and the range.
+    let (code, table, err) = bench(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(table.lines().next().unwrap().contains("range"), "{table}");
+    assert_eq!(table.lines().count(), 1 + 4, "{table}");
+}
+
+#[test]
 fn bench_help_documents_sweep_and_targets() {
     let (code, help, _) = bench(&["--help"]);
     assert_eq!(code, 0);
@@ -867,6 +934,8 @@ fn bench_help_documents_sweep_and_targets() {
         "--target",
         "NAME=URL",
         "--plot",
+        "--rounds",
+        "median",
     ] {
         assert!(help.contains(text), "--help lacks {text:?}:\n{help}");
     }

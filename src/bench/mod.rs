@@ -40,8 +40,9 @@ active client makes one request.
 --sweep START:END:STEP measures once per concurrency level (--active), END inclusive: it is always the
 last level, so 50:120:50 gives 50, 100, 120; also a single level (500) or a list (50,100,500).
 --target NAME=URL (repeatable) measures several balancers in one run, interleaved: at each level every
-target in turn, the order rotating from level to level. --plot FILE.svg draws requests/s against
-concurrency, one line per target.
+target in turn, the order rotating from level to level. --rounds N repeats the whole set N times and
+reports the median of each target and level (with the range). --plot FILE.svg draws requests/s
+against concurrency, one line per target.
 
 Examples:
   quill bench --active 50 --keepalive --duration 10s http://127.0.0.1:8080/
@@ -101,6 +102,10 @@ pub struct BenchArgs {
     /// Draw requests/s against concurrency, one line per target, as an SVG file
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<std::path::PathBuf>,
+    /// Repeat the whole set of measurements N times (the order rotating each round); the table
+    /// and the chart show the median of each target and level
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
     /// What to load: http://HOST[:PORT]/PATH or tcp://HOST:PORT (or give --target NAME=URL)
     #[arg(value_name = "TARGET", value_parser = target::parse_target, required_unless_present = "targets")]
     pub target: Option<Target>,
@@ -237,7 +242,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     if args.spread_child {
         return spread::child_main(&opts);
     }
-    if !args.targets.is_empty() || args.sweep.is_some() || args.plot.is_some() {
+    if !args.targets.is_empty() || args.sweep.is_some() || args.plot.is_some() || args.rounds > 1 {
         return match matrix::run(args, &opts) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e.0, &e.1),
