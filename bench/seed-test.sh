@@ -6,27 +6,34 @@
 # through as many HAProxy processes (SO_REUSEPORT, maxconn 9,900 each) for comparison. `quill bench`
 # prints the seed's table with --watch on every balancer process.
 #
-#   bash bench/seed-test.sh [--idle N] [--active M] [--procs K]
+#   bash bench/seed-test.sh [--idle N] [--active M] [--requests R] [--procs K]
 #
-# Defaults: --idle 80000 --active 2000 --procs 10. Env: QUILL_BIN=path, KEEP_WORK=1.
-# Ports: nginx 9041-9046, balancers 9240. Writes bench/results/seed-test.md.
+# Defaults: --idle 80000 --active 2000 --requests M (one request per active client, the seeds'
+# shape) --procs 10. A larger --requests keeps the active clients busy longer, for steadier rates
+# and CPU figures. Env: QUILL_BIN=path, KEEP_WORK=1. Ports: nginx 9041-9046, balancers 9240.
+# Writes bench/results/seed-test.md (seed-test-R.md when --requests is not M).
 set -euo pipefail
 
 IDLE=80000
 ACTIVE=2000
 PROCS=10
+REQUESTS=
 while [ $# -gt 0 ]; do
     case "$1" in
         --idle) IDLE="${2:?}"; shift 2 ;;
         --active) ACTIVE="${2:?}"; shift 2 ;;
         --procs) PROCS="${2:?}"; shift 2 ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --requests) REQUESTS="${2:?}"; shift 2 ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "seed-test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$BENCH_DIR")"
-COMMAND="bash bench/seed-test.sh --idle $IDLE --active $ACTIVE --procs $PROCS"
+REQUESTS="${REQUESTS:-$ACTIVE}"
+OUT=seed-test.md
+[ "$REQUESTS" = "$ACTIVE" ] || OUT="seed-test-$REQUESTS.md"
+COMMAND="bash bench/seed-test.sh --idle $IDLE --active $ACTIVE --requests $REQUESTS --procs $PROCS"
 PORT=9240
 BACKENDS="9041 9042 9043 9044 9045 9046"
 say() { echo "[seed-test.sh] $*" >&2; }
@@ -94,8 +101,8 @@ SOURCES="127.0.0.1-127.0.0.$NSRC"
 run_bench() {  # name, pids...
     local name="$1"; shift
     local watch=(); for pid in "$@"; do watch+=(--watch "$pid"); done
-    say "$name: quill bench --idle $IDLE --active $ACTIVE --requests $ACTIVE --sources $SOURCES ${watch[*]}"
-    "$QUILL" bench --idle "$IDLE" --active "$ACTIVE" --requests "$ACTIVE" --sources "$SOURCES" \
+    say "$name: quill bench --idle $IDLE --active $ACTIVE --requests $REQUESTS --sources $SOURCES ${watch[*]}"
+    "$QUILL" bench --idle "$IDLE" --active "$ACTIVE" --requests "$REQUESTS" --sources "$SOURCES" \
         --timeout 60s "${watch[@]}" "http://127.0.0.1:$PORT/page" > "$WORK/$name.txt" 2> "$WORK/$name.err" || true
     cat "$WORK/$name.txt"
 }
@@ -143,7 +150,7 @@ sleep 1
 run_bench haproxy "${HPIDS[@]}"
 
 {
-    echo "# The seeds' test shape: $IDLE idle + $ACTIVE active connections"
+    echo "# The seeds' test shape: $IDLE idle + $ACTIVE active connections, $REQUESTS requests"
     echo
     echo "Command: \`$COMMAND\`  "
     echo "Started $STARTED; $(nproc) CPUs; load average before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg).  "
@@ -159,5 +166,5 @@ run_bench haproxy "${HPIDS[@]}"
     echo; echo '```'; cat "$WORK/quill.txt"; echo '```'
     echo; echo "## HAProxy"
     echo; echo '```'; cat "$WORK/haproxy.txt"; echo '```'
-} > "$BENCH_DIR/results/seed-test.md"
-say "written: bench/results/seed-test.md"
+} > "$BENCH_DIR/results/$OUT"
+say "written: bench/results/$OUT"

@@ -12,6 +12,7 @@ PID (WORK/pids for shootout.sh's EXIT trap, and `finally` here).
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -84,6 +85,31 @@ def command(name, work, quill_bin):
     return harness.candidate_cmd(name, work, quill_bin)
 
 
+def count_connections(quill_bin, targets, requests=5000):
+    """Per candidate, after the sweep: the connections it opened to the backends and the TCP
+    segments sent (by every party on loopback) per request, from the kernel's counters (`nstat`)
+    around a short run of its own (50 active, no idle, a new client connection per request)."""
+    found = {}
+    for t in targets:
+        name, url = t.split("=", 1)
+        subprocess.run(["nstat", "-n"], check=True)
+        run = subprocess.run([quill_bin, "bench", "--json", "--active", "50", "--requests",
+                              str(requests), url], stdout=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, timeout=300, check=True)
+        st = subprocess.run(["nstat", "-z", "TcpActiveOpens", "TcpOutSegs"],
+                            stdout=subprocess.PIPE, text=True, check=True).stdout
+        counters = {l.split()[0]: int(l.split()[1]) for l in st.splitlines()
+                    if l.startswith("Tcp")}
+        done = json.loads(run.stdout)["complete"]
+        # Every connect on the machine: the bench's own (one per request), then the proxy's.
+        found[name] = {"requests": done,
+                       "backend_connections": counters.get("TcpActiveOpens", 0) - done,
+                       "segments": counters.get("TcpOutSegs", 0)}
+        harness.log("%s: %d backend connections, %.1f segments per request" % (
+            name, found[name]["backend_connections"], found[name]["segments"] / max(done, 1)))
+    return found
+
+
 def port_of(name):
     return HTTP_PORTS.get(name) or harness.PORTS[name]
 
@@ -149,6 +175,20 @@ def render(path, command, started, load_before, load_after):
             s = cell.get((n, l))
             cells.append("–" if s is None else "%.1f / %d" % (s["p99_us"] / 1000.0, s["failed"]))
         out.append("| %s | " % n + " | ".join(cells) + " |")
+    conns = rep.get("connections")
+    if conns:
+        out += ["", "## Connections to the backends and TCP segments, per request", "",
+                "After the sweep, each candidate alone: 5,000 requests at 50 active, no idle, a new "
+                "client connection per request; counted by the kernel (`nstat TcpActiveOpens`, "
+                "minus the client's own connects, and `TcpOutSegs`, every party on loopback).", "",
+                "| candidate | backend connections per request | TCP segments per request |",
+                "|---|---:|---:|"]
+        for n in names:
+            c = conns.get(n)
+            if c and c["requests"] > 0:
+                out.append("| %s | %s | %.1f |" % (
+                    n, "–" if n == "direct" else "%.3f" % (c["backend_connections"] / c["requests"]),
+                    c["segments"] / c["requests"]))
     idle_held = min((s["idle_held"] for s in cell.values()), default=0)
     complete = sum(s["complete"] for s in cell.values())
     out += ["", "Idle connections still open at the end of every measurement: at least %d of %d. "
@@ -215,10 +255,12 @@ def main(argv):
             cmd += ["--target", t]
         harness.log("running: " + " ".join(cmd))
         out = subprocess.run(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=3600)
-        with open(a.out_json, "wb") as f:
-            f.write(out.stdout)
-        json.loads(out.stdout or b"null")
+        rep = json.loads(out.stdout or b"null")
         rc = out.returncode
+        if rc == 0 and shutil.which("nstat"):
+            rep["connections"] = count_connections(a.quill_bin, targets)
+        with open(a.out_json, "w") as f:
+            json.dump(rep, f)
     except (KeyboardInterrupt, RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
         harness.log("shootout stopped: %s" % e)
         rc = 1

@@ -79,19 +79,30 @@ pub fn epoll_del(epfd: RawFd, fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
-/// Enables TCP Fast Open on a listening socket with a queue of `qlen` pending Fast Open requests.
-pub fn set_tcp_fastopen(fd: BorrowedFd<'_>, qlen: libc::c_int) -> io::Result<()> {
-    // SAFETY: the option value is a c_int living on the stack for the duration of the call.
+/// Sets an integer socket option (the ones socket2 has no setter for).
+fn setsockopt_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: the option value is a c_int living on the stack for the duration of the call, and
+    // its size is passed with it; the descriptor is borrowed, so it is open.
     check(unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_FASTOPEN,
-            &qlen as *const libc::c_int as *const libc::c_void,
+            level,
+            name,
+            &value as *const libc::c_int as *const libc::c_void,
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     })?;
     Ok(())
+}
+
+/// Enables TCP Fast Open on a listening socket with a queue of `qlen` pending Fast Open requests.
+pub fn set_tcp_fastopen(fd: BorrowedFd<'_>, qlen: libc::c_int) -> io::Result<()> {
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_FASTOPEN, qlen)
 }
 
 /// Raises the soft open-file limit to the hard limit; returns the new soft limit.
@@ -186,34 +197,13 @@ pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
 /// `connect`, which can then reuse one port for different destinations. Without it every bound
 /// socket holds its own ephemeral port, and one source address runs out after about 28,000.
 pub fn set_bind_address_no_port(fd: BorrowedFd<'_>) -> io::Result<()> {
-    let on: libc::c_int = 1;
-    // SAFETY: the option value is a c_int living on the stack for the duration of the call.
-    check(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_BIND_ADDRESS_NO_PORT,
-            &on as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })?;
-    Ok(())
+    setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1)
 }
 
 /// Sets SO_RCVLOWAT: the socket reads as ready (and wakes a waiter) only once this many bytes
 /// are queued, or at end of stream or an error.
 pub fn set_recv_lowat(fd: BorrowedFd<'_>, bytes: libc::c_int) -> io::Result<()> {
-    // SAFETY: the option value is a c_int living on the stack for the duration of the call.
-    check(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            &bytes as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })?;
-    Ok(())
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, bytes)
 }
 
 /// Clock ticks per second, the unit of the CPU times in /proc/PID/stat (100 on nearly every Linux).

@@ -11,8 +11,8 @@
 //! (SO_RCVLOWAT) is set to S, so the kernel signals readiness when the next response of that size
 //! is whole. Servers such as nginx write the head and the body in two segments; without the mark
 //! the client wakes for the head alone, and every wake-up of a sleeping client is paid for by the
-//! server's CPU (measured: nginx served 0.92 of wrk's rate before, level with it after). The mark
-//! is a guess, so it is made safe:
+//! server's CPU (measured against one nginx worker with `bench/loadgen.sh`: 0.96 of `wrk -t1`'s
+//! rate before, 1.07 after). The mark is a guess, so it is made safe:
 //! - a read that leaves the response incomplete drops the mark to 1 at once (a longer response
 //!   then wakes on its next byte; lowering the mark signals data already there);
 //! - a request waiting longer than four times the recent mean latency (at least 1 ms) gets its
@@ -239,9 +239,9 @@ impl Counts {
 /// Counters the engine threads publish for the progress line.
 #[derive(Default)]
 struct Progress {
-    pub done: AtomicU64,
-    pub failed: AtomicU64,
-    pub idle: AtomicU64,
+    done: AtomicU64,
+    failed: AtomicU64,
+    idle: AtomicU64,
 }
 
 /// Lets threads wait for a phase the main thread opens (a barrier the main thread can poll).
