@@ -48,6 +48,9 @@ struct Faults {
     /// Answer with Content-Length bodies whose size changes from request to request (0 B to
     /// 18 KiB, shorter and longer than the one before), in two writes: head, then body.
     vary_size: bool,
+    /// Answer the k-th request on a connection with a body of k x 37 bytes (each response longer
+    /// than the one before on that connection), in two writes: head, then body.
+    grow_size: bool,
 }
 
 struct CountingServer {
@@ -93,6 +96,7 @@ fn serve(mut conn: TcpStream, s: &Served, faults: Faults) {
     let first_wait = faults.close_silent_after.unwrap_or(Duration::from_secs(30));
     conn.set_read_timeout(Some(first_wait)).unwrap();
     let mut silent = true;
+    let mut on_conn = 0;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     // Bounded: a connection carries at most this many reads.
@@ -119,7 +123,8 @@ fn serve(mut conn: TcpStream, s: &Served, faults: Faults) {
             let close = String::from_utf8_lossy(&head)
                 .to_ascii_lowercase()
                 .contains("connection: close");
-            if !respond(&mut conn, s, faults) || close {
+            on_conn += 1;
+            if !respond(&mut conn, s, faults, on_conn) || close {
                 finish(silent, s);
                 return;
             }
@@ -134,8 +139,9 @@ fn finish(silent: bool, s: &Served) {
     }
 }
 
-/// Answers one request; false when the connection was reset on purpose.
-fn respond(conn: &mut TcpStream, s: &Served, faults: Faults) -> bool {
+/// Answers one request (the `on_conn`-th on its connection); false when the connection was reset
+/// on purpose.
+fn respond(conn: &mut TcpStream, s: &Served, faults: Faults, on_conn: usize) -> bool {
     let n = s.requests.fetch_add(1, Ordering::SeqCst) + 1;
     if faults.error_every > 0 && n % faults.error_every == 0 {
         let body = b"oops\n";
@@ -152,8 +158,13 @@ fn respond(conn: &mut TcpStream, s: &Served, faults: Faults) -> bool {
         s.resets.fetch_add(1, Ordering::SeqCst);
         return false;
     }
-    if faults.vary_size {
-        let body = BODY.repeat([1, 60, 2, 500, 0, 3][(n % 6) as usize]);
+    if faults.vary_size || faults.grow_size {
+        let reps = if faults.grow_size {
+            on_conn
+        } else {
+            [1, 60, 2, 500, 0, 3][(n % 6) as usize]
+        };
+        let body = BODY.repeat(reps);
         let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
         // Two writes, as nginx does (head, then the body by sendfile), with a pause between.
         if conn.write_all(head.as_bytes()).is_err() {
@@ -347,6 +358,32 @@ fn bench_keepalive_responses_shorter_or_longer_than_the_last_are_read_without_st
         "all on the first connections"
     );
     // A stalled response would wait for the 2 s timeout; the slowest one must be far quicker.
+    let max_us = v["latency_us"]["max"].as_u64().expect("latency_us.max");
+    assert!(max_us < 1_000_000, "slowest response {max_us} µs: {v}");
+}
+
+#[test]
+fn bench_keepalive_responses_growing_on_every_request_are_read_without_stalling() {
+    // Each response is longer than the last one on its connection, so every one meets a mark
+    // set too low and is finished by the partial-read rule (or the probe), never the timeout.
+    let server = CountingServer::start(Faults {
+        grow_size: true,
+        ..Faults::default()
+    });
+    let v = bench_json(&[
+        "--active",
+        "2",
+        "--requests",
+        "300",
+        "--keepalive",
+        "--timeout",
+        "2s",
+        &server.url(),
+    ]);
+    assert_eq!(num(&v, "failed"), 0, "{v}");
+    assert_eq!(num(&v, "complete"), 300);
+    assert_eq!(num(&v, "body_bytes"), server.get(|s| &s.body));
+    assert_eq!(server.get(|s| &s.connections), 2);
     let max_us = v["latency_us"]["max"].as_u64().expect("latency_us.max");
     assert!(max_us < 1_000_000, "slowest response {max_us} µs: {v}");
 }
@@ -653,12 +690,15 @@ fn on_terminal(cmd: &str) -> String {
     while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(50));
     }
-    if child.try_wait().unwrap().is_none() {
+    let Some(status) = child.try_wait().unwrap() else {
         let _ = child.kill();
         let _ = child.wait();
         panic!("{cmd}: still running after 20 s");
-    }
-    reader.join().unwrap()
+    };
+    let text = reader.join().unwrap();
+    // `script -e` exits with the command's status.
+    assert!(status.success(), "{cmd}: {status}; terminal:\n{text:?}");
+    text
 }
 
 /// Splits terminal output at the table and checks the progress before it: redraws of one line,

@@ -15,9 +15,11 @@
 //! rate before, 1.04 and 1.07 after, in two runs). The mark is a guess, so it is made safe:
 //! - a read that leaves the response incomplete drops the mark to 1 at once (a longer response
 //!   then wakes on its next byte; lowering the mark signals data already there);
-//! - a request waiting longer than four times the recent mean latency (at least 1 ms) gets its
-//!   mark dropped the same way, so a shorter response is delayed by that much at most;
-//! - a response that turns out shorter than its mark turns the marks off for the rest of the run.
+//! - a request waiting longer than four times the recent mean latency of whole responses (at
+//!   least 1 ms, at most 50 ms) gets its mark dropped and is read at once, so a shorter response
+//!   is delayed by that much at most (the read does not rely on the kernel signalling it);
+//! - a response that turns out shorter than its mark turns the marks off in that event loop for
+//!   the rest of the run (each thread, and each spread child, finds out for itself).
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -447,7 +449,11 @@ struct Engine<'p> {
     deferred: Vec<usize>,
     /// Receive low-water marks may be set (keep-alive HTTP, until a response proves them wrong).
     marks: bool,
-    /// Mean latency of recent requests, µs (an exponentially weighted mean over ~32 requests).
+    /// Slots whose connection has a mark above 1 now (the probe runs only while there are some).
+    marked: usize,
+    /// Failed requests (the idle phase's failures are not counted here).
+    active_failed: u64,
+    /// Mean latency of recent whole responses, µs (an exponentially weighted mean over ~32).
     recent_us: u64,
 }
 
@@ -462,6 +468,8 @@ impl<'p> Engine<'p> {
             idle: Vec::with_capacity(plan.idle),
             deferred: Vec::with_capacity(plan.active),
             marks: plan.keepalive && !plan.line_mode,
+            marked: 0,
+            active_failed: 0,
             recent_us: 0,
             tally: Tally::default(),
             progress,
@@ -632,7 +640,7 @@ impl<'p> Engine<'p> {
         let mut last_probe = now;
         while self.busy > 0 {
             let now = Instant::now();
-            let mut wait = if self.marks { PROBE } else { SWEEP };
+            let mut wait = if self.marked > 0 { PROBE } else { SWEEP };
             if let Some(d) = self.deadline {
                 if now >= d {
                     break;
@@ -650,17 +658,18 @@ impl<'p> Engine<'p> {
                     self.drive(ev.token().0);
                 }
             }
-            // Next requests on kept-alive connections go out together, after this turn's reads.
+            if self.marked > 0 && last_probe.elapsed() >= PROBE {
+                last_probe = Instant::now();
+                self.probe(last_probe);
+            }
+            // Next requests on kept-alive connections go out together, after this turn's reads
+            // (the probe's included). Sending never finishes a response, so none is added here.
             let deferred = std::mem::take(&mut self.deferred);
             for &i in &deferred {
                 self.drive(i);
             }
             self.deferred = deferred;
             self.deferred.clear();
-            if self.marks && last_probe.elapsed() >= PROBE {
-                last_probe = Instant::now();
-                self.probe(last_probe);
-            }
             if last_sweep.elapsed() >= SWEEP {
                 last_sweep = Instant::now();
                 self.expire(last_sweep);
@@ -685,6 +694,9 @@ impl<'p> Engine<'p> {
     fn restart(&mut self, i: usize, mut now: Instant) {
         loop {
             self.slots[i].conn = None;
+            if self.slots[i].lowat > 1 {
+                self.marked -= 1;
+            }
             self.slots[i].lowat = 1;
             self.slots[i].expect = 0;
             self.slots[i].reset_response();
@@ -787,6 +799,15 @@ impl<'p> Engine<'p> {
     fn finish(&mut self, i: usize, ok: bool, reusable: bool) -> bool {
         let now = Instant::now();
         self.record(i, now);
+        // Only whole responses feed the recent latency: a timeout must not stretch the probe.
+        let us = now
+            .saturating_duration_since(self.slots[i].started)
+            .as_micros() as u64;
+        self.recent_us = if self.recent_us == 0 {
+            us
+        } else {
+            (self.recent_us * 31 + us) / 32
+        };
         if ok {
             self.tally.complete += 1;
             self.progress
@@ -818,9 +839,10 @@ impl<'p> Engine<'p> {
 
     fn count_failure(&mut self, kind: Kind) {
         self.tally.failures.add(kind);
+        self.active_failed += 1;
         self.progress
             .failed
-            .store(self.tally.failures.total(), Ordering::Relaxed);
+            .store(self.active_failed, Ordering::Relaxed);
     }
 
     /// Adds the slot's response bytes and latency to the tally.
@@ -829,11 +851,6 @@ impl<'p> Engine<'p> {
         self.tally.bytes += slot.raw;
         self.tally.body_bytes += slot.body;
         let us = now.saturating_duration_since(slot.started).as_micros() as u64;
-        self.recent_us = if self.recent_us == 0 {
-            us
-        } else {
-            (self.recent_us * 31 + us) / 32
-        };
         self.tally
             .latency
             .saturating_record(us.clamp(1, MAX_LATENCY_US));
@@ -841,12 +858,12 @@ impl<'p> Engine<'p> {
 
     /// Sets the receive low-water mark for the next response on a kept-alive connection: the size
     /// of the one just read, when it was Content-Length framed and fits the buffer. A response
-    /// shorter than its mark turns the marks off for the run.
+    /// shorter than its mark turns the marks off in this event loop for the rest of the run.
     fn mark(&mut self, i: usize) {
         let slot = &self.slots[i];
         let size = u32::try_from(slot.raw).unwrap_or(u32::MAX);
         if slot.expect > 0 && size < slot.expect {
-            self.marks_off();
+            self.marks_off(i);
             return;
         }
         let framed = matches!(
@@ -867,13 +884,17 @@ impl<'p> Engine<'p> {
         }
     }
 
-    /// Drops every mark: a response came back shorter than expected.
-    fn marks_off(&mut self) {
+    /// Drops every mark: slot `short`'s response came back shorter than expected. Another
+    /// request already waiting behind a mark is read at once.
+    fn marks_off(&mut self, short: usize) {
         self.marks = false;
         for i in 0..self.slots.len() {
             self.slots[i].expect = 0;
             if self.slots[i].lowat > 1 {
                 self.set_lowat(i, 1);
+                if i != short && self.slots[i].phase == Phase::Receiving {
+                    self.drive(i);
+                }
             }
         }
     }
@@ -887,6 +908,11 @@ impl<'p> Engine<'p> {
         };
         let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
         if crate::sys::set_recv_lowat(conn.as_fd(), value).is_ok() {
+            match (slot.lowat > 1, bytes > 1) {
+                (false, true) => self.marked += 1,
+                (true, false) => self.marked -= 1,
+                _ => {}
+            }
             slot.lowat = bytes;
         } else if bytes > 1 {
             slot.expect = 0;
@@ -894,9 +920,9 @@ impl<'p> Engine<'p> {
     }
 
     /// Drops the mark of every request waiting much longer than recent ones did, in case its
-    /// response is shorter than the mark (it then wakes the loop at once).
+    /// response is shorter than the mark, and reads what is there.
     fn probe(&mut self, now: Instant) {
-        let late = Duration::from_micros((self.recent_us * 4).max(1000));
+        let late = Duration::from_micros((self.recent_us * 4).clamp(1_000, 50_000));
         for i in 0..self.slots.len() {
             let slot = &self.slots[i];
             if slot.lowat > 1
@@ -904,6 +930,7 @@ impl<'p> Engine<'p> {
                 && now.saturating_duration_since(slot.started) > late
             {
                 self.set_lowat(i, 1);
+                self.drive(i);
             }
         }
     }

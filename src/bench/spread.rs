@@ -82,6 +82,8 @@ struct Kids {
     said: mpsc::Receiver<Said>,
     /// Each child's last progress report.
     counts: Vec<Counts>,
+    /// Children whose output has ended.
+    ended: Vec<bool>,
 }
 
 impl Kids {
@@ -94,6 +96,7 @@ impl Kids {
             stdins: Vec::with_capacity(n),
             said,
             counts: vec![Counts::default(); n],
+            ended: vec![false; n],
         };
         for c in 0..n {
             let mut child = Command::new(&exe)
@@ -122,6 +125,15 @@ impl Kids {
     /// progress meanwhile. Returns what each said.
     fn expect(&mut self, word: &str, meter: &mut Meter) -> Result<Vec<String>, String> {
         let n = self.children.len();
+        let stopped = |c: usize, kids: &Kids| {
+            format!(
+                "bench child {} stopped before saying '{word}'",
+                kids.children[c].id()
+            )
+        };
+        if let Some(c) = self.ended.iter().position(|&e| e) {
+            return Err(stopped(c, self));
+        }
         let mut lines: Vec<Option<String>> = vec![None; n];
         let mut left = n;
         while left > 0 {
@@ -134,13 +146,13 @@ impl Kids {
                         left -= 1;
                     }
                 }
-                Ok(Said::End(c)) if lines[c].is_none() => {
-                    return Err(format!(
-                        "bench child {} stopped before saying '{word}'",
-                        self.children[c].id()
-                    ));
+                Ok(Said::End(c)) => {
+                    self.ended[c] = true;
+                    if lines[c].is_none() {
+                        return Err(stopped(c, self));
+                    }
                 }
-                Ok(Said::End(_)) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     return Err("every bench child stopped".into());
                 }
