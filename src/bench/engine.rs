@@ -12,7 +12,7 @@
 //! is whole. Servers such as nginx write the head and the body in two segments; without the mark
 //! the client wakes for the head alone, and every wake-up of a sleeping client is paid for by the
 //! server's CPU (measured against one nginx worker with `bench/loadgen.sh`: 0.96 of `wrk -t1`'s
-//! rate before, 1.04 and 1.07 after, in two runs). The mark is a guess, so it is made safe:
+//! rate before, 1.00 to 1.07 after, in four runs). The mark is a guess, so it is made safe:
 //! - a read that leaves the response incomplete drops the mark to 1 at once (a longer response
 //!   then wakes on its next byte; lowering the mark signals data already there);
 //! - a request waiting longer than four times the recent mean latency of whole responses (at
