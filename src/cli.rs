@@ -740,7 +740,7 @@ fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
          Try:\n\
          \x20 curl http://{listen}/            # run it a few times: demo-1, demo-2, demo-3, ...\n\
          \x20 curl -s http://{listen}/bytes/1000000 | wc -c    # a 1 MB response through the proxy\n\
-         \x20 ab -n 10000 -c 50 http://{listen}/               # load (apt-get install apache2-utils)\n\
+         \x20 quill bench --idle 1000 --active 50 --duration 5s http://{listen}/    # load, 1,000 idle held\n\
          {page}\
          \x20 {ctl} servers          # the pool in Pen's format, with state and health\n\
          \x20 {ctl} server 1 drain   # take demo-2 out gently; 'server 1 enable' brings it back\n\
