@@ -38,6 +38,7 @@ PROXYD=/lib/systemd/systemd-socket-proxyd
 WORKLOADS="1000 10000"   # ab -n, each with -c 10
 
 say() { echo "[bridge.sh] $*" >&2; }
+. "$BENCH_DIR/lib.sh"
 # Load from other work on the machine, before anything of ours (build included) runs.
 LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -55,16 +56,7 @@ if [ -n "$need" ]; then
 fi
 
 # ---- quill
-if [ -n "${QUILL_BIN:-}" ]; then
-    QUILL="$QUILL_BIN"
-else
-    say "building quill (cargo build --release)"
-    locked=
-    [ -f "$REPO/Cargo.lock" ] && locked=--locked
-    (cd "$REPO" && cargo build --release $locked) >&2
-    QUILL="$REPO/target/release/quill"
-fi
-"$QUILL" --version >/dev/null
+quill_binary || { say "cannot build or run quill (${QUILL:-no binary})"; exit 1; }
 
 for port in $NGINX_PORT $PROXYD_PORT $QUILL_PORT; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then

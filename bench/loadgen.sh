@@ -29,19 +29,14 @@ BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$BENCH_DIR")"
 RESULTS="${RESULTS_DIR:-$BENCH_DIR/results}"
 say() { echo "loadgen: $*" >&2; }
+. "$BENCH_DIR/lib.sh"
 
 for tool in nginx wrk python3 taskset; do
     command -v "$tool" >/dev/null || { say "needs $tool (apt-get install nginx wrk python3 util-linux)"; exit 1; }
 done
 # One core for nginx, one for the client (on a 1-CPU machine both share it).
 if [ "$(nproc)" -ge 2 ]; then SERVER_CPU=0; CLIENT_CPU=1; else SERVER_CPU=0; CLIENT_CPU=0; fi
-if [ -n "${QUILL_BIN:-}" ]; then
-    QUILL="$QUILL_BIN"
-else
-    say "building quill (cargo build --release)"
-    (cd "$REPO" && cargo build --release --locked) >&2
-    QUILL="$REPO/target/release/quill"
-fi
+quill_binary || { say "cannot build or run quill (${QUILL:-no binary})"; exit 1; }
 
 WORK="$(mktemp -d /tmp/quill-loadgen.XXXXXX)"
 NGINX_PID=

@@ -56,6 +56,7 @@ HAPROXY_PORT=9232
 CONC=50
 
 say() { echo "[reload.sh] $*" >&2; }
+. "$BENCH_DIR/lib.sh"
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---- tools
@@ -71,16 +72,7 @@ if [ -n "$need" ]; then
 fi
 
 # ---- quill
-if [ -n "${QUILL_BIN:-}" ]; then
-    QUILL="$QUILL_BIN"
-else
-    say "building quill (cargo build --release)"
-    locked=
-    [ -f "$REPO/Cargo.lock" ] && locked=--locked
-    (cd "$REPO" && cargo build --release $locked) >&2
-    QUILL="$REPO/target/release/quill"
-fi
-"$QUILL" --version >/dev/null
+quill_binary || { say "cannot build or run quill (${QUILL:-no binary})"; exit 1; }
 
 for port in $BE1 $BE2 $QUILL_PORT $HAPROXY_PORT; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then

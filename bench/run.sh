@@ -41,6 +41,7 @@ RESULTS="${RESULTS_DIR:-$BENCH_DIR/results}"
 COMMAND="bash bench/run.sh --rounds $ROUNDS${QUICK:+ --quick} --only $ONLY"
 
 say() { echo "[run.sh] $*" >&2; }
+. "$BENCH_DIR/lib.sh"
 
 # ---- 1. tools from Debian (skipped when already present)
 need_install=
@@ -63,20 +64,8 @@ fi
 QUILL=
 case ",$ONLY," in
     *,quill,*)
-        if [ -n "${QUILL_BIN:-}" ]; then
-            QUILL="$QUILL_BIN"
-        else
-            say "building quill (cargo build --release)"
-            locked=
-            [ -f "$REPO/Cargo.lock" ] && locked=--locked
-            if (cd "$REPO" && timeout 1500 cargo build --release $locked) >&2; then
-                QUILL="$REPO/target/release/quill"
-            else
-                say "WARNING: cargo build --release failed: benchmarking the peers without quill"
-            fi
-        fi
-        if [ -n "$QUILL" ] && ! timeout 10 "$QUILL" --version >/dev/null 2>&1; then
-            say "WARNING: '$QUILL --version' failed: benchmarking the peers without quill"
+        if ! quill_binary; then
+            say "WARNING: building quill or '${QUILL:-quill} --version' failed: benchmarking the peers without quill"
             QUILL=
         fi
         ;;
@@ -87,31 +76,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 WORK="$(mktemp -d /tmp/quill-bench.XXXXXX)"
 DRIVER=
 
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    if [ -n "$DRIVER" ] && kill -0 "$DRIVER" 2>/dev/null; then
-        kill -TERM "$DRIVER" 2>/dev/null || true
-        for _ in $(seq 1 150); do kill -0 "$DRIVER" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$DRIVER" 2>/dev/null || true
-    fi
-    # Backstop: stop by PID anything the driver started that is still alive
-    # (the start time guards against a recycled PID).
-    if [ -f "$WORK/pids" ]; then
-        while read -r pid start name; do
-            [ -r "/proc/$pid/stat" ] || continue
-            now="$(sed 's/^.*) //' "/proc/$pid/stat" | cut -d' ' -f20)"
-            [ "$now" = "$start" ] || continue
-            say "stopping leftover $name (pid $pid)"
-            kill -TERM "$pid" 2>/dev/null || true
-            sleep 0.5
-            kill -KILL "$pid" 2>/dev/null || true
-        done < "$WORK/pids"
-    fi
-    if [ -n "${KEEP_WORK:-}" ]; then say "work dir kept: $WORK"; else rm -rf "$WORK"; fi
-    exit "$rc"
-}
-trap cleanup EXIT
+trap cleanup_driver_and_work EXIT
 trap 'exit 130' INT TERM
 
 if [ -n "$QUILL" ]; then

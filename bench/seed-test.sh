@@ -37,6 +37,7 @@ COMMAND="bash bench/seed-test.sh --idle $IDLE --active $ACTIVE --requests $REQUE
 PORT=9240
 BACKENDS="9041 9042 9043 9044 9045 9046"
 say() { echo "[seed-test.sh] $*" >&2; }
+. "$BENCH_DIR/lib.sh"
 
 need=
 for tool in haproxy nginx; do command -v "$tool" >/dev/null 2>&1 || need=1; done
@@ -44,10 +45,7 @@ if [ -n "$need" ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq && apt-get install -y -qq --no-install-recommends haproxy nginx >/dev/null
 fi
-if [ -n "${QUILL_BIN:-}" ]; then QUILL="$QUILL_BIN"; else
-    (cd "$REPO" && cargo build --release --locked) >&2
-    QUILL="$REPO/target/release/quill"
-fi
+quill_binary || { say "cannot build or run quill (${QUILL:-no binary})"; exit 1; }
 ulimit -n "$(ulimit -Hn)"
 WORK="$(mktemp -d /tmp/quill-seed.XXXXXX)"
 chmod 755 "$WORK"   # nginx workers (www-data) read the page

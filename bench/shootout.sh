@@ -35,6 +35,7 @@ BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$BENCH_DIR")"
 COMMAND="bash bench/shootout.sh --sweep $SWEEP --idle $IDLE --duration $DURATION --rounds $ROUNDS --only $ONLY"
 say() { echo "[shootout.sh] $*" >&2; }
+. "$BENCH_DIR/lib.sh"
 LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 need=
@@ -47,41 +48,12 @@ if [ -n "$need" ]; then
     apt-get install -y -qq --no-install-recommends haproxy nginx libnginx-mod-stream pen python3 >/dev/null
 fi
 
-if [ -n "${QUILL_BIN:-}" ]; then
-    QUILL="$QUILL_BIN"
-else
-    say "building quill (cargo build --release)"
-    (cd "$REPO" && cargo build --release --locked) >&2
-    QUILL="$REPO/target/release/quill"
-fi
+quill_binary || { say "cannot build or run quill (${QUILL:-no binary})"; exit 1; }
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 WORK="$(mktemp -d /tmp/quill-shootout.XXXXXX)"
 DRIVER=
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    if [ -n "$DRIVER" ] && kill -0 "$DRIVER" 2>/dev/null; then
-        kill -TERM "$DRIVER" 2>/dev/null || true
-        for _ in $(seq 1 150); do kill -0 "$DRIVER" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$DRIVER" 2>/dev/null || true
-    fi
-    # Stop by PID whatever the driver started that is still alive (start time guards reuse).
-    if [ -f "$WORK/pids" ]; then
-        while read -r pid start name; do
-            [ -r "/proc/$pid/stat" ] || continue
-            now="$(sed 's/^.*) //' "/proc/$pid/stat" | cut -d' ' -f20)"
-            [ "$now" = "$start" ] || continue
-            say "stopping leftover $name (pid $pid)"
-            kill -TERM "$pid" 2>/dev/null || true
-            sleep 0.5
-            kill -KILL "$pid" 2>/dev/null || true
-        done < "$WORK/pids"
-    fi
-    if [ -n "${KEEP_WORK:-}" ]; then say "work dir kept: $WORK"; else rm -rf "$WORK"; fi
-    exit "$rc"
-}
-trap cleanup EXIT
+trap cleanup_driver_and_work EXIT
 trap 'exit 130' INT TERM
 
 cp "$QUILL" "$WORK/quill" && QUILL="$WORK/quill"
