@@ -15,22 +15,6 @@ use std::time::{Duration, Instant};
 use admin_support::*;
 use support::*;
 
-/// Every reason a session can end with, as the access log and the metrics name them.
-const END_REASONS: [&str; 12] = [
-    "done",
-    "client_reset",
-    "server_reset",
-    "idle_timeout",
-    "fin_timeout",
-    "fastclose",
-    "no_server",
-    "refused",
-    "shutdown",
-    "error",
-    "denied",
-    "closed",
-];
-
 fn three_http_backends() -> (Vec<DemoServer>, Vec<String>) {
     let backends: Vec<DemoServer> = ["a", "b", "c"].iter().map(|n| http(n)).collect();
     let specs = backends.iter().map(|b| spec(b.addr())).collect();

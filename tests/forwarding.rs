@@ -508,25 +508,13 @@ fn abusive_clients_are_survived() {
     let got = send_and_collect(&mut s, data.clone(), Duration::from_secs(30));
     assert_same_bytes(&got, &data, "normal session after 200 abusive ones");
     // Every log line (read_access_log checks the shape) has a documented END word.
-    let ends = [
-        "done",
-        "client_reset",
-        "server_reset",
-        "idle_timeout",
-        "fin_timeout",
-        "fastclose",
-        "no_server",
-        "refused",
-        "shutdown",
-        "error",
-    ];
     let line = wait_log_line(&q.log_path(), Duration::from_secs(5), |l| {
         l.bytes_in == 1 << 20
     });
     assert_eq!(line.end, "done");
     for l in q.log_lines() {
         assert!(
-            ends.contains(&l.end.as_str()),
+            END_REASONS.contains(&l.end.as_str()),
             "undocumented END {:?} in {l:?}",
             l.end
         );

@@ -888,6 +888,22 @@ pub fn run_quill_expect_exit(args: &[&str]) -> (i32, String) {
 // Access log
 // ---------------------------------------------------------------------------------------------
 
+/// Every reason a session can end with, as the access log and the metrics name them.
+pub const END_REASONS: [&str; 12] = [
+    "done",
+    "client_reset",
+    "server_reset",
+    "idle_timeout",
+    "fin_timeout",
+    "fastclose",
+    "no_server",
+    "refused",
+    "shutdown",
+    "error",
+    "denied",
+    "closed",
+];
+
 /// One access log line: CLIENT_IP UNIX_TIME SERVER BYTES_IN BYTES_OUT DURATION END
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogLine {
