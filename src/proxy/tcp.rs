@@ -36,9 +36,7 @@ impl Peer {
             Peer::Unix => None,
         }
     }
-}
 
-impl Peer {
     /// The client address with its port (for `connections`).
     pub fn to_string_with_port(&self) -> String {
         match self {
