@@ -81,6 +81,8 @@ pub struct Tuning {
     pub tcp_fastclose: Fastclose,
     /// SO_KEEPALIVE on client and backend sockets.
     pub keepalive: bool,
+    /// Sessions one client address may hold on this listener at once; 0 = no limit.
+    pub max_per_source: u32,
 }
 
 impl Default for Tuning {
@@ -95,6 +97,7 @@ impl Default for Tuning {
             tcp_nodelay: true,
             tcp_fastclose: Fastclose::Off,
             keepalive: false,
+            max_per_source: 0,
         }
     }
 }
@@ -111,6 +114,7 @@ pub struct TuningPatch {
     pub tcp_nodelay: Option<bool>,
     pub tcp_fastclose: Option<Fastclose>,
     pub keepalive: Option<bool>,
+    pub max_per_source: Option<u32>,
 }
 
 impl Tuning {
@@ -129,6 +133,7 @@ impl Tuning {
         set(&mut self.tcp_nodelay, &p.tcp_nodelay);
         set(&mut self.tcp_fastclose, &p.tcp_fastclose);
         set(&mut self.keepalive, &p.keepalive);
+        set(&mut self.max_per_source, &p.max_per_source);
     }
 }
 
@@ -155,6 +160,12 @@ pub struct Global {
     pub control: Option<ListenAddr>,
     /// ACL checked against control clients over TCP (`control_acl`).
     pub control_acl: Option<u8>,
+    /// What TCP control clients may do (`control_level`); the Unix socket is always `admin`.
+    pub control_level: ControlLevel,
+    /// A file holding the bearer token TCP control clients must present (`control_token_file`).
+    pub control_token_file: Option<PathBuf>,
+    /// A file holding the bearer token admin HTTP clients must present (`admin_token_file`).
+    pub admin_token_file: Option<PathBuf>,
     /// The admin HTTP listener (`--admin`): metrics, status API and page.
     pub admin: Option<SocketAddr>,
     /// Whether the `exit` control command is allowed (`-X`).
@@ -169,6 +180,41 @@ pub struct Global {
     pub debug: u8,
     /// Exit once no session has been open for this long (socket-proxyd's `--exit-idle-time`).
     pub exit_idle_time: Option<Duration>,
+}
+
+/// What a control client may do, as HAProxy's runtime API levels. Each level includes the ones
+/// before it. The Unix socket (0600, owner checked) is always `Admin`; TCP clients get
+/// `control_level` (default `Operate`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ControlLevel {
+    /// Read state only: `servers`, `status`, settings shown, `connections`, `pid`.
+    Read,
+    /// Also change how traffic flows among the configured servers: drain, enable, disable,
+    /// weights and limits, selection modes, timeouts, closing a connection.
+    #[default]
+    Operate,
+    /// Everything a configuration file can do except what names files, Unix sockets or moves a
+    /// listener to a path (those stay on the Unix socket whatever the level).
+    Admin,
+}
+
+impl ControlLevel {
+    pub fn parse(s: &str) -> Option<ControlLevel> {
+        match s {
+            "read" => Some(ControlLevel::Read),
+            "operate" => Some(ControlLevel::Operate),
+            "admin" => Some(ControlLevel::Admin),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ControlLevel::Read => "read",
+            ControlLevel::Operate => "operate",
+            ControlLevel::Admin => "admin",
+        }
+    }
 }
 
 /// How access log lines are written.
@@ -297,6 +343,9 @@ impl Default for Global {
             log_format: LogFormat::Text,
             control: None,
             control_acl: None,
+            control_level: ControlLevel::default(),
+            control_token_file: None,
+            admin_token_file: None,
             admin: None,
             allow_exit: false,
             command_file: None,
@@ -868,6 +917,17 @@ pub fn from_toml(origin: &str, text: &str, cli: &TuningPatch) -> Result<Config, 
     if let Some(n) = &raw.control_acl {
         global.control_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
     }
+    if let Some(l) = &raw.control_level {
+        global.control_level = ControlLevel::parse(l.get_ref()).ok_or_else(|| {
+            ConfigError::usage(format!(
+                "{}invalid control_level '{}' (expected read, operate or admin)",
+                at(l.span()),
+                l.get_ref()
+            ))
+        })?;
+    }
+    global.control_token_file = raw.control_token_file.clone();
+    global.admin_token_file = raw.admin_token_file.clone();
     if let Some(a) = &raw.admin {
         global.admin = Some(
             parse_admin(a.get_ref())
@@ -1211,6 +1271,7 @@ macro_rules! with_tuning_keys {
             tcp_nodelay: Option<bool>,
             tcp_fastclose: Option<Fastclose>,
             keepalive: Option<bool>,
+            max_per_source: Option<u32>,
         }
 
         impl $name {
@@ -1225,6 +1286,7 @@ macro_rules! with_tuning_keys {
                     tcp_nodelay: self.tcp_nodelay,
                     tcp_fastclose: self.tcp_fastclose,
                     keepalive: self.keepalive,
+                    max_per_source: self.max_per_source,
                 }
             }
         }
@@ -1250,6 +1312,9 @@ with_tuning_keys! {
         log_format: Option<Spanned<String>>,
         control: Option<Spanned<String>>,
         control_acl: Option<Spanned<u8>>,
+        control_level: Option<Spanned<String>>,
+        control_token_file: Option<PathBuf>,
+        admin_token_file: Option<PathBuf>,
         admin: Option<Spanned<String>>,
         allow_exit: Option<bool>,
         command_file: Option<PathBuf>,
