@@ -3,7 +3,9 @@
 //! entry (a list ending in `permit X` denies everyone else); an empty list permits everyone.
 //!
 //! Entries are `IPv4 [MASK]` (dotted mask, default /32), `IPv4/LEN`, or `IPv6[/LEN]` (default /128).
-//! An IPv4 client seen as an IPv4-mapped IPv6 address is matched as IPv4.
+//! An IPv4 client seen as an IPv4-mapped IPv6 address is matched as IPv4, and so is an entry written
+//! in that form (`::ffff:127.0.0.1`, `::ffff:0:0/96`): both sides are canonicalised the same way.
+//! An IPv6 entry shorter than /96 that covers the mapped range (`::/0`) matches IPv4 clients too.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -25,17 +27,22 @@ impl Net {
                 let mask = if *len == 0 { 0 } else { u32::MAX << (32 - len) };
                 u32::from(a) & mask == net & mask
             }
-            (Net::V6(net, len), IpAddr::V6(a)) => {
-                let mask = if *len == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - len)
-                };
-                u128::from(a) & mask == net & mask
-            }
+            (Net::V6(net, len), IpAddr::V6(a)) => v6_contains(*net, *len, a),
+            // Only a prefix shorter than /96 can still cover mapped addresses: longer mapped
+            // entries were made IPv4 when parsed.
+            (Net::V6(net, len), IpAddr::V4(a)) => v6_contains(*net, *len, a.to_ipv6_mapped()),
             _ => false,
         }
     }
+}
+
+fn v6_contains(net: u128, len: u8, a: Ipv6Addr) -> bool {
+    let mask = if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - len.min(128))
+    };
+    u128::from(a) & mask == net & mask
 }
 
 impl fmt::Display for Net {
@@ -137,7 +144,11 @@ fn parse_net(addr: &str, mask: Option<&str>) -> Result<Net, String> {
                 return Err(format!("unexpected '{m}' (IPv6 takes ADDR/LEN)"));
             }
             let len = len.map_or(Ok(128), |l| prefix(l, 128))?;
-            Ok(Net::V6(u128::from(v6), len))
+            // `::ffff:a.b.c.d/96+n` is the IPv4 network a.b.c.d/n, as clients are matched.
+            match v6.to_ipv4_mapped() {
+                Some(v4) if len >= 96 => Ok(Net::V4(u32::from(v4), len - 96)),
+                _ => Ok(Net::V6(u128::from(v6), len)),
+            }
         }
     }
 }
@@ -201,6 +212,39 @@ mod tests {
         assert!(!a.permits(ip("2001:db9::1")));
         let b = acl(&["deny 127.0.0.0/8"]);
         assert!(!b.permits(ip("::ffff:127.0.0.1")));
+    }
+
+    #[test]
+    fn acl_entry_in_ipv4_mapped_form_denies_the_ipv4_client() {
+        for entry in [
+            "deny ::ffff:127.0.0.1",
+            "deny ::ffff:0:0/96",
+            "deny ::ffff:7f00:1",
+            "deny ::ffff:127.0.0.0/104",
+        ] {
+            let a = acl(&[entry]);
+            assert!(!a.permits(ip("127.0.0.1")), "{entry}: IPv4 client");
+            assert!(!a.permits(ip("::ffff:127.0.0.1")), "{entry}: mapped client");
+            assert!(
+                a.permits(ip("::1")),
+                "{entry}: other IPv6 clients untouched"
+            );
+        }
+        assert_eq!(
+            acl(&["deny ::ffff:7f00:1"]).entries[0].to_string(),
+            "deny 127.0.0.1/32"
+        );
+        assert_eq!(
+            acl(&["deny ::ffff:0:0/96"]).entries[0].to_string(),
+            "deny 0.0.0.0/0"
+        );
+        // A short IPv6 prefix covering the mapped range covers IPv4 clients as well.
+        assert!(!acl(&["deny ::/0"]).permits(ip("10.1.2.3")));
+        assert!(acl(&["deny 2001:db8::/32"]).permits(ip("10.1.2.3")));
+        // The mapped entry and the client agree whatever form each takes.
+        let b = acl(&["permit ::ffff:10.0.0.0/104"]);
+        assert!(b.permits(ip("10.9.8.7")));
+        assert!(!b.permits(ip("11.0.0.1")));
     }
 
     #[test]

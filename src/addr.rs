@@ -30,6 +30,12 @@ pub enum BackendAddr {
     },
 }
 
+/// The largest MAXCONN or HARD a server may have (and any session limit Quill takes): more sessions
+/// than a process can hold descriptors for (two per session) is a typo.
+pub const MAX_SESSIONS: u32 = 1_000_000;
+/// The largest WEIGHT or PRIO a server may have.
+pub const MAX_WEIGHT: u32 = 1_000_000;
+
 /// One server as given on the command line or in a config file, resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerSpec {
@@ -186,19 +192,29 @@ pub fn parse_server(value: &str, default_port: Option<u16>) -> Result<ServerSpec
             "too many fields (HOST:PORT:MAXCONN:HARD:WEIGHT:PRIO)",
         ));
     }
-    let number = |i: usize, name: &str, default: u32| -> Result<u32, AddrError> {
+    let number = |i: usize, name: &str, default: u32, most: u32| -> Result<u32, AddrError> {
         match fields.get(i) {
             None | Some(&"") => Ok(default),
-            Some(s) => s.parse().map_err(|_| {
-                AddrError::syntax(WHAT, value, format!("{name} '{s}' is not a number"))
-            }),
+            Some(s) => match s.parse::<u32>() {
+                Ok(n) if n <= most => Ok(n),
+                Ok(_) => Err(AddrError::syntax(
+                    WHAT,
+                    value,
+                    format!("{name} '{s}' is more than {most}"),
+                )),
+                Err(_) => Err(AddrError::syntax(
+                    WHAT,
+                    value,
+                    format!("{name} '{s}' is not a number"),
+                )),
+            },
         }
     };
     let (max, hard, weight, prio) = (
-        number(1, "MAXCONN", 0)?,
-        number(2, "HARD", 0)?,
-        number(3, "WEIGHT", 1)?,
-        number(4, "PRIO", 0)?,
+        number(1, "MAXCONN", 0, MAX_SESSIONS)?,
+        number(2, "HARD", 0, MAX_SESSIONS)?,
+        number(3, "WEIGHT", 1, MAX_WEIGHT)?,
+        number(4, "PRIO", 0, MAX_WEIGHT)?,
     );
     if host.is_empty() {
         return Err(AddrError::syntax(WHAT, value, "empty host"));
@@ -212,7 +228,7 @@ pub fn parse_server(value: &str, default_port: Option<u16>) -> Result<ServerSpec
                 AddrError::syntax(WHAT, value, "no port (the listener has none to lend)")
             })?,
         };
-        BackendAddr::Tcp(resolve(host, port)?)
+        BackendAddr::Tcp(server_ip(resolve(host, port)?, value)?)
     };
     Ok(ServerSpec {
         max,
@@ -243,7 +259,8 @@ pub fn parse_proxyd_target(value: &str) -> Result<ServerSpec, AddrError> {
         None => 80,
     };
     if let Ok(ip) = host.parse::<IpAddr>() {
-        return Ok(ServerSpec::new(BackendAddr::Tcp(SocketAddr::new(ip, port))));
+        let addr = server_ip(SocketAddr::new(ip, port), value)?;
+        return Ok(ServerSpec::new(BackendAddr::Tcp(addr)));
     }
     if !is_host_name(host) {
         return Err(AddrError::syntax(
@@ -279,7 +296,51 @@ pub fn parse_backend(value: &str) -> Result<BackendAddr, AddrError> {
     let port =
         port.ok_or_else(|| AddrError::syntax("server address", value, "expected HOST:PORT"))?;
     let port = parse_port(port, "server address", value)?;
-    resolve(host, port).map(BackendAddr::Tcp)
+    server_ip(resolve(host, port)?, value).map(BackendAddr::Tcp)
+}
+
+/// Parses the address alone of an existing server (`server N address X`): `HOST`, `HOST:PORT`,
+/// `[v6]`, `[v6]:PORT` or a path. Anything after the port (`1.2.3.4:1:2:3`) is refused, not
+/// dropped: limits are set with their own words (`max`, `hard`, `weight`, `prio`).
+pub fn parse_server_address(
+    value: &str,
+    default_port: Option<u16>,
+) -> Result<BackendAddr, AddrError> {
+    if !value.contains('/') {
+        if let (_, Some(rest)) = split_host_rest(value)? {
+            if rest.contains(':') {
+                return Err(AddrError::syntax(
+                    "server address",
+                    value,
+                    "expected HOST[:PORT] (set limits with max, hard, weight, prio)",
+                ));
+            }
+        }
+    }
+    parse_server(value, default_port).map(|spec| spec.addr)
+}
+
+/// Refuses an address no server can have: unspecified (`0.0.0.0`, `::`: the kernel would connect
+/// to this host), broadcast or multicast. IPv4-mapped IPv6 forms are judged as IPv4.
+fn server_ip(addr: SocketAddr, value: &str) -> Result<SocketAddr, AddrError> {
+    let ip = match addr.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr.ip(), IpAddr::V4),
+        v4 => v4,
+    };
+    let why = if ip.is_unspecified() {
+        "it is the unspecified address"
+    } else if ip.is_multicast() {
+        "it is multicast"
+    } else if ip == IpAddr::V4(Ipv4Addr::BROADCAST) {
+        "it is the broadcast address"
+    } else {
+        return Ok(addr);
+    };
+    Err(AddrError::syntax(
+        "server",
+        value,
+        format!("{ip} is not a server address ({why})"),
+    ))
 }
 
 /// Splits `host:port`, `[v6]:port`, or a lone token (returned as host, port None).

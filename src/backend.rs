@@ -3,6 +3,7 @@
 //!
 //! Never connects or probes: workers report connect outcomes here.
 
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -304,8 +305,13 @@ impl Pool {
     /// Builds the pool for `l`, keeping from `old` every server whose address is still listed (its
     /// sessions, counters, blacklist and health), the round-robin cursor, and the tracking table
     /// when the server list and its size are unchanged.
+    /// Linear in the number of servers: old servers are found by address in a map, each taken
+    /// at most once (the first with that address first, as listed).
     pub fn build(l: &ListenerConfig, acls: Arc<Acls>, old: Option<&Pool>, now_ms: u64) -> Pool {
-        let mut reusable: Vec<Arc<Server>> = old.map_or_else(Vec::new, |o| o.servers.clone());
+        let mut reusable: HashMap<&BackendAddr, VecDeque<Arc<Server>>> = HashMap::new();
+        for s in old.map_or(&[][..], |o| &o.servers[..]) {
+            reusable.entry(s.addr()).or_default().push_back(s.clone());
+        }
         // A server added to a running, checked pool waits for its checks before any client meets
         // it; at start (and for a new listener) servers begin up so traffic flows at once.
         let checked_later = old.is_some() && l.health.is_some();
@@ -313,10 +319,7 @@ impl Pool {
             .servers
             .iter()
             .map(|spec| {
-                let kept = reusable
-                    .iter()
-                    .position(|s| *s.addr() == spec.addr)
-                    .map(|i| reusable.remove(i));
+                let kept = reusable.get_mut(&spec.addr).and_then(VecDeque::pop_front);
                 if kept.is_none() && checked_later {
                     let s = Arc::new(Server::new(spec.clone()));
                     s.set_health(Health::Down, now_ms);

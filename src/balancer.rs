@@ -320,8 +320,10 @@ pub struct ClientTable {
 }
 
 impl ClientTable {
-    /// A table holding about `size` clients.
+    /// A table holding about `size` clients, at most `config::MAX_CLIENTS` (the configuration
+    /// refuses more; the cap here makes sure no value can ask for gigabytes at once).
     pub fn new(size: u32) -> ClientTable {
+        let size = size.min(crate::config::MAX_CLIENTS);
         let buckets = (size as usize).div_ceil(WAYS).max(1);
         let slots = buckets * WAYS;
         ClientTable {

@@ -18,6 +18,16 @@ fn duration(s: &str) -> Result<Duration, String> {
     config::parse_duration(s)
 }
 
+/// A clap parser for a `u32` (or `usize`) within `lo..=hi`: out of range is a usage error (exit 2)
+/// naming the value and the bounds, before anything is allocated from it.
+fn ranged<T>(lo: u64, hi: u64) -> clap::builder::RangedU64ValueParser<T>
+where
+    T: TryFrom<u64> + Clone + Send + Sync + 'static,
+    <T as TryFrom<u64>>::Error: std::fmt::Display + Send + Sync + 'static,
+{
+    clap::builder::RangedU64ValueParser::<T>::new().range(lo..=hi)
+}
+
 const AFTER_HELP: &str = "\
 SERVER is HOST[:PORT[:MAXCONN[:HARD[:WEIGHT[:PRIO]]]]] as in Pen ([v6addr]:port for IPv6, a path
 for a Unix socket). Durations are seconds, or a number with ms, s, m or h (500ms, 2s, 5m).
@@ -70,10 +80,10 @@ pub struct Cli {
     #[arg(short = 'T', long, value_name = "DUR", value_parser = duration)]
     tracking_time: Option<Duration>,
     /// Client tracking table size [default: 2048]
-    #[arg(short = 'c', long, value_name = "N")]
+    #[arg(short = 'c', long, value_name = "N", value_parser = ranged::<u32>(1, config::MAX_CLIENTS.into()))]
     clients_max: Option<u32>,
     /// Sessions per process [default: what the open-file limit allows]
-    #[arg(short = 'x', long, visible_alias = "connections-max", value_name = "N")]
+    #[arg(short = 'x', long, visible_alias = "connections-max", value_name = "N", value_parser = ranged::<u32>(1, config::MAX_SESSIONS.into()))]
     max_connections: Option<u32>,
     /// Server used when no other is available
     #[arg(short = 'e', long, value_name = "HOST:PORT")]
@@ -85,10 +95,10 @@ pub struct Cli {
     #[arg(short = 'p', long, value_name = "FILE")]
     pid_file: Option<PathBuf>,
     /// Listen backlog [default: 1024]
-    #[arg(short = 'q', long, value_name = "N")]
+    #[arg(short = 'q', long, value_name = "N", value_parser = ranged::<u32>(1, config::MAX_BACKLOG.into()))]
     backlog: Option<u32>,
     /// Accepts per wake-up [default: 100]
-    #[arg(short = 'm', long, value_name = "N")]
+    #[arg(short = 'm', long, value_name = "N", value_parser = ranged::<u32>(1, config::MAX_ACCEPT_BATCH.into()))]
     accept_batch: Option<u32>,
     /// Access log, one line per session; reopened on SIGHUP
     #[arg(short = 'l', long, value_name = "FILE")]
@@ -110,7 +120,7 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Worker threads [default: number of cores]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = ranged::<usize>(1, config::MAX_WORKERS as u64))]
     workers: Option<usize>,
     /// Close sessions with no traffic for this long, 0 = never [default: 0]
     #[arg(long, value_name = "DUR", value_parser = duration)]
@@ -168,10 +178,10 @@ pub struct Cli {
     #[arg(long, value_name = "RANGE")]
     check_expect: Option<String>,
     /// Successful checks in a row that bring a server up [default: 2]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = ranged::<u32>(1, config::MAX_RISE_FALL.into()))]
     rise: Option<u32>,
     /// Failed checks in a row that take a server down [default: 3]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = ranged::<u32>(1, config::MAX_RISE_FALL.into()))]
     fall: Option<u32>,
     /// A server coming back ramps its share up over this time [default: 0 = at once]
     #[arg(long, value_name = "DUR", value_parser = duration)]
@@ -592,8 +602,10 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
     };
     cli.patch_global(&mut config.global);
     cli.patch_global_checked(&mut config.global)?;
-    if let Some(file) = &cli.command_file {
-        config.apply_file(file, 0)?;
+    // `-F FILE`, else the TOML file's `command_file`: applied here, so at start and on every
+    // reload (the rebuild runs this again).
+    if let Some(file) = config.global.command_file.clone() {
+        config.apply_file(&file, 0)?;
     }
     config.validate()?;
     Ok(config)
@@ -668,7 +680,15 @@ fn proxyd_config(cli: &Cli) -> Result<(Config, Vec<crate::systemd::Inherited>), 
 }
 
 fn check(path: &std::path::Path) -> ExitCode {
-    match config::load_file(path, &TuningPatch::default()) {
+    let loaded = config::load_file(path, &TuningPatch::default()).and_then(|mut config| {
+        // The command file is part of what starts: check it too.
+        if let Some(file) = config.global.command_file.clone() {
+            config.apply_file(&file, 0)?;
+            config.validate()?;
+        }
+        Ok(config)
+    });
+    match loaded {
         Ok(config) => {
             print!("{}: OK\n{}", path.display(), config.explain());
             ExitCode::SUCCESS

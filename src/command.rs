@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use crate::acl;
 use crate::addr::AdminState;
-use crate::config::{parse_duration, Fastclose};
+use crate::config::{
+    in_range, parse_duration, Fastclose, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT,
+};
 
 /// A selection flag that `mode`-group commands turn on (`hash`) or off (`no hash`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +76,8 @@ pub enum Command {
     Tracking(Duration),
     ClientsMax(u32),
     ConnMax(u32),
+    /// `max_per_source N`: sessions one client address may hold on the listener; 0 = no limit.
+    MaxPerSource(u32),
     TcpNodelay(bool),
     TcpFastclose(Fastclose),
     Keepalive(bool),
@@ -127,6 +131,7 @@ pub enum Setting {
     Tracking,
     ClientsMax,
     ConnMax,
+    MaxPerSource,
     IdleTimeout,
     TcpFastclose,
     Mode,
@@ -263,9 +268,23 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
         ("idle_timeout", false, []) => show(Setting::IdleTimeout),
         ("idle_timeout", false, _) => set(Command::IdleTimeout(duration_arg(name, args)?)),
         ("clients_max", false, []) => show(Setting::ClientsMax),
-        ("clients_max", false, _) => set(Command::ClientsMax(number_arg(name, args)?)),
+        ("clients_max", false, _) => set(Command::ClientsMax(bounded_arg(
+            name,
+            args,
+            0..=MAX_CLIENTS.into(),
+        )?)),
         ("conn_max", false, []) => show(Setting::ConnMax),
-        ("conn_max", false, _) => set(Command::ConnMax(number_arg(name, args)?)),
+        ("conn_max", false, _) => set(Command::ConnMax(bounded_arg(
+            name,
+            args,
+            1..=MAX_SESSIONS.into(),
+        )?)),
+        ("max_per_source", false, []) => show(Setting::MaxPerSource),
+        ("max_per_source", false, _) => set(Command::MaxPerSource(bounded_arg(
+            name,
+            args,
+            0..=MAX_SESSIONS.into(),
+        )?)),
         ("tcp_fastclose", false, []) => show(Setting::TcpFastclose),
         ("tcp_fastclose", false, [value]) => {
             set(Command::TcpFastclose(Fastclose::parse(value).ok_or_else(
@@ -307,7 +326,11 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
         ("control", false, []) => show(Setting::Control),
         ("status", false, []) => Ok(Action::Status),
         ("recent", false, []) => Ok(Action::Recent(300)),
-        ("recent", false, _) => Ok(Action::Recent(number_arg(name, args)?)),
+        ("recent", false, _) => Ok(Action::Recent(bounded_arg(
+            name,
+            args,
+            0..=MAX_DURATION.as_secs(),
+        )?)),
         ("connections", false, []) => Ok(Action::Connections),
         ("connection", false, _) => Ok(Action::Connection(number_arg(name, args)?)),
         ("close", false, _) => Ok(Action::Close(number_arg(name, args)?)),
@@ -359,6 +382,17 @@ fn number_arg<T: std::str::FromStr>(name: &str, args: &[&str]) -> Result<T, Comm
         .map_err(|_| CommandError(format!("{name}: '{value}' is not a number")))
 }
 
+/// A number within `range`; out of range names the command, the value and the bounds.
+fn bounded_arg<T: TryFrom<u64>>(
+    name: &str,
+    args: &[&str],
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<T, CommandError> {
+    let n: u64 = number_arg(name, args)?;
+    in_range(name, n, range).map_err(CommandError)?;
+    T::try_from(n).map_err(|_| CommandError(format!("{name}: {n} is out of range")))
+}
+
 fn list_arg(n: &str) -> Result<u8, CommandError> {
     acl::parse_list(n).map_err(|e| CommandError(format!("acl: {e}")))
 }
@@ -384,8 +418,18 @@ fn parse_server(args: &[&str]) -> Result<Command, CommandError> {
             return err(format!("server {index}: '{key}' needs a value"));
         };
         let num = |v: &str| -> Result<u32, CommandError> {
-            v.parse()
-                .map_err(|_| CommandError(format!("server {index}: {key} '{v}' is not a number")))
+            let most = if matches!(key, "weight" | "prio") {
+                MAX_WEIGHT
+            } else {
+                MAX_SESSIONS
+            };
+            match v.parse::<u32>() {
+                Ok(n) if n <= most => Ok(n),
+                Ok(_) => err(format!(
+                    "server {index}: {key} '{v}' is out of range (0 to {most})"
+                )),
+                Err(_) => err(format!("server {index}: {key} '{v}' is not a number")),
+            }
         };
         match key {
             "address" => change.address = Some(value.to_string()),
@@ -430,6 +474,8 @@ mod tests {
         );
         check("tcp_fastclose both", Command::TcpFastclose(Fastclose::Both));
         check("no tcp_nodelay", Command::TcpNodelay(false));
+        check("max_per_source 10", Command::MaxPerSource(10));
+        check("clients_max 1000000", Command::ClientsMax(1_000_000));
         check(
             "server 1 address 10.0.0.2 port 81 weight 3",
             Command::Server(
@@ -454,6 +500,15 @@ mod tests {
             ("server 1 colour red", "colour"),
             ("tcp_fastclose sideways", "sideways"),
             ("no blacklist", "blacklist"),
+            ("clients_max 4294967295", "4294967295"),
+            ("conn_max 0", "conn_max"),
+            ("timeout 18446744073709551", "18446744073709551"),
+            ("tracking 4294967296", "4294967296"),
+            ("server 0 weight 4294967295", "4294967295"),
+            ("server 0 max 2000000", "2000000"),
+            ("max_per_source -1", "-1"),
+            ("max_per_source 1000001", "1000001"),
+            ("recent 99999999999", "99999999999"),
         ] {
             let e = parse(line).unwrap_err().to_string();
             assert!(e.contains(word), "{line}: {e}");

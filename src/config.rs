@@ -4,9 +4,10 @@
 //!
 //! Every error names the offending value; errors from a file start with `PATH:LINE:`.
 
+use std::collections::HashSet;
 use std::fmt;
-use std::net::SocketAddr;
-use std::ops::Range;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::{Range, RangeInclusive};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,6 +19,49 @@ use crate::acl::{self, Acl, Acls};
 use crate::addr::{self, AddrError, AdminState, BackendAddr, ListenAddr, ServerSpec};
 use crate::balancer::Mode;
 use crate::command::{Command, ModeWord};
+
+// === Bounds ===
+//
+// Every number Quill takes has a bound, checked where it is parsed (command line, TOML, control
+// language) and again by `Config::validate`, so no input can make Quill allocate without limit,
+// wait for ever or wrap a counter.
+
+/// The longest duration any setting takes: 30 days. Longer is a typo (`timeout 18446744073709551`
+/// would never time out), and every duration then fits the tracking table's 32-bit seconds.
+pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// The largest client tracking table (`clients_max`): 16 bytes a client, so at most 16 MB.
+pub const MAX_CLIENTS: u32 = 1_000_000;
+/// The most worker threads.
+pub const MAX_WORKERS: usize = 1024;
+/// The largest listen backlog (the kernel caps it at `net.core.somaxconn` anyway).
+pub const MAX_BACKLOG: u32 = 65_535;
+/// The most accepts per wake-up (`-m`).
+pub const MAX_ACCEPT_BATCH: u32 = 10_000;
+/// The largest health-check `rise` and `fall`.
+pub const MAX_RISE_FALL: u32 = 1_000;
+pub use crate::addr::{MAX_SESSIONS, MAX_WEIGHT};
+
+/// Checks that setting `name` is within `range`; the message names the setting, the value and
+/// the bounds.
+pub fn in_range(name: &str, value: u64, range: RangeInclusive<u64>) -> Result<(), String> {
+    if range.contains(&value) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name}: {value} is out of range ({} to {})",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
+fn check_duration(name: &str, d: Duration) -> Result<(), String> {
+    if d > MAX_DURATION {
+        Err(format!("{name}: {} is more than 30 days", d.as_secs()))
+    } else {
+        Ok(())
+    }
+}
 
 /// Pen's `tcp_fastclose`: which side's EOF closes the whole session at once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -118,6 +162,29 @@ pub struct TuningPatch {
 }
 
 impl Tuning {
+    /// Checks every bound (see `MAX_*`).
+    pub fn check(&self) -> Result<(), String> {
+        for (name, d) in [
+            ("timeout", self.connect_timeout),
+            ("blacklist", self.blacklist),
+            ("tracking", self.tracking_time),
+            ("idle_timeout", self.idle_timeout),
+            ("fin_timeout", self.fin_timeout),
+        ] {
+            check_duration(name, d)?;
+        }
+        in_range(
+            "clients_max",
+            self.clients_max.into(),
+            1..=MAX_CLIENTS.into(),
+        )?;
+        in_range(
+            "max_per_source",
+            self.max_per_source.into(),
+            0..=MAX_SESSIONS.into(),
+        )
+    }
+
     pub fn apply(&mut self, p: &TuningPatch) {
         fn set<T: Clone>(slot: &mut T, value: &Option<T>) {
             if let Some(v) = value {
@@ -258,6 +325,24 @@ pub enum CheckKind {
     Tcp,
     /// `GET path HTTP/1.0` answers with a status in `expect` (inclusive).
     Http { path: String, expect: (u16, u16) },
+}
+
+impl HealthCheck {
+    /// Checks every bound: interval and timeout more than 0 and at most 30 days, rise and fall 1
+    /// to `MAX_RISE_FALL`.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, d) in [
+            ("health interval", self.interval),
+            ("health timeout", self.timeout),
+        ] {
+            if d.is_zero() {
+                return Err(format!("{name}: must be more than 0"));
+            }
+            check_duration(name, d)?;
+        }
+        in_range("health rise", self.rise.into(), 1..=MAX_RISE_FALL.into())?;
+        in_range("health fall", self.fall.into(), 1..=MAX_RISE_FALL.into())
+    }
 }
 
 impl Default for HealthCheck {
@@ -434,7 +519,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => n.checked_mul(3_600_000),
         _ => None,
     };
-    ms.map(Duration::from_millis).ok_or_else(bad)
+    let d = ms.map(Duration::from_millis).ok_or_else(bad)?;
+    if d > MAX_DURATION {
+        return Err(format!("invalid duration '{s}': at most 30 days (720h)"));
+    }
+    Ok(d)
 }
 
 /// Formats a duration the way `parse_duration` reads it back.
@@ -475,13 +564,26 @@ impl ListenerConfig {
             Command::Blacklist(d) => t.blacklist = *d,
             Command::Timeout(d) => t.connect_timeout = nonzero(*d, "timeout")?,
             Command::Tracking(d) => t.tracking_time = *d,
-            Command::ClientsMax(n) => t.clients_max = (*n).max(1),
+            Command::ClientsMax(n) => {
+                in_range("clients_max", (*n).into(), 0..=MAX_CLIENTS.into())
+                    .map_err(ConfigError::usage)?;
+                t.clients_max = (*n).max(1)
+            }
+            Command::MaxPerSource(n) => {
+                in_range("max_per_source", (*n).into(), 0..=MAX_SESSIONS.into())
+                    .map_err(ConfigError::usage)?;
+                t.max_per_source = *n
+            }
             Command::ConnMax(0) => {
                 return Err(ConfigError::usage(
                     "conn_max: must be at least 1 (0 would refuse every client)",
                 ))
             }
-            Command::ConnMax(n) => global.max_connections = Some(*n),
+            Command::ConnMax(n) => {
+                in_range("conn_max", (*n).into(), 1..=MAX_SESSIONS.into())
+                    .map_err(ConfigError::usage)?;
+                global.max_connections = Some(*n)
+            }
             Command::TcpNodelay(on) => t.tcp_nodelay = *on,
             Command::TcpFastclose(f) => t.tcp_fastclose = *f,
             Command::Keepalive(on) => t.keepalive = *on,
@@ -545,20 +647,31 @@ impl ListenerConfig {
                     "server {index}: a new server needs an address"
                 )));
             };
-            let spec = addr::parse_server(&bracket_ipv6(address), change.port.or(default_port))
-                .map_err(|e| ConfigError::from_addr(e, &format!("server {index}: ")))?;
-            self.servers.push(spec);
+            let addr =
+                addr::parse_server_address(&bracket_ipv6(address), change.port.or(default_port))
+                    .map_err(|e| ConfigError::from_addr(e, &format!("server {index}: ")))?;
+            self.servers.push(ServerSpec::new(addr));
         } else if let Some(address) = &change.address {
             let port = change.port.or(match self.servers[index].addr {
                 BackendAddr::Tcp(a) => Some(a.port()),
                 _ => default_port,
             });
-            let spec = addr::parse_server(&bracket_ipv6(address), port)
+            self.servers[index].addr = addr::parse_server_address(&bracket_ipv6(address), port)
                 .map_err(|e| ConfigError::from_addr(e, &format!("server {index}: ")))?;
-            self.servers[index].addr = spec.addr;
         } else if let Some(port) = change.port {
             if let BackendAddr::Tcp(a) = &mut self.servers[index].addr {
                 a.set_port(port);
+            }
+        }
+        for (name, v, most) in [
+            ("max", change.max, MAX_SESSIONS),
+            ("hard", change.hard, MAX_SESSIONS),
+            ("weight", change.weight, MAX_WEIGHT),
+            ("prio", change.prio, MAX_WEIGHT),
+        ] {
+            if let Some(v) = v {
+                in_range(&format!("server {index} {name}"), v.into(), 0..=most.into())
+                    .map_err(ConfigError::usage)?;
             }
         }
         let s = &mut self.servers[index];
@@ -590,7 +703,100 @@ impl ListenerConfig {
                 crate::balancer::MAX_SERVERS
             )));
         }
+        let named = |e: String| ConfigError::usage(format!("listener '{}': {e}", self.name));
+        self.tuning.check().map_err(named)?;
+        check_duration("slow_start", self.slow_start).map_err(named)?;
+        for (i, d) in &self.initial_blacklist {
+            check_duration(&format!("server {i} blacklist"), *d).map_err(named)?;
+        }
+        if let Some(h) = &self.health {
+            h.check().map_err(named)?;
+        }
+        for (i, s) in self.servers.iter().enumerate() {
+            for (name, v, most) in [
+                ("max", s.max, MAX_SESSIONS),
+                ("hard", s.hard, MAX_SESSIONS),
+                ("weight", s.weight, MAX_WEIGHT),
+                ("prio", s.prio, MAX_WEIGHT),
+            ] {
+                in_range(&format!("server {i} {name}"), v.into(), 0..=most.into())
+                    .map_err(named)?;
+            }
+        }
         Ok(())
+    }
+}
+
+/// Which backend of a listener `Config::self_loop` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Member {
+    Server(usize),
+    Emergency,
+    Abuse,
+}
+
+/// A backend that is one of Quill's own listen addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SelfLoop {
+    pub listener: usize,
+    pub member: Member,
+}
+
+impl SelfLoop {
+    /// One line naming the listener, the backend and its address.
+    pub fn message(&self, config: &Config) -> String {
+        let l = &config.listeners[self.listener];
+        let (what, addr) = match self.member {
+            Member::Server(i) => (format!("server {i}"), l.servers[i].addr.to_string()),
+            Member::Emergency => (
+                "emergency server".to_string(),
+                l.emergency
+                    .as_ref()
+                    .map_or(String::new(), |a| a.to_string()),
+            ),
+            Member::Abuse => (
+                "abuse server".to_string(),
+                l.abuse.as_ref().map_or(String::new(), |a| a.to_string()),
+            ),
+        };
+        format!(
+            "listener '{}': {what} {addr} is one of Quill's own listen addresses \
+             (every session would loop back into Quill)",
+            l.name
+        )
+    }
+}
+
+/// An IPv4-mapped IPv6 address as IPv4, as clients and listeners see it.
+fn canonical(a: SocketAddr) -> SocketAddr {
+    match a.ip() {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(a, |v4| SocketAddr::new(IpAddr::V4(v4), a.port())),
+        IpAddr::V4(_) => a,
+    }
+}
+
+/// Whether `ip` is this host's: loopback, or an address a socket can be bound to (a cheap
+/// question to the kernel, asked only for a server on a wildcard listener's port).
+fn is_local_ip(ip: IpAddr) -> bool {
+    ip.is_loopback() || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+impl Global {
+    /// Checks every bound of the process-wide settings.
+    pub fn check(&self) -> Result<(), String> {
+        in_range("workers", self.workers as u64, 1..=MAX_WORKERS as u64)?;
+        if let Some(n) = self.max_connections {
+            in_range("max_connections", n.into(), 1..=MAX_SESSIONS.into())?;
+        }
+        in_range("backlog", self.backlog.into(), 1..=MAX_BACKLOG.into())?;
+        in_range(
+            "accept_batch",
+            self.accept_batch.into(),
+            1..=MAX_ACCEPT_BATCH.into(),
+        )?;
+        check_duration("drain_timeout", self.drain_timeout)
     }
 }
 
@@ -627,9 +833,7 @@ fn nonzero(d: Duration, what: &str) -> Result<Duration, ConfigError> {
 impl Config {
     /// Validates the whole configuration.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.global.workers == 0 {
-            return Err(ConfigError::usage("workers: must be at least 1"));
-        }
+        self.global.check().map_err(ConfigError::usage)?;
         if let Some(ListenAddr::Tcp(a)) = &self.global.control {
             if !a.ip().is_loopback() && self.global.control_acl.is_none() {
                 return Err(ConfigError::usage(format!(
@@ -637,16 +841,87 @@ impl Config {
                 )));
             }
         }
-        for (i, l) in self.listeners.iter().enumerate() {
+        if let Some(n) = self.global.control_acl {
+            self.check_control_acl(n).map_err(ConfigError::usage)?;
+        }
+        let mut seen: std::collections::HashMap<String, &str> = Default::default();
+        for l in &self.listeners {
             l.validate()?;
-            if let Some(other) = self.listeners[..i].iter().find(|o| o.listen == l.listen) {
+            if let Some(other) = seen.insert(l.listen.to_string(), &l.name) {
                 return Err(ConfigError::usage(format!(
-                    "listeners '{}' and '{}' both listen on {}",
-                    other.name, l.name, l.listen
+                    "listeners '{other}' and '{}' both listen on {}",
+                    l.name, l.listen
                 )));
             }
         }
+        if let Some(found) = self.self_loop() {
+            return Err(ConfigError::usage(found.message(self)));
+        }
         Ok(())
+    }
+
+    /// `control_acl N` must name a list with entries: an empty list permits everyone (Pen's
+    /// rule), which would silently open a control address the ACL was meant to guard.
+    fn check_control_acl(&self, n: u8) -> Result<(), String> {
+        match self.global.acls.get(n as usize) {
+            Some(list) if !list.entries.is_empty() => Ok(()),
+            _ => Err(format!(
+                "control_acl {n}: ACL list {n} is empty and an empty list permits everyone \
+                 (add entries with 'acl {n} permit|deny ADDR' first)"
+            )),
+        }
+    }
+
+    /// The first server (or emergency or abuse server) that is one of Quill's own listen
+    /// addresses: every session sent there would come back and open another, without end. Exact
+    /// matches count, and so does any local address on the port of a wildcard listener
+    /// (`0.0.0.0:P`, `[::]:P`). Linear in the number of servers.
+    pub fn self_loop(&self) -> Option<SelfLoop> {
+        let mut exact = HashSet::new();
+        let mut wildcard_ports = HashSet::new();
+        let mut paths = HashSet::new();
+        for l in &self.listeners {
+            match &l.listen {
+                ListenAddr::Tcp(a) if a.ip().is_unspecified() => {
+                    wildcard_ports.insert(a.port());
+                }
+                ListenAddr::Tcp(a) => {
+                    exact.insert(canonical(*a));
+                }
+                ListenAddr::Unix(p) => {
+                    paths.insert(p.as_path());
+                }
+            }
+        }
+        let mine = |addr: &BackendAddr| match addr {
+            BackendAddr::Tcp(a) => {
+                let a = canonical(*a);
+                exact.contains(&a) || (wildcard_ports.contains(&a.port()) && is_local_ip(a.ip()))
+            }
+            BackendAddr::Unix(p) => paths.contains(p.as_path()),
+            _ => false,
+        };
+        for (li, l) in self.listeners.iter().enumerate() {
+            if let Some(i) = l.servers.iter().position(|s| mine(&s.addr)) {
+                return Some(SelfLoop {
+                    listener: li,
+                    member: Member::Server(i),
+                });
+            }
+            if l.emergency.as_ref().is_some_and(mine) {
+                return Some(SelfLoop {
+                    listener: li,
+                    member: Member::Emergency,
+                });
+            }
+            if l.abuse.as_ref().is_some_and(mine) {
+                return Some(SelfLoop {
+                    listener: li,
+                    member: Member::Abuse,
+                });
+            }
+        }
+        None
     }
 
     /// Applies one setting command. `listener` names the pool for pool settings; it may be left
@@ -755,6 +1030,7 @@ impl Config {
             out += &format!("{prefix}timeout {}\n", format_duration(t.connect_timeout));
             out += &format!("{prefix}tracking {}\n", format_duration(t.tracking_time));
             out += &format!("{prefix}clients_max {}\n", t.clients_max);
+            out += &format!("{prefix}max_per_source {}\n", t.max_per_source);
             out += &format!("{prefix}idle_timeout {}\n", format_duration(t.idle_timeout));
             out += &format!("{prefix}tcp_fastclose {}\n", t.tcp_fastclose.name());
             out += &format!(
@@ -797,14 +1073,30 @@ impl Config {
             format_duration(g.drain_timeout)
         );
         if let Some(c) = &g.control {
+            let level = match c {
+                ListenAddr::Unix(_) => "admin (Unix socket)".to_string(),
+                ListenAddr::Tcp(_) => format!("control_level {}", g.control_level.name()),
+            };
             out += &format!(
-                "control socket {c}{}\n",
+                "control socket {c}: {level}{}, {}\n",
                 g.control_acl
-                    .map_or(String::new(), |n| format!(" (control_acl {n})"))
+                    .map_or(String::new(), |n| format!(", control_acl {n}")),
+                if g.control_token_file.is_some() {
+                    "token required (control_token_file)"
+                } else {
+                    "no token"
+                }
             );
         }
         if let Some(a) = &g.admin {
-            out += &format!("admin listener http://{a}/ (metrics at /metrics)\n");
+            out += &format!(
+                "admin listener http://{a}/ (metrics at /metrics), {}\n",
+                if g.admin_token_file.is_some() {
+                    "token required (admin_token_file)"
+                } else {
+                    "no token"
+                }
+            );
         }
         for (n, acl) in g
             .acls
@@ -827,6 +1119,14 @@ impl Config {
                 format_duration(t.idle_timeout),
                 format_duration(t.fin_timeout)
             );
+            out += &format!(
+                "  clients tracked: {}, sessions per client address: {}\n",
+                t.clients_max,
+                match t.max_per_source {
+                    0 => "no limit".to_string(),
+                    n => n.to_string(),
+                }
+            );
             for (i, s) in l.servers.iter().enumerate() {
                 let state = match s.state {
                     AdminState::Enabled => String::new(),
@@ -844,6 +1144,9 @@ impl Config {
                 out += &format!("  slow start: {}\n", format_duration(l.slow_start));
             }
             if let Some(n) = l.client_acl {
+                if g.acls[n as usize].entries.is_empty() {
+                    out += &format!("  note: client acl {n} is empty, so it permits everyone\n");
+                }
                 out += &format!(
                     "  client acl {n}, denied clients go to {}\n",
                     l.abuse
@@ -870,27 +1173,40 @@ pub fn load_file(path: &Path, cli: &TuningPatch) -> Result<Config, ConfigError> 
 
 /// Parses TOML text; `origin` names the file in messages.
 pub fn from_toml(origin: &str, text: &str, cli: &TuningPatch) -> Result<Config, ConfigError> {
-    let at = |span: Range<usize>| format!("{origin}:{}: ", line_of(text, span.start));
+    let lines = LineIndex::new(text);
+    let at = |span: Range<usize>| format!("{origin}:{}: ", lines.line(span.start));
     let raw: RawFile = toml::from_str(text).map_err(|e| {
-        let line = e.span().map_or(1, |s| line_of(text, s.start));
+        let line = e.span().map_or(1, |s| lines.line(s.start));
         ConfigError::usage(format!(
             "{origin}:{line}: {}",
             e.message().trim().replace('\n', " ")
         ))
     })?;
     let mut global = Global::default();
+    let bounded = |v: &Option<Spanned<u32>>, name: &str, range: RangeInclusive<u32>| {
+        v.as_ref()
+            .map(|v| {
+                let n = *v.get_ref();
+                in_range(
+                    name,
+                    n.into(),
+                    (*range.start()).into()..=(*range.end()).into(),
+                )
+                .map(|()| n)
+                .map_err(|e| ConfigError::usage(format!("{}{e}", at(v.span()))))
+            })
+            .transpose()
+    };
     if let Some(w) = &raw.workers {
-        if *w.get_ref() == 0 {
-            return Err(ConfigError::usage(format!(
-                "{}workers: must be at least 1",
-                at(w.span())
-            )));
-        }
+        in_range("workers", *w.get_ref() as u64, 1..=MAX_WORKERS as u64)
+            .map_err(|e| ConfigError::usage(format!("{}{e}", at(w.span()))))?;
         global.workers = *w.get_ref();
     }
-    global.max_connections = raw.max_connections.or(global.max_connections);
-    global.backlog = raw.backlog.unwrap_or(global.backlog);
-    global.accept_batch = raw.accept_batch.unwrap_or(global.accept_batch).max(1);
+    global.max_connections = bounded(&raw.max_connections, "max_connections", 1..=MAX_SESSIONS)?
+        .or(global.max_connections);
+    global.backlog = bounded(&raw.backlog, "backlog", 1..=MAX_BACKLOG)?.unwrap_or(global.backlog);
+    global.accept_batch = bounded(&raw.accept_batch, "accept_batch", 1..=MAX_ACCEPT_BATCH)?
+        .unwrap_or(global.accept_batch);
     global.drain_timeout = raw.drain_timeout.map_or(global.drain_timeout, |d| d.0);
     global.tfo = raw.tfo.unwrap_or(global.tfo);
     global.reuseport = raw.reuseport.unwrap_or(global.reuseport);
@@ -935,7 +1251,15 @@ pub fn from_toml(origin: &str, text: &str, cli: &TuningPatch) -> Result<Config, 
         );
     }
     global.allow_exit = raw.allow_exit.unwrap_or(false);
-    global.command_file = raw.command_file.clone();
+    // Relative to the file that names it, as `include` is: the file is read at start and on
+    // every reload, like `-F`, and `write` without FILE writes there.
+    global.command_file = raw
+        .command_file
+        .as_ref()
+        .map(|f| match Path::new(origin).parent() {
+            Some(dir) => dir.join(f),
+            None => f.clone(),
+        });
     global.status_file = raw.status_file.clone();
     for (n, lines) in &raw.acl {
         let prefix = at(lines.span());
@@ -956,9 +1280,17 @@ pub fn from_toml(origin: &str, text: &str, cli: &TuningPatch) -> Result<Config, 
         ),
         None => None,
     };
+    if let Some(n) = &raw.control_acl {
+        Config {
+            global: global.clone(),
+            listeners: Vec::new(),
+        }
+        .check_control_acl(*n.get_ref())
+        .map_err(|e| ConfigError::usage(format!("{}{e}", at(n.span()))))?;
+    }
     let default_slow_start = raw.slow_start.map_or(Duration::ZERO, |d| d.0);
     let mut defaults = Tuning::default();
-    defaults.apply(&raw.tuning());
+    defaults.apply(&raw.tuning(&at)?);
     defaults.apply(cli);
     if raw.listener.is_empty() {
         return Err(ConfigError::usage(format!(
@@ -993,6 +1325,20 @@ pub fn from_toml(origin: &str, text: &str, cli: &TuningPatch) -> Result<Config, 
         listeners.push(l);
     }
     let config = Config { global, listeners };
+    if let Some(found) = config.self_loop() {
+        let rl = &raw.listener[found.listener];
+        let span = match found.member {
+            Member::Server(i) => rl.servers.get(i).map(|s| s.span()),
+            Member::Emergency => rl.emergency.as_ref().map(|e| e.span()),
+            Member::Abuse => rl.abuse.as_ref().map(|e| e.span()),
+        }
+        .unwrap_or_else(|| rl.name.span());
+        return Err(ConfigError::usage(format!(
+            "{}{}",
+            at(span),
+            found.message(&config)
+        )));
+    }
     config.validate()?;
     Ok(config)
 }
@@ -1013,7 +1359,7 @@ fn build_listener(
         .map_err(|e| ConfigError::from_addr(e, &at(rl.listen.span())))?;
     let mut l = ListenerConfig::new(name, listen);
     l.tuning = defaults.clone();
-    l.tuning.apply(&rl.tuning());
+    l.tuning.apply(&rl.tuning(at)?);
     if let Some(mode) = &rl.mode {
         for word in mode.get_ref() {
             let w = ModeWord::parse(word).ok_or_else(|| {
@@ -1070,6 +1416,17 @@ fn build_listener(
                     })?,
                 };
                 let acl = t.acl.map(|n| acl_number(n, &prefix)).transpose()?;
+                for (name, v, most) in [
+                    ("max", t.max, MAX_SESSIONS),
+                    ("hard", t.hard, MAX_SESSIONS),
+                    ("weight", t.weight, MAX_WEIGHT),
+                    ("prio", t.prio, MAX_WEIGHT),
+                ] {
+                    if let Some(v) = v {
+                        in_range(name, v.into(), 0..=most.into())
+                            .map_err(|e| ConfigError::usage(format!("{prefix}{e}")))?;
+                    }
+                }
                 addr::parse_server(&t.address, l.listen.port()).map(|mut spec| {
                     spec.max = t.max.unwrap_or(spec.max);
                     spec.hard = t.hard.unwrap_or(spec.hard);
@@ -1104,12 +1461,25 @@ pub fn parse_admin(s: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("invalid address '{s}' (expected IP:PORT, e.g. 127.0.0.1:9100)"))
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset.min(text.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
+/// Where each line of a text starts, so that turning an offset into a line number is a binary
+/// search, not a scan from the start (a file with 40,000 servers names a line for each).
+struct LineIndex(Vec<usize>);
+
+impl LineIndex {
+    fn new(text: &str) -> LineIndex {
+        LineIndex(
+            text.bytes()
+                .enumerate()
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| i)
+                .collect(),
+        )
+    }
+
+    /// The 1-based line of byte `offset`.
+    fn line(&self, offset: usize) -> usize {
+        self.0.partition_point(|&nl| nl < offset) + 1
+    }
 }
 
 /// A duration in a file: integer seconds or a string with a unit.
@@ -1125,9 +1495,13 @@ impl<'de> Deserialize<'de> for Dur {
                 f.write_str("a duration such as 30, \"500ms\", \"2s\", \"5m\"")
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
-                u64::try_from(v)
-                    .map(|s| Dur(Duration::from_secs(s)))
-                    .map_err(|_| E::custom(format!("invalid duration {v}")))
+                match u64::try_from(v).map(Duration::from_secs) {
+                    Ok(d) if d <= MAX_DURATION => Ok(Dur(d)),
+                    Ok(_) => Err(E::custom(format!(
+                        "invalid duration {v}: at most 30 days (2592000 seconds)"
+                    ))),
+                    Err(_) => Err(E::custom(format!("invalid duration {v}"))),
+                }
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
                 parse_duration(v).map(Dur).map_err(E::custom)
@@ -1231,6 +1605,7 @@ impl RawHealth {
                 *slot = n;
             }
         }
+        h.check()?;
         Ok(h)
     }
 }
@@ -1265,29 +1640,39 @@ macro_rules! with_tuning_keys {
             connect_timeout: Option<Dur>,
             blacklist: Option<Dur>,
             tracking_time: Option<Dur>,
-            clients_max: Option<u32>,
+            clients_max: Option<Spanned<u32>>,
             idle_timeout: Option<Dur>,
             fin_timeout: Option<Dur>,
             tcp_nodelay: Option<bool>,
             tcp_fastclose: Option<Fastclose>,
             keepalive: Option<bool>,
-            max_per_source: Option<u32>,
+            max_per_source: Option<Spanned<u32>>,
         }
 
         impl $name {
-            fn tuning(&self) -> TuningPatch {
-                TuningPatch {
+            /// The tuning keys set here; numbers out of range are errors naming their line.
+            fn tuning(&self, at: &dyn Fn(Range<usize>) -> String) -> Result<TuningPatch, ConfigError> {
+                let bounded = |v: &Option<Spanned<u32>>, name: &str, range: RangeInclusive<u64>| {
+                    v.as_ref()
+                        .map(|v| {
+                            in_range(name, (*v.get_ref()).into(), range)
+                                .map(|()| *v.get_ref())
+                                .map_err(|e| ConfigError::usage(format!("{}{e}", at(v.span()))))
+                        })
+                        .transpose()
+                };
+                Ok(TuningPatch {
                     connect_timeout: self.connect_timeout.map(|d| d.0),
                     blacklist: self.blacklist.map(|d| d.0),
                     tracking_time: self.tracking_time.map(|d| d.0),
-                    clients_max: self.clients_max,
+                    clients_max: bounded(&self.clients_max, "clients_max", 1..=MAX_CLIENTS.into())?,
                     idle_timeout: self.idle_timeout.map(|d| d.0),
                     fin_timeout: self.fin_timeout.map(|d| d.0),
                     tcp_nodelay: self.tcp_nodelay,
                     tcp_fastclose: self.tcp_fastclose,
                     keepalive: self.keepalive,
-                    max_per_source: self.max_per_source,
-                }
+                    max_per_source: bounded(&self.max_per_source, "max_per_source", 0..=MAX_SESSIONS.into())?,
+                })
             }
         }
     };
@@ -1298,9 +1683,9 @@ with_tuning_keys! {
     #[serde(deny_unknown_fields)]
     struct RawFile {
         workers: Option<Spanned<usize>>,
-        max_connections: Option<u32>,
-        backlog: Option<u32>,
-        accept_batch: Option<u32>,
+        max_connections: Option<Spanned<u32>>,
+        backlog: Option<Spanned<u32>>,
+        accept_batch: Option<Spanned<u32>>,
         drain_timeout: Option<Dur>,
         tfo: Option<bool>,
         reuseport: Option<bool>,
@@ -1448,6 +1833,238 @@ mod tests {
             l.initial_blacklist.clear();
         }
         assert_eq!(restarted, running, "{}", running.to_commands());
+    }
+}
+
+#[cfg(test)]
+mod bounds {
+    use super::*;
+    use crate::command::parse;
+
+    fn toml(extra_top: &str, extra_listener: &str) -> Result<Config, ConfigError> {
+        from_toml(
+            "b.toml",
+            &format!(
+                "{extra_top}\n[[listener]]\nname = \"a\"\nlisten = \"127.0.0.1:7000\"\n{extra_listener}\n\
+                 servers = [\"127.0.0.1:7001\"]\n"
+            ),
+            &TuningPatch::default(),
+        )
+    }
+
+    fn refused<T: fmt::Debug>(r: Result<T, ConfigError>, needle: &str) {
+        let e = r.expect_err("refused").message;
+        assert!(e.contains(needle), "{e:?} should name {needle:?}");
+        assert!(!e.contains('\n'), "one line: {e:?}");
+    }
+
+    fn one() -> Config {
+        toml("", "").unwrap()
+    }
+
+    fn apply(c: &mut Config, line: &str) -> Result<(), ConfigError> {
+        // As the controller does: a change that does not validate changes nothing.
+        let cmd = parse(line).map_err(|e| ConfigError::usage(e.0))?;
+        let mut next = c.clone();
+        next.apply(None, &cmd)?;
+        next.validate()?;
+        *c = next;
+        Ok(())
+    }
+
+    #[test]
+    fn clients_max_of_four_billion_is_refused_not_an_abort() {
+        refused(
+            toml("clients_max = 4294967295", ""),
+            "b.toml:1: clients_max",
+        );
+        refused(toml("", "clients_max = 1000001"), "b.toml:5: clients_max");
+        refused(apply(&mut one(), "clients_max 4294967295"), "4294967295");
+        assert!(toml("clients_max = 1000000", "").is_ok());
+    }
+
+    #[test]
+    fn timeout_of_eighteen_quintillion_seconds_is_refused() {
+        refused(toml("connect_timeout = 18446744073709551", ""), "30 days");
+        refused(toml("", "idle_timeout = \"2592001s\""), "30 days");
+        refused(apply(&mut one(), "timeout 18446744073709551"), "30 days");
+        assert!(parse_duration("720h").is_ok());
+        assert!(parse_duration("721h").unwrap_err().contains("30 days"));
+    }
+
+    #[test]
+    fn tracking_of_two_to_the_32_does_not_wrap() {
+        refused(apply(&mut one(), "tracking 4294967296"), "4294967296");
+        refused(toml("tracking_time = 4294967296", ""), "b.toml:1:");
+        let mut c = one();
+        apply(&mut c, "tracking 30d").unwrap_err();
+        apply(&mut c, "tracking 720h").unwrap();
+        assert_eq!(
+            c.listeners[0].tuning.tracking_time.as_secs() as u32 as u64,
+            2_592_000
+        );
+    }
+
+    #[test]
+    fn every_other_number_has_a_bound() {
+        refused(toml("workers = 1025", ""), "b.toml:1: workers");
+        refused(toml("max_connections = 0", ""), "max_connections");
+        refused(toml("max_connections = 1000001", ""), "max_connections");
+        refused(toml("backlog = 70000", ""), "backlog");
+        refused(toml("accept_batch = 0", ""), "accept_batch");
+        refused(toml("max_per_source = 1000001", ""), "max_per_source");
+        refused(toml("[health]\nrise = 1001", ""), "rise");
+        refused(
+            from_toml(
+                "b.toml",
+                "[[listener]]\nname = \"a\"\nlisten = \"127.0.0.1:7000\"\n\
+                 servers = [{ address = \"127.0.0.1:7001\", weight = 4000000000 }]\n",
+                &TuningPatch::default(),
+            ),
+            "b.toml:4: weight",
+        );
+        let mut c = one();
+        refused(apply(&mut c, "conn_max 4294967295"), "conn_max");
+        refused(apply(&mut c, "server 0 weight 4294967295"), "weight");
+        refused(apply(&mut c, "max_per_source 1000001"), "max_per_source");
+        apply(&mut c, "max_per_source 5").unwrap();
+        assert_eq!(c.listeners[0].tuning.max_per_source, 5);
+        assert!(c.to_commands().contains("max_per_source 5\n"));
+        assert!(c.explain().contains("sessions per client address: 5"));
+    }
+
+    #[test]
+    fn server_address_with_trailing_junk_is_refused() {
+        let mut c = one();
+        refused(
+            apply(&mut c, "server 0 address 127.0.0.1:1:2:3"),
+            "127.0.0.1:1:2:3",
+        );
+        assert_eq!(c.listeners[0].servers[0].addr.to_string(), "127.0.0.1:7001");
+        apply(&mut c, "server 0 address 127.0.0.2:9").unwrap();
+        apply(&mut c, "server 0 address ::1").unwrap();
+        assert_eq!(c.listeners[0].servers[0].addr.to_string(), "[::1]:9");
+        refused(
+            apply(&mut c, "server 1 address 127.0.0.1:1:2"),
+            "127.0.0.1:1:2",
+        );
+    }
+
+    #[test]
+    fn server_address_0_0_0_0_is_refused() {
+        for bad in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "::",
+            "::ffff:0.0.0.0",
+            "ff02::1",
+        ] {
+            let mut c = one();
+            refused(
+                apply(&mut c, &format!("server 0 address {bad}")),
+                "is not a server address",
+            );
+            refused(
+                apply(&mut c, &format!("server add [{bad}]:80")),
+                "is not a server address",
+            );
+        }
+        refused(toml("", "emergency = \"0.0.0.0:80\""), "b.toml:5:");
+    }
+
+    #[test]
+    fn control_acl_naming_an_empty_list_is_refused() {
+        refused(toml("control_acl = 5", ""), "b.toml:1: control_acl 5");
+        refused(
+            toml(
+                "control = \"0.0.0.0:10080\"\ncontrol_acl = 5\n[acl]\n4 = [\"permit 10.0.0.1\"]",
+                "",
+            ),
+            "ACL list 5 is empty",
+        );
+        let ok = toml("control_acl = 5\n[acl]\n5 = [\"permit 10.0.0.1\"]", "").unwrap();
+        let mut c = one();
+        refused(apply(&mut c, "control_acl 5"), "empty");
+        let mut c = ok;
+        refused(apply(&mut c, "no acl 5"), "control_acl 5");
+        apply(&mut c, "no control_acl").unwrap();
+        apply(&mut c, "no acl 5").unwrap();
+    }
+
+    #[test]
+    fn server_that_is_quills_own_listener_is_refused() {
+        refused(
+            from_toml(
+                "b.toml",
+                "[[listener]]\nname = \"a\"\nlisten = \"127.0.0.1:7000\"\n\
+                 servers = [\"127.0.0.1:7001\",\n \"127.0.0.1:7000\"]\n",
+                &TuningPatch::default(),
+            ),
+            "b.toml:5: listener 'a': server 1 127.0.0.1:7000 is one of Quill's own listen addresses",
+        );
+        let mut c = one();
+        refused(apply(&mut c, "server 0 port 7000"), "own listen");
+        refused(apply(&mut c, "server add 127.0.0.1:7000"), "own listen");
+        refused(
+            apply(&mut c, "server 0 address [::ffff:127.0.0.1]:7000"),
+            "own listen",
+        );
+        assert_eq!(c.listeners[0].servers.len(), 1);
+        // A wildcard listener: any local address on its port loops.
+        let mut w = from_toml(
+            "w.toml",
+            "[[listener]]\nname = \"w\"\nlisten = \"7100\"\nservers = [\"127.0.0.1:7001\"]\n",
+            &TuningPatch::default(),
+        )
+        .unwrap();
+        for (line, loops) in [
+            ("server 0 address 127.0.0.1:7100", true),
+            ("server 0 address 127.0.0.5:7100", true),
+            ("server 0 address [::1]:7100", true),
+            ("server 0 address 192.0.2.1:7100", false),
+            ("server 0 address 127.0.0.1:7101", false),
+        ] {
+            assert_eq!(apply(&mut w.clone(), line).is_err(), loops, "{line}");
+        }
+        refused(toml("", "abuse = \"127.0.0.1:7000\""), "abuse server");
+        // Another listener of the same process counts too.
+        refused(
+            from_toml(
+                "b.toml",
+                "[[listener]]\nname = \"a\"\nlisten = \"127.0.0.1:7000\"\nservers = [\"127.0.0.1:7201\"]\n\
+                 [[listener]]\nname = \"b\"\nlisten = \"127.0.0.1:7201\"\nservers = [\"127.0.0.1:7001\"]\n",
+                &TuningPatch::default(),
+            ),
+            "b.toml:4: listener 'a': server 0",
+        );
+    }
+
+    #[test]
+    fn forty_thousand_servers_check_in_under_a_second() {
+        let mut text = String::from(
+            "[[listener]]\nname = \"big\"\nlisten = \"127.0.0.1:7000\"\nservers = [\n",
+        );
+        for i in 0..40_000u32 {
+            text += &format!("  \"10.{}.{}.{}:80\",\n", i >> 16, (i >> 8) & 255, i & 255);
+        }
+        text += "]\n";
+        let started = std::time::Instant::now();
+        let c = from_toml("big.toml", &text, &TuningPatch::default()).unwrap();
+        let _ = c.explain();
+        let pool = crate::backend::Pool::build(&c.listeners[0], Default::default(), None, 0);
+        let again =
+            crate::backend::Pool::build(&c.listeners[0], Default::default(), Some(&pool), 0);
+        assert!(std::sync::Arc::ptr_eq(
+            &pool.servers[39_999],
+            &again.servers[39_999]
+        ));
+        // Unoptimised test build on a busy machine: the old code took minutes here.
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }
 

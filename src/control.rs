@@ -609,6 +609,10 @@ fn show(
             let n = pick()?.tuning.clients_max;
             (n.to_string(), json!(n))
         }
+        Setting::MaxPerSource => {
+            let n = pick()?.tuning.max_per_source;
+            (n.to_string(), json!(n))
+        }
         Setting::ConnMax => {
             let n = controller.shared().max_sessions.load(Ordering::Relaxed);
             (n.to_string(), json!(n))

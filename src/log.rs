@@ -1,6 +1,9 @@
 //! Diagnostics (tracing on stderr) and the access log: one line per session, Pen's fields first
-//! (client, time, server), then bytes each way, duration and how the session ended.
+//! (client, time, server), then bytes each way, duration and how the session ended. A field that
+//! can carry any byte (a Unix server path) is escaped, so one session is always one line of
+//! space-separated fields (text) or one JSON object (json).
 
+use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -28,6 +31,33 @@ pub fn json_string(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// Appends `value` as one field of a text log line: control bytes (C0 and DEL), space and
+/// backslash are escaped (`\n`, `\r`, `\t`, `\x1b`, `\x20`, `\\`), so a hostile path cannot
+/// split the line, add fields or send terminal escapes to whoever reads the log.
+pub fn push_text_field(out: &mut String, value: &dyn std::fmt::Display) {
+    let start = out.len();
+    let _ = write!(out, "{value}");
+    if !out[start..]
+        .bytes()
+        .any(|b| b <= b' ' || b == 0x7f || b == b'\\')
+    {
+        return;
+    }
+    let raw = out.split_off(start);
+    for c in raw.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\\' => out.push_str("\\\\"),
+            c if c <= ' ' || c == '\x7f' => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
 }
 
 /// Changes the diagnostic level at run time (`debug N`).
@@ -86,6 +116,8 @@ pub struct AccessLog {
     out: BufWriter<File>,
     format: LogFormat,
     generation: u64,
+    /// One text line being built (kept to reuse its allocation).
+    line: String,
 }
 
 impl AccessLog {
@@ -101,6 +133,7 @@ impl AccessLog {
             out: BufWriter::with_capacity(32 * 1024, file),
             format,
             generation,
+            line: String::new(),
         }
     }
 
@@ -141,23 +174,75 @@ impl AccessLog {
             );
             return;
         }
+        let line = &mut self.line;
+        line.clear();
+        push_text_field(line, e.client_ip);
+        let _ = write!(line, " {} ", e.unix_time);
+        push_text_field(line, server);
         let _ = writeln!(
-            self.out,
-            "{} {} {} {} {} {}.{:03} {}",
-            e.client_ip,
-            e.unix_time,
-            server,
+            line,
+            " {} {} {}.{:03} {}",
             e.bytes_in,
             e.bytes_out,
             e.duration_ms / 1000,
             e.duration_ms % 1000,
             e.end.name()
         );
+        let _ = self.out.write_all(line.as_bytes());
     }
 
     pub fn flush(&mut self) {
         if !self.out.buffer().is_empty() {
             let _ = self.out.flush();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(s: &str) -> String {
+        let mut out = String::from("x ");
+        push_text_field(&mut out, &s);
+        out
+    }
+
+    #[test]
+    fn text_access_log_escapes_newlines_and_escape_bytes() {
+        assert_eq!(field("/run/app.sock"), "x /run/app.sock");
+        assert_eq!(field("127.0.0.1:80"), "x 127.0.0.1:80");
+        assert_eq!(field("/tmp/a\nb"), "x /tmp/a\\nb");
+        assert_eq!(field("/tmp/\x1b[31mred"), "x /tmp/\\x1b[31mred");
+        assert_eq!(field("a b\tc\rd\x7f\x00"), "x a\\x20b\\tc\\rd\\x7f\\x00");
+        assert_eq!(field("back\\slash é"), "x back\\\\slash\\x20é");
+    }
+
+    #[test]
+    fn a_hostile_server_path_stays_one_line_of_seven_fields() {
+        let dir = std::env::temp_dir().join(format!("quill-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("access.log");
+        let mut log = AccessLog::open(&path, LogFormat::Text, 0).unwrap();
+        let server = "/tmp/evil\n127.0.0.9 1 x 0 0 0.000 done\x1b]0;owned\x07.sock";
+        for _ in 0..2 {
+            log.write(&Entry {
+                client_ip: &"127.0.0.1",
+                unix_time: 1,
+                server: Some(&server),
+                bytes_in: 2,
+                bytes_out: 3,
+                duration_ms: 4,
+                end: End::Done,
+            });
+        }
+        log.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(text.lines().count(), 2, "{text:?}");
+        for line in text.lines() {
+            assert_eq!(line.split(' ').count(), 7, "{line:?}");
+            assert!(!line.contains('\x1b') && !line.contains('\x07'), "{line:?}");
         }
     }
 }
