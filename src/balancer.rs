@@ -333,6 +333,11 @@ impl ClientTable {
         }
     }
 
+    /// How many clients the table can hold (slots allocated).
+    pub fn capacity(&self) -> usize {
+        self.keys.len()
+    }
+
     fn key(ip: IpAddr) -> u64 {
         let raw = match ip {
             IpAddr::V4(v4) => u64::from(u32::from(v4)),
