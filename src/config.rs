@@ -1088,6 +1088,12 @@ impl Config {
                 }
             );
         }
+        if let Some(f) = &g.command_file {
+            out += &format!(
+                "command file {} (applied at start and on every reload)\n",
+                f.display()
+            );
+        }
         if let Some(a) = &g.admin {
             out += &format!(
                 "admin listener http://{a}/ (metrics at /metrics), {}\n",
