@@ -893,10 +893,14 @@ impl Config {
                 }
             }
         }
-        let mine = |addr: &BackendAddr| match addr {
+        // One question to the kernel per distinct address, however many servers share it.
+        let mut local: std::collections::HashMap<IpAddr, bool> = Default::default();
+        let mut mine = |addr: &BackendAddr| match addr {
             BackendAddr::Tcp(a) => {
                 let a = canonical(*a);
-                exact.contains(&a) || (wildcard_ports.contains(&a.port()) && is_local_ip(a.ip()))
+                exact.contains(&a)
+                    || (wildcard_ports.contains(&a.port())
+                        && *local.entry(a.ip()).or_insert_with(|| is_local_ip(a.ip())))
             }
             BackendAddr::Unix(p) => paths.contains(p.as_path()),
             _ => false,
@@ -908,13 +912,13 @@ impl Config {
                     member: Member::Server(i),
                 });
             }
-            if l.emergency.as_ref().is_some_and(mine) {
+            if l.emergency.as_ref().is_some_and(&mut mine) {
                 return Some(SelfLoop {
                     listener: li,
                     member: Member::Emergency,
                 });
             }
-            if l.abuse.as_ref().is_some_and(mine) {
+            if l.abuse.as_ref().is_some_and(&mut mine) {
                 return Some(SelfLoop {
                     listener: li,
                     member: Member::Abuse,
