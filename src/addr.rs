@@ -459,6 +459,40 @@ mod tests {
     }
 
     #[test]
+    fn addresses_no_server_can_have_and_oversized_fields_are_refused() {
+        for bad in [
+            "0.0.0.0:80",
+            "[::]:80",
+            "[::ffff:0.0.0.0]:80",
+            "255.255.255.255:80",
+            "224.0.0.1:80",
+            "[ff02::1]:80",
+            "10.0.0.1:80:1000001",
+            "10.0.0.1:80:0:0:4294967295",
+            "10.0.0.1:80:0:0:1:1000001",
+        ] {
+            let err = parse_server(bad, Some(80)).unwrap_err().to_string();
+            assert!(err.contains(bad), "{err}");
+        }
+        assert!(parse_backend("0.0.0.0:80").is_err());
+        assert!(parse_proxyd_target("255.255.255.255").is_err());
+        assert_eq!(
+            parse_server_address("127.0.0.1:81", Some(80)).unwrap(),
+            tcp("127.0.0.1:81")
+        );
+        assert_eq!(
+            parse_server_address("[::1]", Some(80)).unwrap(),
+            tcp("[::1]:80")
+        );
+        for junk in ["127.0.0.1:1:2:3", "127.0.0.1:1:", "[::1]:1:2"] {
+            let err = parse_server_address(junk, Some(80))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(junk), "{err}");
+        }
+    }
+
+    #[test]
     fn proxyd_targets_parse_like_socket_proxyd() {
         let check = |input: &str, addr: BackendAddr| {
             assert_eq!(parse_proxyd_target(input).unwrap().addr, addr, "{input}");
