@@ -342,3 +342,30 @@ fn listen_over_control_never_replaces_a_regular_file_but_a_stale_socket_is_repla
     let mut s = q2.wait_ready_unix(&path);
     assert_eq!(read_line(&mut s), "g");
 }
+
+#[test]
+fn sighup_while_draining_does_not_listen_again() {
+    let g = greet("g");
+    let (mut q, _sock) = start_ctl(&[], &[spec(g.addr())]);
+    let (name, _held) = greet_session(q.port);
+    assert_eq!(name, "g");
+    q.signal("TERM");
+    assert!(q.wait_stderr_contains("stopping", Duration::from_secs(5)));
+    // The old code rebuilt the (emptied) listener list: the port was bound again while draining.
+    q.signal("HUP");
+    assert!(
+        q.wait_stderr_contains("SIGHUP", Duration::from_secs(5)),
+        "{}",
+        q.stderr()
+    );
+    assert!(
+        std::net::TcpStream::connect_timeout(&q.addr(), Duration::from_secs(2))
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused),
+        "listening again while draining"
+    );
+    q.signal("TERM");
+    let st = q
+        .wait_exit(Duration::from_secs(10))
+        .expect("second SIGTERM stops");
+    assert_eq!(st.code(), Some(0), "{}", q.stderr());
+}

@@ -9,7 +9,7 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use super::shared::{Listener, Shared};
+use super::shared::{Listener, Phase, Shared};
 use super::{Msg, Rebuild, RunError};
 use crate::backend::Pool;
 use crate::clock::Clock;
@@ -192,6 +192,10 @@ impl Controller {
 
     /// Applies `next` in place of the running configuration; returns what changed, in words.
     fn apply(&self, st: &mut State, mut next: Config) -> Result<String, String> {
+        if self.shared.phase() != Phase::Running {
+            // Draining has emptied the listener list: a change now would bind them all again.
+            return Err("stopping: the configuration no longer changes".into());
+        }
         let old = &st.config;
         if old.global.log != next.global.log {
             if let Some(path) = &next.global.log {
