@@ -705,8 +705,8 @@ fn hand_over(conn: &UnixStream, ctl: &Control) -> io::Result<()> {
 }
 
 /// New process: asks the Quill behind `path` for its sockets. Keep the returned stream and pass
-/// it to [`finish_takeover`] once serving.
-/// Every error names `path`.
+/// it to [`finish_takeover`] once serving. Every error names `path`; one that does not answer
+/// within `IO_TIMEOUT` is said to be silent.
 pub fn request_takeover(path: &Path) -> io::Result<(Vec<Inherited>, UnixStream)> {
     let shown = path.display();
     let mut conn = UnixStream::connect(path)

@@ -1,6 +1,8 @@
 //! Listening sockets: bound once at start-up (before privileges are dropped), shared by every worker,
 //! with the options accepted sockets inherit (TCP_NODELAY, SO_KEEPALIVE) set here once instead of
-//! once per connection.
+//! once per connection. A Unix socket path is only ever cleared of a stale socket file, never of
+//! anything else, and a socket handed over by another process is checked to be a listening stream
+//! socket before its address is believed.
 
 use std::io;
 use std::net::SocketAddr;
@@ -208,5 +210,14 @@ pub fn remove_stale_socket(path: &Path) -> io::Result<()> {
             Err(io::Error::new(io::ErrorKind::AddrInUse, "address in use"))
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Removes the socket file Quill bound at `path` when it stops or moves the listener, unless
+/// something else has taken its place since (a regular file, a directory, a symlink stay).
+pub fn remove_socket_file(path: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(path);
     }
 }

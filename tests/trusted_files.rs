@@ -369,3 +369,36 @@ fn sighup_while_draining_does_not_listen_again() {
         .expect("second SIGTERM stops");
     assert_eq!(st.code(), Some(0), "{}", q.stderr());
 }
+
+#[test]
+fn stopping_never_removes_a_file_that_replaced_its_socket() {
+    let g = greet("g");
+    let dir = scratch_dir();
+    let path = dir.path().join("data.sock");
+    let control = dir.path().join("ctl.sock");
+    let mut q = QuillProcess::spawn_in(
+        dir,
+        vec![
+            "-C".into(),
+            control.display().to_string(),
+            path.display().to_string(),
+            g.addr().to_string(),
+        ],
+        0,
+    );
+    let mut s = q.wait_ready_unix(&path);
+    assert_eq!(read_line(&mut s), "g");
+    drop(s);
+    wait_ctl(&q, &control);
+    // Someone puts files where the sockets were; Quill's clean-up at exit must leave them.
+    for p in [&path, &control] {
+        let tmp = p.with_extension("new");
+        fs::write(&tmp, "not yours\n").unwrap();
+        fs::rename(&tmp, p).unwrap();
+    }
+    q.signal("TERM");
+    let st = q.wait_exit(Duration::from_secs(10)).expect("stops");
+    assert_eq!(st.code(), Some(0), "{}", q.stderr());
+    assert_eq!(fs::read_to_string(&path).unwrap(), "not yours\n");
+    assert_eq!(fs::read_to_string(&control).unwrap(), "not yours\n");
+}

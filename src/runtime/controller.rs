@@ -295,7 +295,7 @@ impl Controller {
                     if !next.listeners.iter().any(|l| l.listen == c.addr)
                         && !self.shared.is_systemd_file(path)
                     {
-                        let _ = std::fs::remove_file(path);
+                        crate::listener::remove_socket_file(path);
                     }
                 }
             }

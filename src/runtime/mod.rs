@@ -352,7 +352,7 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
         remove_socket_files(&shared);
         if let Some(path) = control.as_ref().and_then(|c| c.path()) {
             if !shared.is_systemd_file(path) {
-                let _ = std::fs::remove_file(path);
+                crate::listener::remove_socket_file(path);
             }
         }
     }
@@ -420,7 +420,7 @@ fn remove_socket_files(shared: &Shared) {
     for l in shared.listeners.load().iter() {
         if let Some(path) = l.socket.path() {
             if !shared.is_systemd_file(path) {
-                let _ = std::fs::remove_file(path);
+                crate::listener::remove_socket_file(path);
             }
         }
     }
