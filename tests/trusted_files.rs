@@ -2,8 +2,9 @@
 //! the files at the paths where it binds Unix sockets, under attack (issue 9: D8, D12, D14 and the
 //! Unix-bind part of point 1). A configuration file is a regular file of at most 4 MiB, opened
 //! without waiting and read before the controller's lock is taken; an `include` error never quotes
-//! the file; an access log that cannot be opened is refused before anything changes; and a Unix
-//! bind only ever replaces a stale socket.
+//! the file; an access log that cannot be opened is refused before anything changes; a Unix bind
+//! only ever replaces a stale socket, and the clean-up at exit only ever removes a socket. Also: a
+//! SIGHUP while draining changes nothing (it used to bind the listeners again).
 
 #[path = "support/ctl.rs"]
 mod ctl;
@@ -12,7 +13,7 @@ mod support;
 use std::fs;
 use std::path::Path;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ctl::*;
 use support::*;
@@ -47,7 +48,6 @@ fn include_of_a_fifo_does_not_block_other_commands_or_shutdown() {
     let (mut q, sock) = start_ctl(&[], &[spec(g.addr())]);
     let fifo = q.path("fifo");
     mkfifo(&fifo);
-    let started = Instant::now();
     let include = ctl_in_background(&sock, &format!("include {}", fifo.display()));
     let reply = include
         .recv_timeout(CTL_TIMEOUT)
@@ -59,11 +59,6 @@ fn include_of_a_fifo_does_not_block_other_commands_or_shutdown() {
     // The old code read the FIFO under the controller's lock: this command hung behind it.
     assert_eq!(ctl(&sock, "server 0 weight 2"), "");
     assert_eq!(server_field(&ctl(&sock, "servers"), 0, "weight"), "2");
-    assert!(
-        started.elapsed() < CTL_TIMEOUT,
-        "include and a setting took {:?}",
-        started.elapsed()
-    );
     // A device is not read either (the old code read /dev/zero until memory ran out).
     let zero = ctl_in_background(&sock, "include /dev/zero");
     assert_eq!(
