@@ -951,35 +951,20 @@ impl Config {
         l.apply(cmd, &mut self.global)
     }
 
-    /// Reads control commands from a file (`-F`, `include`): one per line, `#` starts a comment.
-    /// Lines may start with `listener NAME`. Errors name `FILE:LINE`.
+    /// Reads control commands from a file (`-F`, and `include` lines in it): one per line, `#`
+    /// starts a comment. Lines may start with `listener NAME`. Errors name `FILE:LINE` and the
+    /// offending word: this is the operator's own file. `depth` counts the includes above it.
     pub fn apply_file(&mut self, path: &Path, depth: u32) -> Result<(), ConfigError> {
-        if depth > 8 {
-            return Err(ConfigError::usage(format!(
-                "{}: includes nested too deep",
-                path.display()
-            )));
-        }
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::usage(format!("{}: {e}", path.display())))?;
-        for (n, line) in text.lines().enumerate() {
-            let line = line.split('#').next().unwrap_or("").trim();
-            if line.is_empty() {
-                continue;
-            }
-            let at =
-                |msg: String| ConfigError::usage(format!("{}:{}: {msg}", path.display(), n + 1));
-            let req = crate::command::parse_request(line).map_err(|e| at(e.0))?;
-            match &req.action {
-                crate::command::Action::Set(cmd) => self
-                    .apply(req.listener.as_deref(), cmd)
-                    .map_err(|e| at(e.message))?,
-                crate::command::Action::Include(file) => {
-                    let file = path.parent().map_or(file.clone(), |dir| dir.join(file));
-                    self.apply_file(&file, depth + 1)?
-                }
-                _ => return Err(at(format!("'{line}' is not a setting"))),
-            }
+        let file = CommandFile::read_at(path, Quoting::Words, depth)?;
+        self.apply_commands(&file)
+    }
+
+    /// Applies the commands of a file read beforehand (see [`CommandFile::read`]), in order. On an
+    /// error part of them may be applied: callers apply to a copy and drop it.
+    pub fn apply_commands(&mut self, file: &CommandFile) -> Result<(), ConfigError> {
+        for c in &file.commands {
+            self.apply(c.listener.as_deref(), &c.command)
+                .map_err(|e| file.error(&c.at, e.message, "the command was refused"))?;
         }
         Ok(())
     }
@@ -1174,11 +1159,145 @@ impl Config {
 /// Loads and validates a TOML configuration file. `cli` patches apply on top of the file's
 /// top-level values (command-line options override the file).
 pub fn load_file(path: &Path, cli: &TuningPatch) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        message: format!("{}: {e}", path.display()),
-        kind: ErrorKind::Usage,
-    })?;
+    let text = read_config_text(path)?;
     from_toml(&path.display().to_string(), &text, cli)
+}
+
+/// The most a configuration file (TOML, `-F`, `include`) may hold.
+pub const MAX_CONFIG_FILE: u64 = 4 << 20;
+
+/// Reads a configuration file as text without ever waiting on it: it is opened nonblocking (a FIFO
+/// without a writer does not hang the open), and must be a regular file (not a FIFO, a device such
+/// as /dev/zero, a directory) of at most [`MAX_CONFIG_FILE`] bytes, in UTF-8. Errors start with
+/// `FILE:` (`FILE:LINE: not valid UTF-8` for the line of the first bad byte).
+pub fn read_config_text(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+
+    use rustix::fs::{FileType, Mode, OFlags};
+    let fail = |why: &dyn fmt::Display| ConfigError::usage(format!("{}: {why}", path.display()));
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd =
+        rustix::fs::open(path, flags, Mode::empty()).map_err(|e| fail(&std::io::Error::from(e)))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| fail(&std::io::Error::from(e)))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(fail(&"not a regular file"));
+    }
+    let too_big = || fail(&format!("larger than {} MiB", MAX_CONFIG_FILE >> 20));
+    let size = u64::try_from(stat.st_size).unwrap_or(0);
+    if size > MAX_CONFIG_FILE {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    // Bounded again while reading: the file may grow after the fstat.
+    std::fs::File::from(fd)
+        .take(MAX_CONFIG_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(&e))?;
+    if bytes.len() as u64 > MAX_CONFIG_FILE {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = good.iter().filter(|&&b| b == b'\n').count() + 1;
+        ConfigError::usage(format!("{}:{line}: not valid UTF-8", path.display()))
+    })
+}
+
+/// Whether errors about a command file may quote its lines. The operator's own files (`-F`)
+/// may: the message names the offending word. A file named at runtime (`include` over the control
+/// socket) may not: it can be any file Quill can read (/etc/shadow), and its content must never
+/// come back in a reply. Its errors say only `FILE:LINE:` and what kind of line it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quoting {
+    Words,
+    Never,
+}
+
+/// The setting commands of a command file and of the files it includes, read and parsed but not
+/// applied yet: reading (which may be slow) and applying (under the controller's lock) are apart.
+#[derive(Debug)]
+pub struct CommandFile {
+    commands: Vec<FileCommand>,
+    quoting: Quoting,
+}
+
+#[derive(Debug)]
+struct FileCommand {
+    /// `FILE:LINE`, for messages.
+    at: String,
+    listener: Option<String>,
+    command: Command,
+}
+
+/// How deep `include` lines may nest.
+const MAX_INCLUDE_DEPTH: u32 = 8;
+
+impl CommandFile {
+    /// Reads and parses the file at `path` and every file it includes (relative to its directory).
+    /// Each file is read as [`read_config_text`] reads it.
+    pub fn read(path: &Path, quoting: Quoting) -> Result<CommandFile, ConfigError> {
+        CommandFile::read_at(path, quoting, 0)
+    }
+
+    fn read_at(path: &Path, quoting: Quoting, depth: u32) -> Result<CommandFile, ConfigError> {
+        let mut file = CommandFile {
+            commands: Vec::new(),
+            quoting,
+        };
+        file.read_lines(path, depth)?;
+        Ok(file)
+    }
+
+    fn read_lines(&mut self, path: &Path, depth: u32) -> Result<(), ConfigError> {
+        use crate::command::{parse_request, Action};
+        if depth > MAX_INCLUDE_DEPTH {
+            return Err(ConfigError::usage(format!(
+                "{}: includes nested too deep",
+                path.display()
+            )));
+        }
+        let text = read_config_text(path)?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let at = format!("{}:{}", path.display(), n + 1);
+            let req =
+                parse_request(line).map_err(|e| self.error(&at, e.0, "not a control command"))?;
+            match req.action {
+                Action::Set(command) => self.commands.push(FileCommand {
+                    at,
+                    listener: req.listener,
+                    command,
+                }),
+                Action::Include(file) => {
+                    let file = path.parent().map_or(file.clone(), |dir| dir.join(&file));
+                    // The name comes from this file: in its place say only where it failed.
+                    self.read_lines(&file, depth + 1)
+                        .map_err(|e| match self.quoting {
+                            Quoting::Words => e,
+                            Quoting::Never => ConfigError::usage(format!(
+                                "{at}: the file it includes was refused"
+                            )),
+                        })?;
+                }
+                _ => {
+                    let why = format!("'{line}' is not a setting");
+                    return Err(self.error(&at, why, "not a setting"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An error at `at` (`FILE:LINE`): `detail` when the file may be quoted, else `plain`.
+    fn error(&self, at: &str, detail: String, plain: &str) -> ConfigError {
+        ConfigError::usage(match self.quoting {
+            Quoting::Words => format!("{at}: {detail}"),
+            Quoting::Never => format!("{at}: {plain}"),
+        })
+    }
 }
 
 /// Parses TOML text; `origin` names the file in messages.

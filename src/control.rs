@@ -83,13 +83,12 @@ impl ControlHandle {
     }
 }
 
-/// Opens the control socket at `addr`, or takes the inherited one named `control` or bound there.
+/// Opens the control socket at `addr`, or takes the inherited one named `control` when it is a
+/// listening socket at `addr` (one elsewhere is closed and `addr` bound anew: the control socket
+/// is always where the configuration says). A file at a Unix path is replaced only when it is a
+/// stale socket.
 pub fn open(addr: &ListenAddr, inherited: &mut Vec<Inherited>) -> io::Result<ControlSocket> {
-    if let Some(i) = inherited
-        .iter()
-        .position(|s| s.name.as_deref() == Some(CONTROL_NAME))
-    {
-        let fd = inherited.remove(i).fd;
+    if let Some(fd) = crate::systemd::take_named(inherited, CONTROL_NAME, addr, "control socket") {
         return Ok(match addr {
             ListenAddr::Unix(p) => ControlSocket::Unix(UnixListener::from(fd), p.clone()),
             ListenAddr::Tcp(_) => ControlSocket::Tcp(TcpListener::from(fd)),
@@ -98,15 +97,16 @@ pub fn open(addr: &ListenAddr, inherited: &mut Vec<Inherited>) -> io::Result<Con
     match addr {
         ListenAddr::Tcp(a) => Ok(ControlSocket::Tcp(TcpListener::bind(a)?)),
         ListenAddr::Unix(path) => {
-            if path.exists() {
-                if UnixStream::connect(path).is_ok() {
-                    return Err(io::Error::new(
+            crate::listener::remove_stale_socket(path).map_err(|e| {
+                if e.kind() == io::ErrorKind::AddrInUse {
+                    io::Error::new(
                         io::ErrorKind::AddrInUse,
                         "a running process serves it (use --takeover to replace it)",
-                    ));
+                    )
+                } else {
+                    e
                 }
-                std::fs::remove_file(path)?;
-            }
+            })?;
             // Created 0600 from the start: no window where others could connect.
             let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
             let bound = UnixListener::bind(path);
@@ -709,20 +709,48 @@ fn hand_over(conn: &UnixStream, ctl: &Control) -> io::Result<()> {
 }
 
 /// New process: asks the Quill behind `path` for its sockets. Keep the returned stream and pass
-/// it to [`finish_takeover`] once serving.
+/// it to [`finish_takeover`] once serving. Every error names `path`; one that does not answer
+/// within `IO_TIMEOUT` is said to be silent.
 pub fn request_takeover(path: &Path) -> io::Result<(Vec<Inherited>, UnixStream)> {
-    let mut conn = UnixStream::connect(path)?;
+    let shown = path.display();
+    let mut conn = UnixStream::connect(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot connect to {shown}: {e}")))?;
     conn.set_read_timeout(Some(IO_TIMEOUT))?;
-    conn.write_all(b"takeover\n")?;
+    conn.set_write_timeout(Some(IO_TIMEOUT))?;
+    conn.write_all(b"takeover\n")
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot ask {shown}: {e}")))?;
     let mut buf = vec![0u8; 64 * 1024];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
-    let got = rustix::net::recvmsg(
-        &conn,
-        &mut [IoSliceMut::new(&mut buf)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC,
-    )?;
+    let got = loop {
+        match rustix::net::recvmsg(
+            &conn,
+            &mut [IoSliceMut::new(&mut buf)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::AGAIN) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the process behind {shown} did not answer within {} s",
+                        IO_TIMEOUT.as_secs()
+                    ),
+                ))
+            }
+            Err(e) => {
+                let e = io::Error::from(e);
+                return Err(io::Error::new(e.kind(), format!("{shown}: {e}")));
+            }
+            Ok(got) => break got,
+        }
+    };
+    if got.bytes == 0 {
+        return Err(io::Error::other(format!(
+            "the process behind {shown} closed the connection without answering"
+        )));
+    }
     let mut fds: Vec<OwnedFd> = Vec::new();
     for msg in control.drain() {
         if let RecvAncillaryMessage::ScmRights(received) = msg {
@@ -731,10 +759,11 @@ pub fn request_takeover(path: &Path) -> io::Result<(Vec<Inherited>, UnixStream)>
     }
     let text = String::from_utf8_lossy(&buf[..got.bytes]);
     if let Some(msg) = text.strip_prefix("error: ") {
-        return Err(io::Error::other(msg.trim().to_string()));
+        return Err(io::Error::other(format!("{shown}: {}", msg.trim())));
     }
-    let value: Value = serde_json::from_str(text.trim())
-        .map_err(|e| io::Error::other(format!("unexpected answer {:?}: {e}", text.trim())))?;
+    let value: Value = serde_json::from_str(text.trim()).map_err(|e| {
+        io::Error::other(format!("{shown}: unexpected answer {:?}: {e}", text.trim()))
+    })?;
     let names: Vec<String> = value["names"]
         .as_array()
         .map(|a| {
@@ -745,7 +774,7 @@ pub fn request_takeover(path: &Path) -> io::Result<(Vec<Inherited>, UnixStream)>
         .unwrap_or_default();
     if fds.is_empty() || fds.len() != names.len() {
         return Err(io::Error::other(format!(
-            "received {} socket(s) for {} name(s)",
+            "{shown}: received {} socket(s) for {} name(s)",
             fds.len(),
             names.len()
         )));

@@ -1,6 +1,8 @@
 //! Listening sockets: bound once at start-up (before privileges are dropped), shared by every worker,
 //! with the options accepted sockets inherit (TCP_NODELAY, SO_KEEPALIVE) set here once instead of
-//! once per connection.
+//! once per connection. A Unix socket path is only ever cleared of a stale socket file, never of
+//! anything else, and a socket handed over by another process is checked to be a listening stream
+//! socket before its address is believed.
 
 use std::io;
 use std::net::SocketAddr;
@@ -79,35 +81,58 @@ impl AsFd for ListenSocket {
 /// Takes a listening socket inherited from systemd or from the process Quill takes over from.
 /// Returns it with the address it listens on.
 pub fn from_fd(fd: OwnedFd) -> io::Result<(ListenSocket, ListenAddr)> {
+    let addr = listening_addr(fd.as_fd())?;
     let socket = Socket::from(fd);
+    socket.set_nonblocking(true)?;
+    Ok(match &addr {
+        ListenAddr::Tcp(_) => {
+            let l: std::net::TcpListener = socket.into();
+            (ListenSocket::Tcp(TcpListener::from_std(l)), addr)
+        }
+        ListenAddr::Unix(path) => {
+            let l: std::os::unix::net::UnixListener = socket.into();
+            let socket = ListenSocket::Unix(UnixListener::from_std(l), path.clone());
+            (socket, addr)
+        }
+    })
+}
+
+/// Where a socket someone else handed over listens. An error unless it is a listening stream
+/// socket (SO_ACCEPTCONN, SO_TYPE) on TCP or a Unix socket path: a connected socket, a datagram
+/// socket, a pipe or a file is never taken for a listener.
+pub fn listening_addr(fd: BorrowedFd<'_>) -> io::Result<ListenAddr> {
+    let socket = socket2::SockRef::from(&fd);
     if !socket.is_listener()? || socket.r#type()? != Type::STREAM {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "not a listening stream socket",
         ));
     }
-    socket.set_nonblocking(true)?;
     let local = socket.local_addr()?;
     if let Some(addr) = local.as_socket() {
-        let l: std::net::TcpListener = socket.into();
-        return Ok((
-            ListenSocket::Tcp(TcpListener::from_std(l)),
-            ListenAddr::Tcp(addr),
-        ));
+        return Ok(ListenAddr::Tcp(addr));
     }
     match local.as_pathname() {
-        Some(path) => {
-            let path = path.to_path_buf();
-            let l: std::os::unix::net::UnixListener = socket.into();
-            Ok((
-                ListenSocket::Unix(UnixListener::from_std(l), path.clone()),
-                ListenAddr::Unix(path),
-            ))
-        }
+        Some(path) => Ok(ListenAddr::Unix(path.to_path_buf())),
         None => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "unsupported socket family (expected TCP or a Unix socket path)",
         )),
+    }
+}
+
+/// Whether a socket listening on `actual` is the one the configuration asks for at `configured`.
+/// Unix paths match when they name the same file (one process may have written a relative path).
+pub fn same_address(actual: &ListenAddr, configured: &ListenAddr) -> bool {
+    match (actual, configured) {
+        (ListenAddr::Unix(a), ListenAddr::Unix(b)) if a != b => {
+            use std::os::unix::fs::MetadataExt;
+            match (std::fs::symlink_metadata(a), std::fs::symlink_metadata(b)) {
+                (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
+                _ => false,
+            }
+        }
+        _ => actual == configured,
     }
 }
 
@@ -142,13 +167,7 @@ fn bind_tcp(addr: SocketAddr, o: &BindOptions) -> io::Result<ListenSocket> {
 }
 
 fn bind_unix(path: &Path, o: &BindOptions) -> io::Result<ListenSocket> {
-    if path.exists() {
-        // A live socket means another process serves it; a stale file is left from a crash.
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(io::Error::new(io::ErrorKind::AddrInUse, "address in use"));
-        }
-        std::fs::remove_file(path)?;
-    }
+    remove_stale_socket(path)?;
     let socket = Socket::new(Domain::UNIX, Type::STREAM.nonblocking(), None)?;
     socket.bind(&SockAddr::unix(path)?)?;
     socket.listen(o.backlog.min(i32::MAX as u32) as i32)?;
@@ -157,4 +176,48 @@ fn bind_unix(path: &Path, o: &BindOptions) -> io::Result<ListenSocket> {
         UnixListener::from_std(std_listener),
         path.to_path_buf(),
     ))
+}
+
+/// Makes room for a Unix socket at `path`: removes what is there only when it is a socket file
+/// (not followed if a symlink) that nobody answers on, left by a process that died. Anything else
+/// stays: a regular file, a directory or a symlink is an error ("exists and is not a socket"), and
+/// so is a live socket (`AddrInUse`: another process serves it).
+pub fn remove_stale_socket(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !meta.file_type().is_socket() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "exists and is not a socket",
+        ));
+    }
+    // A nonblocking connect: a live listener with a full backlog answers EAGAIN, never blocks us.
+    let probe = Socket::new(Domain::UNIX, Type::STREAM.nonblocking(), None)?;
+    match probe.connect(&SockAddr::unix(path)?) {
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Ok(()) => Err(io::Error::new(io::ErrorKind::AddrInUse, "address in use")),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            Err(io::Error::new(io::ErrorKind::AddrInUse, "address in use"))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes the socket file Quill bound at `path` when it stops or moves the listener, unless
+/// something else has taken its place since (a regular file, a directory, a symlink stay).
+pub fn remove_socket_file(path: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(path);
+    }
 }

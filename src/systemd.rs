@@ -3,11 +3,13 @@
 //! datagram each to `NOTIFY_SOCKET`. Both are plain protocols (see sd_listen_fds(3), sd_notify(3)).
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::time::Duration;
 
+use crate::addr::ListenAddr;
+use crate::listener;
 use crate::sys;
 
 /// The first descriptor systemd passes.
@@ -56,6 +58,34 @@ pub fn listen_fds() -> io::Result<Vec<Inherited>> {
             Ok(Inherited { name, fd })
         })
         .collect()
+}
+
+/// Takes the inherited socket named `name` (the control socket, the admin listener) when it is a
+/// listening stream socket at `expected`. One that is not is closed with a warning, so the caller
+/// binds `expected` anew: a socket is never served at an address the configuration does not name.
+pub fn take_named(
+    inherited: &mut Vec<Inherited>,
+    name: &str,
+    expected: &ListenAddr,
+    what: &str,
+) -> Option<OwnedFd> {
+    let i = inherited
+        .iter()
+        .position(|s| s.name.as_deref() == Some(name))?;
+    let socket = inherited.remove(i);
+    match listener::listening_addr(socket.fd.as_fd()) {
+        Ok(actual) if listener::same_address(&actual, expected) => Some(socket.fd),
+        Ok(actual) => {
+            tracing::warn!("{what} moved from {actual} to {expected}: bound anew");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(
+                "inherited socket '{name}' ({what}): {e}; closing it and binding {expected} anew"
+            );
+            None
+        }
+    }
 }
 
 /// Sends one `sd_notify` message ("READY=1", ...) if systemd asked for them; errors are logged.

@@ -9,12 +9,12 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use super::shared::{Listener, Shared};
+use super::shared::{Listener, Phase, Shared};
 use super::{Msg, Rebuild, RunError};
 use crate::backend::Pool;
 use crate::clock::Clock;
 use crate::command::Command;
-use crate::config::{Config, Global, ListenerConfig};
+use crate::config::{CommandFile, Config, Global, ListenerConfig, Quoting};
 use crate::listener::{self, BindOptions, ListenSocket};
 use crate::systemd::Inherited;
 
@@ -173,11 +173,14 @@ impl Controller {
         Ok(summary)
     }
 
-    /// Applies the commands of a file (`include`) as one change.
+    /// Applies the commands of a file (`include`) as one change. The file (a regular file, at
+    /// most 4 MiB, opened nonblocking) is read before the lock is taken, so a slow one holds up
+    /// only this caller; errors never quote its lines.
     pub fn include(&self, path: &std::path::Path) -> Result<String, String> {
+        let file = CommandFile::read(path, Quoting::Never).map_err(|e| e.message)?;
         let mut st = self.lock();
         let mut next = st.config.clone();
-        next.apply_file(path, 0).map_err(|e| e.message)?;
+        next.apply_commands(&file).map_err(|e| e.message)?;
         next.validate().map_err(|e| e.message)?;
         self.apply(&mut st, next)
     }
@@ -189,7 +192,16 @@ impl Controller {
 
     /// Applies `next` in place of the running configuration; returns what changed, in words.
     fn apply(&self, st: &mut State, mut next: Config) -> Result<String, String> {
+        if self.shared.phase() != Phase::Running {
+            // Draining has emptied the listener list: a change now would bind them all again.
+            return Err("stopping: the configuration no longer changes".into());
+        }
         let old = &st.config;
+        if old.global.log != next.global.log {
+            if let Some(path) = &next.global.log {
+                check_access_log(path)?;
+            }
+        }
         let now = self.shared.clock.now_ms();
         let mut notes = Vec::new();
         let (a, b) = (&old.global, &next.global);
@@ -283,7 +295,7 @@ impl Controller {
                     if !next.listeners.iter().any(|l| l.listen == c.addr)
                         && !self.shared.is_systemd_file(path)
                     {
-                        let _ = std::fs::remove_file(path);
+                        crate::listener::remove_socket_file(path);
                     }
                 }
             }
@@ -337,6 +349,20 @@ impl Controller {
             let _ = tx.send(msg);
         }
     }
+}
+
+/// Opens the access log a change names, as the workers will, so that a file that cannot be
+/// opened (a missing directory, a directory, a FIFO nobody reads) is an error and changes nothing
+/// instead of a warning after the fact. Nonblocking: a FIFO never holds the caller.
+fn check_access_log(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+        .map(drop)
+        .map_err(|e| format!("cannot open access log {}: {e}", path.display()))
 }
 
 /// Says in words how a listener's pool changed (for the reply and the log).

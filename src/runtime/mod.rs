@@ -9,6 +9,7 @@ pub mod shared;
 pub mod worker;
 
 use std::fs::OpenOptions;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
@@ -98,10 +99,10 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     let mut handover = None;
     let mut inherited: Vec<Inherited> = match &start.takeover {
         Some(path) => {
-            let (fds, conn) = control::request_takeover(path)
-                .map_err(|e| RunError(format!("--takeover {}: {e}", path.display())))?;
+            let (fds, conn) =
+                control::request_takeover(path).map_err(|e| RunError(format!("takeover: {e}")))?;
             handover = Some(conn);
-            fds
+            vet_handed_over(fds, &config)
         }
         None => match start.inherited {
             Some(fds) => fds,
@@ -130,14 +131,13 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     let _ = shared.systemd_files.set(systemd_files);
     let admin_socket = match g.admin {
         Some(addr) => {
-            let socket = match inherited
-                .iter()
-                .position(|s| s.name.as_deref() == Some(ADMIN_NAME))
-            {
-                Some(i) => std::net::TcpListener::from(inherited.remove(i).fd),
-                None => std::net::TcpListener::bind(addr)
-                    .map_err(|e| RunError(format!("cannot open admin listener {addr}: {e}")))?,
-            };
+            let at = crate::addr::ListenAddr::Tcp(addr);
+            let socket =
+                match systemd::take_named(&mut inherited, ADMIN_NAME, &at, "admin listener") {
+                    Some(fd) => std::net::TcpListener::from(fd),
+                    None => std::net::TcpListener::bind(addr)
+                        .map_err(|e| RunError(format!("cannot open admin listener {addr}: {e}")))?,
+                };
             let socket = Arc::new(socket);
             let _ = shared.admin_socket.set(socket.clone());
             Some(socket)
@@ -352,7 +352,7 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
         remove_socket_files(&shared);
         if let Some(path) = control.as_ref().and_then(|c| c.path()) {
             if !shared.is_systemd_file(path) {
-                let _ = std::fs::remove_file(path);
+                crate::listener::remove_socket_file(path);
             }
         }
     }
@@ -420,7 +420,7 @@ fn remove_socket_files(shared: &Shared) {
     for l in shared.listeners.load().iter() {
         if let Some(path) = l.socket.path() {
             if !shared.is_systemd_file(path) {
-                let _ = std::fs::remove_file(path);
+                crate::listener::remove_socket_file(path);
             }
         }
     }
@@ -436,6 +436,48 @@ fn socket_files(inherited: &[Inherited]) -> Vec<PathBuf> {
             local.as_pathname().map(Path::to_path_buf)
         })
         .collect()
+}
+
+/// Keeps the sockets the previous process handed over that this configuration can serve. A
+/// socket named after a listener is kept under its name only when it listens where that listener
+/// is configured; at another listener's address it is kept without a name (a renamed listener
+/// takes it by address); elsewhere it is closed, and the listener binds its new address itself
+/// (the old address is released when the old process, which drains after `done`, exits). A
+/// socket that is not a listening stream socket is closed. The control socket and the admin
+/// listener are checked where they are opened.
+fn vet_handed_over(handed: Vec<Inherited>, config: &Config) -> Vec<Inherited> {
+    let mut kept = Vec::new();
+    for mut socket in handed {
+        let name = socket.name.clone().unwrap_or_default();
+        let actual = match crate::listener::listening_addr(socket.fd.as_fd()) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("takeover: socket '{name}': {e}; closing it");
+                continue;
+            }
+        };
+        let Some(named) = config.listeners.iter().find(|l| l.name == name) else {
+            kept.push(socket);
+            continue;
+        };
+        if crate::listener::same_address(&actual, &named.listen) {
+            kept.push(socket);
+            continue;
+        }
+        tracing::warn!(
+            "takeover: listener '{name}' moved from {actual} to {}: bound anew",
+            named.listen
+        );
+        let elsewhere = config
+            .listeners
+            .iter()
+            .any(|l| crate::listener::same_address(&actual, &l.listen));
+        if elsewhere {
+            socket.name = None;
+            kept.push(socket);
+        }
+    }
+    kept
 }
 
 /// Writes Pen's HTML status report to `path`.
