@@ -125,7 +125,11 @@ impl Command {
             }
             Command::ServerAdd(spec) if !is_network_spec(spec) => Needs::UnixSocket,
             Command::Server(_, change) => {
-                if change.address.as_deref().is_some_and(|a| !is_network_spec(a)) {
+                if change
+                    .address
+                    .as_deref()
+                    .is_some_and(|a| !is_network_spec(a))
+                {
                     return Needs::UnixSocket;
                 }
                 // Operate may touch only these fields; any other (now or added later) is admin.

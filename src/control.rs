@@ -234,7 +234,8 @@ struct TokenFile {
 
 impl TokenFile {
     fn load(&mut self, path: &Path) -> Result<(), String> {
-        let what = |e: &dyn std::fmt::Display| format!("control_token_file {}: {e}", path.display());
+        let what =
+            |e: &dyn std::fmt::Display| format!("control_token_file {}: {e}", path.display());
         let meta = std::fs::metadata(path).map_err(|e| what(&e))?;
         let stamp = Some((meta.len(), meta.modified().ok()));
         if self.path.as_deref() == Some(path) && self.stamp == stamp && self.token.is_some() {
@@ -732,7 +733,6 @@ impl Client {
             }
         }
     }
-
 }
 
 /// Whether the line so far is complete: it has its newline, or is already too long.
