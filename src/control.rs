@@ -579,7 +579,14 @@ impl Loop {
                     self.ctl.controller.config().global.control_level
                 };
                 if let Some(refused) = refuse(&req, line, local, level) {
-                    tracing::info!("control client refused: {}", refused.render().trim_end());
+                    let who = match &client.conn {
+                        Conn::Tcp(_, ip) => ip.to_string(),
+                        Conn::Unix(_) => "on the Unix socket".to_string(),
+                    };
+                    tracing::info!(
+                        "control client {who} refused: {}",
+                        refused.render().trim_end()
+                    );
                     refused
                 } else if is_blocking(&req.action) {
                     return Next::Detach(req);
@@ -1356,4 +1363,96 @@ fn exchange(s: &mut (impl Read + Write), line: &str) -> io::Result<String> {
     let mut reply = String::new();
     s.read_to_string(&mut reply)?;
     Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn needs(line: &str) -> Needs {
+        command::parse_request(line)
+            .unwrap_or_else(|e| panic!("{line}: {e}"))
+            .action
+            .needs()
+    }
+
+    #[test]
+    fn paths_and_local_sockets_need_the_unix_socket_and_hosts_do_not() {
+        for line in [
+            "server 0 address /run/app.sock",
+            "server 0 address @abstract",
+            "server 0 address app.sock/",
+            "server 0 address [::1",
+            "server 0 address host:80/x",
+            "server add /run/app.sock",
+            "server add @app",
+            "server add ./x:1:2",
+            "listen 127.0.0.1:9000",
+            "listen /tmp/q.sock",
+            "log /tmp/a.log",
+            "web_stats /tmp/s.html",
+            "include /etc/shadow",
+            "write",
+            "exit",
+            "takeover",
+            "takeover_done",
+        ] {
+            assert_eq!(needs(line), Needs::UnixSocket, "{line}");
+        }
+        let admin = Needs::Level(ControlLevel::Admin);
+        for line in [
+            "server 0 address 10.0.0.2",
+            "server 0 address ::1",
+            "server 0 address [::1]:80",
+            "server 0 address backend-1.example.org",
+            "server 0 port 81",
+            "server 0 acl 1",
+            "server 0 weight 2 address 10.0.0.2",
+            "server add 10.0.0.3:80:0:0:1",
+            "server 1 remove",
+            "no log",
+            "hash",
+            "reload",
+            "conn_max 5",
+        ] {
+            assert_eq!(needs(line), admin, "{line}");
+        }
+        for line in [
+            "server 0 drain",
+            "server 1 weight 3 max 4 hard 5 prio 1",
+            "close 3",
+        ] {
+            assert_eq!(needs(line), Needs::Level(ControlLevel::Operate), "{line}");
+        }
+        for line in [
+            "servers",
+            "status",
+            "pid",
+            "json listener a servers",
+            "mode",
+            "acl 1",
+        ] {
+            assert_eq!(needs(line), Needs::Level(ControlLevel::Read), "{line}");
+        }
+    }
+
+    #[test]
+    fn auth_prefix_is_split_off_and_compared_by_value() {
+        assert_eq!(split_auth("auth t0k servers"), (Some("t0k"), "servers"));
+        assert_eq!(split_auth("auth t0k"), (Some("t0k"), ""));
+        assert_eq!(split_auth("servers"), (None, "servers"));
+        assert_eq!(split_auth("authx servers"), (None, "authx servers"));
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"abc", b"abcd"));
+        assert!(!same_secret(b"", b"a"));
+    }
+
+    #[test]
+    fn a_line_is_cut_at_its_newline_and_bounded() {
+        assert_eq!(parse_line(b"pid\r\nexit\n".to_vec()), Ok("pid".into()));
+        assert!(parse_line(vec![b'x'; MAX_LINE + 1]).is_err());
+        assert!(parse_line(b"\xff\n".to_vec()).is_err());
+        assert!(line_complete(b"a\n") && !line_complete(b"a"));
+    }
 }

@@ -442,6 +442,12 @@ fn tcp_control_without_the_token_is_denied() {
     ] {
         assert_eq!(ctl_tcp(caddr, line).unwrap(), "error: denied\n", "{line:?}");
     }
+    // The refusal arrives even when the client sends more before reading (no reset).
+    let mut bytes = b"servers\n".to_vec();
+    bytes.extend(vec![b'z'; 256 * 1024]);
+    let s = TcpStream::connect(caddr).unwrap();
+    set_timeouts(&s, CTL_TIMEOUT);
+    assert_eq!(send_all_then_read(s, &bytes).unwrap(), "error: denied\n");
     assert!(tcp_ok(caddr, "auth s3cret-token servers").contains("state up"));
     tcp_ok(caddr, "auth s3cret-token server 0 weight 2");
     // The token does not raise the level.
