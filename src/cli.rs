@@ -296,7 +296,7 @@ enum Sub {
     },
     /// Send a control command to a running Quill (Pen's penctl language) and print the reply
     #[command(
-        after_help = "Examples:\n  quill ctl servers\n  quill ctl --socket 127.0.0.1:10080 server 1 drain\n  quill ctl --json servers\n  quill ctl listener web weight\n\nWithout --socket: $QUILL_SOCKET, else /run/quill/quill.sock."
+        after_help = "Examples:\n  quill ctl servers\n  quill ctl --socket 127.0.0.1:10080 server 1 drain\n  quill ctl --json servers\n  quill ctl listener web weight\n  quill ctl --socket 127.0.0.1:10080 --token-file /etc/quill/control.token servers\n\nWithout --socket: $QUILL_SOCKET, else /run/quill/quill.sock."
     )]
     Ctl {
         /// Control socket: a Unix socket path or HOST:PORT (a bare number is a loopback port)
@@ -305,6 +305,10 @@ enum Sub {
         /// Ask for the reply in JSON
         #[arg(long)]
         json: bool,
+        /// A file holding the control token (`control_token_file`): a TCP command is sent as
+        /// `auth TOKEN COMMAND` [env: QUILL_TOKEN_FILE]
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
         /// The command and its arguments
         #[arg(
             required = true,
@@ -332,9 +336,15 @@ pub fn main() -> ExitCode {
         Some(Sub::Ctl {
             ref socket,
             json,
+            ref token_file,
             ref command,
         }) => {
-            return match crate::control::client(socket.as_deref(), json, command) {
+            return match crate::control::client(
+                socket.as_deref(),
+                json,
+                token_file.as_deref(),
+                command,
+            ) {
                 Ok(reply) => {
                     print!("{reply}");
                     ExitCode::SUCCESS

@@ -8,7 +8,8 @@ use std::time::Duration;
 use crate::acl;
 use crate::addr::AdminState;
 use crate::config::{
-    in_range, parse_duration, Fastclose, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT,
+    in_range, parse_duration, ControlLevel, Fastclose, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS,
+    MAX_WEIGHT,
 };
 
 /// A selection flag that `mode`-group commands turn on (`hash`) or off (`no hash`).
@@ -117,10 +118,75 @@ impl Command {
         )
     }
 
-    /// Whether the command names a file (accepted only over the Unix socket, `-F` and `-O`).
-    pub fn names_file(&self) -> bool {
-        matches!(self, Command::Log(Some(_)) | Command::WebStats(Some(_)))
+    /// What the command needs from the control channel it arrives on. Files, paths, Unix and
+    /// abstract sockets and moving a listener stay on the Unix socket; draining and weighing the
+    /// configured servers is `operate`; everything else (including commands added later that are
+    /// not listed here) is `admin`.
+    pub fn needs(&self) -> Needs {
+        let admin = Needs::Level(ControlLevel::Admin);
+        match self {
+            Command::Log(Some(_)) | Command::WebStats(Some(_)) | Command::Listen(_) => {
+                Needs::UnixSocket
+            }
+            Command::ServerAdd(spec) if !is_network_spec(spec) => Needs::UnixSocket,
+            Command::Server(_, change) => {
+                if change
+                    .address
+                    .as_deref()
+                    .is_some_and(|a| !is_network_spec(a))
+                {
+                    return Needs::UnixSocket;
+                }
+                // Operate may touch only these fields; any other (now or added later) is admin.
+                let rest = ServerChange {
+                    max: None,
+                    hard: None,
+                    weight: None,
+                    prio: None,
+                    blacklist: None,
+                    state: None,
+                    ..change.clone()
+                };
+                if rest == ServerChange::default() {
+                    Needs::Level(ControlLevel::Operate)
+                } else {
+                    admin
+                }
+            }
+            _ => admin,
+        }
     }
+}
+
+/// What a control line needs from the channel it arrives on, as HAProxy's runtime API levels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    /// A level a TCP client may be granted with `control_level` (the Unix socket has them all).
+    Level(ControlLevel),
+    /// Names a file, a path, a Unix or abstract socket, moves a listener, hands sockets over or
+    /// ends the process: only the Unix control socket (and `-F`, `-O`, the configuration file).
+    UnixSocket,
+}
+
+/// Whether a server address or spec names a network host: an IP address (bare, or IPv6 in
+/// brackets) or a host name, optionally followed by `:`-separated numbers. Anything else (a path,
+/// an `@abstract` name, stray characters) is treated as naming a local socket.
+fn is_network_spec(spec: &str) -> bool {
+    let (host, rest) = match spec.strip_prefix('[') {
+        Some(inner) => match inner.split_once(']') {
+            Some((h, r)) => (h, r),
+            None => return false,
+        },
+        None if spec.parse::<std::net::Ipv6Addr>().is_ok() => (spec, ""),
+        None => spec.split_at(spec.find(':').unwrap_or(spec.len())),
+    };
+    let host_ok = host.parse::<std::net::IpAddr>().is_ok()
+        || (!host.is_empty()
+            && host.len() <= 253
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')));
+    host_ok && rest.bytes().all(|b| b.is_ascii_digit() || b == b':')
 }
 
 /// A setting that a bare word shows (`blacklist`, `timeout`, ...).
@@ -172,12 +238,26 @@ pub enum Action {
 }
 
 impl Action {
-    /// Whether the action names or writes a file, or hands over sockets: not over TCP.
-    pub fn local_only(&self) -> bool {
+    /// What the action needs from the control channel: showing state is `read`, closing a
+    /// session `operate`, files, takeover and exit the Unix socket, the rest (`reload`, and any
+    /// action added later that is not listed here) `admin`.
+    pub fn needs(&self) -> Needs {
         match self {
-            Action::Set(c) => c.names_file(),
-            Action::Write(_) | Action::Include(_) | Action::Takeover | Action::TakeoverDone => true,
-            _ => false,
+            Action::Set(c) => c.needs(),
+            Action::Show(_)
+            | Action::Servers
+            | Action::Status
+            | Action::Recent(_)
+            | Action::Connections
+            | Action::Connection(_)
+            | Action::Pid => Needs::Level(ControlLevel::Read),
+            Action::Close(_) => Needs::Level(ControlLevel::Operate),
+            Action::Exit
+            | Action::Write(_)
+            | Action::Include(_)
+            | Action::Takeover
+            | Action::TakeoverDone => Needs::UnixSocket,
+            _ => Needs::Level(ControlLevel::Admin),
         }
     }
 }

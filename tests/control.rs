@@ -147,7 +147,7 @@ fn file_naming_commands_are_refused_over_tcp() {
     ] {
         let reply = ctl_tcp(caddr, &line).unwrap();
         assert!(
-            reply.starts_with("error: ") && reply.contains("only over the Unix control socket"),
+            reply.starts_with("error: ") && reply.contains("needs the Unix control socket"),
             "{line:?} over TCP: {reply:?}"
         );
     }
@@ -157,8 +157,9 @@ fn file_naming_commands_are_refused_over_tcp() {
         servers.contains(" weight 1 "),
         "include ran over TCP: {servers}"
     );
-    // `no log` names no file: allowed.
-    assert_eq!(ctl_tcp(caddr, "no web_stats").unwrap(), "");
+    // `no web_stats` names no file, but changes a setting: admin level, not the default operate.
+    let reply = ctl_tcp(caddr, "no web_stats").unwrap();
+    assert!(reply.contains("needs control level admin"), "{reply:?}");
 }
 
 #[test]
@@ -293,35 +294,24 @@ fn control_lets_go_of_a_client_that_drips_its_line() {
 }
 
 #[test]
-fn control_serves_a_bounded_number_of_clients_and_recovers_when_they_leave() {
+fn control_serves_a_client_at_once_while_many_silent_ones_are_connected() {
     let (_b, specs) = greeters(&["a"]);
     let (q, sock) = start_ctl(&[], &specs);
-    let silent: Vec<UnixStream> = (0..16)
+    // The old design had 16 slots; an event loop holds them all and still answers at once.
+    let silent: Vec<UnixStream> = (0..100)
         .map(|_| UnixStream::connect(&sock).unwrap())
         .collect();
-    // Once all 16 are being served, one more is turned away at once (a reply or a reset).
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let turned_away = loop {
-        match try_ctl(&sock, "pid") {
-            Ok(r) if r == format!("{}\n", q.pid) => {}
-            other => break other,
-        }
-        assert!(Instant::now() < deadline, "a 17th client is still served");
-        thread::sleep(Duration::from_millis(20));
-    };
-    match &turned_away {
-        Ok(reply) => assert_eq!(reply, "error: busy\n"),
-        Err(e) => assert!(is_reset(e), "{e}"),
+    thread::sleep(Duration::from_millis(200));
+    for _ in 0..5 {
+        let t = Instant::now();
+        assert_eq!(ctl(&sock, "pid"), format!("{}\n", q.pid));
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "took {:?}",
+            t.elapsed()
+        );
     }
     drop(silent);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while try_ctl(&sock, "pid").ok() != Some(format!("{}\n", q.pid)) {
-        assert!(
-            Instant::now() < deadline,
-            "control socket busy after its clients left"
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
 }
 
 // === settings ===
