@@ -430,6 +430,31 @@ impl Session {
         self.up.is_done() != self.down.is_done() || self.backend_ready.error
     }
 
+    /// Before the session is dropped: makes the close abortive (an RST) on each side whose peer
+    /// would otherwise take a cut stream for a complete one, as a direct connection would show it.
+    /// A reset is passed on as a reset; a session cut by the drain deadline or a second stop
+    /// signal resets both sides; any other end resets a side only when bytes meant for it are
+    /// left undelivered (or its server reset). Normal ends (both EOFs, `tcp_fastclose`, timeouts
+    /// of an idle or half-closed session, `close N` with nothing in flight) stay clean FINs.
+    pub fn arm_resets(&self, end: End) {
+        let (client, backend) = match end {
+            End::ServerReset => (true, false),
+            End::ClientReset => (false, true),
+            End::Shutdown => (true, true),
+            End::Error if self.connected => (true, true),
+            _ => (
+                self.down.has_pending() || self.backend_ready.error,
+                self.up.has_pending(),
+            ),
+        };
+        if client {
+            self.client.reset_on_close();
+        }
+        if let (true, Some(b)) = (backend, &self.backend) {
+            b.reset_on_close();
+        }
+    }
+
     /// Gives buffers back before the session is dropped.
     pub fn release(&mut self, pools: &mut Pools) {
         self.up.release(pools);
