@@ -128,7 +128,9 @@ fn client_reset_reaches_the_server_as_a_reset() {
     write_all(&mut s, b"hi");
     let mut server_side = h.wait_conn(index, Duration::from_secs(5));
     let mut got = [0u8; 2];
-    server_side.read_exact(&mut got).expect("the server gets the bytes");
+    server_side
+        .read_exact(&mut got)
+        .expect("the server gets the bytes");
     SockRef::from(&s)
         .set_linger(Some(Duration::ZERO))
         .expect("SO_LINGER");
@@ -241,7 +243,10 @@ fn one_client_address_cannot_hold_more_than_max_per_source_sessions() {
     let (got, _) = wait_closed(&mut sixth, Duration::from_secs(5));
     assert!(got.is_empty(), "the 6th session got {got:?}");
     let line = q.wait_line_at(before, Duration::from_secs(5));
-    assert_eq!((line.client.as_str(), line.end.as_str()), ("127.0.0.1", "refused"));
+    assert_eq!(
+        (line.client.as_str(), line.end.as_str()),
+        ("127.0.0.1", "refused")
+    );
 
     let mut other = connect_from(Ipv4Addr::new(127, 0, 0, 2), addr);
     assert!(
@@ -303,7 +308,11 @@ fn wait_listening(q: &mut Limited, addr: SocketAddr) {
         if TcpStream::connect_timeout(&addr, Duration::from_millis(300)).is_ok() {
             return;
         }
-        assert!(Instant::now() < deadline, "quill not ready:\n{}", q.stderr());
+        assert!(
+            Instant::now() < deadline,
+            "quill not ready:\n{}",
+            q.stderr()
+        );
         thread::sleep(Duration::from_millis(20));
     }
 }
@@ -375,8 +384,11 @@ fn emfile_on_the_data_path_leaves_the_control_socket_and_admin_listener_answerin
         let answer = ask(control, b"pid\n")
             .unwrap_or_else(|e| panic!("round {round}: control socket: {e}\n{}", q.stderr()));
         assert_eq!(answer.trim(), pid.to_string(), "round {round}: control");
-        let metrics = ask(admin, format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n").as_bytes())
-            .unwrap_or_else(|e| panic!("round {round}: admin listener: {e}\n{}", q.stderr()));
+        let metrics = ask(
+            admin,
+            format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n").as_bytes(),
+        )
+        .unwrap_or_else(|e| panic!("round {round}: admin listener: {e}\n{}", q.stderr()));
         assert!(
             metrics.starts_with("HTTP/1.1 200") && metrics.contains("quill_sessions_active"),
             "round {round}: /metrics: {}",

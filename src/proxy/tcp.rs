@@ -5,6 +5,7 @@
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -109,6 +110,9 @@ pub struct Session {
     accepted_at: Instant,
     /// The client's ACL denied it: it goes to the abuse server.
     pub denied: bool,
+    /// The server reset and the session waits for the client to acknowledge the server's last
+    /// bytes before passing the reset on (which would destroy them in flight).
+    pub server_gone: bool,
     attempt: Attempt,
 }
 
@@ -139,6 +143,7 @@ impl Session {
             active_ms: now_ms,
             accepted_at: Instant::now(),
             denied: false,
+            server_gone: false,
             attempt: Attempt::default(),
         }
     }
@@ -428,6 +433,19 @@ impl Session {
     /// bytes still wait for the client (the FIN timeout applies to both).
     pub fn is_half_closed(&self) -> bool {
         self.up.is_done() != self.down.is_done() || self.backend_ready.error
+    }
+
+    /// After the server reset: whether bytes it sent are still on their way to the client
+    /// (unacknowledged in the client's socket). A reset passed on now would destroy them, where a
+    /// direct connection would have delivered them first; the worker waits (at most the FIN
+    /// timeout) before closing.
+    pub fn client_catching_up(&self) -> bool {
+        match &self.client {
+            Stream::Tcp(s) if !self.client_ready.error => {
+                crate::sys::unacked_bytes(s.as_fd()).is_ok_and(|n| n > 0)
+            }
+            _ => false,
+        }
     }
 
     /// Before the session is dropped: makes the close abortive (an RST) on each side whose peer

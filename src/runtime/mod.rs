@@ -111,7 +111,11 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
         .map_err(|e| RunError(format!("cannot handle signals: {e}")))?;
     let resolves_names = has_server_names(&config);
     let nofile = sys::raise_nofile_limit().unwrap_or(1024);
-    let servers = config.listeners.iter().map(|l| l.servers.len() as u64).sum();
+    let servers = config
+        .listeners
+        .iter()
+        .map(|l| l.servers.len() as u64)
+        .sum();
     let fit = sessions_for(
         nofile,
         g.workers as u64,

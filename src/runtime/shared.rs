@@ -305,8 +305,14 @@ mod tests {
         let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
         let held: Vec<_> = (0..3).map(|_| t.admit(7, a, 3)).collect();
         assert!(held.iter().all(Option::is_some));
-        assert!(t.admit(7, a, 3).is_none(), "a fourth session of one address");
-        assert!(t.admit(7, mapped, 3).is_none(), "the mapped form is the same address");
+        assert!(
+            t.admit(7, a, 3).is_none(),
+            "a fourth session of one address"
+        );
+        assert!(
+            t.admit(7, mapped, 3).is_none(),
+            "the mapped form is the same address"
+        );
         assert_eq!(t.count(7, a), 3, "a refusal leaves nothing counted");
         drop(held);
         assert_eq!(t.count(7, a), 0);

@@ -293,7 +293,8 @@ impl Worker {
         let (idx, gen, side) = decode(t);
         let Some(Slot {
             gen: g,
-            session: Some(s), ..
+            session: Some(s),
+            ..
         }) = self.slots.get_mut(idx)
         else {
             return;
@@ -344,7 +345,16 @@ impl Worker {
         let Some(s) = self.slots[idx].session.as_mut() else {
             return;
         };
+        if s.server_gone {
+            if !s.client_catching_up() {
+                self.close(idx, End::ServerReset, now);
+            }
+            return;
+        }
         match s.drive(&mut self.pools, now) {
+            // The server's last bytes reach the client before its reset does (checked again on
+            // the client's events and at each sweep).
+            Some(End::ServerReset) if s.client_catching_up() => s.server_gone = true,
             Some(end) => self.close(idx, end, now),
             None if s.wants_more() => self.again.push((idx as u32, self.slots[idx].gen)),
             None => {}
@@ -389,7 +399,9 @@ impl Worker {
                             EMFILE_WARN_MS / 1000
                         );
                     } else {
-                        tracing::debug!("accept: {e}; pausing the listener for {EMFILE_PAUSE_MS} ms");
+                        tracing::debug!(
+                            "accept: {e}; pausing the listener for {EMFILE_PAUSE_MS} ms"
+                        );
                     }
                     self.deregister_listener(li);
                     self.listeners[li].paused_until = now + EMFILE_PAUSE_MS;
@@ -556,7 +568,8 @@ impl Worker {
             let waiting = match self.slots.get(idx) {
                 Some(Slot {
                     gen: g,
-                    session: Some(s), ..
+                    session: Some(s),
+                    ..
                 }) => *g == gen && s.is_resolving() && s.attempt_seq() == seq,
                 _ => false,
             };
@@ -596,7 +609,8 @@ impl Worker {
             let live = match &self.slots.get(t.idx as usize) {
                 Some(Slot {
                     gen,
-                    session: Some(s), ..
+                    session: Some(s),
+                    ..
                 }) => *gen == t.gen && !s.connected && s.attempt_seq() == t.seq,
                 _ => false,
             };
@@ -633,6 +647,9 @@ impl Worker {
             let quiet = now.saturating_sub(s.active_ms);
             let end = if hard_deadline.is_some_and(|d| now >= d) {
                 Some(End::Shutdown)
+            } else if s.server_gone {
+                let late = quiet >= millis(t.fin_timeout);
+                (late || !s.client_catching_up()).then_some(End::ServerReset)
             } else if s.connected && s.is_half_closed() && quiet >= millis(t.fin_timeout) {
                 Some(End::FinTimeout)
             } else if s.connected && !t.idle_timeout.is_zero() && quiet >= millis(t.idle_timeout) {
