@@ -1,5 +1,6 @@
 //! The only home of `unsafe`: thin wrappers over Linux syscalls that neither std, mio nor socket2
-//! expose (splice and pipes, exclusive epoll registration, resource limits, privilege drop).
+//! expose (splice and pipes, exclusive epoll registration, resource limits, privilege drop, a
+//! socket's unacknowledged bytes).
 //!
 //! Every wrapper returns `io::Result` and takes borrowed descriptors; nothing here keeps state.
 
@@ -37,6 +38,16 @@ pub fn pipe(size: Option<usize>) -> io::Result<(OwnedFd, OwnedFd)> {
         let _ = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, size as libc::c_int) };
     }
     Ok((read, write))
+}
+
+/// Bytes a TCP socket has sent or queued that its peer has not acknowledged yet (SIOCOUTQ): 0 once
+/// the peer's kernel has everything, so a reset sent then destroys nothing in flight.
+pub fn unacked_bytes(socket: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ on sockets) writes one int to the valid, writable `n`; the
+    // descriptor is borrowed for the call.
+    check(unsafe { libc::ioctl(socket.as_raw_fd(), libc::TIOCOUTQ, &mut n) })?;
+    Ok(n.max(0) as usize)
 }
 
 /// Moves up to `len` bytes from `from` to `to` inside the kernel; one of them must be a pipe.

@@ -25,13 +25,17 @@ pub struct Pipe {
     write: OwnedFd,
 }
 
-/// A worker's free buffers and pipes, bounded so a burst does not pin memory for ever.
+/// A worker's free buffers and pipes, bounded so a burst does not pin memory for ever. Pipes are
+/// bounded in all (pooled or holding data), not only in the pool: their descriptors are counted in
+/// the reserve that keeps sessions from starving the control socket and the admin listener.
 #[derive(Debug)]
 pub struct Pools {
     buffers: Vec<Box<[u8]>>,
     pipes: Vec<Pipe>,
     max_buffers: usize,
     max_pipes: usize,
+    /// Pipes this worker holds, in the pool or in flows.
+    pipes_open: usize,
     /// Whether splice is used for bulk flows (false after pipes could not be created).
     pub splice: bool,
 }
@@ -43,6 +47,7 @@ impl Pools {
             pipes: Vec::new(),
             max_buffers,
             max_pipes,
+            pipes_open: 0,
             splice,
         }
     }
@@ -59,13 +64,20 @@ impl Pools {
         }
     }
 
-    /// A pipe from the pool, or a new one while fewer than `max_pipes` are out.
+    /// A pipe from the pool, or a new one while fewer than `max_pipes` are open; None sends the
+    /// flow through a buffer.
     fn pipe(&mut self) -> Option<Pipe> {
         if let Some(p) = self.pipes.pop() {
             return Some(p);
         }
+        if self.pipes_open >= self.max_pipes {
+            return None;
+        }
         match sys::pipe(Some(PIPE_SIZE)) {
-            Ok((read, write)) => Some(Pipe { read, write }),
+            Ok((read, write)) => {
+                self.pipes_open += 1;
+                Some(Pipe { read, write })
+            }
             Err(e) => {
                 tracing::debug!("no splice pipe ({e}); copying through buffers");
                 None
@@ -77,7 +89,15 @@ impl Pools {
     fn give_pipe(&mut self, pipe: Pipe) {
         if self.pipes.len() < self.max_pipes {
             self.pipes.push(pipe);
+        } else {
+            self.drop_pipe(pipe);
         }
+    }
+
+    /// Closes a pipe (one still holding data, or one the pool has no room for).
+    fn drop_pipe(&mut self, pipe: Pipe) {
+        drop(pipe);
+        self.pipes_open -= 1;
     }
 }
 
@@ -109,6 +129,16 @@ enum Flushed {
 pub enum Failure {
     Read(io::Error),
     Write(io::Error),
+}
+
+/// A read of 0 bytes: EOF, unless the source had reported an error (a reset whose error was
+/// already taken, e.g. when it came with the connect): a reset stream never ends cleanly.
+fn end_of_data(eof: &mut bool, sr: &Ready) -> io::Result<bool> {
+    if sr.error {
+        return Err(io::ErrorKind::ConnectionReset.into());
+    }
+    *eof = true;
+    Ok(true)
 }
 
 /// One direction's state.
@@ -259,8 +289,7 @@ impl Flow {
         match src.read(&mut buf) {
             Ok(0) => {
                 pools.give_buffer(buf);
-                self.eof = true;
-                Ok(true)
+                end_of_data(&mut self.eof, sr)
             }
             Ok(n) => {
                 if n == buf.len() {
@@ -304,8 +333,7 @@ impl Flow {
         match sys::splice(src.as_fd(), pipe.write.as_fd(), PIPE_SIZE) {
             Ok(0) => {
                 pools.give_pipe(pipe);
-                self.eof = true;
-                Ok(true)
+                end_of_data(&mut self.eof, sr)
             }
             Ok(n) => {
                 self.pending = Pending::Pipe {
@@ -326,10 +354,12 @@ impl Flow {
         }
     }
 
-    /// Gives a held buffer back on close (a pipe with data in it is simply closed).
+    /// Gives a held buffer back on close (a pipe with data in it is closed).
     pub fn release(&mut self, pools: &mut Pools) {
-        if let Pending::Buf { buf, .. } = std::mem::take(&mut self.pending) {
-            pools.give_buffer(buf);
+        match std::mem::take(&mut self.pending) {
+            Pending::Buf { buf, .. } => pools.give_buffer(buf),
+            Pending::Pipe { pipe, .. } => pools.drop_pipe(pipe),
+            Pending::Empty => {}
         }
     }
 }

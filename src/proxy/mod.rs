@@ -52,6 +52,16 @@ impl Stream {
         }
     }
 
+    /// Makes the coming close() abortive (SO_LINGER 0: an RST, unsent bytes dropped), so the peer
+    /// sees the stream cut as a reset rather than a clean end. Unix sockets have no reset: they
+    /// close as usual.
+    pub fn reset_on_close(&self) {
+        if let Stream::Tcp(s) = self {
+            // Best effort: if it fails the peer gets a FIN, as before.
+            let _ = SockRef::from(s).set_linger(Some(std::time::Duration::ZERO));
+        }
+    }
+
     pub fn take_error(&self) -> io::Result<Option<io::Error>> {
         match self {
             Stream::Tcp(s) => s.take_error(),

@@ -5,6 +5,7 @@
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -109,6 +110,9 @@ pub struct Session {
     accepted_at: Instant,
     /// The client's ACL denied it: it goes to the abuse server.
     pub denied: bool,
+    /// The server reset and the session waits for the client to acknowledge the server's last
+    /// bytes before passing the reset on (which would destroy them in flight).
+    pub server_gone: bool,
     attempt: Attempt,
 }
 
@@ -139,6 +143,7 @@ impl Session {
             active_ms: now_ms,
             accepted_at: Instant::now(),
             denied: false,
+            server_gone: false,
             attempt: Attempt::default(),
         }
     }
@@ -428,6 +433,44 @@ impl Session {
     /// bytes still wait for the client (the FIN timeout applies to both).
     pub fn is_half_closed(&self) -> bool {
         self.up.is_done() != self.down.is_done() || self.backend_ready.error
+    }
+
+    /// After the server reset: whether bytes it sent are still on their way to the client
+    /// (unacknowledged in the client's socket). A reset passed on now would destroy them, where a
+    /// direct connection would have delivered them first; the worker waits (at most the FIN
+    /// timeout) before closing.
+    pub fn client_catching_up(&self) -> bool {
+        match &self.client {
+            Stream::Tcp(s) if !self.client_ready.error => {
+                crate::sys::unacked_bytes(s.as_fd()).is_ok_and(|n| n > 0)
+            }
+            _ => false,
+        }
+    }
+
+    /// Before the session is dropped: makes the close abortive (an RST) on each side whose peer
+    /// would otherwise take a cut stream for a complete one, as a direct connection would show it.
+    /// A reset is passed on as a reset; a session cut by the drain deadline or a second stop
+    /// signal resets both sides; any other end resets a side only when bytes meant for it are
+    /// left undelivered (or its server reset). Normal ends (both EOFs, `tcp_fastclose`, timeouts
+    /// of an idle or half-closed session, `close N` with nothing in flight) stay clean FINs.
+    pub fn arm_resets(&self, end: End) {
+        let (client, backend) = match end {
+            End::ServerReset => (true, false),
+            End::ClientReset => (false, true),
+            End::Shutdown => (true, true),
+            End::Error if self.connected => (true, true),
+            _ => (
+                self.down.has_pending() || self.backend_ready.error,
+                self.up.has_pending(),
+            ),
+        };
+        if client {
+            self.client.reset_on_close();
+        }
+        if let (true, Some(b)) = (backend, &self.backend) {
+            b.reset_on_close();
+        }
     }
 
     /// Gives buffers back before the session is dropped.

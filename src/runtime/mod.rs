@@ -33,8 +33,15 @@ use worker::{Worker, WAKER};
 
 /// The admin listener's name among handed-over sockets.
 pub const ADMIN_NAME: &str = "admin";
-/// Descriptors kept back from sessions: listeners, epoll and waker per worker, logs, splice pipes.
-const FD_RESERVE: u64 = 64;
+/// Descriptors kept back from sessions for the process itself: standard streams, access log and
+/// its per-worker copies, status file, pid file, signal pipe, the control socket and the admin
+/// listener, the health checker's and the control thread's event loops, resolver threads.
+/// Listeners, servers (one health probe each) and workers are added to it by `sessions_for`.
+const FD_RESERVE: u64 = 32;
+/// Descriptors kept for connections to the control socket and the admin listener (each serves a
+/// bounded number at once) and the spare each keeps to refuse clients cleanly on EMFILE: sessions
+/// never take these, so running out of descriptors on the data path never starves them.
+const FD_CONTROL_ADMIN: u64 = 64;
 /// Splice pipes a worker may keep (two descriptors each).
 pub(crate) const PIPES_PER_WORKER: usize = 32;
 
@@ -67,10 +74,33 @@ pub enum Msg {
     HandedOver,
 }
 
-/// How many sessions fit in `nofile` descriptors: two sockets each, after the reserve.
-fn sessions_for(nofile: u64, workers: u64, listeners: u64) -> u64 {
-    let reserve = FD_RESERVE + listeners + workers * (2 + 2 * PIPES_PER_WORKER as u64);
+/// How many sessions fit in `nofile` descriptors: two sockets each, after the reserve (the
+/// process, control and admin, one per listener, one per server for its health probe, and per
+/// worker its epoll, waker and splice pipes).
+fn sessions_for(nofile: u64, workers: u64, listeners: u64, servers: u64) -> u64 {
+    let reserve = FD_RESERVE
+        + FD_CONTROL_ADMIN
+        + listeners
+        + servers
+        + workers * (2 + 2 * PIPES_PER_WORKER as u64);
     nofile.saturating_sub(reserve) / 2
+}
+
+/// The sessions to allow: `-x` when the open-file limit has room for it, else what fits (with a
+/// warning naming both numbers; past that the system would refuse descriptors to the control
+/// socket and the admin listener too). Without `-x`, what fits.
+fn session_limit(asked: Option<u32>, nofile: u64, fit: u64) -> u64 {
+    match asked {
+        Some(x) if u64::from(x) > fit => {
+            tracing::warn!(
+                "-x {x} needs more open files than the limit {nofile} allows: at most {fit} sessions (2 descriptors each; {} kept for control, admin, health checks, pipes and logs); raise LimitNOFILE (ulimit -n) or run several processes with --reuseport",
+                nofile.saturating_sub(2 * fit)
+            );
+            fit
+        }
+        Some(x) => u64::from(x),
+        None => fit,
+    }
 }
 
 /// Runs Quill with `config` until it has stopped.
@@ -82,18 +112,18 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
         .map_err(|e| RunError(format!("cannot handle signals: {e}")))?;
     let resolves_names = has_server_names(&config);
     let nofile = sys::raise_nofile_limit().unwrap_or(1024);
-    let fit = sessions_for(nofile, g.workers as u64, config.listeners.len() as u64);
-    let max_sessions = match g.max_connections {
-        Some(x) if u64::from(x) > fit => {
-            tracing::warn!(
-                "-x {x} needs about {} open files but the limit is {nofile}: sessions past {fit} will be refused by the system (raise LimitNOFILE or run several processes with --reuseport)",
-                2 * u64::from(x) + (nofile - 2 * fit)
-            );
-            u64::from(x)
-        }
-        Some(x) => u64::from(x),
-        None => fit,
-    };
+    let servers = config
+        .listeners
+        .iter()
+        .map(|l| l.servers.len() as u64)
+        .sum();
+    let fit = sessions_for(
+        nofile,
+        g.workers as u64,
+        config.listeners.len() as u64,
+        servers,
+    );
+    let max_sessions = session_limit(g.max_connections, nofile, fit);
 
     // Sockets come from the process we take over from, from systemd, or are bound here.
     let mut handover = None;
@@ -128,6 +158,8 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     let clock = Clock::default();
     let controller = Controller::start(config, clock, max_sessions, &mut inherited)?;
     let shared = controller.shared().clone();
+    // A later `conn_max` or reload cannot take sessions past the open-file limit either.
+    shared.fd_sessions.store(fit, Ordering::Relaxed);
     let _ = shared.systemd_files.set(systemd_files);
     let admin_socket = match g.admin {
         Some(addr) => {

@@ -2,9 +2,10 @@
 //! against `-x`, the process phase, the log settings and the counters. Atomics only on the data
 //! path; the control thread talks to a worker through its inbox and waker.
 
+use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
@@ -74,6 +75,9 @@ pub struct Shared {
     pub listeners: ArcSwap<Vec<Arc<Listener>>>,
     /// Sessions allowed at once (`-x`, `conn_max`).
     pub max_sessions: AtomicU64,
+    /// Sessions the open-file limit leaves room for after the reserve (control, admin, health
+    /// checks, pipes, logs); workers never go past it whatever `max_sessions` says.
+    pub fd_sessions: AtomicU64,
     pub active: AtomicU64,
     pub accept_batch: u32,
     /// Whether bulk flows use splice pipes.
@@ -106,6 +110,8 @@ pub struct Shared {
     /// What the listeners were when the drain began: status keeps showing the pools while their
     /// sessions finish (the listener list itself is emptied so the sockets close).
     pub drained: ArcSwap<Vec<DrainedListener>>,
+    /// Sessions per client address for `max_per_source`; made when a listener first needs it.
+    sources: OnceLock<Arc<SourceCounts>>,
 }
 
 /// A listener that no longer accepts, as status reports show it during a drain.
@@ -128,6 +134,7 @@ impl Shared {
             clock,
             listeners: ArcSwap::from_pointee(listeners),
             max_sessions: AtomicU64::new(max_sessions),
+            fd_sessions: AtomicU64::new(u64::MAX),
             active: AtomicU64::new(0),
             accept_batch: g.accept_batch.max(1),
             splice: g.splice,
@@ -147,7 +154,14 @@ impl Shared {
             systemd_files: OnceLock::new(),
             admin_socket: OnceLock::new(),
             drained: ArcSwap::from_pointee(Vec::new()),
+            sources: OnceLock::new(),
         }
+    }
+
+    /// The per-source session counts (allocated on first use: nothing while no listener has a
+    /// `max_per_source`).
+    pub fn sources(&self) -> &Arc<SourceCounts> {
+        self.sources.get_or_init(|| Arc::new(SourceCounts::new()))
     }
 
     pub fn phase(&self) -> Phase {
@@ -212,5 +226,96 @@ impl Shared {
         self.systemd_files
             .get()
             .is_some_and(|files| files.iter().any(|f| f == path))
+    }
+}
+
+/// Counters behind `max_per_source`: open sessions per (listener, client address), shared by all
+/// workers without a lock. A fixed table of atomic counters indexed by a keyed hash (SipHash with a
+/// key drawn at start, so a client cannot choose addresses that collide on purpose).
+///
+/// Never exact in one direction only: a counter sums the sessions of every address that hashes
+/// to it, so an address never holds more than the limit, and an address under its limit is
+/// refused only when it shares its counter with other addresses whose sessions, with its own,
+/// reach the limit. With K client addresses holding sessions on limited listeners, a given
+/// address shares its counter with another with a probability of about K / `SOURCE_SLOTS`.
+#[derive(Debug)]
+pub struct SourceCounts {
+    key: RandomState,
+    counts: Box<[AtomicU32]>,
+}
+
+/// Counters in the table (a power of two): 256 KiB, allocated only when a limit is set.
+pub const SOURCE_SLOTS: usize = 1 << 16;
+
+impl SourceCounts {
+    fn new() -> SourceCounts {
+        SourceCounts {
+            key: RandomState::new(),
+            counts: (0..SOURCE_SLOTS).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    /// Counts one more session of `ip` on listener `listener`, or None when that would take it
+    /// past `limit` (nothing is counted then). The session is counted until the slot drops.
+    pub fn admit(self: &Arc<Self>, listener: u64, ip: IpAddr, limit: u32) -> Option<SourceSlot> {
+        // A client reaching a dual-stack listener over IPv4 is the same client as over IPv4.
+        let idx = self.key.hash_one((listener, ip.to_canonical())) as usize & (SOURCE_SLOTS - 1);
+        let count = &self.counts[idx];
+        // One atomic add decides: of racing sessions of one address, exactly those that found
+        // the count under the limit stay counted.
+        if count.fetch_add(1, Ordering::Relaxed) >= limit {
+            count.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(SourceSlot {
+            table: self.clone(),
+            idx: idx as u32,
+        })
+    }
+
+    /// The count behind `listener` and `ip` (for tests).
+    #[cfg(test)]
+    fn count(&self, listener: u64, ip: IpAddr) -> u32 {
+        let idx = self.key.hash_one((listener, ip.to_canonical())) as usize & (SOURCE_SLOTS - 1);
+        self.counts[idx].load(Ordering::Relaxed)
+    }
+}
+
+/// One session counted against its client address; uncounted when dropped.
+#[derive(Debug)]
+pub struct SourceSlot {
+    table: Arc<SourceCounts>,
+    idx: u32,
+}
+
+impl Drop for SourceSlot {
+    fn drop(&mut self) {
+        self.table.counts[self.idx as usize].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_is_held_to_its_limit_and_released_on_drop() {
+        let t = Arc::new(SourceCounts::new());
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+        let held: Vec<_> = (0..3).map(|_| t.admit(7, a, 3)).collect();
+        assert!(held.iter().all(Option::is_some));
+        assert!(
+            t.admit(7, a, 3).is_none(),
+            "a fourth session of one address"
+        );
+        assert!(
+            t.admit(7, mapped, 3).is_none(),
+            "the mapped form is the same address"
+        );
+        assert_eq!(t.count(7, a), 3, "a refusal leaves nothing counted");
+        drop(held);
+        assert_eq!(t.count(7, a), 0);
+        assert!(t.admit(7, a, 3).is_some());
     }
 }

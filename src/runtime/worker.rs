@@ -15,7 +15,7 @@ use mio::event::Event;
 use mio::{Events, Interest, Poll, Token};
 
 use super::resolver::{self, Resolver};
-use super::shared::{Listener, Phase, Report, Request, SessionInfo, Shared};
+use super::shared::{Listener, Phase, Report, Request, SessionInfo, Shared, SourceSlot};
 use super::PIPES_PER_WORKER;
 use crate::clock::millis;
 use crate::log::{AccessLog, Entry};
@@ -37,6 +37,8 @@ const BACKEND: usize = 1;
 const SWEEP_MS: u64 = 250;
 /// How long a listener rests after the process ran out of descriptors.
 const EMFILE_PAUSE_MS: u64 = 100;
+/// Running out of descriptors is said at most this often per worker (then at debug level).
+const EMFILE_WARN_MS: u64 = 10_000;
 /// Free copy buffers a worker keeps for the next burst (16 KiB each).
 const BUFFERS_PER_WORKER: usize = 64;
 /// Recently accepted clients a worker remembers for `recent`.
@@ -53,6 +55,8 @@ fn decode(t: Token) -> (usize, u32, usize) {
 struct Slot {
     gen: u32,
     session: Option<Session>,
+    /// The session counted against its client address (`max_per_source`).
+    source: Option<SourceSlot>,
 }
 
 /// A pending connect timeout, ordered by deadline.
@@ -96,6 +100,8 @@ pub struct Worker {
     woken: bool,
     next_session: u64,
     recent: VecDeque<(IpAddr, u64)>,
+    /// When running out of descriptors was last said at warn level (clock ms).
+    emfile_warned_ms: Option<u64>,
     /// Resolves server names (socket-proxyd's form); None when no pool has one.
     resolver: Option<Arc<Resolver>>,
     /// The resolver's answers being handled (kept to reuse its allocation).
@@ -144,6 +150,7 @@ impl Worker {
             woken: false,
             next_session: 0,
             recent: VecDeque::with_capacity(RECENT),
+            emfile_warned_ms: None,
             resolver,
             answers: Vec::new(),
             shared,
@@ -287,6 +294,7 @@ impl Worker {
         let Some(Slot {
             gen: g,
             session: Some(s),
+            ..
         }) = self.slots.get_mut(idx)
         else {
             return;
@@ -315,10 +323,15 @@ impl Worker {
                         .and_then(|b| b.take_error().ok().flatten());
                     let why =
                         why.unwrap_or_else(|| io::Error::from(io::ErrorKind::ConnectionRefused));
-                    self.retry_connect(idx, now, &why);
-                    return;
-                }
-                if !ev.is_writable() {
+                    if why.kind() != io::ErrorKind::ConnectionReset {
+                        self.retry_connect(idx, now, &why);
+                        return;
+                    }
+                    // Not a failed connect: the server accepted, maybe sent data, and reset before
+                    // this event was read. Its bytes are delivered, then its reset passed on (the
+                    // error flag makes the end of its data read as a reset, not as EOF).
+                    s.backend_ready.error = true;
+                } else if !ev.is_writable() {
                     return;
                 }
                 s.connected(now);
@@ -332,7 +345,16 @@ impl Worker {
         let Some(s) = self.slots[idx].session.as_mut() else {
             return;
         };
+        if s.server_gone {
+            if !s.client_catching_up() {
+                self.close(idx, End::ServerReset, now);
+            }
+            return;
+        }
         match s.drive(&mut self.pools, now) {
+            // The server's last bytes reach the client before its reset does (checked again on
+            // the client's events and at each sweep).
+            Some(End::ServerReset) if s.client_catching_up() => s.server_gone = true,
             Some(end) => self.close(idx, end, now),
             None if s.wants_more() => self.again.push((idx as u32, self.slots[idx].gen)),
             None => {}
@@ -367,7 +389,20 @@ impl Worker {
                     ) =>
                 {
                     Counters::add(&self.counters().accept_errors, 1);
-                    tracing::warn!("accept: {e}; pausing the listener for {EMFILE_PAUSE_MS} ms");
+                    if self
+                        .emfile_warned_ms
+                        .is_none_or(|t| now.saturating_sub(t) >= EMFILE_WARN_MS)
+                    {
+                        self.emfile_warned_ms = Some(now);
+                        tracing::warn!(
+                            "accept: {e}; pausing the listener for {EMFILE_PAUSE_MS} ms (said at most every {} s)",
+                            EMFILE_WARN_MS / 1000
+                        );
+                    } else {
+                        tracing::debug!(
+                            "accept: {e}; pausing the listener for {EMFILE_PAUSE_MS} ms"
+                        );
+                    }
                     self.deregister_listener(li);
                     self.listeners[li].paused_until = now + EMFILE_PAUSE_MS;
                     return;
@@ -389,7 +424,11 @@ impl Worker {
             }
             self.recent.push_back((ip, now));
         }
-        let max = self.shared.max_sessions.load(Ordering::Relaxed);
+        let max = self
+            .shared
+            .max_sessions
+            .load(Ordering::Relaxed)
+            .min(self.shared.fd_sessions.load(Ordering::Relaxed));
         if self.shared.active.fetch_add(1, Ordering::Relaxed) >= max {
             self.shared.active.fetch_sub(1, Ordering::Relaxed);
             self.counters().ended(End::Refused);
@@ -404,16 +443,33 @@ impl Worker {
             self.log_line(&peer, None, 0, 0, 0, End::Denied);
             return;
         }
+        let limit = pool.tuning.max_per_source;
+        let source = match peer.ip() {
+            Some(ip) if limit > 0 => {
+                let slot = self.shared.sources().admit(listener.id, ip, limit);
+                if slot.is_none() {
+                    // Over its address's share: closed at once, as over `-x`.
+                    self.shared.active.fetch_sub(1, Ordering::Relaxed);
+                    self.counters().ended(End::Refused);
+                    self.log_line(&peer, None, 0, 0, 0, End::Refused);
+                    return;
+                }
+                slot
+            }
+            _ => None,
+        };
         let idx = match self.free.pop() {
             Some(i) => i as usize,
             None => {
                 self.slots.push(Slot {
                     gen: 0,
                     session: None,
+                    source: None,
                 });
                 self.slots.len() - 1
             }
         };
+        self.slots[idx].source = source;
         self.live += 1;
         let gen = self.slots[idx].gen;
         let id = self.next_session * self.shared.counters.len() as u64 + self.id as u64;
@@ -513,6 +569,7 @@ impl Worker {
                 Some(Slot {
                     gen: g,
                     session: Some(s),
+                    ..
                 }) => *g == gen && s.is_resolving() && s.attempt_seq() == seq,
                 _ => false,
             };
@@ -553,6 +610,7 @@ impl Worker {
                 Some(Slot {
                     gen,
                     session: Some(s),
+                    ..
                 }) => *gen == t.gen && !s.connected && s.attempt_seq() == t.seq,
                 _ => false,
             };
@@ -589,6 +647,9 @@ impl Worker {
             let quiet = now.saturating_sub(s.active_ms);
             let end = if hard_deadline.is_some_and(|d| now >= d) {
                 Some(End::Shutdown)
+            } else if s.server_gone {
+                let late = quiet >= millis(t.fin_timeout);
+                (late || !s.client_catching_up()).then_some(End::ServerReset)
             } else if s.connected && s.is_half_closed() && quiet >= millis(t.fin_timeout) {
                 Some(End::FinTimeout)
             } else if s.connected && !t.idle_timeout.is_zero() && quiet >= millis(t.idle_timeout) {
@@ -766,6 +827,7 @@ impl Worker {
             return;
         };
         slot.gen = (slot.gen + 1) & GEN_MASK;
+        slot.source = None;
         self.free.push(idx as u32);
         self.live -= 1;
         // Taken rather than cloned: the log line still needs its address after the count drops.
@@ -774,6 +836,8 @@ impl Worker {
             sv.session_ended();
             sv.count_bytes(s.up.bytes, s.down.bytes);
         }
+        // Before the buffers go back: whether bytes were left undelivered decides the resets.
+        s.arm_resets(end);
         s.release(&mut self.pools);
         self.shared.active.fetch_sub(1, Ordering::Relaxed);
         self.shared.last_busy_ms.store(now, Ordering::Relaxed);
