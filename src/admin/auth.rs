@@ -79,7 +79,9 @@ fn read_token(path: &Path) -> Result<Vec<u8>, String> {
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| format!("cannot read it: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("cannot read it: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read it: {e}"))?;
     if !meta.is_file() {
         return Err("not a regular file".into());
     }

@@ -52,7 +52,10 @@ pub fn parse(bytes: &[u8]) -> Result<Option<Request>, HeadError> {
 }
 
 /// The value of header `name`, if sent once; `Malformed` if sent more than once.
-fn single_header(headers: &[httparse::Header<'_>], name: &str) -> Result<Option<String>, HeadError> {
+fn single_header(
+    headers: &[httparse::Header<'_>],
+    name: &str,
+) -> Result<Option<String>, HeadError> {
     let mut found = headers.iter().filter(|h| h.name.eq_ignore_ascii_case(name));
     let first = found.next();
     if found.next().is_some() {
@@ -173,7 +176,8 @@ mod tests {
 
     #[test]
     fn parse_keeps_host_and_authorization_and_refuses_them_twice() {
-        let got = parse(b"GET /metrics?x=1 HTTP/1.0\r\nhOST:  a:1 \r\nAuthorization: Bearer x\r\n\r\n");
+        let got =
+            parse(b"GET /metrics?x=1 HTTP/1.0\r\nhOST:  a:1 \r\nAuthorization: Bearer x\r\n\r\n");
         let want = Request {
             method: "GET".into(),
             path: "/metrics".into(),

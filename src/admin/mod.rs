@@ -35,7 +35,11 @@ const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; style
 /// Starts serving on `socket` (already bound) on a thread of its own; with `token`, every
 /// request must carry it. The thread stops, leaving the socket to its new owner, once the process
 /// has handed its sockets over (`--takeover`).
-pub fn spawn(socket: Arc<TcpListener>, shared: Arc<Shared>, token: Option<Token>) -> io::Result<()> {
+pub fn spawn(
+    socket: Arc<TcpListener>,
+    shared: Arc<Shared>,
+    token: Option<Token>,
+) -> io::Result<()> {
     let local = socket.local_addr()?;
     let token_path = token.as_ref().map(|t| t.path.clone());
     let stop = {
