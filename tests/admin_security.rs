@@ -621,3 +621,50 @@ fn admin_answers_503_when_the_data_path_has_used_every_descriptor() {
         thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn admin_closes_each_connection_as_soon_as_its_client_does() {
+    // Under steady scraping, a connection lives until its client closes, not until the linger
+    // deadline: eight busy clients never make quill hold hundreds of them (which would fill the
+    // listener and turn scrapes into 503s).
+    let (_b, servers) = http_backend();
+    let (q, admin) = start_pen_with_admin(&[], &servers);
+    let before = open_descriptors(q.pid).len();
+    let done = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let done = done.clone();
+            thread::spawn(move || {
+                let mut statuses = Vec::new();
+                for _ in 0..250 {
+                    if done.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let r = try_request(admin, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
+                    statuses.push(r.map(|r| r.status).unwrap_or(0));
+                }
+                statuses
+            })
+        })
+        .collect();
+    let mut most = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while clients.iter().any(|c| !c.is_finished()) && Instant::now() < deadline {
+        most = most.max(open_descriptors(q.pid).len());
+        thread::sleep(Duration::from_millis(5));
+    }
+    done.store(true, Ordering::SeqCst);
+    let statuses: Vec<u16> = clients
+        .into_iter()
+        .flat_map(|c| c.join().expect("client thread"))
+        .collect();
+    assert!(
+        statuses.iter().all(|&s| s == 200),
+        "not all 200: {statuses:?}"
+    );
+    assert!(
+        most < before + 100,
+        "quill held {} descriptors for 8 clients (started with {before})",
+        most
+    );
+}

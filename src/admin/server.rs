@@ -241,8 +241,8 @@ impl<A: FnMut(&Request) -> Response> Server<A> {
         }
         self.conns[i] = Some(conn);
         self.open += 1;
-        // The request is often there already.
-        self.advance(i, now);
+        // Not advanced here: registering queued its readiness, so the next poll reports it (and
+        // advancing it before that poll was seen to leave the client's FIN unreported).
     }
 
     /// Closes the connection that has waited longest without a complete head; false if none is
