@@ -162,6 +162,9 @@ pub struct Cli {
     /// Admin HTTP listener: /metrics, /api/status and a live status page (e.g. 127.0.0.1:9100)
     #[arg(long, value_name = "ADDR")]
     admin: Option<String>,
+    /// A file holding the token every admin HTTP request must carry (Bearer, or Basic password)
+    #[arg(long, value_name = "FILE")]
+    admin_token_file: Option<PathBuf>,
     /// Take the listening sockets over from the Quill behind this control socket, then let it drain
     #[arg(long, value_name = "SOCKET")]
     takeover: Option<PathBuf>,
@@ -463,6 +466,9 @@ impl Cli {
             g.admin = Some(
                 config::parse_admin(a).map_err(|e| ConfigError::usage(format!("--admin: {e}")))?,
             );
+        }
+        if let Some(f) = &self.admin_token_file {
+            g.admin_token_file = Some(f.clone());
         }
         if let Some(f) = &self.log_format {
             g.log_format = config::LogFormat::parse(f).ok_or_else(|| {

@@ -1,20 +1,12 @@
-//! Just enough HTTP/1.1 for the admin listener: read one bounded request head within a deadline
-//! (parsed by `httparse`), write one response, close. No keep-alive, no request bodies, no chunked
-//! encoding: the admin endpoints are small GETs, and one request per connection keeps every
-//! connection's life short and its cost bounded.
-
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::time::{Duration, Instant};
+//! Just enough HTTP/1.1 for the admin listener: parse one bounded request head (`httparse`) and
+//! render one response. No keep-alive, no request bodies, no chunked encoding: the admin endpoints
+//! are small GETs, and one request per connection keeps every connection's life short and its
+//! cost bounded. The socket side (deadlines, nonblocking reads and writes) is in `server`.
 
 /// Largest request head accepted (request line and headers); larger gets 431.
 pub const MAX_HEAD: usize = 8 * 1024;
 /// Most header fields accepted; more gets 431.
 const MAX_HEADERS: usize = 32;
-/// After answering, how long and how much we read and discard before closing, so that a client
-/// still sending (an oversized head, a body) gets our answer instead of a reset.
-const LINGER: Duration = Duration::from_secs(1);
-const LINGER_BYTES: usize = 256 * 1024;
 
 /// The parts of a request the routes look at.
 #[derive(Debug, PartialEq, Eq)]
@@ -22,52 +14,24 @@ pub struct Request {
     pub method: String,
     /// The path without the query string.
     pub path: String,
+    /// The `Host` header, if sent (non-UTF-8 bytes replaced).
+    pub host: Option<String>,
+    /// The `Authorization` header, if sent.
+    pub authorization: Option<String>,
 }
 
-/// Why no request could be read.
+/// Why a request head is refused.
 #[derive(Debug, PartialEq, Eq)]
-pub enum ReadError {
-    /// The client closed or reset before sending a whole head: nothing to answer.
-    Closed,
-    /// The deadline passed; `started` says whether any byte had arrived.
-    TimedOut { started: bool },
+pub enum HeadError {
     /// The head is over `MAX_HEAD` bytes or `MAX_HEADERS` fields.
     TooLarge,
     /// Not HTTP/1.x.
     Malformed,
 }
 
-/// Reads one request head from `stream`, giving up at `deadline` (a slow client cannot hold the
-/// connection longer, however it trickles its bytes).
-pub fn read_request(stream: &mut TcpStream, deadline: Instant) -> Result<Request, ReadError> {
-    let mut buf = vec![0u8; MAX_HEAD];
-    let mut len = 0;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(ReadError::TimedOut { started: len > 0 });
-        }
-        stream
-            .set_read_timeout(Some(left))
-            .map_err(|_| ReadError::Closed)?;
-        match stream.read(&mut buf[len..]) {
-            Ok(0) => return Err(ReadError::Closed),
-            Ok(n) => len += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if is_timeout(&e) => return Err(ReadError::TimedOut { started: len > 0 }),
-            Err(_) => return Err(ReadError::Closed),
-        }
-        if let Some(req) = parse(&buf[..len])? {
-            return Ok(req);
-        }
-        if len == MAX_HEAD {
-            return Err(ReadError::TooLarge);
-        }
-    }
-}
-
-/// Parses a request head: `Ok(None)` while incomplete.
-pub fn parse(bytes: &[u8]) -> Result<Option<Request>, ReadError> {
+/// Parses a request head: `Ok(None)` while incomplete. Two `Host` or two `Authorization` headers
+/// are malformed (which one would count is exactly what a smuggling attempt plays on).
+pub fn parse(bytes: &[u8]) -> Result<Option<Request>, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(bytes) {
@@ -78,18 +42,26 @@ pub fn parse(bytes: &[u8]) -> Result<Option<Request>, ReadError> {
             Ok(Some(Request {
                 method: req.method.unwrap_or("").to_string(),
                 path: path.to_string(),
+                host: single_header(req.headers, "host")?,
+                authorization: single_header(req.headers, "authorization")?,
             }))
         }
-        Err(httparse::Error::TooManyHeaders) => Err(ReadError::TooLarge),
-        Err(_) => Err(ReadError::Malformed),
+        Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooLarge),
+        Err(_) => Err(HeadError::Malformed),
     }
 }
 
-fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
+/// The value of header `name`, if sent once; `Malformed` if sent more than once.
+fn single_header(
+    headers: &[httparse::Header<'_>],
+    name: &str,
+) -> Result<Option<String>, HeadError> {
+    let mut found = headers.iter().filter(|h| h.name.eq_ignore_ascii_case(name));
+    let first = found.next();
+    if found.next().is_some() {
+        return Err(HeadError::Malformed);
+    }
+    Ok(first.map(|h| String::from_utf8_lossy(h.value).trim().to_string()))
 }
 
 /// One response, always sent with `Content-Length` and `Connection: close`.
@@ -121,6 +93,14 @@ impl Response {
         }
     }
 
+    /// An error page that says why, after the status line's reason.
+    pub fn error_because(status: u16, why: &str) -> Response {
+        Response {
+            body: format!("{status} {}: {why}\n", reason(status)).into_bytes(),
+            ..Response::error(status)
+        }
+    }
+
     pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Response {
         self.headers.push((name, value.into()));
         self
@@ -142,13 +122,13 @@ impl Response {
         out
     }
 
-    /// Writes the response (without the body for `HEAD`); the stream's write timeout bounds it.
-    pub fn write_to(&self, stream: &mut TcpStream, with_body: bool) -> io::Result<()> {
+    /// The bytes to send: head and body (without the body for `HEAD`).
+    pub fn into_bytes(self, with_body: bool) -> Vec<u8> {
         let mut out = self.head().into_bytes();
         if with_body {
             out.extend_from_slice(&self.body);
         }
-        stream.write_all(&out)
+        out
     }
 }
 
@@ -156,9 +136,11 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        421 => "Misdirected Request",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
@@ -166,38 +148,18 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-/// Closes after a response: sends our FIN, then reads and discards what the client still sends
-/// (bounded in time and bytes) so the close does not turn into a reset that destroys the answer
-/// in the client's receive queue.
-pub fn linger_close(mut stream: TcpStream) {
-    let _ = stream.shutdown(Shutdown::Write);
-    let deadline = Instant::now() + LINGER;
-    let mut sink = [0u8; 4096];
-    let mut drained = 0;
-    while drained < LINGER_BYTES {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return;
-        }
-        match stream.read(&mut sink) {
-            Ok(0) => return,
-            Ok(n) => drained += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn check(input: &str, want: Result<Option<(&str, &str)>, ReadError>) {
+    fn check(input: &str, want: Result<Option<(&str, &str)>, HeadError>) {
         let got = parse(input.as_bytes());
         let want = want.map(|o| {
             o.map(|(m, p)| Request {
                 method: m.into(),
                 path: p.into(),
+                host: None,
+                authorization: None,
             })
         });
         assert_eq!(got, want, "input {input:?}");
@@ -207,13 +169,28 @@ mod tests {
     fn parse_reads_method_and_path_and_drops_the_query() {
         check("GET / HTTP/1.1\r\n\r\n", Ok(Some(("GET", "/"))));
         check(
-            "GET /metrics?x=1 HTTP/1.0\r\nHost: a\r\n\r\n",
-            Ok(Some(("GET", "/metrics"))),
-        );
-        check(
             "POST /api/status HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
             Ok(Some(("POST", "/api/status"))),
         );
+    }
+
+    #[test]
+    fn parse_keeps_host_and_authorization_and_refuses_them_twice() {
+        let got =
+            parse(b"GET /metrics?x=1 HTTP/1.0\r\nhOST:  a:1 \r\nAuthorization: Bearer x\r\n\r\n");
+        let want = Request {
+            method: "GET".into(),
+            path: "/metrics".into(),
+            host: Some("a:1".into()),
+            authorization: Some("Bearer x".into()),
+        };
+        assert_eq!(got, Ok(Some(want)));
+        for twice in [
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET / HTTP/1.1\r\nAuthorization: a\r\nauthorization: b\r\n\r\n",
+        ] {
+            check(twice, Err(HeadError::Malformed));
+        }
     }
 
     #[test]
@@ -226,12 +203,12 @@ mod tests {
     fn parse_rejects_what_is_not_http() {
         check(
             "\x16\x03\x01\x02\x00\x01\x00\x01\x7f\x03\x03",
-            Err(ReadError::Malformed),
+            Err(HeadError::Malformed),
         );
-        check("GET / SPDY/3\r\n\r\n", Err(ReadError::Malformed));
+        check("GET / SPDY/3\r\n\r\n", Err(HeadError::Malformed));
         check(
             "GET / HTTP/1.1\r\nBad Header\r\n\r\n",
-            Err(ReadError::Malformed),
+            Err(HeadError::Malformed),
         );
     }
 
@@ -242,7 +219,7 @@ mod tests {
             req += &format!("X-{i}: v\r\n");
         }
         req += "\r\n";
-        check(&req, Err(ReadError::TooLarge));
+        check(&req, Err(HeadError::TooLarge));
     }
 
     #[test]

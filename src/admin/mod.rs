@@ -1,155 +1,145 @@
 //! The admin HTTP listener (`--admin ADDR`): `/metrics` (Prometheus text format), `/api/status`
 //! (the status snapshot as JSON) and `/` (a live status page that polls `/api/status`).
 //!
-//! It lives off the data path: its own threads read the shared counters and pool snapshots
-//! through `status::snapshot` and never talk to a worker. It serves one request per connection,
-//! reads at most `http::MAX_HEAD` bytes of head within `HEAD_DEADLINE`, and handles at most
-//! `MAX_CONNECTIONS` connections at once (more are answered 503 at once), so slow or hostile
-//! clients cost a bounded number of threads for a bounded time. Bad input gets a 4xx, never a
-//! panic.
+//! It lives off the data path: one thread of its own (`server`, an event loop) reads the shared
+//! counters and pool snapshots through `status::snapshot` and never talks to a worker. It serves
+//! one request per connection; slow, idle or hostile clients cost a bounded slot for a bounded
+//! time and never keep a prompt client waiting. Who may ask is checked before anything is
+//! answered (`auth`): the `Host` must be an address or `localhost` (a DNS-rebinding page sends its
+//! own name), and with `admin_token_file` every request must carry the token. Bad input gets a
+//! 4xx, never a panic.
 
+mod auth;
 mod http;
 mod prometheus;
+mod server;
 
 use std::io;
-use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
-
-use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
 
 use crate::runtime::shared::Shared;
 use crate::status;
-use http::{ReadError, Request, Response};
-
-/// Connections served at once; each has its own short-lived thread.
-pub const MAX_CONNECTIONS: usize = 32;
-/// How long a client has to send its whole request head.
-pub const HEAD_DEADLINE: Duration = Duration::from_secs(5);
-/// Bounds each write of a response (a client that does not read cannot hold a thread longer).
-const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// The connection threads only parse a head and render text: a small stack is plenty.
-const STACK_SIZE: usize = 256 * 1024;
+pub use auth::Token;
+use http::{Request, Response};
+pub use server::{HEAD_DEADLINE, MAX_CONNECTIONS};
 
 /// The status page: self-contained (inline CSS and script, no external resource).
 const PAGE: &str = include_str!("page.html");
 /// The page may run its own inline script and style and fetch from us, nothing else.
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'";
 
-/// Starts serving on `socket` (already bound) on a thread of its own. The thread stops, leaving
-/// the socket to its new owner, once the process has handed its sockets over (`--takeover`).
-pub fn spawn(socket: Arc<TcpListener>, shared: Arc<Shared>) -> io::Result<()> {
+/// Starts serving on `socket` (already bound) on a thread of its own; with `token`, every
+/// request must carry it. The thread stops, leaving the socket to its new owner, once the process
+/// has handed its sockets over (`--takeover`).
+pub fn spawn(
+    socket: Arc<TcpListener>,
+    shared: Arc<Shared>,
+    token: Option<Token>,
+) -> io::Result<()> {
     let local = socket.local_addr()?;
-    socket.set_nonblocking(true)?;
-    let poll = Poll::new()?;
-    poll.registry().register(
-        &mut SourceFd(&socket.as_raw_fd()),
-        Token(0),
-        Interest::READABLE,
-    )?;
+    let token_path = token.as_ref().map(|t| t.path.clone());
+    let stop = {
+        let shared = shared.clone();
+        move || shared.handed_over.load(Ordering::Relaxed)
+    };
+    let mut gate = Gate::new(shared.clone(), token);
+    let server = server::Server::new(socket, move |req: &Request| gate.answer(req))?;
     thread::Builder::new()
         .name("quill-admin".into())
-        .spawn(move || accept_loop(&socket, poll, &shared))?;
+        .spawn(move || server.run(stop))?;
     tracing::info!("admin listener on http://{local}/ (/metrics, /api/status)");
+    if !local.ip().to_canonical().is_loopback() {
+        warn_exposed(local, token_path.as_deref());
+    }
     Ok(())
 }
 
-fn accept_loop(socket: &TcpListener, mut poll: Poll, shared: &Arc<Shared>) {
-    let busy = Arc::new(AtomicUsize::new(0));
-    let mut events = Events::with_capacity(4);
-    loop {
-        if shared.handed_over.load(Ordering::Relaxed) {
+/// Says that the admin listener is reachable from other hosts, and what protects it.
+fn warn_exposed(local: SocketAddr, token: Option<&Path>) {
+    match token {
+        None => tracing::warn!(
+            "admin listener {local} is reachable beyond this host and has no authentication: \
+             anyone who can reach it can read the status and metrics (listeners, servers, \
+             counters); set admin_token_file to require a token, or bind it to 127.0.0.1"
+        ),
+        Some(path) => tracing::warn!(
+            "admin listener {local} is reachable beyond this host; the token of admin_token_file \
+             ({}) protects it, but plain HTTP carries it unencrypted: expose it only on a \
+             trusted network",
+            path.display()
+        ),
+    }
+}
+
+/// Checks who asks, then routes; re-reads the token file when the process reloads.
+struct Gate {
+    shared: Arc<Shared>,
+    token: Option<Token>,
+    /// `Shared::log_generation` when the token was read: every reload (SIGHUP, `reload`) bumps it.
+    generation: u64,
+}
+
+impl Gate {
+    fn new(shared: Arc<Shared>, token: Option<Token>) -> Gate {
+        let generation = shared.log_generation.load(Ordering::Relaxed);
+        Gate {
+            shared,
+            token,
+            generation,
+        }
+    }
+
+    fn answer(&mut self, req: &Request) -> Response {
+        self.reread_token();
+        match self.refusal(req) {
+            Some(refused) => refused,
+            None => route(req, &self.shared),
+        }
+    }
+
+    /// Why `req` may not be answered, if it may not. The right token admits any `Host` (a
+    /// rebinding page cannot know it); without it, a foreign `Host` is refused first, so that such
+    /// a page never makes the browser prompt for credentials.
+    fn refusal(&self, req: &Request) -> Option<Response> {
+        let admitted = self
+            .token
+            .as_ref()
+            .map(|t| t.admits(req.authorization.as_deref()));
+        if admitted == Some(true) {
+            return None;
+        }
+        if req.host.as_deref().is_some_and(|h| !auth::is_local_host(h)) {
+            return Some(Response::error_because(
+                421,
+                "the admin listener answers only for an IP address or localhost (Host header)",
+            ));
+        }
+        if admitted == Some(false) {
+            return Some(
+                Response::error_because(401, "a token is required (Bearer, or the Basic password)")
+                    .with_header("WWW-Authenticate", "Basic realm=\"quill\""),
+            );
+        }
+        None
+    }
+
+    fn reread_token(&mut self) {
+        let generation = self.shared.log_generation.load(Ordering::Relaxed);
+        if generation == self.generation {
             return;
         }
-        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(500))) {
-            if e.kind() != io::ErrorKind::Interrupted {
-                tracing::error!("admin listener: {e}");
-                return;
-            }
-        }
-        loop {
-            match socket.accept() {
-                // Accepted sockets do not inherit O_NONBLOCK: connection threads block, with timeouts.
-                Ok((stream, _)) => dispatch(stream, shared, &busy),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if is_transient(&e) => {}
-                Err(e) => {
-                    // Out of descriptors, most likely: wait instead of spinning.
-                    tracing::debug!("admin listener: accept failed: {e}");
-                    thread::sleep(Duration::from_millis(100));
-                    break;
-                }
-            }
-        }
-    }
-}
-
-fn is_transient(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
-    )
-}
-
-/// Gives `stream` a thread of its own, or answers 503 when `MAX_CONNECTIONS` are being served.
-fn dispatch(stream: TcpStream, shared: &Arc<Shared>, busy: &Arc<AtomicUsize>) {
-    if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-        busy.fetch_sub(1, Ordering::AcqRel);
-        refuse(stream);
-        return;
-    }
-    let slot = Slot(busy.clone());
-    let shared = shared.clone();
-    let started = thread::Builder::new()
-        .name("quill-admin-conn".into())
-        .stack_size(STACK_SIZE)
-        .spawn(move || {
-            let _slot = slot;
-            serve(stream, &shared);
-        });
-    if let Err(e) = started {
-        // The closure (stream and slot) was dropped: the connection is closed, the slot freed.
-        tracing::warn!("admin listener: cannot start a connection thread: {e}");
-    }
-}
-
-/// One of the `MAX_CONNECTIONS`, given back when dropped.
-struct Slot(Arc<AtomicUsize>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Answers 503 without waiting for anything: the accept thread must never block on a client.
-fn refuse(mut stream: TcpStream) {
-    if stream.set_nonblocking(true).is_err() {
-        return;
-    }
-    let busy = Response::error(503).with_header("Retry-After", "1");
-    let _ = busy.write_to(&mut stream, true);
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-}
-
-/// Reads one request, answers it, closes.
-fn serve(mut stream: TcpStream, shared: &Shared) {
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    let _ = stream.set_nodelay(true);
-    let (response, with_body) =
-        match http::read_request(&mut stream, Instant::now() + HEAD_DEADLINE) {
-            Ok(req) => (route(&req, shared), req.method != "HEAD"),
-            Err(ReadError::Closed | ReadError::TimedOut { started: false }) => return,
-            Err(ReadError::TimedOut { started: true }) => (Response::error(408), true),
-            Err(ReadError::TooLarge) => (Response::error(431), true),
-            Err(ReadError::Malformed) => (Response::error(400), true),
+        self.generation = generation;
+        let Some(token) = &self.token else {
+            return;
         };
-    if response.write_to(&mut stream, with_body).is_ok() {
-        http::linger_close(stream);
+        match token.reload() {
+            Ok(fresh) => self.token = Some(fresh),
+            Err(e) => tracing::warn!("admin listener: {e}; keeping the token read before"),
+        }
     }
 }
 

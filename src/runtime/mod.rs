@@ -176,6 +176,11 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
         }
         None => None,
     };
+    // Read before privileges are dropped: the token file may be readable by root only.
+    let admin_token = match (&admin_socket, &g.admin_token_file) {
+        (Some(_), Some(path)) => Some(crate::admin::Token::load(path).map_err(RunError)?),
+        _ => None,
+    };
     for rest in &inherited {
         tracing::warn!(
             "inherited socket {} matches no listener; closing it",
@@ -249,7 +254,7 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     crate::health::spawn(shared.clone())
         .map_err(|e| RunError(format!("cannot start health checker: {e}")))?;
     if let Some(socket) = admin_socket {
-        crate::admin::spawn(socket, shared.clone())
+        crate::admin::spawn(socket, shared.clone(), admin_token)
             .map_err(|e| RunError(format!("cannot start admin listener: {e}")))?;
     }
 

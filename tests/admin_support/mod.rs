@@ -57,7 +57,7 @@ pub fn wait_admin(q: &mut QuillProcess, admin: SocketAddr) -> Result<(), String>
         if let Some(st) = q.try_exit() {
             return Err(format!("quill exited ({st}); stderr:\n{}", q.stderr()));
         }
-        if let Ok(r) = try_request(admin, b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n") {
+        if let Ok(r) = try_request(admin, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n") {
             if r.status == 200 {
                 return Ok(());
             }
@@ -175,11 +175,11 @@ pub fn request(addr: SocketAddr, raw: &[u8]) -> Reply {
     try_request(addr, raw).unwrap_or_else(|e| panic!("request to {addr}: {e}"))
 }
 
-/// `GET path` on the admin listener.
+/// `GET path` on the admin listener, with the `Host` a browser would send (`Host: ADDR`).
 pub fn get(addr: SocketAddr, path: &str) -> Reply {
     request(
         addr,
-        format!("GET {path} HTTP/1.1\r\nHost: quill-test\r\n\r\n").as_bytes(),
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes(),
     )
 }
 
