@@ -256,8 +256,8 @@ pub struct Global {
 pub enum ControlLevel {
     /// Read state only: `servers`, `status`, settings shown, `connections`, `pid`.
     Read,
-    /// Also change how traffic flows among the configured servers: drain, enable, disable,
-    /// weights and limits, selection modes, timeouts, closing a connection.
+    /// Also change how traffic flows among the configured servers: drain, enable, disable; a
+    /// server's weight, max, hard, prio and blacklist; closing a connection (`close N`).
     #[default]
     Operate,
     /// Everything a configuration file can do except what names files, Unix sockets or moves a
