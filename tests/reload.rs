@@ -181,6 +181,13 @@ fn start_config(body: impl Fn(u16) -> String) -> QuillProcess {
             "2".into(),
         ]
     });
+    // Readiness above is the first listener accepting; the others are bound a moment later, and
+    // the process says "ready: N worker(s)" once every one is.
+    assert!(
+        q.wait_stderr_contains("worker(s), at most", Duration::from_secs(10)),
+        "{}",
+        q.stderr()
+    );
     q
 }
 
