@@ -255,11 +255,16 @@ impl SourceCounts {
         }
     }
 
+    /// The counter of `ip` on `listener`. A client reaching a dual-stack listener over IPv4 is
+    /// the same client as over IPv4-mapped IPv6.
+    fn index(&self, listener: u64, ip: IpAddr) -> usize {
+        self.key.hash_one((listener, ip.to_canonical())) as usize & (SOURCE_SLOTS - 1)
+    }
+
     /// Counts one more session of `ip` on listener `listener`, or None when that would take it
     /// past `limit` (nothing is counted then). The session is counted until the slot drops.
     pub fn admit(self: &Arc<Self>, listener: u64, ip: IpAddr, limit: u32) -> Option<SourceSlot> {
-        // A client reaching a dual-stack listener over IPv4 is the same client as over IPv4.
-        let idx = self.key.hash_one((listener, ip.to_canonical())) as usize & (SOURCE_SLOTS - 1);
+        let idx = self.index(listener, ip);
         let count = &self.counts[idx];
         // One atomic add decides: of racing sessions of one address, exactly those that found
         // the count under the limit stay counted.
@@ -276,8 +281,7 @@ impl SourceCounts {
     /// The count behind `listener` and `ip` (for tests).
     #[cfg(test)]
     fn count(&self, listener: u64, ip: IpAddr) -> u32 {
-        let idx = self.key.hash_one((listener, ip.to_canonical())) as usize & (SOURCE_SLOTS - 1);
-        self.counts[idx].load(Ordering::Relaxed)
+        self.counts[self.index(listener, ip)].load(Ordering::Relaxed)
     }
 }
 
