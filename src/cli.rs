@@ -12,7 +12,8 @@ use crate::addr;
 use crate::command::{self, ModeWord};
 use crate::config::{self, Config, ConfigError, ErrorKind, Global, ListenerConfig, TuningPatch};
 use crate::demo::{Behaviour, DemoServer};
-use crate::runtime::{self, Rebuild, Start};
+use crate::runtime::{self, Start};
+use crate::state::Rebuild;
 
 fn duration(s: &str) -> Result<Duration, String> {
     config::parse_duration(s)
@@ -323,7 +324,8 @@ enum Sub {
     },
     /// Load generator: idle and active connections, latency, and the CPU and memory of watched
     /// processes (the seed's table)
-    Bench(Box<crate::bench::BenchArgs>),
+    #[cfg(feature = "bench")]
+    Bench(Box<quill_bench::BenchArgs>),
 }
 
 /// Parses the process arguments and runs; the return value is the exit status.
@@ -355,7 +357,8 @@ pub fn main() -> ExitCode {
                 Err(e) => fail(ErrorKind::Runtime, &e),
             }
         }
-        Some(Sub::Bench(ref args)) => return crate::bench::run(args),
+        #[cfg(feature = "bench")]
+        Some(Sub::Bench(ref args)) => return quill_bench::run(args),
         None => {}
     }
     if let Some(name) = cli.later.unsupported() {

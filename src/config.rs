@@ -26,9 +26,7 @@ use crate::command::{Command, ModeWord};
 // language) and again by `Config::validate`, so no input can make Quill allocate without limit,
 // wait for ever or wrap a counter.
 
-/// The longest duration any setting takes: 30 days. Longer is a typo (`timeout 18446744073709551`
-/// would never time out), and every duration then fits the tracking table's 32-bit seconds.
-pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+pub use quill_core::duration::{format_duration, parse_duration, MAX_DURATION};
 /// The largest client tracking table (`clients_max`): 16 bytes a client, so at most 16 MB.
 pub const MAX_CLIENTS: u32 = 1_000_000;
 /// The most worker threads.
@@ -502,39 +500,6 @@ impl ConfigError {
             message: format!("{prefix}{e}"),
             kind,
         }
-    }
-}
-
-/// Parses a duration: a bare number is seconds (as Pen), or a number followed by ms, s, m or h.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(split);
-    let bad = || format!("invalid duration '{s}' (expected e.g. 30, 500ms, 2s, 5m, 1h)");
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    let ms = match unit {
-        "" | "s" => n.checked_mul(1000),
-        "ms" => Some(n),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        _ => None,
-    };
-    let d = ms.map(Duration::from_millis).ok_or_else(bad)?;
-    if d > MAX_DURATION {
-        return Err(format!("invalid duration '{s}': at most 30 days (720h)"));
-    }
-    Ok(d)
-}
-
-/// Formats a duration the way `parse_duration` reads it back.
-pub fn format_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    match ms {
-        0 => "0s".to_string(),
-        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
-        _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
-        _ if ms % 1000 == 0 => format!("{}s", ms / 1000),
-        _ => format!("{ms}ms"),
     }
 }
 

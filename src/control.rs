@@ -41,9 +41,9 @@ use serde_json::{json, Value};
 use crate::addr::ListenAddr;
 use crate::command::{self, Action, Command, Needs, Request as Line, Setting};
 use crate::config::ControlLevel;
-use crate::runtime::controller::Controller;
-use crate::runtime::shared::{Report, Request};
-use crate::runtime::Msg;
+use crate::state::controller::Controller;
+use crate::state::shared::{Report, Request};
+use crate::state::Msg;
 use crate::status;
 use crate::systemd::Inherited;
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::backend::{Health, Pool, Server};
 use crate::metrics::{End, CONNECT_BUCKETS_US};
-use crate::runtime::shared::{Phase, Shared};
+use crate::state::shared::{Phase, Shared};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Snapshot {

@@ -6,7 +6,7 @@ mod support;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,13 +22,11 @@ fn echo_session_exact(port: u16, seed: u64, n: usize) {
     assert_same_bytes(&got, &data, &format!("echo session of {n} bytes"));
 }
 
-/// Bytes in a socket's send queue not yet acknowledged by the peer (SIOCOUTQ).
+/// Bytes in a socket's send queue not yet acknowledged by the peer (SIOCOUTQ), through the
+/// workspace's one `unsafe` module.
 fn unacked_bytes(s: &TcpStream) -> i32 {
-    let mut n: libc::c_int = 0;
-    // SAFETY: TIOCOUTQ (== SIOCOUTQ on sockets) writes one c_int; the fd is valid while `s` lives.
-    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
-    assert_eq!(r, 0, "ioctl(SIOCOUTQ): {}", io::Error::last_os_error());
-    n
+    let n = quill_core::sys::unacked_bytes(s.as_fd()).expect("ioctl(SIOCOUTQ)");
+    i32::try_from(n).expect("send queue fits an i32")
 }
 
 /// A test-local TCP backend on 127.0.0.1: every accepted connection is handed to `handler` on its

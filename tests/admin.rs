@@ -405,7 +405,7 @@ fn admin_slow_client_does_not_block_others_and_is_cut_at_the_deadline() {
 fn admin_full_of_idle_connections_closes_the_oldest_to_serve_a_new_one() {
     const CAP: usize = quill::admin::MAX_CONNECTIONS;
     // The test holds CAP sockets at once: more than a default soft limit of 1024 descriptors.
-    let _ = quill::sys::raise_nofile_limit();
+    let _ = quill_core::sys::raise_nofile_limit();
     let (_backends, servers) = three_http_backends();
     let (q, admin) = start_pen_with_admin(&[], &servers);
     let mut oldest = connect(admin);

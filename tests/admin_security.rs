@@ -210,7 +210,7 @@ fn scrape_within(admin: SocketAddr, limit: Duration) -> Result<u16, String> {
 #[test]
 fn admin_answers_metrics_while_300_idle_and_300_slowloris_connections_are_held() {
     // 600 sockets here and as many in quill: more than a default soft limit allows on some hosts.
-    let _ = quill::sys::raise_nofile_limit();
+    let _ = quill_core::sys::raise_nofile_limit();
     let (_b, servers) = http_backend();
     let (q, admin) = start_pen_with_admin(&[], &servers);
     let stop = Arc::new(AtomicBool::new(false));

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 
-use crate::runtime::shared::Shared;
+use crate::state::shared::Shared;
 use crate::status;
 pub use auth::Token;
 use http::{Request, Response};

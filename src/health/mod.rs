@@ -23,7 +23,7 @@ use crate::addr::BackendAddr;
 use crate::backend::{Health, Pool, Server};
 use crate::clock::millis;
 use crate::config::HealthCheck;
-use crate::runtime::shared::{Phase, Shared};
+use crate::state::shared::{Phase, Shared};
 use probe::{Probe, StartError};
 use verdict::{Outcome, Streak, Transition};
 

@@ -3,9 +3,7 @@
 //! checker and the admin listener, then turn signals and control requests into reloads, drains and
 //! stops.
 
-pub mod controller;
 pub mod resolver;
-pub mod shared;
 pub mod worker;
 
 use std::fs::OpenOptions;
@@ -21,14 +19,14 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use signal_hook::iterator::Signals;
 
 use crate::clock::{millis, Clock};
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
 use crate::control;
 use crate::metrics;
-use crate::status;
+use crate::state::controller::Controller;
+use crate::state::shared::{self, Phase, Shared};
+use crate::state::{Msg, Rebuild, RunError};
 use crate::sys;
 use crate::systemd::{self, Inherited};
-use controller::Controller;
-use shared::{Phase, Shared};
 use worker::{Worker, WAKER};
 
 /// The admin listener's name among handed-over sockets.
@@ -45,14 +43,6 @@ const FD_CONTROL_ADMIN: u64 = 64;
 /// Splice pipes a worker may keep (two descriptors each).
 pub(crate) const PIPES_PER_WORKER: usize = 32;
 
-/// A failure to start or run (exit status 1).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct RunError(pub String);
-
-/// Rebuilds the configuration from its sources (file, command line, `-F` file) for a reload.
-pub type Rebuild = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
-
 /// How the process was started, beyond its configuration.
 #[derive(Default)]
 pub struct Start {
@@ -62,16 +52,6 @@ pub struct Start {
     pub takeover: Option<PathBuf>,
     /// Sockets already taken from systemd (the socket-proxyd form); None = look for them here.
     pub inherited: Option<Vec<Inherited>>,
-}
-
-/// What the main thread waits for.
-pub enum Msg {
-    Signal(i32),
-    WorkerDone,
-    /// `exit` over the control socket.
-    Exit,
-    /// A new process has the sockets: drain without removing socket files.
-    HandedOver,
 }
 
 /// How many sessions fit in `nofile` descriptors: two sockets each, after the reserve (the
@@ -515,13 +495,6 @@ fn vet_handed_over(handed: Vec<Inherited>, config: &Config) -> Vec<Inherited> {
         }
     }
     kept
-}
-
-/// Writes Pen's HTML status report to `path`.
-pub fn write_status(shared: &Shared, path: &Path) -> Result<(), String> {
-    let html = status::pen_html(&status::snapshot(shared));
-    std::fs::write(path, html)
-        .map_err(|e| format!("cannot write status file {}: {e}", path.display()))
 }
 
 /// Chroot (`-j`) then change user (`-u`), after binding and opening files.

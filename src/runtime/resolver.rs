@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 
-use super::shared::Shared;
 use crate::addr::BackendAddr;
 use crate::backend::Server;
+use crate::state::shared::Shared;
 
 /// Lookups that may run at once. A few, so that one name stuck on a dead DNS server does not hold
 /// up every other session; more would only help with many slow names at once.

@@ -15,7 +15,6 @@ use mio::event::Event;
 use mio::{Events, Interest, Poll, Token};
 
 use super::resolver::{self, Resolver};
-use super::shared::{Listener, Phase, Report, Request, SessionInfo, Shared, SourceSlot};
 use super::PIPES_PER_WORKER;
 use crate::clock::millis;
 use crate::log::{AccessLog, Entry};
@@ -23,6 +22,7 @@ use crate::metrics::{Counters, End};
 use crate::proxy::flow::Pools;
 use crate::proxy::tcp::{Attempting, Peer, Session};
 use crate::proxy::Stream;
+use crate::state::shared::{Listener, Phase, Report, Request, SessionInfo, Shared, SourceSlot};
 use crate::sys;
 
 /// Token of the waker that tells a worker to look at the shared phase.

@@ -151,7 +151,7 @@ impl Sampler {
             let _ = t.join();
         }
         self.sample();
-        let ticks = crate::sys::clock_ticks_per_second() as f64;
+        let ticks = quill_core::sys::clock_ticks_per_second() as f64;
         let tracks = self.state.lock().map(|t| t.clone()).unwrap_or_default();
         self.pids
             .iter()

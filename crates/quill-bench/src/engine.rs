@@ -499,7 +499,7 @@ impl<'p> Engine<'p> {
         if let Some(sources) = &self.plan.sources {
             let source = sources[self.next_source % sources.len()];
             self.next_source = self.next_source.wrapping_add(1);
-            crate::sys::set_bind_address_no_port(socket.as_fd())?;
+            quill_core::sys::set_bind_address_no_port(socket.as_fd())?;
             socket.bind(&SocketAddr::new(source, 0).into())?;
         }
         match socket.connect(&addr.into()) {
@@ -907,7 +907,7 @@ impl<'p> Engine<'p> {
             return;
         };
         let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        if crate::sys::set_recv_lowat(conn.as_fd(), value).is_ok() {
+        if quill_core::sys::set_recv_lowat(conn.as_fd(), value).is_ok() {
             match (slot.lowat > 1, bytes > 1) {
                 (false, true) => self.marked += 1,
                 (true, false) => self.marked -= 1,

@@ -120,7 +120,7 @@ fn parse_levels(s: &str) -> Result<Levels, String> {
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
-    crate::config::parse_duration(s)
+    quill_core::duration::parse_duration(s)
 }
 
 /// What one measurement does: the validated form of [`BenchArgs`] (minus output choices).

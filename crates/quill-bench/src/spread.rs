@@ -24,7 +24,7 @@ const RESERVE: u64 = 200;
 
 /// How many processes the run needs: 1 when its connections fit in this one.
 pub fn processes(opts: &Options) -> Result<usize, String> {
-    let limit = crate::sys::raise_nofile_limit()
+    let limit = quill_core::sys::raise_nofile_limit()
         .map_err(|e| format!("cannot read the open-file limit: {e}"))?;
     let capacity = limit.saturating_sub(RESERVE).max(1);
     let needed = (opts.idle + opts.active) as u64;
@@ -296,7 +296,7 @@ impl Phases for Handshake {
 
 /// `quill bench --spread-child`: runs its share and prints its tally as one JSON line.
 pub fn child_main(opts: &Options) -> ExitCode {
-    let _ = crate::sys::raise_nofile_limit();
+    let _ = quill_core::sys::raise_nofile_limit();
     match engine::run(opts, &mut Handshake::default()) {
         Ok(t) => match serde_json::to_string(&t) {
             Ok(json) => {

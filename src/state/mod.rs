@@ -1,0 +1,27 @@
+//! The running state, one layer below everything that reads it: [`shared`] (what the workers,
+//! the control socket, the health checker and the admin listener read and count) and
+//! [`controller`] (changes to the running configuration, one at a time), with the messages the
+//! main thread waits for.
+
+pub mod controller;
+pub mod shared;
+
+use crate::config::{Config, ConfigError};
+
+/// A failure to start or run (exit status 1).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RunError(pub String);
+
+/// Rebuilds the configuration from its sources (file, command line, `-F` file) for a reload.
+pub type Rebuild = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
+
+/// What the main thread waits for.
+pub enum Msg {
+    Signal(i32),
+    WorkerDone,
+    /// `exit` over the control socket.
+    Exit,
+    /// A new process has the sockets: drain without removing socket files.
+    HandedOver,
+}
