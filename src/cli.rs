@@ -101,7 +101,7 @@ pub struct Cli {
     /// Accepts per wake-up [default: 100]
     #[arg(short = 'm', long, value_name = "N", value_parser = ranged::<u32>(1, config::MAX_ACCEPT_BATCH.into()))]
     accept_batch: Option<u32>,
-    /// Access log, one line per session; reopened on SIGHUP
+    /// Access log, one line per session; reopened on SIGUSR2 and `quill ctl reopen` (log rotation)
     #[arg(short = 'l', long, value_name = "FILE")]
     log: Option<PathBuf>,
     /// Run as this user after binding
@@ -282,10 +282,22 @@ impl Later {
     }
 }
 
+/// `-h` and `--help` on a subcommand. The top level has only `--help` (`-h` is Pen's hash there),
+/// and clap carries that choice down to the subcommands, so they declare theirs here. For `ctl`
+/// they count only before the command: `quill ctl --socket S --help` prints help and sends nothing.
+#[derive(Debug, clap::Args)]
+struct SubHelp {
+    /// Print help
+    #[arg(short = 'h', long, action = ArgAction::Help)]
+    help: Option<bool>,
+}
+
 #[derive(Debug, Subcommand)]
 enum Sub {
     /// Run Quill over built-in demo HTTP backends and print what to try
     Demo {
+        #[command(flatten)]
+        help: SubHelp,
         /// Where Quill listens
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
@@ -295,14 +307,18 @@ enum Sub {
     },
     /// Validate a configuration file and explain what it does
     Check {
+        #[command(flatten)]
+        help: SubHelp,
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
     /// Send a control command to a running Quill (Pen's penctl language) and print the reply
     #[command(
-        after_help = "Examples:\n  quill ctl servers\n  quill ctl --socket 127.0.0.1:10080 server 1 drain\n  quill ctl --json servers\n  quill ctl listener web weight\n  quill ctl --socket 127.0.0.1:10080 --token-file /etc/quill/control.token servers\n\nWithout --socket: $QUILL_SOCKET, else /run/quill/quill.sock."
+        after_help = "Examples:\n  quill ctl servers\n  quill ctl --socket 127.0.0.1:10080 server 1 drain\n  quill ctl --json servers\n  quill ctl listener web weight\n  quill ctl reopen                      reopen the access log after logrotate moved it\n  quill ctl --socket 127.0.0.1:10080 --token-file /etc/quill/control.token servers\n\nWithout --socket: $QUILL_SOCKET, else /run/quill/quill.sock."
     )]
     Ctl {
+        #[command(flatten)]
+        help: SubHelp,
         /// Control socket: a Unix socket path or HOST:PORT (a bare number is a loopback port)
         #[arg(long, value_name = "ADDR")]
         socket: Option<String>,
@@ -336,13 +352,15 @@ pub fn main() -> ExitCode {
         Some(Sub::Demo {
             ref listen,
             backends,
+            ..
         }) => return demo(listen, backends, cli.debug),
-        Some(Sub::Check { ref config }) => return check(config),
+        Some(Sub::Check { ref config, .. }) => return check(config),
         Some(Sub::Ctl {
             ref socket,
             json,
             ref token_file,
             ref command,
+            ..
         }) => {
             return match crate::control::client(
                 socket.as_deref(),
@@ -724,12 +742,16 @@ fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
     let mut servers = Vec::new();
     let mut l = ListenerConfig::new("demo", listen_addr);
     l.mode.set(ModeWord::RoundRobin, true);
+    // The backends queue connects as deeply as Quill's listener does: the suggested
+    // `quill bench --idle 1000` opens about 1000 / N backend connections in a burst.
+    let backlog = Global::default().backlog;
     for i in 1..=backends {
-        match DemoServer::start(
+        match DemoServer::start_with_backlog(
             "127.0.0.1:0",
             Behaviour::Http {
                 name: format!("demo-{i}"),
             },
+            backlog,
         ) {
             Ok(s) => {
                 l.servers
@@ -771,7 +793,7 @@ fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
     let ctl = format!("quill ctl --socket {}", control.display());
     let page = admin.map_or(String::new(), |a| {
         format!(
-            "\x20 open http://{a}/                  # live status page (metrics: http://{a}/metrics)\n"
+            "\x20 xdg-open http://{a}/              # live status page, in a browser (metrics: http://{a}/metrics)\n"
         )
     });
     println!(

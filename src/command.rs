@@ -231,6 +231,8 @@ pub enum Action {
     Write(Option<PathBuf>),
     Include(PathBuf),
     Reload,
+    /// Reopen the access log at its path, for log rotation (no reload).
+    Reopen,
     /// A new process asks for the listening sockets (`--takeover`); Unix socket only.
     Takeover,
     /// The new process serves; the old one drains and exits. Unix socket only.
@@ -239,8 +241,8 @@ pub enum Action {
 
 impl Action {
     /// What the action needs from the control channel: showing state is `read`, closing a
-    /// session `operate`, files, takeover and exit the Unix socket, the rest (`reload`, and any
-    /// action added later that is not listed here) `admin`.
+    /// session and reopening the logs `operate`, files, takeover and exit the Unix socket, the
+    /// rest (`reload`, and any action added later that is not listed here) `admin`.
     pub fn needs(&self) -> Needs {
         match self {
             Action::Set(c) => c.needs(),
@@ -251,7 +253,7 @@ impl Action {
             | Action::Connections
             | Action::Connection(_)
             | Action::Pid => Needs::Level(ControlLevel::Read),
-            Action::Close(_) => Needs::Level(ControlLevel::Operate),
+            Action::Close(_) | Action::Reopen => Needs::Level(ControlLevel::Operate),
             Action::Exit
             | Action::Write(_)
             | Action::Include(_)
@@ -421,11 +423,12 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
         ("include", false, [file]) => Ok(Action::Include(PathBuf::from(file))),
         ("include", false, _) => err("include needs one FILE"),
         ("reload", false, []) => Ok(Action::Reload),
+        ("reopen", false, []) => Ok(Action::Reopen),
         ("takeover", false, []) => Ok(Action::Takeover),
         ("takeover_done", false, []) => Ok(Action::TakeoverDone),
         (
             "mode" | "servers" | "client_acl" | "control_acl" | "log" | "web_stats" | "listen"
-            | "control" | "status" | "connections" | "pid" | "exit" | "write" | "reload"
+            | "control" | "status" | "connections" | "pid" | "exit" | "write" | "reload" | "reopen"
             | "takeover" | "takeover_done",
             false,
             [_, extra, ..] | [extra],

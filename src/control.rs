@@ -1070,6 +1070,16 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
             ),
             Err(e) => Reply::Error(format!("reload rejected: {e}"), json),
         },
+        Action::Reopen => {
+            controller.reopen();
+            let log = controller.access_log();
+            let text = log
+                .as_ref()
+                .map_or("no access log to reopen\n".into(), |p| {
+                    format!("reopened: {}\n", p.display())
+                });
+            ok(json, text, json!({ "ok": true, "log": log }))
+        }
         Action::Takeover | Action::TakeoverDone => Reply::Error(
             "takeover is a conversation between Quill processes".into(),
             json,
@@ -1454,6 +1464,7 @@ mod tests {
             "server 0 drain",
             "server 1 weight 3 max 4 hard 5 prio 1",
             "close 3",
+            "reopen",
         ] {
             assert_eq!(needs(line), Needs::Level(ControlLevel::Operate), "{line}");
         }

@@ -12,6 +12,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+/// The listen backlog of [`DemoServer::start`]: Quill's own default (`-q`), so a burst of
+/// connects (`quill bench --idle 1000`) does not overflow the queue into 1-second SYN retries.
+pub const BACKLOG: u32 = 1024;
+
 /// Largest request head the HTTP demo backend accepts before answering 431.
 const MAX_HEAD: usize = 16 * 1024;
 
@@ -50,7 +54,16 @@ pub struct DemoServer {
 impl DemoServer {
     /// Binds `addr` (port 0 picks a free port) and serves `behaviour` on a background thread.
     pub fn start(addr: &str, behaviour: Behaviour) -> io::Result<DemoServer> {
-        let listener = TcpListener::bind(addr)?;
+        DemoServer::start_with_backlog(addr, behaviour, BACKLOG)
+    }
+
+    /// As [`DemoServer::start`], listening with `backlog` (the kernel caps it at somaxconn).
+    pub fn start_with_backlog(
+        addr: &str,
+        behaviour: Behaviour,
+        backlog: u32,
+    ) -> io::Result<DemoServer> {
+        let listener = bind(addr, backlog)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let served = Arc::new(Served::default());
@@ -78,6 +91,24 @@ impl Drop for DemoServer {
         // Wake the blocking accept so the thread sees the flag and exits.
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
     }
+}
+
+/// A blocking listener on `addr` with `backlog` (std's `TcpListener::bind` always asks for 128).
+fn bind(addr: &str, backlog: u32) -> io::Result<TcpListener> {
+    use std::net::ToSocketAddrs;
+    let addr = addr
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
+    Ok(socket.into())
 }
 
 /// The byte at offset `i` of the `/bytes/N` body: a pattern that makes reordering or loss visible.

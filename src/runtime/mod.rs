@@ -1,7 +1,7 @@
 //! Start-up and the process lifecycle: raise the descriptor limit, bind (or inherit) every
 //! listener, write the pid file, drop privileges, start the workers, the control socket, the health
-//! checker and the admin listener, then turn signals and control requests into reloads, drains and
-//! stops.
+//! checker and the admin listener, then turn signals and control requests into reloads, log reopens,
+//! drains and stops.
 
 pub mod resolver;
 pub mod worker;
@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use mio::{Poll, Waker};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
 use crate::clock::{millis, Clock};
@@ -88,7 +88,7 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     let g = config.global.clone();
     // Before anything can be reached from outside: a SIGHUP that arrives during start-up must
     // queue, not kill the process.
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2])
         .map_err(|e| RunError(format!("cannot handle signals: {e}")))?;
     let resolves_names = has_server_names(&config);
     let nofile = sys::raise_nofile_limit().unwrap_or(1024);
@@ -354,6 +354,11 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
                     ),
                 }
                 systemd::notify("READY=1");
+            }
+            // Log rotation: reopen the access log, change nothing else.
+            Some(Msg::Signal(SIGUSR2)) => {
+                controller.reopen();
+                tracing::info!("SIGUSR2: access log reopened");
             }
             Some(Msg::Signal(_)) => {
                 tracing::info!("{}", metrics::summary(&shared.counters));

@@ -3,6 +3,8 @@
 //! stay keep their sessions, counters, blacklist and health; listeners that stay keep their socket;
 //! new listeners are bound before anything changes, so a reload that cannot bind changes nothing.
 //! Established sessions are never touched: they hold the pool snapshot they started with.
+//! A reload keeps what the operator changed at run time unless the sources changed the same
+//! setting (see [`super::merge`]); logs can be reopened without a reload ([`Controller::reopen`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
@@ -10,7 +12,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use arc_swap::ArcSwap;
 
 use super::shared::{Listener, Phase, Shared};
-use super::{Msg, Rebuild, RunError};
+use super::{merge, Msg, Rebuild, RunError};
 use crate::backend::Pool;
 use crate::clock::Clock;
 use crate::command::Command;
@@ -28,6 +30,9 @@ pub struct Controller {
 
 struct State {
     config: Config,
+    /// What the sources said at the last load (start or reload): a reload compares the sources
+    /// with it to tell their changes from the operator's.
+    loaded: Config,
     next_listener_id: u64,
 }
 
@@ -112,6 +117,7 @@ impl Controller {
             }));
         }
         let shared = Arc::new(Shared::new(clock, listeners, max_sessions, &config.global));
+        let loaded = config.clone();
         let mut config = config;
         for l in &mut config.listeners {
             l.initial_blacklist.clear();
@@ -121,6 +127,7 @@ impl Controller {
             state: Mutex::new(State {
                 next_listener_id: config.listeners.len() as u64,
                 config,
+                loaded,
             }),
             rebuild: None,
             events: None,
@@ -157,20 +164,31 @@ impl Controller {
         let mut next = st.config.clone();
         next.apply(listener, cmd).map_err(|e| e.message)?;
         next.validate().map_err(|e| e.message)?;
-        self.apply(&mut st, next)
+        // `log PATH` naming the log already open reopens it (after a `mv`, as logrotate does).
+        let reopen =
+            matches!(cmd, Command::Log(Some(p)) if st.config.global.log.as_ref() == Some(p));
+        let summary = self.apply(&mut st, next)?;
+        if reopen {
+            self.reopen();
+        }
+        Ok(summary)
     }
 
-    /// Rebuilds the configuration from its sources and applies the difference. An invalid new
+    /// Rebuilds the configuration from its sources and applies the difference, keeping what
+    /// was changed at run time and not changed since in the sources. An invalid new
     /// configuration changes nothing.
     pub fn reload(&self) -> Result<String, String> {
         let Some(rebuild) = &self.rebuild else {
-            self.reopen_logs();
+            self.reopen();
             return Ok("nothing to reload from; logs reopened".into());
         };
-        let next = rebuild().map_err(|e| e.message)?;
+        let sources = rebuild().map_err(|e| e.message)?;
         let mut st = self.lock();
+        let next = merge::merge(&st.loaded, &st.config, &sources);
+        next.validate().map_err(|e| e.message)?;
         let summary = self.apply(&mut st, next)?;
-        self.reopen_logs();
+        st.loaded = sources;
+        self.reopen();
         Ok(summary)
     }
 
@@ -186,9 +204,16 @@ impl Controller {
         self.apply(&mut st, next)
     }
 
-    fn reopen_logs(&self) {
+    /// Reopens the access log at its path (SIGUSR2, `reopen`, and after every reload): for log
+    /// rotation, without touching the configuration. Each worker reopens its own handle.
+    pub fn reopen(&self) {
         self.shared.log_generation.fetch_add(1, Ordering::Relaxed);
         self.shared.wake_all();
+    }
+
+    /// The access log now in use, if any (for the `reopen` reply).
+    pub fn access_log(&self) -> Option<std::path::PathBuf> {
+        self.lock().config.global.log.clone()
     }
 
     /// Applies `next` in place of the running configuration; returns what changed, in words.

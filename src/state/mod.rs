@@ -4,6 +4,7 @@
 //! main thread waits for.
 
 pub mod controller;
+mod merge;
 pub mod shared;
 
 use crate::config::{Config, ConfigError};
