@@ -71,8 +71,7 @@ fn stderr_line(q: &QuillProcess, needle: &str) -> String {
     );
     q.stderr()
         .lines()
-        .filter(|l| l.contains(needle))
-        .last()
+        .rfind(|l| l.contains(needle))
         .unwrap_or_default()
         .to_string()
 }
