@@ -504,7 +504,8 @@ fn responses_are_held_to_the_same_rules() {
 
 #[test]
 fn status_code_is_known_as_soon_as_the_bytes_show_it() {
-    let cases: &[(&[u8], bool, Result<Option<u16>, Error>)] = &[
+    type Peek = Result<Option<u16>, Error>;
+    let cases: &[(&[u8], bool, Peek)] = &[
         (b"HTTP/1.1 200 OK\r\n", false, Ok(Some(200))),
         (
             b"HTTP/1.0 503 Service Unavailable\r\nX: y\r\n",
