@@ -267,6 +267,14 @@ impl<'a> Cursor<'a> {
         Ok(b)
     }
 
+    /// Passes the bytes for which `keep` holds, stopping at the first other byte, the end of the
+    /// bytes or the size limit (which the next `peek` reports).
+    fn skip_while(&mut self, keep: impl Fn(u8) -> bool) {
+        let end = self.buf.len().min(self.limit);
+        let rest = self.buf.get(self.pos..end).unwrap_or_default();
+        self.pos += rest.iter().position(|&b| !keep(b)).unwrap_or(rest.len());
+    }
+
     /// Expects `b` next; `else_err` otherwise (with CR, LF and controls told apart).
     fn expect(&mut self, want: u8, else_err: Error) -> Result<(), Stop> {
         match self.next()? {
@@ -299,15 +307,54 @@ fn is_control(b: u8) -> bool {
     b < 0x20 || b == 0x7f
 }
 
-/// `tchar` of RFC 9110 §5.6.2.
-pub(super) fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+/// A table of the bytes of a class, for one load per byte on the hot loops.
+macro_rules! table {
+    ($class:ident) => {{
+        let mut t = [false; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = $class(i as u8);
+            i += 1;
+        }
+        t
+    }};
+}
+
+const fn tchar(b: u8) -> bool {
+    matches!(b, b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z' | b'!' | b'#' | b'$' | b'%' | b'&'
+        | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
 }
 
 /// A byte of a request target: visible ASCII but `#` (a fragment is never sent), and `"`, `<`,
-/// `>`, `\` and backquote, which no client sends unescaped and some servers read differently.
+/// `>`, `\\` and backquote, which no client sends unescaped and some servers read differently.
+const fn target_byte(b: u8) -> bool {
+    matches!(b, 0x21..=0x7e) && !matches!(b, b'#' | b'"' | b'<' | b'>' | b'\\' | b'`')
+}
+
+/// A byte of a field value or reason phrase: HTAB, SP, visible ASCII, obs-text.
+const fn value_byte(b: u8) -> bool {
+    matches!(b, b'\t' | b' '..=b'~' | 0x80..=0xff)
+}
+
+static TCHAR: [bool; 256] = table!(tchar);
+static TARGET: [bool; 256] = table!(target_byte);
+static VALUE: [bool; 256] = table!(value_byte);
+
+/// `tchar` of RFC 9110 §5.6.2.
+pub(super) fn is_tchar(b: u8) -> bool {
+    TCHAR[usize::from(b)]
+}
+
 fn is_target_byte(b: u8) -> bool {
-    (0x21..=0x7e).contains(&b) && !b"#\"<>\\`".contains(&b)
+    TARGET[usize::from(b)]
+}
+
+fn is_value_byte(b: u8) -> bool {
+    VALUE[usize::from(b)]
+}
+
+fn is_space(b: u8) -> bool {
+    b == b' ' || b == b'\t'
 }
 
 /// A byte of a `Host` value: reg-name, IP literal and port characters (RFC 3986).
@@ -319,12 +366,10 @@ fn request(buf: &[u8], limits: &Limits) -> Result<RequestHead, Stop> {
     let mut c = Cursor::new(buf, limits.max_head);
     // method SP
     let start = c.pos;
-    loop {
-        match c.next()? {
-            b if is_tchar(b) => {}
-            b' ' if c.pos - 1 > start => break,
-            b => return Err(classify(b, Error::InvalidMethod).into()),
-        }
+    c.skip_while(is_tchar);
+    match c.next()? {
+        b' ' if c.pos - 1 > start => {}
+        b => return Err(classify(b, Error::InvalidMethod).into()),
     }
     let method_span = Span {
         start,
@@ -333,13 +378,11 @@ fn request(buf: &[u8], limits: &Limits) -> Result<RequestHead, Stop> {
     let method = Method::of(method_span.of(buf));
     // request-target SP
     let start = c.pos;
-    loop {
-        match c.next()? {
-            b if is_target_byte(b) => {}
-            b' ' if c.pos - 1 > start => break,
-            b'\r' => return Err(Error::InvalidRequestLine.into()),
-            b => return Err(classify(b, Error::InvalidTarget).into()),
-        }
+    c.skip_while(is_target_byte);
+    match c.next()? {
+        b' ' if c.pos - 1 > start => {}
+        b'\r' => return Err(Error::InvalidRequestLine.into()),
+        b => return Err(classify(b, Error::InvalidTarget).into()),
     }
     let target = Span {
         start,
@@ -456,12 +499,10 @@ fn response(buf: &[u8], limits: &Limits, to_head: bool) -> Result<ResponseHead, 
     match c.next()? {
         b' ' => {
             let start = c.pos;
-            loop {
-                match c.next()? {
-                    b'\r' => break,
-                    b'\t' | b' '..=b'~' | 0x80.. => {}
-                    b => return Err(classify(b, Error::InvalidStatusLine).into()),
-                }
+            c.skip_while(is_value_byte);
+            match c.next()? {
+                b'\r' => {}
+                b => return Err(classify(b, Error::InvalidStatusLine).into()),
             }
             reason = Span {
                 start,
@@ -673,40 +714,33 @@ fn field_lines(c: &mut Cursor<'_>, limits: &Limits) -> Result<Seen, Stop> {
 /// One `name: value CRLF` line: the name and the value without surrounding whitespace.
 fn field_line(c: &mut Cursor<'_>) -> Result<(Span, Span), Stop> {
     let start = c.pos;
-    loop {
-        match c.next()? {
-            b if is_tchar(b) => {}
-            b':' if c.pos - 1 > start => break,
-            b' ' | b'\t' if c.pos - 1 > start => {
-                // Spaces, then a colon: the smuggling classic; anything else: no field name.
-                loop {
-                    match c.next()? {
-                        b' ' | b'\t' => {}
-                        b':' => return Err(Error::SpaceBeforeColon.into()),
-                        b => return Err(classify(b, Error::InvalidHeaderName).into()),
-                    }
-                }
+    c.skip_while(is_tchar);
+    match c.next()? {
+        b':' if c.pos - 1 > start => {}
+        b' ' | b'\t' if c.pos - 1 > start => {
+            // Spaces, then a colon: the smuggling classic; anything else: no field name.
+            c.skip_while(is_space);
+            return Err(match c.next()? {
+                b':' => Error::SpaceBeforeColon,
+                b => classify(b, Error::InvalidHeaderName),
             }
-            b => return Err(classify(b, Error::InvalidHeaderName).into()),
+            .into());
         }
+        b => return Err(classify(b, Error::InvalidHeaderName).into()),
     }
     let name = Span {
         start,
         end: c.pos - 1,
     };
-    while let b' ' | b'\t' = c.peek()? {
-        c.pos += 1;
-    }
+    c.skip_while(is_space);
     let start = c.pos;
-    let mut end = start;
-    loop {
-        match c.next()? {
-            b' ' | b'\t' => {}
-            b'\r' => break,
-            b if !is_control(b) => end = c.pos,
-            b => return Err(classify(b, Error::ControlChar).into()),
-        }
+    c.skip_while(is_value_byte);
+    match c.next()? {
+        b'\r' => {}
+        b => return Err(classify(b, Error::ControlChar).into()),
     }
+    let value = &c.buf[start..c.pos - 1];
+    let end = start + (value.len() - value.iter().rev().take_while(|&&b| is_space(b)).count());
     c.lf()?;
     Ok((name, Span { start, end }))
 }
