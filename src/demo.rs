@@ -12,12 +12,18 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use quill_core::http1::{self, Body, Framing, Limits, Method, RequestHead, Version};
+
+/// The HTTP demo backend's request heads: 431 past 16 KiB; a request without `Host` is answered.
+const LIMITS: Limits = Limits {
+    max_head: 16 * 1024,
+    max_headers: 100,
+    require_host: false,
+};
+
 /// The listen backlog of [`DemoServer::start`]: Quill's own default (`-q`), so a burst of
 /// connects (`quill bench --idle 1000`) does not overflow the queue into 1-second SYN retries.
 pub const BACKLOG: u32 = 1024;
-
-/// Largest request head the HTTP demo backend accepts before answering 431.
-const MAX_HEAD: usize = 16 * 1024;
 
 /// What a demo server does with each connection.
 #[derive(Clone, Debug)]
@@ -174,21 +180,37 @@ fn echo(mut conn: TcpStream, served: &Served) -> io::Result<()> {
 fn serve_http(mut conn: TcpStream, name: &str, served: &Served) -> io::Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 4096];
+    // The body of the request last answered, skipped (the demo reads no bodies).
+    let mut body = Body::new(Framing::None);
     loop {
-        // Serve every complete head already buffered (pipelining), then read more.
-        while let Some(end) = find_head_end(&head) {
-            let request = String::from_utf8_lossy(&head[..end]).into_owned();
-            head.drain(..end + 4);
-            let keep_alive = answer(&mut conn, &request, name, served)?;
+        // Serve every complete request already buffered (pipelining), then read more.
+        loop {
+            if !body.is_done() {
+                let Ok(fed) = body.feed(&head) else {
+                    return Ok(());
+                };
+                head.drain(..fed.used);
+                if !fed.done {
+                    break;
+                }
+            }
+            let request = match http1::parse_request(&head, &LIMITS) {
+                Ok(Some(request)) => request,
+                Ok(None) => break,
+                Err(e) => {
+                    let status = e.request_status();
+                    let reply = http1::canned(status).map_or(&b""[..], |c| c.bytes);
+                    conn.write_all(reply)?;
+                    return Ok(());
+                }
+            };
+            let keep_alive = answer(&mut conn, &head, &request, name, served)?;
+            head.drain(..request.len);
+            body = Body::new(request.framing);
             if !keep_alive {
                 conn.shutdown(Shutdown::Write)?;
                 return drain_until_eof(conn);
             }
-        }
-        if head.len() > MAX_HEAD {
-            let reply = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-            conn.write_all(reply.as_bytes())?;
-            return Ok(());
         }
         let n = conn.read(&mut buf)?;
         if n == 0 {
@@ -206,24 +228,19 @@ fn drain_until_eof(mut conn: TcpStream) -> io::Result<()> {
     Ok(())
 }
 
-fn find_head_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n")
-}
-
 /// Writes the response to one request head; returns whether the connection stays open.
-fn answer(conn: &mut TcpStream, request: &str, name: &str, served: &Served) -> io::Result<bool> {
+fn answer(
+    conn: &mut TcpStream,
+    buf: &[u8],
+    request: &RequestHead,
+    name: &str,
+    served: &Served,
+) -> io::Result<bool> {
     served.requests.fetch_add(1, Ordering::Relaxed);
-    let mut lines = request.split("\r\n");
-    let first = lines.next().unwrap_or("");
-    let mut parts = first.split(' ');
-    let (method, path, version) = (
-        parts.next().unwrap_or(""),
-        parts.next().unwrap_or(""),
-        parts.next().unwrap_or(""),
-    );
-    let wants_close = lines.any(|l| l.to_ascii_lowercase().replace(' ', "") == "connection:close");
-    let keep_alive = version == "HTTP/1.1" && !wants_close;
-    let (status, body): (&str, Vec<u8>) = if method != "GET" && method != "HEAD" {
+    let method = request.method;
+    let path = std::str::from_utf8(request.target.of(buf)).unwrap_or("");
+    let keep_alive = request.version == Version::Http11 && !request.connection.close;
+    let (status, body): (&str, Vec<u8>) = if method != Method::Get && method != Method::Head {
         ("405 Method Not Allowed", b"method not allowed\n".to_vec())
     } else if path == "/" {
         ("200 OK", format!("{name}\n").into_bytes())
@@ -242,7 +259,7 @@ fn answer(conn: &mut TcpStream, request: &str, name: &str, served: &Served) -> i
     );
     conn.write_all(head.as_bytes())?;
     let mut written = head.len();
-    if method != "HEAD" {
+    if method != Method::Head {
         conn.write_all(&body)?;
         written += body.len();
     }

@@ -1,12 +1,22 @@
-//! Just enough HTTP/1.1 for the admin listener: parse one bounded request head (`httparse`) and
-//! render one response. No keep-alive, no request bodies, no chunked encoding: the admin endpoints
-//! are small GETs, and one request per connection keeps every connection's life short and its
-//! cost bounded. The socket side (deadlines, nonblocking reads and writes) is in `server`.
+//! Just enough HTTP/1.1 for the admin listener: one bounded request head, read by the shared
+//! strict parser (`quill_core::http1`), and one response rendered. No keep-alive, no request
+//! bodies: the admin endpoints are small GETs, and one request per connection keeps every
+//! connection's life short and its cost bounded. The socket side (deadlines, nonblocking reads and
+//! writes) is in `server`.
+
+use quill_core::http1::{self, Limits};
 
 /// Largest request head accepted (request line and headers); larger gets 431.
 pub const MAX_HEAD: usize = 8 * 1024;
 /// Most header fields accepted; more gets 431.
 const MAX_HEADERS: usize = 32;
+/// `Host` is optional here: a scrape without one is still answered (and one that sends one is
+/// checked against the local names, see `auth`).
+const LIMITS: Limits = Limits {
+    max_head: MAX_HEAD,
+    max_headers: MAX_HEADERS,
+    require_host: false,
+};
 
 /// The parts of a request the routes look at.
 #[derive(Debug, PartialEq, Eq)]
@@ -14,7 +24,7 @@ pub struct Request {
     pub method: String,
     /// The path without the query string.
     pub path: String,
-    /// The `Host` header, if sent (non-UTF-8 bytes replaced).
+    /// The `Host` header, if sent.
     pub host: Option<String>,
     /// The `Authorization` header, if sent.
     pub authorization: Option<String>,
@@ -25,43 +35,34 @@ pub struct Request {
 pub enum HeadError {
     /// The head is over `MAX_HEAD` bytes or `MAX_HEADERS` fields.
     TooLarge,
-    /// Not HTTP/1.x.
+    /// Not HTTP/1.x, or broken by one of the strict rules of `http1`.
     Malformed,
 }
 
 /// Parses a request head: `Ok(None)` while incomplete. Two `Host` or two `Authorization` headers
 /// are malformed (which one would count is exactly what a smuggling attempt plays on).
 pub fn parse(bytes: &[u8]) -> Result<Option<Request>, HeadError> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
-    match req.parse(bytes) {
-        Ok(httparse::Status::Partial) => Ok(None),
-        Ok(httparse::Status::Complete(_)) => {
-            let target = req.path.unwrap_or("/");
-            let path = target.split(['?', '#']).next().unwrap_or("/");
-            Ok(Some(Request {
-                method: req.method.unwrap_or("").to_string(),
-                path: path.to_string(),
-                host: single_header(req.headers, "host")?,
-                authorization: single_header(req.headers, "authorization")?,
-            }))
-        }
-        Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooLarge),
-        Err(_) => Err(HeadError::Malformed),
-    }
-}
-
-/// The value of header `name`, if sent once; `Malformed` if sent more than once.
-fn single_header(
-    headers: &[httparse::Header<'_>],
-    name: &str,
-) -> Result<Option<String>, HeadError> {
-    let mut found = headers.iter().filter(|h| h.name.eq_ignore_ascii_case(name));
-    let first = found.next();
-    if found.next().is_some() {
+    let head = match http1::parse_request(bytes, &LIMITS) {
+        Ok(Some(head)) => head,
+        Ok(None) => return Ok(None),
+        Err(e) if e.request_status() == 431 => return Err(HeadError::TooLarge),
+        Err(_) => return Err(HeadError::Malformed),
+    };
+    let text = |span: http1::Span| String::from_utf8_lossy(span.of(bytes)).into_owned();
+    let target = head.target.of(bytes);
+    let path = target.split(|&b| b == b'?').next().unwrap_or(b"/");
+    let mut authorization = http1::fields(bytes, head.len)
+        .filter(|f| f.name.of(bytes).eq_ignore_ascii_case(b"authorization"));
+    let first = authorization.next();
+    if authorization.next().is_some() {
         return Err(HeadError::Malformed);
     }
-    Ok(first.map(|h| String::from_utf8_lossy(h.value).trim().to_string()))
+    Ok(Some(Request {
+        method: text(head.method_span),
+        path: String::from_utf8_lossy(path).into_owned(),
+        host: head.host.map(text),
+        authorization: first.map(|f| text(f.value)),
+    }))
 }
 
 /// One response, always sent with `Content-Length` and `Connection: close`.
@@ -89,14 +90,14 @@ impl Response {
             status,
             content_type: "text/plain; charset=utf-8",
             headers: Vec::new(),
-            body: format!("{status} {}\n", reason(status)).into_bytes(),
+            body: format!("{status} {}\n", http1::reason(status)).into_bytes(),
         }
     }
 
     /// An error page that says why, after the status line's reason.
     pub fn error_because(status: u16, why: &str) -> Response {
         Response {
-            body: format!("{status} {}: {why}\n", reason(status)).into_bytes(),
+            body: format!("{status} {}: {why}\n", http1::reason(status)).into_bytes(),
             ..Response::error(status)
         }
     }
@@ -111,7 +112,7 @@ impl Response {
         let mut out = format!(
             "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n",
             self.status,
-            reason(self.status),
+            http1::reason(self.status),
             self.content_type,
             self.body.len()
         );
@@ -129,22 +130,6 @@ impl Response {
             out.extend_from_slice(&self.body);
         }
         out
-    }
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        421 => "Misdirected Request",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "Unknown",
     }
 }
 

@@ -8,7 +8,9 @@ use mio::event::Event;
 use mio::net::{TcpStream, UnixStream};
 use mio::{Interest, Registry, Token};
 
-use super::verdict::{parse_status_line, quote, Outcome, StatusLine};
+use quill_core::http1;
+
+use super::verdict::{quote, Outcome};
 use crate::addr::BackendAddr;
 use crate::config::{CheckKind, HealthCheck};
 use crate::proxy::Stream;
@@ -166,34 +168,30 @@ fn read_status(stream: &Stream, answer: &mut Vec<u8>, expect: (u16, u16)) -> Opt
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) => return Some(Outcome::Fail(answer_reason(&e))),
         };
-        match parse_status_line(answer, eof) {
-            StatusLine::Status(code) if (expect.0..=expect.1).contains(&code) => {
-                return Some(Outcome::Pass)
-            }
-            StatusLine::Status(code) => {
+        match http1::status_code(answer, eof) {
+            Ok(Some(code)) if (expect.0..=expect.1).contains(&code) => return Some(Outcome::Pass),
+            Ok(Some(code)) => {
                 return Some(Outcome::Fail(format!(
                     "status {code} (expected {}-{})",
                     expect.0, expect.1
                 )))
             }
-            StatusLine::Invalid if answer.is_empty() => {
+            Err(_) if answer.is_empty() => {
                 return Some(Outcome::Fail("closed before a status line".into()))
             }
-            StatusLine::Invalid => {
+            Err(_) => {
                 return Some(Outcome::Fail(format!(
                     "invalid status line \"{}\"",
                     quote(answer)
                 )))
             }
-            StatusLine::Incomplete if answer.len() >= MAX_ANSWER => {
+            Ok(None) if answer.len() >= MAX_ANSWER => {
                 return Some(Outcome::Fail(format!(
                     "no status line in the first {MAX_ANSWER} bytes"
                 )))
             }
-            StatusLine::Incomplete if eof => {
-                return Some(Outcome::Fail("closed before a status line".into()))
-            }
-            StatusLine::Incomplete => {}
+            Ok(None) if eof => return Some(Outcome::Fail("closed before a status line".into())),
+            Ok(None) => {}
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The pure half of health checking: how a run of probe results turns into an up or down
-//! decision (rise and fall), and how an HTTP status line is read. No sockets, no clock.
+//! decision (rise and fall), and how an answer is quoted in a log line. No sockets, no clock.
+//! (The status line itself is read by `quill_core::http1::status_code`.)
 
 use crate::config::HealthCheck;
 
@@ -46,56 +47,6 @@ impl Streak {
             })
         }
     }
-}
-
-/// What the bytes received so far say about an HTTP status line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StatusLine {
-    /// Not enough bytes yet (and nothing wrong so far).
-    Incomplete,
-    /// `HTTP/1.x NNN`, with NNN in 100..=599.
-    Status(u16),
-    /// Not an HTTP/1.x status line.
-    Invalid,
-}
-
-const PREFIX: &[u8] = b"HTTP/1.";
-
-/// Reads the status line at the start of `buf`. `eof`: the server has closed, so no more bytes
-/// will come. Rejects as soon as the bytes cannot begin a status line, so a server speaking
-/// another protocol fails at once instead of at the timeout.
-pub fn parse_status_line(buf: &[u8], eof: bool) -> StatusLine {
-    let n = buf.len().min(PREFIX.len());
-    if buf[..n] != PREFIX[..n] {
-        return StatusLine::Invalid;
-    }
-    let line = match buf.iter().position(|&b| b == b'\n') {
-        Some(i) => &buf[..i],
-        // "HTTP/1.1 200" and then a space or the end of the line: a longer line can still come.
-        None if !eof && buf.len() < PREFIX.len() + 6 => return StatusLine::Incomplete,
-        None if !eof => &buf[..PREFIX.len() + 6],
-        None => buf,
-    };
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    status_of(line).map_or(StatusLine::Invalid, StatusLine::Status)
-}
-
-/// The status of `HTTP/1.x NNN[ reason]`.
-fn status_of(line: &[u8]) -> Option<u16> {
-    let rest = line.strip_prefix(PREFIX)?;
-    let (&minor, rest) = rest.split_first()?;
-    let rest = rest.strip_prefix(b" ")?;
-    if !minor.is_ascii_digit() || rest.len() < 3 {
-        return None;
-    }
-    let (code, after) = rest.split_at(3);
-    if !code.iter().all(u8::is_ascii_digit) || !(after.is_empty() || after[0] == b' ') {
-        return None;
-    }
-    let code = code
-        .iter()
-        .fold(0u16, |acc, &d| acc * 10 + u16::from(d - b'0'));
-    (100..=599).contains(&code).then_some(code)
 }
 
 /// The first bytes of an answer, printable, for a log line (at most 40 characters).
@@ -167,45 +118,6 @@ mod tests {
             Some(Transition::Down { failed: 1 })
         );
         assert_eq!(s.record(true, true, &c), Some(Transition::Up { passed: 1 }));
-    }
-
-    #[test]
-    fn status_lines() {
-        let cases: &[(&[u8], bool, StatusLine)] = &[
-            (b"HTTP/1.1 200 OK\r\n", false, StatusLine::Status(200)),
-            (
-                b"HTTP/1.0 503 Service Unavailable\r\nX: y\r\n",
-                false,
-                StatusLine::Status(503),
-            ),
-            (b"HTTP/1.1 204\r\n", false, StatusLine::Status(204)),
-            (b"HTTP/1.1 301 ", false, StatusLine::Status(301)),
-            (b"HTTP/1.1 404", true, StatusLine::Status(404)),
-            (b"HTTP/1.1 200 OK\n", false, StatusLine::Status(200)),
-            (b"", false, StatusLine::Incomplete),
-            (b"HTT", false, StatusLine::Incomplete),
-            (b"HTTP/1.1 20", false, StatusLine::Incomplete),
-            (b"HTTP/1.1 200", false, StatusLine::Incomplete),
-            (b"HTTP/1.1 20", true, StatusLine::Invalid),
-            (b"", true, StatusLine::Invalid),
-            (b"SSH-2.0-OpenSSH_9.6\r\n", false, StatusLine::Invalid),
-            (b"X", false, StatusLine::Invalid),
-            (b"HTTP/2 200\r\n", false, StatusLine::Invalid),
-            (b"HTTP/1.1 2000\r\n", false, StatusLine::Invalid),
-            (b"HTTP/1.1 abc\r\n", false, StatusLine::Invalid),
-            (b"HTTP/1.1 099\r\n", false, StatusLine::Invalid),
-            (b"HTTP/1.1 600\r\n", false, StatusLine::Invalid),
-            (b"HTTP/1.x 200\r\n", false, StatusLine::Invalid),
-            (b"HTTP/1.1  200\r\n", false, StatusLine::Invalid),
-        ];
-        for (bytes, eof, want) in cases {
-            assert_eq!(
-                parse_status_line(bytes, *eof),
-                *want,
-                "{:?} eof={eof}",
-                String::from_utf8_lossy(bytes)
-            );
-        }
     }
 
     #[test]

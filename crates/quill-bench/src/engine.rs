@@ -34,11 +34,17 @@ use mio::{Events, Interest, Poll, Token};
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Socket, Type};
 
-use super::response::{self, Framing, Head};
 use super::{Options, Stop};
+use quill_core::http1::{self, Body, Framing, Limits, ResponseHead};
 
 /// Receive buffer per active slot: a response head must fit in it; bodies stream through it.
 const RECV_BUF: usize = 16 * 1024;
+/// Response heads: the whole head must fit the receive buffer; 48 fields at most.
+const LIMITS: Limits = Limits {
+    max_head: RECV_BUF,
+    max_headers: 48,
+    require_host: false,
+};
 /// Idle connects in flight at once per thread (more would overflow the server's SYN backlog).
 const IDLE_BATCH: usize = 256;
 /// How often in-flight requests are checked against `--timeout`.
@@ -384,7 +390,9 @@ struct Slot {
     buf: Box<[u8]>,
     /// Head bytes gathered so far (until the head is parsed).
     filled: usize,
-    head: Option<Head>,
+    head: Option<ResponseHead>,
+    /// Where the response's body ends.
+    framing: Body,
     /// Bytes and body bytes of the response in progress.
     raw: u64,
     body: u64,
@@ -403,6 +411,7 @@ impl Slot {
             buf: vec![0; RECV_BUF].into_boxed_slice(),
             filled: 0,
             head: None,
+            framing: Body::new(Framing::None),
             raw: 0,
             body: 0,
             lowat: 1,
@@ -866,13 +875,9 @@ impl<'p> Engine<'p> {
             self.marks_off(i);
             return;
         }
-        let framed = matches!(
-            slot.head,
-            Some(Head {
-                body: Framing::Length(_),
-                ..
-            })
-        );
+        let framed = slot
+            .head
+            .is_some_and(|h| matches!(h.framing, Framing::Length(_)));
         let want = if self.marks && framed && (size as usize) <= RECV_BUF {
             size
         } else {
@@ -986,17 +991,18 @@ fn is_wait(e: &io::Error) -> bool {
 /// The server closed the connection: the end of an until-close body, else a truncated response.
 fn eof(slot: &mut Slot, line_mode: bool) -> Read_ {
     match slot.head {
-        Some(Head {
-            ok,
-            body: Framing::UntilClose,
-            ..
-        }) if !line_mode => Read_::Whole(ok, false),
+        Some(h) if !line_mode && h.framing == Framing::Close => Read_::Whole(is_ok(&h), false),
         _ => Read_::Failed(if slot.raw == 0 {
             Kind::Reset
         } else {
             Kind::BadResponse
         }),
     }
+}
+
+/// A 2xx response counts as a success.
+fn is_ok(head: &ResponseHead) -> bool {
+    (200..300).contains(&head.status)
 }
 
 /// Tcp mode: the response is whole at the first newline.
@@ -1015,28 +1021,31 @@ fn take_line(slot: &mut Slot, n: usize) -> Option<Read_> {
 
 /// HTTP: `n` new bytes at `from` in the slot's buffer. None: the response is not whole yet.
 fn take_http(slot: &mut Slot, from: usize, n: usize) -> Option<Read_> {
-    let (mut head, body_at) = match slot.head {
+    let (head, body_at) = match slot.head {
         Some(h) => (h, from),
         None => {
             slot.filled = from + n;
-            match response::parse_head(&slot.buf[..slot.filled]) {
-                Ok(Some(h)) => (h, h.len),
+            match http1::parse_response(&slot.buf[..slot.filled], &LIMITS, false) {
+                Ok(Some(h)) => {
+                    slot.head = Some(h);
+                    slot.framing = Body::new(h.framing);
+                    (h, h.len)
+                }
                 Ok(None) => return None,
-                Err(()) => return Some(Read_::Failed(Kind::BadResponse)),
+                Err(_) => return Some(Read_::Failed(Kind::BadResponse)),
             }
         }
     };
     let end = from + n;
-    let fed = match head.body.feed(&slot.buf[body_at..end]) {
+    let fed = match slot.framing.feed(&slot.buf[body_at..end]) {
         Ok(f) => f,
-        Err(()) => return Some(Read_::Failed(Kind::BadResponse)),
+        Err(_) => return Some(Read_::Failed(Kind::BadResponse)),
     };
-    slot.body += fed.body;
-    slot.head = Some(head);
+    slot.body += fed.payload;
     if !fed.done {
         return None;
     }
     // Bytes after the end of the response: the server is out of step; do not reuse.
     let clean = body_at + fed.used == end;
-    Some(Read_::Whole(head.ok, head.reusable && clean))
+    Some(Read_::Whole(is_ok(&head), head.keep_alive() && clean))
 }

@@ -3,7 +3,7 @@
 //! of the processes under test.
 //!
 //! `args` is the command line, [`Options`] the validated plan, [`measure`] runs one measurement
-//! and returns a [`Summary`]; `engine` is the event loop, `response` the HTTP/line parser,
+//! and returns a [`Summary`]; `engine` is the event loop (HTTP responses read by `quill_core::http1`),
 //! `report` the table and JSON, `watch` the /proc sampler, `spread` the child processes used when
 //! one process has too few descriptors.
 
@@ -11,7 +11,6 @@ pub mod engine;
 pub mod matrix;
 pub mod plot;
 pub mod report;
-pub mod response;
 pub mod spec;
 pub mod spread;
 pub mod target;

@@ -6,5 +6,6 @@
 #![deny(unsafe_code)]
 
 pub mod duration;
+pub mod http1;
 #[allow(unsafe_code)]
 pub mod sys;

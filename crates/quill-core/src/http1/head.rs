@@ -1,0 +1,746 @@
+//! Request and response heads: one left-to-right pass over the bytes received so far, with the
+//! strict rules of DESIGN §6.4.
+//!
+//! A syntax error is reported at the byte that shows it, looking ahead only as far as the rule
+//! needs (a CR's LF, the colon after a space), and "incomplete" is returned whenever the bytes
+//! run out first. So parsing a head again as more bytes arrive gives what parsing it once whole
+//! gives: incomplete until then, or the same error. Rules that need the whole head (framing
+//! headers, `Host`) are checked at its end.
+
+use super::body::Framing;
+use super::{Error, Limits, Span};
+
+/// The protocol version of a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    Http10,
+    Http11,
+}
+
+/// A request method; `Other` is any other token (see [`RequestHead::method_span`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Post,
+    Put,
+    Delete,
+    Connect,
+    Options,
+    Trace,
+    Patch,
+    Other,
+}
+
+impl Method {
+    fn of(bytes: &[u8]) -> Method {
+        match bytes {
+            b"GET" => Method::Get,
+            b"HEAD" => Method::Head,
+            b"POST" => Method::Post,
+            b"PUT" => Method::Put,
+            b"DELETE" => Method::Delete,
+            b"CONNECT" => Method::Connect,
+            b"OPTIONS" => Method::Options,
+            b"TRACE" => Method::Trace,
+            b"PATCH" => Method::Patch,
+            _ => Method::Other,
+        }
+    }
+}
+
+/// The form of a request target (RFC 9112 §3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// `/path?query`.
+    Origin,
+    /// `http://host/path` (to a proxy).
+    Absolute,
+    /// `host:port`, for CONNECT only.
+    Authority,
+    /// `*`, for OPTIONS only.
+    Asterisk,
+}
+
+/// The tokens of the `Connection` fields that change how a connection is used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Connection {
+    pub close: bool,
+    pub keep_alive: bool,
+    pub upgrade: bool,
+}
+
+impl Connection {
+    /// Whether the connection stays open after this message (RFC 9112 §9.3).
+    pub fn persists(self, version: Version) -> bool {
+        !self.close && (version == Version::Http11 || self.keep_alive)
+    }
+}
+
+/// A parsed request head. Spans point into the buffer given to [`parse_request`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestHead {
+    /// Bytes of the head, up to and including the blank line: the body starts here.
+    pub len: usize,
+    pub method: Method,
+    pub method_span: Span,
+    pub target: Span,
+    pub target_form: Target,
+    pub version: Version,
+    /// The `Host` value, trimmed (at most one is accepted).
+    pub host: Option<Span>,
+    pub framing: Framing,
+    pub connection: Connection,
+    /// Number of header fields.
+    pub fields: usize,
+}
+
+impl RequestHead {
+    /// Whether the client allows another request on this connection.
+    pub fn keep_alive(&self) -> bool {
+        self.connection.persists(self.version)
+    }
+}
+
+/// A parsed response head. Spans point into the buffer given to [`parse_response`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResponseHead {
+    /// Bytes of the head, up to and including the blank line: the body starts here.
+    pub len: usize,
+    pub version: Version,
+    /// 100-599. A 1xx head is followed by another response to the same request.
+    pub status: u16,
+    pub reason: Span,
+    /// RFC 9112 §6.3: `None` after HEAD and for 1xx, 204 and 304; else `Chunked`, `Length` or
+    /// `Close`. (A 2xx answer to CONNECT turns the connection into a tunnel: the caller's case.)
+    pub framing: Framing,
+    pub connection: Connection,
+    /// Number of header fields.
+    pub fields: usize,
+}
+
+impl ResponseHead {
+    /// Whether the server allows another request on this connection (its body being delimited).
+    pub fn keep_alive(&self) -> bool {
+        self.connection.persists(self.version) && self.framing != Framing::Close
+    }
+}
+
+/// Parses the request head at the start of `buf`: `Ok(None)` while it is incomplete.
+pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, Error> {
+    finish(request(buf, limits))
+}
+
+/// Parses the response head at the start of `buf`: `Ok(None)` while it is incomplete.
+/// `to_head`: the request was HEAD, so the response has no body whatever its fields say.
+pub fn parse_response(
+    buf: &[u8],
+    limits: &Limits,
+    to_head: bool,
+) -> Result<Option<ResponseHead>, Error> {
+    finish(response(buf, limits, to_head))
+}
+
+/// The status code of a response starting with `buf`, as soon as the bytes show it (the code and
+/// the byte after it, or the end of the stream): for callers that need nothing else (health
+/// checks). Rejects as soon as the bytes cannot begin a status line. `eof`: no more bytes come.
+/// Lenient where a full parse is not: what follows the code is not read.
+pub fn status_code(buf: &[u8], eof: bool) -> Result<Option<u16>, Error> {
+    let mut c = Cursor::new(buf, usize::MAX);
+    let code = match status_prefix(&mut c) {
+        Ok((_, code)) => code,
+        Err(Stop::Partial) if eof => return Err(Error::InvalidStatusLine),
+        Err(e) => return finish(Err(e)),
+    };
+    match c.peek() {
+        Ok(b' ' | b'\r' | b'\n') => Ok(Some(code)),
+        Ok(_) => Err(Error::InvalidStatusLine),
+        Err(_) if eof => Ok(Some(code)),
+        Err(_) => Ok(None),
+    }
+}
+
+/// One header field line of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Field {
+    /// The whole line, CRLF included (what to skip to remove the field).
+    pub line: Span,
+    pub name: Span,
+    /// The value without surrounding spaces and tabs.
+    pub value: Span,
+}
+
+/// The header fields of a head that [`parse_request`] or [`parse_response`] accepted, in order.
+pub fn fields(buf: &[u8], head_len: usize) -> Fields<'_> {
+    let head = buf.get(..head_len).unwrap_or(buf);
+    let first = head
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(head.len(), |i| i + 1);
+    Fields { head, pos: first }
+}
+
+/// Iterator over the fields of a head (see [`fields`]).
+#[derive(Clone, Debug)]
+pub struct Fields<'a> {
+    head: &'a [u8],
+    pos: usize,
+}
+
+impl Iterator for Fields<'_> {
+    type Item = Field;
+
+    fn next(&mut self) -> Option<Field> {
+        let rest = self.head.get(self.pos..)?;
+        let end = rest.iter().position(|&b| b == b'\n')?;
+        let start = self.pos;
+        let line = &rest[..end];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|&b| b == b':')?;
+        self.pos = start + end + 1;
+        let value = &line[colon + 1..];
+        let lead = value.len() - value.trim_ascii_start().len();
+        let trimmed = value.trim_ascii().len();
+        let value_start = start + colon + 1 + lead;
+        Some(Field {
+            line: Span {
+                start,
+                end: self.pos,
+            },
+            name: Span {
+                start,
+                end: start + colon,
+            },
+            value: Span {
+                start: value_start,
+                end: value_start + trimmed,
+            },
+        })
+    }
+}
+
+/// Why a pass stopped before the end of a head.
+enum Stop {
+    /// The bytes ran out (and the size limit was not reached).
+    Partial,
+    Bad(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Stop {
+        Stop::Bad(e)
+    }
+}
+
+fn finish<T>(r: Result<T, Stop>) -> Result<Option<T>, Error> {
+    match r {
+        Ok(t) => Ok(Some(t)),
+        Err(Stop::Partial) => Ok(None),
+        Err(Stop::Bad(e)) => Err(e),
+    }
+}
+
+/// A read position in the head, which may not pass `limit` bytes.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    limit: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(buf: &'a [u8], limit: usize) -> Cursor<'a> {
+        Cursor { buf, pos: 0, limit }
+    }
+
+    /// The byte at the read position.
+    fn peek(&self) -> Result<u8, Stop> {
+        if self.pos >= self.limit {
+            return Err(Stop::Bad(Error::HeadTooLarge));
+        }
+        self.buf.get(self.pos).copied().ok_or(Stop::Partial)
+    }
+
+    /// The byte at the read position, which is then passed.
+    fn next(&mut self) -> Result<u8, Stop> {
+        let b = self.peek()?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    /// Passes the bytes for which `keep` holds, stopping at the first other byte, the end of the
+    /// bytes or the size limit (which the next `peek` reports).
+    fn skip_while(&mut self, keep: impl Fn(u8) -> bool) {
+        let end = self.buf.len().min(self.limit);
+        let rest = self.buf.get(self.pos..end).unwrap_or_default();
+        self.pos += rest.iter().position(|&b| !keep(b)).unwrap_or(rest.len());
+    }
+
+    /// Expects `b` next; `else_err` otherwise (with CR, LF and controls told apart).
+    fn expect(&mut self, want: u8, else_err: Error) -> Result<(), Stop> {
+        match self.next()? {
+            b if b == want => Ok(()),
+            b => Err(classify(b, else_err).into()),
+        }
+    }
+
+    /// After a CR just passed: the LF that must follow.
+    fn lf(&mut self) -> Result<(), Stop> {
+        match self.next()? {
+            b'\n' => Ok(()),
+            _ => Err(Error::BareCr.into()),
+        }
+    }
+}
+
+/// The error for an unexpected byte `b` where `otherwise` is the rule broken: line ends and
+/// control characters are errors of their own.
+fn classify(b: u8, otherwise: Error) -> Error {
+    match b {
+        b'\n' => Error::BareLf,
+        b'\r' => otherwise,
+        b if is_control(b) => Error::ControlChar,
+        _ => otherwise,
+    }
+}
+
+fn is_control(b: u8) -> bool {
+    b < 0x20 || b == 0x7f
+}
+
+/// A table of the bytes of a class, for one load per byte on the hot loops.
+macro_rules! table {
+    ($class:ident) => {{
+        let mut t = [false; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = $class(i as u8);
+            i += 1;
+        }
+        t
+    }};
+}
+
+const fn tchar(b: u8) -> bool {
+    matches!(b, b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z' | b'!' | b'#' | b'$' | b'%' | b'&'
+        | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
+}
+
+/// A byte of a request target: visible ASCII but `#` (a fragment is never sent), and `"`, `<`,
+/// `>`, `\\` and backquote, which no client sends unescaped and some servers read differently.
+const fn target_byte(b: u8) -> bool {
+    matches!(b, 0x21..=0x7e) && !matches!(b, b'#' | b'"' | b'<' | b'>' | b'\\' | b'`')
+}
+
+/// A byte of a field value or reason phrase: HTAB, SP, visible ASCII, obs-text.
+const fn value_byte(b: u8) -> bool {
+    matches!(b, b'\t' | b' '..=b'~' | 0x80..=0xff)
+}
+
+static TCHAR: [bool; 256] = table!(tchar);
+static TARGET: [bool; 256] = table!(target_byte);
+static VALUE: [bool; 256] = table!(value_byte);
+
+/// `tchar` of RFC 9110 §5.6.2.
+pub(super) fn is_tchar(b: u8) -> bool {
+    TCHAR[usize::from(b)]
+}
+
+fn is_target_byte(b: u8) -> bool {
+    TARGET[usize::from(b)]
+}
+
+fn is_value_byte(b: u8) -> bool {
+    VALUE[usize::from(b)]
+}
+
+fn is_space(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+/// A byte of a `Host` value: reg-name, IP literal and port characters (RFC 3986).
+fn is_host_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%:[]".contains(&b)
+}
+
+fn request(buf: &[u8], limits: &Limits) -> Result<RequestHead, Stop> {
+    let mut c = Cursor::new(buf, limits.max_head);
+    // method SP
+    let start = c.pos;
+    c.skip_while(is_tchar);
+    match c.next()? {
+        b' ' if c.pos - 1 > start => {}
+        b => return Err(classify(b, Error::InvalidMethod).into()),
+    }
+    let method_span = Span {
+        start,
+        end: c.pos - 1,
+    };
+    let method = Method::of(method_span.of(buf));
+    // request-target SP
+    let start = c.pos;
+    c.skip_while(is_target_byte);
+    match c.next()? {
+        b' ' if c.pos - 1 > start => {}
+        b'\r' => return Err(Error::InvalidRequestLine.into()),
+        b => return Err(classify(b, Error::InvalidTarget).into()),
+    }
+    let target = Span {
+        start,
+        end: c.pos - 1,
+    };
+    let target_form = target_form(method, target.of(buf))?;
+    // HTTP-version CRLF
+    for &want in b"HTTP/1." {
+        c.expect(want, Error::InvalidVersion)?;
+    }
+    let version = match c.next()? {
+        b'0' => Version::Http10,
+        b'1' => Version::Http11,
+        b => return Err(classify(b, Error::InvalidVersion).into()),
+    };
+    c.expect(b'\r', Error::InvalidVersion)?;
+    c.lf()?;
+    let seen = field_lines(&mut c, limits)?;
+    let te = seen.transfer_encoding(version)?;
+    let framing = match (te, seen.length) {
+        (true, _) => Framing::Chunked,
+        (false, Some(n)) => Framing::Length(n),
+        (false, None) => Framing::None,
+    };
+    let host = match seen.hosts {
+        0 if version == Version::Http11 && limits.require_host => {
+            return Err(Error::MissingHost.into())
+        }
+        0 => None,
+        1 => Some(seen.host),
+        _ => return Err(Error::SeveralHosts.into()),
+    };
+    if !host.is_none_or(|h| h.of(buf).iter().all(|&b| is_host_byte(b))) {
+        return Err(Error::InvalidHost.into());
+    }
+    Ok(RequestHead {
+        len: c.pos,
+        method,
+        method_span,
+        target,
+        target_form,
+        version,
+        host,
+        framing,
+        connection: seen.connection,
+        fields: seen.fields,
+    })
+}
+
+/// The form of `target` (RFC 9112 §3.2), and whether `method` allows it.
+fn target_form(method: Method, target: &[u8]) -> Result<Target, Error> {
+    let form = if target == b"*" {
+        Target::Asterisk
+    } else if target.starts_with(b"/") {
+        Target::Origin
+    } else if has_http_scheme(target) {
+        Target::Absolute
+    } else if method == Method::Connect && is_authority(target) {
+        Target::Authority
+    } else {
+        return Err(Error::InvalidTarget);
+    };
+    let allowed = match form {
+        Target::Asterisk => method == Method::Options,
+        Target::Authority => true,
+        Target::Origin | Target::Absolute => method != Method::Connect,
+    };
+    if allowed {
+        Ok(form)
+    } else {
+        Err(Error::InvalidTarget)
+    }
+}
+
+/// `http://` or `https://` followed by a host.
+fn has_http_scheme(target: &[u8]) -> bool {
+    let rest = [&b"http://"[..], b"https://"].iter().find_map(|scheme| {
+        let head = target.get(..scheme.len())?;
+        head.eq_ignore_ascii_case(scheme)
+            .then(|| &target[scheme.len()..])
+    });
+    rest.is_some_and(|r| {
+        r.first()
+            .is_some_and(|&b| b != b'/' && b != b'?' && b != b'@')
+    })
+}
+
+/// `host:port` with a non-empty host and a decimal port, and nothing else.
+fn is_authority(target: &[u8]) -> bool {
+    let Some(colon) = target.iter().rposition(|&b| b == b':') else {
+        return false;
+    };
+    let (host, port) = (&target[..colon], &target[colon + 1..]);
+    !host.is_empty()
+        && host.iter().all(|&b| is_host_byte(b))
+        && !port.is_empty()
+        && port.len() <= 5
+        && port.iter().all(u8::is_ascii_digit)
+}
+
+fn response(buf: &[u8], limits: &Limits, to_head: bool) -> Result<ResponseHead, Stop> {
+    let mut c = Cursor::new(buf, limits.max_head);
+    let (minor, status) = status_prefix(&mut c)?;
+    let version = match minor {
+        b'0' => Version::Http10,
+        b'1' => Version::Http11,
+        _ => return Err(Error::InvalidVersion.into()),
+    };
+    // [SP reason-phrase] CRLF (a missing SP before an empty reason is common, and harmless).
+    let mut reason = Span {
+        start: c.pos,
+        end: c.pos,
+    };
+    match c.next()? {
+        b' ' => {
+            let start = c.pos;
+            c.skip_while(is_value_byte);
+            match c.next()? {
+                b'\r' => {}
+                b => return Err(classify(b, Error::InvalidStatusLine).into()),
+            }
+            reason = Span {
+                start,
+                end: c.pos - 1,
+            };
+        }
+        b'\r' => {}
+        b => return Err(classify(b, Error::InvalidStatusLine).into()),
+    }
+    c.lf()?;
+    let seen = field_lines(&mut c, limits)?;
+    let te = seen.transfer_encoding(version)?;
+    let framing = if to_head || status < 200 || status == 204 || status == 304 {
+        Framing::None
+    } else {
+        match (te, seen.length) {
+            (true, _) => Framing::Chunked,
+            (false, Some(n)) => Framing::Length(n),
+            (false, None) => Framing::Close,
+        }
+    };
+    Ok(ResponseHead {
+        len: c.pos,
+        version,
+        status,
+        reason,
+        framing,
+        connection: seen.connection,
+        fields: seen.fields,
+    })
+}
+
+/// `HTTP/1.` DIGIT SP 3DIGIT, with the status in 100-599: the minor version byte and the status.
+fn status_prefix(c: &mut Cursor<'_>) -> Result<(u8, u16), Stop> {
+    for &want in b"HTTP/1." {
+        c.expect(want, Error::InvalidStatusLine)?;
+    }
+    let minor = match c.next()? {
+        b if b.is_ascii_digit() => b,
+        b => return Err(classify(b, Error::InvalidStatusLine).into()),
+    };
+    c.expect(b' ', Error::InvalidStatusLine)?;
+    let mut status = 0u16;
+    for _ in 0..3 {
+        match c.next()? {
+            b if b.is_ascii_digit() => status = status * 10 + u16::from(b - b'0'),
+            b => return Err(classify(b, Error::InvalidStatusLine).into()),
+        }
+    }
+    if !(100..=599).contains(&status) {
+        return Err(Error::InvalidStatusLine.into());
+    }
+    Ok((minor, status))
+}
+
+/// What the field lines said about framing, `Host` and the connection.
+#[derive(Default)]
+struct Seen {
+    fields: usize,
+    length: Option<u64>,
+    length_error: Option<Error>,
+    te: Codings,
+    hosts: u32,
+    host: Span,
+    connection: Connection,
+}
+
+/// The transfer codings named so far, in order.
+#[derive(Default)]
+struct Codings {
+    present: bool,
+    /// `chunked` appeared this many times, and was the last coding.
+    chunked: u32,
+    last_chunked: bool,
+    unknown: bool,
+    /// An element that is not a coding token, or `chunked` with parameters.
+    malformed: bool,
+}
+
+impl Seen {
+    /// Checks the framing fields together: Ok(true) for a chunked body.
+    fn transfer_encoding(&self, version: Version) -> Result<bool, Error> {
+        if let Some(e) = self.length_error {
+            return Err(e);
+        }
+        let te = &self.te;
+        if !te.present {
+            return Ok(false);
+        }
+        if version == Version::Http10 {
+            return Err(Error::TransferEncodingInHttp10);
+        }
+        if self.length.is_some() {
+            return Err(Error::ContentLengthWithTransferEncoding);
+        }
+        if te.unknown {
+            return Err(Error::UnknownTransferCoding);
+        }
+        if te.malformed || te.chunked != 1 || !te.last_chunked {
+            return Err(Error::TransferEncodingNotChunked);
+        }
+        Ok(true)
+    }
+
+    fn content_length(&mut self, value: &[u8]) {
+        let n = if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+            None
+        } else {
+            value.iter().try_fold(0u64, |n, &d| {
+                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+            })
+        };
+        match (n, self.length) {
+            (None, _) => {
+                self.length_error.get_or_insert(Error::InvalidContentLength);
+            }
+            (Some(n), Some(before)) if n != before => {
+                self.length_error
+                    .get_or_insert(Error::ConflictingContentLength);
+            }
+            (Some(n), _) => self.length = Some(n),
+        }
+    }
+
+    fn transfer_codings(&mut self, value: &[u8]) {
+        let te = &mut self.te;
+        te.present = true;
+        for element in value.split(|&b| b == b',') {
+            let element = element.trim_ascii();
+            if element.is_empty() {
+                continue;
+            }
+            let (name, params) = match element.iter().position(|&b| b == b';') {
+                Some(i) => (element[..i].trim_ascii(), true),
+                None => (element, false),
+            };
+            let chunked = name.eq_ignore_ascii_case(b"chunked");
+            if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) || (chunked && params) {
+                te.malformed = true;
+            } else if chunked {
+                te.chunked += 1;
+            } else if !is_known_coding(name) {
+                te.unknown = true;
+            }
+            te.last_chunked = chunked;
+        }
+    }
+
+    fn connection_tokens(&mut self, value: &[u8]) {
+        for token in value.split(|&b| b == b',') {
+            let token = token.trim_ascii();
+            if token.eq_ignore_ascii_case(b"close") {
+                self.connection.close = true;
+            } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                self.connection.keep_alive = true;
+            } else if token.eq_ignore_ascii_case(b"upgrade") {
+                self.connection.upgrade = true;
+            }
+        }
+    }
+}
+
+/// The registered transfer codings other than chunked (RFC 9112 §7). `identity` is obsolete.
+fn is_known_coding(name: &[u8]) -> bool {
+    [
+        &b"gzip"[..],
+        b"deflate",
+        b"compress",
+        b"x-gzip",
+        b"x-compress",
+    ]
+    .iter()
+    .any(|k| name.eq_ignore_ascii_case(k))
+}
+
+/// The field lines and the blank line that ends the head.
+fn field_lines(c: &mut Cursor<'_>, limits: &Limits) -> Result<Seen, Stop> {
+    let mut seen = Seen::default();
+    loop {
+        match c.peek()? {
+            b'\r' => {
+                c.pos += 1;
+                c.lf()?;
+                return Ok(seen);
+            }
+            b'\n' => return Err(Error::BareLf.into()),
+            b' ' | b'\t' => return Err(Error::ObsFold.into()),
+            _ => {}
+        }
+        seen.fields += 1;
+        if seen.fields > limits.max_headers {
+            return Err(Error::TooManyHeaders.into());
+        }
+        let (name_span, value_span) = field_line(c)?;
+        let (name, value) = (name_span.of(c.buf), value_span.of(c.buf));
+        if name.eq_ignore_ascii_case(b"content-length") {
+            seen.content_length(value);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            seen.transfer_codings(value);
+        } else if name.eq_ignore_ascii_case(b"host") {
+            seen.hosts += 1;
+            seen.host = value_span;
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            seen.connection_tokens(value);
+        }
+    }
+}
+
+/// One `name: value CRLF` line: the name and the value without surrounding whitespace.
+fn field_line(c: &mut Cursor<'_>) -> Result<(Span, Span), Stop> {
+    let start = c.pos;
+    c.skip_while(is_tchar);
+    match c.next()? {
+        b':' if c.pos - 1 > start => {}
+        b' ' | b'\t' if c.pos - 1 > start => {
+            // Spaces, then a colon: the smuggling classic; anything else: no field name.
+            c.skip_while(is_space);
+            return Err(match c.next()? {
+                b':' => Error::SpaceBeforeColon,
+                b => classify(b, Error::InvalidHeaderName),
+            }
+            .into());
+        }
+        b => return Err(classify(b, Error::InvalidHeaderName).into()),
+    }
+    let name = Span {
+        start,
+        end: c.pos - 1,
+    };
+    c.skip_while(is_space);
+    let start = c.pos;
+    c.skip_while(is_value_byte);
+    match c.next()? {
+        b'\r' => {}
+        b => return Err(classify(b, Error::ControlChar).into()),
+    }
+    let value = &c.buf[start..c.pos - 1];
+    let end = start + (value.len() - value.iter().rev().take_while(|&&b| is_space(b)).count());
+    c.lf()?;
+    Ok((name, Span { start, end }))
+}
