@@ -6,51 +6,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::acl;
+// `ModeWord` lives beside `Mode`; its old path `command::ModeWord` still works.
+pub use crate::balancer::ModeWord;
 use crate::addr::AdminState;
 use crate::config::{
     in_range, parse_duration, ControlLevel, Fastclose, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS,
     MAX_WEIGHT,
 };
-
-/// A selection flag that `mode`-group commands turn on (`hash`) or off (`no hash`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ModeWord {
-    RoundRobin,
-    Hash,
-    Weight,
-    Prio,
-    Stubborn,
-    LeastConn,
-    P2c,
-}
-
-impl ModeWord {
-    pub const ALL: [ModeWord; 7] = [
-        ModeWord::RoundRobin,
-        ModeWord::Hash,
-        ModeWord::Weight,
-        ModeWord::Prio,
-        ModeWord::Stubborn,
-        ModeWord::LeastConn,
-        ModeWord::P2c,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ModeWord::RoundRobin => "roundrobin",
-            ModeWord::Hash => "hash",
-            ModeWord::Weight => "weight",
-            ModeWord::Prio => "prio",
-            ModeWord::Stubborn => "stubborn",
-            ModeWord::LeastConn => "leastconn",
-            ModeWord::P2c => "p2c",
-        }
-    }
-
-    pub fn parse(word: &str) -> Option<ModeWord> {
-        ModeWord::ALL.into_iter().find(|w| w.name() == word)
-    }
-}
 
 /// Changes to one server (`server N ...`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -18,7 +18,8 @@ use toml::Spanned;
 use crate::acl::{self, Acl, Acls};
 use crate::addr::{self, AddrError, AdminState, BackendAddr, ListenAddr, ServerSpec};
 use crate::balancer::Mode;
-use crate::command::{Command, ModeWord};
+use crate::balancer::ModeWord;
+use crate::command::Command;
 
 // === Bounds ===
 //
@@ -27,8 +28,7 @@ use crate::command::{Command, ModeWord};
 // wait for ever or wrap a counter.
 
 pub use quill_core::duration::{format_duration, parse_duration, MAX_DURATION};
-/// The largest client tracking table (`clients_max`): 16 bytes a client, so at most 16 MB.
-pub const MAX_CLIENTS: u32 = 1_000_000;
+pub use crate::balancer::MAX_CLIENTS;
 /// The most worker threads.
 pub const MAX_WORKERS: usize = 1024;
 /// The largest listen backlog (the kernel caps it at `net.core.somaxconn` anyway).

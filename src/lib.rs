@@ -30,3 +30,4 @@ pub mod status;
 pub(crate) use quill_core::sys;
 pub mod state;
 pub mod systemd;
+pub mod takeover;

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::backend::{Health, Pool, Server};
 use crate::metrics::{End, CONNECT_BUCKETS_US};
+use crate::state::controller::Controller;
 use crate::state::shared::{Phase, Shared};
 
 #[derive(Clone, Debug, Serialize)]
@@ -259,4 +260,14 @@ pub fn pen_html(snap: &Snapshot) -> String {
     }
     out += "</body></html>\n";
     out
+}
+
+/// Writes Pen's HTML report to the `-w` file, if one is set.
+pub fn write_file(controller: &Controller) -> Result<(), String> {
+    let Some(path) = controller.status_file() else {
+        return Ok(());
+    };
+    let html = pen_html(&snapshot(controller.shared()));
+    std::fs::write(&path, html)
+        .map_err(|e| format!("cannot write status file {}: {e}", path.display()))
 }
