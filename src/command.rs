@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use crate::acl;
 // `ModeWord` lives beside `Mode`; its old path `command::ModeWord` still works.
-pub use crate::balancer::ModeWord;
 use crate::addr::AdminState;
-use crate::config::{
+pub use crate::balancer::ModeWord;
+use crate::config::model::{
     in_range, parse_duration, ControlLevel, Fastclose, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS,
     MAX_WEIGHT,
 };

@@ -88,7 +88,9 @@ impl ControlHandle {
 /// is always where the configuration says). A file at a Unix path is replaced only when it is a
 /// stale socket.
 pub fn open(addr: &ListenAddr, inherited: &mut Vec<Inherited>) -> io::Result<ControlSocket> {
-    if let Some(fd) = crate::systemd::take_named(inherited, takeover::CONTROL_NAME, addr, "control socket") {
+    if let Some(fd) =
+        crate::systemd::take_named(inherited, takeover::CONTROL_NAME, addr, "control socket")
+    {
         return Ok(match addr {
             ListenAddr::Unix(p) => ControlSocket::Unix(UnixListener::from(fd), p.clone()),
             ListenAddr::Tcp(_) => ControlSocket::Tcp(TcpListener::from(fd)),
