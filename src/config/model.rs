@@ -763,6 +763,7 @@ mod tests {
 mod bounds {
     use super::*;
     use crate::command::parse;
+    use crate::config::from_toml;
 
     fn toml(extra_top: &str, extra_listener: &str) -> Result<Config, ConfigError> {
         from_toml(
