@@ -928,7 +928,7 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
         }
         Action::Status => {
             let snap = status::snapshot(shared);
-            if let Err(e) = status::write_file(&controller) {
+            if let Err(e) = status::write_file(controller) {
                 tracing::warn!("{e}");
             }
             let value = serde_json::to_value(&snap).unwrap_or(Value::Null);
@@ -1054,7 +1054,7 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
 /// Commands whose effect is more than a configuration change.
 fn after_set(cmd: &Command, controller: &Controller) {
     if let Command::WebStats(Some(_)) = cmd {
-        if let Err(e) = status::write_file(&controller) {
+        if let Err(e) = status::write_file(controller) {
             tracing::warn!("{e}");
         }
     }
