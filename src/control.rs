@@ -31,6 +31,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use serde_json::{json, Value};
 
+use crate::acl::AclId;
 use crate::addr::ListenAddr;
 use crate::command::{self, Action, Command, Needs, Request as Line, Setting};
 use crate::config::ControlLevel;
@@ -869,7 +870,7 @@ impl<T: Read + Write> ReadWrite for T {}
 fn tcp_client_allowed(ip: IpAddr, controller: &Controller) -> bool {
     let config = controller.config();
     match config.global.control_acl {
-        Some(n) => config.global.acls[n as usize].permits(ip),
+        Some(n) => config.global.acls[n].permits(ip),
         None => ip.is_loopback(),
     }
 }
@@ -1102,7 +1103,7 @@ fn show(
         Some(p) => (p.display().to_string(), json!(p)),
         None => ("none".to_string(), Value::Null),
     };
-    let opt_num = |n: Option<u8>| match n {
+    let opt_num = |n: Option<AclId>| match n {
         Some(n) => (n.to_string(), json!(n)),
         None => ("none".to_string(), Value::Null),
     };
@@ -1134,11 +1135,7 @@ fn show(
         Setting::ClientAcl => opt_num(pick()?.client_acl),
         Setting::ControlAcl => opt_num(g.control_acl),
         Setting::Acl(n) => {
-            let lines: Vec<String> = g.acls[n as usize]
-                .entries
-                .iter()
-                .map(|e| e.to_string())
-                .collect();
+            let lines: Vec<String> = g.acls[n].entries.iter().map(|e| e.to_string()).collect();
             (lines.join("\n"), json!(lines))
         }
         Setting::Log => opt_path(&g.log),

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::acl::AclId;
 use crate::backend::{Health, Pool, Server};
 use crate::metrics::{End, CONNECT_BUCKETS_US};
 use crate::state::controller::Controller;
@@ -78,7 +79,7 @@ pub struct ServerStatus {
     pub hard: u32,
     pub weight: u32,
     pub prio: u32,
-    pub acl: Option<u8>,
+    pub acl: Option<AclId>,
     /// Milliseconds of blacklist left.
     pub blacklisted_ms: Option<u64>,
     pub checks: u64,

@@ -63,8 +63,8 @@ impl ListenerConfig {
                     }
                 }
             }
-            Command::Acl(n, entry) => global.acls[*n as usize].entries.push(*entry),
-            Command::NoAcl(n) => global.acls[*n as usize] = Acl::default(),
+            Command::Acl(n, entry) => global.acls[*n].entries.push(*entry),
+            Command::NoAcl(n) => global.acls[*n] = Acl::default(),
             Command::ClientAcl(n) => self.client_acl = *n,
             Command::ControlAcl(n) => global.control_acl = *n,
             Command::Log(path) => global.log = path.clone(),

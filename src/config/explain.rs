@@ -50,12 +50,7 @@ impl Config {
                 }
             );
         }
-        for (n, acl) in g
-            .acls
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| !a.entries.is_empty())
-        {
+        for (n, acl) in g.acls.iter().filter(|(_, a)| !a.entries.is_empty()) {
             let entries: Vec<String> = acl.entries.iter().map(|e| e.to_string()).collect();
             out += &format!("acl {n}: {}\n", entries.join(", "));
         }
@@ -96,7 +91,7 @@ impl Config {
                 out += &format!("  slow start: {}\n", format_duration(l.slow_start));
             }
             if let Some(n) = l.client_acl {
-                if g.acls[n as usize].entries.is_empty() {
+                if g.acls[n].entries.is_empty() {
                     out += &format!("  note: client acl {n} is empty, so it permits everyone\n");
                 }
                 out += &format!(

@@ -10,7 +10,7 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::acl::Acls;
+use crate::acl::{AclId, Acls};
 use crate::addr::{AddrError, BackendAddr, ListenAddr, ServerSpec};
 use crate::balancer::Mode;
 
@@ -217,7 +217,7 @@ pub struct Global {
     /// The control socket (`-C`): a Unix socket path or a TCP address.
     pub control: Option<ListenAddr>,
     /// ACL checked against control clients over TCP (`control_acl`).
-    pub control_acl: Option<u8>,
+    pub control_acl: Option<AclId>,
     /// What TCP control clients may do (`control_level`); the Unix socket is always `admin`.
     pub control_level: ControlLevel,
     /// A file holding the bearer token TCP control clients must present (`control_token_file`).
@@ -456,7 +456,7 @@ pub struct ListenerConfig {
     /// A server coming back up ramps its share from nothing to full over this time.
     pub slow_start: Duration,
     /// ACL checked against clients before any work (`client_acl`).
-    pub client_acl: Option<u8>,
+    pub client_acl: Option<AclId>,
     /// Where clients denied by `client_acl` go (`-B`); None = closed.
     pub abuse: Option<BackendAddr>,
 }
@@ -673,9 +673,9 @@ impl Config {
 
     /// `control_acl N` must name a list with entries: an empty list permits everyone (Pen's
     /// rule), which would silently open a control address the ACL was meant to guard.
-    pub(crate) fn check_control_acl(&self, n: u8) -> Result<(), String> {
-        match self.global.acls.get(n as usize) {
-            Some(list) if !list.entries.is_empty() => Ok(()),
+    pub(crate) fn check_control_acl(&self, n: AclId) -> Result<(), String> {
+        match &self.global.acls[n] {
+            list if !list.entries.is_empty() => Ok(()),
             _ => Err(format!(
                 "control_acl {n}: ACL list {n} is empty and an empty list permits everyone \
                  (add entries with 'acl {n} permit|deny ADDR' first)"

@@ -12,7 +12,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::acl;
+use crate::acl::{self, AclId};
 use crate::addr::{self, AdminState};
 use crate::balancer::ModeWord;
 
@@ -163,7 +163,7 @@ pub fn from_toml(origin: &str, text: &str, cli: &TuningPatch) -> Result<Config, 
             let words: Vec<&str> = line.split_whitespace().collect();
             let entry = acl::parse_entry(&words)
                 .map_err(|e| ConfigError::usage(format!("{prefix}acl {list} '{line}': {e}")))?;
-            global.acls[list as usize].entries.push(entry);
+            global.acls[list].entries.push(entry);
         }
     }
     let default_health = match &raw.health {
@@ -174,12 +174,12 @@ pub fn from_toml(origin: &str, text: &str, cli: &TuningPatch) -> Result<Config, 
         ),
         None => None,
     };
-    if let Some(n) = &raw.control_acl {
+    if let (Some(n), Some(id)) = (&raw.control_acl, global.control_acl) {
         Config {
             global: global.clone(),
             listeners: Vec::new(),
         }
-        .check_control_acl(*n.get_ref())
+        .check_control_acl(id)
         .map_err(|e| ConfigError::usage(format!("{}{e}", at(n.span()))))?;
     }
     let default_slow_start = raw.slow_start.map_or(Duration::ZERO, |d| d.0);
@@ -342,7 +342,7 @@ fn build_listener(
     Ok(l)
 }
 
-fn acl_number(n: u8, prefix: &str) -> Result<u8, ConfigError> {
+fn acl_number(n: u8, prefix: &str) -> Result<AclId, ConfigError> {
     acl::parse_list(&n.to_string()).map_err(|e| ConfigError::usage(format!("{prefix}{e}")))
 }
 

@@ -30,7 +30,7 @@ impl Config {
         if let Some(n) = g.max_connections {
             out += &format!("conn_max {n}\n");
         }
-        for (n, list) in g.acls.iter().enumerate() {
+        for (n, list) in g.acls.iter() {
             out += &format!("no acl {n}\n");
             for e in &list.entries {
                 out += &format!("acl {n} {e}\n");
