@@ -9,7 +9,10 @@ use crate::acl::Acl;
 use crate::addr::{self, BackendAddr, ServerSpec};
 use crate::command::Command;
 
-use super::model::*;
+use super::model::{
+    in_range, nonzero, Config, ConfigError, Global, ListenerConfig, MAX_CLIENTS, MAX_SESSIONS,
+    MAX_WEIGHT,
+};
 use super::toml::read_config_text;
 
 impl ListenerConfig {

@@ -2,7 +2,7 @@
 
 use crate::addr::{AdminState, ListenAddr};
 
-use super::model::*;
+use super::model::{format_duration, Config};
 use super::write::server_limits;
 
 impl Config {

@@ -16,7 +16,12 @@ use crate::acl::{self, AclId};
 use crate::addr::{self, AdminState};
 use crate::balancer::ModeWord;
 
-use super::model::*;
+use super::model::{
+    in_range, nonzero, parse_duration, parse_status_range, validate_check_path, CheckKind, Config,
+    ConfigError, ControlLevel, Fastclose, Global, HealthCheck, ListenerConfig, LogFormat, Member,
+    Tuning, TuningPatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS,
+    MAX_WEIGHT, MAX_WORKERS,
+};
 
 /// Loads and validates a TOML configuration file. `cli` patches apply on top of the file's
 /// top-level values (command-line options override the file).

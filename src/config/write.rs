@@ -4,7 +4,7 @@
 use crate::addr::{AdminState, BackendAddr, ServerSpec};
 use crate::balancer::ModeWord;
 
-use super::model::*;
+use super::model::{format_duration, Config};
 
 /// A server's limits in the control language's words: `max M hard H weight W prio P [acl A]`.
 pub(crate) fn server_limits(s: &ServerSpec) -> String {
@@ -103,7 +103,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::from_toml;
+    use crate::config::{from_toml, ConfigError, TuningPatch};
 
     fn load(text: &str) -> Result<Config, ConfigError> {
         from_toml("q.toml", text, &TuningPatch::default())
