@@ -70,6 +70,21 @@ fn every_module_of_src_keeps_to_its_layer_without_circles() {
     assert!(report.is_empty(), "layer check of src/ failed:\n{report}");
 }
 
+/// Layers whose modules take the time as an argument instead of reading the clock (the
+/// quill-core crate bans it in its clippy.toml; clippy's settings cannot name modules of this one).
+const CLOCK_FREE: &[&str] = &["leaf", "model"];
+/// The one module of those layers whose job is to read the clock.
+const CLOCK: &str = "clock";
+
+#[test]
+fn pure_modules_take_the_time_as_an_argument() {
+    let root = std::env::var("LAYERS_ROOT")
+        .map_or(PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    let files = read_tree(&root.join("src"), &root);
+    let report = clock_reads(&files, LAYERS, CLOCK_FREE, CLOCK);
+    assert!(report.is_empty(), "clock reads in pure modules:\n{report}");
+}
+
 #[test]
 fn the_workspace_crates_have_no_circles() {
     let root = std::env::var("LAYERS_ROOT")
@@ -167,6 +182,23 @@ fn test_code_and_test_only_files_are_left_out_but_a_stale_exemption_is_not() {
 }
 
 #[test]
+fn a_clock_read_in_a_pure_module_is_named_but_not_in_its_tests() {
+    let files = src(&[
+        (
+            "src/a.rs",
+            "fn f() {\n    let t = std::time::Instant::now();\n}\n\
+             #[cfg(test)]\nmod tests {\n    fn g() { let _ = Instant::now(); }\n}\n",
+        ),
+        ("src/b.rs", "fn f() { let _ = SystemTime::now(); }\n"),
+    ]);
+    let report = clock_reads(&files, TINY, &["low"], "c");
+    assert_eq!(
+        report,
+        "src/a.rs:2: a (low) reads the clock (Instant::now)\n"
+    );
+}
+
+#[test]
 fn a_module_without_a_layer_is_refused() {
     let files = src(&[("src/d.rs", "use crate::a::X;\n"), ("src/a.rs", "")]);
     let report = check(&files, Some(TINY), &[]);
@@ -177,6 +209,66 @@ fn a_module_without_a_layer_is_refused() {
 }
 
 // === The check ===
+
+/// Every `Instant::now` and `SystemTime::now` outside test code in a module of `layers` other
+/// than `clock`, one line each.
+fn clock_reads(
+    files: &[(String, String)],
+    table: &[(&str, &[&str])],
+    layers: &[&str],
+    clock: &str,
+) -> String {
+    let mut report = String::new();
+    let test_only = test_only_modules(files);
+    for (file, text) in files {
+        let Some(module) = module_of(file) else {
+            continue;
+        };
+        if test_only.iter().any(|t| module.starts_with(t)) {
+            continue;
+        }
+        let Some(top) = module.first() else {
+            continue;
+        };
+        let Some((layer, _)) = table
+            .iter()
+            .find(|(_, names)| names.contains(&top.as_str()))
+        else {
+            continue;
+        };
+        if !layers.contains(layer) || top == clock {
+            continue;
+        }
+        let (toks, _) = drop_test_code(lex(text));
+        for w in toks.windows(3) {
+            if let [(Tok::Ident(ty), line), (Tok::PathSep, _), (Tok::Ident(f), _)] = w {
+                if (ty == "Instant" || ty == "SystemTime") && f == "now" {
+                    let _ = writeln!(
+                        report,
+                        "{file}:{line}: {top} ({layer}) reads the clock ({ty}::now)"
+                    );
+                }
+            }
+        }
+    }
+    report
+}
+
+/// The modules declared `#[cfg(test)] mod x;`: their files are test code.
+fn test_only_modules(files: &[(String, String)]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for (file, text) in files {
+        let Some(module) = module_of(file) else {
+            continue;
+        };
+        for child in drop_test_code(lex(text)).1 {
+            let mut m = module.clone();
+            m.push(child);
+            out.push(m);
+        }
+    }
+    out
+}
 
 /// Every `.rs` file under `dir`, as (path relative to `root`, text), sorted by path.
 fn read_tree(dir: &Path, root: &Path) -> Vec<(String, String)> {
@@ -205,13 +297,6 @@ fn read_tree(dir: &Path, root: &Path) -> Vec<(String, String)> {
 struct Import {
     path: Vec<String>,
     line: usize,
-}
-
-/// What one source file says about modules.
-struct Scan {
-    imports: Vec<Import>,
-    /// Child modules declared under `#[cfg(test)]`: their files are test code.
-    test_children: Vec<String>,
 }
 
 /// The report: one line per fault, empty when the rule holds. `layers` None: circles only, each
@@ -245,28 +330,19 @@ fn check(
             .map(str::to_string)
     };
 
-    let scans: Vec<(String, Vec<String>, Scan)> = files
+    let scans: Vec<(String, Vec<String>, Vec<Import>)> = files
         .iter()
         .filter_map(|(file, text)| {
             let module = module_of(file)?;
-            let scan = scan(text, &module);
-            Some((file.clone(), module, scan))
+            let imports = scan(text, &module);
+            Some((file.clone(), module, imports))
         })
         .collect();
-    let test_only: Vec<Vec<String>> = scans
-        .iter()
-        .flat_map(|(_, module, s)| {
-            s.test_children.iter().map(move |c| {
-                let mut m = module.clone();
-                m.push(c.clone());
-                m
-            })
-        })
-        .collect();
+    let test_only = test_only_modules(files);
 
     // (from, to) → every place it is imported.
     let mut edges: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    for (file, module, scan) in &scans {
+    for (file, module, imports) in &scans {
         if module.is_empty() || test_only.iter().any(|t| module.starts_with(t)) {
             continue;
         }
@@ -278,7 +354,7 @@ fn check(
             );
             continue;
         };
-        for import in &scan.imports {
+        for import in imports {
             let Some(to) = node_of(&import.path) else {
                 if layers.is_some() && !import.path.is_empty() {
                     let _ = writeln!(
@@ -601,8 +677,8 @@ fn drop_test_code(toks: Vec<(Tok, usize)>) -> (Vec<(Tok, usize)>, Vec<String>) {
 }
 
 /// The imports of one file holding `module`, each as a module path from the crate root.
-fn scan(text: &str, module: &[String]) -> Scan {
-    let (toks, test_children) = drop_test_code(lex(text));
+fn scan(text: &str, module: &[String]) -> Vec<Import> {
+    let (toks, _) = drop_test_code(lex(text));
     let mut children = Vec::new();
     for w in toks.windows(3) {
         if let [(Tok::Ident(m), _), (Tok::Ident(name), _), (Tok::Semi | Tok::Open, _)] = w {
@@ -642,16 +718,11 @@ fn scan(text: &str, module: &[String]) -> Scan {
         }
         i += 1;
     }
-    let imports = raw
-        .into_iter()
+    raw.into_iter()
         .filter_map(|(segs, line)| {
             resolve(&segs, module, &children).map(|path| Import { path, line })
         })
-        .collect();
-    Scan {
-        imports,
-        test_children,
-    }
+        .collect()
 }
 
 /// Reads one use tree at `i` (after `use`), pushing every full path with the line of its last
