@@ -14,6 +14,9 @@
 //! - assembly: [`runtime`], [`cli`].
 
 // No unsafe code here: the workspace lint table denies it; all of it is in `quill_core::sys`.
+// Quill never panics on input: the workspace's panic bans, held here at the crate root so that
+// the integration tests (same package, other targets) are not under them (see Cargo.toml).
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod acl;
 pub mod addr;

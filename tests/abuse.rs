@@ -2,8 +2,6 @@
 //! read, and a client that never reads (backpressure must reach the server instead of quill's
 //! memory). The client side of abuse is covered by forwarding.rs (`abusive_clients_are_survived`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::io::{self, Read, Write};

@@ -4,8 +4,6 @@
 //! `no acl N`, and ACLs from a TOML file. Clients come from 127.0.0.1 and 127.0.0.2 (a client
 //! socket bound to 127.0.0.2 before connecting), and from ::1.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 #[path = "support/ctl.rs"]
 mod ctl;
 mod support;

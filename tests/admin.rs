@@ -2,8 +2,6 @@
 //! `/api/status` JSON, answers to bad requests, resistance to slow and hostile clients; and the
 //! other reports: Pen's HTML report (`-w` + SIGUSR1) and the JSON access log.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod admin_support;
 mod support;
 

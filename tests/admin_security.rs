@@ -4,8 +4,6 @@
 //! or the Basic password; a listener bound beyond loopback is warned about; and a process out of
 //! descriptors answers `503` instead of leaving a scrape unanswered.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod admin_support;
 mod support;
 

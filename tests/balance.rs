@@ -1,8 +1,6 @@
 //! Server selection: round robin, tracking, hash, weight, prio, MAXCONN, leastconn, p2c.
 //! Backends are Greet servers, so the first line a client reads names the backend that serves it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::collections::BTreeMap;

@@ -2,8 +2,6 @@
 //! purpose), idle connections held open and silent, `--watch` against a process burning CPU,
 //! `--sources`, tcp mode, JSON and usage errors. Every run is the real binary over loopback.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::collections::BTreeSet;

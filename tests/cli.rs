@@ -1,8 +1,6 @@
 //! Command line: help/version, usage errors (exit 2, first stderr line names the value), unsupported
 //! and obsolete Pen options, bind failures (exit 1).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::net::TcpListener;

@@ -1,7 +1,5 @@
 //! TOML configuration: two listeners end to end, `quill check`, errors with PATH:LINE, the example.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::net::SocketAddr;

@@ -3,8 +3,6 @@
 //! sessions, process, files (`write`, `-F`, `include`), JSON replies and several listeners.
 //! Backends are Greet servers, so the first line a client reads names the server it reached.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 #[path = "support/ctl.rs"]
 mod ctl;
 mod support;

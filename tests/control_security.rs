@@ -3,8 +3,6 @@
 //! sockets, the Unix socket's peer uid check, the bearer token, and that idle, dripping or
 //! oversized clients and a full descriptor table never leave a legitimate client unanswered.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 #[path = "support/ctl.rs"]
 mod ctl;
 mod support;

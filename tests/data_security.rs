@@ -2,8 +2,6 @@
 //! holding every session (`max_per_source`), and running out of descriptors starving the control
 //! socket and the admin listener (D17).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::io::{self, Read, Write};

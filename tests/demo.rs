@@ -1,7 +1,5 @@
 //! `quill demo`: prints what to try, serves three HTTP demo backends in rotation.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::collections::BTreeSet;

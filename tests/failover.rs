@@ -3,8 +3,6 @@
 //! These tests keep quill's readiness connection as their first client (instead of closing it), so
 //! the first server quill ever tries is tried on behalf of a client the test watches.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::io::Write;

@@ -1,8 +1,6 @@
 //! Forwarding: byte-exact data both ways, half-close, fin/idle timeouts, -x, tcp_fastclose, IPv6,
 //! Unix sockets, abusive clients.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::io::{Read, Write};

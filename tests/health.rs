@@ -3,8 +3,6 @@
 //! `status`, the log) and where clients go. Short intervals (100 ms) keep every test to a few
 //! seconds; every wait is bounded and every process is killed by PID.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::io::{Read, Write};

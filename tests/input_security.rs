@@ -5,8 +5,6 @@
 //! quickly, and the text access log keeps one session on one line. Each test is named after the
 //! attack it repeats; each failed on the code before the fix.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 #[path = "support/ctl.rs"]
 mod ctl;
 mod support;

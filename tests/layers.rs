@@ -47,8 +47,9 @@ const LAYERS: &[(&str, &[&str])] = &[
             "proxy", "takeover", "health", "status", "admin", "control", "demo",
         ],
     ),
-    // Assembly: start-up, threads, the main loop, the command line.
-    ("assembly", &["runtime", "cli"]),
+    // Assembly: start-up, threads, the main loop, the command line (`generate`: man pages and
+    // completions from the command line's definitions).
+    ("assembly", &["runtime", "cli", "generate"]),
 ];
 
 /// Imports that point up, allowed for a stated reason. An entry that no import needs any more

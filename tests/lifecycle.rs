@@ -1,8 +1,6 @@
 //! Process lifecycle: SIGTERM drain, second signal, drain deadline, pid file, access log fields,
 //! SIGHUP log reopen, -u USER.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::io;

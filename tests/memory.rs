@@ -2,8 +2,6 @@
 //! traffic, thousands of sessions within -x are all served, and running out of descriptors is
 //! survived.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::io::{self, Read, Write};

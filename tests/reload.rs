@@ -3,8 +3,6 @@
 //! rejected with its `file:line`), and `--takeover` replaces a running process with zero failed
 //! connections.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::fs;

@@ -6,8 +6,6 @@
 //! Needs Debian's `chromium` at /usr/bin/chromium (`.ci/run` installs it). Without it these
 //! tests fail: they never skip.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod admin_support;
 mod support;
 

@@ -4,8 +4,6 @@
 //! `LISTEN_FDNAMES`, and execs the real binary. sd_notify messages are read from a datagram socket
 //! the test binds and names in `NOTIFY_SOCKET`. Also the drop-in form for systemd-socket-proxyd.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::fs;

@@ -6,8 +6,6 @@
 //! handshake themselves: read `takeover\n`, answer the names as a JSON line with the sockets
 //! attached (SCM_RIGHTS), then read `done\n`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::io::{IoSlice, Read, Write};

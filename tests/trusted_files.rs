@@ -6,8 +6,6 @@
 //! only ever replaces a stale socket, and the clean-up at exit only ever removes a socket. Also: a
 //! SIGHUP while draining changes nothing (it used to bind the listeners again).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 #[path = "support/ctl.rs"]
 mod ctl;
 mod support;

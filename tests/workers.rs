@@ -1,7 +1,5 @@
 //! Worker threads and SO_REUSEPORT: many concurrent sessions, two processes on one port.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test code: see clippy.toml.
-
 mod support;
 
 use std::io::Write;
