@@ -4,13 +4,14 @@
 //!
 //! Every error names the offending value; errors from a file start with `PATH:LINE:`.
 //!
-//! One file per job, each depending only on `model`:
+//! One file per job; `model` is below the others and imports none of them:
 //! - `model`: the types (`Config`, `Global`, `ListenerConfig`, `Tuning`, `HealthCheck`...), the
 //!   bounds of every number and `validate`;
 //! - `toml`: reading a TOML file into the model (`Raw*`, `from_toml`);
-//! - `apply`: control commands (`-O`, `-F` files, the control socket) applied to the model;
+//! - `apply`: control commands (`-O`, `-F` files, the control socket) applied to the model (command
+//!   files are read with `toml`'s `read_config_text`);
 //! - `write`: the model written back as control commands (the `write` command);
-//! - `explain`: `quill check`'s explanation.
+//! - `explain`: `quill check`'s explanation (a server's limits in `write`'s words).
 //!
 //! Everything is re-exported here, so `crate::config::X` names any of it; `command`, below the
 //! loaders, imports `config::model` only.
