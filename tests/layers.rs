@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 /// this list. An entry `a::b` makes a submodule a module of its own (the config files, which must
 /// not import each other in a circle either); any other submodule counts as its top module.
 const LAYERS: &[(&str, &[&str])] = &[
-    // Leaves: no I/O beyond a clock read, no state; `sys` is quill-core's syscall wrappers.
+    // Leaves: the vocabulary everything shares, no state (`sys` is quill-core's syscall wrappers).
     ("leaf", &["sys", "addr", "acl", "clock", "metrics"]),
     // Pure model: the configuration and what selects and counts servers. No sockets.
     (
