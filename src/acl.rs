@@ -9,6 +9,9 @@
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::ops::{Index, IndexMut};
+
+use serde::Serialize;
 
 /// How many lists there are (numbered 0 to 9, as in Pen).
 pub const LISTS: usize = 10;
@@ -91,15 +94,61 @@ impl Acl {
     }
 }
 
-/// The ten lists, as configured.
-pub type Acls = [Acl; LISTS];
+/// A list's number, 0 to 9. Made only by [`parse_list`] and [`AclId::new`], which check it, so
+/// indexing [`Acls`] with it cannot go out of bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct AclId(u8);
+
+impl AclId {
+    /// List `n`, if there is one.
+    pub fn new(n: u8) -> Option<AclId> {
+        ((n as usize) < LISTS).then_some(AclId(n))
+    }
+
+    /// The number, as written in the control language and the TOML file.
+    pub fn get(self) -> u8 {
+        self.0
+    }
+}
+
+impl fmt::Display for AclId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The ten lists, as configured, indexed by [`AclId`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Acls([Acl; LISTS]);
+
+impl Acls {
+    /// Every list with its number, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (AclId, &Acl)> {
+        (0u8..).map(AclId).zip(self.0.iter())
+    }
+}
+
+impl Index<AclId> for Acls {
+    type Output = Acl;
+
+    fn index(&self, id: AclId) -> &Acl {
+        &self.0[usize::from(id.0)]
+    }
+}
+
+impl IndexMut<AclId> for Acls {
+    fn index_mut(&mut self, id: AclId) -> &mut Acl {
+        &mut self.0[usize::from(id.0)]
+    }
+}
 
 /// Parses a list number `0`..`9`.
-pub fn parse_list(s: &str) -> Result<u8, String> {
-    match s.parse::<u8>() {
-        Ok(n) if (n as usize) < LISTS => Ok(n),
-        _ => Err(format!("'{s}' is not an ACL number (0-9)")),
-    }
+pub fn parse_list(s: &str) -> Result<AclId, String> {
+    s.parse::<u8>()
+        .ok()
+        .and_then(AclId::new)
+        .ok_or_else(|| format!("'{s}' is not an ACL number (0-9)"))
 }
 
 /// Parses the words after `acl N`: `permit|deny ADDR [MASK]`.
@@ -256,5 +305,21 @@ mod tests {
         assert!(e("permit 10.0.0.0/33").contains("/33"));
         assert!(e("permit ::1 64").contains("64"));
         assert!(parse_list("10").is_err());
+        assert!(parse_list("-1").is_err());
+    }
+
+    #[test]
+    fn list_numbers_are_zero_to_nine_and_index_the_lists() {
+        assert_eq!(parse_list("9").map(AclId::get), Ok(9));
+        assert_eq!(AclId::new(10), None);
+        let mut lists = Acls::default();
+        let nine = AclId::new(9).unwrap();
+        lists[nine]
+            .entries
+            .push(parse_entry(&["deny", "10.0.0.1"]).unwrap());
+        let numbers: Vec<u8> = lists.iter().map(|(n, _)| n.get()).collect();
+        assert_eq!(numbers, (0..10).collect::<Vec<u8>>());
+        assert!(!lists[nine].permits("10.0.0.1".parse().unwrap()));
+        assert_eq!(nine.to_string(), "9");
     }
 }

@@ -8,6 +8,8 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
+use crate::acl::AclId;
+
 /// Where a listener accepts clients.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ListenAddr {
@@ -49,7 +51,7 @@ pub struct ServerSpec {
     /// Used by prio selection; lowest wins.
     pub prio: u32,
     /// Pen's per-server ACL: only clients it permits may use this server.
-    pub acl: Option<u8>,
+    pub acl: Option<AclId>,
     /// What the operator asked of this server (`server N drain|disable|enable`).
     pub state: AdminState,
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acl::Acls;
+use crate::acl::{AclId, Acls};
 use crate::addr::{AdminState, BackendAddr, ServerSpec};
 use crate::balancer::{ClientTable, Cursor, Mode, ServerSet};
 use crate::clock::millis;
@@ -91,7 +91,7 @@ impl Server {
         self.weight.store(spec.weight, Ordering::Relaxed);
         self.prio.store(spec.prio, Ordering::Relaxed);
         self.acl
-            .store(spec.acl.unwrap_or(NO_ACL), Ordering::Relaxed);
+            .store(spec.acl.map_or(NO_ACL, AclId::get), Ordering::Relaxed);
         self.admin.store(spec.state as u8, Ordering::Relaxed);
     }
 
@@ -120,8 +120,8 @@ impl Server {
         self.prio.load(Ordering::Relaxed)
     }
 
-    pub fn acl(&self) -> Option<u8> {
-        Some(self.acl.load(Ordering::Relaxed)).filter(|&n| n != NO_ACL)
+    pub fn acl(&self) -> Option<AclId> {
+        AclId::new(self.acl.load(Ordering::Relaxed))
     }
 
     pub fn admin(&self) -> AdminState {
@@ -289,7 +289,7 @@ pub struct Pool {
     pub abuse: Option<Arc<Server>>,
     pub cursor: Arc<Cursor>,
     pub clients: Arc<ClientTable>,
-    pub client_acl: Option<u8>,
+    pub client_acl: Option<AclId>,
     /// The process's ACL lists (client and per-server ACLs refer to them).
     pub acls: Arc<Acls>,
     pub health: Option<HealthCheck>,
@@ -391,7 +391,7 @@ impl Pool {
     /// Whether `client_acl` lets this client in (Unix-socket clients always pass).
     pub fn admits(&self, ip: Option<IpAddr>) -> bool {
         match (self.client_acl, ip) {
-            (Some(n), Some(ip)) => self.acls[n as usize].permits(ip),
+            (Some(n), Some(ip)) => self.acls[n].permits(ip),
             _ => true,
         }
     }
@@ -419,7 +419,7 @@ impl ServerSet for PoolView<'_> {
             return false;
         }
         match (s.acl(), self.client) {
-            (Some(n), Some(ip)) => self.pool.acls[n as usize].permits(ip),
+            (Some(n), Some(ip)) => self.pool.acls[n].permits(ip),
             _ => true,
         }
     }

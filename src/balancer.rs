@@ -9,10 +9,51 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::command::ModeWord;
+/// The largest client tracking table (`clients_max`): 16 bytes a client, so at most 16 MB.
+pub const MAX_CLIENTS: u32 = 1_000_000;
 
 /// Most servers one pool may hold (server numbers are stored in 16 bits in the tracking table).
 pub const MAX_SERVERS: usize = 65_000;
+
+/// A selection flag that `mode`-group commands turn on (`hash`) or off (`no hash`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModeWord {
+    RoundRobin,
+    Hash,
+    Weight,
+    Prio,
+    Stubborn,
+    LeastConn,
+    P2c,
+}
+
+impl ModeWord {
+    pub const ALL: [ModeWord; 7] = [
+        ModeWord::RoundRobin,
+        ModeWord::Hash,
+        ModeWord::Weight,
+        ModeWord::Prio,
+        ModeWord::Stubborn,
+        ModeWord::LeastConn,
+        ModeWord::P2c,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ModeWord::RoundRobin => "roundrobin",
+            ModeWord::Hash => "hash",
+            ModeWord::Weight => "weight",
+            ModeWord::Prio => "prio",
+            ModeWord::Stubborn => "stubborn",
+            ModeWord::LeastConn => "leastconn",
+            ModeWord::P2c => "p2c",
+        }
+    }
+
+    pub fn parse(word: &str) -> Option<ModeWord> {
+        ModeWord::ALL.into_iter().find(|w| w.name() == word)
+    }
+}
 
 /// The base policy used when no Pen flag (prio, weight, hash) applies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -320,10 +361,10 @@ pub struct ClientTable {
 }
 
 impl ClientTable {
-    /// A table holding about `size` clients, at most `config::MAX_CLIENTS` (the configuration
+    /// A table holding about `size` clients, at most [`MAX_CLIENTS`] (the configuration
     /// refuses more; the cap here makes sure no value can ask for gigabytes at once).
     pub fn new(size: u32) -> ClientTable {
-        let size = size.min(crate::config::MAX_CLIENTS);
+        let size = size.min(MAX_CLIENTS);
         let buckets = (size as usize).div_ceil(WAYS).max(1);
         let slots = buckets * WAYS;
         ClientTable {

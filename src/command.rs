@@ -5,52 +5,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::acl;
+use crate::acl::{self, AclId};
+// `ModeWord` lives beside `Mode`; its old path `command::ModeWord` still works.
 use crate::addr::AdminState;
-use crate::config::{
+pub use crate::balancer::ModeWord;
+use crate::config::model::{
     in_range, parse_duration, ControlLevel, Fastclose, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS,
     MAX_WEIGHT,
 };
-
-/// A selection flag that `mode`-group commands turn on (`hash`) or off (`no hash`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ModeWord {
-    RoundRobin,
-    Hash,
-    Weight,
-    Prio,
-    Stubborn,
-    LeastConn,
-    P2c,
-}
-
-impl ModeWord {
-    pub const ALL: [ModeWord; 7] = [
-        ModeWord::RoundRobin,
-        ModeWord::Hash,
-        ModeWord::Weight,
-        ModeWord::Prio,
-        ModeWord::Stubborn,
-        ModeWord::LeastConn,
-        ModeWord::P2c,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ModeWord::RoundRobin => "roundrobin",
-            ModeWord::Hash => "hash",
-            ModeWord::Weight => "weight",
-            ModeWord::Prio => "prio",
-            ModeWord::Stubborn => "stubborn",
-            ModeWord::LeastConn => "leastconn",
-            ModeWord::P2c => "p2c",
-        }
-    }
-
-    pub fn parse(word: &str) -> Option<ModeWord> {
-        ModeWord::ALL.into_iter().find(|w| w.name() == word)
-    }
-}
 
 /// Changes to one server (`server N ...`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,7 +25,7 @@ pub struct ServerChange {
     pub prio: Option<u32>,
     pub blacklist: Option<Duration>,
     /// `acl A`: Some(Some(a)); `acl none`: Some(None).
-    pub acl: Option<Option<u8>>,
+    pub acl: Option<Option<AclId>>,
     /// `drain`, `enable`, `disable`.
     pub state: Option<AdminState>,
 }
@@ -89,11 +51,11 @@ pub enum Command {
     /// `server N remove`: open sessions finish; later servers move down one number.
     ServerRemove(usize),
     /// `acl N permit|deny ...` appends an entry.
-    Acl(u8, acl::Entry),
+    Acl(AclId, acl::Entry),
     /// `no acl N` empties list N.
-    NoAcl(u8),
-    ClientAcl(Option<u8>),
-    ControlAcl(Option<u8>),
+    NoAcl(AclId),
+    ClientAcl(Option<AclId>),
+    ControlAcl(Option<AclId>),
     /// `log FILE` / `no log`.
     Log(Option<PathBuf>),
     /// `web_stats FILE` / `no web_stats`.
@@ -203,7 +165,7 @@ pub enum Setting {
     Mode,
     ClientAcl,
     ControlAcl,
-    Acl(u8),
+    Acl(AclId),
     Log,
     WebStats,
     Debug,
@@ -476,7 +438,7 @@ fn bounded_arg<T: TryFrom<u64>>(
     T::try_from(n).map_err(|_| CommandError(format!("{name}: {n} is out of range")))
 }
 
-fn list_arg(n: &str) -> Result<u8, CommandError> {
+fn list_arg(n: &str) -> Result<AclId, CommandError> {
     acl::parse_list(n).map_err(|e| CommandError(format!("acl: {e}")))
 }
 

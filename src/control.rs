@@ -15,12 +15,9 @@
 //! never lost to a reset; a descriptor is kept in reserve so EMFILE never leaves it unanswered.
 //!
 //! Takeover: a new process sends `takeover` over the Unix socket and receives every listening
-//! socket (and this control socket) by SCM_RIGHTS, with their names as a JSON line. Once it serves,
-//! it writes `done` on the same connection and this process drains; if the connection closes
-//! first, nothing changes here.
+//! socket (and this control socket) by SCM_RIGHTS; the handshake itself is in `takeover`.
 
-use std::io::{self, BufRead, BufReader, IoSlice, IoSliceMut, Read, Write};
-use std::mem::MaybeUninit;
+use std::io::{self, Read, Write};
 use std::net::{IpAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -32,12 +29,9 @@ use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
-use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
-};
 use serde_json::{json, Value};
 
+use crate::acl::AclId;
 use crate::addr::ListenAddr;
 use crate::command::{self, Action, Command, Needs, Request as Line, Setting};
 use crate::config::ControlLevel;
@@ -46,11 +40,10 @@ use crate::state::shared::{Report, Request};
 use crate::state::Msg;
 use crate::status;
 use crate::systemd::Inherited;
+use crate::takeover;
 
 /// Where `quill ctl` looks when no `--socket` is given (and `QUILL_SOCKET` is unset).
 pub const DEFAULT_SOCKET: &str = "/run/quill/quill.sock";
-/// The name the control socket has among handed-over sockets.
-const CONTROL_NAME: &str = "control";
 /// Longest command line accepted.
 const MAX_LINE: usize = 4096;
 /// How long a client may take to send its line, and to read the reply.
@@ -63,10 +56,6 @@ const MAX_BLOCKING: usize = 4;
 /// After a reply, how long and how much of what the client still sends is read and discarded.
 const DRAIN_TIME: Duration = Duration::from_secs(1);
 const DRAIN_BYTES: usize = 1 << 20;
-/// How long the old process waits for the new one to say it serves.
-const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(60);
-/// Most sockets one takeover hands over.
-const MAX_FDS: usize = 64;
 
 /// The control listening socket.
 pub enum ControlSocket {
@@ -100,7 +89,9 @@ impl ControlHandle {
 /// is always where the configuration says). A file at a Unix path is replaced only when it is a
 /// stale socket.
 pub fn open(addr: &ListenAddr, inherited: &mut Vec<Inherited>) -> io::Result<ControlSocket> {
-    if let Some(fd) = crate::systemd::take_named(inherited, CONTROL_NAME, addr, "control socket") {
+    if let Some(fd) =
+        crate::systemd::take_named(inherited, takeover::CONTROL_NAME, addr, "control socket")
+    {
         return Ok(match addr {
             ListenAddr::Unix(p) => ControlSocket::Unix(UnixListener::from(fd), p.clone()),
             ListenAddr::Tcp(_) => ControlSocket::Tcp(TcpListener::from(fd)),
@@ -802,7 +793,7 @@ fn run_blocking(conn: Conn, req: &Line, ctl: &Control) -> io::Result<()> {
     conn.set_nonblocking(false)?;
     conn.set_timeouts(IO_TIMEOUT, IO_TIMEOUT)?;
     if let (Action::Takeover, Conn::Unix(s)) = (&req.action, &conn) {
-        return hand_over(s, ctl);
+        return takeover::hand_over(s, ctl.socket.fd(), &ctl.controller, &ctl.waker);
     }
     let mut conn = conn;
     let reply = execute(req, &ctl.controller);
@@ -875,27 +866,11 @@ impl Conn {
 trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
-/// Reads one line (without its end), at most `MAX_LINE` bytes.
-fn read_line(r: &mut dyn Read) -> io::Result<String> {
-    let mut reader = BufReader::new(r.take(MAX_LINE as u64 + 1));
-    let mut line = Vec::new();
-    reader.read_until(b'\n', &mut line)?;
-    if line.len() > MAX_LINE {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "command line too long",
-        ));
-    }
-    String::from_utf8(line)
-        .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "command is not UTF-8"))
-}
-
 /// Whether a TCP client may use the control socket: `control_acl` when set, else loopback only.
 fn tcp_client_allowed(ip: IpAddr, controller: &Controller) -> bool {
     let config = controller.config();
     match config.global.control_acl {
-        Some(n) => config.global.acls[n as usize].permits(ip),
+        Some(n) => config.global.acls[n].permits(ip),
         None => ip.is_loopback(),
     }
 }
@@ -954,7 +929,7 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
         }
         Action::Status => {
             let snap = status::snapshot(shared);
-            if let Err(e) = controller.write_status_file() {
+            if let Err(e) = status::write_file(controller) {
                 tracing::warn!("{e}");
             }
             let value = serde_json::to_value(&snap).unwrap_or(Value::Null);
@@ -1090,7 +1065,7 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
 /// Commands whose effect is more than a configuration change.
 fn after_set(cmd: &Command, controller: &Controller) {
     if let Command::WebStats(Some(_)) = cmd {
-        if let Err(e) = controller.write_status_file() {
+        if let Err(e) = status::write_file(controller) {
             tracing::warn!("{e}");
         }
     }
@@ -1138,7 +1113,7 @@ fn show(
         Some(p) => (p.display().to_string(), json!(p)),
         None => ("none".to_string(), Value::Null),
     };
-    let opt_num = |n: Option<u8>| match n {
+    let opt_num = |n: Option<AclId>| match n {
         Some(n) => (n.to_string(), json!(n)),
         None => ("none".to_string(), Value::Null),
     };
@@ -1170,11 +1145,7 @@ fn show(
         Setting::ClientAcl => opt_num(pick()?.client_acl),
         Setting::ControlAcl => opt_num(g.control_acl),
         Setting::Acl(n) => {
-            let lines: Vec<String> = g.acls[n as usize]
-                .entries
-                .iter()
-                .map(|e| e.to_string())
-                .collect();
+            let lines: Vec<String> = g.acls[n].entries.iter().map(|e| e.to_string()).collect();
             (lines.join("\n"), json!(lines))
         }
         Setting::Log => opt_path(&g.log),
@@ -1189,156 +1160,6 @@ fn show(
             None => ("none".to_string(), Value::Null),
         },
     })
-}
-
-/// Old process: hands every listening socket and the control socket to the new process, then
-/// waits for it to say it serves.
-fn hand_over(conn: &UnixStream, ctl: &Control) -> io::Result<()> {
-    let (socket, controller) = (&ctl.socket, &ctl.controller);
-    let listeners = controller.shared().listeners.load_full();
-    let mut names: Vec<String> = listeners.iter().map(|l| l.name.clone()).collect();
-    let mut fds: Vec<BorrowedFd<'_>> = listeners.iter().map(|l| l.socket.as_fd()).collect();
-    names.push(CONTROL_NAME.to_string());
-    fds.push(socket.fd());
-    if let Some(admin) = controller.shared().admin_socket.get() {
-        names.push(crate::runtime::ADMIN_NAME.to_string());
-        fds.push(admin.as_fd());
-    }
-    if fds.len() > MAX_FDS {
-        let mut c = conn;
-        return c.write_all(
-            format!("error: too many sockets to hand over ({})\n", fds.len()).as_bytes(),
-        );
-    }
-    let payload = format!("{}\n", json!({ "names": names }));
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-        return Err(io::Error::other("ancillary buffer too small"));
-    }
-    rustix::net::sendmsg(
-        conn,
-        &[IoSlice::new(payload.as_bytes())],
-        &mut control,
-        SendFlags::empty(),
-    )?;
-    tracing::info!(
-        "takeover: handed {} socket(s) to a new process; waiting for it to serve",
-        fds.len()
-    );
-    conn.set_read_timeout(Some(TAKEOVER_TIMEOUT))?;
-    let mut reader = conn;
-    match read_line(&mut reader) {
-        Ok(line) if line.trim() == "done" => {
-            let _ = (&*conn).write_all(b"ok\n");
-            controller
-                .shared()
-                .handed_over
-                .store(true, Ordering::Relaxed);
-            let _ = ctl.waker.wake();
-            controller.send(Msg::HandedOver);
-            Ok(())
-        }
-        Ok(line) => {
-            tracing::warn!("takeover: the new process said {line:?}; carrying on");
-            Ok(())
-        }
-        Err(e) => {
-            tracing::warn!("takeover: the new process did not confirm ({e}); carrying on");
-            Ok(())
-        }
-    }
-}
-
-/// New process: asks the Quill behind `path` for its sockets. Keep the returned stream and pass
-/// it to [`finish_takeover`] once serving. Every error names `path`; one that does not answer
-/// within `IO_TIMEOUT` is said to be silent.
-pub fn request_takeover(path: &Path) -> io::Result<(Vec<Inherited>, UnixStream)> {
-    let shown = path.display();
-    let mut conn = UnixStream::connect(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("cannot connect to {shown}: {e}")))?;
-    conn.set_read_timeout(Some(IO_TIMEOUT))?;
-    conn.set_write_timeout(Some(IO_TIMEOUT))?;
-    conn.write_all(b"takeover\n")
-        .map_err(|e| io::Error::new(e.kind(), format!("cannot ask {shown}: {e}")))?;
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let got = loop {
-        match rustix::net::recvmsg(
-            &conn,
-            &mut [IoSliceMut::new(&mut buf)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        ) {
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(rustix::io::Errno::AGAIN) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "the process behind {shown} did not answer within {} s",
-                        IO_TIMEOUT.as_secs()
-                    ),
-                ))
-            }
-            Err(e) => {
-                let e = io::Error::from(e);
-                return Err(io::Error::new(e.kind(), format!("{shown}: {e}")));
-            }
-            Ok(got) => break got,
-        }
-    };
-    if got.bytes == 0 {
-        return Err(io::Error::other(format!(
-            "the process behind {shown} closed the connection without answering"
-        )));
-    }
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    for msg in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(received) = msg {
-            fds.extend(received);
-        }
-    }
-    let text = String::from_utf8_lossy(&buf[..got.bytes]);
-    if let Some(msg) = text.strip_prefix("error: ") {
-        return Err(io::Error::other(format!("{shown}: {}", msg.trim())));
-    }
-    let value: Value = serde_json::from_str(text.trim()).map_err(|e| {
-        io::Error::other(format!("{shown}: unexpected answer {:?}: {e}", text.trim()))
-    })?;
-    let names: Vec<String> = value["names"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    if fds.is_empty() || fds.len() != names.len() {
-        return Err(io::Error::other(format!(
-            "{shown}: received {} socket(s) for {} name(s)",
-            fds.len(),
-            names.len()
-        )));
-    }
-    let inherited = names
-        .into_iter()
-        .zip(fds)
-        .map(|(name, fd)| Inherited {
-            name: Some(name),
-            fd,
-        })
-        .collect();
-    Ok((inherited, conn))
-}
-
-/// New process: tells the old one it serves now, so it drains.
-pub fn finish_takeover(mut conn: UnixStream) {
-    if let Err(e) = conn.write_all(b"done\n") {
-        tracing::warn!("takeover: cannot tell the old process to drain: {e}");
-        return;
-    }
-    let _ = read_line(&mut conn);
 }
 
 // === quill ctl ===

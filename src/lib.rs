@@ -1,12 +1,22 @@
 //! Quill: a Pen-compatible TCP load balancer for Linux, with one event loop per worker thread.
 //!
-//! Layers (a module uses only its own layer or lower ones):
-//! - leaves: [`sys`] (all `unsafe`), [`addr`], [`clock`], [`metrics`];
-//! - pure logic: [`config`], [`command`], [`balancer`], [`backend`];
-//! - I/O: [`listener`], [`proxy`], [`log`], [`demo`];
+//! Layers, lowest first. A module imports only from its own layer or lower ones, and no modules
+//! import each other in a circle; `tests/layers.rs` holds this table and checks it
+//! (`cargo test --test layers`), naming the file and line of any import that breaks it.
+//! - leaves: [`sys`] (all `unsafe`, from quill-core), [`addr`], [`acl`], [`clock`], [`metrics`];
+//! - pure model: [`balancer`], [`command`], [`config`] (its `model` below its loaders and
+//!   writers), [`backend`];
+//! - sockets and outputs, which never read the running state: `net`, [`listener`], [`systemd`],
+//!   [`log`];
+//! - running state: [`state`] (the shared tables and the controller that changes them);
+//! - services, which read the running state or carry sessions: [`proxy`], [`takeover`],
+//!   [`health`], [`status`], [`admin`], [`control`], [`demo`];
 //! - assembly: [`runtime`], [`cli`].
 
 // No unsafe code here: the workspace lint table denies it; all of it is in `quill_core::sys`.
+// Quill never panics on input: the workspace's panic bans, held here at the crate root so that
+// the integration tests (same package, other targets) are not under them (see Cargo.toml).
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod acl;
 pub mod addr;
@@ -30,3 +40,4 @@ pub mod status;
 pub(crate) use quill_core::sys;
 pub mod state;
 pub mod systemd;
+pub mod takeover;

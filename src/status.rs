@@ -8,8 +8,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::acl::AclId;
 use crate::backend::{Health, Pool, Server};
 use crate::metrics::{End, CONNECT_BUCKETS_US};
+use crate::state::controller::Controller;
 use crate::state::shared::{Phase, Shared};
 
 #[derive(Clone, Debug, Serialize)]
@@ -77,7 +79,7 @@ pub struct ServerStatus {
     pub hard: u32,
     pub weight: u32,
     pub prio: u32,
-    pub acl: Option<u8>,
+    pub acl: Option<AclId>,
     /// Milliseconds of blacklist left.
     pub blacklisted_ms: Option<u64>,
     pub checks: u64,
@@ -259,4 +261,14 @@ pub fn pen_html(snap: &Snapshot) -> String {
     }
     out += "</body></html>\n";
     out
+}
+
+/// Writes Pen's HTML report to the `-w` file, if one is set.
+pub fn write_file(controller: &Controller) -> Result<(), String> {
+    let Some(path) = controller.status_file() else {
+        return Ok(());
+    };
+    let html = pen_html(&snapshot(controller.shared()));
+    std::fs::write(&path, html)
+        .map_err(|e| format!("cannot write status file {}: {e}", path.display()))
 }

@@ -25,12 +25,12 @@ use crate::metrics;
 use crate::state::controller::Controller;
 use crate::state::shared::{self, Phase, Shared};
 use crate::state::{Msg, Rebuild, RunError};
+use crate::status;
 use crate::sys;
 use crate::systemd::{self, Inherited};
+use crate::takeover::{self, ADMIN_NAME};
 use worker::{Worker, WAKER};
 
-/// The admin listener's name among handed-over sockets.
-pub const ADMIN_NAME: &str = "admin";
 /// Descriptors kept back from sessions for the process itself: standard streams, access log and
 /// its per-worker copies, status file, pid file, signal pipe, the control socket and the admin
 /// listener, the health checker's and the control thread's event loops, resolver threads.
@@ -110,7 +110,7 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     let mut inherited: Vec<Inherited> = match &start.takeover {
         Some(path) => {
             let (fds, conn) =
-                control::request_takeover(path).map_err(|e| RunError(format!("takeover: {e}")))?;
+                takeover::request_takeover(path).map_err(|e| RunError(format!("takeover: {e}")))?;
             handover = Some(conn);
             vet_handed_over(fds, &config)
         }
@@ -271,7 +271,7 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
     );
     if let Some(conn) = handover {
         // We serve now: the old process may drain.
-        control::finish_takeover(conn);
+        takeover::finish_takeover(conn);
         tracing::info!("took over from the previous process; it is draining");
     }
     systemd::notify("READY=1");
@@ -362,7 +362,7 @@ pub fn run(config: Config, start: Start) -> Result<(), RunError> {
             }
             Some(Msg::Signal(_)) => {
                 tracing::info!("{}", metrics::summary(&shared.counters));
-                if let Err(e) = controller.write_status_file() {
+                if let Err(e) = status::write_file(&controller) {
                     tracing::warn!("{e}");
                 }
             }

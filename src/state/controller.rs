@@ -18,7 +18,6 @@ use crate::clock::Clock;
 use crate::command::Command;
 use crate::config::{CommandFile, Config, Global, ListenerConfig, Quoting};
 use crate::listener::{self, BindOptions, ListenSocket};
-use crate::status;
 use crate::systemd::Inherited;
 
 pub struct Controller {
@@ -361,12 +360,9 @@ impl Controller {
         Ok(notes.join("; "))
     }
 
-    /// Writes Pen's HTML report to the `-w` file, if one is set.
-    pub fn write_status_file(&self) -> Result<(), String> {
-        match self.lock().config.global.status_file.clone() {
-            Some(path) => write_status(&self.shared, &path),
-            None => Ok(()),
-        }
+    /// The `-w` file Pen's HTML report is written to, if one is set (`status::write_file`).
+    pub fn status_file(&self) -> Option<std::path::PathBuf> {
+        self.lock().config.global.status_file.clone()
     }
 
     /// Asks the main thread for something (`exit`, handover).
@@ -421,11 +417,4 @@ fn describe_pool_change(was: &ListenerConfig, now: &ListenerConfig, notes: &mut 
     {
         notes.push(format!("'{}': settings changed", now.name));
     }
-}
-
-/// Writes Pen's HTML status report to `path`.
-pub fn write_status(shared: &Shared, path: &std::path::Path) -> Result<(), String> {
-    let html = status::pen_html(&status::snapshot(shared));
-    std::fs::write(path, html)
-        .map_err(|e| format!("cannot write status file {}: {e}", path.display()))
 }

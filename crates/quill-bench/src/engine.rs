@@ -176,6 +176,10 @@ impl Tally {
     }
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "the bounds are constants, valid by construction"
+)]
 fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("constant histogram bounds are valid")
 }

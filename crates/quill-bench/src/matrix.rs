@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::plot::{self, Series};
-use super::spread::thousands;
+use super::report::thousands;
 use super::{measure, stderr_is_terminal, BenchArgs, Options, Stop, Summary, Target};
 
 /// A failure: the exit status (2 for arguments, 1 for the run) and the message.

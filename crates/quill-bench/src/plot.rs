@@ -366,7 +366,7 @@ fn y_axis(series: &[Series]) -> (f64, f64) {
 /// `12500.4` → `12,500` (the digits grouped as the bench tables do).
 fn thousands(v: f64) -> String {
     let sign = if v.round() < 0.0 { "-" } else { "" };
-    format!("{sign}{}", super::spread::thousands(v.abs().round() as u64))
+    format!("{sign}{}", super::report::thousands(v.abs().round() as u64))
 }
 
 #[cfg(test)]

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::engine::{Counts, Failures, Tally};
-use super::spread::thousands;
 use super::watch::Watched;
 use super::{Options, Stop};
 
@@ -342,4 +341,29 @@ fn bar(frac: f64) -> String {
         "-".repeat(BAR - full),
         (frac * 100.0).floor() as u32
     )
+}
+
+/// 82000 → "82,000".
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(82_000), "82,000");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
 }

@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::engine::{self, Counts, Phases, Tally};
-use super::report::Meter;
+use super::report::{thousands, Meter};
 use super::watch::{Sampler, Watched};
 use super::{Options, Stop};
 
@@ -315,29 +315,9 @@ pub fn child_main(opts: &Options) -> ExitCode {
     }
 }
 
-/// 82000 → "82,000".
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn thousands_groups_digits() {
-        assert_eq!(thousands(82_000), "82,000");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1_234_567), "1,234,567");
-    }
 
     #[test]
     fn shares_add_up() {

@@ -1,0 +1,35 @@
+//! The validated configuration: what every listener accepts on, its pool, its selection mode and its
+//! timeouts, plus process-wide settings. Built from the Pen command line (see `cli`) or a TOML file,
+//! then handed to the runtime. Workers never read files: they receive a `Config`.
+//!
+//! Every error names the offending value; errors from a file start with `PATH:LINE:`.
+//!
+//! One file per job; `model` is below the others and imports none of them:
+//! - `model`: the types (`Config`, `Global`, `ListenerConfig`, `Tuning`, `HealthCheck`...), the
+//!   bounds of every number and `validate`;
+//! - `toml`: reading a TOML file into the model (`Raw*`, `from_toml`);
+//! - `apply`: control commands (`-O`, `-F` files, the control socket) applied to the model (command
+//!   files are read with `toml`'s `read_config_text`);
+//! - `write`: the model written back as control commands (the `write` command);
+//! - `explain`: `quill check`'s explanation (a server's limits in `write`'s words).
+//!
+//! Everything is re-exported here, so `crate::config::X` names any of it; `command`, below the
+//! loaders, imports `config::model` only.
+
+mod apply;
+mod explain;
+pub mod model;
+#[cfg(test)]
+mod property;
+mod toml;
+mod write;
+
+pub use apply::{CommandFile, Quoting};
+pub use model::{
+    format_duration, in_range, parse_check_kind, parse_duration, parse_status_range,
+    validate_check_path, CheckKind, Config, ConfigError, ControlLevel, ErrorKind, Fastclose,
+    Global, HealthCheck, ListenerConfig, LogFormat, Member, SelfLoop, Tuning, TuningPatch,
+    MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_DURATION, MAX_RISE_FALL, MAX_SESSIONS,
+    MAX_WEIGHT, MAX_WORKERS,
+};
+pub use toml::{from_toml, load_file, parse_admin, read_config_text, MAX_CONFIG_FILE};

@@ -1,0 +1,151 @@
+//! The configuration written back as control commands (the `write` command), in a form a `-F`
+//! command file reads back.
+
+use crate::addr::{AdminState, BackendAddr, ServerSpec};
+use crate::balancer::ModeWord;
+
+use super::model::{format_duration, Config};
+
+/// A server's limits in the control language's words: `max M hard H weight W prio P [acl A]`.
+pub(crate) fn server_limits(s: &ServerSpec) -> String {
+    format!(
+        "max {} hard {} weight {} prio {}{}",
+        s.max,
+        s.hard,
+        s.weight,
+        s.prio,
+        s.acl.map_or(String::new(), |n| format!(" acl {n}"))
+    )
+}
+
+impl Config {
+    /// The settings as control commands, in a form `-F` reads back (the `write` command).
+    /// The file is applied over the command line at start and on every reload, so it states
+    /// every setting it covers, switched off ones included (`no hash`, `no client_acl`, `no acl
+    /// N` before a list's entries): what was turned off at runtime stays off, and lists are not
+    /// appended to twice.
+    pub fn to_commands(&self) -> String {
+        let g = &self.global;
+        let mut out = String::from("# written by quill\n");
+        if let Some(n) = g.max_connections {
+            out += &format!("conn_max {n}\n");
+        }
+        for (n, list) in g.acls.iter() {
+            out += &format!("no acl {n}\n");
+            for e in &list.entries {
+                out += &format!("acl {n} {e}\n");
+            }
+        }
+        out += &match g.control_acl {
+            Some(n) => format!("control_acl {n}\n"),
+            None => "no control_acl\n".into(),
+        };
+        out += &match &g.log {
+            Some(p) => format!("log {}\n", p.display()),
+            None => "no log\n".into(),
+        };
+        out += &match &g.status_file {
+            Some(p) => format!("web_stats {}\n", p.display()),
+            None => "no web_stats\n".into(),
+        };
+        let several = self.listeners.len() > 1;
+        for l in &self.listeners {
+            let prefix = if several {
+                format!("listener {} ", l.name)
+            } else {
+                String::new()
+            };
+            let t = &l.tuning;
+            // Words that are off first: `no p2c` after `leastconn` would reset the base policy.
+            let (on, off): (Vec<ModeWord>, Vec<ModeWord>) =
+                ModeWord::ALL.into_iter().partition(|w| l.mode.is_set(*w));
+            for w in off {
+                out += &format!("{prefix}no {}\n", w.name());
+            }
+            for w in on {
+                out += &format!("{prefix}{}\n", w.name());
+            }
+            out += &format!("{prefix}blacklist {}\n", format_duration(t.blacklist));
+            out += &format!("{prefix}timeout {}\n", format_duration(t.connect_timeout));
+            out += &format!("{prefix}tracking {}\n", format_duration(t.tracking_time));
+            out += &format!("{prefix}clients_max {}\n", t.clients_max);
+            out += &format!("{prefix}max_per_source {}\n", t.max_per_source);
+            out += &format!("{prefix}idle_timeout {}\n", format_duration(t.idle_timeout));
+            out += &format!("{prefix}tcp_fastclose {}\n", t.tcp_fastclose.name());
+            out += &format!(
+                "{prefix}{}tcp_nodelay\n",
+                if t.tcp_nodelay { "" } else { "no " }
+            );
+            out += &format!(
+                "{prefix}{}keepalive\n",
+                if t.keepalive { "" } else { "no " }
+            );
+            out += &match l.client_acl {
+                Some(n) => format!("{prefix}client_acl {n}\n"),
+                None => format!("{prefix}no client_acl\n"),
+            };
+            for (i, s) in l.servers.iter().enumerate() {
+                let addr = match &s.addr {
+                    BackendAddr::Tcp(a) => format!("address {} port {}", a.ip(), a.port()),
+                    other => format!("address {other}"),
+                };
+                let state = match s.state {
+                    AdminState::Enabled => String::new(),
+                    other => format!(" {}", other.name()),
+                };
+                out += &format!("{prefix}server {i} {addr} {}{state}\n", server_limits(s));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{from_toml, ConfigError, TuningPatch};
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        from_toml("q.toml", text, &TuningPatch::default())
+    }
+
+    /// `write` then `-F` over a command line that set other things gives back the written state.
+    #[test]
+    fn written_commands_read_back_over_other_command_line_settings() {
+        let cli = |extra: &[&str]| {
+            let mut c = load(
+                "[[listener]]\nname = \"a\"\nlisten = \"127.0.0.1:1\"\nmode = [\"roundrobin\"]\n\
+                 client_acl = 1\nservers = [\"127.0.0.1:2\", \"[::1]:3\"]\n",
+            )
+            .unwrap();
+            for line in extra {
+                c.apply(None, &crate::command::parse(line).unwrap())
+                    .unwrap();
+            }
+            c
+        };
+        let mut running = cli(&["acl 1 deny 10.0.0.1"]);
+        for line in [
+            "no roundrobin",
+            "leastconn",
+            "no client_acl",
+            "server 1 weight 3 drain",
+        ] {
+            running
+                .apply(None, &crate::command::parse(line).unwrap())
+                .unwrap();
+        }
+        let dir = std::env::temp_dir().join(format!("quill-write-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("saved.cmds");
+        std::fs::write(&file, running.to_commands()).unwrap();
+        // The same command line again (its ACL entry included), then the file.
+        let mut restarted = cli(&["acl 1 deny 10.0.0.1"]);
+        restarted.apply_file(&file, 0).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        for l in &mut restarted.listeners {
+            l.initial_blacklist.clear();
+        }
+        assert_eq!(restarted, running, "{}", running.to_commands());
+    }
+}
