@@ -127,6 +127,11 @@ impl Acls {
     pub fn iter(&self) -> impl Iterator<Item = (AclId, &Acl)> {
         (0u8..).map(AclId).zip(self.0.iter())
     }
+
+    /// Every list number, in order.
+    pub fn ids() -> impl Iterator<Item = AclId> {
+        (0u8..LISTS as u8).map(AclId)
+    }
 }
 
 impl Index<AclId> for Acls {

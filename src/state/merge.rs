@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 
+use crate::acl::Acls;
 use crate::addr::{BackendAddr, ServerSpec};
 use crate::balancer::Mode;
 use crate::config::{Config, Global, ListenerConfig, Tuning};
@@ -64,8 +65,8 @@ fn merge_global(base: &Global, ours: &Global, theirs: &Global) -> Global {
         debug, exit_idle_time;
         acls);
     // Each of Pen's ten lists on its own: `acl 3 ...` at run time survives an edit of list 4.
-    for (i, acl) in out.acls.iter_mut().enumerate() {
-        *acl = pick(&base.acls[i], &ours.acls[i], &theirs.acls[i]);
+    for id in Acls::ids() {
+        out.acls[id] = pick(&base.acls[id], &ours.acls[id], &theirs.acls[id]);
     }
     out
 }
