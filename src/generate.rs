@@ -62,7 +62,7 @@ pub fn run(args: &GenerateArgs) -> ExitCode {
 /// Writes `quill.1` and a page for each visible subcommand into `dir`; returns the paths written.
 fn man_pages(dir: &Path) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut cmd = crate::cli::Cli::command().disable_help_subcommand(true);
+    let mut cmd = with_aliases_in_help(crate::cli::Cli::command().disable_help_subcommand(true));
     // Building fills in the subcommands' display names (`quill-ctl`) and the version.
     cmd.build();
     let mut pages = vec![(cmd.clone(), None)];
@@ -81,6 +81,26 @@ fn man_pages(dir: &Path) -> Result<Vec<PathBuf>, String> {
         written.push(path);
     }
     Ok(written)
+}
+
+/// `cmd` with each visible alias named in its option's help, as `--help` shows it: clap_mangen
+/// leaves aliases out, and `--connections-max` (socket-proxyd's name of `-x`) is one.
+fn with_aliases_in_help(cmd: clap::Command) -> clap::Command {
+    let cmd = cmd.mut_args(|arg| {
+        let aliases: Vec<String> = arg
+            .get_visible_aliases()
+            .into_iter()
+            .flatten()
+            .map(|a| format!("--{a}"))
+            .collect();
+        if aliases.is_empty() {
+            return arg;
+        }
+        let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+        arg.help(format!("{help} [alias: {}]", aliases.join(", ")))
+    });
+    let names: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
+    names.iter().fold(cmd, |cmd, name| cmd.mut_subcommand(name, with_aliases_in_help))
 }
 
 /// clap_mangen's sections, with the after-help text (SERVER syntax and examples) under NOTES;
