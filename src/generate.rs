@@ -72,7 +72,9 @@ fn man_pages(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let mut written = Vec::new();
     for (page, sub) in pages {
         let nested = page.has_subcommands();
-        let man = clap_mangen::Man::new(page).manual("Quill Manual");
+        let man = clap_mangen::Man::new(page)
+            .source(concat!("quill ", env!("CARGO_PKG_VERSION")))
+            .manual("Quill Manual");
         let path = dir.join(man.get_filename());
         let mut roff = Vec::new();
         render(&man, sub.is_none(), nested, &see_also(&cmd, sub), &mut roff)
@@ -99,8 +101,13 @@ fn with_aliases_in_help(cmd: clap::Command) -> clap::Command {
         let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
         arg.help(format!("{help} [alias: {}]", aliases.join(", ")))
     });
-    let names: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
-    names.iter().fold(cmd, |cmd, name| cmd.mut_subcommand(name, with_aliases_in_help))
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    names.iter().fold(cmd, |cmd, name| {
+        cmd.mut_subcommand(name, with_aliases_in_help)
+    })
 }
 
 /// clap_mangen's sections, with the after-help text (SERVER syntax and examples) under NOTES;
