@@ -45,9 +45,19 @@ pub fn run(args: &GenerateArgs) -> ExitCode {
             }
         }),
         What::Completions { shell } => {
+            // Rendered into memory first: clap_complete panics on a failed write, and standard
+            // output may be a closed pipe.
+            let mut script = Vec::new();
+            clap_complete::generate(
+                *shell,
+                &mut crate::cli::Cli::command(),
+                "quill",
+                &mut script,
+            );
             let mut out = std::io::stdout().lock();
-            clap_complete::generate(*shell, &mut crate::cli::Cli::command(), "quill", &mut out);
-            out.flush().map_err(|e| format!("standard output: {e}"))
+            out.write_all(&script)
+                .and_then(|()| out.flush())
+                .map_err(|e| format!("standard output: {e}"))
         }
     };
     match done {
