@@ -31,8 +31,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 BACKENDS = (9001, 9002)
 PORTS = {"direct": 9001, "quill": 9201, "haproxy": 9202, "nginx-stream": 9203,
-         "pen": 9204, "socket-proxyd": 9205}
-ALL_CANDIDATES = ["quill", "haproxy", "nginx-stream", "pen", "socket-proxyd", "direct"]
+         "pen": 9204, "socket-proxyd": 9205, "quill-base": 9206}
+# quill-base: a second Quill binary (--quill-base-bin, e.g. the build before a change), run with
+# the same arguments as quill and measured in the same rounds, so that a before/after comparison
+# is a same-run comparison (figures drift up to 2x between days on these machines).
+ALL_CANDIDATES = ["quill", "quill-base", "haproxy", "nginx-stream", "pen", "socket-proxyd", "direct"]
+QUILLS = {"quill": "quill_bin", "quill-base": "quill_base_bin"}
 ALIASES = {"haproxy-tcp": "haproxy", "nginx": "nginx-stream", "proxyd": "socket-proxyd",
            "systemd-socket-proxyd": "socket-proxyd"}
 # Which candidates take part in which test (socket-proxyd: 200k and ab rows only;
@@ -324,10 +328,11 @@ backend be
 
 
 def candidate_cmd(name, work, quill_bin):
+    """The command line of `name`; `quill_bin` is the binary of quill or quill-base."""
     port = PORTS[name]
     listen = "127.0.0.1:%d" % port
     be = ["127.0.0.1:9001", "127.0.0.1:9002"]
-    if name == "quill":
+    if name in QUILLS:
         return [quill_bin, "-r", "-x", str(MAXCONN), "--workers", "2", listen] + be
     if name == "haproxy":
         return ["haproxy", "-db", "-f", os.path.join(work, "haproxy.cfg")]
@@ -355,7 +360,8 @@ class Candidate:
             return True
         if port_open(self.port):
             raise RuntimeError("port %d already in use before starting %s" % (self.port, self.name))
-        cmd = candidate_cmd(self.name, self.bench.work, self.bench.quill_bin)
+        quill_bin = getattr(self.bench.args, QUILLS.get(self.name, "quill_bin"))
+        cmd = candidate_cmd(self.name, self.bench.work, quill_bin)
         kw = {}
         if self.name == "socket-proxyd":
             # systemd starts services with SIGPIPE ignored (IgnoreSIGPIPE=yes); socket-proxyd
@@ -841,9 +847,50 @@ def summarize(results, cands):
                    "kib_per_conn": m("kib_per_conn"), "backend_conns": m("backend_conns_idle"),
                    "wrk_rps": m("wrk_rps"), "x_haproxy": median(ratios), "wrk_p99_ms": m("wrk_p99_ms"),
                    "errors": sum(r["errors"] for r in rows), "runs": len(rows)}
-    return {"load": load, "idle": idle,
-            "syscalls": {r["candidate"]: {"per_request": r["per_request"], "top": r["top"],
-                                          "ab_errors": r["ab_errors"]} for r in results["syscalls"]}}
+    syscalls = {r["candidate"]: {"per_request": r["per_request"], "top": r["top"],
+                                 "ab_errors": r["ab_errors"]} for r in results["syscalls"]}
+    summary = {"load": load, "idle": idle, "syscalls": syscalls}
+    if "quill" in cands and "quill-base" in cands:
+        summary["quill_vs_base"] = quill_vs_base(results, rounds)
+    return summary
+
+
+def quill_vs_base(results, rounds):
+    """quill against quill-base, figure by figure: both medians and the median of the per-round
+    ratios quill / quill-base (both were measured in the same round, one after the other)."""
+    out = []
+
+    def pair(label, rows, key, better, nd):
+        a_all, b_all, ratios = [], [], []
+        for rnd in rounds:
+            a = [r[key] for r in rows if r["candidate"] == "quill" and r.get("round", rnd) == rnd
+                 and r.get("valid", True) and r.get(key) is not None]
+            b = [r[key] for r in rows if r["candidate"] == "quill-base" and r.get("round", rnd) == rnd
+                 and r.get("valid", True) and r.get(key) is not None]
+            a_all += a
+            b_all += b
+            if a and b and b[0]:
+                ratios.append(a[0] / b[0])
+        out.append({"figure": label, "quill": median(a_all), "quill_base": median(b_all),
+                    "ratio": median(ratios), "better": better, "nd": nd})
+
+    runs = results["runs"]
+    for wl, name in (("wrk1k", "wrk 1 KiB keep-alive"), ("wrk200k", "wrk 200 KiB keep-alive"),
+                     ("ab1k", "ab 1 KiB, a connection per request")):
+        rows = [r for r in runs if r["workload"] == wl]
+        pair("%s: req/s" % name, rows, "rps", "higher", 0)
+        pair("%s: CPU µs/req" % name, rows, "cpu_us_per_req", "lower", 1)
+        pair("%s: p99 ms" % name, rows, "p99_ms", "lower", 2)
+    idle = [dict(r, rss_before_mib=r["rss_before_kib"] / 1024 if r.get("rss_before_kib") is not None else None,
+                 rss_idle_mib=r["rss_idle_kib"] / 1024 if r.get("rss_idle_kib") is not None else None)
+            for r in results["idle"]]
+    pair("RSS before the idle connections, MiB", idle, "rss_before_mib", "lower", 1)
+    pair("RSS with %s idle connections, MiB" % fmt(IDLE_N), idle, "rss_idle_mib", "lower", 1)
+    pair("user-space KiB per idle connection", idle, "kib_per_conn", "lower", 2)
+    pair("wrk 1 KiB req/s with the idle connections held", idle, "wrk_rps", "higher", 0)
+    # One syscall count per candidate (not per round): the ratio is of the two counts.
+    pair("syscalls per non-keep-alive request", results["syscalls"], "per_request", "lower", 2)
+    return out
 
 
 def targets(summary, cands):
@@ -967,6 +1014,21 @@ def render(results, cands, meta):
           "while `ab -n 1000 -c 10 …/1k` runs, minus the calls counted by an equal-length attach with no "
           "load (start-up/attach/timers), / 1000. `direct` = the backend nginx's own syscalls.")
         w("")
+    if summ.get("quill_vs_base"):
+        w("## quill against quill-base (same run; ratio = median of per-round quill / quill-base)")
+        w("")
+        w("quill: `%s`; quill-base: `%s`." % (meta.get("quill_src", "?"), meta.get("quill_base_src", "?")))
+        w("")
+        w("| figure | quill | quill-base | quill / base | better when |")
+        w("|---|---:|---:|---:|---|")
+        for f in summ["quill_vs_base"]:
+            w("| %s | %s | %s | %s | %s |" % (f["figure"], fmt(f["quill"], f["nd"]),
+                                            fmt(f["quill_base"], f["nd"]), fmt(f["ratio"], 3), f["better"]))
+        w("")
+        w("Both binaries run with the same arguments, each started fresh per round and workload, in the "
+          "round's rotating order. Only a same-run comparison counts: figures drift up to 2x between "
+          "runs on this machine; within one run, a few % either way is noise on a single round.")
+        w("")
     t = targets(summ, cands)
     if t:
         w("## Quill against the targets")
@@ -985,7 +1047,7 @@ def render(results, cands, meta):
     return "\n".join(lines), summ
 
 
-def versions(quill_bin, cands):
+def versions(quill_bin, cands, quill_base_bin=None):
     v = {}
     pkgs = ["haproxy", "nginx", "libnginx-mod-stream", "pen", "wrk", "apache2-utils", "strace", "systemd"]
     try:
@@ -996,12 +1058,14 @@ def versions(quill_bin, cands):
             v[k] = ver
     except (OSError, subprocess.TimeoutExpired):
         pass
-    if "quill" in cands and quill_bin:
+    for name, path in (("quill", quill_bin), ("quill-base", quill_base_bin)):
+        if name not in cands or not path:
+            continue
         try:
-            v["quill"] = subprocess.run([quill_bin, "--version"], capture_output=True, text=True,
-                                        timeout=10).stdout.strip() or "?"
+            v[name] = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                     timeout=10).stdout.strip() or "?"
         except (OSError, subprocess.TimeoutExpired):
-            v["quill"] = "?"
+            v[name] = "?"
     v["python"] = platform.python_version()
     return v
 
@@ -1010,6 +1074,9 @@ def main(argv):
     p = argparse.ArgumentParser()
     p.add_argument("--work", required=True)
     p.add_argument("--quill-bin")
+    p.add_argument("--quill-base-bin", help="a second Quill binary, the candidate quill-base")
+    p.add_argument("--quill-src", default="", help="where --quill-bin was copied from (for the report)")
+    p.add_argument("--quill-base-src", default="", help="where --quill-base-bin was copied from")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--only", default=",".join(ALL_CANDIDATES))
@@ -1026,6 +1093,8 @@ def main(argv):
     if "quill" in names and not a.quill_bin:
         log("no Quill binary: leaving quill out")
         names.remove("quill")
+    if "quill-base" in names and not a.quill_base_bin:
+        p.error("quill-base needs --quill-base-bin (run.sh: QUILL_BASE_BIN=/path/to/quill)")
     a.only = names
     if not 1 <= a.rounds <= 20:
         p.error("--rounds must be 1..20")
@@ -1040,7 +1109,8 @@ def main(argv):
             "kernel": "Linux " + platform.release(), "cpus": os.cpu_count(),
             "wrk_duration": "%ds" % bench.wrk_secs, "idle_wrk_duration": bench.idle_wrk_secs,
             "ab_n": bench.ab_n, "idle_connections": IDLE_N, "maxconn": MAXCONN,
-            "versions": versions(a.quill_bin, names), "ports": {n: PORTS[n] for n in names}}
+            "versions": versions(a.quill_bin, names, a.quill_base_bin), "ports": {n: PORTS[n] for n in names},
+            "quill_src": a.quill_src or a.quill_bin, "quill_base_src": a.quill_base_src or a.quill_base_bin}
     interrupted = False
     try:
         bench.run()

@@ -2,15 +2,16 @@
 # Benchmark Quill against HAProxy (mode tcp), nginx stream, Pen, systemd-socket-proxyd
 # and a direct connection, all in front of the same two nginx backends on 127.0.0.1.
 #
-#   bash bench/run.sh [--rounds N] [--quick] [--only quill,haproxy,nginx-stream,pen,socket-proxyd,direct]
+#   bash bench/run.sh [--rounds N] [--quick] [--only quill,quill-base,haproxy,nginx-stream,pen,socket-proxyd,direct]
 #
-# Env: QUILL_BIN=path  use this binary instead of building (cargo build --release)
-#      KEEP_WORK=1     keep the temp work dir (configs, logs, pids) after the run
-#      RESULTS_DIR=dir write the results there instead of bench/results
+# Env: QUILL_BIN=path       use this binary instead of building (cargo build --release)
+#      QUILL_BASE_BIN=path  the candidate quill-base: a second Quill (e.g. before a change), same run
+#      KEEP_WORK=1          keep the temp work dir (configs, logs, pids) after the run
+#      RESULTS_DIR=dir      write the results there instead of bench/results
 # Writes bench/results/latest.md and bench/results/latest.json. See bench/README.md.
 set -euo pipefail
 
-usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 ROUNDS=3
 QUICK=
@@ -30,15 +31,24 @@ case "$ROUNDS" in ''|*[!0-9]*) echo "run.sh: --rounds must be a number" >&2; exi
 if [ -n "$QUICK" ] && [ "$ROUNDS" = 3 ]; then ROUNDS=1; fi
 for name in ${ONLY//,/ }; do
     case "$name" in
-        quill|haproxy|haproxy-tcp|nginx-stream|nginx|pen|socket-proxyd|proxyd|systemd-socket-proxyd|direct) ;;
-        *) echo "run.sh: unknown candidate '$name' (quill haproxy nginx-stream pen socket-proxyd direct)" >&2; exit 2 ;;
+        quill|quill-base|haproxy|haproxy-tcp|nginx-stream|nginx|pen|socket-proxyd|proxyd|systemd-socket-proxyd|direct) ;;
+        *) echo "run.sh: unknown candidate '$name' (quill quill-base haproxy nginx-stream pen socket-proxyd direct)" >&2; exit 2 ;;
     esac
 done
+case ",$ONLY," in
+    *,quill-base,*)
+        if [ -z "${QUILL_BASE_BIN:-}" ] || ! timeout 10 "$QUILL_BASE_BIN" --version >/dev/null 2>&1; then
+            echo "run.sh: quill-base needs QUILL_BASE_BIN=/path/to/quill (a binary that answers --version)" >&2
+            exit 2
+        fi
+        ;;
+esac
 
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$BENCH_DIR")"
 RESULTS="${RESULTS_DIR:-$BENCH_DIR/results}"
 COMMAND="bash bench/run.sh --rounds $ROUNDS${QUICK:+ --quick} --only $ONLY"
+case ",$ONLY," in *,quill-base,*) COMMAND="QUILL_BASE_BIN=$QUILL_BASE_BIN $COMMAND" ;; esac
 
 say() { echo "[run.sh] $*" >&2; }
 . "$BENCH_DIR/lib.sh"
@@ -79,18 +89,27 @@ DRIVER=
 trap cleanup_driver_and_work EXIT
 trap 'exit 130' INT TERM
 
+QUILL_SRC="$QUILL"
 if [ -n "$QUILL" ]; then
     # Run a private copy, so that a rebuild during the run cannot switch binaries half-way.
     cp "$QUILL" "$WORK/quill" && QUILL="$WORK/quill"
-    say "quill: $("$QUILL" --version 2>&1 | head -1)"
+    say "quill: $("$QUILL" --version 2>&1 | head -1) ($QUILL_SRC)"
 fi
+QUILL_BASE=
+case ",$ONLY," in
+    *,quill-base,*)
+        cp "$QUILL_BASE_BIN" "$WORK/quill-base" && QUILL_BASE="$WORK/quill-base"
+        say "quill-base: $("$QUILL_BASE" --version 2>&1 | head -1) ($QUILL_BASE_BIN)"
+        ;;
+esac
 
 ONLY_RUN="$ONLY"
 [ -n "$QUILL" ] || ONLY_RUN="$(echo ",$ONLY," | sed 's/,quill,/,/; s/^,//; s/,$//')"
 [ -n "$ONLY_RUN" ] || { say "nothing to run"; exit 1; }
 
 say "work dir $WORK; candidates: $ONLY_RUN; rounds: $ROUNDS${QUICK:+ (quick)}"
-python3 "$BENCH_DIR/harness.py" --work "$WORK" ${QUILL:+--quill-bin "$QUILL"} \
+python3 "$BENCH_DIR/harness.py" --work "$WORK" ${QUILL:+--quill-bin "$QUILL" --quill-src "$QUILL_SRC"} \
+    ${QUILL_BASE:+--quill-base-bin "$QUILL_BASE" --quill-base-src "$QUILL_BASE_BIN"} \
     --rounds "$ROUNDS" ${QUICK:+--quick} --only "$ONLY_RUN" \
     --results "$RESULTS" --command "$COMMAND" &
 DRIVER=$!

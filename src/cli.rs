@@ -342,6 +342,8 @@ enum Sub {
     /// processes (the seed's table)
     #[cfg(feature = "bench")]
     Bench(Box<quill_bench::BenchArgs>),
+    /// Write the man pages or print shell completions (for packagers)
+    Generate(crate::generate::GenerateArgs),
 }
 
 /// Parses the process arguments and runs; the return value is the exit status.
@@ -377,6 +379,9 @@ pub fn main() -> ExitCode {
         }
         #[cfg(feature = "bench")]
         Some(Sub::Bench(ref args)) => return quill_bench::run(args),
+        Some(Sub::Generate(ref args)) => {
+            return crate::generate::run(args, <Cli as clap::CommandFactory>::command())
+        }
         None => {}
     }
     if let Some(name) = cli.later.unsupported() {

@@ -29,6 +29,7 @@ pub mod command;
 pub mod config;
 pub mod control;
 pub mod demo;
+mod generate;
 pub mod health;
 pub mod listener;
 pub mod log;
