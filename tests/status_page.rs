@@ -3,7 +3,7 @@
 //! real time), and `--dump-dom` gives the DOM the script built. The page must show every listener
 //! and server, and its numbers must move when traffic flows, without a reload.
 //!
-//! Needs Debian's `chromium` at /usr/bin/chromium (`.ci/run` installs it). Without it these
+//! Needs Debian's `chromium` at /usr/bin/chromium (`scripts/test` installs it). Without it these
 //! tests fail: they never skip.
 
 mod admin_support;
@@ -38,7 +38,7 @@ fn dump_dom(url: &str, budget_ms: u32) -> String {
     assert!(
         Path::new(CHROMIUM).exists(),
         "the status page tests need headless Chromium at {CHROMIUM}, which is missing: \
-         install Debian's package with `apt-get install -y chromium` (.ci/run does)"
+         install Debian's package with `apt-get install -y chromium` (scripts/test does)"
     );
     let dir = scratch_dir();
     let out = dir.path().join("dom.html");
