@@ -3,7 +3,7 @@
 //! Layers (a module uses only its own layer or lower ones):
 //! - leaves: [`sys`] (all `unsafe`), [`addr`], [`clock`], [`metrics`];
 //! - pure logic: [`config`], [`command`], [`balancer`], [`backend`];
-//! - I/O: [`listener`], [`proxy`], [`log`], [`demo`];
+//! - I/O: [`net`], [`listener`], [`proxy`], [`log`], [`demo`];
 //! - assembly: [`runtime`], [`cli`].
 
 // No unsafe code here: the workspace lint table denies it; all of it is in `quill_core::sys`.
@@ -23,6 +23,7 @@ pub mod health;
 pub mod listener;
 pub mod log;
 pub mod metrics;
+pub mod net;
 pub mod proxy;
 pub mod runtime;
 pub mod status;

@@ -1,13 +1,16 @@
-//! One direction of a session: bytes read from one socket and written to the other, through a pooled
-//! buffer for small messages or a pooled pipe (splice, zero copy) once the flow proves bulky.
+//! The copy machinery of a session: one [`Direction`] moves bytes read from one socket to the
+//! other, through a pooled buffer for small messages or a pooled pipe (splice, zero copy) once the
+//! direction proves bulky. A direction copies until EOF (TCP), or until a byte limit (a body of
+//! known length: then it reports the message complete and leaves the sockets open), and may start
+//! from bytes already read (seeded, e.g. read past a request head).
 //!
-//! A flow holds no memory while idle: the buffer or pipe goes back to the worker's pool as soon as
-//! it is drained. Never allocates per read; allocates only when a pool is empty.
+//! A direction holds no memory while idle: the buffer or pipe goes back to the worker's pool as
+//! soon as it is drained. Never allocates per read; allocates only when a pool is empty.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 
-use super::{Ready, Stream};
+use crate::net::{Ready, Stream};
 use crate::sys;
 
 /// Size of a copy buffer.
@@ -34,9 +37,9 @@ pub struct Pools {
     pipes: Vec<Pipe>,
     max_buffers: usize,
     max_pipes: usize,
-    /// Pipes this worker holds, in the pool or in flows.
+    /// Pipes this worker holds, in the pool or in directions.
     pipes_open: usize,
-    /// Whether splice is used for bulk flows (false after pipes could not be created).
+    /// Whether splice is used for bulk directions (false after pipes could not be created).
     pub splice: bool,
 }
 
@@ -65,7 +68,7 @@ impl Pools {
     }
 
     /// A pipe from the pool, or a new one while fewer than `max_pipes` are open; None sends the
-    /// flow through a buffer.
+    /// direction through a buffer.
     fn pipe(&mut self) -> Option<Pipe> {
         if let Some(p) = self.pipes.pop() {
             return Some(p);
@@ -141,10 +144,15 @@ fn end_of_data(eof: &mut bool, sr: &Ready) -> io::Result<bool> {
     Ok(true)
 }
 
+/// No byte limit: copy until EOF.
+const UNLIMITED: u64 = u64::MAX;
+
 /// One direction's state.
-#[derive(Debug, Default)]
-pub struct Flow {
+#[derive(Debug)]
+pub struct Direction {
     pending: Pending,
+    /// Bytes the source may still send in this message; [`UNLIMITED`] copies until EOF.
+    remaining: u64,
     /// The source sent EOF (all its data is read or pending).
     pub eof: bool,
     /// EOF was passed on to the destination (shutdown of its write side).
@@ -154,18 +162,90 @@ pub struct Flow {
     /// Bytes delivered to the destination.
     pub bytes: u64,
     /// The last pump stopped on its budget with the source still readable: the worker must drive
-    /// this flow again without waiting for an event (edge-triggered: none would come).
+    /// this direction again without waiting for an event (edge-triggered: none would come).
     pub yielded: bool,
 }
 
-impl Flow {
+impl Default for Direction {
+    fn default() -> Direction {
+        Direction {
+            pending: Pending::Empty,
+            remaining: UNLIMITED,
+            eof: false,
+            shut: false,
+            bulk: false,
+            bytes: 0,
+            yielded: false,
+        }
+    }
+}
+
+/// Why a direction could not be seeded.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SeedError {
+    /// More bytes than one copy buffer holds.
+    TooLong(usize),
+    /// The direction already holds bytes.
+    Busy,
+}
+
+impl Direction {
+    /// A direction that copies one message of `limit` bytes, then reports it complete
+    /// ([`Direction::is_complete`]) without reading further or passing EOF on.
+    pub fn limited(limit: u64) -> Direction {
+        Direction {
+            remaining: limit,
+            ..Direction::default()
+        }
+    }
+
+    /// Starts the direction from `bytes` already read from the source (at most one buffer); they
+    /// count against the byte limit, of which the caller seeds no more than is left.
+    pub fn seed(&mut self, bytes: &[u8], pools: &mut Pools) -> Result<(), SeedError> {
+        if bytes.len() > BUF_SIZE {
+            return Err(SeedError::TooLong(bytes.len()));
+        }
+        if self.has_pending() {
+            return Err(SeedError::Busy);
+        }
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let mut buf = pools.buffer();
+        buf[..bytes.len()].copy_from_slice(bytes);
+        self.take_budget(bytes.len());
+        self.pending = Pending::Buf {
+            buf,
+            start: 0,
+            end: bytes.len() as u32,
+        };
+        Ok(())
+    }
+
     /// Whether this direction is finished: EOF read, everything written, EOF passed on.
     pub fn is_done(&self) -> bool {
         self.shut
     }
 
+    /// Whether the limited message was copied whole: every byte of it read and written (not EOF:
+    /// the source may go on with the next message).
+    pub fn is_complete(&self) -> bool {
+        self.remaining == 0 && !self.has_pending()
+    }
+
     pub fn has_pending(&self) -> bool {
         !matches!(self.pending, Pending::Empty)
+    }
+
+    /// How many bytes the next read may take, at most `max`.
+    fn budget(&self, max: usize) -> usize {
+        self.remaining.min(max as u64) as usize
+    }
+
+    fn take_budget(&mut self, n: usize) {
+        if self.remaining != UNLIMITED {
+            self.remaining -= (n as u64).min(self.remaining);
+        }
     }
 
     /// Moves as much as the sockets allow. Returns whether any byte or EOF moved. `other_done`
@@ -192,7 +272,7 @@ impl Flow {
                     Ok(Flushed::All) => progress = true,
                     Ok(Flushed::Partial) => {
                         // Data is still pending: write again (or learn the socket is full)
-                        // before anything may be read into this flow.
+                        // before anything may be read into this direction.
                         progress = true;
                         continue;
                     }
@@ -216,6 +296,10 @@ impl Flow {
                         let _ = dst.shutdown_write();
                     }
                 }
+                return Ok(progress);
+            }
+            if self.remaining == 0 {
+                // The message is complete: what the source sends next is not ours to copy.
                 return Ok(progress);
             }
             if !sr.readable {
@@ -286,14 +370,19 @@ impl Flow {
             }
         }
         let mut buf = pools.buffer();
-        match src.read(&mut buf) {
+        let want = self.budget(buf.len());
+        match src.read(&mut buf[..want]) {
             Ok(0) => {
                 pools.give_buffer(buf);
                 end_of_data(&mut self.eof, sr)
             }
             Ok(n) => {
+                self.take_budget(n);
                 if n == buf.len() {
                     self.bulk = true;
+                } else if self.remaining == 0 {
+                    // The message ended inside this read: the readable flag stays, since the
+                    // source may hold the next message.
                 } else if sr.error {
                     // A reset also reads as "closed": keep reading so the next read reports it
                     // instead of passing a clean EOF on.
@@ -330,12 +419,13 @@ impl Flow {
         sr: &mut Ready,
         pools: &mut Pools,
     ) -> io::Result<bool> {
-        match sys::splice(src.as_fd(), pipe.write.as_fd(), PIPE_SIZE) {
+        match sys::splice(src.as_fd(), pipe.write.as_fd(), self.budget(PIPE_SIZE)) {
             Ok(0) => {
                 pools.give_pipe(pipe);
                 end_of_data(&mut self.eof, sr)
             }
             Ok(n) => {
+                self.take_budget(n);
                 self.pending = Pending::Pipe {
                     pipe,
                     len: n as u32,
