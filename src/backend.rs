@@ -470,6 +470,25 @@ impl ServerSet for PoolView<'_> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_lease_counts_the_session_until_it_is_dropped_or_ended() {
+        let s = Arc::new(server());
+        let a = ServerLease::new(s.clone());
+        let b = ServerLease::new(s.clone());
+        assert_eq!(s.sessions.load(Ordering::Relaxed), 2);
+        assert_eq!(s.total.load(Ordering::Relaxed), 2);
+        drop(a);
+        assert_eq!(s.sessions.load(Ordering::Relaxed), 1);
+        let kept = b.end();
+        assert!(Arc::ptr_eq(&kept, &s));
+        assert_eq!(s.sessions.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            s.total.load(Ordering::Relaxed),
+            2,
+            "the total never goes down"
+        );
+    }
+
     fn server() -> Server {
         let s = Server::new(ServerSpec::new(BackendAddr::Unix("/x".into())));
         s.set_slow_start(Duration::from_secs(10));

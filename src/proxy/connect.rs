@@ -65,11 +65,11 @@ pub struct Connector {
     /// Waiting for the resolver to turn the server's name into an address.
     resolving: bool,
     /// The balancer's first choice, the origin of the failover order.
-    first: Option<usize>,
+    first: Option<u32>,
     /// How many servers after `first` were offered.
     tried: usize,
     /// Index of the server being connected to (None for the emergency and abuse servers).
-    current: Option<usize>,
+    current: Option<u32>,
     /// When the connect or resolution under way fails (clock ms).
     deadline: u64,
     /// The connect under way, and the server it goes to (or whose name is being resolved).
@@ -178,7 +178,9 @@ impl Connector {
         };
         // Remember the client's server.
         if let (Some(i), Some(ip), true) = (self.current, client.ip(), self.pool.mode.tracking()) {
-            self.pool.clients.store(ip, i, (cx.now / 1000) as u32);
+            self.pool
+                .clients
+                .store(ip, i as usize, (cx.now / 1000) as u32);
         }
         Progress::Connected(Connection {
             stream,
@@ -270,7 +272,7 @@ impl Connector {
                 ),
                 _ => None,
             };
-            self.first = balancer::pick(
+            let first = balancer::pick(
                 &pool.view(client.ip),
                 &pool.mode,
                 &client,
@@ -279,15 +281,21 @@ impl Connector {
                 rand,
                 now_ms,
             );
-            if let Some(i) = self.first {
-                self.current = Some(i);
+            // Server indexes are kept in 32 bits: a session is small (its memory per idle
+            // connection counts); a pool never nears 4 billion servers.
+            self.first = first.map(|i| i as u32);
+            if let Some(i) = first {
+                self.current = Some(i as u32);
                 return Some(pool.servers[i].clone());
             }
         } else if let (Some(first), false) = (self.first, pool.mode.stubborn) {
-            if let Some(i) =
-                balancer::failover(&pool.view(client.ip()), first, &mut self.tried, now_ms)
-            {
-                self.current = Some(i);
+            if let Some(i) = balancer::failover(
+                &pool.view(client.ip()),
+                first as usize,
+                &mut self.tried,
+                now_ms,
+            ) {
+                self.current = Some(i as u32);
                 return Some(pool.servers[i].clone());
             }
         }

@@ -33,7 +33,7 @@ pub struct Pipe {
 /// the reserve that keeps sessions from starving the control socket and the admin listener.
 #[derive(Debug)]
 pub struct Pools {
-    buffers: Vec<Box<[u8]>>,
+    buffers: Vec<Box<[u8; BUF_SIZE]>>,
     pipes: Vec<Pipe>,
     max_buffers: usize,
     max_pipes: usize,
@@ -55,13 +55,13 @@ impl Pools {
         }
     }
 
-    fn buffer(&mut self) -> Box<[u8]> {
+    fn buffer(&mut self) -> Box<[u8; BUF_SIZE]> {
         self.buffers
             .pop()
-            .unwrap_or_else(|| vec![0u8; BUF_SIZE].into_boxed_slice())
+            .unwrap_or_else(|| Box::new([0u8; BUF_SIZE]))
     }
 
-    fn give_buffer(&mut self, buf: Box<[u8]>) {
+    fn give_buffer(&mut self, buf: Box<[u8; BUF_SIZE]>) {
         if self.buffers.len() < self.max_buffers {
             self.buffers.push(buf);
         }
@@ -110,7 +110,7 @@ enum Pending {
     #[default]
     Empty,
     Buf {
-        buf: Box<[u8]>,
+        buf: Box<[u8; BUF_SIZE]>,
         start: u32,
         end: u32,
     },
@@ -451,5 +451,270 @@ impl Direction {
             Pending::Pipe { pipe, .. } => pools.drop_pipe(pipe),
             Pending::Empty => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::Shutdown;
+
+    use mio::net::UnixStream;
+
+    use super::*;
+
+    /// Two socket pairs around one direction: the test writes into `feed`, the direction reads
+    /// `src` and writes `dst`, the test reads `out`.
+    struct Rig {
+        feed: UnixStream,
+        src: Stream,
+        dst: Stream,
+        out: UnixStream,
+        sr: Ready,
+        dr: Ready,
+    }
+
+    fn rig() -> Rig {
+        let (feed, src) = UnixStream::pair().unwrap();
+        let (dst, out) = UnixStream::pair().unwrap();
+        Rig {
+            feed,
+            src: Stream::Unix(src),
+            dst: Stream::Unix(dst),
+            out,
+            sr: Ready::default(),
+            dr: Ready::default(),
+        }
+    }
+
+    /// Reads what is there; returns how many bytes came and whether EOF did.
+    fn drain(s: &mut UnixStream, into: &mut Vec<u8>) -> (usize, bool) {
+        let mut buf = [0u8; 8192];
+        let mut n = 0;
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => return (n, true),
+                Ok(k) => {
+                    into.extend_from_slice(&buf[..k]);
+                    n += k;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return (n, false),
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    impl Rig {
+        /// Feeds `input` (then EOF when `close`), pumps and collects the output until nothing
+        /// moves; the readiness flags are raised each round as an event would. Returns the output
+        /// and whether EOF reached `out`. Bounded in rounds.
+        fn run(
+            &mut self,
+            d: &mut Direction,
+            pools: &mut Pools,
+            input: &[u8],
+            close: bool,
+        ) -> (Vec<u8>, bool) {
+            let mut fed = 0;
+            let mut got = Vec::new();
+            let mut eof = false;
+            for _ in 0..10_000 {
+                while fed < input.len() {
+                    match self.feed.write(&input[fed..]) {
+                        Ok(k) => fed += k,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) => panic!("write: {e}"),
+                    }
+                }
+                if fed == input.len() && close {
+                    let _ = self.feed.shutdown(Shutdown::Write);
+                }
+                self.sr.readable = true;
+                self.dr.writable = true;
+                let moved = d
+                    .pump(
+                        false,
+                        &self.src,
+                        &self.dst,
+                        &mut self.sr,
+                        &mut self.dr,
+                        pools,
+                    )
+                    .unwrap();
+                let (n, end) = drain(&mut self.out, &mut got);
+                eof |= end;
+                if !moved && n == 0 && fed == input.len() {
+                    break;
+                }
+            }
+            (got, eof)
+        }
+    }
+
+    fn pools(splice: bool) -> Pools {
+        Pools::new(4, 4, splice)
+    }
+
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn copies_until_eof_then_passes_the_eof_on() {
+        let (mut r, mut p) = (rig(), pools(false));
+        let mut d = Direction::default();
+        let (got, eof) = r.run(&mut d, &mut p, b"hello", true);
+        assert_eq!(got, b"hello");
+        assert!(eof, "EOF was not passed on");
+        assert!(d.eof && d.is_done() && !d.has_pending());
+        assert_eq!(d.bytes, 5);
+        assert!(
+            !d.is_complete(),
+            "an unlimited direction has no message to complete"
+        );
+    }
+
+    #[test]
+    fn half_close_keeps_the_other_direction_open() {
+        // client app <-> client socket | server socket <-> server app
+        let (mut client_app, client) = UnixStream::pair().unwrap();
+        let (server, mut server_app) = UnixStream::pair().unwrap();
+        let (client, server) = (Stream::Unix(client), Stream::Unix(server));
+        let (mut cr, mut sr) = (Ready::default(), Ready::default());
+        let mut p = pools(false);
+        let (mut up, mut down) = (Direction::default(), Direction::default());
+        client_app.write_all(b"ping").unwrap();
+        client_app.shutdown(Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            (cr.readable, sr.writable) = (true, true);
+            up.pump(down.is_done(), &client, &server, &mut cr, &mut sr, &mut p)
+                .unwrap();
+            if up.is_done() {
+                break;
+            }
+        }
+        assert!(up.is_done());
+        assert_eq!(drain(&mut server_app, &mut got), (4, true));
+        assert_eq!(got, b"ping");
+        // The server still answers, and the client still gets it.
+        server_app.write_all(b"pong").unwrap();
+        let mut back = Vec::new();
+        for _ in 0..100 {
+            (sr.readable, cr.writable) = (true, true);
+            down.pump(up.is_done(), &server, &client, &mut sr, &mut cr, &mut p)
+                .unwrap();
+            if drain(&mut client_app, &mut back).0 > 0 {
+                break;
+            }
+        }
+        assert_eq!(back, b"pong");
+        assert!(!down.is_done(), "the open direction ended with the other");
+        server_app.shutdown(Shutdown::Write).unwrap();
+        for _ in 0..100 {
+            (sr.readable, cr.writable) = (true, true);
+            down.pump(up.is_done(), &server, &client, &mut sr, &mut cr, &mut p)
+                .unwrap();
+            if down.is_done() {
+                break;
+            }
+        }
+        assert!(down.is_done());
+    }
+
+    #[test]
+    fn byte_limit_stops_after_n_bytes_and_reports_the_message_complete_not_eof() {
+        let (mut r, mut p) = (rig(), pools(false));
+        let mut d = Direction::limited(4);
+        let (got, eof) = r.run(&mut d, &mut p, b"abcdefghij", false);
+        assert_eq!(got, b"abcd");
+        assert!(d.is_complete());
+        assert!(
+            !d.eof && !d.is_done() && !eof,
+            "a complete message is not EOF"
+        );
+        // The rest is the next message's, left unread in the source.
+        let Stream::Unix(src) = &r.src else {
+            unreachable!()
+        };
+        let mut rest = [0u8; 16];
+        let n = (&*src).read(&mut rest).unwrap();
+        assert_eq!(&rest[..n], b"efghij");
+    }
+
+    #[test]
+    fn eof_before_the_byte_limit_is_eof_not_a_complete_message() {
+        let (mut r, mut p) = (rig(), pools(false));
+        let mut d = Direction::limited(10);
+        let (got, eof) = r.run(&mut d, &mut p, b"abc", true);
+        assert_eq!(got, b"abc");
+        assert!(eof && d.eof && d.is_done());
+        assert!(!d.is_complete(), "7 bytes of the message never came");
+    }
+
+    #[test]
+    fn seeded_bytes_are_written_before_what_the_source_sends() {
+        let (mut r, mut p) = (rig(), pools(false));
+        let mut d = Direction::default();
+        d.seed(b"abc", &mut p).unwrap();
+        assert_eq!(d.seed(b"x", &mut p), Err(SeedError::Busy));
+        let (got, eof) = r.run(&mut d, &mut p, b"def", true);
+        assert_eq!(got, b"abcdef");
+        assert!(eof);
+        assert_eq!(d.bytes, 6);
+    }
+
+    #[test]
+    fn seeded_bytes_count_against_the_byte_limit() {
+        let (mut r, mut p) = (rig(), pools(false));
+        let mut d = Direction::limited(5);
+        d.seed(b"abc", &mut p).unwrap();
+        let (got, _) = r.run(&mut d, &mut p, b"defgh", false);
+        assert_eq!(got, b"abcde");
+        assert!(d.is_complete());
+        let mut too_long = Direction::default();
+        let big = vec![0u8; BUF_SIZE + 1];
+        assert_eq!(
+            too_long.seed(&big, &mut p),
+            Err(SeedError::TooLong(BUF_SIZE + 1))
+        );
+        assert!(!too_long.has_pending());
+    }
+
+    #[test]
+    fn splice_and_buffers_copy_the_same_bytes() {
+        let input = pattern(300 * 1024);
+        for splice in [false, true] {
+            let (mut r, mut p) = (rig(), pools(splice));
+            let mut d = Direction::default();
+            let (got, eof) = r.run(&mut d, &mut p, &input, true);
+            assert!(
+                got == input,
+                "splice {splice}: {} bytes of {} came, or differ",
+                got.len(),
+                input.len()
+            );
+            assert!(eof && d.is_done());
+            assert_eq!(
+                p.pipes_open > 0,
+                splice,
+                "splice {splice}: pipes used {}",
+                p.pipes_open
+            );
+            d.release(&mut p);
+        }
+    }
+
+    #[test]
+    fn byte_limit_holds_through_splice() {
+        let input = pattern(300 * 1024);
+        let limit = 100_000;
+        let (mut r, mut p) = (rig(), pools(true));
+        let mut d = Direction::limited(limit as u64);
+        let (got, eof) = r.run(&mut d, &mut p, &input, false);
+        assert!(p.pipes_open > 0, "the bulk body did not splice");
+        assert_eq!(got.len(), limit);
+        assert!(got == input[..limit], "bytes differ");
+        assert!(d.is_complete() && !eof);
     }
 }
