@@ -4,6 +4,7 @@
 //! stops.
 
 pub mod resolver;
+mod timers;
 pub mod worker;
 
 use std::fs::OpenOptions;

@@ -2,8 +2,7 @@
 //! only the listening sockets (exclusive wake-ups: one worker takes each connection), the pools'
 //! atomics and the counters; the data path takes no lock.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd};
@@ -15,12 +14,13 @@ use mio::event::Event;
 use mio::{Events, Poll, Token};
 
 use super::resolver::{self, Resolver};
+use super::timers::{Armed, Timer, Timers};
 use super::PIPES_PER_WORKER;
 use crate::log::{AccessLog, Entry};
 use crate::metrics::{Counters, End};
 use crate::net::{ClientAddr, Stream};
 use crate::proxy::copy::Pools;
-use crate::proxy::{Ctx, Session, Side, Step, NEVER};
+use crate::proxy::{Ctx, Session, Side, Step};
 use crate::state::shared::{Listener, Phase, Report, Request, Shared, SourceSlot};
 use crate::sys;
 
@@ -56,21 +56,15 @@ struct Slot {
     session: Option<Session>,
     /// The session counted against its client address (`max_per_source`).
     source: Option<SourceSlot>,
-    /// The earliest deadline armed for the session ([`NEVER`] for none), and the number of the
-    /// timer that holds it: only that timer is live, earlier ones are stale.
-    armed: u64,
-    timer_seq: u32,
+    /// The session's live timer.
+    timer: Armed,
 }
 
-/// A session's deadline, ordered by time. Stale when its slot's generation or timer number moved
-/// on; a live timer may fire before the session's deadline (the deadline moved later since): the
-/// session then answers with the deadline it has now.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Timer {
-    deadline: u64,
-    idx: u32,
-    gen: u32,
-    seq: u32,
+impl Slot {
+    /// Whether `t` is this slot's session's live timer.
+    fn holds(&self, t: &Timer) -> bool {
+        self.gen == t.gen && self.timer.holds(t) && self.session.is_some()
+    }
 }
 
 /// A listener as one worker sees it.
@@ -92,7 +86,7 @@ pub struct Worker {
     live: usize,
     pools: Pools,
     /// Session deadlines, earliest first.
-    timers: BinaryHeap<Reverse<Timer>>,
+    timers: Timers,
     log: Option<AccessLog>,
     rng: u64,
     draining: bool,
@@ -143,7 +137,7 @@ impl Worker {
             free: Vec::new(),
             live: 0,
             pools: Pools::new(BUFFERS_PER_WORKER, PIPES_PER_WORKER, shared.splice),
-            timers: BinaryHeap::new(),
+            timers: Timers::default(),
             log,
             rng: 0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) << 17) ^ crate::clock::unix_time(),
             draining: false,
@@ -266,7 +260,7 @@ impl Worker {
         if !self.again.is_empty() {
             return Some(now);
         }
-        let timers = self.timers.peek().map(|t| t.0.deadline).into_iter();
+        let timers = self.timers.next().into_iter();
         let pauses = self
             .listeners
             .iter()
@@ -351,25 +345,11 @@ impl Worker {
         }
     }
 
-    /// Makes sure a timer fires at `deadline` or before for session `idx`: a new timer when the
-    /// deadline is earlier than the one armed (or `force`), else nothing (the armed one fires
-    /// first and the session says its deadline again). Returns the live timer's number.
+    /// Makes sure a timer fires at `deadline` or before for session `idx` (see [`Timers::arm`]).
     fn arm(&mut self, idx: usize, deadline: u64, force: bool, now: u64) -> u32 {
         let slot = &mut self.slots[idx];
-        if !force && (deadline == NEVER || deadline >= slot.armed) {
-            return slot.timer_seq;
-        }
-        // A deadline already past fires next turn, not in a loop within this one.
-        let deadline = deadline.max(now + 1);
-        slot.timer_seq = slot.timer_seq.wrapping_add(1);
-        slot.armed = deadline;
-        self.timers.push(Reverse(Timer {
-            deadline,
-            idx: idx as u32,
-            gen: slot.gen,
-            seq: slot.timer_seq,
-        }));
-        slot.timer_seq
+        self.timers
+            .arm(&mut slot.timer, idx as u32, slot.gen, deadline, force, now)
     }
 
     /// Drives the sessions that yielded on their budget, after this turn's events.
@@ -477,8 +457,7 @@ impl Worker {
                     gen: 0,
                     session: None,
                     source: None,
-                    armed: NEVER,
-                    timer_seq: 0,
+                    timer: Armed::default(),
                 });
                 self.slots.len() - 1
             }
@@ -505,7 +484,11 @@ impl Worker {
         for answer in answers.drain(..) {
             let resolver::Key { idx, gen, seq } = answer.key;
             let idx = idx as usize;
-            if self.slots.get(idx).is_none_or(|slot| slot.timer_seq != seq) {
+            if self
+                .slots
+                .get(idx)
+                .is_none_or(|slot| slot.timer.seq() != seq)
+            {
                 // The attempt moved on (timed out, session closed, slot reused).
                 continue;
             }
@@ -517,35 +500,25 @@ impl Worker {
         self.answers = answers;
     }
 
-    /// Calls the sessions whose deadline came; drops timers whose session moved on, and, when
-    /// stale timers outnumber the sessions, all of them at once (closed sessions leave theirs).
+    /// Calls the sessions whose deadline came.
     fn expire(&mut self, now: u64) {
-        while let Some(&Reverse(t)) = self.timers.peek() {
-            let idx = t.idx as usize;
-            let live = self.slots.get(idx).is_some_and(|slot| {
-                slot.gen == t.gen && slot.timer_seq == t.seq && slot.session.is_some()
+        loop {
+            let slots = &self.slots;
+            let due = self.timers.pop_due(now, |t| {
+                slots.get(t.idx as usize).is_some_and(|slot| slot.holds(t))
             });
-            if live && t.deadline > now {
-                break;
-            }
-            self.timers.pop();
-            if !live {
-                continue;
-            }
-            self.slots[idx].armed = NEVER;
+            let Some(t) = due else { break };
+            let idx = t.idx as usize;
+            self.slots[idx].timer.clear();
             if let Some((s, mut cx)) = self.session(idx, t.gen, now) {
                 let step = s.on_deadline(&mut cx);
                 self.follow(idx, step, now);
             }
         }
-        if self.timers.len() > 2 * self.live + 1024 {
-            let slots = &self.slots;
-            self.timers.retain(|Reverse(t)| {
-                slots.get(t.idx as usize).is_some_and(|slot| {
-                    slot.gen == t.gen && slot.timer_seq == t.seq && slot.session.is_some()
-                })
-            });
-        }
+        let slots = &self.slots;
+        self.timers.sweep_stale(self.live, |t| {
+            slots.get(t.idx as usize).is_some_and(|slot| slot.holds(t))
+        });
     }
 
     // === timeouts, drain, close ===
@@ -703,7 +676,7 @@ impl Worker {
         };
         slot.gen = (slot.gen + 1) & GEN_MASK;
         slot.source = None;
-        slot.armed = NEVER;
+        slot.timer.clear();
         self.free.push(idx as u32);
         self.live -= 1;
         let c = s.close(end, &mut self.pools);
