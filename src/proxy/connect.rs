@@ -1,8 +1,13 @@
 //! Getting a client a connected server socket, or the reason there is none: the balancer's pick,
 //! nonblocking connects with failover in Pen's order, blacklisting of servers that fail, the
 //! emergency server, the abuse server for denied clients, and the hand-off to the resolver for
-//! servers given by name. Protocol-blind: a TCP session uses one [`Connector`] for its life; an
-//! HTTP session will use one per exchange, each holding the pool snapshot it picked from.
+//! servers given by name. Protocol-blind: a TCP session uses one [`Connector`] for its life and
+//! copies through the socket it holds once connected; an HTTP session will use one per exchange,
+//! each holding the pool snapshot it picked from.
+//!
+//! The connector keeps the server socket, its readiness and the server's lease after the connect
+//! rather than handing them over: a session is smaller by a socket and a lease (memory per idle
+//! connection counts).
 
 use std::io;
 use std::net::SocketAddr;
@@ -20,16 +25,6 @@ use crate::clock::millis;
 use crate::metrics::{Counters, End};
 use crate::net::{self, ClientAddr, Ready, Stream};
 
-/// A connected server socket, handed over by the connector.
-#[derive(Debug)]
-pub struct Connection {
-    pub stream: Stream,
-    /// The server, counted in its sessions until this is dropped.
-    pub lease: ServerLease,
-    /// What the socket's events said so far (data or a reset may have come with the connect).
-    pub ready: Ready,
-}
-
 /// Where a connector is after a call.
 #[derive(Debug)]
 pub enum Progress {
@@ -38,7 +33,8 @@ pub enum Progress {
     /// The server is a `BackendAddr::Name`: ask the resolver, then call
     /// [`Connector::on_resolved`] (or [`Connector::on_deadline`] if no answer came in time).
     Resolve(Arc<Server>, u64),
-    Connected(Connection),
+    /// The server socket is connected: [`Connector::server_side`] gives it.
+    Connected,
     /// No server is left to try (`NoServer`), or a local failure (`Error`).
     Failed(End),
 }
@@ -64,17 +60,22 @@ pub struct Connector {
     emergency: bool,
     /// Waiting for the resolver to turn the server's name into an address.
     resolving: bool,
-    /// The balancer's first choice, the origin of the failover order.
+    /// The server socket is connected (the search is over).
+    connected: bool,
+    /// The balancer's first choice, the origin of the failover order. Server indexes are kept
+    /// in 32 bits: a session is small; a pool never nears 4 billion servers.
     first: Option<u32>,
     /// How many servers after `first` were offered.
-    tried: usize,
+    tried: u32,
     /// Index of the server being connected to (None for the emergency and abuse servers).
     current: Option<u32>,
     /// When the connect or resolution under way fails (clock ms).
     deadline: u64,
-    /// The connect under way, and the server it goes to (or whose name is being resolved).
+    /// The server socket (connecting or connected), and the server it goes to (or whose name is
+    /// being resolved), counted in its sessions while the lease is held.
     socket: Option<Stream>,
     lease: Option<ServerLease>,
+    /// What the server socket's events said so far.
     ready: Ready,
 }
 
@@ -86,6 +87,7 @@ impl Connector {
             picked: false,
             emergency: false,
             resolving: false,
+            connected: false,
             first: None,
             tried: 0,
             current: None,
@@ -100,6 +102,23 @@ impl Connector {
         &self.pool
     }
 
+    pub fn is_connected(&self) -> bool {
+        self.connected
+    }
+
+    /// The connected server socket and its readiness (None before the connect completes).
+    pub fn server_side(&mut self) -> Option<(&Stream, &mut Ready)> {
+        match (&self.socket, self.connected) {
+            (Some(s), true) => Some((s, &mut self.ready)),
+            _ => None,
+        }
+    }
+
+    /// What the server socket's events said so far.
+    pub fn ready(&self) -> &Ready {
+        &self.ready
+    }
+
     /// Whether the connector waits for the resolver.
     pub fn is_resolving(&self) -> bool {
         self.resolving
@@ -110,18 +129,18 @@ impl Connector {
         self.deadline
     }
 
-    /// The server being connected to or resolved, if any.
+    /// The server being connected to, resolved, or connected, if any.
     pub fn server(&self) -> Option<&Arc<Server>> {
         self.lease.as_ref().map(ServerLease::server)
     }
 
-    /// Gives up the attempt under way (the session is closing): its lease, for the counters and
+    /// The session is closing: the lease of the server connected or tried, for the counters and
     /// the log line. The socket, if any, closes when the connector is dropped.
     pub fn take_lease(&mut self) -> Option<ServerLease> {
         self.lease.take()
     }
 
-    /// Makes the close of a connect under way abortive (the session is cut).
+    /// Makes the close of the server socket abortive (an RST): see `TcpSession::arm_resets`.
     pub fn reset_on_close(&self) {
         if let Some(s) = &self.socket {
             s.reset_on_close();
@@ -152,13 +171,16 @@ impl Connector {
         }
     }
 
-    /// An event on the server socket while connecting: the connect completed (the connection is
-    /// handed over) or failed (the server is blacklisted and the next one tried).
+    /// An event on the server socket: once connected, only noted; while connecting, the connect
+    /// completed or failed (the server is blacklisted and the next one tried).
     pub fn on_ready(&mut self, ev: &Event, client: &ClientAddr, cx: &mut Ctx) -> Progress {
         let Some(socket) = &self.socket else {
             return Progress::Waiting(self.deadline);
         };
         self.ready.update(ev);
+        if self.connected {
+            return Progress::Connected;
+        }
         if ev.is_error() || (ev.is_write_closed() && !ev.is_writable()) {
             let why = socket.take_error().ok().flatten();
             let why = why.unwrap_or_else(|| io::Error::from(io::ErrorKind::ConnectionRefused));
@@ -173,20 +195,14 @@ impl Connector {
         } else if !ev.is_writable() {
             return Progress::Waiting(self.deadline);
         }
-        let (Some(stream), Some(lease)) = (self.socket.take(), self.lease.take()) else {
-            return Progress::Failed(End::Error);
-        };
+        self.connected = true;
         // Remember the client's server.
         if let (Some(i), Some(ip), true) = (self.current, client.ip(), self.pool.mode.tracking()) {
             self.pool
                 .clients
                 .store(ip, i as usize, (cx.now / 1000) as u32);
         }
-        Progress::Connected(Connection {
-            stream,
-            lease,
-            ready: std::mem::take(&mut self.ready),
-        })
+        Progress::Connected
     }
 
     /// The resolver answered for the server being tried: connect to the address, or, when the
@@ -199,7 +215,7 @@ impl Connector {
         cx: &mut Ctx,
     ) -> Progress {
         if !self.resolving {
-            return Progress::Waiting(self.deadline);
+            return self.state();
         }
         self.resolving = false;
         let Some(lease) = self.lease.take() else {
@@ -224,8 +240,8 @@ impl Connector {
     /// The deadline may have passed: fail the attempt (blacklisting its server) and try the
     /// next. A call before the deadline changes nothing.
     pub fn on_deadline(&mut self, client: &ClientAddr, cx: &mut Ctx) -> Progress {
-        if cx.now < self.deadline {
-            return Progress::Waiting(self.deadline);
+        if self.connected || cx.now < self.deadline {
+            return self.state();
         }
         let why = if self.resolving {
             "name resolution timed out"
@@ -238,6 +254,14 @@ impl Connector {
             cx.counters,
         );
         self.connect_next(client, cx)
+    }
+
+    fn state(&self) -> Progress {
+        if self.connected {
+            Progress::Connected
+        } else {
+            Progress::Waiting(self.deadline)
+        }
     }
 
     /// The next server to try, in Pen's order: the balancer's choice, then the servers after it,
@@ -281,20 +305,17 @@ impl Connector {
                 rand,
                 now_ms,
             );
-            // Server indexes are kept in 32 bits: a session is small (its memory per idle
-            // connection counts); a pool never nears 4 billion servers.
             self.first = first.map(|i| i as u32);
             if let Some(i) = first {
                 self.current = Some(i as u32);
                 return Some(pool.servers[i].clone());
             }
         } else if let (Some(first), false) = (self.first, pool.mode.stubborn) {
-            if let Some(i) = balancer::failover(
-                &pool.view(client.ip()),
-                first as usize,
-                &mut self.tried,
-                now_ms,
-            ) {
+            let mut tried = self.tried as usize;
+            let next =
+                balancer::failover(&pool.view(client.ip()), first as usize, &mut tried, now_ms);
+            self.tried = tried as u32;
+            if let Some(i) = next {
                 self.current = Some(i as u32);
                 return Some(pool.servers[i].clone());
             }
