@@ -107,6 +107,7 @@ impl TcpSession {
                 return self.follow(progress, cx);
             }
             Side::Server => {
+                // Connected: the event only marks the server socket ready for the copy below.
                 self.connector.on_ready(ev, &self.addr, cx);
             }
         }
