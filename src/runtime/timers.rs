@@ -66,7 +66,9 @@ impl Timers {
     /// Makes sure a timer fires at `at` or before for session `idx`: a new one when `at` is
     /// earlier than the armed one, or when `force`d (a new attempt that must not take an older
     /// timer's number); else nothing. A deadline already past fires next turn, not in a loop
-    /// within this one. Returns the live timer's number.
+    /// within this one. With no deadline ([`NEVER`]) the armed timer goes stale at once, so it
+    /// leaves the heap as soon as it reaches the top instead of at its time (a burst of sessions
+    /// that connect and fall idle does not keep a timer each). Returns the live timer's number.
     pub fn arm(
         &mut self,
         armed: &mut Armed,
@@ -76,7 +78,14 @@ impl Timers {
         force: bool,
         now: u64,
     ) -> u32 {
-        if !force && (at == NEVER || at >= armed.at) {
+        if at == NEVER {
+            if armed.at != NEVER {
+                armed.seq = armed.seq.wrapping_add(1);
+                armed.at = NEVER;
+            }
+            return armed.seq;
+        }
+        if !force && at >= armed.at {
             return armed.seq;
         }
         armed.seq = armed.seq.wrapping_add(1);
@@ -132,9 +141,21 @@ mod tests {
         let (mut timers, mut armed) = (Timers::default(), Armed::default());
         let first = timers.arm(&mut armed, 0, 0, 100, false, 0);
         assert_eq!(timers.arm(&mut armed, 0, 0, 200, false, 0), first);
-        assert_eq!(timers.arm(&mut armed, 0, 0, NEVER, false, 0), first);
         assert_eq!(timers.len(), 1);
         assert_eq!(timers.next(), Some(100));
+    }
+
+    #[test]
+    fn no_deadline_makes_the_armed_timer_stale_at_once() {
+        let (mut timers, mut armed) = (Timers::default(), Armed::default());
+        let first = timers.arm(&mut armed, 0, 0, 100, false, 0);
+        assert_ne!(timers.arm(&mut armed, 0, 0, NEVER, false, 0), first);
+        // Dropped when met at the top, long before its time.
+        assert_eq!(timers.pop_due(1, |t: &Timer| armed.holds(t)), None);
+        assert_eq!(timers.len(), 0);
+        // Nothing armed: no deadline changes nothing.
+        let seq = armed.seq();
+        assert_eq!(timers.arm(&mut armed, 0, 0, NEVER, false, 0), seq);
     }
 
     #[test]
