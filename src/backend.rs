@@ -254,15 +254,6 @@ impl Server {
         }
     }
 
-    pub fn session_started(&self) {
-        self.sessions.fetch_add(1, Ordering::Relaxed);
-        self.total.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn session_ended(&self) {
-        self.sessions.fetch_sub(1, Ordering::Relaxed);
-    }
-
     /// Adds a finished session's bytes.
     pub fn count_bytes(&self, sent: u64, received: u64) {
         if sent > 0 {
@@ -271,6 +262,40 @@ impl Server {
         if received > 0 {
             self.received.fetch_add(received, Ordering::Relaxed);
         }
+    }
+}
+
+/// One session's claim on a server: counted in the server's sessions (and its total) from
+/// [`ServerLease::new`] until the lease is dropped, whichever way the session or the attempt ends.
+/// For TCP the lease lasts from the connect attempt to the close; for HTTP it will be one request in
+/// flight.
+#[derive(Debug)]
+pub struct ServerLease {
+    server: Arc<Server>,
+}
+
+impl ServerLease {
+    pub fn new(server: Arc<Server>) -> ServerLease {
+        server.sessions.fetch_add(1, Ordering::Relaxed);
+        server.total.fetch_add(1, Ordering::Relaxed);
+        ServerLease { server }
+    }
+
+    pub fn server(&self) -> &Arc<Server> {
+        &self.server
+    }
+
+    /// Ends the lease now, keeping the server (for the log line that follows the close).
+    pub fn end(self) -> Arc<Server> {
+        let server = self.server.clone();
+        drop(self);
+        server
+    }
+}
+
+impl Drop for ServerLease {
+    fn drop(&mut self) {
+        self.server.sessions.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -444,6 +469,25 @@ impl ServerSet for PoolView<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lease_counts_the_session_until_it_is_dropped_or_ended() {
+        let s = Arc::new(server());
+        let a = ServerLease::new(s.clone());
+        let b = ServerLease::new(s.clone());
+        assert_eq!(s.sessions.load(Ordering::Relaxed), 2);
+        assert_eq!(s.total.load(Ordering::Relaxed), 2);
+        drop(a);
+        assert_eq!(s.sessions.load(Ordering::Relaxed), 1);
+        let kept = b.end();
+        assert!(Arc::ptr_eq(&kept, &s));
+        assert_eq!(s.sessions.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            s.total.load(Ordering::Relaxed),
+            2,
+            "the total never goes down"
+        );
+    }
 
     fn server() -> Server {
         let s = Server::new(ServerSpec::new(BackendAddr::Unix("/x".into())));

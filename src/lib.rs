@@ -6,12 +6,12 @@
 //! - leaves: [`sys`] (all `unsafe`, from quill-core), [`addr`], [`acl`], [`clock`], [`metrics`];
 //! - pure model: [`balancer`], [`command`], [`config`] (its `model` below its loaders and
 //!   writers), [`backend`];
-//! - sockets and outputs, which never read the running state: `net`, [`listener`], [`systemd`],
+//! - sockets and outputs, which never read the running state: [`net`], [`listener`], [`systemd`],
 //!   [`log`];
 //! - running state: [`state`] (the shared tables and the controller that changes them);
 //! - services, which read the running state or carry sessions: [`proxy`], [`takeover`],
 //!   [`health`], [`status`], [`admin`], [`control`], [`demo`];
-//! - assembly: [`runtime`], [`cli`].
+//! - assembly: [`runtime`], [`cli`], `generate`.
 
 // No unsafe code here: the workspace lint table denies it; all of it is in `quill_core::sys`.
 // Quill never panics on input: the workspace's panic bans, held here at the crate root so that
@@ -34,6 +34,7 @@ pub mod health;
 pub mod listener;
 pub mod log;
 pub mod metrics;
+pub mod net;
 pub mod proxy;
 pub mod runtime;
 pub mod status;

@@ -13,8 +13,7 @@ use mio::net::{TcpListener, UnixListener};
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::addr::ListenAddr;
-use crate::proxy::tcp::Peer;
-use crate::proxy::Stream;
+use crate::net::{ClientAddr, Stream};
 use crate::sys;
 
 /// Socket options for a listener.
@@ -36,10 +35,12 @@ pub enum ListenSocket {
 
 impl ListenSocket {
     /// Accepts one client (accept4 with NONBLOCK|CLOEXEC).
-    pub fn accept(&self) -> io::Result<(Stream, Peer)> {
+    pub fn accept(&self) -> io::Result<(Stream, ClientAddr)> {
         match self {
-            ListenSocket::Tcp(l) => l.accept().map(|(s, a)| (Stream::Tcp(s), Peer::Ip(a))),
-            ListenSocket::Unix(l, _) => l.accept().map(|(s, _)| (Stream::Unix(s), Peer::Unix)),
+            ListenSocket::Tcp(l) => l.accept().map(|(s, a)| (Stream::Tcp(s), ClientAddr::Ip(a))),
+            ListenSocket::Unix(l, _) => {
+                l.accept().map(|(s, _)| (Stream::Unix(s), ClientAddr::Unix))
+            }
         }
     }
 

@@ -13,7 +13,7 @@ use quill_core::http1;
 use super::verdict::{quote, Outcome};
 use crate::addr::BackendAddr;
 use crate::config::{CheckKind, HealthCheck};
-use crate::proxy::Stream;
+use crate::net::Stream;
 
 /// Most bytes of an answer read while looking for the status line.
 pub const MAX_ANSWER: usize = 4096;
@@ -64,7 +64,7 @@ impl Probe {
         now_ms: u64,
     ) -> Result<Probe, StartError> {
         let mut stream = open(addr).map_err(|e| {
-            if crate::proxy::tcp::is_local_error(&e) {
+            if crate::net::is_local_error(&e) {
                 StartError::Local(e)
             } else {
                 StartError::Server(Outcome::Fail(connect_reason(&e)))

@@ -1,118 +1,168 @@
-//! The data path of a TCP session: the two sockets ([`Stream`]), what the event loop knows of their
-//! readiness ([`Ready`]), and the two directions of copying ([`flow`]).
+//! Sessions and the contract the worker drives them through. A worker owns sessions and knows
+//! nothing of their insides: it feeds each one its events ([`Session::on_ready`]), the resolver's
+//! answers ([`Session::on_resolved`]) and its one deadline ([`Session::on_deadline`]), and acts on
+//! the [`Step`] it gets back. Choosing and connecting a server is [`connect::Connector`]'s; copying
+//! bytes is [`copy::Direction`]'s; a TCP session ([`tcp::TcpSession`]) is one of each plus two
+//! directions. An HTTP session will be a second variant of [`Session`] using the same two parts.
 
-pub mod flow;
+pub mod connect;
+pub mod copy;
 pub mod tcp;
 
-use std::io::{self, Read, Write};
-use std::net::Shutdown;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
 
-use mio::event::{Event, Source};
-use mio::net::{TcpStream, UnixStream};
-use socket2::SockRef;
+use mio::event::Event;
+use mio::{Registry, Token};
 
-/// A connected socket: TCP or Unix stream.
+use crate::backend::{Pool, Server, ServerLease};
+use crate::metrics::{Counters, End};
+use crate::net::{ClientAddr, Stream};
+use crate::state::shared::SessionInfo;
+use copy::Pools;
+use tcp::TcpSession;
+
+/// No deadline: the session waits for events only.
+pub const NEVER: u64 = u64::MAX;
+
+/// Which of a session's sockets an event is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Server,
+}
+
+/// What the worker does next for a session.
 #[derive(Debug)]
-pub enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
+pub enum Step {
+    /// Wait for events, or until the session's deadline (clock ms; [`NEVER`] for none), when the
+    /// worker calls [`Session::on_deadline`]. A session may be woken before its deadline: it
+    /// then answers with the deadline it has now.
+    Wait(u64),
+    /// Resolve the server's name off the worker and call [`Session::on_resolved`] with the answer,
+    /// or [`Session::on_deadline`] if none came by the deadline.
+    Resolve(Arc<Server>, u64),
+    /// The session stopped on its budget with work left: call [`Session::resume`] after this
+    /// turn's other events, without waiting (edge-triggered: no event would come).
+    Again,
+    /// The session is over: call [`Session::close`] and drop it.
+    Close(End),
 }
 
-impl Stream {
-    pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => (&*s).read(buf),
-            Stream::Unix(s) => (&*s).read(buf),
-        }
-    }
+/// What a session may use while handling one call: the worker's registry and this session's
+/// tokens, the clock, the worker's random numbers, counters and buffer pools.
+pub struct Ctx<'a> {
+    pub registry: &'a Registry,
+    /// The tokens this session's sockets are registered with.
+    pub client_token: Token,
+    pub server_token: Token,
+    /// Clock ms of this turn.
+    pub now: u64,
+    pub rng: &'a mut u64,
+    pub counters: &'a Counters,
+    pub pools: &'a mut Pools,
+}
 
-    pub fn write(&self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => (&*s).write(buf),
-            Stream::Unix(s) => (&*s).write(buf),
-        }
-    }
-
-    /// Writes the last bytes before an EOF: with MSG_MORE the kernel holds a short tail so that the
-    /// shutdown() or close() that follows sends it and the FIN in one segment (one packet and one
-    /// ACK fewer per session). Unix sockets ignore the flag.
-    pub fn write_last(&self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => SockRef::from(s).send_with_flags(buf, libc::MSG_MORE),
-            Stream::Unix(s) => (&*s).write(buf),
-        }
-    }
-
-    /// Sends EOF to the peer (half-close); the other direction stays open.
-    pub fn shutdown_write(&self) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.shutdown(Shutdown::Write),
-            Stream::Unix(s) => s.shutdown(Shutdown::Write),
-        }
-    }
-
-    /// Makes the coming close() abortive (SO_LINGER 0: an RST, unsent bytes dropped), so the peer
-    /// sees the stream cut as a reset rather than a clean end. Unix sockets have no reset: they
-    /// close as usual.
-    pub fn reset_on_close(&self) {
-        if let Stream::Tcp(s) = self {
-            // Best effort: if it fails the peer gets a FIN, as before.
-            let _ = SockRef::from(s).set_linger(Some(std::time::Duration::ZERO));
-        }
-    }
-
-    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
-        match self {
-            Stream::Tcp(s) => s.take_error(),
-            Stream::Unix(s) => s.take_error(),
-        }
-    }
-
-    pub fn source(&mut self) -> &mut dyn Source {
-        match self {
-            Stream::Tcp(s) => s,
-            Stream::Unix(s) => s,
-        }
+impl Ctx<'_> {
+    /// The next number of the worker's xorshift generator (balancer choices).
+    pub fn rand(&mut self) -> u64 {
+        let r = &mut *self.rng;
+        *r ^= *r << 13;
+        *r ^= *r >> 7;
+        *r ^= *r << 17;
+        *r
     }
 }
 
-impl AsFd for Stream {
-    fn as_fd(&self) -> BorrowedFd<'_> {
+/// What is left of a session once it is closed: what the counters and the access log need.
+#[derive(Debug)]
+pub struct Closing {
+    pub client: ClientAddr,
+    /// The server the session was counted against, still counted until the lease is dropped.
+    pub server: Option<ServerLease>,
+    /// Client to server, and server to client.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Clock ms when the client was accepted.
+    pub started_ms: u64,
+}
+
+/// One client connection, whatever its protocol.
+#[derive(Debug)]
+pub enum Session {
+    Tcp(TcpSession),
+}
+
+impl Session {
+    /// A TCP session for a client just accepted on a listener of `pool`; `denied` sends it to
+    /// the abuse server. Nothing happens until [`Session::start`].
+    pub fn tcp(
+        pool: Arc<Pool>,
+        id: u64,
+        client: Stream,
+        addr: ClientAddr,
+        denied: bool,
+        now: u64,
+    ) -> Session {
+        Session::Tcp(TcpSession::new(pool, id, client, addr, denied, now))
+    }
+
+    /// Registers the client socket and starts looking for a server.
+    pub fn start(&mut self, cx: &mut Ctx) -> Step {
         match self {
-            Stream::Tcp(s) => s.as_fd(),
-            Stream::Unix(s) => s.as_fd(),
+            Session::Tcp(s) => s.start(cx),
         }
     }
-}
 
-/// What the event loop knows about one socket. Edge-triggered: a flag is set by an event and
-/// cleared only when a syscall says the socket has nothing more (EAGAIN, or a short read).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Ready {
-    pub readable: bool,
-    pub writable: bool,
-    /// The peer has sent EOF or reset: once the receive queue is drained, reads return 0 (EOF) or
-    /// fail (reset: then `error` is set too).
-    pub read_closed: bool,
-    /// The socket has a pending error (EPOLLERR: a reset, a timeout): the next read or write
-    /// reports it.
-    pub error: bool,
-}
+    /// An event on one of the session's sockets.
+    pub fn on_ready(&mut self, side: Side, ev: &Event, cx: &mut Ctx) -> Step {
+        match self {
+            Session::Tcp(s) => s.on_ready(side, ev, cx),
+        }
+    }
 
-impl Ready {
-    pub fn update(&mut self, ev: &Event) {
-        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-            self.readable = true;
+    /// The resolver's answer for the server of the last [`Step::Resolve`].
+    pub fn on_resolved(&mut self, answer: io::Result<SocketAddr>, cx: &mut Ctx) -> Step {
+        match self {
+            Session::Tcp(s) => s.on_resolved(answer, cx),
         }
-        if ev.is_read_closed() {
-            self.read_closed = true;
+    }
+
+    /// The session's deadline passed (or an earlier one the worker still had armed).
+    pub fn on_deadline(&mut self, cx: &mut Ctx) -> Step {
+        match self {
+            Session::Tcp(s) => s.on_deadline(cx),
         }
-        if ev.is_error() {
-            self.error = true;
+    }
+
+    /// Goes on after a [`Step::Again`].
+    pub fn resume(&mut self, cx: &mut Ctx) -> Step {
+        match self {
+            Session::Tcp(s) => s.resume(cx),
         }
-        if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
-            self.writable = true;
+    }
+
+    /// Unique in the process (`connection N`, `close N`).
+    pub fn id(&self) -> u64 {
+        match self {
+            Session::Tcp(s) => s.id(),
+        }
+    }
+
+    /// What `connections` shows of the session.
+    pub fn info(&self, now: u64) -> SessionInfo {
+        match self {
+            Session::Tcp(s) => s.info(now),
+        }
+    }
+
+    /// Ends the session for `end`: arms resets where the peers must see a cut stream, gives the
+    /// buffers back, and hands over what the counters and the log line need. The sockets close
+    /// when the session is dropped.
+    pub fn close(&mut self, end: End, pools: &mut Pools) -> Closing {
+        match self {
+            Session::Tcp(s) => s.close(end, pools),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! drains and stops.
 
 pub mod resolver;
+mod timers;
 pub mod worker;
 
 use std::fs::OpenOptions;

@@ -2,8 +2,7 @@
 //! only the listening sockets (exclusive wake-ups: one worker takes each connection), the pools'
 //! atomics and the counters; the data path takes no lock.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd};
@@ -12,17 +11,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mio::event::Event;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Poll, Token};
 
 use super::resolver::{self, Resolver};
+use super::timers::{Armed, Timer, Timers};
 use super::PIPES_PER_WORKER;
-use crate::clock::millis;
 use crate::log::{AccessLog, Entry};
 use crate::metrics::{Counters, End};
-use crate::proxy::flow::Pools;
-use crate::proxy::tcp::{Attempting, Peer, Session};
-use crate::proxy::Stream;
-use crate::state::shared::{Listener, Phase, Report, Request, SessionInfo, Shared, SourceSlot};
+use crate::net::{ClientAddr, Stream};
+use crate::proxy::copy::Pools;
+use crate::proxy::{Ctx, Session, Side, Step};
+use crate::state::shared::{Listener, Phase, Report, Request, Shared, SourceSlot};
 use crate::sys;
 
 /// Token of the waker that tells a worker to look at the shared phase.
@@ -33,7 +32,7 @@ const GEN_BITS: u32 = 24;
 const GEN_MASK: u32 = (1 << GEN_BITS) - 1;
 const CLIENT: usize = 0;
 const BACKEND: usize = 1;
-/// How often idle, FIN and drain deadlines are checked.
+/// How often the drain deadline is checked while draining.
 const SWEEP_MS: u64 = 250;
 /// How long a listener rests after the process ran out of descriptors.
 const EMFILE_PAUSE_MS: u64 = 100;
@@ -57,15 +56,15 @@ struct Slot {
     session: Option<Session>,
     /// The session counted against its client address (`max_per_source`).
     source: Option<SourceSlot>,
+    /// The session's live timer.
+    timer: Armed,
 }
 
-/// A pending connect timeout, ordered by deadline.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Timer {
-    deadline: u64,
-    idx: u32,
-    gen: u32,
-    seq: u32,
+impl Slot {
+    /// Whether `t` is this slot's session's live timer.
+    fn holds(&self, t: &Timer) -> bool {
+        self.gen == t.gen && self.timer.holds(t) && self.session.is_some()
+    }
 }
 
 /// A listener as one worker sees it.
@@ -86,13 +85,12 @@ pub struct Worker {
     free: Vec<u32>,
     live: usize,
     pools: Pools,
-    /// Connect deadlines, earliest first.
-    timers: BinaryHeap<Reverse<Timer>>,
+    /// Session deadlines, earliest first.
+    timers: Timers,
     log: Option<AccessLog>,
     rng: u64,
     draining: bool,
     next_sweep: u64,
-    doomed: Vec<(usize, End)>,
     /// Sessions (index, generation) to drive again next turn, and the list being driven now.
     again: Vec<(u32, u32)>,
     again_now: Vec<(u32, u32)>,
@@ -139,12 +137,11 @@ impl Worker {
             free: Vec::new(),
             live: 0,
             pools: Pools::new(BUFFERS_PER_WORKER, PIPES_PER_WORKER, shared.splice),
-            timers: BinaryHeap::new(),
+            timers: Timers::default(),
             log,
             rng: 0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) << 17) ^ crate::clock::unix_time(),
             draining: false,
             next_sweep: 0,
-            doomed: Vec::new(),
             again: Vec::new(),
             again_now: Vec::new(),
             woken: false,
@@ -244,8 +241,8 @@ impl Worker {
                 self.dispatch(ev, now);
             }
             self.drive_again(now);
-            self.expire_connects(now);
-            if now >= self.next_sweep {
+            self.expire(now);
+            if self.draining && now >= self.next_sweep {
                 self.next_sweep = now + SWEEP_MS;
                 self.sweep(now);
             }
@@ -263,13 +260,13 @@ impl Worker {
         if !self.again.is_empty() {
             return Some(now);
         }
-        let timers = self.timers.peek().map(|t| t.0.deadline).into_iter();
+        let timers = self.timers.next().into_iter();
         let pauses = self
             .listeners
             .iter()
             .map(|l| l.paused_until)
             .filter(|&p| p > 0);
-        let sweep = if self.live > 0 || self.draining {
+        let sweep = if self.draining {
             Some(self.next_sweep.max(now))
         } else {
             None
@@ -291,74 +288,68 @@ impl Worker {
             return;
         }
         let (idx, gen, side) = decode(t);
-        let Some(Slot {
-            gen: g,
-            session: Some(s),
-            ..
-        }) = self.slots.get_mut(idx)
-        else {
+        let side = if side == CLIENT {
+            Side::Client
+        } else {
+            Side::Server
+        };
+        let Some((s, mut cx)) = self.session(idx, gen, now) else {
             return;
         };
-        if *g != gen {
-            return;
-        }
-        if side == CLIENT {
-            s.client_ready.update(ev);
-            if !s.connected {
-                if ev.is_error() {
-                    self.close(idx, End::ClientReset, now);
-                }
-                return;
-            }
-        } else {
-            s.backend_ready.update(ev);
-            if !s.connected {
-                if s.backend.is_none() {
-                    return;
-                }
-                if ev.is_error() || (ev.is_write_closed() && !ev.is_writable()) {
-                    let why = s
-                        .backend
-                        .as_ref()
-                        .and_then(|b| b.take_error().ok().flatten());
-                    let why =
-                        why.unwrap_or_else(|| io::Error::from(io::ErrorKind::ConnectionRefused));
-                    if why.kind() != io::ErrorKind::ConnectionReset {
-                        self.retry_connect(idx, now, &why);
-                        return;
-                    }
-                    // Not a failed connect: the server accepted, maybe sent data, and reset before
-                    // this event was read. Its bytes are delivered, then its reset passed on (the
-                    // error flag makes the end of its data read as a reset, not as EOF).
-                    s.backend_ready.error = true;
-                } else if !ev.is_writable() {
-                    return;
-                }
-                s.connected(now);
-                self.shared.counters[self.id].connected(s.connect_time_us());
-            }
-        }
-        self.drive(idx, now);
+        let step = s.on_ready(side, ev, &mut cx);
+        self.follow(idx, step, now);
     }
 
-    fn drive(&mut self, idx: usize, now: u64) {
-        let Some(s) = self.slots[idx].session.as_mut() else {
-            return;
+    /// Session `idx` if it is still generation `gen`, and what it may use for one call.
+    fn session(&mut self, idx: usize, gen: u32, now: u64) -> Option<(&mut Session, Ctx<'_>)> {
+        let slot = self.slots.get_mut(idx)?;
+        if slot.gen != gen {
+            return None;
+        }
+        let s = slot.session.as_mut()?;
+        let cx = Ctx {
+            registry: self.poll.registry(),
+            client_token: token(idx, gen, CLIENT),
+            server_token: token(idx, gen, BACKEND),
+            now,
+            rng: &mut self.rng,
+            counters: &self.shared.counters[self.id],
+            pools: &mut self.pools,
         };
-        if s.server_gone {
-            if !s.client_catching_up() {
-                self.close(idx, End::ServerReset, now);
+        Some((s, cx))
+    }
+
+    /// Does what a session asked for.
+    fn follow(&mut self, idx: usize, step: Step, now: u64) {
+        match step {
+            Step::Wait(deadline) => {
+                self.arm(idx, deadline, false, now);
             }
-            return;
+            Step::Resolve(server, deadline) => {
+                let seq = self.arm(idx, deadline, true, now);
+                let key = resolver::Key {
+                    idx: idx as u32,
+                    gen: self.slots[idx].gen,
+                    seq,
+                };
+                match &self.resolver {
+                    Some(r) => r.ask(self.id, key, server),
+                    None => {
+                        tracing::warn!("no resolver for a server name; closing the session");
+                        self.close(idx, End::NoServer, now);
+                    }
+                }
+            }
+            Step::Again => self.again.push((idx as u32, self.slots[idx].gen)),
+            Step::Close(end) => self.close(idx, end, now),
         }
-        match s.drive(&mut self.pools, now) {
-            // The server's last bytes reach the client before its reset does (checked again on
-            // the client's events and at each sweep).
-            Some(End::ServerReset) if s.client_catching_up() => s.server_gone = true,
-            Some(end) => self.close(idx, end, now),
-            None if s.wants_more() => self.again.push((idx as u32, self.slots[idx].gen)),
-            None => {}
-        }
+    }
+
+    /// Makes sure a timer fires at `deadline` or before for session `idx` (see [`Timers::arm`]).
+    fn arm(&mut self, idx: usize, deadline: u64, force: bool, now: u64) -> u32 {
+        let slot = &mut self.slots[idx];
+        self.timers
+            .arm(&mut slot.timer, idx as u32, slot.gen, deadline, force, now)
     }
 
     /// Drives the sessions that yielded on their budget, after this turn's events.
@@ -366,8 +357,9 @@ impl Worker {
         let mut again = std::mem::take(&mut self.again_now);
         std::mem::swap(&mut again, &mut self.again);
         for &(idx, gen) in &again {
-            if self.slots[idx as usize].gen == gen {
-                self.drive(idx as usize, now);
+            if let Some((s, mut cx)) = self.session(idx as usize, gen, now) {
+                let step = s.resume(&mut cx);
+                self.follow(idx as usize, step, now);
             }
         }
         again.clear();
@@ -416,7 +408,7 @@ impl Worker {
         }
     }
 
-    fn open(&mut self, listener: &Listener, stream: Stream, peer: Peer, now: u64) {
+    fn open(&mut self, listener: &Listener, stream: Stream, peer: ClientAddr, now: u64) {
         Counters::add(&self.counters().accepted, 1);
         if let Some(ip) = peer.ip() {
             if self.recent.len() == RECENT {
@@ -465,6 +457,7 @@ impl Worker {
                     gen: 0,
                     session: None,
                     source: None,
+                    timer: Armed::default(),
                 });
                 self.slots.len() - 1
             }
@@ -474,85 +467,11 @@ impl Worker {
         let gen = self.slots[idx].gen;
         let id = self.next_session * self.shared.counters.len() as u64 + self.id as u64;
         self.next_session += 1;
-        let mut session = Session::new(pool, id, stream, peer, now);
-        session.denied = denied;
-        let registered = self.poll.registry().register(
-            session.client.source(),
-            token(idx, gen, CLIENT),
-            Interest::READABLE | Interest::WRITABLE,
-        );
-        self.slots[idx].session = Some(session);
-        if let Err(e) = registered {
-            tracing::warn!("cannot register client socket: {e}");
-            self.close(idx, End::Error, now);
-            return;
+        self.slots[idx].session = Some(Session::tcp(pool, id, stream, peer, denied, now));
+        if let Some((s, mut cx)) = self.session(idx, gen, now) {
+            let step = s.start(&mut cx);
+            self.follow(idx, step, now);
         }
-        self.connect(idx, now);
-    }
-
-    // === connect ===
-
-    fn connect(&mut self, idx: usize, now: u64) {
-        let rand = self.next_rand();
-        let gen = self.slots[idx].gen;
-        let counters = &self.shared.counters[self.id];
-        let Some(s) = self.slots[idx].session.as_mut() else {
-            return;
-        };
-        let step = s.connect_next(
-            self.poll.registry(),
-            token(idx, gen, BACKEND),
-            now,
-            rand,
-            counters,
-        );
-        self.follow_attempt(idx, step, now);
-    }
-
-    fn next_rand(&mut self) -> u64 {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        self.rng
-    }
-
-    /// Arms the deadline of the attempt a session started (and asks the resolver when the server
-    /// is a name), or closes the session when no server was left.
-    fn follow_attempt(&mut self, idx: usize, step: Result<Attempting, End>, now: u64) {
-        let gen = self.slots[idx].gen;
-        let Some(s) = self.slots[idx].session.as_ref() else {
-            return;
-        };
-        let seq = s.attempt_seq();
-        let deadline = match step {
-            Ok(Attempting::Connect(deadline)) => deadline,
-            Ok(Attempting::Resolve(deadline)) => {
-                let key = resolver::Key {
-                    idx: idx as u32,
-                    gen,
-                    seq,
-                };
-                match (&self.resolver, &s.server) {
-                    (Some(r), Some(server)) => r.ask(self.id, key, server.clone()),
-                    _ => {
-                        tracing::warn!("no resolver for a server name; closing the session");
-                        self.close(idx, End::NoServer, now);
-                        return;
-                    }
-                }
-                deadline
-            }
-            Err(end) => {
-                self.close(idx, end, now);
-                return;
-            }
-        };
-        self.timers.push(Reverse(Timer {
-            deadline,
-            idx: idx as u32,
-            gen,
-            seq,
-        }));
     }
 
     /// Hands the resolver's answers to the sessions still waiting for them.
@@ -565,108 +484,54 @@ impl Worker {
         for answer in answers.drain(..) {
             let resolver::Key { idx, gen, seq } = answer.key;
             let idx = idx as usize;
-            let waiting = match self.slots.get(idx) {
-                Some(Slot {
-                    gen: g,
-                    session: Some(s),
-                    ..
-                }) => *g == gen && s.is_resolving() && s.attempt_seq() == seq,
-                _ => false,
-            };
-            if !waiting {
+            if self
+                .slots
+                .get(idx)
+                .is_none_or(|slot| slot.timer.seq() != seq)
+            {
+                // The attempt moved on (timed out, session closed, slot reused).
                 continue;
             }
-            let rand = self.next_rand();
-            let counters = &self.shared.counters[self.id];
-            let Some(s) = self.slots[idx].session.as_mut() else {
-                continue;
-            };
-            let step = s.resolved(
-                answer.result,
-                self.poll.registry(),
-                token(idx, gen, BACKEND),
-                now,
-                rand,
-                counters,
-            );
-            self.follow_attempt(idx, step, now);
+            if let Some((s, mut cx)) = self.session(idx, gen, now) {
+                let step = s.on_resolved(answer.result, &mut cx);
+                self.follow(idx, step, now);
+            }
         }
         self.answers = answers;
     }
 
-    fn retry_connect(&mut self, idx: usize, now: u64, why: &io::Error) {
-        let counters = &self.shared.counters[self.id];
-        let Some(s) = self.slots[idx].session.as_mut() else {
-            return;
-        };
-        s.connect_failed(now, why, counters);
-        self.connect(idx, now);
-    }
-
-    /// Fails connects past their deadline; drops timers whose session moved on.
-    fn expire_connects(&mut self, now: u64) {
-        while let Some(&Reverse(t)) = self.timers.peek() {
-            let live = match &self.slots.get(t.idx as usize) {
-                Some(Slot {
-                    gen,
-                    session: Some(s),
-                    ..
-                }) => *gen == t.gen && !s.connected && s.attempt_seq() == t.seq,
-                _ => false,
-            };
-            if live && t.deadline > now {
-                break;
-            }
-            self.timers.pop();
-            if live {
-                let resolving = self.slots[t.idx as usize]
-                    .session
-                    .as_ref()
-                    .is_some_and(|s| s.is_resolving());
-                let why = if resolving {
-                    "name resolution timed out"
-                } else {
-                    "connect timed out"
-                };
-                let why = io::Error::new(io::ErrorKind::TimedOut, why);
-                self.retry_connect(t.idx as usize, now, &why);
+    /// Calls the sessions whose deadline came.
+    fn expire(&mut self, now: u64) {
+        loop {
+            let slots = &self.slots;
+            let due = self.timers.pop_due(now, |t| {
+                slots.get(t.idx as usize).is_some_and(|slot| slot.holds(t))
+            });
+            let Some(t) = due else { break };
+            let idx = t.idx as usize;
+            self.slots[idx].timer.clear();
+            if let Some((s, mut cx)) = self.session(idx, t.gen, now) {
+                let step = s.on_deadline(&mut cx);
+                self.follow(idx, step, now);
             }
         }
+        let slots = &self.slots;
+        self.timers.sweep_stale(self.live, |t| {
+            slots.get(t.idx as usize).is_some_and(|slot| slot.holds(t))
+        });
     }
 
     // === timeouts, drain, close ===
 
+    /// Cuts every session once the drain deadline has passed.
     fn sweep(&mut self, now: u64) {
         let hard_deadline = match self.shared.phase() {
             Phase::Draining => Some(self.shared.drain_deadline_ms.load(Ordering::Relaxed)),
             _ => None,
         };
-        for (idx, slot) in self.slots.iter().enumerate() {
-            let Some(s) = &slot.session else { continue };
-            let t = &s.pool.tuning;
-            let quiet = now.saturating_sub(s.active_ms);
-            let end = if hard_deadline.is_some_and(|d| now >= d) {
-                Some(End::Shutdown)
-            } else if s.server_gone {
-                let late = quiet >= millis(t.fin_timeout);
-                (late || !s.client_catching_up()).then_some(End::ServerReset)
-            } else if s.connected && s.is_half_closed() && quiet >= millis(t.fin_timeout) {
-                Some(End::FinTimeout)
-            } else if s.connected && !t.idle_timeout.is_zero() && quiet >= millis(t.idle_timeout) {
-                Some(End::IdleTimeout)
-            } else {
-                None
-            };
-            if let Some(end) = end {
-                self.doomed.push((idx, end));
-            }
+        if hard_deadline.is_some_and(|d| now >= d) {
+            self.close_all(End::Shutdown, now);
         }
-        let doomed = std::mem::take(&mut self.doomed);
-        for &(idx, end) in &doomed {
-            self.close(idx, end, now);
-        }
-        self.doomed = doomed;
-        self.doomed.clear();
     }
 
     /// Applies the shared phase (drain, stop), and, after a wake-up, log reopening, listener
@@ -751,24 +616,7 @@ impl Worker {
                         .slots
                         .iter()
                         .filter_map(|slot| slot.session.as_ref())
-                        .map(|s| SessionInfo {
-                            id: s.id,
-                            listener: s.pool.name.clone(),
-                            client: s.peer.to_string_with_port(),
-                            server: s.server.as_ref().map(|sv| sv.addr().to_string()),
-                            age_ms: now.saturating_sub(s.started_ms),
-                            bytes_in: s.up.bytes,
-                            bytes_out: s.down.bytes,
-                            state: if s.is_resolving() {
-                                "resolving"
-                            } else if !s.connected {
-                                "connecting"
-                            } else if s.is_half_closed() {
-                                "half-closed"
-                            } else {
-                                "open"
-                            },
-                        })
+                        .map(|s| s.info(now))
                         .collect();
                     // Clock milliseconds to Unix seconds (the clock started with the process).
                     let started = self.shared.started_unix;
@@ -783,7 +631,7 @@ impl Worker {
                     let found = self
                         .slots
                         .iter()
-                        .position(|slot| slot.session.as_ref().is_some_and(|s| s.id == id));
+                        .position(|slot| slot.session.as_ref().is_some_and(|s| s.id() == id));
                     if let Some(idx) = found {
                         self.close(idx, End::Closed, now);
                     }
@@ -828,47 +676,45 @@ impl Worker {
         };
         slot.gen = (slot.gen + 1) & GEN_MASK;
         slot.source = None;
+        slot.timer.clear();
         self.free.push(idx as u32);
         self.live -= 1;
-        // Taken rather than cloned: the log line still needs its address after the count drops.
-        let server = s.server.take();
-        if let Some(sv) = &server {
-            sv.session_ended();
-            sv.count_bytes(s.up.bytes, s.down.bytes);
-        }
-        // Before the buffers go back: whether bytes were left undelivered decides the resets.
-        s.arm_resets(end);
-        s.release(&mut self.pools);
+        let c = s.close(end, &mut self.pools);
+        // The server's count drops before the log line, which still names the server.
+        let server = c.server.map(|lease| {
+            lease.server().count_bytes(c.bytes_in, c.bytes_out);
+            lease.end()
+        });
         self.shared.active.fetch_sub(1, Ordering::Relaxed);
         self.shared.last_busy_ms.store(now, Ordering::Relaxed);
-        let c = &self.shared.counters[self.id];
-        c.ended(end);
-        Counters::add(&c.bytes_in, s.up.bytes);
-        Counters::add(&c.bytes_out, s.down.bytes);
+        let counters = &self.shared.counters[self.id];
+        counters.ended(end);
+        Counters::add(&counters.bytes_in, c.bytes_in);
+        Counters::add(&counters.bytes_out, c.bytes_out);
         let server_addr = server
             .as_ref()
             .map(|sv| sv.addr() as &dyn std::fmt::Display);
         tracing::debug!(
             "session {} -> {}: {} bytes in, {} bytes out, {}",
-            s.peer,
+            c.client,
             server_addr.unwrap_or(&"-"),
-            s.up.bytes,
-            s.down.bytes,
+            c.bytes_in,
+            c.bytes_out,
             end.name()
         );
         self.log_line(
-            &s.peer,
+            &c.client,
             server_addr,
-            s.up.bytes,
-            s.down.bytes,
-            now.saturating_sub(s.started_ms),
+            c.bytes_in,
+            c.bytes_out,
+            now.saturating_sub(c.started_ms),
             end,
         );
     }
 
     fn log_line(
         &mut self,
-        peer: &Peer,
+        peer: &ClientAddr,
         server: Option<&dyn std::fmt::Display>,
         up: u64,
         down: u64,

@@ -1,0 +1,193 @@
+//! Socket primitives under every session and probe: a connected stream ([`Stream`]), what the
+//! event loop knows of its readiness ([`Ready`]), the client's address ([`ClientAddr`]), and
+//! nonblocking connects to a server ([`connect`], [`connect_tcp`]).
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd};
+
+use mio::event::{Event, Source};
+use mio::net::{TcpStream, UnixStream};
+use socket2::SockRef;
+
+use crate::addr::BackendAddr;
+use crate::config::Tuning;
+
+/// A connected socket: TCP or Unix stream.
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => (&*s).read(buf),
+            Stream::Unix(s) => (&*s).read(buf),
+        }
+    }
+
+    pub fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => (&*s).write(buf),
+            Stream::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    /// Writes the last bytes before an EOF: with MSG_MORE the kernel holds a short tail so that the
+    /// shutdown() or close() that follows sends it and the FIN in one segment (one packet and one
+    /// ACK fewer per session). Unix sockets ignore the flag.
+    pub fn write_last(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => SockRef::from(s).send_with_flags(buf, libc::MSG_MORE),
+            Stream::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    /// Sends EOF to the peer (half-close); the other direction stays open.
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.shutdown(Shutdown::Write),
+            Stream::Unix(s) => s.shutdown(Shutdown::Write),
+        }
+    }
+
+    /// Makes the coming close() abortive (SO_LINGER 0: an RST, unsent bytes dropped), so the peer
+    /// sees the stream cut as a reset rather than a clean end. Unix sockets have no reset: they
+    /// close as usual.
+    pub fn reset_on_close(&self) {
+        if let Stream::Tcp(s) = self {
+            // Best effort: if it fails the peer gets a FIN, as before.
+            let _ = SockRef::from(s).set_linger(Some(std::time::Duration::ZERO));
+        }
+    }
+
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        match self {
+            Stream::Tcp(s) => s.take_error(),
+            Stream::Unix(s) => s.take_error(),
+        }
+    }
+
+    pub fn source(&mut self) -> &mut dyn Source {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+}
+
+impl AsFd for Stream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Stream::Tcp(s) => s.as_fd(),
+            Stream::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
+/// What the event loop knows about one socket. Edge-triggered: a flag is set by an event and
+/// cleared only when a syscall says the socket has nothing more (EAGAIN, or a short read).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ready {
+    pub readable: bool,
+    pub writable: bool,
+    /// The peer has sent EOF or reset: once the receive queue is drained, reads return 0 (EOF) or
+    /// fail (reset: then `error` is set too).
+    pub read_closed: bool,
+    /// The socket has a pending error (EPOLLERR: a reset, a timeout): the next read or write
+    /// reports it.
+    pub error: bool,
+}
+
+impl Ready {
+    pub fn update(&mut self, ev: &Event) {
+        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+            self.readable = true;
+        }
+        if ev.is_read_closed() {
+            self.read_closed = true;
+        }
+        if ev.is_error() {
+            self.error = true;
+        }
+        if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
+            self.writable = true;
+        }
+    }
+}
+
+/// The client's address.
+#[derive(Clone, Copy, Debug)]
+pub enum ClientAddr {
+    Ip(SocketAddr),
+    Unix,
+}
+
+impl ClientAddr {
+    pub fn ip(&self) -> Option<IpAddr> {
+        match self {
+            ClientAddr::Ip(a) => Some(a.ip()),
+            ClientAddr::Unix => None,
+        }
+    }
+
+    /// The client address with its port (for `connections`).
+    pub fn to_string_with_port(&self) -> String {
+        match self {
+            ClientAddr::Ip(a) => a.to_string(),
+            ClientAddr::Unix => "unix".to_string(),
+        }
+    }
+}
+
+impl fmt::Display for ClientAddr {
+    /// The client IP as Pen logs it (no port); "unix" for Unix-socket clients.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientAddr::Ip(a) => write!(f, "{}", a.ip()),
+            ClientAddr::Unix => f.write_str("unix"),
+        }
+    }
+}
+
+/// Whether a connect error is ours (no descriptors, no ports, no memory) rather than the server's:
+/// such errors must not blacklist a healthy server.
+pub fn is_local_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EADDRNOTAVAIL)
+    )
+}
+
+/// Opens a nonblocking connection (connect in progress for TCP). A `Name` must have been resolved
+/// by the caller (`connect_tcp`): resolving here would block the worker.
+pub fn connect(addr: &BackendAddr, t: &Tuning) -> io::Result<Stream> {
+    match addr {
+        BackendAddr::Tcp(a) => connect_tcp(*a, t),
+        BackendAddr::Unix(p) => UnixStream::connect(p).map(Stream::Unix),
+        BackendAddr::Abstract(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+            UnixStream::connect_addr(&addr).map(Stream::Unix)
+        }
+        BackendAddr::Name { host, .. } => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("'{host}' must be resolved before connecting"),
+        )),
+    }
+}
+
+/// Opens a nonblocking TCP connection with the pool's socket options (`tcp_nodelay`, `keepalive`).
+pub fn connect_tcp(addr: SocketAddr, t: &Tuning) -> io::Result<Stream> {
+    let s = TcpStream::connect(addr)?;
+    if t.tcp_nodelay {
+        s.set_nodelay(true)?;
+    }
+    if t.keepalive {
+        SockRef::from(&s).set_keepalive(true)?;
+    }
+    Ok(Stream::Tcp(s))
+}

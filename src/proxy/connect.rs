@@ -1,0 +1,406 @@
+//! Getting a client a connected server socket, or the reason there is none: the balancer's pick,
+//! nonblocking connects with failover in Pen's order, blacklisting of servers that fail, the
+//! emergency server, the abuse server for denied clients, and the hand-off to the resolver for
+//! servers given by name. Protocol-blind: a TCP session uses one [`Connector`] for its life and
+//! copies through the socket it holds once connected; an HTTP session will use one per exchange,
+//! each holding the pool snapshot it picked from.
+//!
+//! The connector keeps the server socket, its readiness and the server's lease after the connect
+//! rather than handing them over: a session is smaller by a socket and a lease (memory per idle
+//! connection counts).
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use mio::event::Event;
+use mio::Interest;
+
+use super::Ctx;
+use crate::addr::BackendAddr;
+use crate::backend::{Pool, Server, ServerLease};
+use crate::balancer::{self, Client};
+use crate::clock::millis;
+use crate::metrics::{Counters, End};
+use crate::net::{self, ClientAddr, Ready, Stream};
+
+/// Where a connector is after a call.
+#[derive(Debug)]
+pub enum Progress {
+    /// A connect or a name resolution is under way until the deadline (clock ms).
+    Waiting(u64),
+    /// The server is a `BackendAddr::Name`: ask the resolver, then call
+    /// [`Connector::on_resolved`] (or [`Connector::on_deadline`] if no answer came in time).
+    Resolve(Arc<Server>, u64),
+    /// The server socket is connected: [`Connector::server_side`] gives it.
+    Connected,
+    /// No server is left to try (`NoServer`), or a local failure (`Error`).
+    Failed(End),
+}
+
+/// What starting a connect to one server gave.
+enum Started {
+    Connecting,
+    /// The server failed at once and is blacklisted: try the next.
+    FailedTryNext,
+    /// Out of local resources: no server is to blame, the session ends.
+    LocalError,
+}
+
+/// One client's search for a server.
+#[derive(Debug)]
+pub struct Connector {
+    /// The pool snapshot the search picks from.
+    pool: Arc<Pool>,
+    /// The client's ACL denied it: it goes to the abuse server, once.
+    denied: bool,
+    /// The balancer was asked.
+    picked: bool,
+    emergency: bool,
+    /// Waiting for the resolver to turn the server's name into an address.
+    resolving: bool,
+    /// The server socket is connected (the search is over).
+    connected: bool,
+    /// The balancer's first choice, the origin of the failover order. Server indexes are kept
+    /// in 32 bits: a session is small; a pool never nears 4 billion servers.
+    first: Option<u32>,
+    /// How many servers after `first` were offered.
+    tried: u32,
+    /// Index of the server being connected to (None for the emergency and abuse servers).
+    current: Option<u32>,
+    /// When the connect or resolution under way fails (clock ms).
+    deadline: u64,
+    /// The server socket (connecting or connected), and the server it goes to (or whose name is
+    /// being resolved), counted in its sessions while the lease is held.
+    socket: Option<Stream>,
+    lease: Option<ServerLease>,
+    /// What the server socket's events said so far.
+    ready: Ready,
+}
+
+impl Connector {
+    pub fn new(pool: Arc<Pool>, denied: bool) -> Connector {
+        Connector {
+            pool,
+            denied,
+            picked: false,
+            emergency: false,
+            resolving: false,
+            connected: false,
+            first: None,
+            tried: 0,
+            current: None,
+            deadline: 0,
+            socket: None,
+            lease: None,
+            ready: Ready::default(),
+        }
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.connected
+    }
+
+    /// The connected server socket and its readiness (None before the connect completes).
+    pub fn server_side(&mut self) -> Option<(&Stream, &mut Ready)> {
+        match (&self.socket, self.connected) {
+            (Some(s), true) => Some((s, &mut self.ready)),
+            _ => None,
+        }
+    }
+
+    /// What the server socket's events said so far.
+    pub fn ready(&self) -> &Ready {
+        &self.ready
+    }
+
+    /// Whether the connector waits for the resolver.
+    pub fn is_resolving(&self) -> bool {
+        self.resolving
+    }
+
+    /// When the attempt under way fails.
+    pub fn deadline(&self) -> u64 {
+        self.deadline
+    }
+
+    /// The server being connected to, resolved, or connected, if any.
+    pub fn server(&self) -> Option<&Arc<Server>> {
+        self.lease.as_ref().map(ServerLease::server)
+    }
+
+    /// The session is closing: the lease of the server connected or tried, for the counters and
+    /// the log line. The socket, if any, closes when the connector is dropped.
+    pub fn take_lease(&mut self) -> Option<ServerLease> {
+        self.lease.take()
+    }
+
+    /// Makes the close of the server socket abortive (an RST): see `TcpSession::arm_resets`.
+    pub fn reset_on_close(&self) {
+        if let Some(s) = &self.socket {
+            s.reset_on_close();
+        }
+    }
+
+    /// Starts a nonblocking connect to the next server that will take one, or asks for the
+    /// server's name to be resolved first.
+    pub fn connect_next(&mut self, client: &ClientAddr, cx: &mut Ctx) -> Progress {
+        let rand = cx.rand();
+        loop {
+            let Some(server) = self.next_server(client, cx.now, rand) else {
+                return Progress::Failed(End::NoServer);
+            };
+            let lease = ServerLease::new(server);
+            if matches!(lease.server().addr(), BackendAddr::Name { .. }) {
+                let server = lease.server().clone();
+                self.lease = Some(lease);
+                self.resolving = true;
+                self.deadline = self.deadline_from(cx.now);
+                return Progress::Resolve(server, self.deadline);
+            }
+            match self.start_connect(lease, None, cx) {
+                Started::Connecting => return Progress::Waiting(self.deadline),
+                Started::FailedTryNext => continue,
+                Started::LocalError => return Progress::Failed(End::Error),
+            }
+        }
+    }
+
+    /// An event on the server socket: once connected, only noted; while connecting, the connect
+    /// completed or failed (the server is blacklisted and the next one tried).
+    pub fn on_ready(&mut self, ev: &Event, client: &ClientAddr, cx: &mut Ctx) -> Progress {
+        let Some(socket) = &self.socket else {
+            return Progress::Waiting(self.deadline);
+        };
+        self.ready.update(ev);
+        if self.connected {
+            return Progress::Connected;
+        }
+        if ev.is_error() || (ev.is_write_closed() && !ev.is_writable()) {
+            let why = socket.take_error().ok().flatten();
+            let why = why.unwrap_or_else(|| io::Error::from(io::ErrorKind::ConnectionRefused));
+            if why.kind() != io::ErrorKind::ConnectionReset {
+                self.fail(cx.now, &why, cx.counters);
+                return self.connect_next(client, cx);
+            }
+            // Not a failed connect: the server accepted, maybe sent data, and reset before this
+            // event was read. Its bytes are delivered, then its reset passed on (the error flag
+            // makes the end of its data read as a reset, not as EOF).
+            self.ready.error = true;
+        } else if !ev.is_writable() {
+            return Progress::Waiting(self.deadline);
+        }
+        self.connected = true;
+        // Remember the client's server.
+        if let (Some(i), Some(ip), true) = (self.current, client.ip(), self.pool.mode.tracking()) {
+            self.pool
+                .clients
+                .store(ip, i as usize, (cx.now / 1000) as u32);
+        }
+        Progress::Connected
+    }
+
+    /// The resolver answered for the server being tried: connect to the address, or, when the
+    /// name did not resolve, go on to the next server (no blacklist: the name may resolve for the
+    /// next client, as socket-proxyd would try again).
+    pub fn on_resolved(
+        &mut self,
+        answer: io::Result<SocketAddr>,
+        client: &ClientAddr,
+        cx: &mut Ctx,
+    ) -> Progress {
+        if !self.resolving {
+            return self.state();
+        }
+        self.resolving = false;
+        let Some(lease) = self.lease.take() else {
+            return Progress::Failed(End::Error);
+        };
+        match answer {
+            Ok(addr) => match self.start_connect(lease, Some(addr), cx) {
+                Started::Connecting => return Progress::Waiting(self.deadline),
+                Started::FailedTryNext => {}
+                Started::LocalError => return Progress::Failed(End::Error),
+            },
+            Err(e) => {
+                let server = lease.end();
+                server.failures.fetch_add(1, Ordering::Relaxed);
+                Counters::add(&cx.counters.connect_failures, 1);
+                tracing::info!("cannot resolve server {}: {e}", server.addr());
+            }
+        }
+        self.connect_next(client, cx)
+    }
+
+    /// The deadline may have passed: fail the attempt (blacklisting its server) and try the
+    /// next. A call before the deadline changes nothing.
+    pub fn on_deadline(&mut self, client: &ClientAddr, cx: &mut Ctx) -> Progress {
+        if self.connected || cx.now < self.deadline {
+            return self.state();
+        }
+        let why = if self.resolving {
+            "name resolution timed out"
+        } else {
+            "connect timed out"
+        };
+        self.fail(
+            cx.now,
+            &io::Error::new(io::ErrorKind::TimedOut, why),
+            cx.counters,
+        );
+        self.connect_next(client, cx)
+    }
+
+    fn state(&self) -> Progress {
+        if self.connected {
+            Progress::Connected
+        } else {
+            Progress::Waiting(self.deadline)
+        }
+    }
+
+    /// The next server to try, in Pen's order: the balancer's choice, then the servers after it,
+    /// then the emergency server. `stubborn` stops after the first choice.
+    fn next_server(&mut self, client: &ClientAddr, now_ms: u64, rand: u64) -> Option<Arc<Server>> {
+        let pool = &self.pool;
+        if self.denied {
+            // Pen sends denied clients to the abuse server, once, with no failover.
+            if self.picked {
+                return None;
+            }
+            self.picked = true;
+            self.emergency = true;
+            self.current = None;
+            return pool.abuse.clone();
+        }
+        if !self.picked {
+            self.picked = true;
+            let t = &pool.tuning;
+            let client = match client {
+                ClientAddr::Ip(addr) => Client {
+                    ip: Some(addr.ip()),
+                    port: addr.port(),
+                },
+                ClientAddr::Unix => Client { ip: None, port: 0 },
+            };
+            let tracked = match client.ip {
+                Some(ip) if pool.mode.tracking() => pool.clients.lookup(
+                    ip,
+                    (now_ms / 1000) as u32,
+                    t.tracking_time.as_secs() as u32,
+                ),
+                _ => None,
+            };
+            let first = balancer::pick(
+                &pool.view(client.ip),
+                &pool.mode,
+                &client,
+                tracked,
+                &pool.cursor,
+                rand,
+                now_ms,
+            );
+            self.first = first.map(|i| i as u32);
+            if let Some(i) = first {
+                self.current = Some(i as u32);
+                return Some(pool.servers[i].clone());
+            }
+        } else if let (Some(first), false) = (self.first, pool.mode.stubborn) {
+            let mut tried = self.tried as usize;
+            let next =
+                balancer::failover(&pool.view(client.ip()), first as usize, &mut tried, now_ms);
+            self.tried = tried as u32;
+            if let Some(i) = next {
+                self.current = Some(i as u32);
+                return Some(pool.servers[i].clone());
+            }
+        }
+        let stubborn_failed = pool.mode.stubborn && self.first.is_some();
+        if self.emergency || stubborn_failed {
+            return None;
+        }
+        self.emergency = true;
+        self.current = None;
+        pool.emergency.clone()
+    }
+
+    fn deadline_from(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_add(millis(self.pool.tuning.connect_timeout))
+    }
+
+    /// Opens and registers a connection to the leased server (at `resolved` when its address is
+    /// a name). A server that fails at once is blacklisted; its lease ends here either way.
+    fn start_connect(
+        &mut self,
+        lease: ServerLease,
+        resolved: Option<SocketAddr>,
+        cx: &mut Ctx,
+    ) -> Started {
+        let t = &self.pool.tuning;
+        let opened = match resolved {
+            Some(addr) => net::connect_tcp(addr, t),
+            None => net::connect(lease.server().addr(), t),
+        };
+        match opened {
+            Ok(mut stream) => {
+                if let Err(e) = cx.registry.register(
+                    stream.source(),
+                    cx.server_token,
+                    Interest::READABLE | Interest::WRITABLE,
+                ) {
+                    tracing::warn!("cannot register backend socket: {e}");
+                    return Started::LocalError;
+                }
+                self.socket = Some(stream);
+                self.lease = Some(lease);
+                self.ready = Ready::default();
+                self.deadline = self.deadline_from(cx.now);
+                Started::Connecting
+            }
+            Err(e) if net::is_local_error(&e) => {
+                tracing::warn!(
+                    "cannot connect to {}: {e} (local resources)",
+                    lease.server().addr()
+                );
+                Started::LocalError
+            }
+            Err(e) => {
+                let server = lease.end();
+                self.blacklist(&server, cx.now, &e, cx.counters);
+                Started::FailedTryNext
+            }
+        }
+    }
+
+    /// The attempt under way failed (refused, unreachable, timed out; or the resolver did not
+    /// answer in time): blacklist the server and forget the socket.
+    fn fail(&mut self, now_ms: u64, why: &io::Error, counters: &Counters) {
+        self.resolving = false;
+        self.socket = None;
+        self.ready = Ready::default();
+        if let Some(lease) = self.lease.take() {
+            let server = lease.end();
+            self.blacklist(&server, now_ms, why, counters);
+        }
+    }
+
+    fn blacklist(&self, server: &Server, now_ms: u64, why: &io::Error, counters: &Counters) {
+        server.failures.fetch_add(1, Ordering::Relaxed);
+        Counters::add(&counters.connect_failures, 1);
+        if self.current.is_some() {
+            server.blacklist(now_ms, self.pool.tuning.blacklist);
+            tracing::info!(
+                "server {} failed ({why}); blacklisted for {}s",
+                server.addr(),
+                self.pool.tuning.blacklist.as_secs()
+            );
+        } else {
+            tracing::info!("emergency server {} failed ({why})", server.addr());
+        }
+    }
+}

@@ -1,0 +1,720 @@
+//! The copy machinery of a session: one [`Direction`] moves bytes read from one socket to the
+//! other, through a pooled buffer for small messages or a pooled pipe (splice, zero copy) once the
+//! direction proves bulky. A direction copies until EOF (TCP), or until a byte limit (a body of
+//! known length: then it reports the message complete and leaves the sockets open), and may start
+//! from bytes already read (seeded, e.g. read past a request head).
+//!
+//! A direction holds no memory while idle: the buffer or pipe goes back to the worker's pool as
+//! soon as it is drained. Never allocates per read; allocates only when a pool is empty.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+
+use crate::net::{Ready, Stream};
+use crate::sys;
+
+/// Size of a copy buffer.
+pub const BUF_SIZE: usize = 16 * 1024;
+/// Capacity asked for each splice pipe.
+pub const PIPE_SIZE: usize = 256 * 1024;
+/// Reads one pump may do before yielding to other sessions (at most 256 KiB through buffers or
+/// 4 MiB through a pipe): a fast pair of peers must not starve the rest of the worker.
+const READS_PER_PUMP: usize = 16;
+
+/// A kernel pipe used as a splice buffer.
+#[derive(Debug)]
+pub struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+/// A worker's free buffers and pipes, bounded so a burst does not pin memory for ever. Pipes are
+/// bounded in all (pooled or holding data), not only in the pool: their descriptors are counted in
+/// the reserve that keeps sessions from starving the control socket and the admin listener.
+#[derive(Debug)]
+pub struct Pools {
+    buffers: Vec<Box<[u8; BUF_SIZE]>>,
+    pipes: Vec<Pipe>,
+    max_buffers: usize,
+    max_pipes: usize,
+    /// Pipes this worker holds, in the pool or in directions.
+    pipes_open: usize,
+    /// Whether splice is used for bulk directions (false after pipes could not be created).
+    pub splice: bool,
+}
+
+impl Pools {
+    pub fn new(max_buffers: usize, max_pipes: usize, splice: bool) -> Pools {
+        Pools {
+            buffers: Vec::new(),
+            pipes: Vec::new(),
+            max_buffers,
+            max_pipes,
+            pipes_open: 0,
+            splice,
+        }
+    }
+
+    fn buffer(&mut self) -> Box<[u8; BUF_SIZE]> {
+        self.buffers
+            .pop()
+            .unwrap_or_else(|| Box::new([0u8; BUF_SIZE]))
+    }
+
+    fn give_buffer(&mut self, buf: Box<[u8; BUF_SIZE]>) {
+        if self.buffers.len() < self.max_buffers {
+            self.buffers.push(buf);
+        }
+    }
+
+    /// A pipe from the pool, or a new one while fewer than `max_pipes` are open; None sends the
+    /// direction through a buffer.
+    fn pipe(&mut self) -> Option<Pipe> {
+        if let Some(p) = self.pipes.pop() {
+            return Some(p);
+        }
+        if self.pipes_open >= self.max_pipes {
+            return None;
+        }
+        match sys::pipe(Some(PIPE_SIZE)) {
+            Ok((read, write)) => {
+                self.pipes_open += 1;
+                Some(Pipe { read, write })
+            }
+            Err(e) => {
+                tracing::debug!("no splice pipe ({e}); copying through buffers");
+                None
+            }
+        }
+    }
+
+    /// Returns an empty pipe to the pool (a pipe still holding data must be dropped instead).
+    fn give_pipe(&mut self, pipe: Pipe) {
+        if self.pipes.len() < self.max_pipes {
+            self.pipes.push(pipe);
+        } else {
+            self.drop_pipe(pipe);
+        }
+    }
+
+    /// Closes a pipe (one still holding data, or one the pool has no room for).
+    fn drop_pipe(&mut self, pipe: Pipe) {
+        drop(pipe);
+        self.pipes_open -= 1;
+    }
+}
+
+/// Data read but not yet written.
+#[derive(Debug, Default)]
+enum Pending {
+    #[default]
+    Empty,
+    Buf {
+        buf: Box<[u8; BUF_SIZE]>,
+        start: u32,
+        end: u32,
+    },
+    Pipe {
+        pipe: Pipe,
+        len: u32,
+    },
+}
+
+/// What a flush achieved.
+enum Flushed {
+    All,
+    Partial,
+    DestinationFull,
+}
+
+/// Which socket failed, so the session can say who reset.
+#[derive(Debug)]
+pub enum Failure {
+    Read(io::Error),
+    Write(io::Error),
+}
+
+/// A read of 0 bytes: EOF, unless the source had reported an error (a reset whose error was
+/// already taken, e.g. when it came with the connect): a reset stream never ends cleanly.
+fn end_of_data(eof: &mut bool, sr: &Ready) -> io::Result<bool> {
+    if sr.error {
+        return Err(io::ErrorKind::ConnectionReset.into());
+    }
+    *eof = true;
+    Ok(true)
+}
+
+/// No byte limit: copy until EOF.
+const UNLIMITED: u64 = u64::MAX;
+
+/// One direction's state.
+#[derive(Debug)]
+pub struct Direction {
+    pending: Pending,
+    /// Bytes the source may still send in this message; [`UNLIMITED`] copies until EOF.
+    remaining: u64,
+    /// The source sent EOF (all its data is read or pending).
+    pub eof: bool,
+    /// EOF was passed on to the destination (shutdown of its write side).
+    pub shut: bool,
+    /// A read filled a whole buffer: further reads splice through a pipe.
+    bulk: bool,
+    /// Bytes delivered to the destination.
+    pub bytes: u64,
+    /// The last pump stopped on its budget with the source still readable: the worker must drive
+    /// this direction again without waiting for an event (edge-triggered: none would come).
+    pub yielded: bool,
+}
+
+impl Default for Direction {
+    fn default() -> Direction {
+        Direction {
+            pending: Pending::Empty,
+            remaining: UNLIMITED,
+            eof: false,
+            shut: false,
+            bulk: false,
+            bytes: 0,
+            yielded: false,
+        }
+    }
+}
+
+/// Why a direction could not be seeded.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SeedError {
+    /// More bytes than one copy buffer holds.
+    TooLong(usize),
+    /// The direction already holds bytes.
+    Busy,
+}
+
+impl Direction {
+    /// A direction that copies one message of `limit` bytes, then reports it complete
+    /// ([`Direction::is_complete`]) without reading further or passing EOF on.
+    pub fn limited(limit: u64) -> Direction {
+        Direction {
+            remaining: limit,
+            ..Direction::default()
+        }
+    }
+
+    /// Starts the direction from `bytes` already read from the source (at most one buffer); they
+    /// count against the byte limit, of which the caller seeds no more than is left.
+    pub fn seed(&mut self, bytes: &[u8], pools: &mut Pools) -> Result<(), SeedError> {
+        if bytes.len() > BUF_SIZE {
+            return Err(SeedError::TooLong(bytes.len()));
+        }
+        if self.has_pending() {
+            return Err(SeedError::Busy);
+        }
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let mut buf = pools.buffer();
+        buf[..bytes.len()].copy_from_slice(bytes);
+        self.take_budget(bytes.len());
+        self.pending = Pending::Buf {
+            buf,
+            start: 0,
+            end: bytes.len() as u32,
+        };
+        Ok(())
+    }
+
+    /// Whether this direction is finished: EOF read, everything written, EOF passed on.
+    pub fn is_done(&self) -> bool {
+        self.shut
+    }
+
+    /// Whether the limited message was copied whole: every byte of it read and written (not EOF:
+    /// the source may go on with the next message).
+    pub fn is_complete(&self) -> bool {
+        self.remaining == 0 && !self.has_pending()
+    }
+
+    pub fn has_pending(&self) -> bool {
+        !matches!(self.pending, Pending::Empty)
+    }
+
+    /// How many bytes the next read may take, at most `max`.
+    fn budget(&self, max: usize) -> usize {
+        self.remaining.min(max as u64) as usize
+    }
+
+    fn take_budget(&mut self, n: usize) {
+        if self.remaining != UNLIMITED {
+            self.remaining -= (n as u64).min(self.remaining);
+        }
+    }
+
+    /// Moves as much as the sockets allow. Returns whether any byte or EOF moved. `other_done`
+    /// says the opposite direction has finished: the session closes both sockets as soon as this
+    /// one reaches EOF, and close() sends the FIN, so the shutdown() is skipped.
+    pub fn pump(
+        &mut self,
+        other_done: bool,
+        src: &Stream,
+        dst: &Stream,
+        sr: &mut Ready,
+        dr: &mut Ready,
+        pools: &mut Pools,
+    ) -> Result<bool, Failure> {
+        let mut progress = false;
+        let mut reads = 0;
+        self.yielded = false;
+        loop {
+            if self.has_pending() {
+                if !dr.writable {
+                    return Ok(progress);
+                }
+                match self.flush(dst, pools) {
+                    Ok(Flushed::All) => progress = true,
+                    Ok(Flushed::Partial) => {
+                        // Data is still pending: write again (or learn the socket is full)
+                        // before anything may be read into this direction.
+                        progress = true;
+                        continue;
+                    }
+                    Ok(Flushed::DestinationFull) => {
+                        dr.writable = false;
+                        return Ok(true);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        dr.writable = false;
+                        return Ok(progress);
+                    }
+                    Err(e) => return Err(Failure::Write(e)),
+                }
+            }
+            if self.eof {
+                if !self.shut {
+                    self.shut = true;
+                    progress = true;
+                    if !other_done {
+                        // ENOTCONN when the peer is already gone: nothing left to tell it.
+                        let _ = dst.shutdown_write();
+                    }
+                }
+                return Ok(progress);
+            }
+            if self.remaining == 0 {
+                // The message is complete: what the source sends next is not ours to copy.
+                return Ok(progress);
+            }
+            if !sr.readable {
+                return Ok(progress);
+            }
+            if reads == READS_PER_PUMP {
+                self.yielded = true;
+                return Ok(progress);
+            }
+            reads += 1;
+            match self.fill(src, sr, pools) {
+                Ok(true) => progress = true,
+                Ok(false) => return Ok(progress),
+                Err(e) => return Err(Failure::Read(e)),
+            }
+        }
+    }
+
+    /// Writes pending data, releasing the buffer or pipe once all of it went.
+    fn flush(&mut self, dst: &Stream, pools: &mut Pools) -> io::Result<Flushed> {
+        match &mut self.pending {
+            Pending::Empty => Ok(Flushed::All),
+            Pending::Buf { buf, start, end } => {
+                let bytes = &buf[*start as usize..*end as usize];
+                // With EOF already read, a shutdown() or close() always follows the last write.
+                let n = if self.eof {
+                    dst.write_last(bytes)?
+                } else {
+                    dst.write(bytes)?
+                };
+                self.bytes += n as u64;
+                *start += n as u32;
+                if start < end {
+                    // A short write means the socket buffer is full: wait for the next edge.
+                    return Ok(Flushed::DestinationFull);
+                }
+                if let Pending::Buf { buf, .. } = std::mem::take(&mut self.pending) {
+                    pools.give_buffer(buf);
+                }
+                Ok(Flushed::All)
+            }
+            Pending::Pipe { pipe, len } => {
+                let n = sys::splice(pipe.read.as_fd(), dst.as_fd(), *len as usize)?;
+                self.bytes += n as u64;
+                *len -= n as u32;
+                if *len > 0 {
+                    // splice may stop short for reasons other than a full socket: try again.
+                    return Ok(Flushed::Partial);
+                }
+                if let Pending::Pipe { pipe, .. } = std::mem::take(&mut self.pending) {
+                    pools.give_pipe(pipe);
+                }
+                Ok(Flushed::All)
+            }
+        }
+    }
+
+    /// Reads from the source into a buffer or pipe. Ok(true) when data or EOF arrived, Ok(false)
+    /// when the source had nothing (its readable flag is then cleared).
+    fn fill(&mut self, src: &Stream, sr: &mut Ready, pools: &mut Pools) -> io::Result<bool> {
+        debug_assert!(
+            !self.has_pending(),
+            "reading over pending data would lose it"
+        );
+        if self.bulk && pools.splice {
+            if let Some(pipe) = pools.pipe() {
+                return self.fill_pipe(pipe, src, sr, pools);
+            }
+        }
+        let mut buf = pools.buffer();
+        let want = self.budget(buf.len());
+        match src.read(&mut buf[..want]) {
+            Ok(0) => {
+                pools.give_buffer(buf);
+                end_of_data(&mut self.eof, sr)
+            }
+            Ok(n) => {
+                self.take_budget(n);
+                if n == buf.len() {
+                    self.bulk = true;
+                } else if self.remaining == 0 {
+                    // The message ended inside this read: the readable flag stays, since the
+                    // source may hold the next message.
+                } else if sr.error {
+                    // A reset also reads as "closed": keep reading so the next read reports it
+                    // instead of passing a clean EOF on.
+                } else if sr.read_closed {
+                    // Short read after the peer's FIN: the queue is drained, EOF is next.
+                    self.eof = true;
+                } else {
+                    // Short read: the queue is empty; new data brings a new edge.
+                    sr.readable = false;
+                }
+                self.pending = Pending::Buf {
+                    buf,
+                    start: 0,
+                    end: n as u32,
+                };
+                Ok(true)
+            }
+            Err(e) => {
+                pools.give_buffer(buf);
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    sr.readable = false;
+                    Ok(false)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    fn fill_pipe(
+        &mut self,
+        pipe: Pipe,
+        src: &Stream,
+        sr: &mut Ready,
+        pools: &mut Pools,
+    ) -> io::Result<bool> {
+        match sys::splice(src.as_fd(), pipe.write.as_fd(), self.budget(PIPE_SIZE)) {
+            Ok(0) => {
+                pools.give_pipe(pipe);
+                end_of_data(&mut self.eof, sr)
+            }
+            Ok(n) => {
+                self.take_budget(n);
+                self.pending = Pending::Pipe {
+                    pipe,
+                    len: n as u32,
+                };
+                Ok(true)
+            }
+            Err(e) => {
+                pools.give_pipe(pipe);
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    sr.readable = false;
+                    Ok(false)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// Gives a held buffer back on close (a pipe with data in it is closed).
+    pub fn release(&mut self, pools: &mut Pools) {
+        match std::mem::take(&mut self.pending) {
+            Pending::Buf { buf, .. } => pools.give_buffer(buf),
+            Pending::Pipe { pipe, .. } => pools.drop_pipe(pipe),
+            Pending::Empty => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::Shutdown;
+
+    use mio::net::UnixStream;
+
+    use super::*;
+
+    /// Two socket pairs around one direction: the test writes into `feed`, the direction reads
+    /// `src` and writes `dst`, the test reads `out`.
+    struct Rig {
+        feed: UnixStream,
+        src: Stream,
+        dst: Stream,
+        out: UnixStream,
+        sr: Ready,
+        dr: Ready,
+    }
+
+    fn rig() -> Rig {
+        let (feed, src) = UnixStream::pair().unwrap();
+        let (dst, out) = UnixStream::pair().unwrap();
+        Rig {
+            feed,
+            src: Stream::Unix(src),
+            dst: Stream::Unix(dst),
+            out,
+            sr: Ready::default(),
+            dr: Ready::default(),
+        }
+    }
+
+    /// Reads what is there; returns how many bytes came and whether EOF did.
+    fn drain(s: &mut UnixStream, into: &mut Vec<u8>) -> (usize, bool) {
+        let mut buf = [0u8; 8192];
+        let mut n = 0;
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => return (n, true),
+                Ok(k) => {
+                    into.extend_from_slice(&buf[..k]);
+                    n += k;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return (n, false),
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    impl Rig {
+        /// Feeds `input` (then EOF when `close`), pumps and collects the output until nothing
+        /// moves; the readiness flags are raised each round as an event would. Returns the output
+        /// and whether EOF reached `out`. Bounded in rounds.
+        fn run(
+            &mut self,
+            d: &mut Direction,
+            pools: &mut Pools,
+            input: &[u8],
+            close: bool,
+        ) -> (Vec<u8>, bool) {
+            let mut fed = 0;
+            let mut got = Vec::new();
+            let mut eof = false;
+            for _ in 0..10_000 {
+                while fed < input.len() {
+                    match self.feed.write(&input[fed..]) {
+                        Ok(k) => fed += k,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) => panic!("write: {e}"),
+                    }
+                }
+                if fed == input.len() && close {
+                    let _ = self.feed.shutdown(Shutdown::Write);
+                }
+                self.sr.readable = true;
+                self.dr.writable = true;
+                let moved = d
+                    .pump(
+                        false,
+                        &self.src,
+                        &self.dst,
+                        &mut self.sr,
+                        &mut self.dr,
+                        pools,
+                    )
+                    .unwrap();
+                let (n, end) = drain(&mut self.out, &mut got);
+                eof |= end;
+                if !moved && n == 0 && fed == input.len() {
+                    break;
+                }
+            }
+            (got, eof)
+        }
+    }
+
+    fn pools(splice: bool) -> Pools {
+        Pools::new(4, 4, splice)
+    }
+
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn copies_until_eof_then_passes_the_eof_on() {
+        let (mut r, mut p) = (rig(), pools(false));
+        let mut d = Direction::default();
+        let (got, eof) = r.run(&mut d, &mut p, b"hello", true);
+        assert_eq!(got, b"hello");
+        assert!(eof, "EOF was not passed on");
+        assert!(d.eof && d.is_done() && !d.has_pending());
+        assert_eq!(d.bytes, 5);
+        assert!(
+            !d.is_complete(),
+            "an unlimited direction has no message to complete"
+        );
+    }
+
+    #[test]
+    fn half_close_keeps_the_other_direction_open() {
+        // client app <-> client socket | server socket <-> server app
+        let (mut client_app, client) = UnixStream::pair().unwrap();
+        let (server, mut server_app) = UnixStream::pair().unwrap();
+        let (client, server) = (Stream::Unix(client), Stream::Unix(server));
+        let (mut cr, mut sr) = (Ready::default(), Ready::default());
+        let mut p = pools(false);
+        let (mut up, mut down) = (Direction::default(), Direction::default());
+        client_app.write_all(b"ping").unwrap();
+        client_app.shutdown(Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            (cr.readable, sr.writable) = (true, true);
+            up.pump(down.is_done(), &client, &server, &mut cr, &mut sr, &mut p)
+                .unwrap();
+            if up.is_done() {
+                break;
+            }
+        }
+        assert!(up.is_done());
+        assert_eq!(drain(&mut server_app, &mut got), (4, true));
+        assert_eq!(got, b"ping");
+        // The server still answers, and the client still gets it.
+        server_app.write_all(b"pong").unwrap();
+        let mut back = Vec::new();
+        for _ in 0..100 {
+            (sr.readable, cr.writable) = (true, true);
+            down.pump(up.is_done(), &server, &client, &mut sr, &mut cr, &mut p)
+                .unwrap();
+            if drain(&mut client_app, &mut back).0 > 0 {
+                break;
+            }
+        }
+        assert_eq!(back, b"pong");
+        assert!(!down.is_done(), "the open direction ended with the other");
+        server_app.shutdown(Shutdown::Write).unwrap();
+        for _ in 0..100 {
+            (sr.readable, cr.writable) = (true, true);
+            down.pump(up.is_done(), &server, &client, &mut sr, &mut cr, &mut p)
+                .unwrap();
+            if down.is_done() {
+                break;
+            }
+        }
+        assert!(down.is_done());
+    }
+
+    #[test]
+    fn byte_limit_stops_after_n_bytes_and_reports_the_message_complete_not_eof() {
+        let (mut r, mut p) = (rig(), pools(false));
+        let mut d = Direction::limited(4);
+        let (got, eof) = r.run(&mut d, &mut p, b"abcdefghij", false);
+        assert_eq!(got, b"abcd");
+        assert!(d.is_complete());
+        assert!(
+            !d.eof && !d.is_done() && !eof,
+            "a complete message is not EOF"
+        );
+        // The rest is the next message's, left unread in the source.
+        let Stream::Unix(src) = &r.src else {
+            unreachable!()
+        };
+        let mut rest = [0u8; 16];
+        let n = (&*src).read(&mut rest).unwrap();
+        assert_eq!(&rest[..n], b"efghij");
+    }
+
+    #[test]
+    fn eof_before_the_byte_limit_is_eof_not_a_complete_message() {
+        let (mut r, mut p) = (rig(), pools(false));
+        let mut d = Direction::limited(10);
+        let (got, eof) = r.run(&mut d, &mut p, b"abc", true);
+        assert_eq!(got, b"abc");
+        assert!(eof && d.eof && d.is_done());
+        assert!(!d.is_complete(), "7 bytes of the message never came");
+    }
+
+    #[test]
+    fn seeded_bytes_are_written_before_what_the_source_sends() {
+        let (mut r, mut p) = (rig(), pools(false));
+        let mut d = Direction::default();
+        d.seed(b"abc", &mut p).unwrap();
+        assert_eq!(d.seed(b"x", &mut p), Err(SeedError::Busy));
+        let (got, eof) = r.run(&mut d, &mut p, b"def", true);
+        assert_eq!(got, b"abcdef");
+        assert!(eof);
+        assert_eq!(d.bytes, 6);
+    }
+
+    #[test]
+    fn seeded_bytes_count_against_the_byte_limit() {
+        let (mut r, mut p) = (rig(), pools(false));
+        let mut d = Direction::limited(5);
+        d.seed(b"abc", &mut p).unwrap();
+        let (got, _) = r.run(&mut d, &mut p, b"defgh", false);
+        assert_eq!(got, b"abcde");
+        assert!(d.is_complete());
+        let mut too_long = Direction::default();
+        let big = vec![0u8; BUF_SIZE + 1];
+        assert_eq!(
+            too_long.seed(&big, &mut p),
+            Err(SeedError::TooLong(BUF_SIZE + 1))
+        );
+        assert!(!too_long.has_pending());
+    }
+
+    #[test]
+    fn splice_and_buffers_copy_the_same_bytes() {
+        let input = pattern(300 * 1024);
+        for splice in [false, true] {
+            let (mut r, mut p) = (rig(), pools(splice));
+            let mut d = Direction::default();
+            let (got, eof) = r.run(&mut d, &mut p, &input, true);
+            assert!(
+                got == input,
+                "splice {splice}: {} bytes of {} came, or differ",
+                got.len(),
+                input.len()
+            );
+            assert!(eof && d.is_done());
+            assert_eq!(
+                p.pipes_open > 0,
+                splice,
+                "splice {splice}: pipes used {}",
+                p.pipes_open
+            );
+            d.release(&mut p);
+        }
+    }
+
+    #[test]
+    fn byte_limit_holds_through_splice() {
+        let input = pattern(300 * 1024);
+        let limit = 100_000;
+        let (mut r, mut p) = (rig(), pools(true));
+        let mut d = Direction::limited(limit as u64);
+        let (got, eof) = r.run(&mut d, &mut p, &input, false);
+        assert!(p.pipes_open > 0, "the bulk body did not splice");
+        assert_eq!(got.len(), limit);
+        assert!(got == input[..limit], "bytes differ");
+        assert!(d.is_complete() && !eof);
+    }
+}

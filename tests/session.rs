@@ -1,0 +1,259 @@
+//! The session contract seen from outside. A server's session count (`conn` in `servers`) is held
+//! by a lease for exactly as long as a session uses or tries that server, and it comes back
+//! whichever way the session ends: failover after a refused connect, a connect timeout, a reset
+//! from either side, the idle and FIN timeouts, a normal end, `close N`. And a session's one
+//! deadline carries it from its connect timeout to its idle timeout, moving later with traffic.
+
+#[path = "support/ctl.rs"]
+mod ctl;
+mod support;
+
+use std::net::{Shutdown, TcpStream};
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ctl::*;
+use support::*;
+
+/// Bound on every wait here; the timeouts under test are 1 to 2 s.
+const WITHIN: Duration = Duration::from_secs(10);
+
+/// Server `i`'s session count, as `servers` shows it.
+fn conn(sock: &Path, i: usize) -> u64 {
+    let servers = ctl(sock, "servers");
+    server_field(&servers, i, "conn").parse().unwrap()
+}
+
+fn failures(sock: &Path, i: usize) -> u64 {
+    let servers = ctl(sock, "servers");
+    server_field(&servers, i, "failures").parse().unwrap()
+}
+
+/// Waits (bounded) until server `i` counts `want` sessions; fails the test otherwise.
+fn wait_conn(q: &QuillProcess, sock: &Path, i: usize, want: u64, what: &str) {
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let now = conn(sock, i);
+        if now == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: server {i} counts {now} sessions, not {want}, after {WITHIN:?}\nservers:\n{}\nstderr:\n{}",
+            ctl(sock, "servers"),
+            q.stderr()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for the access log line of a session that ended with `end` (the readiness probe's line
+/// may come first) and returns it.
+fn wait_end(q: &QuillProcess, end: &str) -> LogLine {
+    wait_log_line(&q.log_path(), WITHIN, |l| l.end == end)
+}
+
+/// Waits (bounded) until server `i` is out of the blacklist the readiness probe's failed connect
+/// put it in.
+fn wait_up(sock: &Path, i: usize) {
+    let deadline = Instant::now() + WITHIN;
+    while server_field(&ctl(sock, "servers"), i, "state") != "up" {
+        assert!(Instant::now() < deadline, "server {i} never came back up");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (bounded) until the holder has accepted `n` connections in all.
+fn wait_accepted(h: &Holder, n: u64) {
+    let deadline = Instant::now() + WITHIN;
+    while h.accepted.load(std::sync::atomic::Ordering::SeqCst) < n {
+        assert!(
+            Instant::now() < deadline,
+            "holder: {n} connections not accepted"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn reset(s: TcpStream) {
+    socket2::SockRef::from(&s)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(s);
+}
+
+/// The seconds of an access log duration ("S.mmm").
+fn seconds(line: &LogLine) -> f64 {
+    line.duration
+        .parse()
+        .unwrap_or_else(|_| panic!("duration in {}", line.raw))
+}
+
+fn echo_client(q: &QuillProcess) -> TcpStream {
+    let mut c = connect(q.addr());
+    echo_roundtrip(&mut c, b"hello\n");
+    c
+}
+
+#[test]
+fn server_session_count_returns_to_zero_after_every_way_a_session_ends() {
+    // A refused connect: the session fails over; the refused server's count comes back at once
+    // (while the session lives on at the next server), the next server's at the end.
+    {
+        let e = echo();
+        let refused = refused_addr();
+        let (q, sock) = start_ctl(&["-r"], &[spec(refused), spec(e.addr())]);
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(echo_client(&q));
+        }
+        assert!(
+            failures(&sock, 0) >= 1,
+            "no session tried the refused server"
+        );
+        assert_eq!(
+            conn(&sock, 0),
+            0,
+            "the refused server still counts a session"
+        );
+        wait_conn(&q, &sock, 1, 4, "four sessions at the echo server");
+        for mut c in held {
+            c.shutdown(Shutdown::Write).unwrap();
+            read_until_eof(&mut c, WITHIN);
+        }
+        wait_conn(&q, &sock, 1, 0, "after failover and normal ends");
+        assert_eq!(conn(&sock, 0), 0);
+        wait_end(&q, "done");
+    }
+    // A connect to a silent address: counted while connecting, given back at the timeout.
+    if let Some(hole) = BlackHole::start() {
+        let (q, sock) = start_ctl(&["-t", "1s", "-b", "10ms"], &[spec(hole.addr())]);
+        wait_up(&sock, 0);
+        let mut c = connect(q.addr());
+        wait_conn(&q, &sock, 0, 1, "connecting to a silent server");
+        let listing = ctl(&sock, "connections");
+        assert!(
+            listing.contains("connecting") && listing.contains(&hole.addr().to_string()),
+            "connections while connecting: {listing:?}"
+        );
+        wait_closed(&mut c, WITHIN);
+        wait_conn(&q, &sock, 0, 0, "after the connect timeout");
+        wait_end(&q, "no_server");
+    } else {
+        eprintln!("no black hole on this kernel: connect timeout part skipped");
+    }
+    // Resets from either side, the idle and FIN timeouts, `close N`.
+    {
+        let e = echo();
+        let (q, sock) = start_ctl(&["--idle-timeout", "1s"], &[spec(e.addr())]);
+        let c = echo_client(&q);
+        wait_conn(&q, &sock, 0, 1, "client reset: open");
+        reset(c);
+        wait_conn(&q, &sock, 0, 0, "after a client reset");
+        wait_end(&q, "client_reset");
+
+        let mut c = echo_client(&q);
+        wait_conn(&q, &sock, 0, 1, "idle: open");
+        wait_closed(&mut c, WITHIN);
+        wait_conn(&q, &sock, 0, 0, "after the idle timeout");
+        wait_end(&q, "idle_timeout");
+    }
+    {
+        let h = Holder::start();
+        let (q, sock) = start_ctl(&["--fin-timeout", "1s"], &[spec(h.addr())]);
+        let base = h.accepted.load(std::sync::atomic::Ordering::SeqCst);
+        let mut c = connect(q.addr());
+        wait_accepted(&h, base + 1);
+        wait_conn(&q, &sock, 0, 1, "server reset: open");
+        let server_side = h.conns.lock().unwrap().pop().unwrap();
+        reset(server_side);
+        wait_closed(&mut c, WITHIN);
+        wait_conn(&q, &sock, 0, 0, "after a server reset");
+        wait_end(&q, "server_reset");
+
+        // Half-closed by the client, the server never answers: the FIN timeout.
+        let c = connect(q.addr());
+        wait_accepted(&h, base + 2);
+        c.shutdown(Shutdown::Write).unwrap();
+        wait_conn(&q, &sock, 0, 1, "fin: half-closed");
+        wait_conn(&q, &sock, 0, 0, "after the FIN timeout");
+        wait_end(&q, "fin_timeout");
+
+        // Cut by the control command.
+        let _c = connect(q.addr());
+        wait_accepted(&h, base + 3);
+        wait_conn(&q, &sock, 0, 1, "close N: open");
+        let listing = ctl(&sock, "connections");
+        let id = listing
+            .lines()
+            .find(|l| l.contains(&h.addr().to_string()))
+            .and_then(|l| l.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no session in {listing:?}"))
+            .to_string();
+        ctl_ok(&sock, &format!("close {id}"));
+        wait_conn(&q, &sock, 0, 0, "after close N");
+        wait_end(&q, "closed");
+    }
+}
+
+#[test]
+fn connect_timeout_and_idle_timeout_both_fire_from_the_one_session_deadline() {
+    let Some(hole) = BlackHole::start() else {
+        eprintln!("no black hole on this kernel: test skipped");
+        return;
+    };
+    let e = echo();
+    let emergency = e.addr().to_string();
+    let (q, sock) = start_ctl(
+        &[
+            "-t",
+            "1s",
+            "-b",
+            "10ms",
+            "--idle-timeout",
+            "1s",
+            "-e",
+            &emergency,
+        ],
+        &[spec(hole.addr())],
+    );
+    wait_up(&sock, 0);
+    let started = Instant::now();
+    let mut c = connect(q.addr());
+    // The connect to the silent server times out (the first deadline), the session goes on to
+    // the emergency server and echoes...
+    echo_roundtrip(&mut c, b"late\n");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "answered after {:?}, before the connect timeout",
+        started.elapsed()
+    );
+    assert_eq!(
+        conn(&sock, 0),
+        0,
+        "the silent server still counts the session"
+    );
+    assert!(failures(&sock, 0) >= 1);
+    // ...then falls idle, and the same deadline, re-armed, ends it.
+    wait_closed(&mut c, WITHIN);
+    let line = wait_end(&q, "idle_timeout");
+    assert_eq!(line.server, e.addr().to_string(), "{}", line.raw);
+    assert!(seconds(&line) >= 1.8, "both timeouts in {}", line.raw);
+}
+
+#[test]
+fn idle_timeout_counts_from_the_last_traffic_not_from_the_first_deadline() {
+    let e = echo();
+    let (q, _sock) = start_ctl(&["--idle-timeout", "2s"], &[spec(e.addr())]);
+    let mut c = connect(q.addr());
+    // Traffic every 0.5 s for 3 s: past the first idle deadline, the session is still open.
+    for i in 0..6 {
+        echo_roundtrip(&mut c, format!("tick {i}\n").as_bytes());
+        thread::sleep(Duration::from_millis(500));
+    }
+    echo_roundtrip(&mut c, b"still here\n");
+    wait_closed(&mut c, WITHIN);
+    let line = wait_end(&q, "idle_timeout");
+    assert!(seconds(&line) >= 4.5, "idle closed too early: {}", line.raw);
+}
