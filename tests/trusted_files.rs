@@ -108,8 +108,10 @@ fn include_never_quotes_the_file_it_rejects() {
         &format!("include {}", refused.display()),
         &format!("{}:1: ", refused.display()),
     );
+    // The reply names the file, whose random temporary path may hold a 7 itself: look past it.
+    let rest = reply.replace(&refused.display().to_string(), "");
     assert!(
-        !reply.contains("TOPSECRET") && !reply.contains('7'),
+        !rest.contains("TOPSECRET") && !rest.contains('7'),
         "{reply}"
     );
     // Nor a file named by an `include` line in it (the name is the file's content).
