@@ -14,11 +14,11 @@ use std::ops::{Index, IndexMut};
 use serde::Serialize;
 
 /// How many lists there are (numbered 0 to 9, as in Pen).
-pub const LISTS: usize = 10;
+pub(crate) const LISTS: usize = 10;
 
 /// One network: an address and a prefix length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Net {
+pub(crate) enum Net {
     V4(u32, u8),
     V6(u128, u8),
 }
@@ -66,7 +66,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
 
 /// One entry of a list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub permit: bool,
     pub net: Net,
 }
@@ -80,13 +80,13 @@ impl fmt::Display for Entry {
 
 /// One list.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Acl {
+pub(crate) struct Acl {
     pub entries: Vec<Entry>,
 }
 
 impl Acl {
     /// Whether the list lets `ip` through (Pen's rule; see the module notes).
-    pub fn permits(&self, ip: IpAddr) -> bool {
+    pub(crate) fn permits(&self, ip: IpAddr) -> bool {
         match self.entries.iter().find(|e| e.net.contains(ip)) {
             Some(e) => e.permit,
             None => self.entries.last().is_none_or(|last| !last.permit),
@@ -98,16 +98,16 @@ impl Acl {
 /// indexing [`Acls`] with it cannot go out of bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
-pub struct AclId(u8);
+pub(crate) struct AclId(u8);
 
 impl AclId {
     /// List `n`, if there is one.
-    pub fn new(n: u8) -> Option<AclId> {
+    pub(crate) fn new(n: u8) -> Option<AclId> {
         ((n as usize) < LISTS).then_some(AclId(n))
     }
 
     /// The number, as written in the control language and the TOML file.
-    pub fn get(self) -> u8 {
+    pub(crate) fn get(self) -> u8 {
         self.0
     }
 }
@@ -120,16 +120,16 @@ impl fmt::Display for AclId {
 
 /// The ten lists, as configured, indexed by [`AclId`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Acls([Acl; LISTS]);
+pub(crate) struct Acls([Acl; LISTS]);
 
 impl Acls {
     /// Every list with its number, in order.
-    pub fn iter(&self) -> impl Iterator<Item = (AclId, &Acl)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (AclId, &Acl)> {
         (0u8..).map(AclId).zip(self.0.iter())
     }
 
     /// Every list number, in order.
-    pub fn ids() -> impl Iterator<Item = AclId> {
+    pub(crate) fn ids() -> impl Iterator<Item = AclId> {
         (0u8..LISTS as u8).map(AclId)
     }
 }
@@ -149,7 +149,7 @@ impl IndexMut<AclId> for Acls {
 }
 
 /// Parses a list number `0`..`9`.
-pub fn parse_list(s: &str) -> Result<AclId, String> {
+pub(crate) fn parse_list(s: &str) -> Result<AclId, String> {
     s.parse::<u8>()
         .ok()
         .and_then(AclId::new)
@@ -157,7 +157,7 @@ pub fn parse_list(s: &str) -> Result<AclId, String> {
 }
 
 /// Parses the words after `acl N`: `permit|deny ADDR [MASK]`.
-pub fn parse_entry(words: &[&str]) -> Result<Entry, String> {
+pub(crate) fn parse_entry(words: &[&str]) -> Result<Entry, String> {
     let (permit, rest) = match words.split_first() {
         Some((&"permit", rest)) => (true, rest),
         Some((&"deny", rest)) => (false, rest),

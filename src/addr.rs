@@ -12,14 +12,14 @@ use crate::acl::AclId;
 
 /// Where a listener accepts clients.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ListenAddr {
+pub(crate) enum ListenAddr {
     Tcp(SocketAddr),
     Unix(PathBuf),
 }
 
 /// Where a backend is reached.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum BackendAddr {
+pub(crate) enum BackendAddr {
     Tcp(SocketAddr),
     Unix(PathBuf),
     /// A Linux abstract Unix socket (`@name`).
@@ -34,13 +34,13 @@ pub enum BackendAddr {
 
 /// The largest MAXCONN or HARD a server may have (and any session limit Quill takes): more sessions
 /// than a process can hold descriptors for (two per session) is a typo.
-pub const MAX_SESSIONS: u32 = 1_000_000;
+pub(crate) const MAX_SESSIONS: u32 = 1_000_000;
 /// The largest WEIGHT or PRIO a server may have.
-pub const MAX_WEIGHT: u32 = 1_000_000;
+pub(crate) const MAX_WEIGHT: u32 = 1_000_000;
 
 /// One server as given on the command line or in a config file, resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerSpec {
+pub(crate) struct ServerSpec {
     pub addr: BackendAddr,
     /// Soft limit on sessions; 0 = none.
     pub max: u32,
@@ -58,7 +58,7 @@ pub struct ServerSpec {
 
 /// The operator's say over a server, kept apart from what health checks and failures decide.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum AdminState {
+pub(crate) enum AdminState {
     #[default]
     Enabled,
     /// No new sessions; open ones finish.
@@ -68,7 +68,7 @@ pub enum AdminState {
 }
 
 impl AdminState {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             AdminState::Enabled => "enabled",
             AdminState::Drain => "drain",
@@ -76,7 +76,7 @@ impl AdminState {
         }
     }
 
-    pub fn parse(s: &str) -> Option<AdminState> {
+    pub(crate) fn parse(s: &str) -> Option<AdminState> {
         Some(match s {
             "enabled" | "enable" => AdminState::Enabled,
             "drain" => AdminState::Drain,
@@ -88,7 +88,7 @@ impl AdminState {
 
 impl ServerSpec {
     /// A server at `addr` with Pen's defaults (no limits, weight 1, prio 0).
-    pub fn new(addr: BackendAddr) -> ServerSpec {
+    pub(crate) fn new(addr: BackendAddr) -> ServerSpec {
         ServerSpec {
             addr,
             max: 0,
@@ -104,7 +104,7 @@ impl ServerSpec {
 /// Why an address or server spec was rejected. `Resolve` is a runtime failure (exit 1), the other
 /// kinds are usage errors (exit 2).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum AddrError {
+pub(crate) enum AddrError {
     #[error("invalid {what} '{value}': {why}")]
     Syntax {
         what: &'static str,
@@ -147,7 +147,7 @@ impl fmt::Display for BackendAddr {
 
 impl ListenAddr {
     /// The TCP port, used as the default port of servers that name none.
-    pub fn port(&self) -> Option<u16> {
+    pub(crate) fn port(&self) -> Option<u16> {
         match self {
             ListenAddr::Tcp(a) => Some(a.port()),
             ListenAddr::Unix(_) => None,
@@ -157,7 +157,7 @@ impl ListenAddr {
 
 /// Parses `[HOST:]PORT`, `[v6]:PORT` or a path containing `/`. A bare port listens on all IPv4
 /// addresses, as Pen does.
-pub fn parse_listen(value: &str) -> Result<ListenAddr, AddrError> {
+pub(crate) fn parse_listen(value: &str) -> Result<ListenAddr, AddrError> {
     if value.contains('/') {
         return Ok(ListenAddr::Unix(PathBuf::from(value)));
     }
@@ -180,7 +180,10 @@ pub fn parse_listen(value: &str) -> Result<ListenAddr, AddrError> {
 }
 
 /// Parses a Pen server spec; `default_port` is the listen port (None for a Unix listener).
-pub fn parse_server(value: &str, default_port: Option<u16>) -> Result<ServerSpec, AddrError> {
+pub(crate) fn parse_server(
+    value: &str,
+    default_port: Option<u16>,
+) -> Result<ServerSpec, AddrError> {
     const WHAT: &str = "server";
     let (host, rest) = split_host_rest(value)?;
     let fields: Vec<&str> = match rest {
@@ -244,7 +247,7 @@ pub fn parse_server(value: &str, default_port: Option<u16>) -> Result<ServerSpec
 /// Parses socket-proxyd's server argument: `HOST[:PORT]` (port 80 when none is given), a path
 /// (`/run/app.sock`) or an abstract socket (`@name`). An IP literal is used as it is; a host name is
 /// kept as a `Name` and never resolved here (socket-proxyd resolves it for each connection).
-pub fn parse_proxyd_target(value: &str) -> Result<ServerSpec, AddrError> {
+pub(crate) fn parse_proxyd_target(value: &str) -> Result<ServerSpec, AddrError> {
     const WHAT: &str = "server";
     if let Some(name) = value.strip_prefix('@') {
         if name.is_empty() {
@@ -290,7 +293,7 @@ fn is_host_name(host: &str) -> bool {
 }
 
 /// Parses a plain `HOST:PORT` or path (the emergency and abuse servers).
-pub fn parse_backend(value: &str) -> Result<BackendAddr, AddrError> {
+pub(crate) fn parse_backend(value: &str) -> Result<BackendAddr, AddrError> {
     if value.contains('/') {
         return Ok(BackendAddr::Unix(PathBuf::from(value)));
     }
@@ -304,7 +307,7 @@ pub fn parse_backend(value: &str) -> Result<BackendAddr, AddrError> {
 /// Parses the address alone of an existing server (`server N address X`): `HOST`, `HOST:PORT`,
 /// `[v6]`, `[v6]:PORT` or a path. Anything after the port (`1.2.3.4:1:2:3`) is refused, not
 /// dropped: limits are set with their own words (`max`, `hard`, `weight`, `prio`).
-pub fn parse_server_address(
+pub(crate) fn parse_server_address(
     value: &str,
     default_port: Option<u16>,
 ) -> Result<BackendAddr, AddrError> {

@@ -19,7 +19,7 @@ const NO_ACL: u8 = u8::MAX;
 
 /// What active health checks last decided about a server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Health {
+pub(crate) enum Health {
     /// No checks configured: only failed connects (the blacklist) take a server out.
     Unchecked,
     Up,
@@ -30,7 +30,7 @@ pub enum Health {
 /// for the server's life; limits and states change in place (control commands, reloads), so the
 /// session counts stay right while the configuration moves under them.
 #[derive(Debug)]
-pub struct Server {
+pub(crate) struct Server {
     addr: BackendAddr,
     max: AtomicU32,
     hard: AtomicU32,
@@ -59,7 +59,7 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn new(spec: ServerSpec) -> Server {
+    pub(crate) fn new(spec: ServerSpec) -> Server {
         let s = Server {
             addr: spec.addr.clone(),
             max: AtomicU32::new(0),
@@ -85,7 +85,7 @@ impl Server {
     }
 
     /// Takes the limits, ACL and admin state of `spec` (same address).
-    pub fn set_spec(&self, spec: &ServerSpec) {
+    pub(crate) fn set_spec(&self, spec: &ServerSpec) {
         self.max.store(spec.max, Ordering::Relaxed);
         self.hard.store(spec.hard, Ordering::Relaxed);
         self.weight.store(spec.weight, Ordering::Relaxed);
@@ -96,7 +96,7 @@ impl Server {
     }
 
     /// The server as a spec (for `write` and status).
-    pub fn spec(&self) -> ServerSpec {
+    pub(crate) fn spec(&self) -> ServerSpec {
         ServerSpec {
             addr: self.addr.clone(),
             max: self.max.load(Ordering::Relaxed),
@@ -108,23 +108,23 @@ impl Server {
         }
     }
 
-    pub fn addr(&self) -> &BackendAddr {
+    pub(crate) fn addr(&self) -> &BackendAddr {
         &self.addr
     }
 
-    pub fn weight(&self) -> u32 {
+    pub(crate) fn weight(&self) -> u32 {
         self.weight.load(Ordering::Relaxed)
     }
 
-    pub fn prio(&self) -> u32 {
+    pub(crate) fn prio(&self) -> u32 {
         self.prio.load(Ordering::Relaxed)
     }
 
-    pub fn acl(&self) -> Option<AclId> {
+    pub(crate) fn acl(&self) -> Option<AclId> {
         AclId::new(self.acl.load(Ordering::Relaxed))
     }
 
-    pub fn admin(&self) -> AdminState {
+    pub(crate) fn admin(&self) -> AdminState {
         match self.admin.load(Ordering::Relaxed) {
             0 => AdminState::Enabled,
             1 => AdminState::Drain,
@@ -132,7 +132,7 @@ impl Server {
         }
     }
 
-    pub fn health(&self) -> Health {
+    pub(crate) fn health(&self) -> Health {
         match self.health.load(Ordering::Relaxed) {
             0 => Health::Unchecked,
             1 => Health::Up,
@@ -141,7 +141,7 @@ impl Server {
     }
 
     /// Records a health verdict; a server coming up starts its slow start at `now_ms`.
-    pub fn set_health(&self, health: Health, now_ms: u64) {
+    pub(crate) fn set_health(&self, health: Health, now_ms: u64) {
         let old = self.health.swap(health as u8, Ordering::Relaxed);
         if old == Health::Down as u8 && health != Health::Down {
             self.came_up(now_ms);
@@ -151,7 +151,7 @@ impl Server {
     /// Moves the health from `from` to `to` only if it is still `from`, so a verdict reached
     /// while a reload removed the check (health now unchecked) is dropped instead of leaving the
     /// server down for good. Returns whether it moved.
-    pub fn change_health(&self, from: Health, to: Health, now_ms: u64) -> bool {
+    pub(crate) fn change_health(&self, from: Health, to: Health, now_ms: u64) -> bool {
         let moved = self
             .health
             .compare_exchange(from as u8, to as u8, Ordering::Relaxed, Ordering::Relaxed)
@@ -169,21 +169,21 @@ impl Server {
     }
 
     /// Counts one health check.
-    pub fn record_check(&self, ok: bool) {
+    pub(crate) fn record_check(&self, ok: bool) {
         self.checks.fetch_add(1, Ordering::Relaxed);
         if !ok {
             self.checks_failed.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    pub fn set_slow_start(&self, d: Duration) {
+    pub(crate) fn set_slow_start(&self, d: Duration) {
         self.slow_start_ms.store(millis(d), Ordering::Relaxed);
     }
 
     /// How much of its share the server takes now, in thousandths: below 1000 during slow start.
     /// The ramp starts when the server last came back: up after health checks said down, enabled
     /// after a drain or disable, or out of a blacklist (its end is the start).
-    pub fn ramp(&self, now_ms: u64) -> u32 {
+    pub(crate) fn ramp(&self, now_ms: u64) -> u32 {
         let span = self.slow_start_ms.load(Ordering::Relaxed);
         if span == 0 {
             return 1000;
@@ -200,28 +200,23 @@ impl Server {
         (elapsed * 1000 / span).max(1) as u32
     }
 
-    pub fn is_blacklisted(&self, now_ms: u64) -> bool {
+    pub(crate) fn is_blacklisted(&self, now_ms: u64) -> bool {
         self.blacklisted_until.load(Ordering::Relaxed) > now_ms
     }
 
     /// Until when the server is blacklisted (clock ms), if it is.
-    pub fn blacklisted_until(&self, now_ms: u64) -> Option<u64> {
+    pub(crate) fn blacklisted_until(&self, now_ms: u64) -> Option<u64> {
         Some(self.blacklisted_until.load(Ordering::Relaxed)).filter(|&t| t > now_ms)
     }
 
     /// Skips this server until `now_ms + d`.
-    pub fn blacklist(&self, now_ms: u64, d: Duration) {
+    pub(crate) fn blacklist(&self, now_ms: u64, d: Duration) {
         self.blacklisted_until
             .store(now_ms.saturating_add(millis(d)), Ordering::Relaxed);
     }
 
-    /// Lifts a blacklist.
-    pub fn unblacklist(&self) {
-        self.blacklisted_until.store(0, Ordering::Relaxed);
-    }
-
     /// Whether the server may take new sessions at all: enabled, not down, not blacklisted.
-    pub fn is_usable(&self, now_ms: u64) -> bool {
+    pub(crate) fn is_usable(&self, now_ms: u64) -> bool {
         self.admin.load(Ordering::Relaxed) == AdminState::Enabled as u8
             && self.health.load(Ordering::Relaxed) != Health::Down as u8
             && !self.is_blacklisted(now_ms)
@@ -229,7 +224,7 @@ impl Server {
 
     /// Pen's availability rule: usable, and under MAXCONN, or, for a client tracked to this
     /// server, under HARD (0 = no limit).
-    pub fn is_available(&self, tracked: bool, now_ms: u64) -> bool {
+    pub(crate) fn is_available(&self, tracked: bool, now_ms: u64) -> bool {
         if !self.is_usable(now_ms) {
             return false;
         }
@@ -244,7 +239,7 @@ impl Server {
     }
 
     /// One word for the state, most important first: disabled, drain, down, blacklisted, up.
-    pub fn state_name(&self, now_ms: u64) -> &'static str {
+    pub(crate) fn state_name(&self, now_ms: u64) -> &'static str {
         match (self.admin(), self.health()) {
             (AdminState::Disabled, _) => "disabled",
             (AdminState::Drain, _) => "drain",
@@ -255,7 +250,7 @@ impl Server {
     }
 
     /// Adds a finished session's bytes.
-    pub fn count_bytes(&self, sent: u64, received: u64) {
+    pub(crate) fn count_bytes(&self, sent: u64, received: u64) {
         if sent > 0 {
             self.sent.fetch_add(sent, Ordering::Relaxed);
         }
@@ -270,23 +265,23 @@ impl Server {
 /// For TCP the lease lasts from the connect attempt to the close; for HTTP it will be one request in
 /// flight.
 #[derive(Debug)]
-pub struct ServerLease {
+pub(crate) struct ServerLease {
     server: Arc<Server>,
 }
 
 impl ServerLease {
-    pub fn new(server: Arc<Server>) -> ServerLease {
+    pub(crate) fn new(server: Arc<Server>) -> ServerLease {
         server.sessions.fetch_add(1, Ordering::Relaxed);
         server.total.fetch_add(1, Ordering::Relaxed);
         ServerLease { server }
     }
 
-    pub fn server(&self) -> &Arc<Server> {
+    pub(crate) fn server(&self) -> &Arc<Server> {
         &self.server
     }
 
     /// Ends the lease now, keeping the server (for the log line that follows the close).
-    pub fn end(self) -> Arc<Server> {
+    pub(crate) fn end(self) -> Arc<Server> {
         let server = self.server.clone();
         drop(self);
         server
@@ -304,7 +299,7 @@ impl Drop for ServerLease {
 /// with. Servers, the round-robin cursor and the tracking table carry over from the previous
 /// snapshot when they still apply.
 #[derive(Debug)]
-pub struct Pool {
+pub(crate) struct Pool {
     pub name: String,
     pub mode: Mode,
     pub tuning: Tuning,
@@ -318,21 +313,20 @@ pub struct Pool {
     /// The process's ACL lists (client and per-server ACLs refer to them).
     pub acls: Arc<Acls>,
     pub health: Option<HealthCheck>,
-    pub slow_start: Duration,
 }
 
 impl Pool {
-    /// Builds a pool from its configuration; `now_ms` starts initial blacklists.
-    pub fn from_config(l: &ListenerConfig, now_ms: u64) -> Pool {
-        Pool::build(l, Arc::new(Acls::default()), None, now_ms)
-    }
-
     /// Builds the pool for `l`, keeping from `old` every server whose address is still listed (its
     /// sessions, counters, blacklist and health), the round-robin cursor, and the tracking table
     /// when the server list and its size are unchanged.
     /// Linear in the number of servers: old servers are found by address in a map, each taken
     /// at most once (the first with that address first, as listed).
-    pub fn build(l: &ListenerConfig, acls: Arc<Acls>, old: Option<&Pool>, now_ms: u64) -> Pool {
+    pub(crate) fn build(
+        l: &ListenerConfig,
+        acls: Arc<Acls>,
+        old: Option<&Pool>,
+        now_ms: u64,
+    ) -> Pool {
         let mut reusable: HashMap<&BackendAddr, VecDeque<Arc<Server>>> = HashMap::new();
         for s in old.map_or(&[][..], |o| &o.servers[..]) {
             reusable.entry(s.addr()).or_default().push_back(s.clone());
@@ -409,12 +403,11 @@ impl Pool {
             client_acl: l.client_acl,
             acls,
             health: l.health.clone(),
-            slow_start: l.slow_start,
         }
     }
 
     /// Whether `client_acl` lets this client in (Unix-socket clients always pass).
-    pub fn admits(&self, ip: Option<IpAddr>) -> bool {
+    pub(crate) fn admits(&self, ip: Option<IpAddr>) -> bool {
         match (self.client_acl, ip) {
             (Some(n), Some(ip)) => self.acls[n].permits(ip),
             _ => true,
@@ -422,13 +415,13 @@ impl Pool {
     }
 
     /// The pool as one client sees it: per-server ACLs and slow start apply.
-    pub fn view(&self, client: Option<IpAddr>) -> PoolView<'_> {
+    pub(crate) fn view(&self, client: Option<IpAddr>) -> PoolView<'_> {
         PoolView { pool: self, client }
     }
 }
 
 /// A pool seen by one client: a server whose ACL denies the client is unavailable to it.
-pub struct PoolView<'a> {
+pub(crate) struct PoolView<'a> {
     pub pool: &'a Pool,
     client: Option<IpAddr>,
 }

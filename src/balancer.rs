@@ -10,14 +10,14 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// The largest client tracking table (`clients_max`): 16 bytes a client, so at most 16 MB.
-pub const MAX_CLIENTS: u32 = 1_000_000;
+pub(crate) const MAX_CLIENTS: u32 = 1_000_000;
 
 /// Most servers one pool may hold (server numbers are stored in 16 bits in the tracking table).
-pub const MAX_SERVERS: usize = 65_000;
+pub(crate) const MAX_SERVERS: usize = 65_000;
 
 /// A selection flag that `mode`-group commands turn on (`hash`) or off (`no hash`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ModeWord {
+pub(crate) enum ModeWord {
     RoundRobin,
     Hash,
     Weight,
@@ -28,7 +28,7 @@ pub enum ModeWord {
 }
 
 impl ModeWord {
-    pub const ALL: [ModeWord; 7] = [
+    pub(crate) const ALL: [ModeWord; 7] = [
         ModeWord::RoundRobin,
         ModeWord::Hash,
         ModeWord::Weight,
@@ -38,7 +38,7 @@ impl ModeWord {
         ModeWord::P2c,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ModeWord::RoundRobin => "roundrobin",
             ModeWord::Hash => "hash",
@@ -50,14 +50,14 @@ impl ModeWord {
         }
     }
 
-    pub fn parse(word: &str) -> Option<ModeWord> {
+    pub(crate) fn parse(word: &str) -> Option<ModeWord> {
         ModeWord::ALL.into_iter().find(|w| w.name() == word)
     }
 }
 
 /// The base policy used when no Pen flag (prio, weight, hash) applies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Base {
+pub(crate) enum Base {
     #[default]
     RoundRobin,
     LeastConn,
@@ -66,7 +66,7 @@ pub enum Base {
 
 /// A listener's selection mode: Pen's flags combined, not a single algorithm.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Mode {
+pub(crate) struct Mode {
     /// Pen's `roundrobin`: no client tracking.
     pub roundrobin: bool,
     pub hash: bool,
@@ -77,7 +77,7 @@ pub struct Mode {
 }
 
 impl Mode {
-    pub fn set(&mut self, word: ModeWord, on: bool) {
+    pub(crate) fn set(&mut self, word: ModeWord, on: bool) {
         match word {
             ModeWord::RoundRobin => self.roundrobin = on,
             ModeWord::Hash => self.hash = on,
@@ -95,7 +95,7 @@ impl Mode {
         }
     }
 
-    pub fn is_set(&self, word: ModeWord) -> bool {
+    pub(crate) fn is_set(&self, word: ModeWord) -> bool {
         match word {
             ModeWord::RoundRobin => self.roundrobin,
             ModeWord::Hash => self.hash,
@@ -108,7 +108,7 @@ impl Mode {
     }
 
     /// Whether clients are tracked (Pen's default).
-    pub fn tracking(&self) -> bool {
+    pub(crate) fn tracking(&self) -> bool {
         !self.roundrobin
     }
 }
@@ -130,11 +130,8 @@ impl fmt::Display for Mode {
 }
 
 /// What the balancer may know about a pool's servers.
-pub trait ServerSet {
+pub(crate) trait ServerSet {
     fn len(&self) -> usize;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
     /// Whether server `i` may take a new session now (`tracked`: the client's last server, which may
     /// use the HARD limit).
     fn is_available(&self, i: usize, tracked: bool, now_ms: u64) -> bool;
@@ -150,7 +147,7 @@ pub trait ServerSet {
 
 /// The client as the balancer sees it.
 #[derive(Clone, Copy, Debug)]
-pub struct Client {
+pub(crate) struct Client {
     /// The address (None for Unix-socket clients).
     pub ip: Option<IpAddr>,
     pub port: u16,
@@ -175,7 +172,7 @@ impl Client {
 
 /// Per-pool selection state shared by all workers.
 #[derive(Debug, Default)]
-pub struct Cursor(AtomicUsize);
+pub(crate) struct Cursor(AtomicUsize);
 
 impl Cursor {
     fn next(&self) -> usize {
@@ -186,7 +183,7 @@ impl Cursor {
 /// Chooses the first server for a client. `tracked` is the client's last server from the tracking
 /// table, if any. Returns None when no server is available (the caller then uses the emergency
 /// server).
-pub fn pick<S: ServerSet>(
+pub(crate) fn pick<S: ServerSet>(
     set: &S,
     mode: &Mode,
     client: &Client,
@@ -252,7 +249,7 @@ fn choose<S: ServerSet>(
 
 /// Servers to try after `first` failed, in Pen's order: the ones after it, wrapping around, each
 /// once. `tried` is how many of them have been offered already.
-pub fn failover<S: ServerSet>(
+pub(crate) fn failover<S: ServerSet>(
     set: &S,
     first: usize,
     tried: &mut usize,
@@ -338,7 +335,7 @@ fn scaled_less<S: ServerSet>(set: &S, a: usize, b: usize) -> bool {
 }
 
 /// A 64-bit mixer (splitmix64's finaliser): fixed, so every worker agrees.
-pub fn mix(mut x: u64) -> u64 {
+pub(crate) fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
@@ -354,7 +351,7 @@ const WAYS: usize = 4;
 /// racing another on the same slot can leave a key with the other's value; the value carries 16 bits
 /// of its key, so such a torn slot reads as a miss rather than as a wrong answer.
 #[derive(Debug)]
-pub struct ClientTable {
+pub(crate) struct ClientTable {
     keys: Box<[AtomicU64]>,
     values: Box<[AtomicU64]>,
     buckets: usize,
@@ -363,7 +360,7 @@ pub struct ClientTable {
 impl ClientTable {
     /// A table holding about `size` clients, at most [`MAX_CLIENTS`] (the configuration
     /// refuses more; the cap here makes sure no value can ask for gigabytes at once).
-    pub fn new(size: u32) -> ClientTable {
+    pub(crate) fn new(size: u32) -> ClientTable {
         let size = size.min(MAX_CLIENTS);
         let buckets = (size as usize).div_ceil(WAYS).max(1);
         let slots = buckets * WAYS;
@@ -375,7 +372,8 @@ impl ClientTable {
     }
 
     /// How many clients the table can hold (slots allocated).
-    pub fn capacity(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
         self.keys.len()
     }
 
@@ -392,7 +390,7 @@ impl ClientTable {
     }
 
     /// The client's last server, if it was seen within `expiry_s` seconds (0 = never expires).
-    pub fn lookup(&self, ip: IpAddr, now_s: u32, expiry_s: u32) -> Option<usize> {
+    pub(crate) fn lookup(&self, ip: IpAddr, now_s: u32, expiry_s: u32) -> Option<usize> {
         let key = Self::key(ip);
         let base = (key as usize % self.buckets) * WAYS;
         for slot in base..base + WAYS {
@@ -413,7 +411,7 @@ impl ClientTable {
     }
 
     /// Records that the client now uses `server`.
-    pub fn store(&self, ip: IpAddr, server: usize, now_s: u32) {
+    pub(crate) fn store(&self, ip: IpAddr, server: usize, now_s: u32) {
         let key = Self::key(ip);
         let base = (key as usize % self.buckets) * WAYS;
         let value = Self::pack(key, server, now_s);

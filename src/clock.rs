@@ -5,7 +5,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A monotonic origin shared by all workers, so times stored in shared atomics compare.
 #[derive(Clone, Copy, Debug)]
-pub struct Clock {
+pub(crate) struct Clock {
     origin: Instant,
 }
 
@@ -19,19 +19,19 @@ impl Default for Clock {
 
 impl Clock {
     /// Milliseconds since the origin; never 0, so 0 can mean "unset" in atomics.
-    pub fn now_ms(&self) -> u64 {
+    pub(crate) fn now_ms(&self) -> u64 {
         self.origin.elapsed().as_millis() as u64 + 1
     }
 }
 
 /// Seconds since the Unix epoch, for log lines.
-pub fn unix_time() -> u64 {
+pub(crate) fn unix_time() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
 /// A duration in whole milliseconds, saturating (a configured "100000h" must not wrap a deadline).
-pub fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::acl::{self, AclId};
 // `ModeWord` lives beside `Mode`; its old path `command::ModeWord` still works.
 use crate::addr::AdminState;
-pub use crate::balancer::ModeWord;
+pub(crate) use crate::balancer::ModeWord;
 use crate::config::model::{
     in_range, parse_duration, ControlLevel, Fastclose, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS,
     MAX_WEIGHT,
@@ -16,7 +16,7 @@ use crate::config::model::{
 
 /// Changes to one server (`server N ...`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ServerChange {
+pub(crate) struct ServerChange {
     pub address: Option<String>,
     pub port: Option<u16>,
     pub max: Option<u32>,
@@ -32,7 +32,7 @@ pub struct ServerChange {
 
 /// One parsed setting command: it changes the configuration (of a listener or of the process).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Command {
+pub(crate) enum Command {
     Mode(ModeWord, bool),
     Blacklist(Duration),
     Timeout(Duration),
@@ -67,7 +67,7 @@ pub enum Command {
 
 impl Command {
     /// Whether the command changes process-wide settings rather than one listener's.
-    pub fn is_global(&self) -> bool {
+    pub(crate) fn is_global(&self) -> bool {
         matches!(
             self,
             Command::ConnMax(_)
@@ -84,7 +84,7 @@ impl Command {
     /// abstract sockets and moving a listener stay on the Unix socket; draining and weighing the
     /// configured servers is `operate`; everything else (including commands added later that are
     /// not listed here) is `admin`.
-    pub fn needs(&self) -> Needs {
+    pub(crate) fn needs(&self) -> Needs {
         let admin = Needs::Level(ControlLevel::Admin);
         match self {
             Command::Log(Some(_)) | Command::WebStats(Some(_)) | Command::Listen(_) => {
@@ -122,7 +122,7 @@ impl Command {
 
 /// What a control line needs from the channel it arrives on, as HAProxy's runtime API levels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Needs {
+pub(crate) enum Needs {
     /// A level a TCP client may be granted with `control_level` (the Unix socket has them all).
     Level(ControlLevel),
     /// Names a file, a path, a Unix or abstract socket, moves a listener, hands sockets over or
@@ -153,7 +153,7 @@ fn is_network_spec(spec: &str) -> bool {
 
 /// A setting that a bare word shows (`blacklist`, `timeout`, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Setting {
+pub(crate) enum Setting {
     Blacklist,
     Timeout,
     Tracking,
@@ -175,7 +175,7 @@ pub enum Setting {
 
 /// What one control line asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Set(Command),
     Show(Setting),
     Servers,
@@ -205,7 +205,7 @@ impl Action {
     /// What the action needs from the control channel: showing state is `read`, closing a
     /// session and reopening the logs `operate`, files, takeover and exit the Unix socket, the
     /// rest (`reload`, and any action added later that is not listed here) `admin`.
-    pub fn needs(&self) -> Needs {
+    pub(crate) fn needs(&self) -> Needs {
         match self {
             Action::Set(c) => c.needs(),
             Action::Show(_)
@@ -228,7 +228,7 @@ impl Action {
 
 /// One control line: an optional `json` word and `listener NAME` prefix, then the action.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Request {
+pub(crate) struct Request {
     pub json: bool,
     pub listener: Option<String>,
     pub action: Action,
@@ -237,14 +237,14 @@ pub struct Request {
 /// Why a command line was rejected; the message names the offending word.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{0}")]
-pub struct CommandError(pub String);
+pub(crate) struct CommandError(pub String);
 
 fn err<T>(msg: impl Into<String>) -> Result<T, CommandError> {
     Err(CommandError(msg.into()))
 }
 
 /// Parses one setting command (`hash`, `no weight`, `server 1 weight 3`, ...), as `-O` takes them.
-pub fn parse(line: &str) -> Result<Command, CommandError> {
+pub(crate) fn parse(line: &str) -> Result<Command, CommandError> {
     match parse_request(line)? {
         Request {
             action: Action::Set(cmd),
@@ -256,7 +256,7 @@ pub fn parse(line: &str) -> Result<Command, CommandError> {
 }
 
 /// Parses a control line: `[json] [listener NAME] COMMAND [ARGS...]`.
-pub fn parse_request(line: &str) -> Result<Request, CommandError> {
+pub(crate) fn parse_request(line: &str) -> Result<Request, CommandError> {
     let mut words: Vec<&str> = line.split_whitespace().collect();
     let mut json = false;
     let mut listener = None;

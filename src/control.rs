@@ -43,7 +43,7 @@ use crate::systemd::Inherited;
 use crate::takeover;
 
 /// Where `quill ctl` looks when no `--socket` is given (and `QUILL_SOCKET` is unset).
-pub const DEFAULT_SOCKET: &str = "/run/quill/quill.sock";
+pub(crate) const DEFAULT_SOCKET: &str = "/run/quill/quill.sock";
 /// Longest command line accepted.
 const MAX_LINE: usize = 4096;
 /// How long a client may take to send its line, and to read the reply.
@@ -58,7 +58,7 @@ const DRAIN_TIME: Duration = Duration::from_secs(1);
 const DRAIN_BYTES: usize = 1 << 20;
 
 /// The control listening socket.
-pub enum ControlSocket {
+pub(crate) enum ControlSocket {
     Unix(UnixListener, PathBuf),
     Tcp(TcpListener),
 }
@@ -73,13 +73,13 @@ impl ControlSocket {
 }
 
 /// A running control thread.
-pub struct ControlHandle {
+pub(crate) struct ControlHandle {
     path: Option<PathBuf>,
 }
 
 impl ControlHandle {
     /// The socket file, removed at exit unless a new process took it over.
-    pub fn path(&self) -> Option<&Path> {
+    pub(crate) fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
 }
@@ -88,7 +88,7 @@ impl ControlHandle {
 /// listening socket at `addr` (one elsewhere is closed and `addr` bound anew: the control socket
 /// is always where the configuration says). A file at a Unix path is replaced only when it is a
 /// stale socket.
-pub fn open(addr: &ListenAddr, inherited: &mut Vec<Inherited>) -> io::Result<ControlSocket> {
+pub(crate) fn open(addr: &ListenAddr, inherited: &mut Vec<Inherited>) -> io::Result<ControlSocket> {
     if let Some(fd) =
         crate::systemd::take_named(inherited, takeover::CONTROL_NAME, addr, "control socket")
     {
@@ -121,7 +121,10 @@ pub fn open(addr: &ListenAddr, inherited: &mut Vec<Inherited>) -> io::Result<Con
 
 /// Starts the control thread. With `control_token_file` set, the token is read now: an empty or
 /// unreadable file is an error here, before anything is served.
-pub fn spawn(socket: ControlSocket, controller: Arc<Controller>) -> io::Result<ControlHandle> {
+pub(crate) fn spawn(
+    socket: ControlSocket,
+    controller: Arc<Controller>,
+) -> io::Result<ControlHandle> {
     let path = match &socket {
         ControlSocket::Unix(_, p) => Some(p.clone()),
         ControlSocket::Tcp(_) => None,
@@ -1167,7 +1170,7 @@ fn show(
 /// `quill ctl`: sends one command, prints the reply; exit status 1 when the reply is an error or
 /// the socket cannot be reached. With a token file (`--token-file`, else `$QUILL_TOKEN_FILE`), a
 /// line to a TCP control socket starts with `auth TOKEN` (the Unix socket needs none).
-pub fn client(
+pub(crate) fn client(
     socket: Option<&str>,
     json: bool,
     token_file: Option<&Path>,

@@ -11,7 +11,7 @@ use clap_complete::Shell;
 
 /// `quill generate man DIR` | `quill generate completions SHELL`.
 #[derive(Debug, clap::Args)]
-pub struct GenerateArgs {
+pub(crate) struct GenerateArgs {
     #[command(subcommand)]
     what: What,
 }
@@ -38,7 +38,7 @@ enum What {
 /// Runs `quill generate` over the command line's definition `cli` (passed in by `cli`, so this
 /// module does not reach back up into it); the return value is the exit status (1 when a file
 /// cannot be written).
-pub fn run(args: &GenerateArgs, mut cli: clap::Command) -> ExitCode {
+pub(crate) fn run(args: &GenerateArgs, mut cli: clap::Command) -> ExitCode {
     let done = match &args.what {
         What::Man { dir } => man_pages(dir, cli).map(|written| {
             for path in written {

@@ -13,33 +13,36 @@
 //!   [`health`], [`status`], [`admin`], [`control`], [`demo`];
 //! - assembly: [`runtime`], [`cli`], `generate`.
 
+// An item is `pub` only when another crate can reach it (the binary, the tests, the other
+// crates of the workspace); the rest is `pub(crate)`, so the compiler finds what is dead.
+#![deny(unreachable_pub)]
 // No unsafe code here: the workspace lint table denies it; all of it is in `quill_core::sys`.
 // Quill never panics on input: the workspace's panic bans, held here at the crate root so that
 // the integration tests (same package, other targets) are not under them (see Cargo.toml).
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-pub mod acl;
-pub mod addr;
-pub mod admin;
-pub mod backend;
-pub mod balancer;
+mod acl;
+mod addr;
+mod admin;
+mod backend;
+mod balancer;
 pub mod cli;
-pub mod clock;
-pub mod command;
-pub mod config;
-pub mod control;
+mod clock;
+mod command;
+mod config;
+mod control;
 pub mod demo;
 mod generate;
-pub mod health;
-pub mod listener;
-pub mod log;
-pub mod metrics;
-pub mod net;
-pub mod proxy;
-pub mod runtime;
-pub mod status;
+mod health;
+mod listener;
+mod log;
+mod metrics;
+mod net;
+mod proxy;
+mod runtime;
+mod status;
 // The syscall wrappers live in `quill-core` (shared with `quill-bench`); `crate::sys` names them.
 pub(crate) use quill_core::sys;
-pub mod state;
-pub mod systemd;
-pub mod takeover;
+mod state;
+mod systemd;
+mod takeover;

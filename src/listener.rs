@@ -18,7 +18,7 @@ use crate::sys;
 
 /// Socket options for a listener.
 #[derive(Clone, Copy, Debug)]
-pub struct BindOptions {
+pub(crate) struct BindOptions {
     pub backlog: u32,
     pub reuseport: bool,
     pub tfo: bool,
@@ -28,14 +28,14 @@ pub struct BindOptions {
 
 /// A bound, listening, nonblocking socket.
 #[derive(Debug)]
-pub enum ListenSocket {
+pub(crate) enum ListenSocket {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
 }
 
 impl ListenSocket {
     /// Accepts one client (accept4 with NONBLOCK|CLOEXEC).
-    pub fn accept(&self) -> io::Result<(Stream, ClientAddr)> {
+    pub(crate) fn accept(&self) -> io::Result<(Stream, ClientAddr)> {
         match self {
             ListenSocket::Tcp(l) => l.accept().map(|(s, a)| (Stream::Tcp(s), ClientAddr::Ip(a))),
             ListenSocket::Unix(l, _) => {
@@ -45,7 +45,7 @@ impl ListenSocket {
     }
 
     /// The Unix socket file, removed when Quill stops.
-    pub fn path(&self) -> Option<&Path> {
+    pub(crate) fn path(&self) -> Option<&Path> {
         match self {
             ListenSocket::Tcp(_) => None,
             ListenSocket::Unix(_, p) => Some(p),
@@ -53,7 +53,7 @@ impl ListenSocket {
     }
 
     /// Changes the options accepted sockets inherit (a reload or `tcp_nodelay` / `keepalive`).
-    pub fn set_inherited_options(&self, nodelay: bool, keepalive: bool) -> io::Result<()> {
+    pub(crate) fn set_inherited_options(&self, nodelay: bool, keepalive: bool) -> io::Result<()> {
         if let ListenSocket::Tcp(l) = self {
             let s = socket2::SockRef::from(l);
             s.set_tcp_nodelay(nodelay)?;
@@ -62,7 +62,7 @@ impl ListenSocket {
         Ok(())
     }
 
-    pub fn local_addr(&self) -> Option<SocketAddr> {
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
         match self {
             ListenSocket::Tcp(l) => l.local_addr().ok(),
             ListenSocket::Unix(..) => None,
@@ -81,7 +81,7 @@ impl AsFd for ListenSocket {
 
 /// Takes a listening socket inherited from systemd or from the process Quill takes over from.
 /// Returns it with the address it listens on.
-pub fn from_fd(fd: OwnedFd) -> io::Result<(ListenSocket, ListenAddr)> {
+pub(crate) fn from_fd(fd: OwnedFd) -> io::Result<(ListenSocket, ListenAddr)> {
     let addr = listening_addr(fd.as_fd())?;
     let socket = Socket::from(fd);
     socket.set_nonblocking(true)?;
@@ -101,7 +101,7 @@ pub fn from_fd(fd: OwnedFd) -> io::Result<(ListenSocket, ListenAddr)> {
 /// Where a socket someone else handed over listens. An error unless it is a listening stream
 /// socket (SO_ACCEPTCONN, SO_TYPE) on TCP or a Unix socket path: a connected socket, a datagram
 /// socket, a pipe or a file is never taken for a listener.
-pub fn listening_addr(fd: BorrowedFd<'_>) -> io::Result<ListenAddr> {
+pub(crate) fn listening_addr(fd: BorrowedFd<'_>) -> io::Result<ListenAddr> {
     let socket = socket2::SockRef::from(&fd);
     if !socket.is_listener()? || socket.r#type()? != Type::STREAM {
         return Err(io::Error::new(
@@ -124,7 +124,7 @@ pub fn listening_addr(fd: BorrowedFd<'_>) -> io::Result<ListenAddr> {
 
 /// Whether a socket listening on `actual` is the one the configuration asks for at `configured`.
 /// Unix paths match when they name the same file (one process may have written a relative path).
-pub fn same_address(actual: &ListenAddr, configured: &ListenAddr) -> bool {
+pub(crate) fn same_address(actual: &ListenAddr, configured: &ListenAddr) -> bool {
     match (actual, configured) {
         (ListenAddr::Unix(a), ListenAddr::Unix(b)) if a != b => {
             use std::os::unix::fs::MetadataExt;
@@ -138,7 +138,7 @@ pub fn same_address(actual: &ListenAddr, configured: &ListenAddr) -> bool {
 }
 
 /// Binds and listens. A port in use is an error unless `reuseport` (shared with other processes).
-pub fn bind(addr: &ListenAddr, o: &BindOptions) -> io::Result<ListenSocket> {
+pub(crate) fn bind(addr: &ListenAddr, o: &BindOptions) -> io::Result<ListenSocket> {
     match addr {
         ListenAddr::Tcp(a) => bind_tcp(*a, o),
         ListenAddr::Unix(p) => bind_unix(p, o),
@@ -183,7 +183,7 @@ fn bind_unix(path: &Path, o: &BindOptions) -> io::Result<ListenSocket> {
 /// (not followed if a symlink) that nobody answers on, left by a process that died. Anything else
 /// stays: a regular file, a directory or a symlink is an error ("exists and is not a socket"), and
 /// so is a live socket (`AddrInUse`: another process serves it).
-pub fn remove_stale_socket(path: &Path) -> io::Result<()> {
+pub(crate) fn remove_stale_socket(path: &Path) -> io::Result<()> {
     use std::os::unix::fs::FileTypeExt;
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
@@ -216,7 +216,7 @@ pub fn remove_stale_socket(path: &Path) -> io::Result<()> {
 
 /// Removes the socket file Quill bound at `path` when it stops or moves the listener, unless
 /// something else has taken its place since (a regular file, a directory, a symlink stay).
-pub fn remove_socket_file(path: &Path) {
+pub(crate) fn remove_socket_file(path: &Path) {
     use std::os::unix::fs::FileTypeExt;
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
         let _ = std::fs::remove_file(path);

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use tracing_subscriber::filter::LevelFilter;
@@ -18,7 +18,7 @@ use crate::config::LogFormat;
 use crate::metrics::End;
 
 /// A JSON string literal (quotes and escapes) for `s`.
-pub fn json_string(s: &str) -> String {
+pub(crate) fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -36,7 +36,7 @@ pub fn json_string(s: &str) -> String {
 /// Appends `value` as one field of a text log line: control bytes (C0 and DEL), space and
 /// backslash are escaped (`\n`, `\r`, `\t`, `\x1b`, `\x20`, `\\`), so a hostile path cannot
 /// split the line, add fields or send terminal escapes to whoever reads the log.
-pub fn push_text_field(out: &mut String, value: &dyn std::fmt::Display) {
+pub(crate) fn push_text_field(out: &mut String, value: &dyn std::fmt::Display) {
     let start = out.len();
     let _ = write!(out, "{value}");
     if !out[start..]
@@ -73,7 +73,7 @@ fn level_for(debug: u8) -> LevelFilter {
 
 /// Sets up human logs on stderr: info by default, debug with `-d`, trace with `-dd`. The level can
 /// change later with [`set_level`]; disabled levels cost nothing at their call sites.
-pub fn init(debug: u8) {
+pub(crate) fn init(debug: u8) {
     let (filter, handle) = reload::Layer::new(level_for(debug));
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(io::stderr)
@@ -90,7 +90,7 @@ pub fn init(debug: u8) {
 }
 
 /// Sets the diagnostic level (`debug N` over the control socket or a reload).
-pub fn set_level(debug: u8) {
+pub(crate) fn set_level(debug: u8) {
     if let Some(handle) = LEVEL.get() {
         if let Err(e) = handle.modify(|f| *f = level_for(debug)) {
             tracing::warn!("cannot change the log level: {e}");
@@ -99,7 +99,7 @@ pub fn set_level(debug: u8) {
 }
 
 /// One finished session, as the access log records it.
-pub struct Entry<'a> {
+pub(crate) struct Entry<'a> {
     pub client_ip: &'a dyn std::fmt::Display,
     pub unix_time: u64,
     pub server: Option<&'a dyn std::fmt::Display>,
@@ -109,10 +109,10 @@ pub struct Entry<'a> {
     pub end: End,
 }
 
-/// A worker's handle on the access log file: buffered, flushed once per event-loop turn, and
-/// reopened (same path) after `SIGHUP` so log rotation works.
-pub struct AccessLog {
-    path: PathBuf,
+/// A worker's handle on the access log file: buffered, flushed once per event-loop turn. Log
+/// rotation (SIGUSR2, `reopen`, a reload) moves the log generation on; the worker then opens a
+/// fresh handle at the same path.
+pub(crate) struct AccessLog {
     out: BufWriter<File>,
     format: LogFormat,
     generation: u64,
@@ -121,15 +121,14 @@ pub struct AccessLog {
 }
 
 impl AccessLog {
-    pub fn open(path: &Path, format: LogFormat, generation: u64) -> io::Result<AccessLog> {
+    pub(crate) fn open(path: &Path, format: LogFormat, generation: u64) -> io::Result<AccessLog> {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(AccessLog::new(path, file, format, generation))
+        Ok(AccessLog::new(file, format, generation))
     }
 
-    /// Wraps a file already opened (before a chroot or privilege drop) at `path`.
-    pub fn new(path: &Path, file: File, format: LogFormat, generation: u64) -> AccessLog {
+    /// Wraps a file already opened (before a chroot or privilege drop).
+    pub(crate) fn new(file: File, format: LogFormat, generation: u64) -> AccessLog {
         AccessLog {
-            path: path.to_path_buf(),
             out: BufWriter::with_capacity(32 * 1024, file),
             format,
             generation,
@@ -138,26 +137,11 @@ impl AccessLog {
     }
 
     /// The log generation this file belongs to.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation
     }
 
-    /// Reopens the file if the log generation moved on (a `SIGHUP` happened).
-    pub fn reopen_if(&mut self, generation: u64) {
-        if generation == self.generation {
-            return;
-        }
-        let _ = self.out.flush();
-        match AccessLog::open(&self.path, self.format, generation) {
-            Ok(fresh) => *self = fresh,
-            Err(e) => {
-                tracing::warn!("cannot reopen access log {}: {e}", self.path.display());
-                self.generation = generation;
-            }
-        }
-    }
-
-    pub fn write(&mut self, e: &Entry<'_>) {
+    pub(crate) fn write(&mut self, e: &Entry<'_>) {
         let server: &dyn std::fmt::Display = e.server.unwrap_or(&"-");
         if self.format == LogFormat::Json {
             let server = e.server.map(|s| s.to_string());
@@ -191,7 +175,7 @@ impl AccessLog {
         let _ = self.out.write_all(line.as_bytes());
     }
 
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         if !self.out.buffer().is_empty() {
             let _ = self.out.flush();
         }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How a session ended; one word in the access log and one counter each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     /// Both directions finished normally.
     Done,
     ClientReset,
@@ -29,7 +29,7 @@ pub enum End {
 }
 
 impl End {
-    pub const ALL: [End; 12] = [
+    pub(crate) const ALL: [End; 12] = [
         End::Done,
         End::ClientReset,
         End::ServerReset,
@@ -44,7 +44,7 @@ impl End {
         End::Closed,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             End::Done => "done",
             End::ClientReset => "client_reset",
@@ -65,7 +65,7 @@ impl End {
 /// One worker's counters. Aligned so two workers never share a cache line.
 #[derive(Debug, Default)]
 #[repr(align(128))]
-pub struct Counters {
+pub(crate) struct Counters {
     pub accepted: AtomicU64,
     pub connect_failures: AtomicU64,
     pub accept_errors: AtomicU64,
@@ -79,26 +79,26 @@ pub struct Counters {
 }
 
 /// Upper bounds (inclusive, microseconds) of the connect time histogram's buckets.
-pub const CONNECT_BUCKETS_US: [u64; 12] = [
+pub(crate) const CONNECT_BUCKETS_US: [u64; 12] = [
     100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 250_000, 1_000_000, 3_000_000,
 ];
 
 impl Counters {
-    pub fn add(counter: &AtomicU64, n: u64) {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
         // Only the owning worker writes: a load and a store avoid a locked instruction.
         counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
 
-    pub fn ended(&self, end: End) {
+    pub(crate) fn ended(&self, end: End) {
         Self::add(&self.ended[end as usize], 1);
     }
 
-    pub fn ended_count(&self, end: End) -> u64 {
+    pub(crate) fn ended_count(&self, end: End) -> u64 {
         self.ended[end as usize].load(Ordering::Relaxed)
     }
 
     /// Records one backend connection established after `us` microseconds.
-    pub fn connected(&self, us: u64) {
+    pub(crate) fn connected(&self, us: u64) {
         let b = CONNECT_BUCKETS_US
             .iter()
             .position(|&le| us <= le)
@@ -108,7 +108,7 @@ impl Counters {
     }
 
     /// Per-bucket connect counts (not cumulative; the last bucket is open-ended) and the sum (µs).
-    pub fn connect_histogram(&self) -> (Vec<u64>, u64) {
+    pub(crate) fn connect_histogram(&self) -> (Vec<u64>, u64) {
         (
             self.connect_buckets
                 .iter()
@@ -120,7 +120,7 @@ impl Counters {
 }
 
 /// Sums the workers' counters into one line for logs (`SIGUSR1`, exit).
-pub fn summary(workers: &[Counters]) -> String {
+pub(crate) fn summary(workers: &[Counters]) -> String {
     let sum = |f: &dyn Fn(&Counters) -> u64| workers.iter().map(f).sum::<u64>();
     let mut out = format!(
         "sessions accepted {}, bytes in {}, bytes out {}, connect failures {}, accept errors {}",

@@ -16,20 +16,20 @@ use crate::config::Tuning;
 
 /// A connected socket: TCP or Unix stream.
 #[derive(Debug)]
-pub enum Stream {
+pub(crate) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
 }
 
 impl Stream {
-    pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+    pub(crate) fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => (&*s).read(buf),
             Stream::Unix(s) => (&*s).read(buf),
         }
     }
 
-    pub fn write(&self, buf: &[u8]) -> io::Result<usize> {
+    pub(crate) fn write(&self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => (&*s).write(buf),
             Stream::Unix(s) => (&*s).write(buf),
@@ -39,7 +39,7 @@ impl Stream {
     /// Writes the last bytes before an EOF: with MSG_MORE the kernel holds a short tail so that the
     /// shutdown() or close() that follows sends it and the FIN in one segment (one packet and one
     /// ACK fewer per session). Unix sockets ignore the flag.
-    pub fn write_last(&self, buf: &[u8]) -> io::Result<usize> {
+    pub(crate) fn write_last(&self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => SockRef::from(s).send_with_flags(buf, libc::MSG_MORE),
             Stream::Unix(s) => (&*s).write(buf),
@@ -47,7 +47,7 @@ impl Stream {
     }
 
     /// Sends EOF to the peer (half-close); the other direction stays open.
-    pub fn shutdown_write(&self) -> io::Result<()> {
+    pub(crate) fn shutdown_write(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.shutdown(Shutdown::Write),
             Stream::Unix(s) => s.shutdown(Shutdown::Write),
@@ -57,21 +57,21 @@ impl Stream {
     /// Makes the coming close() abortive (SO_LINGER 0: an RST, unsent bytes dropped), so the peer
     /// sees the stream cut as a reset rather than a clean end. Unix sockets have no reset: they
     /// close as usual.
-    pub fn reset_on_close(&self) {
+    pub(crate) fn reset_on_close(&self) {
         if let Stream::Tcp(s) = self {
             // Best effort: if it fails the peer gets a FIN, as before.
             let _ = SockRef::from(s).set_linger(Some(std::time::Duration::ZERO));
         }
     }
 
-    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+    pub(crate) fn take_error(&self) -> io::Result<Option<io::Error>> {
         match self {
             Stream::Tcp(s) => s.take_error(),
             Stream::Unix(s) => s.take_error(),
         }
     }
 
-    pub fn source(&mut self) -> &mut dyn Source {
+    pub(crate) fn source(&mut self) -> &mut dyn Source {
         match self {
             Stream::Tcp(s) => s,
             Stream::Unix(s) => s,
@@ -91,7 +91,7 @@ impl AsFd for Stream {
 /// What the event loop knows about one socket. Edge-triggered: a flag is set by an event and
 /// cleared only when a syscall says the socket has nothing more (EAGAIN, or a short read).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Ready {
+pub(crate) struct Ready {
     pub readable: bool,
     pub writable: bool,
     /// The peer has sent EOF or reset: once the receive queue is drained, reads return 0 (EOF) or
@@ -103,7 +103,7 @@ pub struct Ready {
 }
 
 impl Ready {
-    pub fn update(&mut self, ev: &Event) {
+    pub(crate) fn update(&mut self, ev: &Event) {
         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
             self.readable = true;
         }
@@ -121,13 +121,13 @@ impl Ready {
 
 /// The client's address.
 #[derive(Clone, Copy, Debug)]
-pub enum ClientAddr {
+pub(crate) enum ClientAddr {
     Ip(SocketAddr),
     Unix,
 }
 
 impl ClientAddr {
-    pub fn ip(&self) -> Option<IpAddr> {
+    pub(crate) fn ip(&self) -> Option<IpAddr> {
         match self {
             ClientAddr::Ip(a) => Some(a.ip()),
             ClientAddr::Unix => None,
@@ -135,7 +135,7 @@ impl ClientAddr {
     }
 
     /// The client address with its port (for `connections`).
-    pub fn to_string_with_port(&self) -> String {
+    pub(crate) fn to_string_with_port(self) -> String {
         match self {
             ClientAddr::Ip(a) => a.to_string(),
             ClientAddr::Unix => "unix".to_string(),
@@ -155,7 +155,7 @@ impl fmt::Display for ClientAddr {
 
 /// Whether a connect error is ours (no descriptors, no ports, no memory) rather than the server's:
 /// such errors must not blacklist a healthy server.
-pub fn is_local_error(e: &io::Error) -> bool {
+pub(crate) fn is_local_error(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EADDRNOTAVAIL)
@@ -164,7 +164,7 @@ pub fn is_local_error(e: &io::Error) -> bool {
 
 /// Opens a nonblocking connection (connect in progress for TCP). A `Name` must have been resolved
 /// by the caller (`connect_tcp`): resolving here would block the worker.
-pub fn connect(addr: &BackendAddr, t: &Tuning) -> io::Result<Stream> {
+pub(crate) fn connect(addr: &BackendAddr, t: &Tuning) -> io::Result<Stream> {
     match addr {
         BackendAddr::Tcp(a) => connect_tcp(*a, t),
         BackendAddr::Unix(p) => UnixStream::connect(p).map(Stream::Unix),
@@ -181,7 +181,7 @@ pub fn connect(addr: &BackendAddr, t: &Tuning) -> io::Result<Stream> {
 }
 
 /// Opens a nonblocking TCP connection with the pool's socket options (`tcp_nodelay`, `keepalive`).
-pub fn connect_tcp(addr: SocketAddr, t: &Tuning) -> io::Result<Stream> {
+pub(crate) fn connect_tcp(addr: SocketAddr, t: &Tuning) -> io::Result<Stream> {
     let s = TcpStream::connect(addr)?;
     if t.tcp_nodelay {
         s.set_nodelay(true)?;

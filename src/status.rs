@@ -15,7 +15,7 @@ use crate::state::controller::Controller;
 use crate::state::shared::{Phase, Shared};
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub version: &'static str,
     pub pid: u32,
     /// Unix time of the snapshot and of the process start.
@@ -32,7 +32,7 @@ pub struct Snapshot {
 
 /// Session counters summed over the workers.
 #[derive(Clone, Debug, Serialize)]
-pub struct Totals {
+pub(crate) struct Totals {
     pub accepted: u64,
     /// Sessions ended, by how they ended (`done`, `client_reset`, `no_server`, `refused`, ...).
     pub ended: BTreeMap<&'static str, u64>,
@@ -44,14 +44,14 @@ pub struct Totals {
 
 /// Connect times: upper bounds in microseconds (the last bucket has none) and counts per bucket.
 #[derive(Clone, Debug, Serialize)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     pub bounds_us: Vec<u64>,
     pub counts: Vec<u64>,
     pub sum_us: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct ListenerStatus {
+pub(crate) struct ListenerStatus {
     pub name: String,
     pub listen: String,
     pub mode: String,
@@ -63,7 +63,7 @@ pub struct ListenerStatus {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct ServerStatus {
+pub(crate) struct ServerStatus {
     pub index: usize,
     pub address: String,
     /// disabled, drain, down, blacklisted or up (the first that applies).
@@ -121,7 +121,7 @@ fn server_status(index: usize, s: &Server, now_ms: u64) -> ServerStatus {
 }
 
 /// Takes the picture.
-pub fn snapshot(shared: &Shared) -> Snapshot {
+pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
     let now_ms = shared.clock.now_ms();
     let sum = |f: &dyn Fn(&crate::metrics::Counters) -> u64| shared.counters.iter().map(f).sum();
     let mut counts = vec![0; CONNECT_BUCKETS_US.len() + 1];
@@ -196,7 +196,7 @@ pub fn snapshot(shared: &Shared) -> Snapshot {
 }
 
 /// One line of `servers`, in Pen's format with Quill's columns appended.
-pub fn pen_server_line(s: &ServerStatus) -> String {
+pub(crate) fn pen_server_line(s: &ServerStatus) -> String {
     let (addr, port) = match s.address.rsplit_once(':') {
         Some((a, p)) if !s.address.starts_with('/') && !s.address.starts_with('@') => {
             (a.trim_start_matches('[').trim_end_matches(']'), p)
@@ -230,7 +230,7 @@ fn esc(s: &str) -> String {
 
 /// Pen's HTML status report (`-w`, SIGUSR1, `status`): a static page with the process, the
 /// settings and one table row per server.
-pub fn pen_html(snap: &Snapshot) -> String {
+pub(crate) fn pen_html(snap: &Snapshot) -> String {
     let mut out = String::from(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Quill status</title></head><body>\n",
     );
@@ -264,7 +264,7 @@ pub fn pen_html(snap: &Snapshot) -> String {
 }
 
 /// Writes Pen's HTML report to the `-w` file, if one is set.
-pub fn write_file(controller: &Controller) -> Result<(), String> {
+pub(crate) fn write_file(controller: &Controller) -> Result<(), String> {
     let Some(path) = controller.status_file() else {
         return Ok(());
     };

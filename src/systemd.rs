@@ -17,14 +17,14 @@ const LISTEN_FDS_START: i32 = 3;
 
 /// A socket this process was given rather than bound itself, with its name if it has one.
 #[derive(Debug)]
-pub struct Inherited {
+pub(crate) struct Inherited {
     pub name: Option<String>,
     pub fd: OwnedFd,
 }
 
 /// Takes the sockets passed by socket activation, if `LISTEN_PID` names this process. The variables
 /// are removed so that nothing started later inherits them.
-pub fn listen_fds() -> io::Result<Vec<Inherited>> {
+pub(crate) fn listen_fds() -> io::Result<Vec<Inherited>> {
     let pid = std::env::var("LISTEN_PID").ok();
     let count = std::env::var("LISTEN_FDS").ok();
     let names = std::env::var("LISTEN_FDNAMES").ok();
@@ -63,7 +63,7 @@ pub fn listen_fds() -> io::Result<Vec<Inherited>> {
 /// Takes the inherited socket named `name` (the control socket, the admin listener) when it is a
 /// listening stream socket at `expected`. One that is not is closed with a warning, so the caller
 /// binds `expected` anew: a socket is never served at an address the configuration does not name.
-pub fn take_named(
+pub(crate) fn take_named(
     inherited: &mut Vec<Inherited>,
     name: &str,
     expected: &ListenAddr,
@@ -89,7 +89,7 @@ pub fn take_named(
 }
 
 /// Sends one `sd_notify` message ("READY=1", ...) if systemd asked for them; errors are logged.
-pub fn notify(state: &str) {
+pub(crate) fn notify(state: &str) {
     let Some(target) = std::env::var_os("NOTIFY_SOCKET") else {
         return;
     };
@@ -109,14 +109,14 @@ pub fn notify(state: &str) {
 }
 
 /// `RELOADING=1` with the monotonic time systemd's notify-reload services expect.
-pub fn notify_reloading() {
+pub(crate) fn notify_reloading() {
     let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     let usec = now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1000;
     notify(&format!("RELOADING=1\nMONOTONIC_USEC={usec}"));
 }
 
 /// How often to send `WATCHDOG=1`: half the interval systemd set, if it set one for us.
-pub fn watchdog_interval() -> Option<Duration> {
+pub(crate) fn watchdog_interval() -> Option<Duration> {
     let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
     if let Ok(pid) = std::env::var("WATCHDOG_PID") {
         if pid.parse::<u32>().ok() != Some(std::process::id()) {
@@ -130,7 +130,7 @@ pub fn watchdog_interval() -> Option<Duration> {
 /// (`90`, `1.5s`, `5min`, `1h 30min`, `250ms`); a bare number is seconds. Quill's own durations
 /// (`500ms`, `2s`, `5m`, `1h`) mean the same here, so socket-proxyd's `--exit-idle-time` values
 /// carry over unchanged. `infinity` is `Duration::MAX` (never).
-pub fn parse_timespan(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_timespan(text: &str) -> Result<Duration, String> {
     let bad = |why: &str| format!("invalid time span '{text}': {why}");
     let s = text.trim();
     if s == "infinity" {

@@ -29,9 +29,9 @@ use crate::state::Msg;
 use crate::systemd::Inherited;
 
 /// The name the control socket has among handed-over sockets.
-pub const CONTROL_NAME: &str = "control";
+pub(crate) const CONTROL_NAME: &str = "control";
 /// The admin listener's name among handed-over sockets.
-pub const ADMIN_NAME: &str = "admin";
+pub(crate) const ADMIN_NAME: &str = "admin";
 /// How long the new process may take to answer, as the control socket's `IO_TIMEOUT`.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the old process waits for the new one to say it serves.
@@ -44,7 +44,7 @@ const MAX_ANSWER: usize = 4096;
 /// Old process: hands every listening socket, the control socket (`control_socket`) and the admin
 /// listener to the new process, then waits for it to say it serves; once it does, marks the state
 /// handed over, wakes the control loop (`waker`) and tells the main thread.
-pub fn hand_over(
+pub(crate) fn hand_over(
     conn: &UnixStream,
     control_socket: BorrowedFd<'_>,
     controller: &Controller,
@@ -108,7 +108,7 @@ pub fn hand_over(
 /// New process: asks the Quill behind `path` for its sockets. Keep the returned stream and pass
 /// it to [`finish_takeover`] once serving. Every error names `path`; one that does not answer
 /// within `IO_TIMEOUT` is said to be silent.
-pub fn request_takeover(path: &Path) -> io::Result<(Vec<Inherited>, UnixStream)> {
+pub(crate) fn request_takeover(path: &Path) -> io::Result<(Vec<Inherited>, UnixStream)> {
     let shown = path.display();
     let mut conn = UnixStream::connect(path)
         .map_err(|e| io::Error::new(e.kind(), format!("cannot connect to {shown}: {e}")))?;
@@ -188,7 +188,7 @@ pub fn request_takeover(path: &Path) -> io::Result<(Vec<Inherited>, UnixStream)>
 }
 
 /// New process: tells the old one it serves now, so it drains.
-pub fn finish_takeover(mut conn: UnixStream) {
+pub(crate) fn finish_takeover(mut conn: UnixStream) {
     if let Err(e) = conn.write_all(b"done\n") {
         tracing::warn!("takeover: cannot tell the old process to drain: {e}");
         return;

@@ -17,7 +17,7 @@ const MAX_TOKEN_FILE: u64 = 4096;
 
 /// The secret requests must carry, and the file it came from (re-read on reload).
 #[derive(Clone)]
-pub struct Token {
+pub(crate) struct Token {
     pub path: PathBuf,
     secret: Vec<u8>,
 }
@@ -33,7 +33,7 @@ impl Token {
     /// unreadable, empty or oversized file, or a token with spaces or control characters, is an
     /// error naming the file. The file is opened without blocking (a FIFO is refused, never
     /// waited on).
-    pub fn load(path: &Path) -> Result<Token, String> {
+    pub(crate) fn load(path: &Path) -> Result<Token, String> {
         let fail = |why: String| format!("admin_token_file {}: {why}", path.display());
         let secret = read_token(path).map_err(fail)?;
         Ok(Token {
@@ -43,13 +43,13 @@ impl Token {
     }
 
     /// The same file read again (on reload); the token it holds now.
-    pub fn reload(&self) -> Result<Token, String> {
+    pub(crate) fn reload(&self) -> Result<Token, String> {
         Token::load(&self.path)
     }
 
     /// Whether an `Authorization` header value carries this token, as `Bearer TOKEN` or as the
     /// password of `Basic` (any user name). Scheme names are case-insensitive.
-    pub fn admits(&self, authorization: Option<&str>) -> bool {
+    pub(crate) fn admits(&self, authorization: Option<&str>) -> bool {
         let Some(value) = authorization else {
             return false;
         };
@@ -142,7 +142,7 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 /// Whether a `Host` header value names this machine in a way no DNS rebinding can produce: an
 /// IPv4 literal, a bracketed IPv6 literal or `localhost`, each with or without a port. A page
 /// served under a domain name always sends that name, so it is refused.
-pub fn is_local_host(host: &str) -> bool {
+pub(super) fn is_local_host(host: &str) -> bool {
     let (name_ok, rest) = match host.strip_prefix('[') {
         Some(inner) => match inner.split_once(']') {
             Some((v6, rest)) => (v6.parse::<Ipv6Addr>().is_ok(), rest),

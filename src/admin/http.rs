@@ -7,7 +7,7 @@
 use quill_core::http1::{self, Limits};
 
 /// Largest request head accepted (request line and headers); larger gets 431.
-pub const MAX_HEAD: usize = 8 * 1024;
+pub(super) const MAX_HEAD: usize = 8 * 1024;
 /// Most header fields accepted; more gets 431.
 const MAX_HEADERS: usize = 32;
 /// `Host` is optional here: a scrape without one is still answered (and one that sends one is
@@ -20,7 +20,7 @@ const LIMITS: Limits = Limits {
 
 /// The parts of a request the routes look at.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Request {
+pub(super) struct Request {
     pub method: String,
     /// The path without the query string.
     pub path: String,
@@ -32,7 +32,7 @@ pub struct Request {
 
 /// Why a request head is refused.
 #[derive(Debug, PartialEq, Eq)]
-pub enum HeadError {
+pub(super) enum HeadError {
     /// The head is over `MAX_HEAD` bytes or `MAX_HEADERS` fields.
     TooLarge,
     /// Not HTTP/1.x, or broken by one of the strict rules of `http1`.
@@ -41,7 +41,7 @@ pub enum HeadError {
 
 /// Parses a request head: `Ok(None)` while incomplete. Two `Host` or two `Authorization` headers
 /// are malformed (which one would count is exactly what a smuggling attempt plays on).
-pub fn parse(bytes: &[u8]) -> Result<Option<Request>, HeadError> {
+pub(super) fn parse(bytes: &[u8]) -> Result<Option<Request>, HeadError> {
     let head = match http1::parse_request(bytes, &LIMITS) {
         Ok(Some(head)) => head,
         Ok(None) => return Ok(None),
@@ -67,7 +67,7 @@ pub fn parse(bytes: &[u8]) -> Result<Option<Request>, HeadError> {
 
 /// One response, always sent with `Content-Length` and `Connection: close`.
 #[derive(Debug)]
-pub struct Response {
+pub(super) struct Response {
     pub status: u16,
     pub content_type: &'static str,
     pub headers: Vec<(&'static str, String)>,
@@ -75,7 +75,7 @@ pub struct Response {
 }
 
 impl Response {
-    pub fn ok(content_type: &'static str, body: impl Into<Vec<u8>>) -> Response {
+    pub(super) fn ok(content_type: &'static str, body: impl Into<Vec<u8>>) -> Response {
         Response {
             status: 200,
             content_type,
@@ -85,7 +85,7 @@ impl Response {
     }
 
     /// A plain-text error page: the status line's reason, and a newline.
-    pub fn error(status: u16) -> Response {
+    pub(super) fn error(status: u16) -> Response {
         Response {
             status,
             content_type: "text/plain; charset=utf-8",
@@ -95,20 +95,20 @@ impl Response {
     }
 
     /// An error page that says why, after the status line's reason.
-    pub fn error_because(status: u16, why: &str) -> Response {
+    pub(super) fn error_because(status: u16, why: &str) -> Response {
         Response {
             body: format!("{status} {}: {why}\n", http1::reason(status)).into_bytes(),
             ..Response::error(status)
         }
     }
 
-    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Response {
+    pub(super) fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Response {
         self.headers.push((name, value.into()));
         self
     }
 
     /// The status line and headers.
-    pub fn head(&self) -> String {
+    pub(super) fn head(&self) -> String {
         let mut out = format!(
             "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n",
             self.status,
@@ -124,7 +124,7 @@ impl Response {
     }
 
     /// The bytes to send: head and body (without the body for `HEAD`).
-    pub fn into_bytes(self, with_body: bool) -> Vec<u8> {
+    pub(super) fn into_bytes(self, with_body: bool) -> Vec<u8> {
         let mut out = self.head().into_bytes();
         if with_body {
             out.extend_from_slice(&self.body);

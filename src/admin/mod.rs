@@ -23,9 +23,8 @@ use std::thread;
 
 use crate::state::shared::Shared;
 use crate::status;
-pub use auth::Token;
+pub(crate) use auth::Token;
 use http::{Request, Response};
-pub use server::{HEAD_DEADLINE, MAX_CONNECTIONS};
 
 /// The status page: self-contained (inline CSS and script, no external resource).
 const PAGE: &str = include_str!("page.html");
@@ -35,7 +34,7 @@ const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; style
 /// Starts serving on `socket` (already bound) on a thread of its own; with `token`, every
 /// request must carry it. The thread stops, leaving the socket to its new owner, once the process
 /// has handed its sockets over (`--takeover`).
-pub fn spawn(
+pub(crate) fn spawn(
     socket: Arc<TcpListener>,
     shared: Arc<Shared>,
     token: Option<Token>,

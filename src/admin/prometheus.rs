@@ -10,7 +10,7 @@ use crate::metrics::End;
 use crate::status::{ListenerStatus, ServerStatus, Snapshot};
 
 /// The Content-Type of the text format.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(super) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The server states `quill_server_state` enumerates (`ServerStatus::state`).
 const SERVER_STATES: [&str; 5] = ["up", "blacklisted", "down", "drain", "disabled"];
@@ -104,7 +104,7 @@ const SERVER_FAMILIES: &[ServerFamily] = &[
 ];
 
 /// Renders the whole exposition.
-pub fn render(snap: &Snapshot) -> String {
+pub(super) fn render(snap: &Snapshot) -> String {
     let mut out = Exposition::default();
     process(&mut out, snap);
     sessions(&mut out, snap);

@@ -26,9 +26,9 @@ use mio::{Events, Interest, Poll, Token};
 use super::http::{self, HeadError, Request, Response};
 
 /// Connections open at once; when full, the oldest one without a complete head makes room.
-pub const MAX_CONNECTIONS: usize = 1024;
+pub(crate) const MAX_CONNECTIONS: usize = 1024;
 /// How long a client has to send its whole request head.
-pub const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 /// How long a client has to take our whole answer.
 const SEND_DEADLINE: Duration = Duration::from_secs(5);
 /// After answering, how long and how much we read and discard before closing.
@@ -45,7 +45,7 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 const LISTENER: Token = Token(usize::MAX);
 
 /// The loop's state: the listening socket, the open connections and the reserved descriptor.
-pub struct Server<A> {
+pub(super) struct Server<A> {
     socket: Arc<TcpListener>,
     poll: Poll,
     /// Indexed by token; `free` lists the empty slots.
@@ -105,7 +105,7 @@ enum HeadRead {
 impl<A: FnMut(&Request) -> Response> Server<A> {
     /// A server accepting on `socket` (already bound and listening) and answering every complete
     /// request with `answer`.
-    pub fn new(socket: Arc<TcpListener>, answer: A) -> io::Result<Server<A>> {
+    pub(super) fn new(socket: Arc<TcpListener>, answer: A) -> io::Result<Server<A>> {
         socket.set_nonblocking(true)?;
         let poll = Poll::new()?;
         poll.registry().register(
@@ -127,7 +127,7 @@ impl<A: FnMut(&Request) -> Response> Server<A> {
     }
 
     /// Serves until `stop` says so (checked at every wake-up) or the poll fails.
-    pub fn run(mut self, stop: impl Fn() -> bool) {
+    pub(super) fn run(mut self, stop: impl Fn() -> bool) {
         let mut events = Events::with_capacity(256);
         let mut next_sweep = Instant::now() + TICK;
         while !stop() {

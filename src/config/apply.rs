@@ -17,7 +17,7 @@ use super::toml::read_config_text;
 
 impl ListenerConfig {
     /// Applies one control command (from `-O`, a command file or the control socket).
-    pub fn apply(&mut self, cmd: &Command, global: &mut Global) -> Result<(), ConfigError> {
+    pub(crate) fn apply(&mut self, cmd: &Command, global: &mut Global) -> Result<(), ConfigError> {
         let t = &mut self.tuning;
         match cmd {
             Command::Mode(word, on) => self.mode.set(*word, *on),
@@ -161,7 +161,11 @@ fn bracket_ipv6(address: &str) -> String {
 impl Config {
     /// Applies one setting command. `listener` names the pool for pool settings; it may be left
     /// out when there is only one listener.
-    pub fn apply(&mut self, listener: Option<&str>, cmd: &Command) -> Result<(), ConfigError> {
+    pub(crate) fn apply(
+        &mut self,
+        listener: Option<&str>,
+        cmd: &Command,
+    ) -> Result<(), ConfigError> {
         let index = match listener {
             Some(name) => self
                 .listeners
@@ -185,14 +189,14 @@ impl Config {
     /// Reads control commands from a file (`-F`, and `include` lines in it): one per line, `#`
     /// starts a comment. Lines may start with `listener NAME`. Errors name `FILE:LINE` and the
     /// offending word: this is the operator's own file. `depth` counts the includes above it.
-    pub fn apply_file(&mut self, path: &Path, depth: u32) -> Result<(), ConfigError> {
+    pub(crate) fn apply_file(&mut self, path: &Path, depth: u32) -> Result<(), ConfigError> {
         let file = CommandFile::read_at(path, Quoting::Words, depth)?;
         self.apply_commands(&file)
     }
 
     /// Applies the commands of a file read beforehand (see [`CommandFile::read`]), in order. On an
     /// error part of them may be applied: callers apply to a copy and drop it.
-    pub fn apply_commands(&mut self, file: &CommandFile) -> Result<(), ConfigError> {
+    pub(crate) fn apply_commands(&mut self, file: &CommandFile) -> Result<(), ConfigError> {
         for c in &file.commands {
             self.apply(c.listener.as_deref(), &c.command)
                 .map_err(|e| file.error(&c.at, e.message, "the command was refused"))?;
@@ -206,7 +210,7 @@ impl Config {
 /// socket) may not: it can be any file Quill can read (/etc/shadow), and its content must never
 /// come back in a reply. Its errors say only `FILE:LINE:` and what kind of line it was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Quoting {
+pub(crate) enum Quoting {
     Words,
     Never,
 }
@@ -214,7 +218,7 @@ pub enum Quoting {
 /// The setting commands of a command file and of the files it includes, read and parsed but not
 /// applied yet: reading (which may be slow) and applying (under the controller's lock) are apart.
 #[derive(Debug)]
-pub struct CommandFile {
+pub(crate) struct CommandFile {
     commands: Vec<FileCommand>,
     quoting: Quoting,
 }
@@ -233,7 +237,7 @@ const MAX_INCLUDE_DEPTH: u32 = 8;
 impl CommandFile {
     /// Reads and parses the file at `path` and every file it includes (relative to its directory).
     /// Each file is read as [`read_config_text`] reads it.
-    pub fn read(path: &Path, quoting: Quoting) -> Result<CommandFile, ConfigError> {
+    pub(crate) fn read(path: &Path, quoting: Quoting) -> Result<CommandFile, ConfigError> {
         CommandFile::read_at(path, quoting, 0)
     }
 

@@ -7,7 +7,7 @@ use super::write::server_limits;
 
 impl Config {
     /// A human explanation of what this configuration does (for `quill check`).
-    pub fn explain(&self) -> String {
+    pub(crate) fn explain(&self) -> String {
         let g = &self.global;
         let mut out = format!(
             "{} listener(s), {} worker(s), max connections {}, backlog {}, drain timeout {}\n",

@@ -18,18 +18,22 @@
 
 mod apply;
 mod explain;
-pub mod model;
+pub(crate) mod model;
 #[cfg(test)]
 mod property;
 mod toml;
 mod write;
 
-pub use apply::{CommandFile, Quoting};
-pub use model::{
-    format_duration, in_range, parse_check_kind, parse_duration, parse_status_range,
-    validate_check_path, CheckKind, Config, ConfigError, ControlLevel, ErrorKind, Fastclose,
-    Global, HealthCheck, ListenerConfig, LogFormat, Member, SelfLoop, Tuning, TuningPatch,
-    MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_DURATION, MAX_RISE_FALL, MAX_SESSIONS,
-    MAX_WEIGHT, MAX_WORKERS,
+pub(crate) use apply::{CommandFile, Quoting};
+pub(crate) use model::{
+    format_duration, parse_check_kind, parse_duration, parse_status_range, CheckKind, Config,
+    ConfigError, ControlLevel, ErrorKind, Global, HealthCheck, ListenerConfig, LogFormat, Tuning,
+    TuningPatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_RISE_FALL, MAX_SESSIONS,
+    MAX_WORKERS,
 };
-pub use toml::{from_toml, load_file, parse_admin, read_config_text, MAX_CONFIG_FILE};
+pub(crate) use toml::{load_file, parse_admin};
+// What only the unit tests of other modules reach through `config`.
+#[cfg(test)]
+pub(crate) use model::MAX_DURATION;
+#[cfg(test)]
+pub(crate) use toml::from_toml;

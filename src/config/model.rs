@@ -20,21 +20,21 @@ use crate::balancer::Mode;
 // language) and again by `Config::validate`, so no input can make Quill allocate without limit,
 // wait for ever or wrap a counter.
 
-pub use crate::balancer::MAX_CLIENTS;
-pub use quill_core::duration::{format_duration, parse_duration, MAX_DURATION};
+pub(crate) use crate::balancer::MAX_CLIENTS;
+pub(crate) use quill_core::duration::{format_duration, parse_duration, MAX_DURATION};
 /// The most worker threads.
-pub const MAX_WORKERS: usize = 1024;
+pub(crate) const MAX_WORKERS: usize = 1024;
 /// The largest listen backlog (the kernel caps it at `net.core.somaxconn` anyway).
-pub const MAX_BACKLOG: u32 = 65_535;
+pub(crate) const MAX_BACKLOG: u32 = 65_535;
 /// The most accepts per wake-up (`-m`).
-pub const MAX_ACCEPT_BATCH: u32 = 10_000;
+pub(crate) const MAX_ACCEPT_BATCH: u32 = 10_000;
 /// The largest health-check `rise` and `fall`.
-pub const MAX_RISE_FALL: u32 = 1_000;
-pub use crate::addr::{MAX_SESSIONS, MAX_WEIGHT};
+pub(crate) const MAX_RISE_FALL: u32 = 1_000;
+pub(crate) use crate::addr::{MAX_SESSIONS, MAX_WEIGHT};
 
 /// Checks that setting `name` is within `range`; the message names the setting, the value and
 /// the bounds.
-pub fn in_range(name: &str, value: u64, range: RangeInclusive<u64>) -> Result<(), String> {
+pub(crate) fn in_range(name: &str, value: u64, range: RangeInclusive<u64>) -> Result<(), String> {
     if range.contains(&value) {
         Ok(())
     } else {
@@ -56,7 +56,7 @@ fn check_duration(name: &str, d: Duration) -> Result<(), String> {
 
 /// Pen's `tcp_fastclose`: which side's EOF closes the whole session at once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Fastclose {
+pub(crate) enum Fastclose {
     #[default]
     Off,
     /// The server's EOF closes the session.
@@ -67,7 +67,7 @@ pub enum Fastclose {
 }
 
 impl Fastclose {
-    pub fn parse(s: &str) -> Option<Fastclose> {
+    pub(crate) fn parse(s: &str) -> Option<Fastclose> {
         Some(match s {
             "off" => Fastclose::Off,
             "up" => Fastclose::Up,
@@ -77,7 +77,7 @@ impl Fastclose {
         })
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Fastclose::Off => "off",
             Fastclose::Up => "up",
@@ -87,19 +87,19 @@ impl Fastclose {
     }
 
     /// Whether the server's EOF ends the session.
-    pub fn on_server_eof(self) -> bool {
+    pub(crate) fn on_server_eof(self) -> bool {
         matches!(self, Fastclose::Up | Fastclose::Both)
     }
 
     /// Whether the client's EOF ends the session.
-    pub fn on_client_eof(self) -> bool {
+    pub(crate) fn on_client_eof(self) -> bool {
         matches!(self, Fastclose::Down | Fastclose::Both)
     }
 }
 
 /// Per-listener timeouts and socket settings. Top-level values in a file are the defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Tuning {
+pub(crate) struct Tuning {
     /// Backend connect timeout (`-t`).
     pub connect_timeout: Duration,
     /// How long a failed server is skipped (`-b`).
@@ -139,7 +139,7 @@ impl Default for Tuning {
 
 /// A partial `Tuning`: what one source (file level, command line) sets.
 #[derive(Clone, Debug, Default)]
-pub struct TuningPatch {
+pub(crate) struct TuningPatch {
     pub connect_timeout: Option<Duration>,
     pub blacklist: Option<Duration>,
     pub tracking_time: Option<Duration>,
@@ -154,7 +154,7 @@ pub struct TuningPatch {
 
 impl Tuning {
     /// Checks every bound (see `MAX_*`).
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         for (name, d) in [
             ("timeout", self.connect_timeout),
             ("blacklist", self.blacklist),
@@ -176,7 +176,7 @@ impl Tuning {
         )
     }
 
-    pub fn apply(&mut self, p: &TuningPatch) {
+    pub(crate) fn apply(&mut self, p: &TuningPatch) {
         fn set<T: Clone>(slot: &mut T, value: &Option<T>) {
             if let Some(v) = value {
                 *slot = v.clone();
@@ -197,7 +197,7 @@ impl Tuning {
 
 /// Process-wide settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Global {
+pub(crate) struct Global {
     pub workers: usize,
     /// Sessions per process (`-x`); None = what the open-file limit allows.
     pub max_connections: Option<u32>,
@@ -244,7 +244,7 @@ pub struct Global {
 /// before it. The Unix socket (0600, owner checked) is always `Admin`; TCP clients get
 /// `control_level` (default `Operate`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ControlLevel {
+pub(crate) enum ControlLevel {
     /// Read state only: `servers`, `status`, settings shown, `connections`, `pid`.
     Read,
     /// Also change how traffic flows among the configured servers: drain, enable, disable; a
@@ -257,7 +257,7 @@ pub enum ControlLevel {
 }
 
 impl ControlLevel {
-    pub fn parse(s: &str) -> Option<ControlLevel> {
+    pub(crate) fn parse(s: &str) -> Option<ControlLevel> {
         match s {
             "read" => Some(ControlLevel::Read),
             "operate" => Some(ControlLevel::Operate),
@@ -266,7 +266,7 @@ impl ControlLevel {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ControlLevel::Read => "read",
             ControlLevel::Operate => "operate",
@@ -277,7 +277,7 @@ impl ControlLevel {
 
 /// How access log lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// `CLIENT_IP UNIX_TIME SERVER BYTES_IN BYTES_OUT DURATION END`, space separated.
     #[default]
     Text,
@@ -286,7 +286,7 @@ pub enum LogFormat {
 }
 
 impl LogFormat {
-    pub fn parse(s: &str) -> Option<LogFormat> {
+    pub(crate) fn parse(s: &str) -> Option<LogFormat> {
         match s {
             "text" => Some(LogFormat::Text),
             "json" => Some(LogFormat::Json),
@@ -297,7 +297,7 @@ impl LogFormat {
 
 /// An active health check for the servers of a pool.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HealthCheck {
+pub(crate) struct HealthCheck {
     pub kind: CheckKind,
     /// Time between two checks of one server.
     pub interval: Duration,
@@ -311,7 +311,7 @@ pub struct HealthCheck {
 
 /// What a check does.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CheckKind {
+pub(crate) enum CheckKind {
     /// The connect succeeds.
     Tcp,
     /// `GET path HTTP/1.0` answers with a status in `expect` (inclusive).
@@ -321,7 +321,7 @@ pub enum CheckKind {
 impl HealthCheck {
     /// Checks every bound: interval and timeout more than 0 and at most 30 days, rise and fall 1
     /// to `MAX_RISE_FALL`.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         for (name, d) in [
             ("health interval", self.interval),
             ("health timeout", self.timeout),
@@ -368,7 +368,7 @@ impl fmt::Display for HealthCheck {
 }
 
 /// Parses `tcp` or `http:/path` (the `--check` option and the `check` command).
-pub fn parse_check_kind(s: &str) -> Result<CheckKind, String> {
+pub(crate) fn parse_check_kind(s: &str) -> Result<CheckKind, String> {
     match s {
         "tcp" => Ok(CheckKind::Tcp),
         _ => match s.strip_prefix("http:").or(s.strip_prefix("http")) {
@@ -387,7 +387,7 @@ pub fn parse_check_kind(s: &str) -> Result<CheckKind, String> {
 
 /// Checks an HTTP health check's path: it starts with `/` and holds no space or control byte
 /// (it is sent as is in the request line).
-pub fn validate_check_path(path: &str) -> Result<(), String> {
+pub(crate) fn validate_check_path(path: &str) -> Result<(), String> {
     if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
         return Err(format!("invalid check path '{path}' (expected /path)"));
     }
@@ -395,7 +395,7 @@ pub fn validate_check_path(path: &str) -> Result<(), String> {
 }
 
 /// Parses a status range `200-399` or a single status `200`.
-pub fn parse_status_range(s: &str) -> Result<(u16, u16), String> {
+pub(crate) fn parse_status_range(s: &str) -> Result<(u16, u16), String> {
     let bad = || format!("invalid status range '{s}' (expected e.g. 200-399)");
     let (a, b) = s.split_once('-').unwrap_or((s, s));
     let a: u16 = a.trim().parse().map_err(|_| bad())?;
@@ -442,7 +442,7 @@ impl Default for Global {
 
 /// One listener and its pool.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ListenerConfig {
+pub(crate) struct ListenerConfig {
     pub name: String,
     pub listen: ListenAddr,
     pub mode: Mode,
@@ -463,14 +463,14 @@ pub struct ListenerConfig {
 
 /// A whole configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Config {
+pub(crate) struct Config {
     pub global: Global,
     pub listeners: Vec<ListenerConfig>,
 }
 
 /// Whether an error is the user's input (exit 2) or the environment's (exit 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     Usage,
     Runtime,
 }
@@ -478,13 +478,13 @@ pub enum ErrorKind {
 /// A configuration error: one line naming the offending value.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
-pub struct ConfigError {
+pub(crate) struct ConfigError {
     pub message: String,
     pub kind: ErrorKind,
 }
 
 impl ConfigError {
-    pub fn usage(message: impl Into<String>) -> ConfigError {
+    pub(crate) fn usage(message: impl Into<String>) -> ConfigError {
         ConfigError {
             message: message.into(),
             kind: ErrorKind::Usage,
@@ -505,7 +505,7 @@ impl ConfigError {
 
 impl ListenerConfig {
     /// A listener with default tuning and mode; servers are added by the caller.
-    pub fn new(name: &str, listen: ListenAddr) -> ListenerConfig {
+    pub(crate) fn new(name: &str, listen: ListenAddr) -> ListenerConfig {
         ListenerConfig {
             name: name.to_string(),
             listen,
@@ -521,7 +521,7 @@ impl ListenerConfig {
         }
     }
     /// Checks what can only be checked on the whole listener.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.servers.is_empty() && self.emergency.is_none() {
             return Err(ConfigError::usage(format!(
                 "listener '{}': no servers",
@@ -562,7 +562,7 @@ impl ListenerConfig {
 
 /// Which backend of a listener `Config::self_loop` found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Member {
+pub(crate) enum Member {
     Server(usize),
     Emergency,
     Abuse,
@@ -570,14 +570,14 @@ pub enum Member {
 
 /// A backend that is one of Quill's own listen addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SelfLoop {
+pub(crate) struct SelfLoop {
     pub listener: usize,
     pub member: Member,
 }
 
 impl SelfLoop {
     /// One line naming the listener, the backend and its address.
-    pub fn message(&self, config: &Config) -> String {
+    pub(crate) fn message(&self, config: &Config) -> String {
         let l = &config.listeners[self.listener];
         let (what, addr) = match self.member {
             Member::Server(i) => (format!("server {i}"), l.servers[i].addr.to_string()),
@@ -618,7 +618,7 @@ fn is_local_ip(ip: IpAddr) -> bool {
 
 impl Global {
     /// Checks every bound of the process-wide settings.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         in_range("workers", self.workers as u64, 1..=MAX_WORKERS as u64)?;
         if let Some(n) = self.max_connections {
             in_range("max_connections", n.into(), 1..=MAX_SESSIONS.into())?;
@@ -643,7 +643,7 @@ pub(crate) fn nonzero(d: Duration, what: &str) -> Result<Duration, ConfigError> 
 
 impl Config {
     /// Validates the whole configuration.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.global.check().map_err(ConfigError::usage)?;
         if let Some(ListenAddr::Tcp(a)) = &self.global.control {
             if !a.ip().is_loopback() && self.global.control_acl.is_none() {
@@ -687,7 +687,7 @@ impl Config {
     /// addresses: every session sent there would come back and open another, without end. Exact
     /// matches count, and so does any local address on the port of a wildcard listener
     /// (`0.0.0.0:P`, `[::]:P`). Linear in the number of servers.
-    pub fn self_loop(&self) -> Option<SelfLoop> {
+    pub(crate) fn self_loop(&self) -> Option<SelfLoop> {
         let mut exact = HashSet::new();
         let mut wildcard_ports = HashSet::new();
         let mut paths = HashSet::new();

@@ -25,19 +25,19 @@ use super::model::{
 
 /// Loads and validates a TOML configuration file. `cli` patches apply on top of the file's
 /// top-level values (command-line options override the file).
-pub fn load_file(path: &Path, cli: &TuningPatch) -> Result<Config, ConfigError> {
+pub(crate) fn load_file(path: &Path, cli: &TuningPatch) -> Result<Config, ConfigError> {
     let text = read_config_text(path)?;
     from_toml(&path.display().to_string(), &text, cli)
 }
 
 /// The most a configuration file (TOML, `-F`, `include`) may hold.
-pub const MAX_CONFIG_FILE: u64 = 4 << 20;
+pub(crate) const MAX_CONFIG_FILE: u64 = 4 << 20;
 
 /// Reads a configuration file as text without ever waiting on it: it is opened nonblocking (a FIFO
 /// without a writer does not hang the open), and must be a regular file (not a FIFO, a device such
 /// as /dev/zero, a directory) of at most [`MAX_CONFIG_FILE`] bytes, in UTF-8. Errors start with
 /// `FILE:` (`FILE:LINE: not valid UTF-8` for the line of the first bad byte).
-pub fn read_config_text(path: &Path) -> Result<String, ConfigError> {
+pub(crate) fn read_config_text(path: &Path) -> Result<String, ConfigError> {
     use std::io::Read;
 
     use rustix::fs::{FileType, Mode, OFlags};
@@ -71,7 +71,11 @@ pub fn read_config_text(path: &Path) -> Result<String, ConfigError> {
 }
 
 /// Parses TOML text; `origin` names the file in messages.
-pub fn from_toml(origin: &str, text: &str, cli: &TuningPatch) -> Result<Config, ConfigError> {
+pub(crate) fn from_toml(
+    origin: &str,
+    text: &str,
+    cli: &TuningPatch,
+) -> Result<Config, ConfigError> {
     let lines = LineIndex::new(text);
     let at = |span: Range<usize>| format!("{origin}:{}: ", lines.line(span.start));
     let raw: RawFile = toml::from_str(text).map_err(|e| {
@@ -352,7 +356,7 @@ fn acl_number(n: u8, prefix: &str) -> Result<AclId, ConfigError> {
 }
 
 /// Parses the admin listener address: `HOST:PORT` with an IP host, or a bare port (loopback).
-pub fn parse_admin(s: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_admin(s: &str) -> Result<SocketAddr, String> {
     if let Ok(port) = s.parse::<u16>() {
         return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
     }

@@ -24,7 +24,7 @@ impl Config {
     /// every setting it covers, switched off ones included (`no hash`, `no client_acl`, `no acl
     /// N` before a list's entries): what was turned off at runtime stays off, and lists are not
     /// appended to twice.
-    pub fn to_commands(&self) -> String {
+    pub(crate) fn to_commands(&self) -> String {
         let g = &self.global;
         let mut out = String::from("# written by quill\n");
         if let Some(n) = g.max_connections {

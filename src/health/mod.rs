@@ -34,7 +34,7 @@ const LOCAL_WARN_MS: u64 = 10_000;
 
 /// Starts the health checker thread. It runs for the life of the process and idles when no pool
 /// has a check.
-pub fn spawn(shared: Arc<Shared>) -> io::Result<()> {
+pub(crate) fn spawn(shared: Arc<Shared>) -> io::Result<()> {
     let poll = Poll::new()?;
     let checker = Checker::new(shared, poll);
     thread::Builder::new()

@@ -16,7 +16,7 @@ use crate::config::{CheckKind, HealthCheck};
 use crate::net::Stream;
 
 /// Most bytes of an answer read while looking for the status line.
-pub const MAX_ANSWER: usize = 4096;
+pub(super) const MAX_ANSWER: usize = 4096;
 
 /// Where a probe is.
 #[derive(Debug)]
@@ -34,7 +34,7 @@ enum Phase {
 
 /// A probe in flight.
 #[derive(Debug)]
-pub struct Probe {
+pub(super) struct Probe {
     stream: Stream,
     phase: Phase,
     /// The HTTP request to send, or None for a TCP check (connecting is the whole check).
@@ -47,7 +47,7 @@ pub struct Probe {
 }
 
 /// Why no probe could be started.
-pub enum StartError {
+pub(super) enum StartError {
     /// The server refused at once (a Unix socket with nobody listening, an unreachable network).
     Server(Outcome),
     /// We are out of descriptors, ports or memory: says nothing about the server.
@@ -56,7 +56,7 @@ pub enum StartError {
 
 impl Probe {
     /// Starts a probe of `addr` for `check`, registered under `token`.
-    pub fn start(
+    pub(super) fn start(
         addr: &BackendAddr,
         check: &HealthCheck,
         registry: &Registry,
@@ -92,7 +92,7 @@ impl Probe {
     }
 
     /// Makes what progress the socket allows after `event`. None = not finished yet.
-    pub fn advance(&mut self, event: &Event) -> Option<Outcome> {
+    pub(super) fn advance(&mut self, event: &Event) -> Option<Outcome> {
         if let Phase::Connecting = self.phase {
             if !(event.is_writable() || event.is_error() || event.is_write_closed()) {
                 return None;
@@ -128,7 +128,7 @@ impl Probe {
     }
 
     /// Why the probe failed when its deadline passed.
-    pub fn timeout_reason(&self, timeout_ms: u64) -> String {
+    pub(super) fn timeout_reason(&self, timeout_ms: u64) -> String {
         match self.phase {
             Phase::Connecting => format!("connect timed out after {timeout_ms}ms"),
             _ => format!("no status line within {timeout_ms}ms"),

@@ -6,7 +6,7 @@ use crate::config::HealthCheck;
 
 /// What one probe concluded.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(super) enum Outcome {
     Pass,
     /// Failed, with the reason in words (for the transition log line).
     Fail(String),
@@ -14,7 +14,7 @@ pub enum Outcome {
 
 /// A health decision that changes the server's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transition {
+pub(super) enum Transition {
     /// `fall` probes in a row failed on a server that was up.
     Down { failed: u32 },
     /// `rise` probes in a row passed on a server that was down.
@@ -24,7 +24,7 @@ pub enum Transition {
 /// Consecutive results of one server's probes. A pass clears the failures and a failure clears
 /// the passes, so only an unbroken run counts towards `rise` or `fall`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Streak {
+pub(super) struct Streak {
     passed: u32,
     failed: u32,
 }
@@ -32,7 +32,12 @@ pub struct Streak {
 impl Streak {
     /// Adds one result for a server that is down (`is_down`) or not, and says whether the run
     /// is now long enough to change its state.
-    pub fn record(&mut self, ok: bool, is_down: bool, check: &HealthCheck) -> Option<Transition> {
+    pub(super) fn record(
+        &mut self,
+        ok: bool,
+        is_down: bool,
+        check: &HealthCheck,
+    ) -> Option<Transition> {
         if ok {
             self.passed = self.passed.saturating_add(1);
             self.failed = 0;
@@ -50,7 +55,7 @@ impl Streak {
 }
 
 /// The first bytes of an answer, printable, for a log line (at most 40 characters).
-pub fn quote(buf: &[u8]) -> String {
+pub(super) fn quote(buf: &[u8]) -> String {
     let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let mut out: String = line

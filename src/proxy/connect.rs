@@ -27,7 +27,7 @@ use crate::net::{self, ClientAddr, Ready, Stream};
 
 /// Where a connector is after a call.
 #[derive(Debug)]
-pub enum Progress {
+pub(crate) enum Progress {
     /// A connect or a name resolution is under way until the deadline (clock ms).
     Waiting(u64),
     /// The server is a `BackendAddr::Name`: ask the resolver, then call
@@ -50,7 +50,7 @@ enum Started {
 
 /// One client's search for a server.
 #[derive(Debug)]
-pub struct Connector {
+pub(crate) struct Connector {
     /// The pool snapshot the search picks from.
     pool: Arc<Pool>,
     /// The client's ACL denied it: it goes to the abuse server, once.
@@ -80,7 +80,7 @@ pub struct Connector {
 }
 
 impl Connector {
-    pub fn new(pool: Arc<Pool>, denied: bool) -> Connector {
+    pub(crate) fn new(pool: Arc<Pool>, denied: bool) -> Connector {
         Connector {
             pool,
             denied,
@@ -98,16 +98,16 @@ impl Connector {
         }
     }
 
-    pub fn pool(&self) -> &Arc<Pool> {
+    pub(crate) fn pool(&self) -> &Arc<Pool> {
         &self.pool
     }
 
-    pub fn is_connected(&self) -> bool {
+    pub(crate) fn is_connected(&self) -> bool {
         self.connected
     }
 
     /// The connected server socket and its readiness (None before the connect completes).
-    pub fn server_side(&mut self) -> Option<(&Stream, &mut Ready)> {
+    pub(crate) fn server_side(&mut self) -> Option<(&Stream, &mut Ready)> {
         match (&self.socket, self.connected) {
             (Some(s), true) => Some((s, &mut self.ready)),
             _ => None,
@@ -115,33 +115,33 @@ impl Connector {
     }
 
     /// What the server socket's events said so far.
-    pub fn ready(&self) -> &Ready {
+    pub(crate) fn ready(&self) -> &Ready {
         &self.ready
     }
 
     /// Whether the connector waits for the resolver.
-    pub fn is_resolving(&self) -> bool {
+    pub(crate) fn is_resolving(&self) -> bool {
         self.resolving
     }
 
     /// When the attempt under way fails.
-    pub fn deadline(&self) -> u64 {
+    pub(crate) fn deadline(&self) -> u64 {
         self.deadline
     }
 
     /// The server being connected to, resolved, or connected, if any.
-    pub fn server(&self) -> Option<&Arc<Server>> {
+    pub(crate) fn server(&self) -> Option<&Arc<Server>> {
         self.lease.as_ref().map(ServerLease::server)
     }
 
     /// The session is closing: the lease of the server connected or tried, for the counters and
     /// the log line. The socket, if any, closes when the connector is dropped.
-    pub fn take_lease(&mut self) -> Option<ServerLease> {
+    pub(crate) fn take_lease(&mut self) -> Option<ServerLease> {
         self.lease.take()
     }
 
     /// Makes the close of the server socket abortive (an RST): see `TcpSession::arm_resets`.
-    pub fn reset_on_close(&self) {
+    pub(crate) fn reset_on_close(&self) {
         if let Some(s) = &self.socket {
             s.reset_on_close();
         }
@@ -149,7 +149,7 @@ impl Connector {
 
     /// Starts a nonblocking connect to the next server that will take one, or asks for the
     /// server's name to be resolved first.
-    pub fn connect_next(&mut self, client: &ClientAddr, cx: &mut Ctx) -> Progress {
+    pub(crate) fn connect_next(&mut self, client: &ClientAddr, cx: &mut Ctx) -> Progress {
         let rand = cx.rand();
         loop {
             let Some(server) = self.next_server(client, cx.now, rand) else {
@@ -173,7 +173,7 @@ impl Connector {
 
     /// An event on the server socket: once connected, only noted; while connecting, the connect
     /// completed or failed (the server is blacklisted and the next one tried).
-    pub fn on_ready(&mut self, ev: &Event, client: &ClientAddr, cx: &mut Ctx) -> Progress {
+    pub(crate) fn on_ready(&mut self, ev: &Event, client: &ClientAddr, cx: &mut Ctx) -> Progress {
         let Some(socket) = &self.socket else {
             return Progress::Waiting(self.deadline);
         };
@@ -208,7 +208,7 @@ impl Connector {
     /// The resolver answered for the server being tried: connect to the address, or, when the
     /// name did not resolve, go on to the next server (no blacklist: the name may resolve for the
     /// next client, as socket-proxyd would try again).
-    pub fn on_resolved(
+    pub(crate) fn on_resolved(
         &mut self,
         answer: io::Result<SocketAddr>,
         client: &ClientAddr,
@@ -239,7 +239,7 @@ impl Connector {
 
     /// The deadline may have passed: fail the attempt (blacklisting its server) and try the
     /// next. A call before the deadline changes nothing.
-    pub fn on_deadline(&mut self, client: &ClientAddr, cx: &mut Ctx) -> Progress {
+    pub(crate) fn on_deadline(&mut self, client: &ClientAddr, cx: &mut Ctx) -> Progress {
         if self.connected || cx.now < self.deadline {
             return self.state();
         }

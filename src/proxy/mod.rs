@@ -5,9 +5,9 @@
 //! bytes is [`copy::Direction`]'s; a TCP session ([`tcp::TcpSession`]) is one of each plus two
 //! directions. An HTTP session will be a second variant of [`Session`] using the same two parts.
 
-pub mod connect;
-pub mod copy;
-pub mod tcp;
+pub(crate) mod connect;
+pub(crate) mod copy;
+pub(crate) mod tcp;
 
 use std::io;
 use std::net::SocketAddr;
@@ -24,18 +24,18 @@ use copy::Pools;
 use tcp::TcpSession;
 
 /// No deadline: the session waits for events only.
-pub const NEVER: u64 = u64::MAX;
+pub(crate) const NEVER: u64 = u64::MAX;
 
 /// Which of a session's sockets an event is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Side {
+pub(crate) enum Side {
     Client,
     Server,
 }
 
 /// What the worker does next for a session.
 #[derive(Debug)]
-pub enum Step {
+pub(crate) enum Step {
     /// Wait for events, or until the session's deadline (clock ms; [`NEVER`] for none), when the
     /// worker calls [`Session::on_deadline`]. A session may be woken before its deadline: it
     /// then answers with the deadline it has now.
@@ -52,7 +52,7 @@ pub enum Step {
 
 /// What a session may use while handling one call: the worker's registry and this session's
 /// tokens, the clock, the worker's random numbers, counters and buffer pools.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub registry: &'a Registry,
     /// The tokens this session's sockets are registered with.
     pub client_token: Token,
@@ -66,7 +66,7 @@ pub struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// The next number of the worker's xorshift generator (balancer choices).
-    pub fn rand(&mut self) -> u64 {
+    pub(crate) fn rand(&mut self) -> u64 {
         let r = &mut *self.rng;
         *r ^= *r << 13;
         *r ^= *r >> 7;
@@ -77,7 +77,7 @@ impl Ctx<'_> {
 
 /// What is left of a session once it is closed: what the counters and the access log need.
 #[derive(Debug)]
-pub struct Closing {
+pub(crate) struct Closing {
     pub client: ClientAddr,
     /// The server the session was counted against, still counted until the lease is dropped.
     pub server: Option<ServerLease>,
@@ -90,14 +90,14 @@ pub struct Closing {
 
 /// One client connection, whatever its protocol.
 #[derive(Debug)]
-pub enum Session {
+pub(crate) enum Session {
     Tcp(TcpSession),
 }
 
 impl Session {
     /// A TCP session for a client just accepted on a listener of `pool`; `denied` sends it to
     /// the abuse server. Nothing happens until [`Session::start`].
-    pub fn tcp(
+    pub(crate) fn tcp(
         pool: Arc<Pool>,
         id: u64,
         client: Stream,
@@ -109,49 +109,49 @@ impl Session {
     }
 
     /// Registers the client socket and starts looking for a server.
-    pub fn start(&mut self, cx: &mut Ctx) -> Step {
+    pub(crate) fn start(&mut self, cx: &mut Ctx) -> Step {
         match self {
             Session::Tcp(s) => s.start(cx),
         }
     }
 
     /// An event on one of the session's sockets.
-    pub fn on_ready(&mut self, side: Side, ev: &Event, cx: &mut Ctx) -> Step {
+    pub(crate) fn on_ready(&mut self, side: Side, ev: &Event, cx: &mut Ctx) -> Step {
         match self {
             Session::Tcp(s) => s.on_ready(side, ev, cx),
         }
     }
 
     /// The resolver's answer for the server of the last [`Step::Resolve`].
-    pub fn on_resolved(&mut self, answer: io::Result<SocketAddr>, cx: &mut Ctx) -> Step {
+    pub(crate) fn on_resolved(&mut self, answer: io::Result<SocketAddr>, cx: &mut Ctx) -> Step {
         match self {
             Session::Tcp(s) => s.on_resolved(answer, cx),
         }
     }
 
     /// The session's deadline passed (or an earlier one the worker still had armed).
-    pub fn on_deadline(&mut self, cx: &mut Ctx) -> Step {
+    pub(crate) fn on_deadline(&mut self, cx: &mut Ctx) -> Step {
         match self {
             Session::Tcp(s) => s.on_deadline(cx),
         }
     }
 
     /// Goes on after a [`Step::Again`].
-    pub fn resume(&mut self, cx: &mut Ctx) -> Step {
+    pub(crate) fn resume(&mut self, cx: &mut Ctx) -> Step {
         match self {
             Session::Tcp(s) => s.resume(cx),
         }
     }
 
     /// Unique in the process (`connection N`, `close N`).
-    pub fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         match self {
             Session::Tcp(s) => s.id(),
         }
     }
 
     /// What `connections` shows of the session.
-    pub fn info(&self, now: u64) -> SessionInfo {
+    pub(crate) fn info(&self, now: u64) -> SessionInfo {
         match self {
             Session::Tcp(s) => s.info(now),
         }
@@ -160,7 +160,7 @@ impl Session {
     /// Ends the session for `end`: arms resets where the peers must see a cut stream, gives the
     /// buffers back, and hands over what the counters and the log line need. The sockets close
     /// when the session is dropped.
-    pub fn close(&mut self, end: End, pools: &mut Pools) -> Closing {
+    pub(crate) fn close(&mut self, end: End, pools: &mut Pools) -> Closing {
         match self {
             Session::Tcp(s) => s.close(end, pools),
         }

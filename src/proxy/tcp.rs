@@ -27,7 +27,7 @@ const CATCH_UP_POLL_MS: u64 = 250;
 
 /// One client connection and its backend connection.
 #[derive(Debug)]
-pub struct TcpSession {
+pub(crate) struct TcpSession {
     /// Unique in the process (`connection N`, `close N`).
     id: u64,
     client: Stream,
@@ -51,7 +51,13 @@ pub struct TcpSession {
 }
 
 impl TcpSession {
-    pub fn new(
+    /// A socket failed mid-copy: says why at debug level (the access log has only the end).
+    fn failed(&self, end: End, e: &io::Error) -> End {
+        tracing::debug!("{}: {end:?}: {e}", self.addr.to_string_with_port());
+        end
+    }
+
+    pub(crate) fn new(
         pool: Arc<Pool>,
         id: u64,
         client: Stream,
@@ -74,11 +80,11 @@ impl TcpSession {
         }
     }
 
-    pub fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         self.id
     }
 
-    pub fn start(&mut self, cx: &mut Ctx) -> Step {
+    pub(crate) fn start(&mut self, cx: &mut Ctx) -> Step {
         if let Err(e) = cx.registry.register(
             self.client.source(),
             cx.client_token,
@@ -91,7 +97,7 @@ impl TcpSession {
         self.follow(progress, cx)
     }
 
-    pub fn on_ready(&mut self, side: Side, ev: &Event, cx: &mut Ctx) -> Step {
+    pub(crate) fn on_ready(&mut self, side: Side, ev: &Event, cx: &mut Ctx) -> Step {
         match side {
             Side::Client => {
                 self.client_ready.update(ev);
@@ -114,7 +120,7 @@ impl TcpSession {
         self.drive(cx)
     }
 
-    pub fn on_resolved(&mut self, answer: io::Result<SocketAddr>, cx: &mut Ctx) -> Step {
+    pub(crate) fn on_resolved(&mut self, answer: io::Result<SocketAddr>, cx: &mut Ctx) -> Step {
         if self.connector.is_connected() {
             return Step::Wait(self.deadline(cx.now));
         }
@@ -122,7 +128,7 @@ impl TcpSession {
         self.follow(progress, cx)
     }
 
-    pub fn on_deadline(&mut self, cx: &mut Ctx) -> Step {
+    pub(crate) fn on_deadline(&mut self, cx: &mut Ctx) -> Step {
         if !self.connector.is_connected() {
             let progress = self.connector.on_deadline(&self.addr, cx);
             return self.follow(progress, cx);
@@ -141,7 +147,7 @@ impl TcpSession {
         Step::Wait(self.deadline(cx.now))
     }
 
-    pub fn resume(&mut self, cx: &mut Ctx) -> Step {
+    pub(crate) fn resume(&mut self, cx: &mut Ctx) -> Step {
         self.drive(cx)
     }
 
@@ -208,7 +214,7 @@ impl TcpSession {
         }
     }
 
-    pub fn info(&self, now_ms: u64) -> SessionInfo {
+    pub(crate) fn info(&self, now_ms: u64) -> SessionInfo {
         SessionInfo {
             id: self.id,
             listener: self.connector.pool().name.clone(),
@@ -229,7 +235,7 @@ impl TcpSession {
         }
     }
 
-    pub fn close(&mut self, end: End, pools: &mut Pools) -> Closing {
+    pub(crate) fn close(&mut self, end: End, pools: &mut Pools) -> Closing {
         // Before the buffers go back: whether bytes were left undelivered decides the resets.
         self.arm_resets(end);
         self.up.release(pools);
@@ -261,8 +267,8 @@ impl TcpSession {
             pools,
         ) {
             Ok(p) => p,
-            Err(Failure::Read(_)) => return Some(End::ClientReset),
-            Err(Failure::Write(_)) => return Some(End::ServerReset),
+            Err(Failure::Read(e)) => return Some(self.failed(End::ClientReset, &e)),
+            Err(Failure::Write(e)) => return Some(self.failed(End::ServerReset, &e)),
         };
         progress |= match self.down.pump(
             self.up.is_done(),
@@ -273,8 +279,8 @@ impl TcpSession {
             pools,
         ) {
             Ok(p) => p,
-            Err(Failure::Read(_)) => return Some(End::ServerReset),
-            Err(Failure::Write(_)) => return Some(End::ClientReset),
+            Err(Failure::Read(e)) => return Some(self.failed(End::ServerReset, &e)),
+            Err(Failure::Write(e)) => return Some(self.failed(End::ClientReset, &e)),
         };
         if progress {
             self.active_ms = now_ms;

@@ -3,9 +3,9 @@
 //! checker and the admin listener, then turn signals and control requests into reloads, log reopens,
 //! drains and stops.
 
-pub mod resolver;
+pub(crate) mod resolver;
 mod timers;
-pub mod worker;
+pub(crate) mod worker;
 
 use std::fs::OpenOptions;
 use std::os::fd::AsFd;
@@ -46,7 +46,7 @@ pub(crate) const PIPES_PER_WORKER: usize = 32;
 
 /// How the process was started, beyond its configuration.
 #[derive(Default)]
-pub struct Start {
+pub(crate) struct Start {
     /// How to rebuild the configuration on SIGHUP or `reload`; None = keep the running one.
     pub rebuild: Option<Rebuild>,
     /// Take the listening sockets over from the Quill process behind this control socket.
@@ -85,7 +85,7 @@ fn session_limit(asked: Option<u32>, nofile: u64, fit: u64) -> u64 {
 }
 
 /// Runs Quill with `config` until it has stopped.
-pub fn run(config: Config, start: Start) -> Result<(), RunError> {
+pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
     let g = config.global.clone();
     // Before anything can be reached from outside: a SIGHUP that arrives during start-up must
     // queue, not kill the process.

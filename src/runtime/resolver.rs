@@ -15,12 +15,12 @@ use crate::state::shared::Shared;
 
 /// Lookups that may run at once. A few, so that one name stuck on a dead DNS server does not hold
 /// up every other session; more would only help with many slow names at once.
-pub const THREADS: usize = 4;
+pub(crate) const THREADS: usize = 4;
 
 /// Which session asked, and which of its attempts: an answer for an attempt that has moved on
 /// (timed out, session closed, slot reused) is recognised and dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Key {
+pub(crate) struct Key {
     pub idx: u32,
     pub gen: u32,
     pub seq: u32,
@@ -35,13 +35,13 @@ struct Job {
 
 /// The first address of the server's name (socket-proxyd uses the first result and no other).
 #[derive(Debug)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub key: Key,
     pub result: io::Result<SocketAddr>,
 }
 
 /// The resolver threads' end of things, shared by the workers.
-pub struct Resolver {
+pub(crate) struct Resolver {
     jobs: mpsc::Sender<Job>,
     /// One queue per worker.
     answers: Vec<Mutex<Vec<Answer>>>,
@@ -51,7 +51,11 @@ pub struct Resolver {
 
 impl Resolver {
     /// Starts `threads` resolver threads answering `workers` workers (woken through `shared`).
-    pub fn start(shared: Arc<Shared>, workers: usize, threads: usize) -> io::Result<Arc<Resolver>> {
+    pub(crate) fn start(
+        shared: Arc<Shared>,
+        workers: usize,
+        threads: usize,
+    ) -> io::Result<Arc<Resolver>> {
         let (tx, rx) = mpsc::channel::<Job>();
         let resolver = Arc::new(Resolver {
             jobs: tx,
@@ -69,7 +73,7 @@ impl Resolver {
     }
 
     /// Asks for `server`'s name on behalf of worker `worker`; never blocks.
-    pub fn ask(&self, worker: usize, key: Key, server: Arc<Server>) {
+    pub(crate) fn ask(&self, worker: usize, key: Key, server: Arc<Server>) {
         // The threads hold the receiver for the life of the process: sending cannot fail.
         let _ = self.jobs.send(Job {
             worker,
@@ -79,7 +83,7 @@ impl Resolver {
     }
 
     /// Moves the answers waiting for worker `worker` into `out`.
-    pub fn take_answers(&self, worker: usize, out: &mut Vec<Answer>) {
+    pub(crate) fn take_answers(&self, worker: usize, out: &mut Vec<Answer>) {
         if let Some(queue) = self.answers.get(worker) {
             out.append(&mut queue.lock().unwrap_or_else(|e| e.into_inner()));
         }

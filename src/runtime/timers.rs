@@ -18,7 +18,7 @@ const SLACK: usize = 1024;
 
 /// One armed deadline of session `idx` (generation `gen`), numbered `seq`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Timer {
+pub(super) struct Timer {
     pub deadline: u64,
     pub idx: u32,
     pub gen: u32,
@@ -28,7 +28,7 @@ pub struct Timer {
 /// What a slot knows of its session's timer: when the live one fires ([`NEVER`]: none), and its
 /// number.
 #[derive(Clone, Copy, Debug)]
-pub struct Armed {
+pub(super) struct Armed {
     at: u64,
     seq: u32,
 }
@@ -41,24 +41,24 @@ impl Default for Armed {
 
 impl Armed {
     /// The live timer's number (a resolver answer carries it too).
-    pub fn seq(&self) -> u32 {
+    pub(super) fn seq(&self) -> u32 {
         self.seq
     }
 
     /// Whether `t` is the live timer (the caller checks the generation).
-    pub fn holds(&self, t: &Timer) -> bool {
+    pub(super) fn holds(&self, t: &Timer) -> bool {
         self.seq == t.seq
     }
 
     /// No timer is live any more (it fired, or the session closed). The number is kept, so the
     /// slot's next session does not take an old timer for its own.
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.at = NEVER;
     }
 }
 
 #[derive(Debug, Default)]
-pub struct Timers {
+pub(super) struct Timers {
     heap: BinaryHeap<Reverse<Timer>>,
 }
 
@@ -69,7 +69,7 @@ impl Timers {
     /// within this one. With no deadline ([`NEVER`]) the armed timer goes stale at once, so it
     /// leaves the heap as soon as it reaches the top instead of at its time (a burst of sessions
     /// that connect and fall idle does not keep a timer each). Returns the live timer's number.
-    pub fn arm(
+    pub(super) fn arm(
         &mut self,
         armed: &mut Armed,
         idx: u32,
@@ -100,12 +100,12 @@ impl Timers {
     }
 
     /// When the earliest timer fires (it may be stale: waking for it is harmless).
-    pub fn next(&self) -> Option<u64> {
+    pub(super) fn next(&self) -> Option<u64> {
         self.heap.peek().map(|t| t.0.deadline)
     }
 
     /// The next live timer due at `now`, dropping the stale ones met on the way.
-    pub fn pop_due(&mut self, now: u64, live: impl Fn(&Timer) -> bool) -> Option<Timer> {
+    pub(super) fn pop_due(&mut self, now: u64, live: impl Fn(&Timer) -> bool) -> Option<Timer> {
         while let Some(&Reverse(t)) = self.heap.peek() {
             let is_live = live(&t);
             if is_live && t.deadline > now {
@@ -120,7 +120,7 @@ impl Timers {
     }
 
     /// Drops every stale timer once they outnumber the `sessions` live ones (with some slack).
-    pub fn sweep_stale(&mut self, sessions: usize, live: impl Fn(&Timer) -> bool) {
+    pub(super) fn sweep_stale(&mut self, sessions: usize, live: impl Fn(&Timer) -> bool) {
         if self.heap.len() > 2 * sessions + SLACK {
             self.heap.retain(|Reverse(t)| live(t));
         }

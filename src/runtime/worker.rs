@@ -25,7 +25,7 @@ use crate::state::shared::{Listener, Phase, Report, Request, Shared, SourceSlot}
 use crate::sys;
 
 /// Token of the waker that tells a worker to look at the shared phase.
-pub const WAKER: Token = Token(usize::MAX);
+pub(crate) const WAKER: Token = Token(usize::MAX);
 /// Listener with id `i` is registered with token `LISTENER_BASE + i`.
 const LISTENER_BASE: usize = 1 << 60;
 const GEN_BITS: u32 = 24;
@@ -74,7 +74,7 @@ struct WorkerListener {
     paused_until: u64,
 }
 
-pub struct Worker {
+pub(crate) struct Worker {
     id: usize,
     poll: Poll,
     shared: Arc<Shared>,
@@ -109,7 +109,7 @@ pub struct Worker {
 impl Worker {
     /// A worker on `poll` (its waker already registered with `WAKER`).
     /// `log` is the access log file, opened before privileges were dropped.
-    pub fn new(
+    pub(crate) fn new(
         id: usize,
         poll: Poll,
         shared: Arc<Shared>,
@@ -119,8 +119,7 @@ impl Worker {
         let log = {
             let settings = shared.access_log.lock().unwrap_or_else(|e| e.into_inner());
             match (&settings.0, log) {
-                (Some(path), Some(file)) => Some(AccessLog::new(
-                    path,
+                (Some(_), Some(file)) => Some(AccessLog::new(
                     file,
                     settings.1,
                     shared.log_generation.load(Ordering::Relaxed),
@@ -212,7 +211,7 @@ impl Worker {
 
     /// Runs the event loop until the worker has drained or is told to stop, then closes its inbox
     /// (requests left there are dropped, so whoever waits for them hears at once).
-    pub fn run(mut self) {
+    pub(crate) fn run(mut self) {
         self.event_loop();
         self.shared.heartbeats[self.id].store(u64::MAX, Ordering::Relaxed);
         let left = self.shared.inboxes[self.id]

@@ -20,7 +20,7 @@ use crate::config::{CommandFile, Config, Global, ListenerConfig, Quoting};
 use crate::listener::{self, BindOptions, ListenSocket};
 use crate::systemd::Inherited;
 
-pub struct Controller {
+pub(crate) struct Controller {
     shared: Arc<Shared>,
     state: Mutex<State>,
     rebuild: Option<Rebuild>,
@@ -96,7 +96,7 @@ fn set_inherited_options(socket: &ListenSocket, o: &BindOptions) {
 
 impl Controller {
     /// Binds (or inherits) every listener and builds the shared state.
-    pub fn start(
+    pub(crate) fn start(
         config: Config,
         clock: Clock,
         max_sessions: u64,
@@ -134,17 +134,17 @@ impl Controller {
     }
 
     /// Sets where lifecycle requests (`exit`, handover) go, and how reloads rebuild.
-    pub fn with_events(mut self, events: mpsc::Sender<Msg>) -> Controller {
+    pub(crate) fn with_events(mut self, events: mpsc::Sender<Msg>) -> Controller {
         self.events = Some(events);
         self
     }
 
-    pub fn with_rebuild(mut self, rebuild: Option<Rebuild>) -> Controller {
+    pub(crate) fn with_rebuild(mut self, rebuild: Option<Rebuild>) -> Controller {
         self.rebuild = rebuild;
         self
     }
 
-    pub fn shared(&self) -> &Arc<Shared> {
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
 
@@ -153,12 +153,12 @@ impl Controller {
     }
 
     /// A copy of the running configuration.
-    pub fn config(&self) -> Config {
+    pub(crate) fn config(&self) -> Config {
         self.lock().config.clone()
     }
 
     /// Applies one setting command to the running configuration.
-    pub fn set(&self, listener: Option<&str>, cmd: &Command) -> Result<String, String> {
+    pub(crate) fn set(&self, listener: Option<&str>, cmd: &Command) -> Result<String, String> {
         let mut st = self.lock();
         let mut next = st.config.clone();
         next.apply(listener, cmd).map_err(|e| e.message)?;
@@ -176,7 +176,7 @@ impl Controller {
     /// Rebuilds the configuration from its sources and applies the difference, keeping what
     /// was changed at run time and not changed since in the sources. An invalid new
     /// configuration changes nothing.
-    pub fn reload(&self) -> Result<String, String> {
+    pub(crate) fn reload(&self) -> Result<String, String> {
         let Some(rebuild) = &self.rebuild else {
             self.reopen();
             return Ok("nothing to reload from; logs reopened".into());
@@ -194,7 +194,7 @@ impl Controller {
     /// Applies the commands of a file (`include`) as one change. The file (a regular file, at
     /// most 4 MiB, opened nonblocking) is read before the lock is taken, so a slow one holds up
     /// only this caller; errors never quote its lines.
-    pub fn include(&self, path: &std::path::Path) -> Result<String, String> {
+    pub(crate) fn include(&self, path: &std::path::Path) -> Result<String, String> {
         let file = CommandFile::read(path, Quoting::Never).map_err(|e| e.message)?;
         let mut st = self.lock();
         let mut next = st.config.clone();
@@ -205,13 +205,13 @@ impl Controller {
 
     /// Reopens the access log at its path (SIGUSR2, `reopen`, and after every reload): for log
     /// rotation, without touching the configuration. Each worker reopens its own handle.
-    pub fn reopen(&self) {
+    pub(crate) fn reopen(&self) {
         self.shared.log_generation.fetch_add(1, Ordering::Relaxed);
         self.shared.wake_all();
     }
 
     /// The access log now in use, if any (for the `reopen` reply).
-    pub fn access_log(&self) -> Option<std::path::PathBuf> {
+    pub(crate) fn access_log(&self) -> Option<std::path::PathBuf> {
         self.lock().config.global.log.clone()
     }
 
@@ -361,12 +361,12 @@ impl Controller {
     }
 
     /// The `-w` file Pen's HTML report is written to, if one is set (`status::write_file`).
-    pub fn status_file(&self) -> Option<std::path::PathBuf> {
+    pub(crate) fn status_file(&self) -> Option<std::path::PathBuf> {
         self.lock().config.global.status_file.clone()
     }
 
     /// Asks the main thread for something (`exit`, handover).
-    pub fn send(&self, msg: Msg) {
+    pub(crate) fn send(&self, msg: Msg) {
         if let Some(tx) = &self.events {
             let _ = tx.send(msg);
         }

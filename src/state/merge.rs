@@ -40,7 +40,7 @@ macro_rules! merge_fields {
 
 /// The configuration a reload applies: `theirs` (the sources now) with the runtime changes in
 /// `ours` that the sources did not override since `base` (the sources at the last load).
-pub fn merge(base: &Config, ours: &Config, theirs: &Config) -> Config {
+pub(super) fn merge(base: &Config, ours: &Config, theirs: &Config) -> Config {
     let mut out = theirs.clone();
     out.global = merge_global(&base.global, &ours.global, &theirs.global);
     for l in &mut out.listeners {

@@ -3,22 +3,22 @@
 //! [`controller`] (changes to the running configuration, one at a time), with the messages the
 //! main thread waits for.
 
-pub mod controller;
+pub(crate) mod controller;
 mod merge;
-pub mod shared;
+pub(crate) mod shared;
 
 use crate::config::{Config, ConfigError};
 
 /// A failure to start or run (exit status 1).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct RunError(pub String);
+pub(crate) struct RunError(pub String);
 
 /// Rebuilds the configuration from its sources (file, command line, `-F` file) for a reload.
-pub type Rebuild = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
+pub(crate) type Rebuild = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
 
 /// What the main thread waits for.
-pub enum Msg {
+pub(crate) enum Msg {
     Signal(i32),
     WorkerDone,
     /// `exit` over the control socket.

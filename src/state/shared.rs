@@ -20,7 +20,7 @@ use crate::metrics::Counters;
 
 /// Where the process is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     Running,
     /// Not accepting; open sessions finish until the drain deadline.
     Draining,
@@ -30,7 +30,7 @@ pub enum Phase {
 
 /// A listening socket and the pool behind it.
 #[derive(Debug)]
-pub struct Listener {
+pub(crate) struct Listener {
     /// Unique for the life of the process (workers key their registrations on it).
     pub id: u64,
     pub name: String,
@@ -41,7 +41,7 @@ pub struct Listener {
 
 /// One open session, as `connections` and `connection N` show it.
 #[derive(Clone, Debug)]
-pub struct SessionInfo {
+pub(crate) struct SessionInfo {
     pub id: u64,
     pub listener: String,
     pub client: String,
@@ -55,7 +55,7 @@ pub struct SessionInfo {
 
 /// What a worker reports when asked.
 #[derive(Debug, Default)]
-pub struct Report {
+pub(crate) struct Report {
     pub sessions: Vec<SessionInfo>,
     /// Recently accepted clients: address and Unix time.
     pub recent: Vec<(IpAddr, u64)>,
@@ -63,13 +63,13 @@ pub struct Report {
 
 /// A question or order for one worker, answered on the channel it carries.
 #[derive(Debug)]
-pub enum Request {
+pub(crate) enum Request {
     Report(mpsc::Sender<Report>),
     /// Close session `id` if this worker has it; answers whether it did.
     Close(u64, mpsc::Sender<bool>),
 }
 
-pub struct Shared {
+pub(crate) struct Shared {
     pub clock: Clock,
     /// The listeners, in configuration order. Replaced whole when one is added or removed.
     pub listeners: ArcSwap<Vec<Arc<Listener>>>,
@@ -116,7 +116,7 @@ pub struct Shared {
 
 /// A listener that no longer accepts, as status reports show it during a drain.
 #[derive(Debug)]
-pub struct DrainedListener {
+pub(crate) struct DrainedListener {
     pub name: String,
     pub addr: ListenAddr,
     pub pool: Arc<Pool>,
@@ -124,7 +124,7 @@ pub struct DrainedListener {
 
 impl Shared {
     /// Shared state for `g.workers` workers over `listeners`.
-    pub fn new(
+    pub(crate) fn new(
         clock: Clock,
         listeners: Vec<Arc<Listener>>,
         max_sessions: u64,
@@ -160,11 +160,11 @@ impl Shared {
 
     /// The per-source session counts (allocated on first use: nothing while no listener has a
     /// `max_per_source`).
-    pub fn sources(&self) -> &Arc<SourceCounts> {
+    pub(crate) fn sources(&self) -> &Arc<SourceCounts> {
         self.sources.get_or_init(|| Arc::new(SourceCounts::new()))
     }
 
-    pub fn phase(&self) -> Phase {
+    pub(crate) fn phase(&self) -> Phase {
         match self.phase.load(Ordering::Acquire) {
             0 => Phase::Running,
             1 => Phase::Draining,
@@ -172,7 +172,7 @@ impl Shared {
         }
     }
 
-    pub fn set_phase(&self, phase: Phase) {
+    pub(crate) fn set_phase(&self, phase: Phase) {
         let v = match phase {
             Phase::Running => 0,
             Phase::Draining => 1,
@@ -182,7 +182,7 @@ impl Shared {
     }
 
     /// Wakes every worker (to look at the phase, the listeners, the log or its inbox).
-    pub fn wake_all(&self) {
+    pub(crate) fn wake_all(&self) {
         for w in self.wakers.get().into_iter().flatten() {
             let _ = w.wake();
         }
@@ -190,7 +190,7 @@ impl Shared {
 
     /// Sends `make(reply)` to every worker and collects the answers (workers that have stopped
     /// answer nothing).
-    pub fn ask_all<T>(&self, make: impl Fn(mpsc::Sender<T>) -> Request) -> Vec<T> {
+    pub(crate) fn ask_all<T>(&self, make: impl Fn(mpsc::Sender<T>) -> Request) -> Vec<T> {
         let (tx, rx) = mpsc::channel();
         for inbox in &self.inboxes {
             if let Some(queue) = inbox.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
@@ -209,20 +209,11 @@ impl Shared {
         }
         out
     }
-
-    /// The listener named `name`.
-    pub fn listener(&self, name: &str) -> Option<Arc<Listener>> {
-        self.listeners
-            .load()
-            .iter()
-            .find(|l| l.name == name)
-            .cloned()
-    }
 }
 
 impl Shared {
     /// Whether `path` is the file of a socket systemd passed (never removed by Quill).
-    pub fn is_systemd_file(&self, path: &std::path::Path) -> bool {
+    pub(crate) fn is_systemd_file(&self, path: &std::path::Path) -> bool {
         self.systemd_files
             .get()
             .is_some_and(|files| files.iter().any(|f| f == path))
@@ -239,13 +230,13 @@ impl Shared {
 /// reach the limit. With K client addresses holding sessions on limited listeners, a given
 /// address shares its counter with another with a probability of about K / `SOURCE_SLOTS`.
 #[derive(Debug)]
-pub struct SourceCounts {
+pub(crate) struct SourceCounts {
     key: RandomState,
     counts: Box<[AtomicU32]>,
 }
 
 /// Counters in the table (a power of two): 256 KiB, allocated only when a limit is set.
-pub const SOURCE_SLOTS: usize = 1 << 16;
+pub(crate) const SOURCE_SLOTS: usize = 1 << 16;
 
 impl SourceCounts {
     fn new() -> SourceCounts {
@@ -263,7 +254,12 @@ impl SourceCounts {
 
     /// Counts one more session of `ip` on listener `listener`, or None when that would take it
     /// past `limit` (nothing is counted then). The session is counted until the slot drops.
-    pub fn admit(self: &Arc<Self>, listener: u64, ip: IpAddr, limit: u32) -> Option<SourceSlot> {
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        listener: u64,
+        ip: IpAddr,
+        limit: u32,
+    ) -> Option<SourceSlot> {
         let idx = self.index(listener, ip);
         let count = &self.counts[idx];
         // One atomic add decides: of racing sessions of one address, exactly those that found
@@ -287,7 +283,7 @@ impl SourceCounts {
 
 /// One session counted against its client address; uncounted when dropped.
 #[derive(Debug)]
-pub struct SourceSlot {
+pub(crate) struct SourceSlot {
     table: Arc<SourceCounts>,
     idx: u32,
 }

@@ -189,7 +189,7 @@ mod pairs {
     use super::*;
     use serde::{Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(h: &Histogram<u64>, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(h: &Histogram<u64>, s: S) -> Result<S::Ok, S::Error> {
         let v: Vec<(u64, u64)> = h
             .iter_recorded()
             .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
@@ -197,7 +197,7 @@ mod pairs {
         v.serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Histogram<u64>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Histogram<u64>, D::Error> {
         let v: Vec<(u64, u64)> = Vec::deserialize(d)?;
         let mut h = new_histogram();
         for (value, count) in v {
@@ -211,7 +211,7 @@ mod pairs {
 
 /// Points where the engine's caller steps in (watching and progress, or the handshake of a
 /// spread child).
-pub trait Phases {
+pub(crate) trait Phases {
     /// Every idle connection is open (or failed); returns when the active phase may start.
     fn idle_open(&mut self) {}
     /// The active phase is over; returns when the idle connections may be checked and closed.
@@ -222,7 +222,7 @@ pub trait Phases {
 
 /// What the engine threads have done so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Idle connections open.
     pub idle: u64,
     /// Complete requests.
@@ -241,7 +241,7 @@ impl Counts {
         c
     }
 
-    pub fn add(&mut self, o: Counts) {
+    pub(crate) fn add(&mut self, o: Counts) {
         self.idle += o.idle;
         self.done += o.done;
         self.failed += o.failed;
@@ -273,7 +273,7 @@ impl Gate {
 }
 
 /// Runs the idle and active phases on `opts.threads` threads and merges what they measured.
-pub fn run(opts: &Options, phases: &mut dyn Phases) -> Result<Tally, String> {
+pub(crate) fn run(opts: &Options, phases: &mut dyn Phases) -> Result<Tally, String> {
     let n = opts.threads.min(opts.active.max(1)).max(1);
     let request: Arc<[u8]> = opts.target.request(opts.keepalive).into();
     let gate = Arc::new(Gate::default());

@@ -7,14 +7,18 @@
 //! `report` the table and JSON, `watch` the /proc sampler, `spread` the child processes used when
 //! one process has too few descriptors.
 
-pub mod engine;
-pub mod matrix;
-pub mod plot;
-pub mod report;
-pub mod spec;
-pub mod spread;
-pub mod target;
-pub mod watch;
+// An item is `pub` only when another crate can reach it (the binary, the tests, the other
+// crates of the workspace); the rest is `pub(crate)`, so the compiler finds what is dead.
+#![deny(unreachable_pub)]
+
+mod engine;
+mod matrix;
+mod plot;
+mod report;
+mod spec;
+mod spread;
+mod target;
+mod watch;
 
 use std::io::IsTerminal;
 use std::net::IpAddr;

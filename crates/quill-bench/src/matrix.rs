@@ -13,7 +13,7 @@ use super::report::thousands;
 use super::{measure, stderr_is_terminal, BenchArgs, Options, Stop, Summary, Target};
 
 /// A failure: the exit status (2 for arguments, 1 for the run) and the message.
-pub struct Failure(pub u8, pub String);
+pub(crate) struct Failure(pub u8, pub String);
 
 /// One measurement of the set.
 #[derive(Serialize)]
@@ -120,7 +120,7 @@ fn targets(args: &BenchArgs) -> Result<Vec<(String, Target)>, Failure> {
 }
 
 /// Runs the set, prints it, and draws the chart if asked.
-pub fn run(args: &BenchArgs, base: &Options) -> Result<(), Failure> {
+pub(crate) fn run(args: &BenchArgs, base: &Options) -> Result<(), Failure> {
     let targets = targets(args)?;
     let levels: Vec<u32> = match &args.sweep {
         Some(l) => l.0.clone(),

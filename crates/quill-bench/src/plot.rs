@@ -13,12 +13,12 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters_backend::{BackendCoord, DrawingErrorKind};
 
 /// The chart's size in pixels.
-pub const WIDTH: u32 = 900;
-pub const HEIGHT: u32 = 560;
+pub(crate) const WIDTH: u32 = 900;
+pub(crate) const HEIGHT: u32 = 560;
 
 /// One line of the chart: a target's measured throughput at each concurrency level.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Series {
+pub(crate) struct Series {
     /// The legend entry (a target name).
     pub name: String,
     /// `(concurrency, requests per second)`, in any order (drawn sorted by concurrency).
@@ -76,7 +76,7 @@ const INK: RGBColor = RGBColor(0x22, 0x22, 0x22);
 /// Errors, naming the offending series: no series at all, a series without points or without a
 /// name, and a requests/s value that is negative, NaN or infinite (a measurement that produced
 /// one is broken, and a chart that quietly clamped it would mislead).
-pub fn render_svg(
+pub(crate) fn render_svg(
     title: &str,
     x_label: &str,
     y_label: &str,

@@ -201,7 +201,7 @@ const BAR: usize = 20;
 /// Progress on stderr. On a terminal: a bar with counts, redrawn in place at most 4 times a
 /// second and cleared at the end. Otherwise a plain line every second (logs and pipes get no
 /// carriage returns).
-pub struct Meter {
+pub(crate) struct Meter {
     show: bool,
     tty: bool,
     idle_total: u64,
@@ -214,7 +214,7 @@ pub struct Meter {
 }
 
 impl Meter {
-    pub fn new(show: bool, idle_total: u64, stop: Stop) -> Meter {
+    pub(crate) fn new(show: bool, idle_total: u64, stop: Stop) -> Meter {
         Meter {
             show,
             tty: super::stderr_is_terminal(),
@@ -227,13 +227,13 @@ impl Meter {
         }
     }
 
-    pub fn start(&mut self, at: Instant) {
+    pub(crate) fn start(&mut self, at: Instant) {
         self.start = Some(at);
         self.last = Some(at);
     }
 
     /// Draws the counts: the idle phase until [`Meter::start`], then the active phase.
-    pub fn tick(&mut self, c: Counts) {
+    pub(crate) fn tick(&mut self, c: Counts) {
         if self.start.is_some() {
             self.active(c.done, c.failed);
         } else {
@@ -318,7 +318,7 @@ impl Meter {
     }
 
     /// Removes the progress line from the terminal; nothing is drawn after it.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.over = true;
         if self.drawn {
             let _ = write!(std::io::stderr(), "\r\x1b[K");
@@ -344,7 +344,7 @@ fn bar(frac: f64) -> String {
 }
 
 /// 82000 → "82,000".
-pub fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {

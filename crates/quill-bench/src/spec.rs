@@ -5,10 +5,10 @@
 use super::target::{self, Target};
 
 /// The most concurrency levels one `--sweep` may ask for: each is a full measurement.
-pub const MAX_SWEEP_POINTS: usize = 1000;
+pub(crate) const MAX_SWEEP_POINTS: usize = 1000;
 
 /// The longest target name `--target` accepts (it becomes a table column and a legend entry).
-pub const MAX_NAME_LEN: usize = 64;
+pub(crate) const MAX_NAME_LEN: usize = 64;
 
 /// Parses `--sweep`: the concurrency levels to measure, in order.
 ///
@@ -19,7 +19,7 @@ pub const MAX_NAME_LEN: usize = 64;
 /// - a comma list, measured in the order given: `50,100,500`.
 ///
 /// Every level is at least 1, no level may repeat, and at most [`MAX_SWEEP_POINTS`] levels.
-pub fn parse_sweep(s: &str) -> Result<Vec<u32>, String> {
+pub(crate) fn parse_sweep(s: &str) -> Result<Vec<u32>, String> {
     let s = s.trim();
     let levels = if s.contains(':') {
         parse_sweep_range(s)?
@@ -102,7 +102,7 @@ fn parse_sweep_list(s: &str) -> Result<Vec<u32>, String> {
 /// Parses `NAME=URL`, e.g. `haproxy-tcp=http://127.0.0.1:8001/1k`: the name is 1 to
 /// [`MAX_NAME_LEN`] of `A-Z a-z 0-9 _ . -` (unique among targets: the caller checks); the URL is
 /// what the positional TARGET takes.
-pub fn parse_named(s: &str) -> Result<(String, Target), String> {
+pub(crate) fn parse_named(s: &str) -> Result<(String, Target), String> {
     let Some((name, url)) = s.split_once('=') else {
         return Err(format!(
             "invalid target '{s}' (expected NAME=URL, e.g. quill=http://127.0.0.1:8080/)"

@@ -23,7 +23,7 @@ use super::{Options, Stop};
 const RESERVE: u64 = 200;
 
 /// How many processes the run needs: 1 when its connections fit in this one.
-pub fn processes(opts: &Options) -> Result<usize, String> {
+pub(crate) fn processes(opts: &Options) -> Result<usize, String> {
     let limit = quill_core::sys::raise_nofile_limit()
         .map_err(|e| format!("cannot read the open-file limit: {e}"))?;
     let capacity = limit.saturating_sub(RESERVE).max(1);
@@ -213,7 +213,7 @@ fn parse_progress(line: &str) -> Option<Counts> {
 
 /// Runs the measurement over `n` child processes; returns the merged tally and what was watched.
 /// Progress (the children's counts, summed) goes to `meter`.
-pub fn run(
+pub(crate) fn run(
     opts: &Options,
     n: usize,
     sampler: &mut Sampler,
@@ -295,7 +295,7 @@ impl Phases for Handshake {
 }
 
 /// `quill bench --spread-child`: runs its share and prints its tally as one JSON line.
-pub fn child_main(opts: &Options) -> ExitCode {
+pub(crate) fn child_main(opts: &Options) -> ExitCode {
     let _ = quill_core::sys::raise_nofile_limit();
     match engine::run(opts, &mut Handshake::default()) {
         Ok(t) => match serde_json::to_string(&t) {

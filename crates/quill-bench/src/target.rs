@@ -21,7 +21,7 @@ pub enum Proto {
 }
 
 /// The line sent in tcp mode.
-pub const TCP_LINE: &[u8] = b"quill-bench\n";
+pub(crate) const TCP_LINE: &[u8] = b"quill-bench\n";
 
 impl Target {
     /// The bytes of one request, built once per run and reused for every request.
@@ -47,7 +47,7 @@ impl Target {
 }
 
 /// Parses and resolves `http://HOST[:PORT][/PATH]` or `tcp://HOST:PORT`.
-pub fn parse_target(s: &str) -> Result<Target, String> {
+pub(crate) fn parse_target(s: &str) -> Result<Target, String> {
     let bad = |why: &str| format!("invalid target '{s}': {why}");
     let (scheme, rest) = s
         .split_once("://")
@@ -124,7 +124,7 @@ impl Sources {
 }
 
 /// Parses `A-B` (or a single address `A`), IPv4, A ≤ B.
-pub fn parse_sources(s: &str) -> Result<Sources, String> {
+pub(crate) fn parse_sources(s: &str) -> Result<Sources, String> {
     let bad = |why: &str| format!("invalid source range '{s}': {why}");
     let (a, b) = s.split_once('-').unwrap_or((s, s));
     let first: Ipv4Addr = a

@@ -31,7 +31,7 @@ pub struct Watched {
 
 /// One reading of /proc for a process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Reading {
+pub(crate) struct Reading {
     pub user_ticks: u64,
     pub system_ticks: u64,
     pub threads: u64,
@@ -39,7 +39,7 @@ pub struct Reading {
 }
 
 /// Reads /proc/PID/stat and /proc/PID/status; None when the process is gone.
-pub fn read(pid: u32) -> Option<Reading> {
+pub(crate) fn read(pid: u32) -> Option<Reading> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let mut r = parse_stat(&stat)?;
@@ -49,7 +49,7 @@ pub fn read(pid: u32) -> Option<Reading> {
 
 /// utime, stime and num_threads from a stat line. The name field may hold spaces and ')', so
 /// fields are counted from the last ')'.
-pub fn parse_stat(stat: &str) -> Option<Reading> {
+pub(crate) fn parse_stat(stat: &str) -> Option<Reading> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // After the name: field 3 (state) is f[0], so field N is f[N - 3].
@@ -73,7 +73,7 @@ fn name(pid: u32) -> String {
 }
 
 /// Samples the watched processes between `start` and `stop`.
-pub struct Sampler {
+pub(crate) struct Sampler {
     pids: Vec<u32>,
     running: Arc<AtomicBool>,
     state: Arc<Mutex<Vec<Track>>>,
@@ -104,7 +104,7 @@ impl Track {
 
 impl Sampler {
     /// Checks that every process exists; the error names the first one that does not.
-    pub fn new(pids: &[u32]) -> Result<Sampler, String> {
+    pub(crate) fn new(pids: &[u32]) -> Result<Sampler, String> {
         for &pid in pids {
             if read(pid).is_none() {
                 return Err(format!("--watch {pid}: no such process"));
@@ -119,7 +119,7 @@ impl Sampler {
     }
 
     /// Takes the first reading now and keeps sampling on a thread until `stop`.
-    pub fn start(&mut self) {
+    pub(crate) fn start(&mut self) {
         if self.pids.is_empty() {
             return;
         }
@@ -142,7 +142,7 @@ impl Sampler {
     }
 
     /// Takes the last reading and returns what each process used between start and stop.
-    pub fn stop(&mut self) -> Vec<Watched> {
+    pub(crate) fn stop(&mut self) -> Vec<Watched> {
         if self.pids.is_empty() {
             return Vec::new();
         }

@@ -2,6 +2,9 @@
 //! `sys` wrappers (the workspace's only `unsafe`), the duration grammar and, pure and fuzzed,
 //! the HTTP/1 module.
 
+// An item is `pub` only when another crate can reach it (the binary, the tests, the other
+// crates of the workspace); the rest is `pub(crate)`, so the compiler finds what is dead.
+#![deny(unreachable_pub)]
 // Only `sys` may contain unsafe code; the compiler enforces it for every other module.
 #![deny(unsafe_code)]
 
