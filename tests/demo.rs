@@ -23,19 +23,7 @@ fn get_root(port: u16) -> String {
 
 #[test]
 fn demo_prints_curl_hint_and_rotates_three_backends() {
-    let (q, probe, _) = Quill::spawn_first(|_dir, port| {
-        vec![
-            "demo".into(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-        ]
-    });
-    drop(probe);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !q.stdout().contains("curl") && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = q.stdout();
+    let (q, out) = start_demo();
     assert!(
         out.contains("curl"),
         "demo should print what to try (a curl command) on stdout:\n{out}"

@@ -11,7 +11,6 @@ use std::fs;
 use std::net::{Shutdown, SocketAddr};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use ctl::*;
@@ -386,25 +385,6 @@ fn demo_and_check_help_print_help() {
 // ---------------------------------------------------------------------------------------------
 // The demo
 // ---------------------------------------------------------------------------------------------
-
-/// `quill demo` on a free port; returns it once its hints are printed.
-fn start_demo() -> (QuillProcess, String) {
-    let (q, probe, _) = Quill::spawn_first(|_dir, port| {
-        vec![
-            "demo".into(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-        ]
-    });
-    drop(probe);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !q.stdout().contains("Stop with Ctrl-C") && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
-    let out = q.stdout();
-    assert!(out.contains("Stop with Ctrl-C"), "{out}");
-    (q, out)
-}
 
 /// Removes the demo's control socket (the process is killed, not stopped, when a test ends).
 fn remove_demo_socket(out: &str) {

@@ -1036,3 +1036,22 @@ pub fn running_as_root() -> bool {
     me.lines()
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
 }
+
+/// `quill demo` on a free port; returns it once its hints are printed.
+pub fn start_demo() -> (QuillProcess, String) {
+    let (q, probe, _) = Quill::spawn_first(|_dir, port| {
+        vec![
+            "demo".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+        ]
+    });
+    drop(probe);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !q.stdout().contains("Stop with Ctrl-C") && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let out = q.stdout();
+    assert!(out.contains("Stop with Ctrl-C"), "{out}");
+    (q, out)
+}
