@@ -12,6 +12,10 @@ use clap_complete::Shell;
 /// `quill generate man DIR` | `quill generate completions SHELL`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct GenerateArgs {
+    // The main command gives `-h` to Pen's hash, so each subcommand declares its own help flag.
+    /// Print help
+    #[arg(short = 'h', long, action = clap::ArgAction::Help)]
+    help: Option<bool>,
     #[command(subcommand)]
     what: What,
 }
@@ -20,6 +24,9 @@ pub(crate) struct GenerateArgs {
 enum What {
     /// Write quill.1 and one page per subcommand (quill-ctl.1, ...) into DIR
     Man {
+        /// Print help
+        #[arg(short = 'h', long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
         /// The directory to write the pages into (created if missing)
         #[arg(value_name = "DIR")]
         dir: PathBuf,
@@ -29,6 +36,9 @@ enum What {
         after_help = "Install, e.g.:\n  quill generate completions bash > /usr/share/bash-completion/completions/quill\n  quill generate completions zsh > /usr/share/zsh/vendor-completions/_quill\n  quill generate completions fish > /usr/share/fish/vendor_completions.d/quill.fish"
     )]
     Completions {
+        /// Print help
+        #[arg(short = 'h', long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
         /// bash, zsh, fish, elvish or powershell
         #[arg(value_name = "SHELL")]
         shell: Shell,
@@ -40,12 +50,12 @@ enum What {
 /// cannot be written).
 pub(crate) fn run(args: &GenerateArgs, mut cli: clap::Command) -> ExitCode {
     let done = match &args.what {
-        What::Man { dir } => man_pages(dir, cli).map(|written| {
+        What::Man { dir, .. } => man_pages(dir, cli).map(|written| {
             for path in written {
                 println!("{}", path.display());
             }
         }),
-        What::Completions { shell } => {
+        What::Completions { shell, .. } => {
             // Rendered into memory first: clap_complete panics on a failed write, and standard
             // output may be a closed pipe.
             let mut script = Vec::new();

@@ -382,6 +382,25 @@ fn demo_and_check_help_print_help() {
     }
 }
 
+#[test]
+fn every_subcommand_prints_help_with_h_and_help() {
+    for sub in [
+        &["bench"][..],
+        &["generate"],
+        &["generate", "man"],
+        &["generate", "completions"],
+    ] {
+        let usage = format!("Usage: quill {}", sub.join(" "));
+        for flag in ["--help", "-h"] {
+            let mut args = sub.to_vec();
+            args.push(flag);
+            let (code, out, err) = run_quill_output(&args);
+            assert_eq!(code, 0, "quill {args:?}: {err}");
+            assert!(out.contains(&usage), "quill {args:?}: {out}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The demo
 // ---------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ Examples:
 #[command(after_help = AFTER_HELP)]
 pub struct BenchArgs {
     /// Print help
-    #[arg(long, action = clap::ArgAction::Help)]
+    #[arg(short = 'h', long, action = clap::ArgAction::Help)]
     help: Option<bool>,
     /// Connections opened first and held open, silent, for the whole run
     #[arg(long, value_name = "N", default_value_t = 0)]
