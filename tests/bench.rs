@@ -808,18 +808,7 @@ fn bench_spreads_connections_over_child_processes_when_descriptors_run_short() {
         .stderr(std::fs::File::create(&err).unwrap())
         .spawn()
         .expect("spawn sh");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("quill bench still running after 20 s");
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_or_kill(&mut child, Duration::from_secs(20), "quill bench");
     let (out, err) = (
         std::fs::read_to_string(out).unwrap(),
         std::fs::read_to_string(err).unwrap(),

@@ -338,18 +338,11 @@ fn as_nobody(argv: &[&str]) -> Option<(i32, String, String)> {
         .stderr(std::fs::File::create(&err).unwrap())
         .spawn()
         .ok()?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{argv:?} as nobody still running after 10 s");
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_or_kill(
+        &mut child,
+        Duration::from_secs(10),
+        &format!("{argv:?} as nobody"),
+    );
     let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
     Some((status.code().unwrap_or(-1), read(&out), read(&err)))
 }
@@ -406,18 +399,11 @@ fn run_ctl_env(args: &[&str], env: &[(&str, &Path)]) -> (i32, String, String) {
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("quill ctl {args:?} still running after 10 s");
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_or_kill(
+        &mut child,
+        Duration::from_secs(10),
+        &format!("quill ctl {args:?}"),
+    );
     let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
     (status.code().unwrap_or(-1), read(&out), read(&err))
 }

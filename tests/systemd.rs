@@ -293,18 +293,11 @@ fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().expect("spawn quill");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("quill {args:?} still running after 10 s");
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_or_kill(
+        &mut child,
+        Duration::from_secs(10),
+        &format!("quill {args:?}"),
+    );
     let err = strip_ansi(&fs::read_to_string(&err_path).unwrap_or_default());
     (status.code().expect("exit code"), err)
 }

@@ -146,18 +146,11 @@ pub fn run_ctl(env_socket: Option<&Path>, args: &[&str]) -> (i32, String, String
         cmd.env("QUILL_SOCKET", p);
     }
     let mut child = cmd.spawn().expect("spawn quill ctl");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait quill ctl") {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("quill ctl {args:?} still running after 10 s");
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_or_kill(
+        &mut child,
+        Duration::from_secs(10),
+        &format!("quill ctl {args:?}"),
+    );
     let read = |p: &Path| strip_ansi(&fs::read_to_string(p).unwrap_or_default());
     let code = status
         .code()

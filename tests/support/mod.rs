@@ -1055,3 +1055,20 @@ pub fn start_demo() -> (QuillProcess, String) {
     assert!(out.contains("Stop with Ctrl-C"), "{out}");
     (q, out)
 }
+
+/// Waits for `child` to exit, at most `within`; past that it is killed and the test fails naming
+/// `what`. Every short-lived command a test runs (`quill ctl`, a shell script) ends through here.
+pub fn wait_or_kill(child: &mut Child, within: Duration, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(st) = child.try_wait().expect("wait for a child process") {
+            return st;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} still running after {within:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
