@@ -26,29 +26,6 @@ fn greeters(names: &[&str]) -> (Vec<DemoServer>, Vec<String>) {
     (servers, specs)
 }
 
-/// Quill with its control socket on a free loopback TCP port (picked again on each start
-/// attempt); returns it and the control address once it answers.
-fn start_tcp_ctl(extra: &[&str], servers: &[String]) -> (QuillProcess, SocketAddr) {
-    let caddr = std::cell::Cell::new(SocketAddr::from(([127, 0, 0, 1], 0)));
-    let q = Quill::start_with(|dir, port| {
-        caddr.set(SocketAddr::from(([127, 0, 0, 1], free_port())));
-        let c = caddr.get().to_string();
-        let mut opts = vec!["-C", c.as_str()];
-        opts.extend_from_slice(extra);
-        pen_args(dir, port, &opts, servers)
-    });
-    let caddr = caddr.get();
-    let deadline = Instant::now() + READY_TIMEOUT;
-    while ctl_tcp(caddr, "pid").is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "TCP control {caddr} not answering"
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
-    (q, caddr)
-}
-
 // === transport ===
 
 #[test]

@@ -21,22 +21,6 @@ use std::time::{Duration, Instant};
 use ctl::*;
 use support::*;
 
-/// Quill with TCP control on a free loopback port and `extra` options; returns it and the control
-/// address once it answers.
-fn start_tcp_ctl(extra: &[&str], servers: &[String]) -> (QuillProcess, SocketAddr) {
-    let caddr = std::cell::Cell::new(SocketAddr::from(([127, 0, 0, 1], 0)));
-    let q = Quill::start_with(|dir, port| {
-        caddr.set(SocketAddr::from(([127, 0, 0, 1], free_port())));
-        let c = caddr.get().to_string();
-        let mut opts = vec!["-C", c.as_str()];
-        opts.extend_from_slice(extra);
-        pen_args(dir, port, &opts, servers)
-    });
-    let caddr = caddr.get();
-    wait_tcp_ctl(&q, caddr, None);
-    (q, caddr)
-}
-
 /// Quill from a TOML file with `control` at `control` (a loopback port when None) and the
 /// top-level lines `global`; returns it and the control address (TCP) once it answers.
 fn start_toml(global: &str, server: SocketAddr) -> (QuillProcess, SocketAddr) {
@@ -54,22 +38,6 @@ fn start_toml(global: &str, server: SocketAddr) -> (QuillProcess, SocketAddr) {
     });
     let caddr = caddr.get();
     (q, caddr)
-}
-
-fn wait_tcp_ctl(q: &QuillProcess, caddr: SocketAddr, auth: Option<&str>) {
-    let line = match auth {
-        Some(t) => format!("auth {t} pid"),
-        None => "pid".to_string(),
-    };
-    let deadline = Instant::now() + READY_TIMEOUT;
-    while ctl_tcp(caddr, &line).ok() != Some(format!("{}\n", q.pid)) {
-        assert!(
-            Instant::now() < deadline,
-            "TCP control {caddr} not answering; stderr:\n{}",
-            q.stderr()
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Over TCP: one error line that contains `needle`.

@@ -1,6 +1,6 @@
-//! Helpers for the control-socket tests (tests/control.rs, tests/acl.rs): start Quill with a
-//! control socket, talk Pen's framing to it (write one line, read the reply to EOF), run
-//! `quill ctl`, and connect from another loopback source address. Included with
+//! Helpers for the control-socket tests (tests/control.rs, control_security.rs, acl.rs, ...):
+//! start Quill with a control socket (Unix or TCP), talk Pen's framing to it (write one line,
+//! read the reply to EOF), run `quill ctl`, and connect from another loopback source address. Included with
 //! `#[path = "support/ctl.rs"] mod ctl;` next to `mod support;`.
 
 #![allow(dead_code)]
@@ -193,4 +193,38 @@ pub fn server_field(servers: &str, index: usize, key: &str) -> String {
 /// Backend names seen by `n` clients connecting one after the other (each closed at once).
 pub fn names(port: u16, n: usize) -> Vec<String> {
     (0..n).map(|_| greet_name(port)).collect()
+}
+
+/// Quill with TCP control on a free loopback port and `extra` options; returns it and the control
+/// address once it answers.
+pub fn start_tcp_ctl(extra: &[&str], servers: &[String]) -> (QuillProcess, SocketAddr) {
+    let caddr = std::cell::Cell::new(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let q = Quill::start_with(|dir, port| {
+        caddr.set(SocketAddr::from(([127, 0, 0, 1], free_port())));
+        let c = caddr.get().to_string();
+        let mut opts = vec!["-C", c.as_str()];
+        opts.extend_from_slice(extra);
+        pen_args(dir, port, &opts, servers)
+    });
+    let caddr = caddr.get();
+    wait_tcp_ctl(&q, caddr, None);
+    (q, caddr)
+}
+
+/// Waits (bounded) until the TCP control socket at `caddr` answers `pid` with this process's pid
+/// (sent as `auth TOKEN pid` when `auth` is given).
+pub fn wait_tcp_ctl(q: &QuillProcess, caddr: SocketAddr, auth: Option<&str>) {
+    let line = match auth {
+        Some(t) => format!("auth {t} pid"),
+        None => "pid".to_string(),
+    };
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while ctl_tcp(caddr, &line).ok() != Some(format!("{}\n", q.pid)) {
+        assert!(
+            Instant::now() < deadline,
+            "TCP control {caddr} not answering; stderr:\n{}",
+            q.stderr()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
 }
