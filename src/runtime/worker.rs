@@ -679,20 +679,22 @@ impl Worker {
         self.free.push(idx as u32);
         self.live -= 1;
         let c = s.close(end, &mut self.pools);
-        // The server's count drops before the log line, which still names the server.
-        let server = c.server.map(|lease| {
+        // The lease (the server's count of this session) lives to the end of this call, since the
+        // log line below names its server; dropping it there instead of ending it first saves an
+        // Arc clone (a shared counter touched by every worker) per session.
+        if let Some(lease) = &c.server {
             lease.server().count_bytes(c.bytes_in, c.bytes_out);
-            lease.end()
-        });
+        }
         self.shared.active.fetch_sub(1, Ordering::Relaxed);
         self.shared.last_busy_ms.store(now, Ordering::Relaxed);
         let counters = &self.shared.counters[self.id];
         counters.ended(end);
         Counters::add(&counters.bytes_in, c.bytes_in);
         Counters::add(&counters.bytes_out, c.bytes_out);
-        let server_addr = server
+        let server_addr = c
+            .server
             .as_ref()
-            .map(|sv| sv.addr() as &dyn std::fmt::Display);
+            .map(|lease| lease.server().addr() as &dyn std::fmt::Display);
         tracing::debug!(
             "session {} -> {}: {} bytes in, {} bytes out, {}",
             c.client,
