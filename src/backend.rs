@@ -13,7 +13,7 @@ use crate::acl::{AclId, Acls};
 use crate::addr::{AdminState, BackendAddr, ServerSpec};
 use crate::balancer::{ClientTable, Cursor, Mode, ServerSet};
 use crate::clock::millis;
-use crate::config::{HealthCheck, ListenerConfig, Tuning};
+use crate::config::{HealthCheck, HttpSettings, ListenerConfig, Tuning};
 
 const NO_ACL: u8 = u8::MAX;
 
@@ -313,6 +313,8 @@ pub(crate) struct Pool {
     /// The process's ACL lists (client and per-server ACLs refer to them).
     pub acls: Arc<Acls>,
     pub health: Option<HealthCheck>,
+    /// The HTTP settings of an HTTP listener's pool; None for TCP.
+    pub http: Option<Arc<HttpSettings>>,
 }
 
 impl Pool {
@@ -401,6 +403,7 @@ impl Pool {
             cursor: old.map_or_else(Arc::default, |o| o.cursor.clone()),
             clients,
             client_acl: l.client_acl,
+            http: l.http.clone().map(Arc::new),
             acls,
             health: l.health.clone(),
         }

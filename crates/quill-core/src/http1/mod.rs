@@ -20,6 +20,7 @@
 pub mod body;
 pub mod head;
 pub mod reply;
+pub mod rewrite;
 
 #[cfg(test)]
 mod proptests;
