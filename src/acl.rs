@@ -24,7 +24,7 @@ pub(crate) enum Net {
 }
 
 impl Net {
-    fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         match (self, canonical(ip)) {
             (Net::V4(net, len), IpAddr::V4(a)) => {
                 let mask = if *len == 0 { 0 } else { u32::MAX << (32 - len) };

@@ -109,6 +109,99 @@ pub(crate) struct Entry<'a> {
     pub end: End,
 }
 
+/// One HTTP request, as the access log records it on an HTTP listener.
+pub(crate) struct HttpEntry<'a> {
+    pub client_ip: &'a dyn std::fmt::Display,
+    pub unix_time: u64,
+    /// The request line, Host, Referer, User-Agent and X-Request-ID as received, one after the
+    /// other, with their lengths in `lens` (empty when the request could not be read).
+    pub text: &'a [u8],
+    pub lens: [u16; 5],
+    /// The request id Quill sent when the request had none (empty if none).
+    pub generated_id: &'a [u8],
+    /// 0 when no response was sent.
+    pub status: u16,
+    /// Quill wrote the response itself (an error), rather than a server.
+    pub own: bool,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub server: Option<&'a dyn std::fmt::Display>,
+    pub connect_us: Option<u64>,
+    pub first_byte_us: Option<u64>,
+    pub total_us: u64,
+    pub end: End,
+}
+
+impl HttpEntry<'_> {
+    /// Field `i` of `text` (0 request line, 1 host, 2 referer, 3 user agent, 4 request id).
+    fn part(&self, i: usize) -> &[u8] {
+        let start: usize = self.lens[..i].iter().map(|&n| usize::from(n)).sum();
+        let end = start + usize::from(self.lens[i]);
+        self.text.get(start..end).unwrap_or_default()
+    }
+
+    /// The request id: the client's, or the one Quill made.
+    fn request_id(&self) -> &[u8] {
+        let theirs = self.part(4);
+        if theirs.is_empty() {
+            self.generated_id
+        } else {
+            theirs
+        }
+    }
+}
+
+/// Appends `bytes` inside double quotes: `"`, `\`, control bytes and bytes above 0x7e escaped
+/// as `\xHH`, so a hostile request cannot split the line or forge fields.
+fn push_quoted(out: &mut String, bytes: &[u8]) {
+    out.push('"');
+    for &b in bytes {
+        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
+            let _ = write!(out, "\\x{b:02x}");
+        } else {
+            out.push(b as char);
+        }
+    }
+    out.push('"');
+}
+
+/// Milliseconds with three decimals, or `-`.
+fn push_ms(out: &mut String, us: Option<u64>) {
+    match us {
+        Some(us) => {
+            let _ = write!(out, "{}.{:03}", us / 1000, us % 1000);
+        }
+        None => out.push('-'),
+    }
+}
+
+/// `[23/Nov/2026:14:09:20 +0000]` for a Unix time (UTC).
+fn push_clf_time(out: &mut String, unix: u64) {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let days = (unix / 86_400) as i64;
+    let secs = unix % 86_400;
+    // Civil date from days since 1970-01-01 (proleptic Gregorian calendar).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let _ = write!(
+        out,
+        "[{day:02}/{}/{year}:{:02}:{:02}:{:02} +0000]",
+        MONTHS[(month - 1) as usize],
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    );
+}
+
 /// A worker's handle on the access log file: buffered, flushed once per event-loop turn. Log
 /// rotation (SIGUSR2, `reopen`, a reload) moves the log generation on; the worker then opens a
 /// fresh handle at the same path.
@@ -175,6 +268,64 @@ impl AccessLog {
         let _ = self.out.write_all(line.as_bytes());
     }
 
+    /// One HTTP request: `text` is the Apache combined format followed by Quill's fields,
+    /// `json` the same fields as one object (README, "Access log").
+    pub(crate) fn write_http(&mut self, e: &HttpEntry<'_>) {
+        let line = &mut self.line;
+        line.clear();
+        let server = e.server.map(|s| s.to_string());
+        let source = if e.own { "quill" } else { "server" };
+        if self.format == LogFormat::Json {
+            let text = |b: &[u8]| json_string(&String::from_utf8_lossy(b));
+            let ms = |us: Option<u64>| {
+                us.map_or("null".to_string(), |us| {
+                    format!("{}.{:03}", us / 1000, us % 1000)
+                })
+            };
+            let _ = writeln!(
+                line,
+                "{{\"client\":{},\"time\":{},\"request\":{},\"host\":{},\"status\":{},\"bytes_in\":{},\"bytes_out\":{},\"referer\":{},\"user_agent\":{},\"server\":{},\"route\":null,\"source\":\"{source}\",\"connect_ms\":{},\"first_byte_ms\":{},\"total_ms\":{},\"end\":\"{}\",\"request_id\":{}}}",
+                json_string(&e.client_ip.to_string()),
+                e.unix_time,
+                text(e.part(0)),
+                text(e.part(1)),
+                e.status,
+                e.bytes_in,
+                e.bytes_out,
+                text(e.part(2)),
+                text(e.part(3)),
+                server.as_deref().map_or("null".to_string(), json_string),
+                ms(e.connect_us),
+                ms(e.first_byte_us),
+                ms(Some(e.total_us)),
+                e.end.name(),
+                text(e.request_id()),
+            );
+        } else {
+            push_text_field(line, e.client_ip);
+            line.push_str(" - - ");
+            push_clf_time(line, e.unix_time);
+            line.push(' ');
+            push_quoted(line, e.part(0));
+            let _ = write!(line, " {} {} ", e.status, e.bytes_out);
+            push_quoted(line, e.part(2));
+            line.push(' ');
+            push_quoted(line, e.part(3));
+            line.push(' ');
+            push_text_field(line, &server.as_deref().unwrap_or("-"));
+            let _ = write!(line, " - {source} ");
+            push_ms(line, e.connect_us);
+            line.push(' ');
+            push_ms(line, e.first_byte_us);
+            line.push(' ');
+            push_ms(line, Some(e.total_us));
+            let _ = write!(line, " {} ", e.end.name());
+            push_quoted(line, e.request_id());
+            line.push('\n');
+        }
+        let _ = self.out.write_all(line.as_bytes());
+    }
+
     pub(crate) fn flush(&mut self) {
         if !self.out.buffer().is_empty() {
             let _ = self.out.flush();
@@ -190,6 +341,23 @@ mod tests {
         let mut out = String::from("x ");
         push_text_field(&mut out, &s);
         out
+    }
+
+    #[test]
+    fn clf_time_is_the_utc_date() {
+        let mut s = String::new();
+        push_clf_time(&mut s, 1_795_442_960);
+        assert_eq!(s, "[23/Nov/2026:14:09:20 +0000]");
+        s.clear();
+        push_clf_time(&mut s, 951_782_400);
+        assert_eq!(s, "[29/Feb/2000:00:00:00 +0000]");
+    }
+
+    #[test]
+    fn quoted_fields_escape_quotes_and_control_bytes() {
+        let mut s = String::new();
+        push_quoted(&mut s, b"a\"b\n\xff");
+        assert_eq!(s, r#""a\x22b\x0a\xff""#);
     }
 
     #[test]

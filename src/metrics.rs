@@ -76,7 +76,24 @@ pub(crate) struct Counters {
     /// the last one open-ended, and the sum in microseconds.
     connect_buckets: [AtomicU64; CONNECT_BUCKETS_US.len() + 1],
     connect_sum_us: AtomicU64,
+    /// HTTP requests answered, by status class (index 1-5; 0 = no status: cut before a reply).
+    http_classes: [AtomicU64; 6],
+    /// Request durations (head received to response sent): counts per bucket of
+    /// `REQUEST_BUCKETS_US`, the last open-ended, and the sum in microseconds.
+    request_buckets: [AtomicU64; REQUEST_BUCKETS_US.len() + 1],
+    request_sum_us: AtomicU64,
+    /// Malformed requests and responses, by `http1::Error` kind.
+    http_parse_errors: [AtomicU64; HTTP_ERROR_KINDS],
 }
+
+/// Room for every `http1::Error` kind (checked by a unit test).
+pub(crate) const HTTP_ERROR_KINDS: usize = 32;
+
+/// Upper bounds (inclusive, microseconds) of the request duration histogram's buckets.
+pub(crate) const REQUEST_BUCKETS_US: [u64; 14] = [
+    250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    2_500_000, 10_000_000,
+];
 
 /// Upper bounds (inclusive, microseconds) of the connect time histogram's buckets.
 pub(crate) const CONNECT_BUCKETS_US: [u64; 12] = [
@@ -105,6 +122,52 @@ impl Counters {
             .unwrap_or(CONNECT_BUCKETS_US.len());
         Self::add(&self.connect_buckets[b], 1);
         Self::add(&self.connect_sum_us, us);
+    }
+
+    /// One HTTP request answered with `status` (0: none was).
+    pub(crate) fn http_status(&self, status: u16) {
+        let class = usize::from(status / 100).min(5);
+        Self::add(&self.http_classes[class], 1);
+    }
+
+    /// One HTTP request over, after `us` microseconds.
+    pub(crate) fn http_request_done(&self, us: u64) {
+        let b = REQUEST_BUCKETS_US
+            .iter()
+            .position(|&le| us <= le)
+            .unwrap_or(REQUEST_BUCKETS_US.len());
+        Self::add(&self.request_buckets[b], 1);
+        Self::add(&self.request_sum_us, us);
+    }
+
+    /// One message refused by the HTTP parser.
+    pub(crate) fn http_parse_error(&self, e: quill_core::http1::Error) {
+        if let Some(c) = self.http_parse_errors.get(e as usize) {
+            Self::add(c, 1);
+        }
+    }
+
+    /// HTTP requests by status class (index 0: none, 1-5: 1xx-5xx).
+    pub(crate) fn http_classes(&self) -> [u64; 6] {
+        std::array::from_fn(|i| self.http_classes[i].load(Ordering::Relaxed))
+    }
+
+    /// Per-bucket request duration counts (not cumulative) and the sum (µs).
+    pub(crate) fn request_histogram(&self) -> (Vec<u64>, u64) {
+        (
+            self.request_buckets
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect(),
+            self.request_sum_us.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Parse errors of the kind with this index.
+    pub(crate) fn http_parse_errors(&self, kind: usize) -> u64 {
+        self.http_parse_errors
+            .get(kind)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
     }
 
     /// Per-bucket connect counts (not cumulative; the last bucket is open-ended) and the sum (µs).

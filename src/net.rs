@@ -36,6 +36,14 @@ impl Stream {
         }
     }
 
+    /// Writes several slices in one call (`writev`).
+    pub(crate) fn write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => (&*s).write_vectored(bufs),
+            Stream::Unix(s) => (&*s).write_vectored(bufs),
+        }
+    }
+
     /// Writes the last bytes before an EOF: with MSG_MORE the kernel holds a short tail so that the
     /// shutdown() or close() that follows sends it and the FIN in one segment (one packet and one
     /// ACK fewer per session). Unix sockets ignore the flag.

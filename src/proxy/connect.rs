@@ -17,6 +17,7 @@ use std::sync::Arc;
 use mio::event::Event;
 use mio::Interest;
 
+use super::idle::ServerConns;
 use super::Ctx;
 use crate::addr::BackendAddr;
 use crate::backend::{Pool, Server, ServerLease};
@@ -77,6 +78,15 @@ pub(crate) struct Connector {
     lease: Option<ServerLease>,
     /// What the server socket's events said so far.
     ready: Ready,
+    /// HTTP: the connection may be one of the worker's idle ones, and its socket has a server
+    /// connection slot ([`super::idle::ServerConns`]) instead of the session's server token.
+    http: bool,
+    /// The server connection slot of the socket (HTTP).
+    conn: Option<u32>,
+    /// The connection was an idle one, reused.
+    reused: bool,
+    /// Never reuse an idle connection (a retry after a reused one failed).
+    fresh: bool,
 }
 
 impl Connector {
@@ -95,7 +105,43 @@ impl Connector {
             socket: None,
             lease: None,
             ready: Ready::default(),
+            http: false,
+            conn: None,
+            reused: false,
+            fresh: false,
         }
+    }
+
+    /// A connector for one HTTP exchange: an idle connection to the chosen server is reused
+    /// when the worker has one (unless `fresh`: a retry after a reused connection failed).
+    pub(crate) fn for_http(pool: Arc<Pool>, fresh: bool) -> Connector {
+        Connector {
+            http: true,
+            fresh,
+            ..Connector::new(pool, false)
+        }
+    }
+
+    /// Whether the connection is an idle one reused (HTTP).
+    pub(crate) fn is_reused(&self) -> bool {
+        self.connected && self.reused
+    }
+
+    /// The exchange is over (HTTP): hands the connection back to the worker's idle pool when
+    /// `keep` (the server may take another request on it), else closes it. The lease ends.
+    pub(crate) fn release(&mut self, keep: bool, expires: u64, max_idle: u32, cx: &mut Ctx) {
+        let socket = self.socket.take();
+        let lease = self.lease.take();
+        let Some(id) = self.conn.take() else {
+            return;
+        };
+        match (socket, lease, keep && self.connected && !self.ready.error) {
+            (Some(socket), Some(lease), true) => {
+                cx.conns.checkin(id, socket, lease.end(), max_idle, expires);
+            }
+            _ => cx.conns.forget(id),
+        }
+        self.connected = false;
     }
 
     pub(crate) fn pool(&self) -> &Arc<Pool> {
@@ -147,6 +193,14 @@ impl Connector {
         }
     }
 
+    /// The session is closing (HTTP): the server connection slot is freed; the socket closes
+    /// when the connector is dropped.
+    pub(crate) fn forget_conn(&mut self, conns: &mut ServerConns) {
+        if let Some(id) = self.conn.take() {
+            conns.forget(id);
+        }
+    }
+
     /// Starts a nonblocking connect to the next server that will take one, or asks for the
     /// server's name to be resolved first.
     pub(crate) fn connect_next(&mut self, client: &ClientAddr, cx: &mut Ctx) -> Progress {
@@ -162,6 +216,22 @@ impl Connector {
                 self.resolving = true;
                 self.deadline = self.deadline_from(cx.now);
                 return Progress::Resolve(server, self.deadline);
+            }
+            if self.http && !self.fresh {
+                if let Some((id, socket)) = cx.conns.checkout(lease.server(), cx.client_token) {
+                    self.socket = Some(socket);
+                    self.conn = Some(id);
+                    self.lease = Some(lease);
+                    // Idle and connected: its send buffer is empty.
+                    self.ready = Ready {
+                        writable: true,
+                        ..Ready::default()
+                    };
+                    self.reused = true;
+                    self.connected = true;
+                    self.remember(client, cx.now);
+                    return Progress::Connected;
+                }
             }
             match self.start_connect(lease, None, cx) {
                 Started::Connecting => return Progress::Waiting(self.deadline),
@@ -185,7 +255,7 @@ impl Connector {
             let why = socket.take_error().ok().flatten();
             let why = why.unwrap_or_else(|| io::Error::from(io::ErrorKind::ConnectionRefused));
             if why.kind() != io::ErrorKind::ConnectionReset {
-                self.fail(cx.now, &why, cx.counters);
+                self.fail(&why, cx);
                 return self.connect_next(client, cx);
             }
             // Not a failed connect: the server accepted, maybe sent data, and reset before this
@@ -196,13 +266,18 @@ impl Connector {
             return Progress::Waiting(self.deadline);
         }
         self.connected = true;
-        // Remember the client's server.
+        self.reused = false;
+        self.remember(client, cx.now);
+        Progress::Connected
+    }
+
+    /// Remembers the client's server (tracking).
+    fn remember(&self, client: &ClientAddr, now_ms: u64) {
         if let (Some(i), Some(ip), true) = (self.current, client.ip(), self.pool.mode.tracking()) {
             self.pool
                 .clients
-                .store(ip, i as usize, (cx.now / 1000) as u32);
+                .store(ip, i as usize, (now_ms / 1000) as u32);
         }
-        Progress::Connected
     }
 
     /// The resolver answered for the server being tried: connect to the address, or, when the
@@ -248,11 +323,7 @@ impl Connector {
         } else {
             "connect timed out"
         };
-        self.fail(
-            cx.now,
-            &io::Error::new(io::ErrorKind::TimedOut, why),
-            cx.counters,
-        );
+        self.fail(&io::Error::new(io::ErrorKind::TimedOut, why), cx);
         self.connect_next(client, cx)
     }
 
@@ -348,12 +419,22 @@ impl Connector {
         };
         match opened {
             Ok(mut stream) => {
+                let token = if self.http {
+                    let (id, token) = cx.conns.open(cx.client_token);
+                    self.conn = Some(id);
+                    token
+                } else {
+                    cx.server_token
+                };
                 if let Err(e) = cx.registry.register(
                     stream.source(),
-                    cx.server_token,
+                    token,
                     Interest::READABLE | Interest::WRITABLE,
                 ) {
                     tracing::warn!("cannot register backend socket: {e}");
+                    if let Some(id) = self.conn.take() {
+                        cx.conns.forget(id);
+                    }
                     return Started::LocalError;
                 }
                 self.socket = Some(stream);
@@ -379,13 +460,16 @@ impl Connector {
 
     /// The attempt under way failed (refused, unreachable, timed out; or the resolver did not
     /// answer in time): blacklist the server and forget the socket.
-    fn fail(&mut self, now_ms: u64, why: &io::Error, counters: &Counters) {
+    fn fail(&mut self, why: &io::Error, cx: &mut Ctx) {
         self.resolving = false;
         self.socket = None;
+        if let Some(id) = self.conn.take() {
+            cx.conns.forget(id);
+        }
         self.ready = Ready::default();
         if let Some(lease) = self.lease.take() {
             let server = lease.end();
-            self.blacklist(&server, now_ms, why, counters);
+            self.blacklist(&server, cx.now, why, cx.counters);
         }
     }
 

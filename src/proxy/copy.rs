@@ -1,8 +1,9 @@
 //! The copy machinery of a session: one [`Direction`] moves bytes read from one socket to the
 //! other, through a pooled buffer for small messages or a pooled pipe (splice, zero copy) once the
 //! direction proves bulky. A direction copies until EOF (TCP), or until a byte limit (a body of
-//! known length: then it reports the message complete and leaves the sockets open), and may start
-//! from bytes already read (seeded, e.g. read past a request head).
+//! known length: then it reports the message complete and leaves the sockets open; an HTTP
+//! session writes a head and the body bytes read with it, then lets a limited direction copy the
+//! rest of the body).
 //!
 //! A direction holds no memory while idle: the buffer or pipe goes back to the worker's pool as
 //! soon as it is drained. Never allocates per read; allocates only when a pool is empty.
@@ -20,6 +21,9 @@ pub(crate) const PIPE_SIZE: usize = 256 * 1024;
 /// Reads one pump may do before yielding to other sessions (at most 256 KiB through buffers or
 /// 4 MiB through a pipe): a fast pair of peers must not starve the rest of the worker.
 const READS_PER_PUMP: usize = 16;
+
+/// A pooled copy buffer.
+pub(crate) type Buf = Box<[u8; BUF_SIZE]>;
 
 /// A kernel pipe used as a splice buffer.
 #[derive(Debug)]
@@ -55,13 +59,13 @@ impl Pools {
         }
     }
 
-    fn buffer(&mut self) -> Box<[u8; BUF_SIZE]> {
+    pub(crate) fn buffer(&mut self) -> Buf {
         self.buffers
             .pop()
             .unwrap_or_else(|| Box::new([0u8; BUF_SIZE]))
     }
 
-    fn give_buffer(&mut self, buf: Box<[u8; BUF_SIZE]>) {
+    pub(crate) fn give_buffer(&mut self, buf: Buf) {
         if self.buffers.len() < self.max_buffers {
             self.buffers.push(buf);
         }
@@ -180,60 +184,14 @@ impl Default for Direction {
     }
 }
 
-/// Why a direction could not be seeded.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum SeedError {
-    /// More bytes than one copy buffer holds.
-    TooLong(usize),
-    /// The direction already holds bytes.
-    Busy,
-}
-
 impl Direction {
     /// A direction that copies one message of `limit` bytes, then reports it complete
     /// ([`Direction::is_complete`]) without reading further or passing EOF on.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "the HTTP session (issue 11) is the first user; unit-tested below"
-        )
-    )]
     pub(crate) fn limited(limit: u64) -> Direction {
         Direction {
             remaining: limit,
             ..Direction::default()
         }
-    }
-
-    /// Starts the direction from `bytes` already read from the source (at most one buffer); they
-    /// count against the byte limit, of which the caller seeds no more than is left.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "the HTTP session (issue 11) is the first user; unit-tested below"
-        )
-    )]
-    pub(crate) fn seed(&mut self, bytes: &[u8], pools: &mut Pools) -> Result<(), SeedError> {
-        if bytes.len() > BUF_SIZE {
-            return Err(SeedError::TooLong(bytes.len()));
-        }
-        if self.has_pending() {
-            return Err(SeedError::Busy);
-        }
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        let mut buf = pools.buffer();
-        buf[..bytes.len()].copy_from_slice(bytes);
-        self.take_budget(bytes.len());
-        self.pending = Pending::Buf {
-            buf,
-            start: 0,
-            end: bytes.len() as u32,
-        };
-        Ok(())
     }
 
     /// Whether this direction is finished: EOF read, everything written, EOF passed on.
@@ -243,15 +201,13 @@ impl Direction {
 
     /// Whether the limited message was copied whole: every byte of it read and written (not EOF:
     /// the source may go on with the next message).
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "the HTTP session (issue 11) is the first user; unit-tested below"
-        )
-    )]
     pub(crate) fn is_complete(&self) -> bool {
         self.remaining == 0 && !self.has_pending()
+    }
+
+    /// Whether the direction copies a message of known length (not until EOF).
+    pub(crate) fn is_limited(&self) -> bool {
+        self.remaining != UNLIMITED
     }
 
     pub(crate) fn has_pending(&self) -> bool {
@@ -671,35 +627,6 @@ mod tests {
         assert_eq!(got, b"abc");
         assert!(eof && d.eof && d.is_done());
         assert!(!d.is_complete(), "7 bytes of the message never came");
-    }
-
-    #[test]
-    fn seeded_bytes_are_written_before_what_the_source_sends() {
-        let (mut r, mut p) = (rig(), pools(false));
-        let mut d = Direction::default();
-        d.seed(b"abc", &mut p).unwrap();
-        assert_eq!(d.seed(b"x", &mut p), Err(SeedError::Busy));
-        let (got, eof) = r.run(&mut d, &mut p, b"def", true);
-        assert_eq!(got, b"abcdef");
-        assert!(eof);
-        assert_eq!(d.bytes, 6);
-    }
-
-    #[test]
-    fn seeded_bytes_count_against_the_byte_limit() {
-        let (mut r, mut p) = (rig(), pools(false));
-        let mut d = Direction::limited(5);
-        d.seed(b"abc", &mut p).unwrap();
-        let (got, _) = r.run(&mut d, &mut p, b"defgh", false);
-        assert_eq!(got, b"abcde");
-        assert!(d.is_complete());
-        let mut too_long = Direction::default();
-        let big = vec![0u8; BUF_SIZE + 1];
-        assert_eq!(
-            too_long.seed(&big, &mut p),
-            Err(SeedError::TooLong(BUF_SIZE + 1))
-        );
-        assert!(!too_long.has_pending());
     }
 
     #[test]

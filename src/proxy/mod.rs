@@ -3,10 +3,14 @@
 //! answers ([`Session::on_resolved`]) and its one deadline ([`Session::on_deadline`]), and acts on
 //! the [`Step`] it gets back. Choosing and connecting a server is [`connect::Connector`]'s; copying
 //! bytes is [`copy::Direction`]'s; a TCP session ([`tcp::TcpSession`]) is one of each plus two
-//! directions. An HTTP session will be a second variant of [`Session`] using the same two parts.
+//! directions. An HTTP session ([`http::HttpSession`]) uses a connector per request, server
+//! connections from the worker's idle pool ([`idle::ServerConns`]) and the same directions for
+//! its bodies.
 
 pub(crate) mod connect;
 pub(crate) mod copy;
+pub(crate) mod http;
+pub(crate) mod idle;
 pub(crate) mod tcp;
 
 use std::io;
@@ -17,10 +21,14 @@ use mio::event::Event;
 use mio::{Registry, Token};
 
 use crate::backend::{Pool, Server, ServerLease};
+use crate::log::AccessLog;
 use crate::metrics::{Counters, End};
 use crate::net::{ClientAddr, Stream};
+use crate::state::shared::Listener;
 use crate::state::shared::SessionInfo;
 use copy::Pools;
+use http::HttpSession;
+use idle::ServerConns;
 use tcp::TcpSession;
 
 /// No deadline: the session waits for events only.
@@ -62,6 +70,12 @@ pub(crate) struct Ctx<'a> {
     pub rng: &'a mut u64,
     pub counters: &'a Counters,
     pub pools: &'a mut Pools,
+    /// The worker's server connections (HTTP sessions).
+    pub conns: &'a mut ServerConns,
+    /// The access log, when it is on (HTTP sessions write a line per request).
+    pub log: Option<&'a mut AccessLog>,
+    /// The worker is draining: HTTP sessions close after their current exchange.
+    pub draining: bool,
 }
 
 impl Ctx<'_> {
@@ -92,6 +106,8 @@ pub(crate) struct Closing {
 #[derive(Debug)]
 pub(crate) enum Session {
     Tcp(TcpSession),
+    /// Boxed: an HTTP session is bigger, and TCP sessions stay small.
+    Http(Box<HttpSession>),
 }
 
 impl Session {
@@ -108,10 +124,32 @@ impl Session {
         Session::Tcp(TcpSession::new(pool, id, client, addr, denied, now))
     }
 
+    /// An HTTP session for a client just accepted on an HTTP listener.
+    pub(crate) fn http(
+        listener: Arc<Listener>,
+        id: u64,
+        client: Stream,
+        addr: ClientAddr,
+        now: u64,
+    ) -> Session {
+        Session::Http(Box::new(HttpSession::new(listener, id, client, addr, now)))
+    }
+
+    /// The worker starts draining: true when the session is idle and may be closed now (an
+    /// HTTP client between requests); a busy HTTP session closes after its current exchange.
+    /// TCP sessions carry on until they end or the drain deadline.
+    pub(crate) fn drain(&mut self) -> bool {
+        match self {
+            Session::Tcp(_) => false,
+            Session::Http(s) => s.drain(),
+        }
+    }
+
     /// Registers the client socket and starts looking for a server.
     pub(crate) fn start(&mut self, cx: &mut Ctx) -> Step {
         match self {
             Session::Tcp(s) => s.start(cx),
+            Session::Http(s) => s.start(cx),
         }
     }
 
@@ -119,6 +157,7 @@ impl Session {
     pub(crate) fn on_ready(&mut self, side: Side, ev: &Event, cx: &mut Ctx) -> Step {
         match self {
             Session::Tcp(s) => s.on_ready(side, ev, cx),
+            Session::Http(s) => s.on_ready(side, ev, cx),
         }
     }
 
@@ -126,6 +165,7 @@ impl Session {
     pub(crate) fn on_resolved(&mut self, answer: io::Result<SocketAddr>, cx: &mut Ctx) -> Step {
         match self {
             Session::Tcp(s) => s.on_resolved(answer, cx),
+            Session::Http(s) => s.on_resolved(answer, cx),
         }
     }
 
@@ -133,6 +173,7 @@ impl Session {
     pub(crate) fn on_deadline(&mut self, cx: &mut Ctx) -> Step {
         match self {
             Session::Tcp(s) => s.on_deadline(cx),
+            Session::Http(s) => s.on_deadline(cx),
         }
     }
 
@@ -140,6 +181,7 @@ impl Session {
     pub(crate) fn resume(&mut self, cx: &mut Ctx) -> Step {
         match self {
             Session::Tcp(s) => s.resume(cx),
+            Session::Http(s) => s.resume(cx),
         }
     }
 
@@ -147,6 +189,7 @@ impl Session {
     pub(crate) fn id(&self) -> u64 {
         match self {
             Session::Tcp(s) => s.id(),
+            Session::Http(s) => s.id(),
         }
     }
 
@@ -154,15 +197,22 @@ impl Session {
     pub(crate) fn info(&self, now: u64) -> SessionInfo {
         match self {
             Session::Tcp(s) => s.info(now),
+            Session::Http(s) => s.info(now),
         }
     }
 
     /// Ends the session for `end`: arms resets where the peers must see a cut stream, gives the
     /// buffers back, and hands over what the counters and the log line need. The sockets close
     /// when the session is dropped.
-    pub(crate) fn close(&mut self, end: End, pools: &mut Pools) -> Closing {
+    pub(crate) fn close(
+        &mut self,
+        end: End,
+        pools: &mut Pools,
+        conns: &mut ServerConns,
+    ) -> Closing {
         match self {
             Session::Tcp(s) => s.close(end, pools),
+            Session::Http(s) => s.close(end, pools, conns),
         }
     }
 }

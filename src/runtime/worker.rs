@@ -16,10 +16,12 @@ use mio::{Events, Poll, Token};
 use super::resolver::{self, Resolver};
 use super::timers::{Armed, Timer, Timers};
 use super::PIPES_PER_WORKER;
+use crate::log::HttpEntry;
 use crate::log::{AccessLog, Entry};
 use crate::metrics::{Counters, End};
 use crate::net::{ClientAddr, Stream};
 use crate::proxy::copy::Pools;
+use crate::proxy::idle::{Owner, ServerConns};
 use crate::proxy::{Ctx, Session, Side, Step};
 use crate::state::shared::{Listener, Phase, Report, Request, Shared, SourceSlot};
 use crate::sys;
@@ -85,6 +87,8 @@ pub(crate) struct Worker {
     free: Vec<u32>,
     live: usize,
     pools: Pools,
+    /// Server connections of HTTP sessions, busy and idle.
+    conns: ServerConns,
     /// Session deadlines, earliest first.
     timers: Timers,
     log: Option<AccessLog>,
@@ -136,6 +140,7 @@ impl Worker {
             free: Vec::new(),
             live: 0,
             pools: Pools::new(BUFFERS_PER_WORKER, PIPES_PER_WORKER, shared.splice),
+            conns: ServerConns::default(),
             timers: Timers::default(),
             log,
             rng: 0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) << 17) ^ crate::clock::unix_time(),
@@ -241,6 +246,7 @@ impl Worker {
             }
             self.drive_again(now);
             self.expire(now);
+            self.conns.expire(now);
             if self.draining && now >= self.next_sweep {
                 self.next_sweep = now + SWEEP_MS;
                 self.sweep(now);
@@ -270,7 +276,8 @@ impl Worker {
         } else {
             None
         };
-        timers.chain(pauses).chain(sweep).min()
+        let idle = self.conns.next_expiry();
+        timers.chain(pauses).chain(sweep).chain(idle).min()
     }
 
     fn dispatch(&mut self, ev: &Event, now: u64) {
@@ -286,6 +293,15 @@ impl Worker {
             }
             return;
         }
+        let t = if ServerConns::is_conn_token(t) {
+            // A server connection of an HTTP session, or an idle one.
+            match self.conns.owner(ev) {
+                Owner::Session(owner) => Token(owner.0 | BACKEND),
+                Owner::Nobody => return,
+            }
+        } else {
+            t
+        };
         let (idx, gen, side) = decode(t);
         let side = if side == CLIENT {
             Side::Client
@@ -314,6 +330,9 @@ impl Worker {
             rng: &mut self.rng,
             counters: &self.shared.counters[self.id],
             pools: &mut self.pools,
+            conns: &mut self.conns,
+            log: self.log.as_mut(),
+            draining: self.draining,
         };
         Some((s, cx))
     }
@@ -407,8 +426,10 @@ impl Worker {
         }
     }
 
-    fn open(&mut self, listener: &Listener, stream: Stream, peer: ClientAddr, now: u64) {
+    fn open(&mut self, listener: &Arc<Listener>, stream: Stream, peer: ClientAddr, now: u64) {
         Counters::add(&self.counters().accepted, 1);
+        let pool = listener.pool.load_full();
+        let http = pool.http.is_some();
         if let Some(ip) = peer.ip() {
             if self.recent.len() == RECENT {
                 self.recent.pop_front();
@@ -423,15 +444,14 @@ impl Worker {
         if self.shared.active.fetch_add(1, Ordering::Relaxed) >= max {
             self.shared.active.fetch_sub(1, Ordering::Relaxed);
             self.counters().ended(End::Refused);
-            self.log_line(&peer, None, 0, 0, 0, End::Refused);
+            self.log_refused(&peer, End::Refused, http);
             return;
         }
-        let pool = listener.pool.load_full();
         let denied = !pool.admits(peer.ip());
         if denied && pool.abuse.is_none() {
             self.shared.active.fetch_sub(1, Ordering::Relaxed);
             self.counters().ended(End::Denied);
-            self.log_line(&peer, None, 0, 0, 0, End::Denied);
+            self.log_refused(&peer, End::Denied, http);
             return;
         }
         let limit = pool.tuning.max_per_source;
@@ -442,7 +462,7 @@ impl Worker {
                     // Over its address's share: closed at once, as over `-x`.
                     self.shared.active.fetch_sub(1, Ordering::Relaxed);
                     self.counters().ended(End::Refused);
-                    self.log_line(&peer, None, 0, 0, 0, End::Refused);
+                    self.log_refused(&peer, End::Refused, http);
                     return;
                 }
                 slot
@@ -466,7 +486,11 @@ impl Worker {
         let gen = self.slots[idx].gen;
         let id = self.next_session * self.shared.counters.len() as u64 + self.id as u64;
         self.next_session += 1;
-        self.slots[idx].session = Some(Session::tcp(pool, id, stream, peer, denied, now));
+        self.slots[idx].session = Some(if pool.http.is_some() && !denied {
+            Session::http(listener.clone(), id, stream, peer, now)
+        } else {
+            Session::tcp(pool, id, stream, peer, denied, now)
+        });
         if let Some((s, mut cx)) = self.session(idx, gen, now) {
             let step = s.start(&mut cx);
             self.follow(idx, step, now);
@@ -659,6 +683,13 @@ impl Worker {
             }
         }
         self.listeners.clear();
+        // Idle HTTP clients are closed now; busy ones after their current exchange.
+        for idx in 0..self.slots.len() {
+            if self.slots[idx].session.as_mut().is_some_and(Session::drain) {
+                self.close(idx, End::Done, now);
+            }
+        }
+        self.conns.close_idle();
         tracing::debug!("worker {}: draining {} session(s)", self.id, self.live);
     }
 
@@ -678,7 +709,8 @@ impl Worker {
         slot.timer.clear();
         self.free.push(idx as u32);
         self.live -= 1;
-        let c = s.close(end, &mut self.pools);
+        let http = matches!(s, Session::Http(_));
+        let c = s.close(end, &mut self.pools, &mut self.conns);
         // The lease (the server's count of this session) lives to the end of this call, since the
         // log line below names its server; dropping it there instead of ending it first saves an
         // Arc clone (a shared counter touched by every worker) per session.
@@ -703,14 +735,43 @@ impl Worker {
             c.bytes_out,
             end.name()
         );
-        self.log_line(
-            &c.client,
-            server_addr,
-            c.bytes_in,
-            c.bytes_out,
-            now.saturating_sub(c.started_ms),
-            end,
-        );
+        if !http {
+            // HTTP sessions log each request instead.
+            self.log_line(
+                &c.client,
+                server_addr,
+                c.bytes_in,
+                c.bytes_out,
+                now.saturating_sub(c.started_ms),
+                end,
+            );
+        }
+    }
+
+    /// A client refused at accept: a session line on a TCP listener, a request line without a
+    /// request on an HTTP one (one format per listener in the file).
+    fn log_refused(&mut self, peer: &ClientAddr, end: End, http: bool) {
+        if !http {
+            return self.log_line(peer, None, 0, 0, 0, end);
+        }
+        if let Some(log) = &mut self.log {
+            log.write_http(&HttpEntry {
+                client_ip: peer,
+                unix_time: crate::clock::unix_time(),
+                text: &[],
+                lens: [0; 5],
+                generated_id: &[],
+                status: 0,
+                own: true,
+                bytes_in: 0,
+                bytes_out: 0,
+                server: None,
+                connect_us: None,
+                first_byte_us: None,
+                total_us: 0,
+                end,
+            });
+        }
     }
 
     fn log_line(

@@ -1,0 +1,1411 @@
+//! An HTTP/1.x session (DESIGN §6): a client connection carrying requests one after the other
+//! (kept alive, pipelined requests answered in order), each one an [`Exchange`] with a server
+//! connection that a [`Connector`] picks per request (Pen's selection, failover, blacklisting and
+//! emergency server) and takes from the worker's idle pool when it can.
+//!
+//! The data path is the TCP session's: heads are parsed in place in a pooled read buffer by the
+//! strict parser of `quill_core::http1`, rewritten into a second pooled buffer, and written
+//! together with the body bytes read with them in one `writev`; a `Content-Length` or
+//! close-delimited body then flows through a [`Direction`] (pooled buffers, splice once bulky),
+//! and a chunked body through the read buffer and the validating chunk decoder, never re-chunked.
+//! An idle kept-alive client holds no buffer and no server connection.
+//!
+//! Errors before the client got a byte of the response are answered here (400, 408, 413, 414,
+//! 431, 501, 502, 503, 504) and the client connection is closed; after that, a failure cuts the
+//! client connection, as a direct connection would show it.
+
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mio::event::Event;
+use mio::Interest;
+use quill_core::http1::rewrite::{self, RequestRewrite, ResponseRewrite};
+use quill_core::http1::{self, Body, Framing, Limits, Method, Version};
+
+use super::connect::{Connector, Progress};
+use super::copy::{Buf, Direction, Failure, Pools, BUF_SIZE};
+use super::idle::ServerConns;
+use super::{Closing, Ctx, Side, Step};
+use crate::backend::{Pool, ServerLease};
+use crate::clock::millis;
+use crate::config::HttpSettings;
+use crate::log::HttpEntry;
+use crate::metrics::End;
+use crate::net::{ClientAddr, Ready, Stream};
+use crate::state::shared::{Listener, SessionInfo};
+
+/// Bytes read from one side and not yet forwarded: `[start, fwd)` was forwarded (kept for a
+/// replay), `[fwd, fed)` belongs to the message and waits to be written, `[fed, end)` is not yet
+/// parsed or fed to the body decoder.
+#[derive(Debug, Default)]
+struct Input {
+    buf: Option<Buf>,
+    start: u32,
+    fwd: u32,
+    fed: u32,
+    end: u32,
+}
+
+/// What a read into an [`Input`] gave.
+#[derive(Debug, PartialEq, Eq)]
+enum Filled {
+    Data,
+    /// Nothing to read now (wait for the next edge).
+    Nothing,
+    Eof,
+    /// The buffer holds a whole unparsed message start: no room to read.
+    Full,
+}
+
+impl Input {
+    fn unparsed(&self) -> &[u8] {
+        match &self.buf {
+            Some(b) => &b[self.fed as usize..self.end as usize],
+            None => &[],
+        }
+    }
+
+    fn pending(&self) -> &[u8] {
+        match &self.buf {
+            Some(b) => &b[self.fwd as usize..self.fed as usize],
+            None => &[],
+        }
+    }
+
+    fn has_unparsed(&self) -> bool {
+        self.fed < self.end
+    }
+
+    /// Forgets the message handled so far (no replay any more); gives the buffer back when
+    /// nothing is left in it.
+    fn settle(&mut self, pools: &mut Pools) {
+        self.start = self.fwd;
+        if self.fwd == self.end {
+            self.start = 0;
+            self.fwd = 0;
+            self.fed = 0;
+            self.end = 0;
+            if let Some(b) = self.buf.take() {
+                pools.give_buffer(b);
+            }
+        }
+    }
+
+    fn release(&mut self, pools: &mut Pools) {
+        if let Some(b) = self.buf.take() {
+            pools.give_buffer(b);
+        }
+        *self = Input::default();
+    }
+
+    /// Reads what the socket has into the free end of the buffer (moving the kept bytes to its
+    /// start first when the end is reached). A short read clears the readable flag: the queue
+    /// is drained and a new edge comes with new data.
+    fn fill(&mut self, src: &Stream, sr: &mut Ready, pools: &mut Pools) -> io::Result<Filled> {
+        if !sr.readable {
+            return Ok(Filled::Nothing);
+        }
+        let buf = self.buf.get_or_insert_with(|| pools.buffer());
+        if self.end as usize == BUF_SIZE {
+            if self.start == 0 {
+                return Ok(Filled::Full);
+            }
+            let s = self.start as usize;
+            buf.copy_within(s..BUF_SIZE, 0);
+            self.fwd -= self.start;
+            self.fed -= self.start;
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let space = BUF_SIZE - self.end as usize;
+        match src.read(&mut buf[self.end as usize..]) {
+            Ok(0) => {
+                if sr.error {
+                    return Err(io::ErrorKind::ConnectionReset.into());
+                }
+                Ok(Filled::Eof)
+            }
+            Ok(n) => {
+                self.end += n as u32;
+                if n < space && !sr.read_closed && !sr.error {
+                    sr.readable = false;
+                }
+                Ok(Filled::Data)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                sr.readable = false;
+                Ok(Filled::Nothing)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Filled::Nothing),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the unparsed bytes hold the end of a head (a blank line), looking only at bytes
+    /// that arrived since `seen`: a head is parsed once, when whole, however it trickles in.
+    fn head_ends(&self, seen: u32) -> bool {
+        let Some(b) = &self.buf else { return false };
+        let from = seen.max(self.fed).saturating_sub(2).max(self.fed) as usize;
+        let bytes = &b[from..self.end as usize];
+        bytes.windows(2).any(|w| w == b"\n\n") || bytes.windows(3).any(|w| w == b"\n\r\n")
+    }
+}
+
+/// How the rest of a body flows once the head and the bytes read with it are written.
+#[derive(Debug)]
+enum Flow {
+    /// Nothing more: the message is complete once written.
+    Done,
+    /// Bytes straight from the socket (a `Content-Length` rest, or until EOF).
+    Raw(Direction),
+    /// Chunked: read into the source's [`Input`], checked by the decoder, written as they came.
+    Chunked(Body),
+}
+
+/// One direction of an exchange: a rewritten head (or a canned reply) to write first, then the
+/// body bytes waiting in the source's input, then the [`Flow`].
+#[derive(Debug)]
+struct Leg {
+    out: Option<Buf>,
+    ostart: u32,
+    oend: u32,
+    flow: Flow,
+    /// Bytes written to the destination.
+    bytes: u64,
+    /// Payload bytes of a chunked body (for `max_body`).
+    payload: u64,
+}
+
+/// Where a leg is after a pump.
+#[derive(Debug, PartialEq, Eq)]
+enum LegState {
+    Complete,
+    Blocked,
+    /// Stopped on its budget with the source still readable.
+    Yielded,
+}
+
+/// Why a leg stopped for good.
+#[derive(Debug)]
+enum LegError {
+    Read(#[expect(dead_code, reason = "kept for Debug output")] io::Error),
+    Write(#[expect(dead_code, reason = "kept for Debug output")] io::Error),
+    /// The body was malformed (a chunk line, a trailer).
+    Body(http1::Error),
+    /// The source closed before the end of the body.
+    Truncated,
+}
+
+impl Leg {
+    fn new(out: Buf, len: usize, flow: Flow) -> Leg {
+        Leg {
+            out: Some(out),
+            ostart: 0,
+            oend: len as u32,
+            flow,
+            bytes: 0,
+            payload: 0,
+        }
+    }
+
+    fn release(&mut self, pools: &mut Pools) {
+        if let Some(b) = self.out.take() {
+            pools.give_buffer(b);
+        }
+        if let Flow::Raw(d) = &mut self.flow {
+            d.release(pools);
+        }
+    }
+
+    /// Writes the head and the input's pending bytes, in one `writev` when both are there.
+    /// Ok(true) when all is written.
+    fn flush(
+        &mut self,
+        input: &mut Input,
+        dst: &Stream,
+        dr: &mut Ready,
+        pools: &mut Pools,
+    ) -> io::Result<bool> {
+        loop {
+            let head = match &self.out {
+                Some(b) => &b[self.ostart as usize..self.oend as usize],
+                None => &[][..],
+            };
+            let body = input.pending();
+            if head.is_empty() && body.is_empty() {
+                if let Some(b) = self.out.take() {
+                    pools.give_buffer(b);
+                }
+                return Ok(true);
+            }
+            if !dr.writable {
+                return Ok(false);
+            }
+            let want = head.len() + body.len();
+            let n = match dst.write_vectored(&[IoSlice::new(head), IoSlice::new(body)]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    dr.writable = false;
+                    return Ok(false);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            self.bytes += n as u64;
+            let from_head = n.min(head.len());
+            self.ostart += from_head as u32;
+            input.fwd += (n - from_head) as u32;
+            if n < want {
+                dr.writable = false;
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Moves the leg on as far as the sockets allow.
+    fn pump(
+        &mut self,
+        input: &mut Input,
+        src: &Stream,
+        sr: &mut Ready,
+        dst: &Stream,
+        dr: &mut Ready,
+        pools: &mut Pools,
+    ) -> Result<LegState, LegError> {
+        for _ in 0..64 {
+            if !self.flush(input, dst, dr, pools).map_err(LegError::Write)? {
+                return Ok(LegState::Blocked);
+            }
+            match &mut self.flow {
+                Flow::Done => return Ok(LegState::Complete),
+                Flow::Raw(d) => {
+                    let before = d.bytes;
+                    let r = d.pump(false, src, dst, sr, dr, pools);
+                    self.bytes += d.bytes - before;
+                    match r {
+                        Ok(_) => {}
+                        Err(Failure::Read(e)) => return Err(LegError::Read(e)),
+                        Err(Failure::Write(e)) => return Err(LegError::Write(e)),
+                    }
+                    if d.is_complete() {
+                        d.release(pools);
+                        self.flow = Flow::Done;
+                        return Ok(LegState::Complete);
+                    }
+                    if d.is_done() {
+                        // EOF: the end of a close-delimited body, or a cut one.
+                        let limited = d.is_limited();
+                        d.release(pools);
+                        self.flow = Flow::Done;
+                        return if limited {
+                            Err(LegError::Truncated)
+                        } else {
+                            Ok(LegState::Complete)
+                        };
+                    }
+                    return Ok(if d.yielded {
+                        LegState::Yielded
+                    } else {
+                        LegState::Blocked
+                    });
+                }
+                Flow::Chunked(body) => {
+                    if body.is_done() {
+                        self.flow = Flow::Done;
+                        continue;
+                    }
+                    if input.has_unparsed() {
+                        let fed = body.feed(input.unparsed()).map_err(LegError::Body)?;
+                        input.fed += fed.used as u32;
+                        self.payload += fed.payload;
+                        continue;
+                    }
+                    // Everything read was written: the buffer can start over.
+                    input.settle(pools);
+                    match input.fill(src, sr, pools).map_err(LegError::Read)? {
+                        Filled::Data => {}
+                        Filled::Nothing => return Ok(LegState::Blocked),
+                        Filled::Eof => return Err(LegError::Truncated),
+                        Filled::Full => return Err(LegError::Body(http1::Error::BadChunkLine)),
+                    }
+                }
+            }
+        }
+        Ok(LegState::Yielded)
+    }
+}
+
+/// Where the response is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// Waiting for (the rest of) a response head.
+    Head,
+    /// A 1xx head is being passed on; another head follows.
+    Interim,
+    /// The final response is flowing to the client.
+    Body,
+}
+
+/// One request and its response.
+#[derive(Debug)]
+struct Exchange {
+    connector: Connector,
+    /// The request head, parsed at `head_at` in the client input (where it stays until the
+    /// exchange is over, for a retry).
+    head: http1::RequestHead,
+    head_at: u32,
+    /// The request, once a server is connected; None while connecting.
+    up: Option<Leg>,
+    up_done: bool,
+    /// The request can be sent again on a new connection: the method is idempotent and the
+    /// body, if any, was all read with the head (DESIGN §6.3).
+    replayable: bool,
+    retried: bool,
+    answer: Answer,
+    down: Option<Leg>,
+    /// The server's bytes.
+    sinput: Input,
+    /// Status of the final response; 0 before.
+    status: u16,
+    /// Close the client after this response.
+    close: bool,
+    /// The server connection may take another request once this exchange is over.
+    server_keeps: bool,
+    /// Some response byte came from the server.
+    answered: bool,
+    /// Some response byte went to the client.
+    replied: bool,
+    /// Clock ms: the request was all sent; the last progress either way.
+    sent_ms: u64,
+    active_ms: u64,
+    started_at: Instant,
+    connect_us: Option<u64>,
+    first_byte_us: Option<u64>,
+    /// The request id Quill made for this request (16 hex digits), sent if it had none.
+    request_id: [u8; 16],
+}
+
+/// One HTTP client connection.
+#[derive(Debug)]
+pub(crate) struct HttpSession {
+    id: u64,
+    client: Stream,
+    addr: ClientAddr,
+    client_ready: Ready,
+    /// The listener: each request takes its pool's current snapshot (a reload applies to the
+    /// next request of a kept-alive connection).
+    listener: Arc<Listener>,
+    /// The snapshot of the current (or last) request.
+    pool: Arc<Pool>,
+    input: Input,
+    /// End of the input when a head was last looked for.
+    seen: u32,
+    ex: Option<Box<Exchange>>,
+    started_ms: u64,
+    /// Clock ms since when the client has been idle (no request in flight, none begun).
+    idle_since: u64,
+    /// First byte of the request head being read (header_timeout), if any.
+    head_since: Option<u64>,
+    requests: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+    /// The client sent EOF: no more requests.
+    client_eof: bool,
+    /// Draining: close when the current exchange is over, and say so on its response.
+    draining: bool,
+    /// The request's text for the access log (request line, Host, Referer, User-Agent,
+    /// X-Request-ID; lengths in `log_lens`), kept to reuse its allocation.
+    log_text: Vec<u8>,
+    log_lens: [u16; 5],
+}
+
+fn settings(pool: &Pool) -> &HttpSettings {
+    static DEFAULT: std::sync::OnceLock<HttpSettings> = std::sync::OnceLock::new();
+    pool.http
+        .as_deref()
+        .unwrap_or_else(|| DEFAULT.get_or_init(HttpSettings::default))
+}
+
+fn idempotent(m: Method) -> bool {
+    matches!(
+        m,
+        Method::Get | Method::Head | Method::Put | Method::Delete | Method::Options | Method::Trace
+    )
+}
+
+/// What the request side of a drive asks for.
+enum UpOutcome {
+    Fine,
+    Again,
+    ClientGone,
+    Refuse(u16),
+}
+
+/// What the response side of a drive asks for.
+enum DownOutcome {
+    /// Blocked: wait for an event.
+    Wait,
+    Again,
+    /// The exchange is over.
+    Finished,
+    /// The response head is parsed: its leg is set up.
+    Headed,
+    /// An interim response was passed on: read the next head.
+    Interim,
+    Fault(u16),
+    Retry,
+    /// The server cut the response after the client had a part of it.
+    Cut,
+    ClientGone,
+}
+
+impl HttpSession {
+    pub(crate) fn new(
+        listener: Arc<Listener>,
+        id: u64,
+        client: Stream,
+        addr: ClientAddr,
+        now_ms: u64,
+    ) -> HttpSession {
+        let pool = listener.pool.load_full();
+        HttpSession {
+            id,
+            client,
+            addr,
+            client_ready: Ready::default(),
+            listener,
+            pool,
+            input: Input::default(),
+            seen: 0,
+            ex: None,
+            started_ms: now_ms,
+            idle_since: now_ms,
+            head_since: None,
+            requests: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            client_eof: false,
+            draining: false,
+            log_text: Vec::new(),
+            log_lens: [0; 5],
+        }
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn start(&mut self, cx: &mut Ctx) -> Step {
+        if let Err(e) = cx.registry.register(
+            self.client.source(),
+            cx.client_token,
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            tracing::warn!("cannot register client socket: {e}");
+            return Step::Close(End::Error);
+        }
+        self.step(cx)
+    }
+
+    pub(crate) fn on_ready(&mut self, side: Side, ev: &Event, cx: &mut Ctx) -> Step {
+        match side {
+            Side::Client => self.client_ready.update(ev),
+            Side::Server => {
+                if let Some(ex) = &mut self.ex {
+                    let connecting = !ex.connector.is_connected();
+                    let progress = ex.connector.on_ready(ev, &self.addr, cx);
+                    if connecting {
+                        if let Some(step) = self.follow(progress, cx) {
+                            return step;
+                        }
+                    }
+                }
+            }
+        }
+        self.step(cx)
+    }
+
+    pub(crate) fn on_resolved(&mut self, answer: io::Result<SocketAddr>, cx: &mut Ctx) -> Step {
+        if let Some(ex) = &mut self.ex {
+            if !ex.connector.is_connected() {
+                let progress = ex.connector.on_resolved(answer, &self.addr, cx);
+                if let Some(step) = self.follow(progress, cx) {
+                    return step;
+                }
+            }
+        }
+        self.step(cx)
+    }
+
+    pub(crate) fn on_deadline(&mut self, cx: &mut Ctx) -> Step {
+        let now = cx.now;
+        if now < self.deadline() {
+            return self.wait();
+        }
+        let s = settings(&self.pool);
+        let Some(ex) = &mut self.ex else {
+            if self.head_since.is_some() {
+                return self.refuse(408, cx);
+            }
+            return Step::Close(End::IdleTimeout);
+        };
+        if !ex.connector.is_connected() {
+            let progress = ex.connector.on_deadline(&self.addr, cx);
+            return match self.follow(progress, cx) {
+                Some(step) => step,
+                None => self.step(cx),
+            };
+        }
+        if ex.up_done && !ex.answered {
+            return self.fault(504, cx);
+        }
+        // No body progress either way for body_timeout.
+        let _ = s;
+        if ex.replied {
+            self.client.reset_on_close();
+            return self.close_exchange(End::IdleTimeout, cx);
+        }
+        let status = if ex.answered { 504 } else { 408 };
+        self.fault(status, cx)
+    }
+
+    pub(crate) fn resume(&mut self, cx: &mut Ctx) -> Step {
+        self.step(cx)
+    }
+
+    /// The worker drains: an idle client is closed now (true); a busy one gets
+    /// `Connection: close` on its current response and is closed after it.
+    pub(crate) fn drain(&mut self) -> bool {
+        self.draining = true;
+        self.ex.is_none() && !self.input.has_unparsed()
+    }
+
+    /// The session's one deadline.
+    fn deadline(&self) -> u64 {
+        let s = settings(&self.pool);
+        let Some(ex) = &self.ex else {
+            if let Some(since) = self.head_since {
+                return since.saturating_add(millis(s.header_timeout));
+            }
+            let limit = if self.requests == 0 {
+                s.header_timeout
+            } else {
+                s.keepalive_timeout
+            };
+            return self.idle_since.saturating_add(millis(limit));
+        };
+        if !ex.connector.is_connected() {
+            return ex.connector.deadline();
+        }
+        if ex.up_done && !ex.answered {
+            return ex.sent_ms.saturating_add(millis(s.response_timeout));
+        }
+        ex.active_ms.saturating_add(millis(s.body_timeout))
+    }
+
+    fn wait(&self) -> Step {
+        Step::Wait(self.deadline())
+    }
+
+    /// Acts on the connector's answer: None when a server is connected and the request is on
+    /// its way (drive the session on), else the step to take.
+    fn follow(&mut self, progress: Progress, cx: &mut Ctx) -> Option<Step> {
+        match progress {
+            Progress::Waiting(deadline) => Some(Step::Wait(deadline)),
+            Progress::Resolve(server, deadline) => Some(Step::Resolve(server, deadline)),
+            Progress::Failed(_) => Some(self.fault(503, cx)),
+            Progress::Connected => {
+                if let Some(ex) = &mut self.ex {
+                    let us = ex.started_at.elapsed().as_micros() as u64;
+                    ex.connect_us = Some(us);
+                    if !ex.connector.is_reused() {
+                        cx.counters.connected(us);
+                    }
+                }
+                self.send_request(cx).err()
+            }
+        }
+    }
+
+    /// Does all that the sockets allow now, and says what the worker does next.
+    fn step(&mut self, cx: &mut Ctx) -> Step {
+        for _ in 0..64 {
+            let r = if self.ex.is_none() {
+                self.read_head(cx)
+            } else {
+                self.drive(cx)
+            };
+            match r {
+                Ok(true) => continue,
+                Ok(false) => return self.wait(),
+                Err(step) => return step,
+            }
+        }
+        Step::Again
+    }
+
+    // === the request head ===
+
+    /// Reads and parses the next request head. Ok(true) when an exchange began.
+    fn read_head(&mut self, cx: &mut Ctx) -> Result<bool, Step> {
+        if self.client_ready.error {
+            return Err(Step::Close(End::ClientReset));
+        }
+        if self.draining && !self.input.has_unparsed() {
+            return Err(Step::Close(End::Done));
+        }
+        loop {
+            if self.input.has_unparsed() {
+                if self.head_since.is_none() {
+                    self.head_since = Some(cx.now);
+                }
+                if self.input.head_ends(self.seen) {
+                    self.seen = 0;
+                    return self.begin(cx).map(|()| true);
+                }
+            }
+            self.seen = self.input.end;
+            if self.client_eof {
+                return Err(Step::Close(End::Done));
+            }
+            match self
+                .input
+                .fill(&self.client, &mut self.client_ready, cx.pools)
+            {
+                Ok(Filled::Data) => {}
+                Ok(Filled::Nothing) => {
+                    if !self.input.has_unparsed() {
+                        // Idle between requests: no buffer held.
+                        self.input.settle(cx.pools);
+                    }
+                    return Ok(false);
+                }
+                Ok(Filled::Eof) => {
+                    // Between requests, a clean end; within a head, a request cut short:
+                    // nothing to answer either way.
+                    self.client_eof = true;
+                    return Err(Step::Close(End::Done));
+                }
+                Ok(Filled::Full) => {
+                    self.seen = 0;
+                    return self.begin(cx).map(|()| true);
+                }
+                Err(e) => {
+                    tracing::debug!("{}: client read: {e}", self.addr.to_string_with_port());
+                    return Err(Step::Close(End::ClientReset));
+                }
+            }
+        }
+    }
+
+    /// A head is in the input (or the buffer is full): parse it and start its exchange.
+    fn begin(&mut self, cx: &mut Ctx) -> Result<(), Step> {
+        self.pool = self.listener.pool.load_full();
+        let pool = self.pool.clone();
+        let s = settings(&pool);
+        let limits = Limits {
+            max_head: (s.max_header_bytes as usize).min(BUF_SIZE),
+            max_headers: s.max_headers as usize,
+            require_host: true,
+            ..Limits::default()
+        };
+        let head = match http1::parse_request(self.input.unparsed(), &limits) {
+            Ok(Some(h)) => h,
+            // The buffer is full and holds no whole head.
+            Ok(None) => return Err(self.refuse(431, cx)),
+            Err(e) => {
+                cx.counters.http_parse_error(e);
+                return Err(self.refuse(e.request_status(), cx));
+            }
+        };
+        self.head_since = None;
+        if cx.log.is_some() {
+            self.capture_log(&head);
+        }
+        if head.method == Method::Connect {
+            return Err(self.refuse(405, cx));
+        }
+        if let (Framing::Length(n), Some(max)) = (head.framing, s.max_body) {
+            if n > max {
+                return Err(self.refuse(413, cx));
+            }
+        }
+        self.input.start = self.input.fed;
+        self.ex = Some(Box::new(Exchange {
+            connector: Connector::for_http(self.pool.clone(), false),
+            head,
+            head_at: self.input.fed,
+            up: None,
+            up_done: false,
+            replayable: idempotent(head.method),
+            retried: false,
+            answer: Answer::Head,
+            down: None,
+            sinput: Input::default(),
+            status: 0,
+            close: false,
+            server_keeps: false,
+            answered: false,
+            replied: false,
+            sent_ms: cx.now,
+            active_ms: cx.now,
+            started_at: Instant::now(),
+            connect_us: None,
+            first_byte_us: None,
+            request_id: [b'0'; 16],
+        }));
+        self.connect(cx)
+    }
+
+    /// Looks for a server for the exchange (an idle connection or a new one).
+    fn connect(&mut self, cx: &mut Ctx) -> Result<(), Step> {
+        let Some(ex) = &mut self.ex else {
+            return Ok(());
+        };
+        let progress = ex.connector.connect_next(&self.addr, cx);
+        match self.follow(progress, cx) {
+            None | Some(Step::Wait(_)) => Ok(()),
+            Some(other) => Err(other),
+        }
+    }
+
+    fn capture_log(&mut self, head: &http1::RequestHead) {
+        let buf = self.input.unparsed();
+        self.log_text.clear();
+        let line_end = buf
+            .iter()
+            .position(|&b| b == b'\r' || b == b'\n')
+            .unwrap_or(0);
+        let host = head.host.map(|h| h.of(buf)).unwrap_or_default();
+        let field = |want: &[u8]| {
+            http1::fields(buf, head.len)
+                .find(|f| f.name.of(buf).eq_ignore_ascii_case(want))
+                .map(|f| f.value.of(buf))
+                .unwrap_or_default()
+        };
+        let parts = [
+            &buf[..line_end],
+            host,
+            field(b"referer"),
+            field(b"user-agent"),
+            field(b"x-request-id"),
+        ];
+        for (i, part) in parts.iter().enumerate() {
+            // Bounded: a log line never carries more than 2 KiB of one field.
+            let n = part.len().min(2048);
+            self.log_text.extend_from_slice(&part[..n]);
+            self.log_lens[i] = n as u16;
+        }
+    }
+
+    /// Quill answers the request itself and closes: a malformed or refused request (nothing of
+    /// it went to a server), or a server that failed before the client had a byte.
+    fn refuse(&mut self, status: u16, cx: &mut Ctx) -> Step {
+        let Some(canned) = http1::canned(status) else {
+            return Step::Close(End::Error);
+        };
+        let head_only = self
+            .ex
+            .as_ref()
+            .is_some_and(|ex| ex.head.method == Method::Head);
+        let bytes = if head_only {
+            canned.head()
+        } else {
+            canned.bytes
+        };
+        // What the client sent and Quill did not read would turn the close into a reset that
+        // can destroy the reply in flight: read (and drop) what is already there first.
+        let mut scratch = cx.pools.buffer();
+        for _ in 0..8 {
+            match self.client.read(&mut scratch[..]) {
+                Ok(n) if n == BUF_SIZE => continue,
+                _ => break,
+            }
+        }
+        let n = bytes.len().min(BUF_SIZE);
+        scratch[..n].copy_from_slice(&bytes[..n]);
+        let mut leg = Leg::new(scratch, n, Flow::Done);
+        let mut empty = Input::default();
+        self.client_ready.writable = true;
+        let written = leg.flush(&mut empty, &self.client, &mut self.client_ready, cx.pools);
+        leg.release(cx.pools);
+        self.bytes_out += leg.bytes;
+        let _ = self.client.shutdown_write();
+        cx.counters.http_status(status);
+        let ex = self.ex.take();
+        self.log(status, true, leg.bytes, ex.as_deref(), End::Done, cx);
+        if let Some(mut ex) = ex {
+            self.drop_exchange(&mut ex, cx);
+        }
+        match written {
+            // A reply the socket would not take at once is not waited for: the client is
+            // being closed for an error anyway.
+            Ok(_) => Step::Close(End::Done),
+            Err(_) => Step::Close(End::ClientReset),
+        }
+    }
+
+    /// Lets go of an exchange's buffers and server connection (not reused).
+    fn drop_exchange(&mut self, ex: &mut Exchange, cx: &mut Ctx) {
+        if let Some(mut leg) = ex.up.take() {
+            leg.release(cx.pools);
+        }
+        if let Some(mut leg) = ex.down.take() {
+            leg.release(cx.pools);
+        }
+        ex.sinput.release(cx.pools);
+        ex.connector.release(false, 0, 0, cx);
+    }
+
+    // === the exchange ===
+
+    /// A server is connected: rewrite the request head and send it with the body bytes read
+    /// with it.
+    fn send_request(&mut self, cx: &mut Ctx) -> Result<(), Step> {
+        let s = settings(&self.pool);
+        let Some(ex) = self.ex.as_mut() else {
+            return Ok(());
+        };
+        let Some(buf) = self.input.buf.as_deref() else {
+            return Err(Step::Close(End::Error));
+        };
+        let head = ex.head;
+        let start = ex.head_at as usize;
+        let msg = &buf[start..self.input.end as usize];
+        if !ex.retried {
+            hex16(cx.rand(), &mut ex.request_id);
+        }
+        let client_ip = self.addr.ip();
+        let trusted = client_ip.is_some_and(|ip| s.trusted_proxies.iter().any(|n| n.contains(ip)));
+        let rw = RequestRewrite {
+            client: client_ip,
+            trusted,
+            forwarded_for: s.forwarded_for,
+            proto: "http",
+            x_forwarded_proto: s.x_forwarded_proto,
+            x_forwarded_host: s.x_forwarded_host,
+            forwarded: s.forwarded,
+            via: s.via.as_deref(),
+            request_id: s.request_id.then_some(&ex.request_id[..]),
+            edits: [&s.request_headers, &[]],
+            rewrite_path: None,
+            upgrade: false,
+        };
+        let mut out = cx.pools.buffer();
+        let n = match rewrite::write_request(msg, &head, &rw, &mut out[..]) {
+            Ok(n) => n,
+            Err(rewrite::Overflow) => {
+                cx.pools.give_buffer(out);
+                return Err(self.fault(431, cx));
+            }
+        };
+        // The body bytes read with the head.
+        let body_start = start + head.len;
+        let avail = self.input.end as usize - body_start;
+        let (taken, flow, whole) = match head.framing {
+            Framing::None | Framing::Close => (0, Flow::Done, true),
+            Framing::Length(len) => {
+                let k = len.min(avail as u64) as usize;
+                let rest = len - k as u64;
+                if rest == 0 {
+                    (k, Flow::Done, true)
+                } else {
+                    (k, Flow::Raw(Direction::limited(rest)), false)
+                }
+            }
+            Framing::Chunked => {
+                let mut body = Body::new(Framing::Chunked);
+                match body.feed(&buf[body_start..self.input.end as usize]) {
+                    Ok(f) => (f.used, Flow::Chunked(body), f.done),
+                    Err(e) => {
+                        cx.pools.give_buffer(out);
+                        cx.counters.http_parse_error(e);
+                        return Err(self.refuse(e.request_status(), cx));
+                    }
+                }
+            }
+        };
+        ex.replayable &= whole;
+        self.input.fwd = body_start as u32;
+        self.input.fed = (body_start + taken) as u32;
+        ex.up = Some(Leg::new(out, n, flow));
+        ex.up_done = false;
+        ex.sent_ms = cx.now;
+        ex.active_ms = cx.now;
+        Ok(())
+    }
+
+    /// Moves the exchange on. Ok(true) when it ended and the next request may be read.
+    fn drive(&mut self, cx: &mut Ctx) -> Result<bool, Step> {
+        match self.drive_up(cx) {
+            UpOutcome::Fine => {}
+            UpOutcome::Again => return Err(Step::Again),
+            UpOutcome::ClientGone => return Err(self.close_exchange(End::ClientReset, cx)),
+            UpOutcome::Refuse(status) => return Err(self.fault(status, cx)),
+        }
+        for _ in 0..8 {
+            match self.drive_down(cx) {
+                DownOutcome::Wait => return Ok(false),
+                DownOutcome::Again => return Err(Step::Again),
+                DownOutcome::Finished => return self.finish(End::Done, cx).map(|()| true),
+                DownOutcome::Headed | DownOutcome::Interim => continue,
+                DownOutcome::Fault(status) => return Err(self.fault(status, cx)),
+                DownOutcome::Retry => return self.retry(cx).map(|()| false),
+                DownOutcome::Cut => {
+                    self.client.reset_on_close();
+                    return Err(self.close_exchange(End::ServerReset, cx));
+                }
+                DownOutcome::ClientGone => return Err(self.close_exchange(End::ClientReset, cx)),
+            }
+        }
+        Err(Step::Again)
+    }
+
+    /// Moves the request on.
+    fn drive_up(&mut self, cx: &mut Ctx) -> UpOutcome {
+        let max_body = settings(&self.pool).max_body;
+        let Some(ex) = self.ex.as_mut() else {
+            return UpOutcome::Fine;
+        };
+        if self.client_ready.error && !ex.replied {
+            return UpOutcome::ClientGone;
+        }
+        if ex.up_done {
+            return UpOutcome::Fine;
+        }
+        let (Some(leg), Some((server, sready))) = (ex.up.as_mut(), ex.connector.server_side())
+        else {
+            return UpOutcome::Fine;
+        };
+        let before = leg.bytes;
+        let r = leg.pump(
+            &mut self.input,
+            &self.client,
+            &mut self.client_ready,
+            server,
+            sready,
+            cx.pools,
+        );
+        if leg.bytes != before {
+            ex.active_ms = cx.now;
+        }
+        if let (Some(max), Flow::Chunked(_)) = (max_body, &leg.flow) {
+            if leg.payload > max {
+                return UpOutcome::Refuse(413);
+            }
+        }
+        match r {
+            Ok(LegState::Complete) => {
+                ex.up_done = true;
+                ex.sent_ms = cx.now;
+                UpOutcome::Fine
+            }
+            Ok(LegState::Blocked) => UpOutcome::Fine,
+            Ok(LegState::Yielded) => UpOutcome::Again,
+            // The client went away mid-body.
+            Err(LegError::Read(_)) | Err(LegError::Truncated) => UpOutcome::ClientGone,
+            Err(LegError::Write(_)) => {
+                // The server went away while taking the request: its answer, if any, is read
+                // next; else a retry or a 502. The connection is not reused.
+                ex.up_done = true;
+                ex.sent_ms = cx.now;
+                ex.server_keeps = false;
+                UpOutcome::Fine
+            }
+            Err(LegError::Body(e)) => {
+                cx.counters.http_parse_error(e);
+                UpOutcome::Refuse(e.request_status())
+            }
+        }
+    }
+
+    /// Moves the response on.
+    fn drive_down(&mut self, cx: &mut Ctx) -> DownOutcome {
+        let draining = self.draining || cx.draining;
+        let client_eof = self.client_eof;
+        let s = settings(&self.pool);
+        let Some(ex) = self.ex.as_mut() else {
+            return DownOutcome::Finished;
+        };
+        if ex.answer == Answer::Head {
+            return Self::read_response_head(ex, s, draining || client_eof, cx);
+        }
+        let Some((server, sready)) = ex.connector.server_side() else {
+            return DownOutcome::Wait;
+        };
+        let Some(leg) = ex.down.as_mut() else {
+            return DownOutcome::Fault(502);
+        };
+        let before = leg.bytes;
+        let r = leg.pump(
+            &mut ex.sinput,
+            server,
+            sready,
+            &self.client,
+            &mut self.client_ready,
+            cx.pools,
+        );
+        if leg.bytes != before {
+            ex.replied = true;
+            ex.active_ms = cx.now;
+        }
+        match r {
+            Ok(LegState::Complete) => {
+                if ex.answer == Answer::Interim {
+                    if let Some(mut leg) = ex.down.take() {
+                        self.bytes_out += leg.bytes;
+                        leg.release(cx.pools);
+                    }
+                    ex.answer = Answer::Head;
+                    return DownOutcome::Interim;
+                }
+                if !ex.up_done {
+                    // The answer came before the whole request (a server refusing a body): the
+                    // rest of the request cannot be told from a next one.
+                    ex.close = true;
+                    ex.server_keeps = false;
+                }
+                DownOutcome::Finished
+            }
+            Ok(LegState::Blocked) => DownOutcome::Wait,
+            Ok(LegState::Yielded) => DownOutcome::Again,
+            Err(LegError::Write(_)) => DownOutcome::ClientGone,
+            Err(LegError::Read(_)) | Err(LegError::Truncated) => DownOutcome::Cut,
+            Err(LegError::Body(e)) => {
+                cx.counters.http_parse_error(e);
+                DownOutcome::Cut
+            }
+        }
+    }
+
+    /// Reads the response head and sets up its leg.
+    fn read_response_head(
+        ex: &mut Exchange,
+        s: &HttpSettings,
+        closing: bool,
+        cx: &mut Ctx,
+    ) -> DownOutcome {
+        let limits = Limits {
+            max_head: BUF_SIZE,
+            max_headers: 1000,
+            require_host: false,
+            ..Limits::default()
+        };
+        loop {
+            if ex.sinput.has_unparsed() {
+                let to_head = ex.head.method == Method::Head;
+                match http1::parse_response(ex.sinput.unparsed(), &limits, to_head) {
+                    Ok(Some(head)) => return Self::start_response(ex, &head, s, closing, cx),
+                    Ok(None) => {}
+                    Err(e) => {
+                        cx.counters.http_parse_error(e);
+                        return DownOutcome::Fault(502);
+                    }
+                }
+            }
+            let Some((server, sready)) = ex.connector.server_side() else {
+                return DownOutcome::Wait;
+            };
+            match ex.sinput.fill(server, sready, cx.pools) {
+                Ok(Filled::Data) => {
+                    ex.answered = true;
+                    ex.active_ms = cx.now;
+                }
+                Ok(Filled::Nothing) => return DownOutcome::Wait,
+                Ok(Filled::Full) => return DownOutcome::Fault(502),
+                Ok(Filled::Eof) | Err(_) => {
+                    // Closed (or reset) before a whole head: a kept-alive connection the server
+                    // gave up just as the request went out is retried once (DESIGN §6.3).
+                    if !ex.answered && ex.connector.is_reused() && ex.replayable && !ex.retried {
+                        return DownOutcome::Retry;
+                    }
+                    return DownOutcome::Fault(502);
+                }
+            }
+        }
+    }
+
+    /// A response head was parsed: rewrite it and set up its leg.
+    fn start_response(
+        ex: &mut Exchange,
+        head: &http1::ResponseHead,
+        s: &HttpSettings,
+        closing: bool,
+        cx: &mut Ctx,
+    ) -> DownOutcome {
+        let status = head.status;
+        if status == 101 {
+            // No upgrade was asked for (Upgrade is not passed on yet).
+            return DownOutcome::Fault(502);
+        }
+        let interim = status < 200;
+        let Some(buf) = ex.sinput.buf.as_deref() else {
+            return DownOutcome::Fault(502);
+        };
+        let base = ex.sinput.fed as usize;
+        let end = ex.sinput.end as usize;
+        let msg = &buf[base..end];
+        if !interim {
+            ex.close |=
+                !ex.head.keep_alive() || closing || head.framing == Framing::Close || !ex.up_done;
+        }
+        let rw = ResponseRewrite {
+            client_version: ex.head.version,
+            close: !interim && ex.close,
+            keep_alive_10: !interim && !ex.close && ex.head.version == Version::Http10,
+            via: s.via.as_deref(),
+            edits: [&s.response_headers, &[]],
+            upgrade: false,
+        };
+        let mut out = cx.pools.buffer();
+        let n = match rewrite::write_response(msg, head, &rw, &mut out[..]) {
+            Ok(n) => n,
+            Err(_) => {
+                cx.pools.give_buffer(out);
+                return DownOutcome::Fault(502);
+            }
+        };
+        let body_start = base + head.len;
+        let avail = end - body_start;
+        let (taken, flow) = match head.framing {
+            Framing::None => (0, Flow::Done),
+            Framing::Length(len) => {
+                let k = len.min(avail as u64) as usize;
+                let rest = len - k as u64;
+                if rest == 0 {
+                    (k, Flow::Done)
+                } else {
+                    (k, Flow::Raw(Direction::limited(rest)))
+                }
+            }
+            Framing::Close => (avail, Flow::Raw(Direction::default())),
+            Framing::Chunked => {
+                let mut body = Body::new(Framing::Chunked);
+                match body.feed(&buf[body_start..end]) {
+                    Ok(f) => (f.used, Flow::Chunked(body)),
+                    Err(e) => {
+                        cx.pools.give_buffer(out);
+                        cx.counters.http_parse_error(e);
+                        return DownOutcome::Fault(502);
+                    }
+                }
+            }
+        };
+        ex.sinput.fwd = body_start as u32;
+        ex.sinput.fed = (body_start + taken) as u32;
+        if !interim {
+            ex.status = status;
+            ex.server_keeps = head.keep_alive() && ex.up_done;
+            ex.first_byte_us = Some(ex.started_at.elapsed().as_micros() as u64);
+        }
+        ex.down = Some(Leg::new(out, n, flow));
+        ex.answer = if interim {
+            Answer::Interim
+        } else {
+            Answer::Body
+        };
+        if interim {
+            DownOutcome::Interim
+        } else {
+            DownOutcome::Headed
+        }
+    }
+
+    /// A reused connection failed before any byte of the response: the request goes again,
+    /// once, on a new connection (DESIGN §6.3).
+    fn retry(&mut self, cx: &mut Ctx) -> Result<(), Step> {
+        let Some(ex) = self.ex.as_mut() else {
+            return Ok(());
+        };
+        tracing::debug!(
+            "a reused server connection failed; sending the request again on a new one"
+        );
+        if let Some(mut leg) = ex.up.take() {
+            leg.release(cx.pools);
+        }
+        ex.sinput.release(cx.pools);
+        ex.connector.release(false, 0, 0, cx);
+        ex.retried = true;
+        ex.up_done = false;
+        ex.answer = Answer::Head;
+        ex.connector = Connector::for_http(self.pool.clone(), true);
+        // The request goes again from its head, still in the input.
+        self.input.fwd = ex.head_at;
+        self.input.fed = ex.head_at;
+        self.connect(cx)
+    }
+
+    /// The server failed (or the request body did): Quill answers `status` if the client has
+    /// not had a byte of the response yet, else cuts the client connection.
+    fn fault(&mut self, status: u16, cx: &mut Ctx) -> Step {
+        if self.ex.as_ref().is_some_and(|ex| ex.replied) {
+            self.client.reset_on_close();
+            return self.close_exchange(End::ServerReset, cx);
+        }
+        self.refuse(status, cx)
+    }
+
+    /// Ends the session in the middle of an exchange (its log line says how).
+    fn close_exchange(&mut self, end: End, cx: &mut Ctx) -> Step {
+        if let Err(step) = self.finish(end, cx) {
+            return step;
+        }
+        Step::Close(end)
+    }
+
+    /// The exchange is over: the server connection goes back to the idle pool if it may take
+    /// another request, the log line is written, and the session reads the next request (or
+    /// closes).
+    fn finish(&mut self, end: End, cx: &mut Ctx) -> Result<(), Step> {
+        let Some(mut ex) = self.ex.take() else {
+            return Ok(());
+        };
+        let s = settings(&self.pool);
+        let keep = end == End::Done
+            && ex.server_keeps
+            && ex.up_done
+            && !ex.sinput.has_unparsed()
+            && ex.sinput.pending().is_empty();
+        let up_bytes = ex.up.as_ref().map_or(0, |l| l.bytes);
+        let down_bytes = ex.down.as_ref().map_or(0, |l| l.bytes);
+        if let Some(mut leg) = ex.up.take() {
+            leg.release(cx.pools);
+        }
+        if let Some(mut leg) = ex.down.take() {
+            leg.release(cx.pools);
+        }
+        ex.sinput.release(cx.pools);
+        if let Some(sv) = ex.connector.server() {
+            sv.count_bytes(up_bytes, down_bytes);
+        }
+        self.requests += 1;
+        self.bytes_in += up_bytes;
+        self.bytes_out += down_bytes;
+        cx.counters.http_status(ex.status);
+        cx.counters
+            .http_request_done(ex.started_at.elapsed().as_micros() as u64);
+        self.log(ex.status, false, down_bytes, Some(&ex), end, cx);
+        let expires = cx.now.saturating_add(millis(s.server_idle_timeout));
+        ex.connector.release(keep, expires, s.server_keepalive, cx);
+        // Past the request: what follows in the input is the next one.
+        self.input.fwd = self.input.fed;
+        self.input.settle(cx.pools);
+        self.idle_since = cx.now;
+        self.seen = 0;
+        if ex.close || end != End::Done {
+            return Err(Step::Close(end));
+        }
+        Ok(())
+    }
+
+    /// Writes the request's access log line (if the log is on).
+    fn log(
+        &self,
+        status: u16,
+        own: bool,
+        bytes_out: u64,
+        ex: Option<&Exchange>,
+        end: End,
+        cx: &mut Ctx,
+    ) {
+        let Some(log) = cx.log.as_deref_mut() else {
+            return;
+        };
+        let server = ex.and_then(|ex| ex.connector.server());
+        let server_addr = server.map(|s| s.addr() as &dyn std::fmt::Display);
+        log.write_http(&HttpEntry {
+            client_ip: &self.addr,
+            unix_time: crate::clock::unix_time(),
+            text: &self.log_text,
+            lens: self.log_lens,
+            generated_id: ex.map_or(&[][..], |ex| &ex.request_id[..]),
+            status,
+            own,
+            bytes_in: ex.and_then(|ex| ex.up.as_ref()).map_or(0, |l| l.bytes),
+            bytes_out,
+            server: server_addr,
+            connect_us: ex.and_then(|ex| ex.connect_us),
+            first_byte_us: ex.and_then(|ex| ex.first_byte_us),
+            total_us: ex.map_or(0, |ex| ex.started_at.elapsed().as_micros() as u64),
+            end,
+        });
+    }
+
+    pub(crate) fn info(&self, now_ms: u64) -> SessionInfo {
+        let ex = self.ex.as_deref();
+        SessionInfo {
+            id: self.id,
+            listener: self.pool.name.clone(),
+            client: self.addr.to_string_with_port(),
+            server: ex
+                .and_then(|ex| ex.connector.server())
+                .map(|sv| sv.addr().to_string()),
+            age_ms: now_ms.saturating_sub(self.started_ms),
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+            state: match ex {
+                None => "http-idle",
+                Some(ex) if !ex.connector.is_connected() => "connecting",
+                Some(_) => "http-request",
+            },
+        }
+    }
+
+    /// Ends the session for `end`: buffers back to the pool, the server connection closed (a
+    /// reset when the session was cut), and what the counters and the log need.
+    pub(crate) fn close(
+        &mut self,
+        end: End,
+        pools: &mut Pools,
+        conns: &mut ServerConns,
+    ) -> Closing {
+        let mut lease: Option<ServerLease> = None;
+        if let Some(mut ex) = self.ex.take() {
+            if let Some(mut leg) = ex.up.take() {
+                leg.release(pools);
+            }
+            if let Some(mut leg) = ex.down.take() {
+                leg.release(pools);
+            }
+            ex.sinput.release(pools);
+            if matches!(end, End::Shutdown | End::ClientReset | End::Closed) {
+                ex.connector.reset_on_close();
+                if ex.replied {
+                    self.client.reset_on_close();
+                }
+            }
+            lease = ex.connector.take_lease();
+            ex.connector.forget_conn(conns);
+        }
+        self.input.release(pools);
+        Closing {
+            client: self.addr,
+            server: lease,
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+            started_ms: self.started_ms,
+        }
+    }
+}
+
+/// Writes `r` as 16 lowercase hex digits.
+fn hex16(r: u64, out: &mut [u8; 16]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = HEX[((r >> (60 - 4 * i)) & 0xf) as usize];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_sixteen_hex_digits() {
+        let mut id = [0u8; 16];
+        hex16(0x0123_4567_89ab_cdef, &mut id);
+        assert_eq!(&id, b"0123456789abcdef");
+    }
+}
