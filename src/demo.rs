@@ -17,6 +17,7 @@ use quill_core::http1::{self, Body, Framing, Limits, Method, RequestHead, Versio
 /// The HTTP demo backend's request heads: 431 past 16 KiB; a request without `Host` is answered.
 const LIMITS: Limits = Limits {
     max_head: 16 * 1024,
+    max_request_line: 16 * 1024,
     max_headers: 100,
     require_host: false,
 };

@@ -14,6 +14,7 @@ const MAX_HEADERS: usize = 32;
 /// checked against the local names, see `auth`).
 const LIMITS: Limits = Limits {
     max_head: MAX_HEAD,
+    max_request_line: MAX_HEAD,
     max_headers: MAX_HEADERS,
     require_host: false,
 };

@@ -42,6 +42,7 @@ const RECV_BUF: usize = 16 * 1024;
 /// Response heads: the whole head must fit the receive buffer; 48 fields at most.
 const LIMITS: Limits = Limits {
     max_head: RECV_BUF,
+    max_request_line: RECV_BUF,
     max_headers: 48,
     require_host: false,
 };

@@ -55,6 +55,7 @@ fn body_agrees(framing: Framing, data: &[u8]) {
 fuzz_target!(|data: &[u8]| {
     let small = Limits {
         max_head: 64,
+        max_request_line: 32,
         max_headers: 3,
         require_host: true,
     };

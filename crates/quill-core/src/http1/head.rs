@@ -180,6 +180,14 @@ pub fn fields(buf: &[u8], head_len: usize) -> Fields<'_> {
     Fields { head, pos: first }
 }
 
+/// The value of the first field named `name` (case-insensitive) of a head that [`parse_request`]
+/// or [`parse_response`] accepted, without surrounding spaces and tabs.
+pub fn field_value<'a>(buf: &'a [u8], head_len: usize, name: &[u8]) -> Option<&'a [u8]> {
+    fields(buf, head_len)
+        .find(|f| f.name.of(buf).eq_ignore_ascii_case(name))
+        .map(|f| f.value.of(buf))
+}
+
 /// Iterator over the fields of a head (see [`fields`]).
 #[derive(Clone, Debug)]
 pub struct Fields<'a> {
@@ -240,22 +248,28 @@ fn finish<T>(r: Result<T, Stop>) -> Result<Option<T>, Error> {
     }
 }
 
-/// A read position in the head, which may not pass `limit` bytes.
+/// A read position in the head, which may not pass `limit` bytes (else the error `over`).
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
     limit: usize,
+    over: Error,
 }
 
 impl<'a> Cursor<'a> {
     fn new(buf: &'a [u8], limit: usize) -> Cursor<'a> {
-        Cursor { buf, pos: 0, limit }
+        Cursor {
+            buf,
+            pos: 0,
+            limit,
+            over: Error::HeadTooLarge,
+        }
     }
 
     /// The byte at the read position.
     fn peek(&self) -> Result<u8, Stop> {
         if self.pos >= self.limit {
-            return Err(Stop::Bad(Error::HeadTooLarge));
+            return Err(Stop::Bad(self.over));
         }
         self.buf.get(self.pos).copied().ok_or(Stop::Partial)
     }
@@ -345,7 +359,7 @@ pub(super) fn is_tchar(b: u8) -> bool {
     TCHAR[usize::from(b)]
 }
 
-fn is_target_byte(b: u8) -> bool {
+pub(super) fn is_target_byte(b: u8) -> bool {
     TARGET[usize::from(b)]
 }
 
@@ -358,12 +372,16 @@ fn is_space(b: u8) -> bool {
 }
 
 /// A byte of a `Host` value: reg-name, IP literal and port characters (RFC 3986).
-fn is_host_byte(b: u8) -> bool {
+pub(super) fn is_host_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%:[]".contains(&b)
 }
 
 fn request(buf: &[u8], limits: &Limits) -> Result<RequestHead, Stop> {
-    let mut c = Cursor::new(buf, limits.max_head);
+    // The request line has the lower of the two limits, and the error of the one that is lower.
+    let mut c = Cursor::new(buf, limits.max_head.min(limits.max_request_line));
+    if limits.max_request_line < limits.max_head {
+        c.over = Error::RequestLineTooLong;
+    }
     // method SP
     let start = c.pos;
     c.skip_while(is_tchar);
@@ -400,6 +418,8 @@ fn request(buf: &[u8], limits: &Limits) -> Result<RequestHead, Stop> {
     };
     c.expect(b'\r', Error::InvalidVersion)?;
     c.lf()?;
+    c.limit = limits.max_head;
+    c.over = Error::HeadTooLarge;
     let seen = field_lines(&mut c, limits)?;
     let te = seen.transfer_encoding(version)?;
     let framing = match (te, seen.length) {

@@ -31,8 +31,8 @@ use std::fmt;
 
 pub use body::{Body, Fed, Framing};
 pub use head::{
-    fields, parse_request, parse_response, status_code, Connection, Field, Fields, Method,
-    RequestHead, ResponseHead, Target, Version,
+    field_value, fields, parse_request, parse_response, status_code, Connection, Field, Fields,
+    Method, RequestHead, ResponseHead, Target, Version,
 };
 pub use reply::{canned, reason, Canned};
 
@@ -63,6 +63,9 @@ impl Span {
 pub struct Limits {
     /// Most bytes of a head (start line, fields and the blank line): more is [`Error::HeadTooLarge`].
     pub max_head: usize,
+    /// Most bytes of a request line, its CRLF included: more is [`Error::RequestLineTooLong`]
+    /// (when below `max_head`; else the head's limit is met first).
+    pub max_request_line: usize,
     /// Most header fields: more is [`Error::TooManyHeaders`].
     pub max_headers: usize,
     /// An HTTP/1.1 request without `Host` is [`Error::MissingHost`]. Always on in the proxy; the
@@ -71,10 +74,12 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 16 KiB (a head stays in one pooled read buffer), 100 fields, `Host` required.
+    /// 16 KiB (a head stays in one pooled read buffer), an 8 KiB request line, 100 fields, `Host`
+    /// required.
     fn default() -> Limits {
         Limits {
             max_head: 16 * 1024,
+            max_request_line: 8 * 1024,
             max_headers: 100,
             require_host: true,
         }
@@ -86,6 +91,8 @@ impl Default for Limits {
 pub enum Error {
     /// The head is longer than [`Limits::max_head`] (431).
     HeadTooLarge,
+    /// The request line is longer than [`Limits::max_request_line`] (414).
+    RequestLineTooLong,
     /// More header fields than [`Limits::max_headers`] (431).
     TooManyHeaders,
     /// A CR not followed by LF.
@@ -141,10 +148,11 @@ pub enum Error {
 
 impl Error {
     /// The status Quill answers a client whose *request* has this error: 431 for the size
-    /// limits, 501 for an unknown transfer coding, else 400. A *response* error is always 502.
+    /// limits, 414 for a long request line, 501 for an unknown transfer coding, else 400. A *response* error is always 502.
     pub fn request_status(self) -> u16 {
         match self {
             Error::HeadTooLarge | Error::TooManyHeaders => 431,
+            Error::RequestLineTooLong => 414,
             Error::UnknownTransferCoding => 501,
             _ => 400,
         }
@@ -154,6 +162,7 @@ impl Error {
     pub fn name(self) -> &'static str {
         match self {
             Error::HeadTooLarge => "head_too_large",
+            Error::RequestLineTooLong => "request_line_too_long",
             Error::TooManyHeaders => "too_many_headers",
             Error::BareCr => "bare_cr",
             Error::BareLf => "bare_lf",
@@ -187,6 +196,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let text = match self {
             Error::HeadTooLarge => "head too large",
+            Error::RequestLineTooLong => "request line too long",
             Error::TooManyHeaders => "too many header fields",
             Error::BareCr => "CR not followed by LF",
             Error::BareLf => "LF not preceded by CR",

@@ -164,6 +164,7 @@ fn limits(small: bool) -> Limits {
     if small {
         Limits {
             max_head: 40,
+            max_request_line: 24,
             max_headers: 2,
             require_host: true,
         }

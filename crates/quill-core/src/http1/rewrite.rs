@@ -13,10 +13,22 @@
 //!   `Transfer-Encoding`, `Upgrade`, and every field named in `Connection`) are removed, and
 //!   `Content-Length`, and exactly one framing field is written for the framing the parser found;
 //! - `Upgrade` and `Connection: upgrade` are kept when an upgrade is asked for and allowed.
+//!
+//! Header edits apply last, in order, to the fields as they would otherwise go out (the copied
+//! ones and the proxy's own): `remove` drops every field of the name, `set` is `remove` then
+//! `add`, `add` appends. An edit of a framing or hop-by-hop field (`Content-Length`,
+//! `Transfer-Encoding`, `Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Upgrade`), or with a
+//! name that is not a token or a value with a control character, is ignored: the configuration
+//! refuses them, and the framing the proxy relies on cannot be edited away.
 
+use std::fmt;
 use std::net::IpAddr;
 
-use super::head::{RequestHead, ResponseHead};
+use super::body::Framing;
+use super::head::{
+    fields, is_host_byte, is_target_byte, is_tchar, Field, RequestHead, ResponseHead, Target,
+};
+use super::Version;
 
 /// How `X-Forwarded-For` is written on requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -99,23 +111,634 @@ pub struct ResponseRewrite<'a> {
 }
 
 /// Writes the request head the server receives into `out`; returns its length.
+///
+/// `buf` holds the head that [`parse_request`](super::parse_request) accepted as `head`. An
+/// absolute-form target goes out in origin-form, with `Host` replaced by its authority (RFC 9112
+/// §3.2.2). A `Host` named in `Connection` is kept (a client cannot strip it that way).
 pub fn write_request(
     buf: &[u8],
     head: &RequestHead,
     rw: &RequestRewrite,
     out: &mut [u8],
 ) -> Result<usize, Overflow> {
-    let _ = (buf, head, rw, out);
-    Err(Overflow)
+    let mut out = Out::new(out);
+    let req = Request::new(buf, head, rw);
+    out.put(head.method_span.of(buf))?;
+    out.put(b" ")?;
+    req.write_target(&mut out)?;
+    out.put(match head.version {
+        Version::Http10 => b" HTTP/1.0\r\n",
+        Version::Http11 => b" HTTP/1.1\r\n",
+    })?;
+    if let Some(authority) = req.authority {
+        req.proxy_field(&mut out, b"host", &[authority])?;
+    }
+    for f in fields(buf, head.len) {
+        if req.keeps(&f) {
+            out.put(f.line.of(buf))?;
+        }
+    }
+    let mut connection = Tokens::default();
+    connection.add(head.version == Version::Http10, b"keep-alive");
+    connection.add(rw.upgrade, b"upgrade");
+    req.framing_fields(&mut out, connection)?;
+    req.forwarding_fields(&mut out)?;
+    if let Some(name) = rw.via.filter(|v| is_value(v.as_bytes())) {
+        req.proxy_field(&mut out, b"via", &[received(head.version), name.as_bytes()])?;
+    }
+    if let Some(id) = rw.request_id.filter(|id| is_value(id)) {
+        if !req.has(b"x-request-id") {
+            req.proxy_field(&mut out, b"x-request-id", &[id])?;
+        }
+    }
+    req.edits.write_added(&mut out)?;
+    out.put(b"\r\n")?;
+    Ok(out.len)
 }
 
 /// Writes the response head the client receives into `out`; returns its length.
+///
+/// `buf` holds the head that [`parse_response`](super::parse_response) accepted as `head`. When
+/// the response has no body by its status or request (`Framing::None`), the server's first
+/// `Content-Length` is kept for a HEAD or 304 answer (it describes the body a GET would get) and
+/// dropped for 1xx and 204.
 pub fn write_response(
     buf: &[u8],
     head: &ResponseHead,
     rw: &ResponseRewrite,
     out: &mut [u8],
 ) -> Result<usize, Overflow> {
-    let _ = (buf, head, rw, out);
-    Err(Overflow)
+    let mut out = Out::new(out);
+    let edits = Edits { lists: rw.edits };
+    let hop = HopByHop::new(buf, head.len, rw.upgrade);
+    out.put(b"HTTP/1.1 ")?;
+    out.number(u64::from(head.status))?;
+    out.put(b" ")?;
+    out.put(head.reason.of(buf))?;
+    out.put(b"\r\n")?;
+    let keep_length = head.framing == Framing::None && head.status >= 200 && head.status != 204;
+    let mut length_kept = false;
+    for f in fields(buf, head.len) {
+        let name = f.name.of(buf);
+        let kept = if name.eq_ignore_ascii_case(b"content-length") {
+            keep_length && !std::mem::replace(&mut length_kept, true)
+        } else {
+            !hop.removes(name) && !edits.removes(name, 0)
+        };
+        if kept {
+            out.put(f.line.of(buf))?;
+        }
+    }
+    let mut connection = Tokens::default();
+    connection.add(rw.close, b"close");
+    connection.add(rw.keep_alive_10 && !rw.close, b"keep-alive");
+    connection.add(rw.upgrade, b"upgrade");
+    write_framing(&mut out, head.framing, connection)?;
+    if let Some(name) = rw.via.filter(|v| is_value(v.as_bytes())) {
+        if !edits.removes(b"via", 0) {
+            out.field(b"via", &[received(head.version), name.as_bytes()])?;
+        }
+    }
+    edits.write_added(&mut out)?;
+    out.put(b"\r\n")?;
+    Ok(out.len)
 }
+
+/// The received-protocol of a `Via` element (RFC 9110 §7.6.3): the version of the message as the
+/// proxy received it.
+fn received(version: Version) -> &'static [u8] {
+    match version {
+        Version::Http10 => b"1.0 ",
+        Version::Http11 => b"1.1 ",
+    }
+}
+
+/// The framing and `Connection` fields the proxy writes: exactly one of `Content-Length` and
+/// `Transfer-Encoding: chunked` for a delimited body, and the connection tokens, if any.
+fn write_framing(out: &mut Out, framing: Framing, connection: Tokens) -> Result<(), Overflow> {
+    if !connection.is_empty() {
+        out.put(b"Connection: ")?;
+        connection.write(out)?;
+        out.put(b"\r\n")?;
+    }
+    match framing {
+        Framing::Length(n) => {
+            out.put(b"Content-Length: ")?;
+            out.number(n)?;
+            out.put(b"\r\n")
+        }
+        Framing::Chunked => out.put(b"Transfer-Encoding: chunked\r\n"),
+        Framing::Close | Framing::None => Ok(()),
+    }
+}
+
+/// A few connection tokens, written comma-separated.
+#[derive(Clone, Copy, Default)]
+struct Tokens {
+    list: [&'static [u8]; 3],
+    len: usize,
+}
+
+impl Tokens {
+    fn add(&mut self, when: bool, token: &'static [u8]) {
+        if let (true, Some(slot)) = (when, self.list.get_mut(self.len)) {
+            *slot = token;
+            self.len += 1;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn write(&self, out: &mut Out) -> Result<(), Overflow> {
+        for (i, token) in self.list.iter().take(self.len).enumerate() {
+            if i > 0 {
+                out.put(b", ")?;
+            }
+            out.put(token)?;
+        }
+        Ok(())
+    }
+}
+
+/// What happens to one kind of forwarding field (`X-Forwarded-For`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Forward {
+    /// The incoming fields go as they came; none is added.
+    Untouched,
+    /// The incoming fields are removed; none is added.
+    Dropped,
+    /// The incoming fields are removed; the proxy's own is written.
+    Ours,
+    /// The incoming fields are removed; one is written with their values, then the proxy's.
+    Joined,
+}
+
+impl Forward {
+    fn keeps_incoming(self) -> bool {
+        self == Forward::Untouched
+    }
+}
+
+/// A request head being rewritten: what is decided before any byte is written.
+struct Request<'a, 'b> {
+    buf: &'b [u8],
+    head: &'b RequestHead,
+    rw: &'b RequestRewrite<'a>,
+    hop: HopByHop<'b>,
+    edits: Edits<'a>,
+    /// The authority of an absolute-form target, which replaces `Host`.
+    authority: Option<&'b [u8]>,
+    /// The host the client asked for (`X-Forwarded-Host`, `Forwarded: host=`).
+    host: Option<&'b [u8]>,
+    client: Option<IpAddr>,
+    xff: Forward,
+    xfp: Forward,
+    xfh: Forward,
+    forwarded: Forward,
+}
+
+impl<'a, 'b> Request<'a, 'b> {
+    fn new(buf: &'b [u8], head: &'b RequestHead, rw: &'b RequestRewrite<'a>) -> Request<'a, 'b> {
+        let authority = match head.target_form {
+            Target::Absolute => absolute_parts(head.target.of(buf)).0,
+            _ => None,
+        };
+        let host = authority
+            .or_else(|| head.host.map(|h| h.of(buf)))
+            .filter(|h| !h.is_empty());
+        let mut req = Request {
+            buf,
+            head,
+            rw,
+            hop: HopByHop::new(buf, head.len, rw.upgrade),
+            edits: Edits { lists: rw.edits },
+            authority,
+            host,
+            client: rw.client.map(|ip| ip.to_canonical()),
+            xff: Forward::Untouched,
+            xfp: Forward::Untouched,
+            xfh: Forward::Untouched,
+            forwarded: Forward::Untouched,
+        };
+        req.decide_forwarding();
+        req
+    }
+
+    /// What each forwarding field gets, from the settings, the peer's trust and what came in.
+    fn decide_forwarding(&mut self) {
+        let rw = self.rw;
+        let (trusted, client) = (rw.trusted, self.client.is_some());
+        // Without a client address (a Unix socket), nothing is added, and only a trusted peer's
+        // fields are kept.
+        let absent = if trusted {
+            Forward::Untouched
+        } else {
+            Forward::Dropped
+        };
+        self.xff = match rw.forwarded_for {
+            ForwardedFor::Off => Forward::Untouched,
+            _ if !client => absent,
+            ForwardedFor::Append if trusted => Forward::Joined,
+            ForwardedFor::Append | ForwardedFor::Replace => Forward::Ours,
+        };
+        let proto_ok = !rw.proto.is_empty() && is_value(rw.proto.as_bytes());
+        self.xfp = self.kept_or_ours(rw.x_forwarded_proto, proto_ok, b"x-forwarded-proto");
+        let host_ok = self.host.is_some();
+        self.xfh = self.kept_or_ours(rw.x_forwarded_host, host_ok, b"x-forwarded-host");
+        self.forwarded = match (rw.forwarded, client, trusted) {
+            (false, _, _) => Forward::Untouched,
+            (true, false, _) => absent,
+            (true, true, true) => Forward::Joined,
+            (true, true, false) => Forward::Ours,
+        };
+    }
+
+    /// `X-Forwarded-Proto` and `-Host`: a trusted peer's kept as is, else replaced by ours (if
+    /// there is a value to write).
+    fn kept_or_ours(&self, enabled: bool, have_value: bool, name: &[u8]) -> Forward {
+        let trusted = self.rw.trusted;
+        if !enabled || (trusted && (self.client.is_none() || self.has(name))) {
+            Forward::Untouched
+        } else if self.client.is_none() || !have_value {
+            Forward::Dropped
+        } else {
+            Forward::Ours
+        }
+    }
+
+    /// Whether a field of the input survives the rules of the hop (before forwarding and edits).
+    fn passes(&self, name: &[u8]) -> bool {
+        if name.eq_ignore_ascii_case(b"host") {
+            return self.authority.is_none();
+        }
+        !name.eq_ignore_ascii_case(b"content-length") && !self.hop.removes(name)
+    }
+
+    /// Whether the input has a field of this name that passes the hop.
+    fn has(&self, name: &[u8]) -> bool {
+        self.incoming(name).next().is_some()
+    }
+
+    /// The input fields of this name that pass the hop.
+    fn incoming<'n>(&'n self, name: &'n [u8]) -> impl Iterator<Item = Field> + 'n {
+        fields(self.buf, self.head.len).filter(move |f| {
+            let n = f.name.of(self.buf);
+            n.eq_ignore_ascii_case(name) && self.passes(n)
+        })
+    }
+
+    /// Whether an input field is copied.
+    fn keeps(&self, f: &Field) -> bool {
+        let name = f.name.of(self.buf);
+        if !self.passes(name) || self.edits.removes(name, 0) {
+            return false;
+        }
+        let forward = if name.eq_ignore_ascii_case(b"x-forwarded-for") {
+            self.xff
+        } else if name.eq_ignore_ascii_case(b"x-forwarded-proto") {
+            self.xfp
+        } else if name.eq_ignore_ascii_case(b"x-forwarded-host") {
+            self.xfh
+        } else if name.eq_ignore_ascii_case(b"forwarded") {
+            self.forwarded
+        } else {
+            Forward::Untouched
+        };
+        forward.keeps_incoming()
+    }
+
+    /// The target in origin-form (or as it came for `*` and CONNECT), its path rewritten.
+    fn write_target(&self, out: &mut Out) -> Result<(), Overflow> {
+        let target = self.head.target.of(self.buf);
+        let path_query = match self.head.target_form {
+            Target::Origin => target,
+            Target::Absolute => absolute_parts(target).1,
+            Target::Asterisk | Target::Authority => return out.put(target),
+        };
+        let split = path_query
+            .iter()
+            .position(|&b| b == b'?')
+            .unwrap_or(path_query.len());
+        let (path, query) = path_query.split_at(split);
+        let (first, rest) = match self.rw.rewrite_path {
+            Some((prefix, with))
+                if path.starts_with(prefix.as_bytes()) && with.bytes().all(is_target_byte) =>
+            {
+                (with.as_bytes(), &path[prefix.len()..])
+            }
+            _ => (&b""[..], path),
+        };
+        if first.first().or(rest.first()) != Some(&b'/') {
+            out.put(b"/")?;
+        }
+        out.put(first)?;
+        out.put(rest)?;
+        out.put(query)
+    }
+
+    /// `Connection` and the framing field.
+    fn framing_fields(&self, out: &mut Out, connection: Tokens) -> Result<(), Overflow> {
+        write_framing(out, self.head.framing, connection)
+    }
+
+    /// `X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded`, as decided.
+    fn forwarding_fields(&self, out: &mut Out) -> Result<(), Overflow> {
+        let Some(client) = self.client else {
+            return Ok(());
+        };
+        let mut ip_buf = [0u8; 48];
+        let ip = format_ip(client, &mut ip_buf);
+        if matches!(self.xff, Forward::Ours | Forward::Joined) {
+            self.joined_field(out, b"X-Forwarded-For", self.xff, |out| out.put(ip))?;
+        }
+        if self.xfp == Forward::Ours {
+            self.proxy_field(out, b"X-Forwarded-Proto", &[self.rw.proto.as_bytes()])?;
+        }
+        if let (Forward::Ours, Some(host)) = (self.xfh, self.host) {
+            self.proxy_field(out, b"X-Forwarded-Host", &[host])?;
+        }
+        if matches!(self.forwarded, Forward::Ours | Forward::Joined) {
+            self.joined_field(out, b"Forwarded", self.forwarded, |out| {
+                self.forwarded_element(out, client, ip)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// One field of the proxy's: the incoming values joined with ", " (when `Joined`), then ours.
+    fn joined_field(
+        &self,
+        out: &mut Out,
+        name: &[u8],
+        how: Forward,
+        ours: impl FnOnce(&mut Out) -> Result<(), Overflow>,
+    ) -> Result<(), Overflow> {
+        if self.edits.removes(name, 0) {
+            return Ok(());
+        }
+        out.put(name)?;
+        out.put(b": ")?;
+        if how == Forward::Joined {
+            for f in self.incoming(name) {
+                let value = f.value.of(self.buf);
+                if !value.is_empty() {
+                    out.put(value)?;
+                    out.put(b", ")?;
+                }
+            }
+        }
+        ours(out)?;
+        out.put(b"\r\n")
+    }
+
+    /// An RFC 7239 element: `for=ADDR;proto=PROTO;host=HOST`.
+    fn forwarded_element(&self, out: &mut Out, client: IpAddr, ip: &[u8]) -> Result<(), Overflow> {
+        out.put(b"for=")?;
+        match client {
+            IpAddr::V4(_) => out.put(ip)?,
+            IpAddr::V6(_) => {
+                out.put(b"\"[")?;
+                out.put(ip)?;
+                out.put(b"]\"")?;
+            }
+        }
+        let proto = self.rw.proto.as_bytes();
+        if !proto.is_empty() && is_value(proto) {
+            out.put(b";proto=")?;
+            out.token_or_quoted(proto)?;
+        }
+        if let Some(host) = self.host {
+            out.put(b";host=")?;
+            out.token_or_quoted(host)?;
+        }
+        Ok(())
+    }
+
+    /// A field of the proxy's, unless an edit removes it.
+    fn proxy_field(&self, out: &mut Out, name: &[u8], value: &[&[u8]]) -> Result<(), Overflow> {
+        if self.edits.removes(name, 0) {
+            return Ok(());
+        }
+        out.field(name, value)
+    }
+}
+
+/// The authority (without user info; None if that is not a valid host) and the path and query of
+/// an absolute-form target.
+fn absolute_parts(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
+    let after_scheme = target
+        .windows(3)
+        .position(|w| w == b"://")
+        .map_or(target.len(), |i| i + 3);
+    let rest = target.get(after_scheme..).unwrap_or_default();
+    let end = rest
+        .iter()
+        .position(|&b| b == b'/' || b == b'?')
+        .unwrap_or(rest.len());
+    let (authority, path_query) = rest.split_at(end);
+    let host = match authority.iter().rposition(|&b| b == b'@') {
+        Some(at) => &authority[at + 1..],
+        None => authority,
+    };
+    let valid = !host.is_empty() && host.iter().all(|&b| is_host_byte(b));
+    (valid.then_some(host), path_query)
+}
+
+/// `ip` in text (an IPv4 address mapped into IPv6 shown as IPv4), in `buf`.
+fn format_ip(ip: IpAddr, buf: &mut [u8; 48]) -> &[u8] {
+    let mut w = Out::new(buf);
+    // 45 bytes is the longest IPv6 text: this cannot overflow, and an error would give "".
+    let len = match fmt::write(&mut w, format_args!("{ip}")) {
+        Ok(()) => w.len,
+        Err(_) => 0,
+    };
+    buf.get(..len).unwrap_or_default()
+}
+
+/// The hop-by-hop fields of a head: the fixed ones and those its `Connection` fields name.
+struct HopByHop<'b> {
+    buf: &'b [u8],
+    head_len: usize,
+    /// Keep `Upgrade` (an upgrade is under way).
+    upgrade: bool,
+    /// Whether a `Connection` field names anything but `close`, `keep-alive` and `upgrade` (the
+    /// common case is no: no need to read them again for each field).
+    names_others: bool,
+}
+
+impl<'b> HopByHop<'b> {
+    fn new(buf: &'b [u8], head_len: usize, upgrade: bool) -> HopByHop<'b> {
+        let mut hop = HopByHop {
+            buf,
+            head_len,
+            upgrade,
+            names_others: false,
+        };
+        let names_others = hop
+            .connection_tokens()
+            .any(|t| !is_fixed_hop(t) && !t.eq_ignore_ascii_case(b"close") && !t.is_empty());
+        hop.names_others = names_others;
+        hop
+    }
+
+    fn connection_tokens(&self) -> impl Iterator<Item = &'b [u8]> + '_ {
+        let buf = self.buf;
+        fields(buf, self.head_len)
+            .filter(move |f| f.name.of(buf).eq_ignore_ascii_case(b"connection"))
+            .flat_map(move |f| f.value.of(buf).split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+    }
+
+    /// Whether a field of this name is removed. `Host` is never (a client cannot name it away).
+    fn removes(&self, name: &[u8]) -> bool {
+        if self.upgrade && name.eq_ignore_ascii_case(b"upgrade") {
+            return false;
+        }
+        if is_fixed_hop(name) {
+            return true;
+        }
+        self.names_others
+            && !name.eq_ignore_ascii_case(b"host")
+            && self
+                .connection_tokens()
+                .any(|t| t.eq_ignore_ascii_case(name))
+    }
+}
+
+/// RFC 9110 §7.6.1's hop-by-hop fields.
+fn is_fixed_hop(name: &[u8]) -> bool {
+    [
+        &b"connection"[..],
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"transfer-encoding",
+        b"upgrade",
+    ]
+    .iter()
+    .any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// Fields no edit touches: the hop-by-hop ones and `Content-Length`.
+fn is_protected(name: &[u8]) -> bool {
+    is_fixed_hop(name) || name.eq_ignore_ascii_case(b"content-length")
+}
+
+/// Visible ASCII, spaces, tabs and obs-text: what a field value may hold.
+fn is_value(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80)
+}
+
+/// The listener's and the route's edits, as one ordered list of the usable ones.
+#[derive(Clone, Copy)]
+struct Edits<'a> {
+    lists: [&'a [HeaderEdit]; 2],
+}
+
+impl<'a> Edits<'a> {
+    fn iter(&self) -> impl Iterator<Item = &'a HeaderEdit> {
+        let [first, second] = self.lists;
+        first.iter().chain(second).filter(|e| usable(e))
+    }
+
+    /// Whether an edit from number `from` on removes a field of this name.
+    fn removes(&self, name: &[u8], from: usize) -> bool {
+        self.iter().skip(from).any(|e| {
+            matches!(e.op, EditOp::Remove | EditOp::Set)
+                && e.name.as_bytes().eq_ignore_ascii_case(name)
+        })
+    }
+
+    /// The fields the edits add that no later edit removes.
+    fn write_added(&self, out: &mut Out) -> Result<(), Overflow> {
+        for (i, e) in self.iter().enumerate() {
+            if matches!(e.op, EditOp::Add | EditOp::Set) && !self.removes(e.name.as_bytes(), i + 1)
+            {
+                out.field(e.name.as_bytes(), &[e.value.as_bytes()])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An edit that can be applied: a token name that is not protected, and a field value.
+fn usable(e: &HeaderEdit) -> bool {
+    let name = e.name.as_bytes();
+    !name.is_empty()
+        && name.iter().all(|&b| is_tchar(b))
+        && !is_protected(name)
+        && (e.op == EditOp::Remove || is_value(e.value.as_bytes()))
+}
+
+/// The output buffer and how much of it is written.
+struct Out<'o> {
+    buf: &'o mut [u8],
+    len: usize,
+}
+
+impl<'o> Out<'o> {
+    fn new(buf: &'o mut [u8]) -> Out<'o> {
+        Out { buf, len: 0 }
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Result<(), Overflow> {
+        let end = self.len.checked_add(bytes.len()).ok_or(Overflow)?;
+        let dst = self.buf.get_mut(self.len..end).ok_or(Overflow)?;
+        dst.copy_from_slice(bytes);
+        self.len = end;
+        Ok(())
+    }
+
+    /// `name: value CRLF`, the value in parts.
+    fn field(&mut self, name: &[u8], value: &[&[u8]]) -> Result<(), Overflow> {
+        self.put(name)?;
+        self.put(b": ")?;
+        for part in value {
+            self.put(part)?;
+        }
+        self.put(b"\r\n")
+    }
+
+    fn number(&mut self, mut n: u64) -> Result<(), Overflow> {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.put(&digits[at..])
+    }
+
+    /// A token as is, anything else as a quoted-string (RFC 9110 §5.6.4).
+    fn token_or_quoted(&mut self, bytes: &[u8]) -> Result<(), Overflow> {
+        if bytes.iter().all(|&b| is_tchar(b)) {
+            return self.put(bytes);
+        }
+        self.put(b"\"")?;
+        for &b in bytes {
+            if b == b'"' || b == b'\\' {
+                self.put(b"\\")?;
+            }
+            self.put(&[b])?;
+        }
+        self.put(b"\"")
+    }
+}
+
+impl fmt::Write for Out<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.put(s.as_bytes()).map_err(|_| fmt::Error)
+    }
+}
+
+#[cfg(test)]
+#[path = "rewrite_tests.rs"]
+mod tests;

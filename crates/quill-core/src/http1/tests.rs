@@ -5,6 +5,7 @@ use super::*;
 
 const LIMITS: Limits = Limits {
     max_head: 1024,
+    max_request_line: 1024,
     max_headers: 8,
     require_host: true,
 };
@@ -687,4 +688,63 @@ fn errors_name_themselves_and_map_to_statuses() {
         Error::ContentLengthWithTransferEncoding.request_status(),
         400
     );
+}
+
+#[test]
+fn request_line_over_the_limit_is_too_long() {
+    let limits = Limits {
+        max_request_line: 32,
+        ..LIMITS
+    };
+    // 30 bytes and its CRLF: at the limit, accepted.
+    let line = format!("GET /{} HTTP/1.1\r\n", "a".repeat(16));
+    assert_eq!(line.len(), 32);
+    let text = format!("{line}Host: a\r\n\r\n");
+    assert!(parse_request(text.as_bytes(), &limits).is_ok_and(|h| h.is_some()));
+    // One byte more: refused as soon as the bytes show it, before its end.
+    let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(17));
+    assert_eq!(
+        parse_request(long.as_bytes(), &limits),
+        Err(Error::RequestLineTooLong)
+    );
+    assert_eq!(
+        parse_request(&long.as_bytes()[..32], &limits),
+        Err(Error::RequestLineTooLong)
+    );
+    assert_eq!(parse_request(&long.as_bytes()[..31], &limits), Ok(None));
+    // A long method or a long target alike.
+    let method = format!("{} / HTTP/1.1\r\n", "M".repeat(40));
+    assert_eq!(
+        parse_request(method.as_bytes(), &limits),
+        Err(Error::RequestLineTooLong)
+    );
+    assert_eq!(Error::RequestLineTooLong.request_status(), 414);
+    assert_eq!(Error::RequestLineTooLong.name(), "request_line_too_long");
+    // Fields may be longer than the request line: the head's limit is theirs.
+    let field = format!(
+        "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
+        "v".repeat(100)
+    );
+    assert!(parse_request(field.as_bytes(), &limits).is_ok_and(|h| h.is_some()));
+    // A line limit at or over the head's: the head's limit is met first (431).
+    let huge = format!("GET /{} HTTP/1.1\r\n", "a".repeat(2000));
+    assert_eq!(
+        parse_request(huge.as_bytes(), &LIMITS),
+        Err(Error::HeadTooLarge)
+    );
+    assert_eq!(Limits::default().max_request_line, 8 * 1024);
+}
+
+#[test]
+fn field_value_is_the_first_value_of_the_name() {
+    let text = b"GET / HTTP/1.1\r\nHost: a\r\nexpect:  100-continue \r\nX-Request-ID: 1\r\nx-request-id: 2\r\n\r\nbody";
+    let h = req_ok(text);
+    assert_eq!(
+        field_value(text, h.len, b"Expect"),
+        Some(&b"100-continue"[..])
+    );
+    assert_eq!(field_value(text, h.len, b"x-request-id"), Some(&b"1"[..]));
+    assert_eq!(field_value(text, h.len, b"cookie"), None);
+    // The body is not part of the head.
+    assert_eq!(field_value(text, h.len, b"body"), None);
 }
