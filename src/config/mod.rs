@@ -11,13 +11,16 @@
 //! - `apply`: control commands (`-O`, `-F` files, the control socket) applied to the model (command
 //!   files are read with `toml`'s `read_config_text`);
 //! - `write`: the model written back as control commands (the `write` command);
-//! - `explain`: `quill check`'s explanation (a server's limits in `write`'s words).
+//! - `explain`: `quill check`'s explanation (a server's limits in `write`'s words);
+//! - `http`: an HTTP listener's settings checked, patched key by key (`[http]`, `[listener.http]`)
+//!   and compared with the defaults; the size and header-edit grammars.
 //!
 //! Everything is re-exported here, so `crate::config::X` names any of it; `command`, below the
 //! loaders, imports `config::model` only.
 
 mod apply;
 mod explain;
+pub(crate) mod http;
 pub(crate) mod model;
 #[cfg(test)]
 mod property;
@@ -27,9 +30,9 @@ mod write;
 pub(crate) use apply::{CommandFile, Quoting};
 pub(crate) use model::{
     format_duration, parse_check_kind, parse_duration, parse_status_range, CheckKind, Config,
-    ConfigError, ControlLevel, ErrorKind, Global, HealthCheck, HttpSettings, ListenerConfig, LogFormat, Tuning,
-    TuningPatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_RISE_FALL, MAX_SESSIONS,
-    MAX_WORKERS,
+    ConfigError, ControlLevel, ErrorKind, Global, HealthCheck, HttpSettings, ListenerConfig,
+    LogFormat, Tuning, TuningPatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_RISE_FALL,
+    MAX_SESSIONS, MAX_WORKERS,
 };
 pub(crate) use toml::{load_file, parse_admin};
 // What only the unit tests of other modules reach through `config`.

@@ -55,6 +55,14 @@ impl Config {
             } else {
                 String::new()
             };
+            if l.http.is_some() {
+                // No control command says it: the listener stays HTTP because its source
+                // (`-H`, `protocol = "http"`) says so on every start and reload.
+                out += &format!(
+                    "# listener {}: HTTP (its protocol and HTTP settings come from -H or the TOML file)\n",
+                    l.name
+                );
+            }
             let t = &l.tuning;
             // Words that are off first: `no p2c` after `leastconn` would reset the base policy.
             let (on, off): (Vec<ModeWord>, Vec<ModeWord>) =
