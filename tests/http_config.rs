@@ -37,7 +37,10 @@ fn expect_refused(text: &str, at: &str, needles: &[&str]) -> String {
     let dir = scratch_dir();
     let path = write_cfg(dir.path(), "q.toml", text);
     let (code, out, err) = check(&path);
-    assert_eq!(code, 2, "check should exit 2; stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(
+        code, 2,
+        "check should exit 2; stdout:\n{out}\nstderr:\n{err}"
+    );
     assert_eq!(err.lines().count(), 1, "one error line: {err:?}");
     let want = format!("quill: error: {}:{}: ", path.display(), line_of(text, at));
     assert!(err.starts_with(&want), "{err:?} should start with {want:?}");
@@ -79,12 +82,15 @@ fn http_flag_makes_an_http_listener() {
     assert!(!out.contains(HTTP_LINE), "{out}");
     // With a file: every listener, with the file's [http] settings.
     let dir = scratch_dir();
-    let path = write_cfg(dir.path(), "q.toml", &format!("[http]\nmax_body = \"1m\"\n{WEB}"));
+    let path = write_cfg(
+        dir.path(),
+        "q.toml",
+        &format!("[http]\nmax_body = \"1m\"\n{WEB}"),
+    );
     let (code, out, _) = check(&path);
     assert_eq!(code, 0);
     assert!(!out.contains(HTTP_LINE), "{out}");
-    let (code, out, err) =
-        run_quill_output(&["check", "--config", path.to_str().unwrap(), "-H"]);
+    let (code, out, err) = run_quill_output(&["check", "--config", path.to_str().unwrap(), "-H"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains(&format!(
@@ -180,7 +186,10 @@ fn listener_http_on_a_tcp_listener_is_an_error_with_file_and_line() {
     expect_refused(
         &text,
         "[listener.http]",
-        &["listener 'web'", "[listener.http] needs protocol = \"http\""],
+        &[
+            "listener 'web'",
+            "[listener.http] needs protocol = \"http\"",
+        ],
     );
     let text = format!("{WEB}protocol = \"tcp\"\nhttp = {{ max_headers = 50 }}\n");
     expect_refused(&text, "http = {", &["listener 'web'", "needs protocol"]);
@@ -281,7 +290,10 @@ fn tcp_fastclose_on_an_http_listener_is_refused() {
         "127.0.0.1:9001",
     ]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("tcp_fastclose both: does not apply to an HTTP listener"), "{err}");
+    assert!(
+        err.contains("tcp_fastclose both: does not apply to an HTTP listener"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -309,11 +321,7 @@ fn write_round_trip_keeps_an_http_listener_http() {
     let saved = q.path("saved.cmds");
     ctl_ok(&sock, &format!("write {}", saved.display()));
     // What a restart would load: the same file, then the written commands.
-    let again = format!(
-        "command_file = \"{}\"\n{}",
-        saved.display(),
-        toml(q.port)
-    );
+    let again = format!("command_file = \"{}\"\n{}", saved.display(), toml(q.port));
     let path = write_cfg(&q.path(""), "again.toml", &again);
     let (code, out, err) = check(&path);
     assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
@@ -323,5 +331,8 @@ fn write_round_trip_keeps_an_http_listener_http() {
         )),
         "{out}"
     );
-    assert!(out.contains("weight 3"), "the runtime change came back: {out}");
+    assert!(
+        out.contains("weight 3"),
+        "the runtime change came back: {out}"
+    );
 }
