@@ -173,7 +173,8 @@ pub(crate) fn parse_entry(words: &[&str]) -> Result<Entry, String> {
     Ok(Entry { permit, net })
 }
 
-fn parse_net(addr: &str, mask: Option<&str>) -> Result<Net, String> {
+/// `ADDR`, `ADDR/LEN` or (IPv4) `ADDR MASK`: an ACL entry's network, and a `trusted_proxies` entry.
+pub(crate) fn parse_net(addr: &str, mask: Option<&str>) -> Result<Net, String> {
     let (ip, len) = match addr.split_once('/') {
         Some((ip, len)) => (ip, Some(len)),
         None => (addr, None),

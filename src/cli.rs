@@ -116,6 +116,10 @@ pub struct Cli {
     /// Stay in the foreground (always: accepted for Pen compatibility)
     #[arg(short = 'f', long)]
     foreground: bool,
+    /// HTTP mode: an HTTP/1.1 reverse proxy (X-Forwarded-For on every request, keep-alive both
+    /// ways); with --config, every listener (settings from the file's [http] table)
+    #[arg(short = 'H', long)]
+    http: bool,
 
     /// TOML configuration file (several listeners); not with positional arguments
     #[arg(long, value_name = "FILE")]
@@ -214,8 +218,6 @@ pub struct Cli {
 struct Later {
     #[arg(short = 'U', hide = true)]
     udp: bool,
-    #[arg(short = 'H', hide = true)]
-    http: bool,
     #[arg(short = 'E', hide = true)]
     ssl_cert: Option<String>,
     #[arg(short = 'K', hide = true)]
@@ -251,7 +253,6 @@ impl Later {
     fn unsupported(&self) -> Option<&'static str> {
         let set = [
             (self.udp, "-U (UDP)"),
-            (self.http, "-H (HTTP mode)"),
             (self.ssl_cert.is_some(), "-E (TLS)"),
             (self.ssl_key.is_some(), "-K (TLS)"),
             (self.ssl_ca_file.is_some(), "-G (TLS)"),
@@ -305,12 +306,22 @@ enum Sub {
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
         backends: u16,
     },
-    /// Validate a configuration file and explain what it does
+    /// Validate a configuration file, or a command line, and explain what it does
+    #[command(
+        after_help = "Examples:\n  quill check --config /etc/quill/quill.toml\n  quill check -H -r 8080 10.0.0.1:80 10.0.0.2:80    a command line, checked without starting\n  quill check --config quill.toml -H                 the file as `quill --config quill.toml -H` reads it\n\nIn a checked command line -h is this help: write --hash for Pen's -h."
+    )]
     Check {
         #[command(flatten)]
         help: SubHelp,
         #[arg(long, value_name = "FILE")]
-        config: PathBuf,
+        config: Option<PathBuf>,
+        /// Quill's options, listen address and servers, checked as `quill ARGS` would start
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
     },
     /// Send a control command to a running Quill (Pen's penctl language) and print the reply
     #[command(
@@ -356,7 +367,20 @@ pub fn main() -> ExitCode {
             backends,
             ..
         }) => return demo(listen, backends, cli.debug),
-        Some(Sub::Check { ref config, .. }) => return check(config),
+        Some(Sub::Check {
+            ref config,
+            ref args,
+            ..
+        }) => {
+            return match (config, args.is_empty()) {
+                (Some(path), true) => check(path),
+                (None, true) => fail(
+                    ErrorKind::Usage,
+                    "check needs --config FILE or a command line (quill check [OPTIONS] [HOST:]PORT SERVER...)",
+                ),
+                (config, false) => check_command_line(config.as_deref(), args),
+            }
+        }
         Some(Sub::Ctl {
             ref socket,
             json,
@@ -614,7 +638,7 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
             return Err(ConfigError::usage(format!("'{arg}': --config cannot be combined with a listen address and servers")));
         }
         (Some(path), None) => {
-            let mut config = config::load_file(path, &cli.tuning_patch())?;
+            let mut config = config::load_file(path, &cli.tuning_patch(), cli.http)?;
             let mut global = config.global.clone();
             for l in &mut config.listeners {
                 cli.patch_listener(l, &mut global)?;
@@ -626,6 +650,9 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
             let listen = addr::parse_listen(listen).map_err(|e| addr_error(e, "listen address: "))?;
             let mut l = ListenerConfig::new("default", listen);
             l.tuning.apply(&cli.tuning_patch());
+            if cli.http {
+                l.http = Some(config::HttpSettings::default());
+            }
             for s in &cli.servers {
                 l.servers.push(addr::parse_server(s, l.listen.port()).map_err(|e| addr_error(e, ""))?);
             }
@@ -701,6 +728,9 @@ fn proxyd_config(cli: &Cli) -> Result<(Config, Vec<crate::systemd::Inherited>), 
         l.servers.push(server.clone());
         l.tuning.blacklist = Duration::ZERO;
         l.tuning.apply(&cli.tuning_patch());
+        if cli.http {
+            l.http = Some(config::HttpSettings::default());
+        }
         listeners.push(l);
         named.push(crate::systemd::Inherited {
             name: Some(name),
@@ -721,8 +751,49 @@ fn proxyd_config(cli: &Cli) -> Result<(Config, Vec<crate::systemd::Inherited>), 
     Ok((config, named))
 }
 
+/// `quill check ARGS`: the configuration `quill ARGS` would start (with `--config FILE` when
+/// given), built and explained without binding anything.
+fn check_command_line(config: Option<&std::path::Path>, args: &[String]) -> ExitCode {
+    let mut argv = vec![std::ffi::OsString::from("quill")];
+    if let Some(path) = config {
+        argv.push("--config".into());
+        argv.push(path.into());
+    }
+    argv.extend(args.iter().map(std::ffi::OsString::from));
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    if cli.sub.is_some() {
+        return fail(
+            ErrorKind::Usage,
+            "check: a subcommand is not a command line to check",
+        );
+    }
+    if let Some(name) = cli.later.unsupported() {
+        return fail(
+            ErrorKind::Usage,
+            &format!("option {name} is not supported yet"),
+        );
+    }
+    match build_config(&cli) {
+        Ok(config) => {
+            print!("command line: OK\n{}", config.explain());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e.kind, &e.message),
+    }
+}
+
 fn check(path: &std::path::Path) -> ExitCode {
-    let loaded = config::load_file(path, &TuningPatch::default()).and_then(|mut config| {
+    let loaded = config::load_file(path, &TuningPatch::default(), false).and_then(|mut config| {
         // The command file is part of what starts: check it too.
         if let Some(file) = config.global.command_file.clone() {
             config.apply_file(&file, 0)?;

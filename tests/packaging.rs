@@ -205,6 +205,7 @@ fn toml_man_page_names_every_configuration_key() {
     let levels = [
         ("TOP-LEVEL KEYS", "zz_unknown = 1\n".to_string()),
         ("HEALTH TABLE", "[health]\nzz_unknown = 1\n".to_string()),
+        ("HTTP TABLE", "[http]\nzz_unknown = 1\n".to_string()),
         (
             "LISTENER TABLES",
             format!("{listener}servers = [\"127.0.0.1:2\"]\nzz_unknown = 1\n"),

@@ -74,6 +74,18 @@ impl Config {
                     n => n.to_string(),
                 }
             );
+            if let Some(h) = &l.http {
+                let changed = h.differences();
+                out += &if changed.is_empty() {
+                    "  HTTP listener (protocol http), every HTTP setting at its default\n"
+                        .to_string()
+                } else {
+                    format!(
+                        "  HTTP listener (protocol http), settings that differ from the defaults: {}\n",
+                        changed.join("; ")
+                    )
+                };
+            }
             for (i, s) in l.servers.iter().enumerate() {
                 let state = match s.state {
                     AdminState::Enabled => String::new(),

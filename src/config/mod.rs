@@ -11,13 +11,16 @@
 //! - `apply`: control commands (`-O`, `-F` files, the control socket) applied to the model (command
 //!   files are read with `toml`'s `read_config_text`);
 //! - `write`: the model written back as control commands (the `write` command);
-//! - `explain`: `quill check`'s explanation (a server's limits in `write`'s words).
+//! - `explain`: `quill check`'s explanation (a server's limits in `write`'s words);
+//! - `http`: an HTTP listener's settings checked, patched key by key (`[http]`, `[listener.http]`)
+//!   and compared with the defaults; the size and header-edit grammars.
 //!
 //! Everything is re-exported here, so `crate::config::X` names any of it; `command`, below the
 //! loaders, imports `config::model` only.
 
 mod apply;
 mod explain;
+pub(crate) mod http;
 pub(crate) mod model;
 #[cfg(test)]
 mod property;

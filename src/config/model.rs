@@ -623,6 +623,15 @@ impl ListenerConfig {
         if let Some(h) = &self.health {
             h.check().map_err(named)?;
         }
+        if let Some(h) = &self.http {
+            h.check().map_err(named)?;
+            if self.tuning.tcp_fastclose != Fastclose::Off {
+                return Err(named(format!(
+                    "tcp_fastclose {}: does not apply to an HTTP listener (HTTP framing decides when an exchange ends)",
+                    self.tuning.tcp_fastclose.name()
+                )));
+            }
+        }
         for (i, s) in self.servers.iter().enumerate() {
             for (name, v, most) in [
                 ("max", s.max, MAX_SESSIONS),

@@ -16,18 +16,24 @@ use crate::acl::{self, AclId};
 use crate::addr::{self, AdminState};
 use crate::balancer::ModeWord;
 
+use super::http::{self as http_settings, HttpSettingsPatch};
 use super::model::{
     in_range, nonzero, parse_duration, parse_status_range, validate_check_path, CheckKind, Config,
-    ConfigError, ControlLevel, Fastclose, Global, HealthCheck, ListenerConfig, LogFormat, Member,
-    Tuning, TuningPatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS,
-    MAX_WEIGHT, MAX_WORKERS,
+    ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings, ListenerConfig,
+    LogFormat, Member, Tuning, TuningPatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS,
+    MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT, MAX_WORKERS,
 };
 
 /// Loads and validates a TOML configuration file. `cli` patches apply on top of the file's
-/// top-level values (command-line options override the file).
-pub(crate) fn load_file(path: &Path, cli: &TuningPatch) -> Result<Config, ConfigError> {
+/// top-level values (command-line options override the file); `all_http` (`-H`) makes every
+/// listener an HTTP listener, with the file's `[http]` settings unless it has its own.
+pub(crate) fn load_file(
+    path: &Path,
+    cli: &TuningPatch,
+    all_http: bool,
+) -> Result<Config, ConfigError> {
     let text = read_config_text(path)?;
-    from_toml(&path.display().to_string(), &text, cli)
+    from_toml_with(&path.display().to_string(), &text, cli, all_http)
 }
 
 /// The most a configuration file (TOML, `-F`, `include`) may hold.
@@ -71,10 +77,21 @@ pub(crate) fn read_config_text(path: &Path) -> Result<String, ConfigError> {
 }
 
 /// Parses TOML text; `origin` names the file in messages.
+#[cfg(test)]
 pub(crate) fn from_toml(
     origin: &str,
     text: &str,
     cli: &TuningPatch,
+) -> Result<Config, ConfigError> {
+    from_toml_with(origin, text, cli, false)
+}
+
+/// Parses TOML text; `origin` names the file in messages; `all_http` as [`load_file`] says.
+fn from_toml_with(
+    origin: &str,
+    text: &str,
+    cli: &TuningPatch,
+    all_http: bool,
 ) -> Result<Config, ConfigError> {
     let lines = LineIndex::new(text);
     let at = |span: Range<usize>| format!("{origin}:{}: ", lines.line(span.start));
@@ -192,9 +209,19 @@ pub(crate) fn from_toml(
         .map_err(|e| ConfigError::usage(format!("{}{e}", at(n.span()))))?;
     }
     let default_slow_start = raw.slow_start.map_or(Duration::ZERO, |d| d.0);
+    let mut http_defaults = HttpSettings::default();
+    if let Some(h) = &raw.http {
+        http_defaults.apply(&h.get_ref().patch(&at)?);
+        h.get_ref().check(&http_defaults, h.span(), &at)?;
+    }
     let mut defaults = Tuning::default();
     defaults.apply(&raw.tuning(&at)?);
     defaults.apply(cli);
+    let file = FileDefaults {
+        tuning: &defaults,
+        http: &http_defaults,
+        all_http,
+    };
     if raw.listener.is_empty() {
         return Err(ConfigError::usage(format!(
             "{origin}:1: no [[listener]] defined"
@@ -202,7 +229,7 @@ pub(crate) fn from_toml(
     }
     let mut listeners: Vec<ListenerConfig> = Vec::new();
     for rl in &raw.listener {
-        let mut l = build_listener(rl, &defaults, &at)?;
+        let mut l = build_listener(rl, &file, &at)?;
         if l.health.is_none() {
             l.health = default_health.clone();
         }
@@ -246,9 +273,18 @@ pub(crate) fn from_toml(
     Ok(config)
 }
 
+/// What every listener of a file starts from.
+struct FileDefaults<'a> {
+    tuning: &'a Tuning,
+    /// `[http]`, over the built-in defaults.
+    http: &'a HttpSettings,
+    /// `-H` with `--config`: every listener is an HTTP listener.
+    all_http: bool,
+}
+
 fn build_listener(
     rl: &RawListener,
-    defaults: &Tuning,
+    defaults: &FileDefaults,
     at: &dyn Fn(Range<usize>) -> String,
 ) -> Result<ListenerConfig, ConfigError> {
     let name = rl.name.get_ref().trim();
@@ -261,7 +297,50 @@ fn build_listener(
     let listen = addr::parse_listen(rl.listen.get_ref())
         .map_err(|e| ConfigError::from_addr(e, &at(rl.listen.span())))?;
     let mut l = ListenerConfig::new(name, listen);
-    l.tuning = defaults.clone();
+    let is_http = match &rl.protocol {
+        None => defaults.all_http,
+        Some(p) => match p.get_ref().as_str() {
+            "tcp" => defaults.all_http,
+            "http" => true,
+            "udp" => {
+                return Err(ConfigError::usage(format!(
+                    "{}protocol 'udp' is not supported yet (expected tcp or http)",
+                    at(p.span())
+                )))
+            }
+            other => {
+                return Err(ConfigError::usage(format!(
+                    "{}invalid protocol '{}' (expected tcp or http)",
+                    at(p.span()),
+                    other.escape_debug()
+                )))
+            }
+        },
+    };
+    l.tuning = defaults.tuning.clone();
+    if is_http {
+        // A file-wide `tcp_fastclose` is the default of its TCP listeners only.
+        l.tuning.tcp_fastclose = Fastclose::Off;
+        if let Some(f) = &rl.tcp_fastclose {
+            return Err(ConfigError::usage(format!(
+                "{}tcp_fastclose: '{}' does not apply to HTTP listener '{name}' \
+                 (HTTP framing decides when an exchange ends)",
+                at(f.span()),
+                f.get_ref().name()
+            )));
+        }
+        let mut settings = defaults.http.clone();
+        if let Some(h) = &rl.http {
+            settings.apply(&h.get_ref().patch(at)?);
+            h.get_ref().check(&settings, h.span(), at)?;
+        }
+        l.http = Some(settings);
+    } else if let Some(h) = &rl.http {
+        return Err(ConfigError::usage(format!(
+            "{}listener '{name}': [listener.http] needs protocol = \"http\"",
+            at(h.span())
+        )));
+    }
     l.tuning.apply(&rl.tuning(at)?);
     if let Some(mode) = &rl.mode {
         for word in mode.get_ref() {
@@ -515,6 +594,339 @@ impl RawHealth {
     }
 }
 
+/// `[http]` / `[listener.http]`: every key of `HttpSettings`, each kept as a TOML value with its
+/// span so that every error names the key, the value and the line.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    header_timeout: Option<Spanned<toml::Value>>,
+    keepalive_timeout: Option<Spanned<toml::Value>>,
+    body_timeout: Option<Spanned<toml::Value>>,
+    response_timeout: Option<Spanned<toml::Value>>,
+    tunnel_timeout: Option<Spanned<toml::Value>>,
+    server_keepalive: Option<Spanned<toml::Value>>,
+    server_idle_timeout: Option<Spanned<toml::Value>>,
+    max_body: Option<Spanned<toml::Value>>,
+    max_request_line: Option<Spanned<toml::Value>>,
+    max_header_bytes: Option<Spanned<toml::Value>>,
+    max_headers: Option<Spanned<toml::Value>>,
+    forwarded_for: Option<Spanned<toml::Value>>,
+    trusted_proxies: Option<Spanned<toml::Value>>,
+    x_forwarded_proto: Option<Spanned<toml::Value>>,
+    x_forwarded_host: Option<Spanned<toml::Value>>,
+    forwarded: Option<Spanned<toml::Value>>,
+    via: Option<Spanned<toml::Value>>,
+    request_id: Option<Spanned<toml::Value>>,
+    request_headers: Option<Spanned<RawEdits>>,
+    response_headers: Option<Spanned<RawEdits>>,
+}
+
+/// `request_headers` / `response_headers`: `{ remove = [NAME...], set = { NAME = VALUE },
+/// add = { NAME = VALUE } }`, applied remove, set, add (`set` and `add` each in name order: TOML
+/// tables keep no order).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEdits {
+    remove: Option<toml::Value>,
+    set: Option<toml::Value>,
+    add: Option<toml::Value>,
+}
+
+/// A TOML value as the user wrote it, for messages (strings quoted, escapes shown).
+fn shown(v: &toml::Value) -> String {
+    let text: String = v
+        .to_string()
+        .chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_debug().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect();
+    if text.len() > 80 {
+        format!("{}...", &text[..text.floor_char_boundary(77)])
+    } else {
+        text
+    }
+}
+
+impl RawHttp {
+    /// The keys set here, each checked on its own; errors start with the key's `FILE:LINE:`.
+    fn patch(&self, at: &dyn Fn(Range<usize>) -> String) -> Result<HttpSettingsPatch, ConfigError> {
+        type Key<'a> = &'a Option<Spanned<toml::Value>>;
+        // Runs `parse` on a key's value; an error names the file, the line and the key.
+        fn read<T>(
+            key: Key,
+            name: &str,
+            at: &dyn Fn(Range<usize>) -> String,
+            parse: impl Fn(&toml::Value) -> Result<T, String>,
+        ) -> Result<Option<T>, ConfigError> {
+            key.as_ref()
+                .map(|v| {
+                    parse(v.get_ref())
+                        .map_err(|e| ConfigError::usage(format!("{}{name}: {e}", at(v.span()))))
+                })
+                .transpose()
+        }
+        let duration = |name: &'static str| {
+            move |v: &toml::Value| -> Result<Duration, String> {
+                let d = match v {
+                    toml::Value::Integer(n) => match u64::try_from(*n) {
+                        Ok(s) if s <= MAX_DURATION.as_secs() => Duration::from_secs(s),
+                        _ => return Err(format!("{n} is not a duration of 0 to 30 days")),
+                    },
+                    toml::Value::String(s) => parse_duration(s)?,
+                    other => {
+                        return Err(format!(
+                            "{} is not a duration (expected e.g. 30, \"500ms\", \"2s\", \"5m\")",
+                            shown(other)
+                        ))
+                    }
+                };
+                // The range check names the key itself: keep only its reason.
+                http_settings::check_timeout(name, d)
+                    .map(|()| d)
+                    .map_err(|e| {
+                        e.trim_start_matches(name)
+                            .trim_start_matches(": ")
+                            .to_string()
+                    })
+            }
+        };
+        let size = |v: &toml::Value| -> Result<u64, String> {
+            match v {
+                toml::Value::Integer(n) => {
+                    u64::try_from(*n).map_err(|_| format!("{n} is not a size (bytes, 0 or more)"))
+                }
+                toml::Value::String(s) => http_settings::parse_size(s),
+                other => Err(format!(
+                    "{} is not a size (expected bytes, or a number with k, m or g such as \"16k\")",
+                    shown(other)
+                )),
+            }
+        };
+        let ranged = |name: &'static str, range: RangeInclusive<u64>, sized: bool| {
+            let range = range.clone();
+            move |v: &toml::Value| -> Result<u32, String> {
+                let n = if sized {
+                    size(v)?
+                } else {
+                    match v {
+                        toml::Value::Integer(n) => u64::try_from(*n).map_err(|_| {
+                            format!("{n} is out of range ({} to {})", range.start(), range.end())
+                        })?,
+                        other => return Err(format!("{} is not an integer", shown(other))),
+                    }
+                };
+                in_range(name, n, range.clone()).map_err(|e| {
+                    e.trim_start_matches(name)
+                        .trim_start_matches(": ")
+                        .to_string()
+                })?;
+                u32::try_from(n).map_err(|_| format!("{n} is too large"))
+            }
+        };
+        let boolean = |v: &toml::Value| match v {
+            toml::Value::Boolean(b) => Ok(*b),
+            other => Err(format!("{} is not true or false", shown(other))),
+        };
+        let head = http_settings::MIN_HEAD_LIMIT..=http_settings::MAX_HEAD_LIMIT;
+        Ok(HttpSettingsPatch {
+            header_timeout: read(
+                &self.header_timeout,
+                "header_timeout",
+                at,
+                duration("header_timeout"),
+            )?,
+            keepalive_timeout: read(
+                &self.keepalive_timeout,
+                "keepalive_timeout",
+                at,
+                duration("keepalive_timeout"),
+            )?,
+            body_timeout: read(
+                &self.body_timeout,
+                "body_timeout",
+                at,
+                duration("body_timeout"),
+            )?,
+            response_timeout: read(
+                &self.response_timeout,
+                "response_timeout",
+                at,
+                duration("response_timeout"),
+            )?,
+            tunnel_timeout: read(
+                &self.tunnel_timeout,
+                "tunnel_timeout",
+                at,
+                duration("tunnel_timeout"),
+            )?,
+            server_keepalive: read(
+                &self.server_keepalive,
+                "server_keepalive",
+                at,
+                ranged(
+                    "server_keepalive",
+                    0..=http_settings::MAX_SERVER_KEEPALIVE,
+                    false,
+                ),
+            )?,
+            server_idle_timeout: read(
+                &self.server_idle_timeout,
+                "server_idle_timeout",
+                at,
+                duration("server_idle_timeout"),
+            )?,
+            max_body: read(&self.max_body, "max_body", at, size)?,
+            max_request_line: read(
+                &self.max_request_line,
+                "max_request_line",
+                at,
+                ranged("max_request_line", head.clone(), true),
+            )?,
+            max_header_bytes: read(
+                &self.max_header_bytes,
+                "max_header_bytes",
+                at,
+                ranged("max_header_bytes", head, true),
+            )?,
+            max_headers: read(
+                &self.max_headers,
+                "max_headers",
+                at,
+                ranged("max_headers", 1..=http_settings::MAX_HEADERS, false),
+            )?,
+            forwarded_for: read(&self.forwarded_for, "forwarded_for", at, |v| {
+                v.as_str()
+                    .and_then(http_settings::parse_forwarded_for)
+                    .ok_or_else(|| {
+                        format!(
+                            "invalid value {} (expected \"append\", \"replace\" or \"off\")",
+                            shown(v)
+                        )
+                    })
+            })?,
+            trusted_proxies: read(&self.trusted_proxies, "trusted_proxies", at, |v| {
+                let not_list = || {
+                    format!(
+                        "{} is not a list of addresses or networks (e.g. [\"10.0.0.0/8\", \"127.0.0.1\"])",
+                        shown(v)
+                    )
+                };
+                let list = v.as_array().ok_or_else(not_list)?;
+                if list.len() > http_settings::MAX_TRUSTED_PROXIES {
+                    return Err(format!(
+                        "{} entries (at most {})",
+                        list.len(),
+                        http_settings::MAX_TRUSTED_PROXIES
+                    ));
+                }
+                list.iter()
+                    .map(|e| {
+                        let text = e.as_str().ok_or_else(not_list)?;
+                        acl::parse_net(text, None)
+                            .map_err(|why| format!("'{}': {why}", text.escape_debug()))
+                    })
+                    .collect()
+            })?,
+            x_forwarded_proto: read(&self.x_forwarded_proto, "x_forwarded_proto", at, boolean)?,
+            x_forwarded_host: read(&self.x_forwarded_host, "x_forwarded_host", at, boolean)?,
+            forwarded: read(&self.forwarded, "forwarded", at, boolean)?,
+            via: read(&self.via, "via", at, |v| match v {
+                toml::Value::Boolean(true) => Ok(Some("quill".to_string())),
+                toml::Value::Boolean(false) => Ok(None),
+                toml::Value::String(name) => http_settings::check_via(name)
+                    .map(|()| Some(name.clone()))
+                    .map_err(|e| e.trim_start_matches("via: ").to_string()),
+                other => Err(format!("{} is not a name or true or false", shown(other))),
+            })?,
+            request_id: read(&self.request_id, "request_id", at, boolean)?,
+            request_headers: edits(&self.request_headers, "request_headers", at)?,
+            response_headers: edits(&self.response_headers, "response_headers", at)?,
+        })
+    }
+
+    /// Checks the settings this table gives a listener as a whole (`max_request_line` within
+    /// `max_header_bytes`); the error names the line of the key that broke it, else the table's.
+    fn check(
+        &self,
+        settings: &HttpSettings,
+        table: Range<usize>,
+        at: &dyn Fn(Range<usize>) -> String,
+    ) -> Result<(), ConfigError> {
+        settings.check().map_err(|e| {
+            let span = self
+                .max_request_line
+                .as_ref()
+                .or(self.max_header_bytes.as_ref())
+                .map_or(table, |v| v.span());
+            ConfigError::usage(format!("{}{e}", at(span)))
+        })
+    }
+}
+
+/// Reads a `request_headers` / `response_headers` table into edits: remove, then set, then add.
+fn edits(
+    raw: &Option<Spanned<RawEdits>>,
+    key: &str,
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<Option<Vec<quill_core::http1::rewrite::HeaderEdit>>, ConfigError> {
+    use quill_core::http1::rewrite::EditOp;
+    let Some(raw) = raw else { return Ok(None) };
+    let fail = |e: String| ConfigError::usage(format!("{}{e}", at(raw.span())));
+    let r = raw.get_ref();
+    let mut out = Vec::new();
+    if let Some(v) = &r.remove {
+        let not_list = || {
+            fail(format!(
+                "{key}: remove = {} is not a list of header names (e.g. [\"X-Debug\"])",
+                shown(v)
+            ))
+        };
+        for name in v.as_array().ok_or_else(not_list)? {
+            let name = name.as_str().ok_or_else(not_list)?;
+            out.push(http_settings::header_edit(key, EditOp::Remove, name, "").map_err(fail)?);
+        }
+    }
+    for (op, word, table) in [(EditOp::Set, "set", &r.set), (EditOp::Add, "add", &r.add)] {
+        let Some(table) = table else { continue };
+        let pairs = table.as_table().ok_or_else(|| {
+            fail(format!(
+                "{key}: {word} = {} is not a table of names and values (e.g. {{ \"X-Env\" = \"prod\" }})",
+                shown(table)
+            ))
+        })?;
+        if pairs.len() > http_settings::MAX_HEADER_EDITS {
+            return Err(fail(format!(
+                "{key}: {} edits (at most {})",
+                pairs.len(),
+                http_settings::MAX_HEADER_EDITS
+            )));
+        }
+        for (name, value) in pairs {
+            let value = value.as_str().ok_or_else(|| {
+                fail(format!(
+                    "{key}: {word} {name} = {} is not a string",
+                    shown(value)
+                ))
+            })?;
+            out.push(http_settings::header_edit(key, op, name, value).map_err(fail)?);
+        }
+    }
+    if out.len() > http_settings::MAX_HEADER_EDITS {
+        return Err(fail(format!(
+            "{key}: {} edits (at most {})",
+            out.len(),
+            http_settings::MAX_HEADER_EDITS
+        )));
+    }
+    Ok(Some(out))
+}
+
 impl<'de> Deserialize<'de> for RawServer {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawServer, D::Error> {
         struct V;
@@ -549,7 +961,7 @@ macro_rules! with_tuning_keys {
             idle_timeout: Option<Dur>,
             fin_timeout: Option<Dur>,
             tcp_nodelay: Option<bool>,
-            tcp_fastclose: Option<Fastclose>,
+            tcp_fastclose: Option<Spanned<Fastclose>>,
             keepalive: Option<bool>,
             max_per_source: Option<Spanned<u32>>,
         }
@@ -574,7 +986,7 @@ macro_rules! with_tuning_keys {
                     idle_timeout: self.idle_timeout.map(|d| d.0),
                     fin_timeout: self.fin_timeout.map(|d| d.0),
                     tcp_nodelay: self.tcp_nodelay,
-                    tcp_fastclose: self.tcp_fastclose,
+                    tcp_fastclose: self.tcp_fastclose.as_ref().map(|f| *f.get_ref()),
                     keepalive: self.keepalive,
                     max_per_source: bounded(&self.max_per_source, "max_per_source", 0..=MAX_SESSIONS.into())?,
                 })
@@ -613,6 +1025,7 @@ with_tuning_keys! {
         acl: std::collections::BTreeMap<String, Spanned<Vec<String>>>,
         health: Option<Spanned<RawHealth>>,
         slow_start: Option<Dur>,
+        http: Option<Spanned<RawHttp>>,
         #[serde(default)]
         listener: Vec<RawListener>,
     }
@@ -630,6 +1043,8 @@ with_tuning_keys! {
         client_acl: Option<Spanned<u8>>,
         health: Option<Spanned<RawHealth>>,
         slow_start: Option<Dur>,
+        protocol: Option<Spanned<String>>,
+        http: Option<Spanned<RawHttp>>,
         #[serde(default)]
         servers: Vec<Spanned<RawServer>>,
     }
@@ -684,6 +1099,298 @@ mod tests {
         assert_eq!(l.tuning.idle_timeout, Duration::from_secs(60));
         assert_eq!(l.servers[1].weight, 4);
         assert_eq!(l.mode.to_string(), "roundrobin weight");
+    }
+}
+
+#[cfg(test)]
+mod http_tests {
+    use super::*;
+    use quill_core::http1::rewrite::{EditOp, ForwardedFor};
+
+    const LISTENER: &str =
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\nservers = [\"127.0.0.1:9001\"]\n";
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        from_toml("h.toml", text, &TuningPatch::default())
+    }
+
+    /// The error for `text`: one line starting with `h.toml:LINE: ` and containing `needle`.
+    fn refused(text: &str, line: usize, needle: &str) {
+        let e = load(text).expect_err("refused").message;
+        assert!(
+            e.starts_with(&format!("h.toml:{line}: ")),
+            "{e:?} should start with h.toml:{line}:"
+        );
+        assert!(e.contains(needle), "{e:?} should contain {needle:?}");
+        assert!(!e.contains('\n') && !e.contains('\r'), "one line: {e:?}");
+    }
+
+    #[test]
+    fn the_agreed_example_loads_with_file_defaults_and_listener_overrides() {
+        let c = load(
+            r#"[http]
+header_timeout = "10s"
+keepalive_timeout = "60s"
+body_timeout = "60s"
+response_timeout = "60s"
+tunnel_timeout = "1h"
+server_keepalive = 64
+server_idle_timeout = "4s"
+max_body = "10m"
+max_request_line = 8192
+max_header_bytes = "16k"
+max_headers = 100
+forwarded_for = "append"
+trusted_proxies = ["10.0.0.0/8", "127.0.0.1"]
+x_forwarded_proto = true
+x_forwarded_host = true
+forwarded = false
+via = "quill"
+request_id = true
+request_headers = { remove = ["X-Debug"], set = { "X-Env" = "prod" }, add = { "X-A" = "1" } }
+response_headers = { remove = ["Server"] }
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:8080"
+protocol = "http"
+servers = ["127.0.0.1:9001", "127.0.0.1:9002"]
+[listener.http]
+response_timeout = "5s"
+
+[[listener]]
+name = "other"
+listen = "127.0.0.1:8081"
+protocol = "http"
+servers = ["127.0.0.1:9001"]
+[listener.http]
+via = false
+forwarded_for = "replace"
+request_headers = { add = { "X-Other" = "yes" } }
+
+[[listener]]
+name = "plain"
+listen = "127.0.0.1:8082"
+protocol = "tcp"
+servers = ["127.0.0.1:9001"]
+"#,
+        )
+        .unwrap();
+        let web = c.listeners[0].http.as_ref().expect("web is HTTP");
+        assert_eq!(web.response_timeout, Duration::from_secs(5));
+        assert_eq!(web.header_timeout, Duration::from_secs(10));
+        assert_eq!(web.tunnel_timeout, Duration::from_secs(3600));
+        assert_eq!(web.max_body, Some(10 << 20));
+        assert_eq!(web.max_header_bytes, 16 << 10);
+        assert_eq!(web.max_request_line, 8192);
+        assert_eq!(web.via.as_deref(), Some("quill"));
+        assert_eq!(web.trusted_proxies.len(), 2);
+        assert!(web.trusted_proxies[1].contains("127.0.0.1".parse().unwrap()));
+        assert!(!web.trusted_proxies[1].contains("127.0.0.2".parse().unwrap()));
+        assert!(web.trusted_proxies[0].contains("10.9.8.7".parse().unwrap()));
+        let ops: Vec<(EditOp, &str, &str)> = web
+            .request_headers
+            .iter()
+            .map(|e| (e.op, &*e.name, &*e.value))
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                (EditOp::Remove, "X-Debug", ""),
+                (EditOp::Set, "X-Env", "prod"),
+                (EditOp::Add, "X-A", "1")
+            ]
+        );
+        assert_eq!(web.response_headers.len(), 1);
+        let other = c.listeners[1].http.as_ref().expect("other is HTTP");
+        assert_eq!(other.via, None);
+        assert_eq!(other.forwarded_for, ForwardedFor::Replace);
+        assert_eq!(other.response_timeout, Duration::from_secs(60));
+        // A list replaces the list it overrides.
+        assert_eq!(other.request_headers.len(), 1);
+        assert_eq!(other.max_body, Some(10 << 20));
+        assert_eq!(c.listeners[2].http, None);
+    }
+
+    #[test]
+    fn a_listener_is_tcp_unless_it_says_http() {
+        let c = load(&format!("[http]\nmax_body = 5\n{LISTENER}")).unwrap();
+        assert_eq!(c.listeners[0].http, None);
+        let c = load(&format!("{LISTENER}protocol = \"http\"\n")).unwrap();
+        assert_eq!(c.listeners[0].http, Some(HttpSettings::default()));
+    }
+
+    #[test]
+    fn all_http_makes_every_listener_http_with_the_file_defaults() {
+        let text = format!("[http]\nmax_body = \"1k\"\n{LISTENER}protocol = \"tcp\"\n");
+        let c = from_toml_with("h.toml", &text, &TuningPatch::default(), true).unwrap();
+        assert_eq!(c.listeners[0].http.as_ref().unwrap().max_body, Some(1024));
+    }
+
+    #[test]
+    fn listener_http_on_a_tcp_listener_is_refused_at_its_line() {
+        refused(
+            &format!("{LISTENER}[listener.http]\nresponse_timeout = \"5s\"\n"),
+            5,
+            "listener 'web': [listener.http] needs protocol = \"http\"",
+        );
+        refused(
+            &format!("{LISTENER}protocol = \"tcp\"\nhttp = {{ max_headers = 5 }}\n"),
+            6,
+            "[listener.http] needs protocol",
+        );
+    }
+
+    #[test]
+    fn protocols_other_than_tcp_and_http_are_refused() {
+        refused(
+            &format!("{LISTENER}protocol = \"udp\"\n"),
+            5,
+            "protocol 'udp' is not supported yet",
+        );
+        refused(
+            &format!("{LISTENER}protocol = \"HTTP/2\"\n"),
+            5,
+            "invalid protocol 'HTTP/2' (expected tcp or http)",
+        );
+    }
+
+    #[test]
+    fn tcp_fastclose_is_refused_on_an_http_listener_and_not_inherited_by_one() {
+        refused(
+            &format!("{LISTENER}protocol = \"http\"\ntcp_fastclose = \"both\"\n"),
+            6,
+            "tcp_fastclose: 'both' does not apply to HTTP listener 'web'",
+        );
+        let c = load(&format!(
+            "tcp_fastclose = \"both\"\n{LISTENER}protocol = \"http\"\n\
+             [[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:8081\"\nservers = [\"127.0.0.1:9001\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(c.listeners[0].tuning.tcp_fastclose, Fastclose::Off);
+        assert_eq!(c.listeners[1].tuning.tcp_fastclose, Fastclose::Both);
+        // A control command cannot turn it on either (`validate` runs after every change).
+        let mut l = c.listeners[0].clone();
+        l.tuning.tcp_fastclose = Fastclose::Up;
+        assert!(l.validate().unwrap_err().message.contains("tcp_fastclose"));
+    }
+
+    #[test]
+    fn every_bad_value_names_its_key_value_and_line() {
+        let http = |body: &str| format!("{LISTENER}protocol = \"http\"\n[listener.http]\n{body}\n");
+        for (body, needle) in [
+            ("max_body = \"10x\"", "max_body: invalid size '10x'"),
+            ("max_body = -1", "max_body: -1 is not a size"),
+            ("max_body = \"99999999999g\"", "max_body: invalid size"),
+            (
+                "max_header_bytes = true",
+                "max_header_bytes: true is not a size",
+            ),
+            (
+                "header_timeout = 0",
+                "header_timeout: 0s must be more than 0",
+            ),
+            (
+                "response_timeout = \"0ms\"",
+                "response_timeout: 0s must be more than 0",
+            ),
+            (
+                "body_timeout = \"3 days\"",
+                "body_timeout: invalid duration '3 days'",
+            ),
+            (
+                "tunnel_timeout = 2592001",
+                "tunnel_timeout: 2592001 is not a duration",
+            ),
+            (
+                "max_headers = 0",
+                "max_headers: 0 is out of range (1 to 1000)",
+            ),
+            (
+                "max_headers = 1001",
+                "max_headers: 1001 is out of range (1 to 1000)",
+            ),
+            (
+                "max_request_line = 255",
+                "max_request_line: 255 is out of range (256 to 1048576)",
+            ),
+            (
+                "max_header_bytes = \"2m\"",
+                "max_header_bytes: 2097152 is out of range (256 to 1048576)",
+            ),
+            (
+                "server_keepalive = -1",
+                "server_keepalive: -1 is out of range",
+            ),
+            (
+                "forwarded_for = \"add\"",
+                "forwarded_for: invalid value \"add\"",
+            ),
+            (
+                "trusted_proxies = [\"10.0.0.0/33\"]",
+                "trusted_proxies: '10.0.0.0/33'",
+            ),
+            (
+                "trusted_proxies = [\"example.com\"]",
+                "trusted_proxies: 'example.com'",
+            ),
+            (
+                "trusted_proxies = [1]",
+                "trusted_proxies: [1] is not a list",
+            ),
+            ("via = \"two words\"", "via: invalid name 'two words'"),
+            ("via = 3", "via: 3 is not a name"),
+            (
+                "request_id = \"yes\"",
+                "request_id: \"yes\" is not true or false",
+            ),
+            (
+                "request_headers = { set = { \"X Y\" = \"1\" } }",
+                "request_headers: 'X Y' is not a valid header name",
+            ),
+            (
+                "request_headers = { add = { \"X-Y\" = \"a\\nb\" } }",
+                "request_headers: the value of X-Y 'a\\nb' holds \\n",
+            ),
+            (
+                "request_headers = { add = { \"X-Y\" = \"a\\u0000\" } }",
+                "holds \\0",
+            ),
+            (
+                "request_headers = { add = { \"X-Y\" = 1 } }",
+                "request_headers: add X-Y = 1 is not a string",
+            ),
+            (
+                "response_headers = { remove = \"Server\" }",
+                "response_headers: remove = \"Server\" is not a list",
+            ),
+            (
+                "response_headers = { set = { \"Transfer-Encoding\" = \"x\" } }",
+                "Transfer-Encoding cannot be edited",
+            ),
+            (
+                "response_headers = { put = { \"X\" = \"1\" } }",
+                "unknown field `put`",
+            ),
+            ("retries = 3", "unknown field `retries`"),
+        ] {
+            refused(&http(body), 7, needle);
+        }
+        refused(
+            &http("max_request_line = \"12k\"\nmax_header_bytes = \"8k\""),
+            7,
+            "max_request_line: 12288 is more than max_header_bytes 8192",
+        );
+        refused(
+            &format!("[http]\nmax_header_bytes = \"8k\"\n{LISTENER}protocol = \"http\"\n[listener.http]\nmax_request_line = \"12k\"\n"),
+            9,
+            "max_request_line: 12288 is more than max_header_bytes 8192",
+        );
+        refused(
+            &format!("[http]\nvia = \"a b\"\n{LISTENER}"),
+            2,
+            "via: invalid name",
+        );
     }
 }
 

@@ -55,6 +55,14 @@ impl Config {
             } else {
                 String::new()
             };
+            if l.http.is_some() {
+                // No control command says it: the listener stays HTTP because its source
+                // (`-H`, `protocol = "http"`) says so on every start and reload.
+                out += &format!(
+                    "# listener {}: HTTP (its protocol and HTTP settings come from -H or the TOML file)\n",
+                    l.name
+                );
+            }
             let t = &l.tuning;
             // Words that are off first: `no p2c` after `leastconn` would reset the base policy.
             let (on, off): (Vec<ModeWord>, Vec<ModeWord>) =
@@ -107,6 +115,38 @@ mod tests {
 
     fn load(text: &str) -> Result<Config, ConfigError> {
         from_toml("q.toml", text, &TuningPatch::default())
+    }
+
+    /// An HTTP listener written and read back over its TOML file is still HTTP, with the same
+    /// settings; the written file says so in a comment and holds nothing that would change it.
+    #[test]
+    fn written_commands_keep_an_http_listener_http() {
+        let text = "[http]\nmax_body = \"1m\"\n\
+                    [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\nprotocol = \"http\"\n\
+                    servers = [\"127.0.0.1:2\"]\n[listener.http]\nresponse_timeout = \"5s\"\n\
+                    [[listener]]\nname = \"tcp\"\nlisten = \"127.0.0.1:3\"\nservers = [\"127.0.0.1:2\"]\n";
+        let mut running = load(text).unwrap();
+        for line in ["server 0 weight 3", "idle_timeout 9"] {
+            running
+                .apply(Some("web"), &crate::command::parse(line).unwrap())
+                .unwrap();
+        }
+        let written = running.to_commands();
+        assert!(written.contains("# listener web: HTTP"), "{written}");
+        assert!(!written.contains("# listener tcp: HTTP"), "{written}");
+        let dir = std::env::temp_dir().join(format!("quill-write-http-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("saved.cmds");
+        std::fs::write(&file, &written).unwrap();
+        let mut restarted = load(text).unwrap();
+        restarted.apply_file(&file, 0).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        restarted.validate().unwrap();
+        assert_eq!(restarted, running, "{written}");
+        let web = restarted.listeners[0].http.as_ref().expect("still HTTP");
+        assert_eq!(web.response_timeout, std::time::Duration::from_secs(5));
+        assert_eq!(web.max_body, Some(1 << 20));
+        assert_eq!(restarted.listeners[1].http, None);
     }
 
     /// `write` then `-F` over a command line that set other things gives back the written state.

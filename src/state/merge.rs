@@ -286,6 +286,28 @@ mod tests {
     }
 
     #[test]
+    fn a_reload_keeps_an_http_listener_http_and_applies_its_new_settings() {
+        let mut base = config(&[A]);
+        base.listeners[0].http = Some(crate::config::HttpSettings::default());
+        let mut ours = base.clone();
+        ours.listeners[0].servers[0].weight = 3;
+        // Unchanged sources: still HTTP, runtime change kept.
+        let got = merge(&base, &ours, &base.clone());
+        assert_eq!(got.listeners[0].http, base.listeners[0].http);
+        assert_eq!(got.listeners[0].servers[0].weight, 3);
+        // The file changed a setting: the new settings, still HTTP.
+        let mut theirs = base.clone();
+        let mut h = crate::config::HttpSettings::default();
+        h.response_timeout = std::time::Duration::from_secs(5);
+        theirs.listeners[0].http = Some(h.clone());
+        assert_eq!(merge(&base, &ours, &theirs).listeners[0].http, Some(h));
+        // The file turned HTTP off: TCP again.
+        let mut tcp = base.clone();
+        tcp.listeners[0].http = None;
+        assert_eq!(merge(&base, &ours, &tcp).listeners[0].http, None);
+    }
+
+    #[test]
     fn a_listener_new_in_the_sources_is_taken_whole() {
         let base = config(&[A]);
         let mut theirs = base.clone();
