@@ -8,9 +8,9 @@
 //! proxy), so a failure below them is the proxy's. `QUILL_HTTP_REFERENCE=haproxy cargo test
 //! --test http_proxy` runs the same tests through HAProxy (`mode http`) as a reference.
 
-mod support;
 #[path = "support/http.rs"]
 mod http_support;
+mod support;
 
 use std::time::Duration;
 
@@ -43,13 +43,17 @@ fn support_backend_and_client_agree_on_every_framing() {
             &[("X-Checksum", "42")],
         ))],
         "/204" => vec![Step::Send(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec())],
-        "/304" => vec![Step::Send(b"HTTP/1.1 304 Not Modified\r\nETag: \"e\"\r\n\r\n".to_vec())],
+        "/304" => vec![Step::Send(
+            b"HTTP/1.1 304 Not Modified\r\nETag: \"e\"\r\n\r\n".to_vec(),
+        )],
         "/1xx" => vec![
             Step::Send(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n".to_vec()),
             Step::Send(response(200, "", b"final")),
         ],
         "/gated" => vec![
-            Step::Send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n".to_vec()),
+            Step::Send(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n".to_vec(),
+            ),
             Step::Wait(g.clone()),
             Step::Send(b"6\r\nsecond\r\n0\r\n\r\n".to_vec()),
         ],
@@ -63,7 +67,11 @@ fn support_backend_and_client_agree_on_every_framing() {
     let mut c = Client::connect(b.addr());
     let r = c.roundtrip(&request("POST", "/echo", "X-Test: 1\r\n", b"hello"));
     assert_eq!(r.status, 200);
-    assert!(r.text().starts_with("POST /echo HTTP/1.1\n"), "{}", r.text());
+    assert!(
+        r.text().starts_with("POST /echo HTTP/1.1\n"),
+        "{}",
+        r.text()
+    );
     assert!(r.text().contains("X-Test: 1\n"), "{}", r.text());
     assert!(r.text().contains("body-length: 5\n"), "{}", r.text());
     assert_eq!(c.roundtrip(&get("/fixed")).body, body_pattern(3000));
@@ -73,7 +81,10 @@ fn support_backend_and_client_agree_on_every_framing() {
     assert_eq!(h.header("content-length"), Some("3000"));
     let r = c.roundtrip(&get("/chunked"));
     assert_eq!(r.body, b"abcde");
-    assert_eq!(r.trailers, vec![("X-Checksum".to_string(), "42".to_string())]);
+    assert_eq!(
+        r.trailers,
+        vec![("X-Checksum".to_string(), "42".to_string())]
+    );
     assert_eq!(c.roundtrip(&get("/204")).status, 204);
     assert_eq!(c.roundtrip(&get("/304")).status, 304);
     c.send(&get("/1xx"));
@@ -126,7 +137,9 @@ fn support_backend_records_bytes_and_resets_and_hangs() {
     );
     let mut c = Client::connect(b.addr());
     c.send(&get("/hang"));
-    assert!(c.try_read_response(false, Duration::from_millis(300)).is_err());
+    assert!(c
+        .try_read_response(false, Duration::from_millis(300))
+        .is_err());
     assert!(b.wait_accepted(2, T));
     let got = b.received();
     assert_eq!(got[0], get("/reset"));
@@ -147,12 +160,20 @@ fn http_keep_alive_reuses_one_server_connection() {
     for i in 0..10 {
         let r = c.roundtrip(&get(&format!("/n{i}")));
         assert_eq!(r.status, 200);
-        assert!(r.text().starts_with(&format!("GET /n{i} HTTP/1.1\n")), "{}", r.text());
+        assert!(
+            r.text().starts_with(&format!("GET /n{i} HTTP/1.1\n")),
+            "{}",
+            r.text()
+        );
         assert!(!r.says_close());
     }
     let reqs = b.wait_requests(10, T);
     assert_eq!(reqs.len(), 10);
-    assert_eq!(b.conns_with_requests(), 1, "10 requests on one client connection");
+    assert_eq!(
+        b.conns_with_requests(),
+        1,
+        "10 requests on one client connection"
+    );
 }
 
 #[test]
@@ -174,9 +195,17 @@ fn http_clients_without_keep_alive_still_reuse_server_connections() {
     let p = start_pen_with(&["--workers", "1"], &[b.addr()]);
     for i in 0..10 {
         let mut c = p.client();
-        let r = c.roundtrip(&request("GET", &format!("/c{i}"), "Connection: close\r\n", b""));
+        let r = c.roundtrip(&request(
+            "GET",
+            &format!("/c{i}"),
+            "Connection: close\r\n",
+            b"",
+        ));
         assert_eq!(r.status, 200);
-        assert!(r.says_close(), "the response to `Connection: close` says close");
+        assert!(
+            r.says_close(),
+            "the response to `Connection: close` says close"
+        );
         c.expect_closed(T).expect("an orderly close");
     }
     b.wait_requests(10, T);
@@ -199,7 +228,8 @@ fn http_1_0_client_gets_its_answer_and_a_close() {
     assert_eq!(r.status, 200);
     assert!(r.text().contains("GET /old "), "{}", r.text());
     assert!(r.says_close(), "{:?}", r.headers);
-    c.expect_closed(T).expect("an orderly close after the answer");
+    c.expect_closed(T)
+        .expect("an orderly close after the answer");
 }
 
 #[test]
@@ -212,8 +242,15 @@ fn http_1_0_keep_alive_client_is_kept() {
         let r = c.read_response();
         assert_eq!(r.status, 200);
         assert!(r.text().contains(&format!("GET /k{i} ")), "{}", r.text());
-        assert!(!r.close_delimited, "a kept-alive 1.0 client needs a delimited body");
-        assert!(!r.says_close(), "answer {i} keeps the connection: {:?}", r.headers);
+        assert!(
+            !r.close_delimited,
+            "a kept-alive 1.0 client needs a delimited body"
+        );
+        assert!(
+            !r.says_close(),
+            "answer {i} keeps the connection: {:?}",
+            r.headers
+        );
     }
 }
 
@@ -263,7 +300,11 @@ fn http_head_response_has_no_body() {
     c.send(&request("HEAD", "/h", "", b""));
     let h = c.read_head_response();
     assert_eq!(h.status, 200);
-    assert_eq!(h.header("content-length"), Some("1000"), "HEAD keeps the length");
+    assert_eq!(
+        h.header("content-length"),
+        Some("1000"),
+        "HEAD keeps the length"
+    );
     assert!(h.body.is_empty());
     // The next response starts right after the head: no stray body bytes in between.
     let r = c.roundtrip(&get("/g"));
@@ -275,7 +316,9 @@ fn http_head_response_has_no_body() {
 #[test]
 fn http_204_and_304_have_no_body() {
     let b = Backend::start(|r| match r.target.as_str() {
-        "/204" => vec![Step::Send(b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n".to_vec())],
+        "/204" => vec![Step::Send(
+            b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n".to_vec(),
+        )],
         "/304" => vec![Step::Send(
             b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nContent-Length: 77\r\n\r\n".to_vec(),
         )],
@@ -326,14 +369,21 @@ fn http_expect_100_continue_passes_through() {
     let mut c = p.client();
     c.send(b"PUT /up HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n");
     let interim = c.read_response();
-    assert_eq!(interim.status, 100, "the client waits for 100 Continue before its body");
+    assert_eq!(
+        interim.status, 100,
+        "the client waits for 100 Continue before its body"
+    );
     c.send(b"0123456789");
     let r = c.read_response();
     assert_eq!(r.status, 200);
     assert!(r.text().contains("body-length: 10\n"), "{}", r.text());
     let reqs = b.wait_requests(1, T);
     assert_eq!(reqs[0].body, b"0123456789");
-    assert!(reqs[0].expects_continue(), "the server sees the Expect: {:?}", reqs[0].headers);
+    assert!(
+        reqs[0].expects_continue(),
+        "the server sees the Expect: {:?}",
+        reqs[0].headers
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -353,7 +403,10 @@ fn http_chunked_request_and_response_stream_with_trailers() {
     c.send(b"POST /chunks HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n5\r\nhello\r\n");
     // The first chunk reaches the server before the client sends the rest: streamed, not held.
     assert!(
-        wait_until(T, || b.received().iter().any(|c| c.windows(5).any(|w| w == b"hello"))),
+        wait_until(T, || b
+            .received()
+            .iter()
+            .any(|c| c.windows(5).any(|w| w == b"hello"))),
         "the first chunk was held back: {:?}",
         b.received()
     );
@@ -362,7 +415,9 @@ fn http_chunked_request_and_response_stream_with_trailers() {
     assert_eq!(r.status, 200);
     assert_eq!(r.text(), "resp-one hello world resp-two");
     assert!(
-        r.trailers.iter().any(|(n, v)| n.eq_ignore_ascii_case("x-checksum") && v == "c0ffee"),
+        r.trailers
+            .iter()
+            .any(|(n, v)| n.eq_ignore_ascii_case("x-checksum") && v == "c0ffee"),
         "response trailers: {:?} (raw {:?})",
         r.trailers,
         String::from_utf8_lossy(&r.raw_body)
@@ -372,7 +427,9 @@ fn http_chunked_request_and_response_stream_with_trailers() {
     assert_eq!(req.header_all("transfer-encoding"), vec!["chunked"]);
     assert_eq!(req.header("content-length"), None);
     assert!(
-        req.trailers.iter().any(|(n, v)| n.eq_ignore_ascii_case("x-sum") && v == "11"),
+        req.trailers
+            .iter()
+            .any(|(n, v)| n.eq_ignore_ascii_case("x-sum") && v == "11"),
         "request trailers: {:?}",
         req.trailers
     );
@@ -382,7 +439,9 @@ fn http_chunked_request_and_response_stream_with_trailers() {
 fn http_close_delimited_response_reaches_the_client() {
     let b = Backend::start(|_| {
         vec![
-            Step::Send(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n".to_vec()),
+            Step::Send(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n".to_vec(),
+            ),
             Step::Send(body_pattern(100_000)),
             Step::Sleep(Duration::from_millis(20)),
             Step::Send(body_pattern(50_000)),
@@ -399,7 +458,8 @@ fn http_close_delimited_response_reaches_the_client() {
     assert!(r.body == want, "the body differs");
     if r.close_delimited {
         // Passed on close-delimited: then the connection must end with it.
-        c.expect_closed(T).expect("closed after a close-delimited body");
+        c.expect_closed(T)
+            .expect("closed after a close-delimited body");
     }
 }
 
@@ -409,14 +469,22 @@ fn http_large_bodies_stream_both_ways_byte_exact() {
     const DOWN: usize = 7 << 20;
     let b = Backend::start(|r| {
         let ok = r.body == body_pattern(UP);
-        let status = if ok { "X-Upload: ok\r\n" } else { "X-Upload: differs\r\n" };
+        let status = if ok {
+            "X-Upload: ok\r\n"
+        } else {
+            "X-Upload: differs\r\n"
+        };
         vec![Step::Send(response(200, status, &body_pattern(DOWN)))]
     });
     let p = start_pen(&[b.addr()]);
     let mut c = p.client();
     let r = c.roundtrip(&request("POST", "/big", "", &body_pattern(UP)));
     assert_eq!(r.status, 200);
-    assert_eq!(r.header("x-upload"), Some("ok"), "the server got the upload byte exact");
+    assert_eq!(
+        r.header("x-upload"),
+        Some("ok"),
+        "the server got the upload byte exact"
+    );
     assert_eq!(r.body.len(), DOWN);
     assert!(r.body == body_pattern(DOWN), "the download differs");
     // And once more on the same connections, chunked this time.
@@ -451,7 +519,12 @@ fn http_sse_events_arrive_one_by_one() {
     });
     let p = start_pen(&[b.addr()]);
     let mut c = p.client();
-    c.send(&request("GET", "/events", "Accept: text/event-stream\r\n", b""));
+    c.send(&request(
+        "GET",
+        "/events",
+        "Accept: text/event-stream\r\n",
+        b"",
+    ));
     // Each event arrives while the server still holds the next one back.
     let got = c.read_until(b"data: one", T);
     assert!(!got.windows(3).any(|w| w == b"two"));
@@ -489,23 +562,42 @@ fn http_hop_by_hop_headers_are_removed() {
         assert!(!req.has(gone), "the server saw {gone}: {:?}", req.headers);
     }
     for v in req.header_all("connection") {
-        assert!(!v.to_ascii_lowercase().contains("x-private"), "Connection: {v}");
+        assert!(
+            !v.to_ascii_lowercase().contains("x-private"),
+            "Connection: {v}"
+        );
     }
     assert_eq!(req.header("x-public"), Some("ok"));
     for gone in ["x-resp-private", "keep-alive"] {
-        assert!(r.header(gone).is_none(), "the client saw {gone}: {:?}", r.headers);
+        assert!(
+            r.header(gone).is_none(),
+            "the client saw {gone}: {:?}",
+            r.headers
+        );
     }
     assert_eq!(r.header("x-resp-public"), Some("p"));
     // Framing is regenerated: exactly one of Content-Length / Transfer-Encoding goes on.
-    c.roundtrip(b"POST /cl HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nabcde");
+    c.roundtrip(
+        b"POST /cl HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nabcde",
+    );
     let mut up = b"POST /te HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     up.extend_from_slice(&chunked_body(&[b"abc"], &[]));
     c.roundtrip(&up);
     let reqs = b.wait_requests(3, T);
-    assert_eq!(reqs[1].header_all("content-length"), vec!["5"], "{:?}", reqs[1].headers);
+    assert_eq!(
+        reqs[1].header_all("content-length"),
+        vec!["5"],
+        "{:?}",
+        reqs[1].headers
+    );
     assert!(!reqs[1].has("transfer-encoding"));
     assert_eq!(reqs[1].body, b"abcde");
-    assert_eq!(reqs[2].header_all("transfer-encoding").len(), 1, "{:?}", reqs[2].headers);
+    assert_eq!(
+        reqs[2].header_all("transfer-encoding").len(),
+        1,
+        "{:?}",
+        reqs[2].headers
+    );
     assert!(!reqs[2].has("content-length"), "{:?}", reqs[2].headers);
     assert_eq!(reqs[2].body, b"abc");
 }
@@ -522,7 +614,10 @@ fn http_x_forwarded_for_appends_replaces_or_is_off() {
     };
     // Append, from a trusted peer: the incoming list is kept and the peer appended.
     let trusted = "forwarded_for = \"append\"\ntrusted_proxies = [\"127.0.0.1\"]\n";
-    assert_eq!(xff(&send(trusted, &with_xff)), vec!["203.0.113.7", "127.0.0.1"]);
+    assert_eq!(
+        xff(&send(trusted, &with_xff)),
+        vec!["203.0.113.7", "127.0.0.1"]
+    );
     assert_eq!(xff(&send(trusted, &get("/n"))), vec!["127.0.0.1"]);
     // Append, from a peer that is not trusted: its list is dropped.
     let untrusted = "forwarded_for = \"append\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n";
@@ -540,18 +635,30 @@ fn http_x_forwarded_proto_and_host_are_set() {
     let b = Backend::echo();
     let p = start_pen(&[b.addr()]);
     let mut c = p.client();
-    let r = c.roundtrip(b"GET /ph HTTP/1.1\r\nHost: shop.example:8080\r\nX-Forwarded-Proto: https\r\n\r\n");
+    let r = c.roundtrip(
+        b"GET /ph HTTP/1.1\r\nHost: shop.example:8080\r\nX-Forwarded-Proto: https\r\n\r\n",
+    );
     assert_eq!(r.status, 200);
     let req = &b.wait_requests(1, T)[0];
-    assert_eq!(req.header("host"), Some("shop.example:8080"), "Host passes unchanged");
+    assert_eq!(
+        req.header("host"),
+        Some("shop.example:8080"),
+        "Host passes unchanged"
+    );
     assert_eq!(
         req.header_all("x-forwarded-proto"),
         vec!["http"],
         "set from the listener, a client's own value replaced"
     );
-    assert_eq!(req.header_all("x-forwarded-host"), vec!["shop.example:8080"]);
+    assert_eq!(
+        req.header_all("x-forwarded-host"),
+        vec!["shop.example:8080"]
+    );
     drop(p);
-    let p = start_proxy("x_forwarded_proto = false\nx_forwarded_host = false\n", &[b.addr()]);
+    let p = start_proxy(
+        "x_forwarded_proto = false\nx_forwarded_host = false\n",
+        &[b.addr()],
+    );
     assert_eq!(p.client().roundtrip(&get("/off")).status, 200);
     let req = &b.wait_requests(2, T)[1];
     assert!(!req.has("x-forwarded-host"), "{:?}", req.headers);
@@ -561,27 +668,44 @@ fn http_x_forwarded_proto_and_host_are_set() {
 fn http_via_and_forwarded_when_enabled() {
     let b = Backend::echo();
     let p = start_proxy("via = \"edge1\"\nforwarded = true\n", &[b.addr()]);
-    let r = p.client().roundtrip(b"GET /v HTTP/1.1\r\nHost: shop.example\r\n\r\n");
+    let r = p
+        .client()
+        .roundtrip(b"GET /v HTTP/1.1\r\nHost: shop.example\r\n\r\n");
     assert_eq!(r.status, 200);
     let via: Vec<&str> = r.header_all("via");
-    assert!(via.iter().any(|v| v.contains("1.1 edge1")), "response Via: {via:?}");
+    assert!(
+        via.iter().any(|v| v.contains("1.1 edge1")),
+        "response Via: {via:?}"
+    );
     let req = &b.wait_requests(1, T)[0];
     assert!(
-        req.header_all("via").iter().any(|v| v.contains("1.1 edge1")),
+        req.header_all("via")
+            .iter()
+            .any(|v| v.contains("1.1 edge1")),
         "request Via: {:?}",
         req.headers
     );
     let fwd = req.header_all("forwarded").join(",").to_ascii_lowercase();
-    assert!(fwd.contains("for=127.0.0.1") || fwd.contains("for=\"127.0.0.1"), "Forwarded: {fwd}");
+    assert!(
+        fwd.contains("for=127.0.0.1") || fwd.contains("for=\"127.0.0.1"),
+        "Forwarded: {fwd}"
+    );
     assert!(fwd.contains("proto=http"), "Forwarded: {fwd}");
-    assert!(fwd.contains("host=shop.example") || fwd.contains("host=\"shop.example"), "Forwarded: {fwd}");
+    assert!(
+        fwd.contains("host=shop.example") || fwd.contains("host=\"shop.example"),
+        "Forwarded: {fwd}"
+    );
     drop(p);
     // Off by default.
     let p = start_pen(&[b.addr()]);
     let r = p.client().roundtrip(&get("/d"));
     assert!(r.header("via").is_none(), "{:?}", r.headers);
     let req = &b.wait_requests(2, T)[1];
-    assert!(!req.has("via") && !req.has("forwarded"), "{:?}", req.headers);
+    assert!(
+        !req.has("via") && !req.has("forwarded"),
+        "{:?}",
+        req.headers
+    );
 }
 
 #[test]
@@ -621,9 +745,12 @@ fn http_listener_header_edits_apply_to_requests_and_responses() {
          response_headers = { remove = [\"Server\"], set = { \"X-Frame-Options\" = \"DENY\" }, add = { \"X-Added\" = \"yes\" } }\n",
         &[b.addr()],
     );
-    let r = p
-        .client()
-        .roundtrip(&request("GET", "/e", "X-Debug: 1\r\nx-env: dev\r\nX-A: 0\r\n", b""));
+    let r = p.client().roundtrip(&request(
+        "GET",
+        "/e",
+        "X-Debug: 1\r\nx-env: dev\r\nX-A: 0\r\n",
+        b"",
+    ));
     assert_eq!(r.status, 200);
     let req = &b.wait_requests(1, T)[0];
     assert!(!req.has("x-debug"), "{:?}", req.headers);
@@ -638,7 +765,12 @@ fn http_listener_header_edits_apply_to_requests_and_responses() {
 fn http_request_split_into_single_bytes_is_proxied_the_same() {
     let b = Backend::echo();
     let p = start_pen(&[b.addr()]);
-    let req = request("POST", "/split?q=1", "X-One: 1\r\nX-Two: two\r\n", b"a body of some length");
+    let req = request(
+        "POST",
+        "/split?q=1",
+        "X-One: 1\r\nX-Two: two\r\n",
+        b"a body of some length",
+    );
     let mut whole = p.client();
     assert_eq!(whole.roundtrip(&req).status, 200);
     let mut bytewise = p.client();
@@ -655,7 +787,13 @@ fn http_request_split_into_single_bytes_is_proxied_the_same() {
             .filter(|(n, _)| !n.eq_ignore_ascii_case("x-request-id"))
             .cloned()
             .collect();
-        (r.method.clone(), r.target.clone(), r.version.clone(), h, r.body.clone())
+        (
+            r.method.clone(),
+            r.target.clone(),
+            r.version.clone(),
+            h,
+            r.body.clone(),
+        )
     };
     assert_eq!(strip(&reqs[0]), strip(&reqs[1]));
 }

@@ -330,10 +330,7 @@ impl Backend {
             got.len() >= n,
             "backend got {} requests, want {n}; bytes received: {:?}; errors: {:?}",
             got.len(),
-            self.received()
-                .iter()
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-                .collect::<Vec<_>>(),
+            self.received().iter().map(|b| show(b)).collect::<Vec<_>>(),
             self.errors()
         );
         got
@@ -365,9 +362,7 @@ impl Backend {
             total == 0,
             "{what}: the backend received {total} bytes over {} connections: {:?}",
             got.len(),
-            got.iter()
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-                .collect::<Vec<_>>()
+            got.iter().map(|b| show(b)).collect::<Vec<_>>()
         );
     }
 }
@@ -379,6 +374,16 @@ impl Drop for Backend {
             let _ = t.join();
         }
     }
+}
+
+/// At most 400 characters of `raw`, quoted, for messages (bodies can be megabytes).
+pub fn show(raw: &[u8]) -> String {
+    let s = String::from_utf8_lossy(raw);
+    let mut t: String = s.chars().take(400).collect();
+    if t.len() < s.len() {
+        t.push_str(&format!("... ({} bytes)", raw.len()));
+    }
+    format!("{t:?}")
 }
 
 /// Polls `cond` every 10 ms until it holds or `within` passes; returns whether it held.
@@ -475,8 +480,8 @@ fn serve(
                 Ok(None) => {}
                 Err(e) => {
                     sh.errors.lock().unwrap().push(format!(
-                        "conn {index} request {req_index}: {e:?} in {:?}",
-                        String::from_utf8_lossy(&c.buf)
+                        "conn {index} request {req_index}: {e:?} in {}",
+                        show(&c.buf)
                     ));
                     let _ = c.s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
                     return;
@@ -492,8 +497,8 @@ fn serve(
                 More::Eof | More::Stop => {
                     if !c.buf.is_empty() {
                         sh.errors.lock().unwrap().push(format!(
-                            "conn {index}: incomplete head at EOF: {:?}",
-                            String::from_utf8_lossy(&c.buf)
+                            "conn {index}: incomplete head at EOF: {}",
+                            show(&c.buf)
                         ));
                     }
                     return;
@@ -539,9 +544,10 @@ fn serve(
                     }
                 }
                 Err(e) => {
-                    sh.errors.lock().unwrap().push(format!(
-                        "conn {index} request {req_index}: body {e:?}"
-                    ));
+                    sh.errors
+                        .lock()
+                        .unwrap()
+                        .push(format!("conn {index} request {req_index}: body {e:?}"));
                     return;
                 }
             }
@@ -667,7 +673,8 @@ pub fn fixed_response(r: &Request, n: usize) -> Vec<u8> {
 
 /// A chunked 200: the given chunks, then the trailers.
 pub fn chunked_response(chunks: &[&[u8]], trailers: &[(&str, &str)]) -> Vec<u8> {
-    let mut out = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n".to_vec();
+    let mut out =
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n".to_vec();
     out.extend_from_slice(&chunked_body(chunks, trailers));
     out
 }
@@ -829,17 +836,14 @@ impl Client {
                 Err(e) => {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
-                        format!("bad response {e:?}: {:?}", String::from_utf8_lossy(&bytes)),
+                        format!("bad response {e:?}: {}", show(&bytes)),
                     ))
                 }
             }
             if !self.fill(deadline)? {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
-                    format!(
-                        "EOF before a whole response head: {:?}",
-                        String::from_utf8_lossy(&bytes)
-                    ),
+                    format!("EOF before a whole response head: {}", show(&bytes)),
                 ));
             }
         };
@@ -987,7 +991,8 @@ pub fn get(target: &str) -> Vec<u8> {
 
 /// A request with the given method, target, extra header lines and a Content-Length body.
 pub fn request(method: &str, target: &str, extra: &str, body: &[u8]) -> Vec<u8> {
-    let mut out = format!("{method} {target} HTTP/1.1\r\nHost: example.test\r\n{extra}").into_bytes();
+    let mut out =
+        format!("{method} {target} HTTP/1.1\r\nHost: example.test\r\n{extra}").into_bytes();
     if !body.is_empty() || method == "POST" || method == "PUT" {
         out.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
     }
@@ -1146,10 +1151,17 @@ fn start_haproxy(http: &str, servers: &[SocketAddr]) -> Proxy {
         );
         let t = |k: &str, d: &str| toml_duration(http, k).unwrap_or_else(|| d.to_string());
         let _ = writeln!(cfg, "  timeout client {}", t("keepalive_timeout", "60s"));
-        let _ = writeln!(cfg, "  timeout http-keep-alive {}", t("keepalive_timeout", "60s"));
+        let _ = writeln!(
+            cfg,
+            "  timeout http-keep-alive {}",
+            t("keepalive_timeout", "60s")
+        );
         let _ = writeln!(cfg, "  timeout http-request {}", t("header_timeout", "10s"));
         let _ = writeln!(cfg, "  timeout server {}", t("response_timeout", "60s"));
-        let _ = writeln!(cfg, "frontend f\n  bind 127.0.0.1:{port}\n  default_backend b\nbackend b\n  balance first");
+        let _ = writeln!(
+            cfg,
+            "frontend f\n  bind 127.0.0.1:{port}\n  default_backend b\nbackend b\n  balance first"
+        );
         for (i, s) in servers.iter().enumerate() {
             let _ = writeln!(cfg, "  server s{i} {s}");
         }
