@@ -1035,8 +1035,14 @@ impl Proxy {
         }
     }
 
-    /// Sends a signal by PID ("TERM", ...).
+    /// Sends a signal by PID ("TERM", ...). HAProxy's graceful stop is SIGUSR1, so TERM is sent
+    /// to it as USR1.
     pub fn signal(&self, sig: &str) {
+        let sig = if self.haproxy.is_some() && sig == "TERM" {
+            "USR1"
+        } else {
+            sig
+        };
         let st = Command::new("kill")
             .arg(format!("-{sig}"))
             .arg(self.pid().to_string())
@@ -1104,13 +1110,18 @@ pub fn start_pen_with(opts: &[&str], servers: &[SocketAddr]) -> Proxy {
 /// An HTTP listener with `[listener.http]` settings `http` (TOML lines, as docs/toml11 says), on
 /// `servers`; Quill from a config file, or HAProxy with the settings it has an equivalent of.
 pub fn start_proxy(http: &str, servers: &[SocketAddr]) -> Proxy {
+    start_proxy_global("", http, servers)
+}
+
+/// Like [`start_proxy`] with top-level TOML lines `global` too (`workers = 1`, `drain_timeout`).
+pub fn start_proxy_global(global: &str, http: &str, servers: &[SocketAddr]) -> Proxy {
     if reference_haproxy() {
         return start_haproxy(http, servers);
     }
     let servers: Vec<String> = servers.iter().map(|a| a.to_string()).collect();
     let (q, probe, _) = Quill::spawn_first(|dir, port| {
         let cfg = dir.join("quill.toml");
-        std::fs::write(&cfg, toml_config(port, http, &servers)).unwrap();
+        std::fs::write(&cfg, toml_config(port, global, http, &servers)).unwrap();
         vec!["--config".into(), cfg.display().to_string()]
     });
     drop(probe);
@@ -1124,10 +1135,10 @@ pub fn start_proxy(http: &str, servers: &[SocketAddr]) -> Proxy {
 }
 
 /// The config file of [`start_proxy`].
-pub fn toml_config(port: u16, http: &str, servers: &[String]) -> String {
+pub fn toml_config(port: u16, global: &str, http: &str, servers: &[String]) -> String {
     let list: Vec<String> = servers.iter().map(|s| format!("\"{s}\"")).collect();
     format!(
-        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\nservers = [{}]\n\n[listener.http]\n{http}\n",
+        "{global}\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\nservers = [{}]\n\n[listener.http]\n{http}\n",
         list.join(", ")
     )
 }
