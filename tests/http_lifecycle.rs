@@ -1,0 +1,232 @@
+//! HTTP mode errors, timeouts and lifecycle (issue 11 point 7, DESIGN §6.3): dead servers (503,
+//! failover), servers that reset (502 before the head, a cut client after it), a silent server
+//! (504), slowloris (408, without delaying anyone else), idle keep-alive clients and idle server
+//! connections, and SIGTERM (idle clients closed at once, busy ones answered with
+//! `Connection: close`).
+
+#[path = "support/http.rs"]
+mod http_support;
+mod support;
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use http_support::*;
+use support::refused_addr;
+
+const T: Duration = Duration::from_secs(10);
+
+#[test]
+fn http_dead_server_gives_503() {
+    let p = start_pen(&[refused_addr()]);
+    let mut c = p.client();
+    let r = c.roundtrip(&get("/dead"));
+    assert_eq!(r.status, 503, "{}", show(&r.raw_head));
+}
+
+#[test]
+fn http_dead_server_fails_over_to_the_next() {
+    let b = Backend::echo();
+    let p = start_pen(&[refused_addr(), b.addr()]);
+    for i in 0..6 {
+        // New client connections, so the first server is tried again and again.
+        let mut c = p.client();
+        let r = c.roundtrip(&get(&format!("/f{i}")));
+        assert_eq!(r.status, 200, "request {i}: {}", show(&r.raw_head));
+        assert!(r.text().starts_with(&format!("GET /f{i} ")));
+    }
+    assert_eq!(b.wait_requests(6, T).len(), 6);
+}
+
+#[test]
+fn http_server_reset_before_the_head_gives_502() {
+    let b = Backend::start(|_| vec![Step::Reset]);
+    let p = start_pen(&[b.addr()]);
+    let mut c = p.client();
+    let r = c.roundtrip(&request("POST", "/reset", "", b"once"));
+    assert_eq!(r.status, 502, "{}", show(&r.raw_head));
+    // Not replayed: a POST whose body was sent.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(b.requests().len(), 1, "the request was sent again");
+}
+
+#[test]
+fn http_server_reset_mid_body_cuts_the_client() {
+    let b = Backend::start(|_| {
+        vec![
+            Step::Send(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n".to_vec()),
+            Step::Send(body_pattern(1000)),
+            Step::Sleep(Duration::from_millis(100)),
+            Step::Reset,
+        ]
+    });
+    let p = start_pen(&[b.addr()]);
+    let mut c = p.client();
+    c.send(&get("/cut"));
+    match c.try_read_response(false, T) {
+        Ok(r) => panic!(
+            "a response cut by the server reached the client whole: {} with {} body bytes",
+            r.status,
+            r.body.len()
+        ),
+        Err(e) => assert_ne!(
+            e.kind(),
+            io::ErrorKind::TimedOut,
+            "the client connection must be cut, not left hanging: {e}"
+        ),
+    }
+}
+
+#[test]
+fn http_silent_server_gives_504() {
+    let b = Backend::silent();
+    let p = start_proxy("response_timeout = \"1s\"\n", &[b.addr()]);
+    let mut c = p.client();
+    let started = Instant::now();
+    c.send(&get("/silent"));
+    let r = c
+        .try_read_response(false, T)
+        .unwrap_or_else(|e| panic!("no 504 within {T:?}: {e}"));
+    assert_eq!(r.status, 504, "{}", show(&r.raw_head));
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "504 before the 1 s response_timeout: {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn http_slowloris_client_gets_408_without_delaying_others() {
+    let b = Backend::echo();
+    let p = start_proxy_global("workers = 1", "header_timeout = \"1s\"\n", &[b.addr()]);
+    let mut slow = p.client();
+    slow.send(b"GET /slow HTTP/1.1\r\nHost: h\r\n");
+    let started = Instant::now();
+    let mut other = p.client();
+    let mut served = 0;
+    let mut answer = None;
+    // Trickle one header byte at a time; the other client is served meanwhile.
+    for i in 0..100 {
+        if served < 5 {
+            let r = other.roundtrip(&get(&format!("/other{i}")));
+            assert_eq!(r.status, 200);
+            served += 1;
+        }
+        match slow.try_read_response(false, Duration::from_millis(100)) {
+            Ok(r) => {
+                answer = Some(r);
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
+            Err(e) => panic!("the slow client got no 408 but {e}"),
+        }
+        if !slow.try_send(b"X") {
+            // Closed: the answer is in the buffer or was lost; read it.
+            answer = slow.try_read_response(false, T).ok();
+            break;
+        }
+        assert!(started.elapsed() < T, "no 408 within {T:?}");
+    }
+    let r = answer.expect("a 408 for the slow client");
+    assert_eq!(r.status, 408, "{}", show(&r.raw_head));
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "408 before the 1 s header_timeout"
+    );
+    assert_eq!(
+        served, 5,
+        "the other client was served while the slow one trickled"
+    );
+    let _ = slow.expect_closed(T);
+    assert!(
+        b.requests().iter().all(|r| r.target != "/slow"),
+        "the slow request reached the server"
+    );
+    // And the other client is still served after.
+    assert_eq!(other.roundtrip(&get("/after")).status, 200);
+}
+
+#[test]
+fn http_idle_keepalive_client_is_closed_after_keepalive_timeout() {
+    let b = Backend::echo();
+    let p = start_proxy("keepalive_timeout = \"1s\"\n", &[b.addr()]);
+    let mut c = p.client();
+    assert_eq!(c.roundtrip(&get("/once")).status, 200);
+    assert!(
+        c.stays_open(Duration::from_millis(300)),
+        "closed before keepalive_timeout"
+    );
+    let waited = Instant::now();
+    let _ = c.expect_closed(Duration::from_secs(5));
+    assert!(waited.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn http_idle_server_connection_closed_by_the_server_is_not_reused() {
+    let b = Backend::start_with(
+        BackendOptions {
+            idle_close: Some(Duration::from_millis(200)),
+            ..BackendOptions::default()
+        },
+        |r| vec![Step::Send(echo_response(r))],
+    );
+    let p = start_pen(&[b.addr()]);
+    let mut c = p.client();
+    assert_eq!(c.roundtrip(&get("/first")).status, 200);
+    // The server closes its idle kept-alive connection; the proxy must notice.
+    assert!(
+        wait_until(T, || b.ended().contains(&0)),
+        "the backend did not close"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // A POST (not replayable): it must go on a new connection, not the closed one.
+    let r = c.roundtrip(&request("POST", "/second", "", b"not idempotent"));
+    assert_eq!(r.status, 200, "{}", show(&r.raw_head));
+    assert!(r.text().contains("POST /second "), "{}", r.text());
+    assert_eq!(b.accepted(), 2);
+}
+
+#[test]
+fn http_sigterm_closes_idle_clients_at_once_and_busy_ones_get_connection_close() {
+    let gate = Gate::new();
+    let g = gate.clone();
+    let b = Backend::start(move |r| {
+        if r.target == "/busy" {
+            vec![
+                Step::Wait(g.clone()),
+                Step::Send(response(200, "", &body_pattern(50_000))),
+            ]
+        } else {
+            vec![Step::Send(echo_response(r))]
+        }
+    });
+    let mut p = start_proxy_global("drain_timeout = \"30s\"", "", &[b.addr()]);
+    let mut idle = p.client();
+    assert_eq!(idle.roundtrip(&get("/before")).status, 200);
+    let mut busy = p.client();
+    busy.send(&get("/busy"));
+    b.wait_requests(2, T);
+    let term = Instant::now();
+    p.signal("TERM");
+    // The idle kept-alive client is closed at once (EOF or reset), long before the drain ends.
+    let _ = idle.expect_closed(Duration::from_secs(5));
+    // The busy one gets its whole response, marked close, then EOF.
+    gate.open_once();
+    let r = busy
+        .try_read_response(false, T)
+        .unwrap_or_else(|e| panic!("the busy client lost its response: {e}"));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, body_pattern(50_000));
+    assert!(
+        r.says_close(),
+        "the response during a drain says close: {:?}",
+        r.headers
+    );
+    busy.expect_closed(T)
+        .expect("an orderly close after the last response");
+    assert!(
+        p.wait_exit(Duration::from_secs(10)),
+        "quill still running {:?} after SIGTERM with nothing left to do (drain_timeout 30 s)",
+        term.elapsed()
+    );
+}
