@@ -461,9 +461,11 @@ mod tests {
             "more than max_header_bytes",
         );
         check(&|h| h.via = Some("a b".into()), "via");
-        let mut h = HttpSettings::default();
-        h.keepalive_timeout = Duration::ZERO;
-        h.body_timeout = Duration::ZERO;
+        let h = HttpSettings {
+            keepalive_timeout: Duration::ZERO,
+            body_timeout: Duration::ZERO,
+            ..HttpSettings::default()
+        };
         assert_eq!(h.check(), Ok(()));
     }
 

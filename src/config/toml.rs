@@ -646,8 +646,8 @@ fn shown(v: &toml::Value) -> String {
             escaped
         })
         .collect();
-    if text.len() > 80 {
-        format!("{}...", &text[..text.floor_char_boundary(77)])
+    if text.chars().count() > 80 {
+        format!("{}...", text.chars().take(77).collect::<String>())
     } else {
         text
     }
