@@ -292,7 +292,10 @@ pub(crate) fn forwarded_for_name(f: ForwardedFor) -> &'static str {
 /// `10m`. Overflow is an error, not a wrap.
 pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let bad = || {
-        format!("invalid size '{s}' (expected bytes, or a number with k, m or g such as \"16k\")")
+        format!(
+            "invalid size '{}' (expected bytes, or a number with k, m or g such as \"16k\")",
+            s.escape_debug()
+        )
     };
     let (digits, shift) = match s.as_bytes().last() {
         Some(b'k' | b'K') => (&s[..s.len() - 1], 10),
