@@ -336,3 +336,50 @@ fn write_round_trip_keeps_an_http_listener_http() {
         "the runtime change came back: {out}"
     );
 }
+
+#[test]
+fn reload_keeps_an_http_listener_http_and_applies_the_files_change() {
+    let backend = greet("a");
+    let toml = |port: u16, protocol: &str| {
+        format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"{protocol}\"\n\
+             servers = [\"{}\"]\n",
+            backend.addr()
+        )
+    };
+    let q = Quill::start_with(|dir, port| {
+        let path = write_cfg(dir, "q.toml", &toml(port, "tcp"));
+        vec![
+            "--config".into(),
+            path.display().to_string(),
+            "-C".into(),
+            dir.join("ctl.sock").display().to_string(),
+        ]
+    });
+    let sock = q.path("ctl.sock");
+    wait_ctl(&q, &sock);
+    let written = |name: &str| {
+        let saved = q.path(name);
+        ctl_ok(&sock, &format!("write {}", saved.display()));
+        std::fs::read_to_string(&saved).unwrap()
+    };
+    assert!(!written("tcp.cmds").contains("HTTP"));
+    // The file now says HTTP: a reload makes the listener HTTP.
+    write_cfg(&q.path(""), "q.toml", &toml(q.port, "http"));
+    ctl_ok(&sock, "reload");
+    assert!(written("http.cmds").contains("# listener web: HTTP"));
+    // A reload of the same file keeps it HTTP.
+    ctl_ok(&sock, "reload");
+    assert!(written("again.cmds").contains("# listener web: HTTP"));
+}
+
+#[test]
+fn reload_keeps_the_http_flag_of_the_command_line() {
+    let backend = greet("a");
+    let (q, sock) = start_ctl(&["-H"], &[spec(backend.addr())]);
+    ctl_ok(&sock, "reload");
+    let saved = q.path("saved.cmds");
+    ctl_ok(&sock, &format!("write {}", saved.display()));
+    let written = std::fs::read_to_string(&saved).unwrap();
+    assert!(written.contains("# listener default: HTTP"), "{written}");
+}

@@ -292,7 +292,10 @@ pub(crate) fn forwarded_for_name(f: ForwardedFor) -> &'static str {
 /// `10m`. Overflow is an error, not a wrap.
 pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let bad = || {
-        format!("invalid size '{s}' (expected bytes, or a number with k, m or g such as \"16k\")")
+        format!(
+            "invalid size '{}' (expected bytes, or a number with k, m or g such as \"16k\")",
+            s.escape_debug()
+        )
     };
     let (digits, shift) = match s.as_bytes().last() {
         Some(b'k' | b'K') => (&s[..s.len() - 1], 10),
@@ -461,9 +464,11 @@ mod tests {
             "more than max_header_bytes",
         );
         check(&|h| h.via = Some("a b".into()), "via");
-        let mut h = HttpSettings::default();
-        h.keepalive_timeout = Duration::ZERO;
-        h.body_timeout = Duration::ZERO;
+        let h = HttpSettings {
+            keepalive_timeout: Duration::ZERO,
+            body_timeout: Duration::ZERO,
+            ..HttpSettings::default()
+        };
         assert_eq!(h.check(), Ok(()));
     }
 

@@ -255,8 +255,91 @@ fn toml_file() -> impl Strategy<Value = String> {
         })
 }
 
+const HTTP_KEYS: &[&str] = &[
+    "header_timeout",
+    "keepalive_timeout",
+    "body_timeout",
+    "response_timeout",
+    "tunnel_timeout",
+    "server_keepalive",
+    "server_idle_timeout",
+    "max_body",
+    "max_request_line",
+    "max_header_bytes",
+    "max_headers",
+    "forwarded_for",
+    "trusted_proxies",
+    "x_forwarded_proto",
+    "x_forwarded_host",
+    "forwarded",
+    "via",
+    "request_id",
+    "request_headers",
+    "response_headers",
+];
+
+/// A value for an HTTP key: the generic ones, sizes, lists and header edits with hostile text.
+fn http_value() -> impl Strategy<Value = String> {
+    let unit = prop::sample::select(&["", "k", "m", "g", "K", "x", "kb"][..]);
+    prop_oneof![
+        2 => toml_value(),
+        2 => (number(), unit).prop_map(|(n, u)| format!("\"{n}{u}\"")),
+        1 => prop::sample::select(&["true", "false", "\"append\"", "\"off\"", "\"quill\""][..])
+            .prop_map(String::from),
+        1 => prop::collection::vec(address(), 0..3).prop_map(|a| format!("{a:?}")),
+        2 => (
+            prop::sample::select(&["remove", "set", "add", "put"][..]),
+            random_text(),
+            random_text(),
+        )
+            .prop_map(|(op, name, value)| if op == "remove" {
+                format!("{{ remove = [{name:?}] }}")
+            } else {
+                format!("{{ {op} = {{ {name:?} = {value:?} }} }}")
+            }),
+    ]
+}
+
+fn http_file() -> impl Strategy<Value = String> {
+    let setting = || {
+        (prop::sample::select(HTTP_KEYS), http_value()).prop_map(|(k, v)| format!("{k} = {v}\n"))
+    };
+    (
+        prop::collection::vec(setting(), 0..4),
+        prop::sample::select(&["\"http\"", "\"tcp\"", "\"udp\""][..]),
+        prop::collection::vec(setting(), 0..4),
+    )
+        .prop_map(|(top, protocol, inner)| {
+            format!(
+                "[http]\n{}[[listener]]\nname = \"a\"\nlisten = \"127.0.0.1:7000\"\n\
+                 protocol = {protocol}\nservers = [\"127.0.0.1:7001\"]\n[listener.http]\n{}",
+                top.concat(),
+                inner.concat()
+            )
+        })
+}
+
 proptest! {
     #![proptest_config(cases())]
+
+    /// Arbitrary `[http]` and `[listener.http]` tables: a one-line `FILE:LINE:` error or
+    /// settings within every bound, never a panic.
+    #[test]
+    fn http_settings_never_panic_and_stay_in_bounds(file in http_file()) {
+        match from_toml("p.toml", &file, &TuningPatch::default()) {
+            Ok(c) => {
+                accepted(&c, &[]);
+                for l in &c.listeners {
+                    let h = l.http.as_ref().expect("[listener.http] only on an HTTP listener");
+                    prop_assert_eq!(h.check(), Ok(()));
+                }
+            }
+            Err(e) => {
+                prop_assert!(e.message.starts_with("p.toml:"), "{}", e.message);
+                prop_assert!(!e.message.contains('\n'), "one line: {:?}", e.message);
+            }
+        }
+    }
 
     #[test]
     fn control_language_and_config_loader_never_panic(

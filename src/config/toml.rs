@@ -646,8 +646,8 @@ fn shown(v: &toml::Value) -> String {
             escaped
         })
         .collect();
-    if text.len() > 80 {
-        format!("{}...", &text[..text.floor_char_boundary(77)])
+    if text.chars().count() > 80 {
+        format!("{}...", text.chars().take(77).collect::<String>())
     } else {
         text
     }
@@ -678,6 +678,13 @@ impl RawHttp {
                         Ok(s) if s <= MAX_DURATION.as_secs() => Duration::from_secs(s),
                         _ => return Err(format!("{n} is not a duration of 0 to 30 days")),
                     },
+                    // Never a control character in a message: it must stay one line.
+                    toml::Value::String(s) if s.chars().any(char::is_control) => {
+                        return Err(format!(
+                            "invalid duration '{}' (expected e.g. 30, 500ms, 2s, 5m, 1h)",
+                            s.escape_debug()
+                        ))
+                    }
                     toml::Value::String(s) => parse_duration(s)?,
                     other => {
                         return Err(format!(
@@ -828,6 +835,12 @@ impl RawHttp {
                 list.iter()
                     .map(|e| {
                         let text = e.as_str().ok_or_else(not_list)?;
+                        if text.chars().any(char::is_control) {
+                            return Err(format!(
+                                "'{}' is not an address or network",
+                                text.escape_debug()
+                            ));
+                        }
                         acl::parse_net(text, None)
                             .map_err(|why| format!("'{}': {why}", text.escape_debug()))
                     })
@@ -910,7 +923,8 @@ fn edits(
         for (name, value) in pairs {
             let value = value.as_str().ok_or_else(|| {
                 fail(format!(
-                    "{key}: {word} {name} = {} is not a string",
+                    "{key}: {word} {} = {} is not a string",
+                    name.escape_debug(),
                     shown(value)
                 ))
             })?;
@@ -1281,6 +1295,16 @@ servers = ["127.0.0.1:9001"]
         for (body, needle) in [
             ("max_body = \"10x\"", "max_body: invalid size '10x'"),
             ("max_body = -1", "max_body: -1 is not a size"),
+            // A control character in a value is shown escaped: the message stays one line.
+            ("max_body = \"1\\n2\"", "max_body: invalid size '1\\n2'"),
+            (
+                "body_timeout = \"1\\r2\"",
+                "body_timeout: invalid duration '1\\r2'",
+            ),
+            (
+                "trusted_proxies = [\"10.0.0.1\\n\"]",
+                "trusted_proxies: '10.0.0.1\\n'",
+            ),
             ("max_body = \"99999999999g\"", "max_body: invalid size"),
             (
                 "max_header_bytes = true",

@@ -297,8 +297,10 @@ mod tests {
         assert_eq!(got.listeners[0].servers[0].weight, 3);
         // The file changed a setting: the new settings, still HTTP.
         let mut theirs = base.clone();
-        let mut h = crate::config::HttpSettings::default();
-        h.response_timeout = std::time::Duration::from_secs(5);
+        let h = crate::config::HttpSettings {
+            response_timeout: std::time::Duration::from_secs(5),
+            ..Default::default()
+        };
         theirs.listeners[0].http = Some(h.clone());
         assert_eq!(merge(&base, &ours, &theirs).listeners[0].http, Some(h));
         // The file turned HTTP off: TCP again.
