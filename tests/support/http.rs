@@ -520,10 +520,9 @@ fn serve(
             ..Request::default()
         };
         c.buf.drain(..head.len);
-        if req.expects_continue() && !opts.no_auto_continue && head.framing != Framing::None {
-            if !c.write(b"HTTP/1.1 100 Continue\r\n\r\n") {
-                return;
-            }
+        let interim = req.expects_continue() && !opts.no_auto_continue;
+        if interim && head.framing != Framing::None && !c.write(b"HTTP/1.1 100 Continue\r\n\r\n") {
+            return;
         }
         // The body.
         let mut body = Body::new(head.framing);
