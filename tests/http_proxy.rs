@@ -251,6 +251,9 @@ fn http_1_0_keep_alive_client_is_kept() {
             "answer {i} keeps the connection: {:?}",
             r.headers
         );
+        // A 1.0 client knows no persistence by default: the answer says keep-alive.
+        let tokens = r.header_all("connection").join(",").to_ascii_lowercase();
+        assert!(tokens.contains("keep-alive"), "answer {i}: {:?}", r.headers);
     }
 }
 
@@ -495,6 +498,58 @@ fn http_large_bodies_stream_both_ways_byte_exact() {
     let r = c.roundtrip(&up);
     assert_eq!(r.header("x-upload"), Some("ok"));
     assert!(r.body == body_pattern(DOWN));
+}
+
+#[test]
+fn http_content_length_bodies_stream_before_they_are_complete() {
+    const HALF: usize = 256 * 1024;
+    // Both bodies: the pattern, with a marker ending the first half.
+    let body = || {
+        let mut b = body_pattern(2 * HALF);
+        b[HALF - 8..HALF].copy_from_slice(b"HALFMARK");
+        b
+    };
+    let gate = Gate::new();
+    let g = gate.clone();
+    let b = Backend::start(move |_| {
+        let body = body();
+        let mut first =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        first.extend_from_slice(&body[..HALF]);
+        vec![
+            Step::Send(first),
+            Step::Wait(g.clone()),
+            Step::Send(body[HALF..].to_vec()),
+        ]
+    });
+    let p = start_pen(&[b.addr()]);
+    let mut c = p.client();
+    let up = body();
+    c.send(
+        format!(
+            "PUT /half HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n",
+            up.len()
+        )
+        .as_bytes(),
+    );
+    c.send(&up[..HALF]);
+    // Upload: the first half reaches the server while the client holds the second back.
+    assert!(
+        wait_until(T, || b
+            .received()
+            .iter()
+            .any(|r| r.windows(8).any(|w| w == b"HALFMARK"))),
+        "the server got {} bytes of a half-sent body: the proxy holds it",
+        b.received_total()
+    );
+    c.send(&up[HALF..]);
+    // Download: the first half reaches the client while the server holds the second back.
+    c.read_until(b"HALFMARK", T);
+    gate.open_once();
+    let r = c.read_response();
+    assert_eq!(r.status, 200);
+    assert!(r.body == body(), "the download differs");
+    assert!(b.wait_requests(1, T)[0].body == up, "the upload differs");
 }
 
 #[test]
