@@ -581,7 +581,18 @@ fn serve(
                 }
                 Step::Sleep(d) => thread::sleep(d),
                 Step::Wait(g) => {
-                    if !g.pass(Duration::from_secs(10)) {
+                    // At most 10 s, looking at the stop flag every tick.
+                    let mut passed = false;
+                    for _ in 0..200 {
+                        if sh.stop.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        if g.pass(TICK) {
+                            passed = true;
+                            break;
+                        }
+                    }
+                    if !passed {
                         return;
                     }
                 }
