@@ -219,6 +219,28 @@ fn http_clients_without_keep_alive_still_reuse_server_connections() {
 }
 
 #[test]
+fn http_server_closing_after_each_response_keeps_the_client_alive() {
+    let b = Backend::closing();
+    let p = start_pen(&[b.addr()]);
+    let mut c = p.client();
+    for i in 0..5 {
+        let r = c.roundtrip(&get(&format!("/s{i}")));
+        assert_eq!(r.status, 200, "request {i}: {}", show(&r.raw_head));
+        assert!(r.text().starts_with(&format!("GET /s{i} ")), "{}", r.text());
+        assert!(
+            !r.says_close(),
+            "the server's close is not the client's: {:?}",
+            r.headers
+        );
+    }
+    assert_eq!(
+        b.accepted(),
+        5,
+        "a connection the server closed is never reused"
+    );
+}
+
+#[test]
 fn http_1_0_client_gets_its_answer_and_a_close() {
     let b = Backend::echo();
     let p = start_pen(&[b.addr()]);

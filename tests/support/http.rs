@@ -282,6 +282,17 @@ impl Backend {
         Backend::start(move |r| vec![Step::Send(fixed_response(r, n))])
     }
 
+    /// Echo, each response with `Connection: close`, then the connection closed.
+    pub fn closing() -> Backend {
+        Backend::start(|r| {
+            let body = echo_text(r);
+            vec![
+                Step::Send(response(200, "Connection: close\r\n", body.as_bytes())),
+                Step::Close,
+            ]
+        })
+    }
+
     /// Accepts and never answers.
     pub fn silent() -> Backend {
         Backend::start(|_| vec![Step::Hang])
