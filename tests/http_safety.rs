@@ -709,7 +709,12 @@ fn http_desync_guardian_corpus() {
             (Outcome::Forwarded(got), "Ambiguous" | "Acceptable") => normalised(c, got)
                 .map(|()| "normalised")
                 .map_err(|e| format!("forwarded as {e}: {}", show(got))),
-            (Outcome::Forwarded(..), "Compliant") => Ok("forwarded"),
+            (Outcome::Forwarded(got), "Compliant") => {
+                match quill_core::http1::parse_request(got, &Default::default()) {
+                    Ok(Some(_)) => Ok("forwarded"),
+                    other => Err(format!("forwarded as {other:?}: {}", show(got))),
+                }
+            }
             (Outcome::Rejected(s), "Compliant") => {
                 compliant_exception(c, *s).ok_or_else(|| format!("a Compliant case got {s}"))
             }
@@ -728,4 +733,22 @@ fn http_desync_guardian_corpus() {
         cases.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn http_a_head_sent_in_pieces_is_held_until_it_is_whole_and_valid() {
+    let b = Backend::echo();
+    let p = start_pen(&[b.addr()]);
+    let mut c = p.client();
+    c.send(b"GET /pieces HTTP/1.1\r\nHost: h\r\n");
+    std::thread::sleep(Duration::from_millis(200));
+    c.send(b"X-Fine: 1\r\n");
+    std::thread::sleep(Duration::from_millis(200));
+    b.assert_nothing_received("an incomplete head");
+    c.send(b"X@A: 1\r\n\r\n");
+    let r = c.try_read_response(false, T).expect("an answer");
+    assert_eq!(r.status, 400);
+    let _ = c.expect_closed(T);
+    std::thread::sleep(Duration::from_millis(50));
+    b.assert_nothing_received("a head whose last line is bad");
 }
