@@ -219,6 +219,28 @@ fn http_clients_without_keep_alive_still_reuse_server_connections() {
 }
 
 #[test]
+fn http_server_closing_after_each_response_keeps_the_client_alive() {
+    let b = Backend::closing();
+    let p = start_pen(&[b.addr()]);
+    let mut c = p.client();
+    for i in 0..5 {
+        let r = c.roundtrip(&get(&format!("/s{i}")));
+        assert_eq!(r.status, 200, "request {i}: {}", show(&r.raw_head));
+        assert!(r.text().starts_with(&format!("GET /s{i} ")), "{}", r.text());
+        assert!(
+            !r.says_close(),
+            "the server's close is not the client's: {:?}",
+            r.headers
+        );
+    }
+    assert_eq!(
+        b.accepted(),
+        5,
+        "a connection the server closed is never reused"
+    );
+}
+
+#[test]
 fn http_1_0_client_gets_its_answer_and_a_close() {
     let b = Backend::echo();
     let p = start_pen(&[b.addr()]);
@@ -251,6 +273,9 @@ fn http_1_0_keep_alive_client_is_kept() {
             "answer {i} keeps the connection: {:?}",
             r.headers
         );
+        // A 1.0 client knows no persistence by default: the answer says keep-alive.
+        let tokens = r.header_all("connection").join(",").to_ascii_lowercase();
+        assert!(tokens.contains("keep-alive"), "answer {i}: {:?}", r.headers);
     }
 }
 
@@ -495,6 +520,58 @@ fn http_large_bodies_stream_both_ways_byte_exact() {
     let r = c.roundtrip(&up);
     assert_eq!(r.header("x-upload"), Some("ok"));
     assert!(r.body == body_pattern(DOWN));
+}
+
+#[test]
+fn http_content_length_bodies_stream_before_they_are_complete() {
+    const HALF: usize = 256 * 1024;
+    // Both bodies: the pattern, with a marker ending the first half.
+    let body = || {
+        let mut b = body_pattern(2 * HALF);
+        b[HALF - 8..HALF].copy_from_slice(b"HALFMARK");
+        b
+    };
+    let gate = Gate::new();
+    let g = gate.clone();
+    let b = Backend::start(move |_| {
+        let body = body();
+        let mut first =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        first.extend_from_slice(&body[..HALF]);
+        vec![
+            Step::Send(first),
+            Step::Wait(g.clone()),
+            Step::Send(body[HALF..].to_vec()),
+        ]
+    });
+    let p = start_pen(&[b.addr()]);
+    let mut c = p.client();
+    let up = body();
+    c.send(
+        format!(
+            "PUT /half HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n",
+            up.len()
+        )
+        .as_bytes(),
+    );
+    c.send(&up[..HALF]);
+    // Upload: the first half reaches the server while the client holds the second back.
+    assert!(
+        wait_until(T, || b
+            .received()
+            .iter()
+            .any(|r| r.windows(8).any(|w| w == b"HALFMARK"))),
+        "the server got {} bytes of a half-sent body: the proxy holds it",
+        b.received_total()
+    );
+    c.send(&up[HALF..]);
+    // Download: the first half reaches the client while the server holds the second back.
+    c.read_until(b"HALFMARK", T);
+    gate.open_once();
+    let r = c.read_response();
+    assert_eq!(r.status, 200);
+    assert!(r.body == body(), "the download differs");
+    assert!(b.wait_requests(1, T)[0].body == up, "the upload differs");
 }
 
 #[test]

@@ -282,6 +282,17 @@ impl Backend {
         Backend::start(move |r| vec![Step::Send(fixed_response(r, n))])
     }
 
+    /// Echo, each response with `Connection: close`, then the connection closed.
+    pub fn closing() -> Backend {
+        Backend::start(|r| {
+            let body = echo_text(r);
+            vec![
+                Step::Send(response(200, "Connection: close\r\n", body.as_bytes())),
+                Step::Close,
+            ]
+        })
+    }
+
     /// Accepts and never answers.
     pub fn silent() -> Backend {
         Backend::start(|_| vec![Step::Hang])
@@ -520,10 +531,9 @@ fn serve(
             ..Request::default()
         };
         c.buf.drain(..head.len);
-        if req.expects_continue() && !opts.no_auto_continue && head.framing != Framing::None {
-            if !c.write(b"HTTP/1.1 100 Continue\r\n\r\n") {
-                return;
-            }
+        let interim = req.expects_continue() && !opts.no_auto_continue;
+        if interim && head.framing != Framing::None && !c.write(b"HTTP/1.1 100 Continue\r\n\r\n") {
+            return;
         }
         // The body.
         let mut body = Body::new(head.framing);
@@ -582,7 +592,18 @@ fn serve(
                 }
                 Step::Sleep(d) => thread::sleep(d),
                 Step::Wait(g) => {
-                    if !g.pass(Duration::from_secs(10)) {
+                    // At most 10 s, looking at the stop flag every tick.
+                    let mut passed = false;
+                    for _ in 0..200 {
+                        if sh.stop.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        if g.pass(TICK) {
+                            passed = true;
+                            break;
+                        }
+                    }
+                    if !passed {
                         return;
                     }
                 }
@@ -1143,12 +1164,124 @@ pub fn toml_config(port: u16, global: &str, http: &str, servers: &[String]) -> S
     )
 }
 
-/// A `key = "Ns"` duration from TOML lines, for HAProxy's timeouts.
-fn toml_duration(http: &str, key: &str) -> Option<String> {
-    http.lines().find_map(|l| {
-        let (k, v) = l.split_once('=')?;
-        (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
-    })
+/// The HAProxy 2.6 lines (frontend section) that do what the `[listener.http]` settings `http`
+/// ask, where HAProxy has an equivalent; settings it has none of are left out (and the tests
+/// that need them fail on HAProxy).
+fn haproxy_rules(http: &str) -> (String, String) {
+    let t: toml::Table = toml::from_str(http).unwrap_or_else(|e| panic!("{http}: {e}"));
+    let text = |k: &str| t.get(k).and_then(|v| v.as_str()).map(str::to_string);
+    let flag = |k: &str, d: bool| t.get(k).and_then(|v| v.as_bool()).unwrap_or(d);
+    let mut defaults = String::new();
+    let mut rules = String::new();
+    let timeout = |k: &str, d: &str| text(k).unwrap_or_else(|| d.to_string());
+    let _ = writeln!(
+        defaults,
+        "  timeout client {}",
+        timeout("keepalive_timeout", "60s")
+    );
+    let _ = writeln!(
+        defaults,
+        "  timeout http-keep-alive {}",
+        timeout("keepalive_timeout", "60s")
+    );
+    let _ = writeln!(
+        defaults,
+        "  timeout http-request {}",
+        timeout("header_timeout", "10s")
+    );
+    let _ = writeln!(
+        defaults,
+        "  timeout server {}",
+        timeout("response_timeout", "60s")
+    );
+    let trusted: Vec<String> = t
+        .get("trusted_proxies")
+        .and_then(|v| v.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    match text("forwarded_for").as_deref().unwrap_or("append") {
+        "off" => {}
+        "replace" => {
+            rules.push_str("  http-request del-header x-forwarded-for\n  option forwardfor\n");
+        }
+        _ => {
+            if trusted.is_empty() {
+                rules.push_str("  http-request del-header x-forwarded-for\n");
+            } else {
+                let _ = writeln!(
+                    rules,
+                    "  http-request del-header x-forwarded-for unless {{ src {} }}",
+                    trusted.join(" ")
+                );
+            }
+            rules.push_str("  option forwardfor\n");
+        }
+    }
+    if flag("x_forwarded_proto", true) {
+        rules.push_str("  http-request set-header X-Forwarded-Proto http\n");
+    }
+    if flag("x_forwarded_host", true) {
+        rules.push_str("  http-request set-header X-Forwarded-Host %[req.hdr(host)]\n");
+    }
+    if flag("forwarded", false) {
+        rules.push_str(
+            "  http-request set-header Forwarded for=%[src];proto=http;host=%[req.hdr(host)]\n",
+        );
+    }
+    let via = match t.get("via") {
+        Some(toml::Value::String(name)) => Some(name.clone()),
+        Some(toml::Value::Boolean(true)) => Some("quill".to_string()),
+        _ => None,
+    };
+    if let Some(name) = via {
+        let _ = writeln!(rules, "  http-request add-header Via \"1.1 {name}\"");
+        let _ = writeln!(rules, "  http-response add-header Via \"1.1 {name}\"");
+    }
+    if flag("request_id", true) {
+        rules.push_str(
+            "  http-request set-header X-Request-ID %[uuid] unless { req.hdr(x-request-id) -m found }\n",
+        );
+    }
+    if let Some(max) = text("max_body") {
+        let bytes: u64 = match max.strip_suffix('k') {
+            Some(k) => k.parse::<u64>().unwrap() * 1024,
+            None => max.parse().unwrap(),
+        };
+        let _ = writeln!(
+            rules,
+            "  http-request deny deny_status 413 if {{ req.hdr_val(content-length) gt {bytes} }}"
+        );
+    }
+    for (key, dir) in [
+        ("request_headers", "http-request"),
+        ("response_headers", "http-response"),
+    ] {
+        let Some(edits) = t.get(key).and_then(|v| v.as_table()) else {
+            continue;
+        };
+        let list = |k: &str| {
+            edits
+                .get(k)
+                .and_then(|v| v.as_array())
+                .cloned()
+                .unwrap_or_default()
+        };
+        for name in list("remove") {
+            let _ = writeln!(rules, "  {dir} del-header {}", name.as_str().unwrap());
+        }
+        for (op, verb) in [("set", "set-header"), ("add", "add-header")] {
+            if let Some(m) = edits.get(op).and_then(|v| v.as_table()) {
+                for (n, v) in m {
+                    let _ = writeln!(rules, "  {dir} {verb} {n} \"{}\"", v.as_str().unwrap());
+                }
+            }
+        }
+    }
+    (defaults, rules)
 }
 
 /// HAProxy 2.6 in `mode http` with the equivalent of what it can express of `http`.
@@ -1157,21 +1290,12 @@ fn start_haproxy(http: &str, servers: &[SocketAddr]) -> Proxy {
     let mut last = String::new();
     for _ in 0..5 {
         let port = crate::support::free_port();
-        let mut cfg = String::from(
-            "global\n  nbthread 2\n  hard-stop-after 3s\ndefaults\n  mode http\n  option forwardfor\n  http-reuse always\n  retries 2\n  option redispatch 1\n  timeout connect 2s\n",
-        );
-        let t = |k: &str, d: &str| toml_duration(http, k).unwrap_or_else(|| d.to_string());
-        let _ = writeln!(cfg, "  timeout client {}", t("keepalive_timeout", "60s"));
+        let (defaults, rules) = haproxy_rules(http);
+        let cfg_head = "global\n  nbthread 2\n  hard-stop-after 3s\ndefaults\n  mode http\n  http-reuse always\n  retries 2\n  option redispatch 1\n  timeout connect 2s\n";
+        let mut cfg = format!("{cfg_head}{defaults}");
         let _ = writeln!(
             cfg,
-            "  timeout http-keep-alive {}",
-            t("keepalive_timeout", "60s")
-        );
-        let _ = writeln!(cfg, "  timeout http-request {}", t("header_timeout", "10s"));
-        let _ = writeln!(cfg, "  timeout server {}", t("response_timeout", "60s"));
-        let _ = writeln!(
-            cfg,
-            "frontend f\n  bind 127.0.0.1:{port}\n  default_backend b\nbackend b\n  balance first"
+            "frontend f\n  bind 127.0.0.1:{port}\n{rules}  default_backend b\nbackend b\n  balance first"
         );
         for (i, s) in servers.iter().enumerate() {
             let _ = writeln!(cfg, "  server s{i} {s}");
