@@ -104,6 +104,11 @@ pub(crate) struct Closing {
 
 /// One client connection, whatever its protocol.
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "TCP sessions live unboxed in the worker's slots (no allocation per connection); HTTP \
+              sessions, larger, are boxed"
+)]
 pub(crate) enum Session {
     Tcp(TcpSession),
     /// Boxed: an HTTP session is bigger, and TCP sessions stay small.

@@ -482,6 +482,7 @@ fn serve(
         max_head: 256 * 1024,
         max_headers: 10_000,
         require_host: false,
+        max_request_line: 256 * 1024,
     };
     for req_index in 0..100_000 {
         // The head.
@@ -848,6 +849,7 @@ impl Client {
             max_head: 1 << 20,
             max_headers: 10_000,
             require_host: false,
+            max_request_line: 1 << 20,
         };
         let head = loop {
             let bytes = self.buf.make_contiguous().to_vec();
