@@ -17,9 +17,11 @@
 //! Header edits apply last, in order, to the fields as they would otherwise go out (the copied
 //! ones and the proxy's own): `remove` drops every field of the name, `set` is `remove` then
 //! `add`, `add` appends. An edit of a framing or hop-by-hop field (`Content-Length`,
-//! `Transfer-Encoding`, `Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Upgrade`), or with a
-//! name that is not a token or a value with a control character, is ignored: the configuration
-//! refuses them, and the framing the proxy relies on cannot be edited away.
+//! `Transfer-Encoding`, `Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Upgrade`), an `add`
+//! or `remove` of `Host` (a request has exactly one; `set` replaces it with a host and optional
+//! port), or an edit with a name
+//! that is not a token or a value with a control character, is ignored: the configuration refuses
+//! them, and the framing and host the proxy relies on cannot be edited away.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -665,13 +667,16 @@ impl<'a> Edits<'a> {
     }
 }
 
-/// An edit that can be applied: a token name that is not protected, and a field value.
+/// An edit that can be applied: a token name that is not protected, a field value, and for
+/// `Host` only a `set` to a host.
 fn usable(e: &HeaderEdit) -> bool {
     let name = e.name.as_bytes();
     !name.is_empty()
         && name.iter().all(|&b| is_tchar(b))
         && !is_protected(name)
         && (e.op == EditOp::Remove || is_value(e.value.as_bytes()))
+        && (!name.eq_ignore_ascii_case(b"host")
+            || (e.op == EditOp::Set && e.value.bytes().all(is_host_byte)))
 }
 
 /// The output buffer and how much of it is written.

@@ -592,3 +592,41 @@ fn a_small_output_buffer_is_an_overflow_at_every_size() {
         );
     }
 }
+
+#[test]
+fn host_can_be_set_but_not_added_or_removed() {
+    let add = [
+        edit(EditOp::Add, "Host", "b"),
+        edit(EditOp::Remove, "host", ""),
+    ];
+    let mut r = rw();
+    r.edits = [&add, &[]];
+    let text = "GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    assert_eq!(
+        request(text, &r),
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 192.0.2.7\r\n\r\n"
+    );
+    let set = [edit(EditOp::Set, "host", "b.example")];
+    r.edits = [&[], &set];
+    assert_eq!(
+        request(text, &r),
+        "GET / HTTP/1.1\r\nX-Forwarded-For: 192.0.2.7\r\nhost: b.example\r\n\r\n"
+    );
+    // It replaces the authority of an absolute-form target too, and gives a 1.0 request one.
+    let out = request("GET http://c/ HTTP/1.1\r\nHost: c\r\n\r\n", &r);
+    assert_eq!(
+        out.to_ascii_lowercase().matches("host:").count(),
+        1,
+        "{out}"
+    );
+    assert!(out.contains("\r\nhost: b.example\r\n"), "{out}");
+    let out = request("GET / HTTP/1.0\r\n\r\n", &r);
+    assert!(out.contains("\r\nhost: b.example\r\n"), "{out}");
+    // A value that is no host is not used.
+    let bad = [edit(EditOp::Set, "Host", "a b")];
+    r.edits = [&bad, &[]];
+    assert_eq!(
+        request(text, &r),
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 192.0.2.7\r\n\r\n"
+    );
+}
