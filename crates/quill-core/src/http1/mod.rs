@@ -25,6 +25,8 @@ pub mod rewrite;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
+mod rewrite_proptests;
+#[cfg(test)]
 mod tests;
 
 use std::fmt;

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-fn config(default: u32) -> ProptestConfig {
+pub(super) fn config(default: u32) -> ProptestConfig {
     ProptestConfig {
         cases: std::env::var("PROPTEST_CASES")
             .ok()
@@ -136,13 +136,13 @@ fn message() -> impl Strategy<Value = Vec<u8>> {
 }
 
 /// One edit: (kind, position, byte).
-fn edits() -> impl Strategy<Value = Vec<(u8, usize, u8)>> {
+pub(super) fn edits() -> impl Strategy<Value = Vec<(u8, usize, u8)>> {
     prop::collection::vec((0u8..4, any::<usize>(), any::<u8>()), 0..4)
 }
 
 /// Applies the edits: flip a bit, insert a byte, delete a byte, or put in a byte that matters
 /// to the grammar (CR, LF, space, tab, colon, comma, semicolon, NUL).
-fn mutate(seed: &[u8], edits: &[(u8, usize, u8)]) -> Vec<u8> {
+pub(super) fn mutate(seed: &[u8], edits: &[(u8, usize, u8)]) -> Vec<u8> {
     const SPECIAL: &[u8] = b"\r\n \t:,;\0";
     let mut out = seed.to_vec();
     for &(kind, at, byte) in edits {

@@ -3,8 +3,9 @@
 //! bytes it was parsed from (DESIGN §6.3, §6.5).
 //!
 //! Pure: no sockets, no clock, no allocation. The input head is never changed; fields are copied
-//! or skipped line by line, then the proxy's own fields are appended, then the blank line. The
-//! caller writes the output and the body bytes after the input head in one `writev`.
+//! or skipped line by line, then the proxy's own fields are appended (but the `Host` of an
+//! absolute-form target, which comes first), then the blank line. The caller writes the output
+//! and the body bytes after the input head in one `writev`.
 //!
 //! What is always done:
 //! - the start line is the proxy's own (`HTTP/1.1`, or `HTTP/1.0` toward a server for an
@@ -16,10 +17,11 @@
 //!
 //! Header edits apply last, in order, to the fields as they would otherwise go out (the copied
 //! ones and the proxy's own): `remove` drops every field of the name, `set` is `remove` then
-//! `add`, `add` appends. An edit of a framing or hop-by-hop field (`Content-Length`,
-//! `Transfer-Encoding`, `Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Upgrade`), or with a
-//! name that is not a token or a value with a control character, is ignored: the configuration
-//! refuses them, and the framing the proxy relies on cannot be edited away.
+//! `add`, `add` appends. These edits are ignored (the configuration refuses them, and the framing
+//! and host the proxy relies on cannot be edited away): one of a framing or hop-by-hop field
+//! (`Content-Length`, `Transfer-Encoding`, `Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`,
+//! `Upgrade`); an `add` or `remove` of `Host` (a request has one: `set` replaces it with a host
+//! and optional port); one whose name is not a token or whose value has a control character.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -131,7 +133,7 @@ pub fn write_request(
         Version::Http11 => b" HTTP/1.1\r\n",
     })?;
     if let Some(authority) = req.authority {
-        req.proxy_field(&mut out, b"host", &[authority])?;
+        req.proxy_field(&mut out, b"Host", &[authority])?;
     }
     for f in fields(buf, head.len) {
         if req.keeps(&f) {
@@ -141,14 +143,14 @@ pub fn write_request(
     let mut connection = Tokens::default();
     connection.add(head.version == Version::Http10, b"keep-alive");
     connection.add(rw.upgrade, b"upgrade");
-    req.framing_fields(&mut out, connection)?;
+    write_framing(&mut out, head.framing, connection)?;
     req.forwarding_fields(&mut out)?;
     if let Some(name) = rw.via.filter(|v| is_value(v.as_bytes())) {
-        req.proxy_field(&mut out, b"via", &[received(head.version), name.as_bytes()])?;
+        req.proxy_field(&mut out, b"Via", &[received(head.version), name.as_bytes()])?;
     }
     if let Some(id) = rw.request_id.filter(|id| is_value(id)) {
         if !req.has(b"x-request-id") {
-            req.proxy_field(&mut out, b"x-request-id", &[id])?;
+            req.proxy_field(&mut out, b"X-Request-ID", &[id])?;
         }
     }
     req.edits.write_added(&mut out)?;
@@ -196,7 +198,7 @@ pub fn write_response(
     write_framing(&mut out, head.framing, connection)?;
     if let Some(name) = rw.via.filter(|v| is_value(v.as_bytes())) {
         if !edits.removes(b"via", 0) {
-            out.field(b"via", &[received(head.version), name.as_bytes()])?;
+            out.field(b"Via", &[received(head.version), name.as_bytes()])?;
         }
     }
     edits.write_added(&mut out)?;
@@ -422,6 +424,8 @@ impl<'a, 'b> Request<'a, 'b> {
             .position(|&b| b == b'?')
             .unwrap_or(path_query.len());
         let (path, query) = path_query.split_at(split);
+        // `http://h?q` asks for the path "/".
+        let path = if path.is_empty() { &b"/"[..] } else { path };
         let (first, rest) = match self.rw.rewrite_path {
             Some((prefix, with))
                 if path.starts_with(prefix.as_bytes()) && with.bytes().all(is_target_byte) =>
@@ -436,11 +440,6 @@ impl<'a, 'b> Request<'a, 'b> {
         out.put(first)?;
         out.put(rest)?;
         out.put(query)
-    }
-
-    /// `Connection` and the framing field.
-    fn framing_fields(&self, out: &mut Out, connection: Tokens) -> Result<(), Overflow> {
-        write_framing(out, self.head.framing, connection)
     }
 
     /// `X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded`, as decided.
@@ -482,7 +481,7 @@ impl<'a, 'b> Request<'a, 'b> {
         out.put(b": ")?;
         if how == Forward::Joined {
             for f in self.incoming(name) {
-                let value = f.value.of(self.buf);
+                let value = trim_list(f.value.of(self.buf));
                 if !value.is_empty() {
                     out.put(value)?;
                     out.put(b", ")?;
@@ -523,6 +522,17 @@ impl<'a, 'b> Request<'a, 'b> {
         }
         out.field(name, value)
     }
+}
+
+/// A list value without the empty elements at its ends (`a, b,` is `a, b`).
+fn trim_list(value: &[u8]) -> &[u8] {
+    let edge = |b: &u8| *b == b',' || *b == b' ' || *b == b'\t';
+    let start = value.iter().position(|b| !edge(b)).unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|b| !edge(b))
+        .map_or(start, |i| i + 1);
+    value.get(start..end).unwrap_or_default()
 }
 
 /// The authority (without user info; None if that is not a valid host) and the path and query of
@@ -640,23 +650,27 @@ struct Edits<'a> {
 }
 
 impl<'a> Edits<'a> {
+    /// Every edit, in order (usable or not: callers check the name first, which is cheaper).
     fn iter(&self) -> impl Iterator<Item = &'a HeaderEdit> {
         let [first, second] = self.lists;
-        first.iter().chain(second).filter(|e| usable(e))
+        first.iter().chain(second)
     }
 
-    /// Whether an edit from number `from` on removes a field of this name.
+    /// Whether a usable edit from number `from` on removes a field of this name.
     fn removes(&self, name: &[u8], from: usize) -> bool {
         self.iter().skip(from).any(|e| {
             matches!(e.op, EditOp::Remove | EditOp::Set)
                 && e.name.as_bytes().eq_ignore_ascii_case(name)
+                && usable(e)
         })
     }
 
-    /// The fields the edits add that no later edit removes.
+    /// The fields the usable edits add that no later edit removes.
     fn write_added(&self, out: &mut Out) -> Result<(), Overflow> {
         for (i, e) in self.iter().enumerate() {
-            if matches!(e.op, EditOp::Add | EditOp::Set) && !self.removes(e.name.as_bytes(), i + 1)
+            if matches!(e.op, EditOp::Add | EditOp::Set)
+                && usable(e)
+                && !self.removes(e.name.as_bytes(), i + 1)
             {
                 out.field(e.name.as_bytes(), &[e.value.as_bytes()])?;
             }
@@ -665,13 +679,16 @@ impl<'a> Edits<'a> {
     }
 }
 
-/// An edit that can be applied: a token name that is not protected, and a field value.
+/// An edit that can be applied: a token name that is not protected, a field value, and for
+/// `Host` only a `set` to a host.
 fn usable(e: &HeaderEdit) -> bool {
     let name = e.name.as_bytes();
     !name.is_empty()
         && name.iter().all(|&b| is_tchar(b))
         && !is_protected(name)
         && (e.op == EditOp::Remove || is_value(e.value.as_bytes()))
+        && (!name.eq_ignore_ascii_case(b"host")
+            || (e.op == EditOp::Set && e.value.bytes().all(is_host_byte)))
 }
 
 /// The output buffer and how much of it is written.

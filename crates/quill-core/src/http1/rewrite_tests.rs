@@ -101,14 +101,14 @@ fn absolute_form_target_goes_in_origin_form_with_its_host() {
     );
     assert_eq!(
         out,
-        "GET /p?q HTTP/1.1\r\nhost: b.example:8080\r\nX-Forwarded-For: 192.0.2.7\r\n\r\n"
+        "GET /p?q HTTP/1.1\r\nHost: b.example:8080\r\nX-Forwarded-For: 192.0.2.7\r\n\r\n"
     );
     let out = request(
         "GET HTTPS://b.example HTTP/1.1\r\nHost: b.example\r\n\r\n",
         &r,
     );
     assert!(
-        out.starts_with("GET / HTTP/1.1\r\nhost: b.example\r\n"),
+        out.starts_with("GET / HTTP/1.1\r\nHost: b.example\r\n"),
         "{out}"
     );
     let out = request("GET http://b.example?x=1 HTTP/1.1\r\nHost: b\r\n\r\n", &r);
@@ -142,6 +142,8 @@ fn rewrite_path_replaces_the_prefix_and_keeps_the_query() {
     assert_eq!(go("/apix", &r), "/x");
     r.rewrite_path = Some(("/", "app/"));
     assert_eq!(go("/x", &r), "/app/x");
+    // An absolute-form target without a path asks for "/".
+    assert_eq!(go("http://h?q", &r), "/app/?q");
     // A replacement that is no target is not used (the configuration refuses it).
     r.rewrite_path = Some(("/api", "/a b"));
     assert_eq!(go("/api/x", &r), "/api/x");
@@ -238,6 +240,14 @@ fn x_forwarded_for_is_appended_from_a_trusted_peer() {
     r.trusted = true;
     r.forwarded_for = ForwardedFor::Replace;
     assert_eq!(request(text, &r), only);
+    // Empty list elements at the ends of an incoming value are dropped.
+    r.forwarded_for = ForwardedFor::Append;
+    let text = "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: , 10.0.0.1,\r\n\r\n";
+    assert!(
+        request(text, &r).contains("\r\nX-Forwarded-For: 10.0.0.1, 192.0.2.7\r\n"),
+        "{}",
+        request(text, &r)
+    );
 }
 
 #[test]
@@ -359,18 +369,18 @@ fn via_is_added_to_requests_and_responses() {
     r.via = Some("quill");
     let out = request("GET / HTTP/1.1\r\nHost: a\r\nVia: 1.1 edge\r\n\r\n", &r);
     assert!(
-        out.ends_with("\r\nVia: 1.1 edge\r\nX-Forwarded-For: 192.0.2.7\r\nvia: 1.1 quill\r\n\r\n"),
+        out.ends_with("\r\nVia: 1.1 edge\r\nX-Forwarded-For: 192.0.2.7\r\nVia: 1.1 quill\r\n\r\n"),
         "{out}"
     );
     // The received protocol is the version the message came in (RFC 9110 §7.6.3).
     let out = request("GET / HTTP/1.0\r\n\r\n", &r);
-    assert!(out.contains("\r\nvia: 1.0 quill\r\n"), "{out}");
+    assert!(out.contains("\r\nVia: 1.0 quill\r\n"), "{out}");
     let mut p = resp_rw();
     p.via = Some("quill");
     let out = response("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false, &p);
     assert_eq!(
         out,
-        "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nvia: 1.1 quill\r\n\r\n"
+        "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nVia: 1.1 quill\r\n\r\n"
     );
 }
 
@@ -379,7 +389,7 @@ fn x_request_id_is_added_when_the_request_has_none() {
     let mut r = rw();
     r.request_id = Some(b"abc123");
     let out = request("GET / HTTP/1.1\r\nHost: a\r\n\r\n", &r);
-    assert!(out.ends_with("\r\nx-request-id: abc123\r\n\r\n"), "{out}");
+    assert!(out.ends_with("\r\nX-Request-ID: abc123\r\n\r\n"), "{out}");
     let out = request(
         "GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: theirs\r\n\r\n",
         &r,
@@ -591,4 +601,42 @@ fn a_small_output_buffer_is_an_overflow_at_every_size() {
             "{size}"
         );
     }
+}
+
+#[test]
+fn host_can_be_set_but_not_added_or_removed() {
+    let add = [
+        edit(EditOp::Add, "Host", "b"),
+        edit(EditOp::Remove, "host", ""),
+    ];
+    let mut r = rw();
+    r.edits = [&add, &[]];
+    let text = "GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    assert_eq!(
+        request(text, &r),
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 192.0.2.7\r\n\r\n"
+    );
+    let set = [edit(EditOp::Set, "host", "b.example")];
+    r.edits = [&[], &set];
+    assert_eq!(
+        request(text, &r),
+        "GET / HTTP/1.1\r\nX-Forwarded-For: 192.0.2.7\r\nhost: b.example\r\n\r\n"
+    );
+    // It replaces the authority of an absolute-form target too, and gives a 1.0 request one.
+    let out = request("GET http://c/ HTTP/1.1\r\nHost: c\r\n\r\n", &r);
+    assert_eq!(
+        out.to_ascii_lowercase().matches("host:").count(),
+        1,
+        "{out}"
+    );
+    assert!(out.contains("\r\nhost: b.example\r\n"), "{out}");
+    let out = request("GET / HTTP/1.0\r\n\r\n", &r);
+    assert!(out.contains("\r\nhost: b.example\r\n"), "{out}");
+    // A value that is no host is not used.
+    let bad = [edit(EditOp::Set, "Host", "a b")];
+    r.edits = [&bad, &[]];
+    assert_eq!(
+        request(text, &r),
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 192.0.2.7\r\n\r\n"
+    );
 }
