@@ -27,7 +27,7 @@ use quill_core::http1::{self, Body, Framing, Limits, Method, Version};
 use super::connect::{Connector, Progress};
 use super::copy::{Buf, Direction, Failure, Pools, BUF_SIZE};
 use super::idle::ServerConns;
-use super::{Closing, Ctx, Side, Step};
+use super::{Closing, Ctx, Side, Step, NEVER};
 use crate::backend::{Pool, ServerLease};
 use crate::clock::millis;
 use crate::config::HttpSettings;
@@ -199,6 +199,22 @@ enum LegError {
 }
 
 impl Leg {
+    /// One side of a tunnel: everything the source sends, until it closes.
+    fn tunnel() -> Leg {
+        Leg {
+            out: None,
+            ostart: 0,
+            oend: 0,
+            flow: Flow::Raw(Direction::default()),
+            bytes: 0,
+            payload: 0,
+        }
+    }
+
+    fn is_raw(&self) -> bool {
+        matches!(self.flow, Flow::Raw(_))
+    }
+
     fn new(out: Buf, len: usize, flow: Flow) -> Leg {
         Leg {
             out: Some(out),
@@ -346,6 +362,9 @@ enum Answer {
     Interim,
     /// The final response is flowing to the client.
     Body,
+    /// After a `101 Switching Protocols`: bytes flow both ways until both ends closed, on the
+    /// TCP data path (splice once bulky), with `tunnel_timeout`.
+    Tunnel,
 }
 
 /// One request and its response.
@@ -363,6 +382,9 @@ struct Exchange {
     /// body, if any, was all read with the head (DESIGN §6.3).
     replayable: bool,
     retried: bool,
+    /// The client asked to upgrade (`Connection: upgrade` and `Upgrade`), and the request has
+    /// no body: `Upgrade` is passed on, and a 101 turns the connection into a tunnel.
+    upgrade: bool,
     answer: Answer,
     down: Option<Leg>,
     /// The server's bytes.
@@ -558,6 +580,9 @@ impl HttpSession {
                 None => self.step(cx),
             };
         }
+        if ex.answer == Answer::Tunnel {
+            return self.close_exchange(End::IdleTimeout, cx);
+        }
         if ex.up_done && !ex.answered {
             return self.fault(504, cx);
         }
@@ -599,8 +624,17 @@ impl HttpSession {
         if !ex.connector.is_connected() {
             return ex.connector.deadline();
         }
+        if ex.answer == Answer::Tunnel {
+            if s.tunnel_timeout.is_zero() {
+                return NEVER;
+            }
+            return ex.active_ms.saturating_add(millis(s.tunnel_timeout));
+        }
         if ex.up_done && !ex.answered {
             return ex.sent_ms.saturating_add(millis(s.response_timeout));
+        }
+        if s.body_timeout.is_zero() {
+            return NEVER;
         }
         ex.active_ms.saturating_add(millis(s.body_timeout))
     }
@@ -709,7 +743,7 @@ impl HttpSession {
             max_head: (s.max_header_bytes as usize).min(BUF_SIZE),
             max_headers: s.max_headers as usize,
             require_host: true,
-            ..Limits::default()
+            max_request_line: s.max_request_line as usize,
         };
         let head = match http1::parse_request(self.input.unparsed(), &limits) {
             Ok(Some(h)) => h,
@@ -741,6 +775,9 @@ impl HttpSession {
             up_done: false,
             replayable: idempotent(head.method),
             retried: false,
+            upgrade: head.connection.upgrade
+                && head.framing == Framing::None
+                && http1::field_value(self.input.unparsed(), head.len, b"upgrade").is_some(),
             answer: Answer::Head,
             down: None,
             sinput: Input::default(),
@@ -891,7 +928,7 @@ impl HttpSession {
             request_id: s.request_id.then_some(&ex.request_id[..]),
             edits: [&s.request_headers, &[]],
             rewrite_path: None,
-            upgrade: false,
+            upgrade: ex.upgrade,
         };
         let mut out = cx.pools.buffer();
         let n = match rewrite::write_request(msg, &head, &rw, &mut out[..]) {
@@ -950,7 +987,13 @@ impl HttpSession {
                 DownOutcome::Wait => return Ok(false),
                 DownOutcome::Again => return Err(Step::Again),
                 DownOutcome::Finished => return self.finish(End::Done, cx).map(|()| true),
-                DownOutcome::Headed | DownOutcome::Interim => continue,
+                DownOutcome::Headed => {
+                    if let Err(step) = self.open_tunnel() {
+                        return Err(step);
+                    }
+                    continue;
+                }
+                DownOutcome::Interim => continue,
                 DownOutcome::Fault(status) => return Err(self.fault(status, cx)),
                 DownOutcome::Retry => return self.retry(cx).map(|()| false),
                 DownOutcome::Cut => {
@@ -961,6 +1004,27 @@ impl HttpSession {
             }
         }
         Err(Step::Again)
+    }
+
+    /// After a 101: the client's side of the tunnel starts with what it sent after its request.
+    fn open_tunnel(&mut self) -> Result<(), Step> {
+        let Some(ex) = self.ex.as_mut() else {
+            return Ok(());
+        };
+        if ex.answer != Answer::Tunnel || ex.up.as_ref().is_some_and(|l| l.is_raw()) {
+            return Ok(());
+        }
+        if !ex.up_done {
+            return Err(Step::Close(End::ServerReset));
+        }
+        let sent = ex.up.as_ref().map_or(0, |l| l.bytes);
+        self.input.fwd = self.input.fed;
+        self.input.fed = self.input.end;
+        let mut leg = Leg::tunnel();
+        leg.bytes = sent;
+        ex.up = Some(leg);
+        ex.up_done = false;
+        Ok(())
     }
 
     /// Moves the request on.
@@ -1061,6 +1125,10 @@ impl HttpSession {
                     ex.answer = Answer::Head;
                     return DownOutcome::Interim;
                 }
+                if ex.answer == Answer::Tunnel && !ex.up_done {
+                    // The server closed its side; the client's may still be open.
+                    return DownOutcome::Wait;
+                }
                 if !ex.up_done {
                     // The answer came before the whole request (a server refusing a body): the
                     // rest of the request cannot be told from a next one.
@@ -1091,7 +1159,7 @@ impl HttpSession {
             max_head: BUF_SIZE,
             max_headers: 1000,
             require_host: false,
-            ..Limits::default()
+            max_request_line: BUF_SIZE,
         };
         loop {
             if ex.sinput.has_unparsed() {
@@ -1136,11 +1204,17 @@ impl HttpSession {
         cx: &mut Ctx,
     ) -> DownOutcome {
         let status = head.status;
-        if status == 101 {
-            // No upgrade was asked for (Upgrade is not passed on yet).
+        let tunnel = status == 101;
+        if tunnel && !ex.upgrade {
+            // A switch nobody asked for.
             return DownOutcome::Fault(502);
         }
-        let interim = status < 200;
+        let interim = status < 200 && !tunnel;
+        if head.framing == Framing::Chunked && ex.head.version == Version::Http10 {
+            // The request went as HTTP/1.0: a server may not answer it chunked, and an
+            // HTTP/1.0 client could not read it.
+            return DownOutcome::Fault(502);
+        }
         let Some(buf) = ex.sinput.buf.as_deref() else {
             return DownOutcome::Fault(502);
         };
@@ -1157,7 +1231,7 @@ impl HttpSession {
             keep_alive_10: !interim && !ex.close && ex.head.version == Version::Http10,
             via: s.via.as_deref(),
             edits: [&s.response_headers, &[]],
-            upgrade: false,
+            upgrade: tunnel,
         };
         let mut out = cx.pools.buffer();
         let n = match rewrite::write_response(msg, head, &rw, &mut out[..]) {
@@ -1170,6 +1244,8 @@ impl HttpSession {
         let body_start = base + head.len;
         let avail = end - body_start;
         let (taken, flow) = match head.framing {
+            // After a 101 everything the server sends is the new protocol's, to its end.
+            _ if tunnel => (avail, Flow::Raw(Direction::default())),
             Framing::None => (0, Flow::Done),
             Framing::Length(len) => {
                 let k = len.min(avail as u64) as usize;
@@ -1203,6 +1279,10 @@ impl HttpSession {
         ex.down = Some(Leg::new(out, n, flow));
         ex.answer = if interim {
             Answer::Interim
+        } else if tunnel {
+            ex.close = true;
+            ex.server_keeps = false;
+            Answer::Tunnel
         } else {
             Answer::Body
         };
@@ -1264,6 +1344,7 @@ impl HttpSession {
         };
         let s = settings(&self.pool);
         let keep = end == End::Done
+            && !s.server_idle_timeout.is_zero()
             && ex.server_keeps
             && ex.up_done
             && !ex.sinput.has_unparsed()
@@ -1348,6 +1429,7 @@ impl HttpSession {
             state: match ex {
                 None => "http-idle",
                 Some(ex) if !ex.connector.is_connected() => "connecting",
+                Some(ex) if ex.answer == Answer::Tunnel => "tunnel",
                 Some(_) => "http-request",
             },
         }

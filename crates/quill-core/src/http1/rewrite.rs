@@ -606,7 +606,7 @@ impl<'b> HopByHop<'b> {
         if self.upgrade && name.eq_ignore_ascii_case(b"upgrade") {
             return false;
         }
-        if is_fixed_hop(name) {
+        if is_fixed_hop(name) || is_framing_lookalike(name) {
             return true;
         }
         self.names_others
@@ -629,6 +629,25 @@ fn is_fixed_hop(name: &[u8]) -> bool {
     ]
     .iter()
     .any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// A field that is not `Content-Length` or `Transfer-Encoding` but reads as one to a server
+/// that folds `_` into `-` or ignores them (`Content_Length`, `Transfer---Encoding`): never
+/// passed on, so no server behind Quill can frame a message differently from Quill (the
+/// desync corpus's Ambiguous cases).
+fn is_framing_lookalike(name: &[u8]) -> bool {
+    if name.eq_ignore_ascii_case(b"content-length")
+        || name.eq_ignore_ascii_case(b"transfer-encoding")
+    {
+        return false;
+    }
+    let same_letters = |word: &[u8]| {
+        let mut letters = name.iter().filter(|&&b| b != b'-' && b != b'_');
+        word.iter()
+            .all(|w| letters.next().is_some_and(|b| b.eq_ignore_ascii_case(w)))
+            && letters.next().is_none()
+    };
+    same_letters(b"contentlength") || same_letters(b"transferencoding")
 }
 
 /// Fields no edit touches: the hop-by-hop ones and `Content-Length`.

@@ -640,3 +640,21 @@ fn host_can_be_set_but_not_added_or_removed() {
         "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 192.0.2.7\r\n\r\n"
     );
 }
+
+#[test]
+fn framing_lookalikes_are_never_passed_on() {
+    for name in [
+        "Content_Length",
+        "Transfer_Encoding",
+        "Transfer---Encoding",
+        "content__length",
+    ] {
+        let req = format!("POST / HTTP/1.1\r\nHost: h\r\n{name}: 5\r\nX-Keep: 1\r\n\r\n");
+        let out = request(&req, &rw());
+        assert!(!out.contains(name), "{name} passed on: {out}");
+        assert!(out.contains("X-Keep: 1"), "{out}");
+    }
+    assert!(!is_framing_lookalike(b"Content-Length"));
+    assert!(!is_framing_lookalike(b"Content-Lengths"));
+    assert!(is_framing_lookalike(b"CONTENT_LENGTH"));
+}
