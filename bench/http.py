@@ -51,6 +51,7 @@ WORKLOAD_NAMES = {"wrk1k": "wrk 1 KiB keep-alive", "wrk200k": "wrk 200 KiB keep-
 WORKERS = 2
 CONCURRENCY = 50
 STATUS_PATH = "/nginx_status"
+UNUSED_PACKAGES = ("libnginx-mod-stream", "pen", "systemd")  # in harness.versions, not used here
 
 
 # ---------------------------------------------------------------- configs
@@ -655,7 +656,8 @@ def render(results, cands, meta, refused):
     w("Command: `%s`  " % meta["command"])
     w("Rounds: %d; machine: %s, %d CPUs; load average before %s; elapsed %s s.  " % (
         meta["rounds"], meta["kernel"], meta["cpus"], meta["load_before"], results.get("elapsed_s", "–")))
-    w("Versions: %s." % "; ".join("%s %s" % kv for kv in meta["versions"].items()))
+    w("Versions: %s." % "; ".join(v if v.startswith(k + " ") else "%s %s" % (k, v)
+                                  for k, v in meta["versions"].items() if k not in UNUSED_PACKAGES))
     w("")
     w("Candidates over the same two nginx backends (127.0.0.1:9001, :9002; 1 worker each): "
       "`haproxy-http` (`mode http`, `nbthread 2`, `http-reuse always`, `option forwardfor`), "
