@@ -707,7 +707,10 @@ class Bench:
         try:
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline and st.poll() is None:
-                if open(err_path).read().count("attached") >= nthreads:
+                # "Process N attached" per thread, or one "attached with N threads" line.
+                attached = sum(int(m.group(1) or 1) for m in re.finditer(
+                    r"attached(?: with (\d+) threads)?", open(err_path).read()))
+                if attached >= nthreads:
                     break
                 time.sleep(0.05)
             time.sleep(0.3)

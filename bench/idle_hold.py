@@ -14,9 +14,15 @@ whole 4-tuple space. The sockets are spread over several worker processes, at
 most --per-process each (default 5000, hard cap 9000), so that no process
 gets near the 20,000 open-file limit.
 
+With --request PATH, each connection first sends one HTTP/1.1 keep-alive
+request (GET PATH, Host: 127.0.0.1) and reads its complete response (framed by
+Content-Length or chunked, status 2xx) before it counts as opened: an idle
+keep-alive client, as an HTTP proxy sees it (bench/http.py uses this).
+
 Phases:
   1. open: non-blocking connects, at most --inflight pending at once, until
-     all are done or --open-timeout passes;
+     all are done or --open-timeout passes (with --request: until each has
+     its response);
   2. ready: writes a JSON summary to --ready-file (if given) and to stderr;
   3. hold: until --hold seconds pass, --stop-file appears, or SIGTERM/SIGINT;
   4. check: a connection is "still open" if a non-blocking recv() raises
@@ -75,16 +81,63 @@ def make_socket(src):
     return s
 
 
-def open_connections(host, port, indices, per_source, first_host, inflight, deadline, stop_event):
-    """Open connections for the given global indices. Returns (open sockets, error counts)."""
+def response_complete(data):
+    """For --request: None while the response is incomplete, else "" (a complete 2xx response)
+    or an error text. Framing: Content-Length, or chunked (ends with the last chunk and an empty
+    trailer section)."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return None if len(data) < 65536 else "response head over 64 KiB"
+    head = data[:end].decode("latin-1").split("\r\n")
+    parts = head[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        return "bad status line"
+    fields = {}
+    for line in head[1:]:
+        name, _, value = line.partition(":")
+        fields[name.strip().lower()] = value.strip().lower()
+    body = len(data) - end - 4
+    if "content-length" in fields and fields["content-length"].isdigit():
+        if body < int(fields["content-length"]):
+            return None
+    elif "chunked" in fields.get("transfer-encoding", ""):
+        if not data.endswith(b"0\r\n\r\n"):
+            return None
+    else:
+        return "response without Content-Length or chunked framing"
+    if not parts[1].startswith("2"):
+        return "HTTP status " + parts[1]
+    return ""
+
+
+def open_connections(host, port, indices, per_source, first_host, inflight, deadline, stop_event,
+                     request=None):
+    """Open connections for the given global indices (with `request`: each after its complete
+    response). Returns (open sockets, error counts)."""
     sel = selectors.DefaultSelector()
     opened, errors = [], {}
     pending = 0
     todo = iter(indices)
     exhausted = False
+    got = {}  # socket -> response bytes so far (request sent)
 
     def count(err):
         errors[err] = errors.get(err, 0) + 1
+
+    def connected(s):
+        """The connect is done: with a request, send it and wait for the response; else open."""
+        if request is None:
+            opened.append(s)
+            return False
+        try:
+            s.send(request)
+        except OSError as e:
+            count(errno.errorcode.get(e.errno, str(e.errno)) + " (send)")
+            s.close()
+            return False
+        got[s] = b""
+        sel.register(s, selectors.EVENT_READ)
+        return True
 
     while time.monotonic() < deadline and not _stop_requested and not stop_event.is_set():
         while not exhausted and pending < inflight:
@@ -99,7 +152,7 @@ def open_connections(host, port, indices, per_source, first_host, inflight, dead
                 continue
             rc = s.connect_ex((host, port))
             if rc == 0:
-                opened.append(s)
+                pending += connected(s)
             elif rc == errno.EINPROGRESS:
                 sel.register(s, selectors.EVENT_WRITE)
                 pending += 1
@@ -112,9 +165,39 @@ def open_connections(host, port, indices, per_source, first_host, inflight, dead
             s = key.fileobj
             sel.unregister(s)
             pending -= 1
+            if s in got:
+                try:
+                    chunk = s.recv(65536)
+                except BlockingIOError:
+                    sel.register(s, selectors.EVENT_READ)
+                    pending += 1
+                    continue
+                except OSError as e:
+                    count(errno.errorcode.get(e.errno, str(e.errno)) + " (recv)")
+                    del got[s]
+                    s.close()
+                    continue
+                if not chunk:
+                    count("closed before a complete response")
+                    del got[s]
+                    s.close()
+                    continue
+                got[s] += chunk
+                verdict = response_complete(got[s])
+                if verdict is None:
+                    sel.register(s, selectors.EVENT_READ)
+                    pending += 1
+                    continue
+                del got[s]
+                if verdict:
+                    count(verdict)
+                    s.close()
+                else:
+                    opened.append(s)
+                continue
             rc = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if rc == 0:
-                opened.append(s)
+                pending += connected(s)
             else:
                 count(errno.errorcode.get(rc, str(rc)))
                 s.close()
@@ -146,6 +229,13 @@ def still_open(sockets):
     return alive, closed, got_data
 
 
+def request_bytes(path):
+    """The keep-alive request sent on each connection with --request, or None."""
+    if path is None:
+        return None
+    return ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: idle_hold\r\n\r\n" % path).encode()
+
+
 def worker(args, indices, conn, stop_event):
     """Child process: open its share, report, hold, check, report again."""
     signal.signal(signal.SIGTERM, _on_signal)
@@ -154,7 +244,7 @@ def worker(args, indices, conn, stop_event):
     t0 = time.monotonic()
     socks, errors = open_connections(
         args.host, args.port, indices, args.per_source, args.first_host,
-        args.inflight, t0 + args.open_timeout, stop_event)
+        args.inflight, t0 + args.open_timeout, stop_event, request_bytes(args.request))
     conn.send({"opened": len(socks), "errors": errors,
                "open_seconds": round(time.monotonic() - t0, 3)})
     hard_deadline = t0 + args.open_timeout + args.hold + 20
@@ -187,11 +277,17 @@ def parse_args(argv):
                    help="first source address is 127.0.0.FIRST_HOST (default 2)")
     p.add_argument("--inflight", type=int, default=256,
                    help="max connects pending at once per process")
+    p.add_argument("--request", metavar="PATH",
+                   help="first send GET PATH (HTTP/1.1 keep-alive) and read its complete 2xx "
+                        "response on each connection, then hold it idle")
     a = p.parse_args(argv)
     if not ipaddress.ip_address(a.host) in ipaddress.ip_network("127.0.0.0/8"):
         p.error("only loopback (127.0.0.0/8) targets are allowed")
     if not 1 <= a.per_process <= MAX_PER_PROCESS:
         p.error("--per-process must be 1..%d" % MAX_PER_PROCESS)
+    if a.request is not None and (not a.request.startswith("/") or any(
+            c in a.request for c in " \r\n")):
+        p.error("--request must be a path starting with / (no spaces or line breaks)")
     if a.connections < 1 or a.connections > 200000:
         p.error("--connections must be 1..200000")
     if a.hold < 0 or a.hold > 3600 or a.open_timeout <= 0 or a.open_timeout > 600:
