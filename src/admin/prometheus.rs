@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::metrics::End;
-use crate::status::{ListenerStatus, ServerStatus, Snapshot};
+use crate::status::{Histogram, HttpListenerStatus, ListenerStatus, ServerStatus, Snapshot};
 
 /// The Content-Type of the text format.
 pub(super) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -111,6 +111,7 @@ pub(super) fn render(snap: &Snapshot) -> String {
     connect_histogram(&mut out, snap);
     listeners(&mut out, snap);
     servers(&mut out, snap);
+    http(&mut out, snap);
     out.text
 }
 
@@ -217,12 +218,17 @@ fn sessions(out: &mut Exposition, snap: &Snapshot) {
 /// in microseconds; Prometheus wants cumulative buckets with bounds in seconds.
 fn connect_histogram(out: &mut Exposition, snap: &Snapshot) {
     let name = "quill_backend_connect_duration_seconds";
-    let h = &snap.connect_time;
     out.family(
         name,
         Kind::Histogram,
         "Time from accepting a client to its server connection being established.",
     );
+    histogram(out, name, &[], &snap.connect_time);
+}
+
+/// The samples of one histogram series: cumulative buckets with bounds in seconds (`le` after
+/// `labels`), the sum in seconds and the count.
+fn histogram(out: &mut Exposition, name: &str, labels: &[(&str, &str)], h: &Histogram) {
     let bucket = format!("{name}_bucket");
     let mut cumulative = 0;
     for (i, count) in h.counts.iter().enumerate() {
@@ -231,10 +237,12 @@ fn connect_histogram(out: &mut Exposition, snap: &Snapshot) {
             Some(&us) => seconds(us),
             None => "+Inf".to_string(),
         };
-        out.sample(&bucket, &[("le", &le)], cumulative);
+        let mut with_le = labels.to_vec();
+        with_le.push(("le", &le));
+        out.sample(&bucket, &with_le, cumulative);
     }
-    out.sample_text(&format!("{name}_sum"), &[], &seconds(h.sum_us));
-    out.sample(&format!("{name}_count"), &[], cumulative);
+    out.sample_text(&format!("{name}_sum"), labels, &seconds(h.sum_us));
+    out.sample(&format!("{name}_count"), labels, cumulative);
 }
 
 fn listeners(out: &mut Exposition, snap: &Snapshot) {
@@ -320,6 +328,69 @@ fn servers(out: &mut Exposition, snap: &Snapshot) {
             ("address", &s.address),
         ];
         out.sample_text(name, &labels, &thousandths(u64::from(s.ramp)));
+    }
+}
+
+/// Who an HTTP request series belongs to: the listener (routes will add a `route` label here).
+fn http_rows(snap: &Snapshot) -> Vec<(Vec<(&'static str, &str)>, &HttpListenerStatus)> {
+    snap.listeners
+        .iter()
+        .filter_map(|l| Some((vec![("listener", l.name.as_str())], l.http.as_ref()?)))
+        .collect()
+}
+
+/// The HTTP families. Those per listener appear once an HTTP listener exists; the process-wide
+/// ones (server connections, parse errors) always, so alerts on them never lack a series.
+fn http(out: &mut Exposition, snap: &Snapshot) {
+    let rows = http_rows(snap);
+    if !rows.is_empty() {
+        let name = "quill_http_requests_total";
+        out.family(
+            name,
+            Kind::Counter,
+            "HTTP requests answered, by status class of the response sent (1xx-5xx; none: the client connection was cut before any response).",
+        );
+        for (labels, h) in &rows {
+            for (class, n) in &h.classes {
+                let mut l = labels.clone();
+                l.push(("class", class));
+                out.sample(name, &l, *n);
+            }
+        }
+        let name = "quill_http_request_duration_seconds";
+        out.family(
+            name,
+            Kind::Histogram,
+            "Time from a request's head received to its response sent, for requests a server answered.",
+        );
+        for (labels, h) in &rows {
+            histogram(out, name, labels, &h.duration);
+        }
+    }
+    let h = &snap.http;
+    let name = "quill_http_server_connections_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "Server connections HTTP requests went on: opened new, or reused from the idle kept-alive pool.",
+    );
+    out.sample(name, &[("kind", "opened")], h.server_connections_opened);
+    out.sample(name, &[("kind", "reused")], h.server_connections_reused);
+    let name = "quill_http_server_idle_connections";
+    out.family(
+        name,
+        Kind::Gauge,
+        "Kept-alive server connections idle in the workers' pools now.",
+    );
+    out.sample(name, &[], h.server_connections_idle);
+    let name = "quill_http_parse_errors_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "Malformed HTTP requests and responses refused, by the rule they broke.",
+    );
+    for (kind, n) in &h.parse_errors {
+        out.sample(name, &[("kind", kind)], *n);
     }
 }
 
