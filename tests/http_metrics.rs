@@ -301,6 +301,62 @@ fn tcp_listeners_have_no_http_request_series() {
     assert!(s["listeners"][0]["http"].is_null());
 }
 
+#[test]
+fn http_request_counts_survive_a_reload() {
+    let (b1, b2) = (backend(), backend());
+    let config = std::cell::RefCell::new(std::path::PathBuf::new());
+    let listen_port = std::cell::Cell::new(0);
+    let (q, admin) = start_with_admin(|dir, port, admin| {
+        let cfg = dir.join("quill.toml");
+        fs::write(
+            &cfg,
+            http_support::toml_config(port, "", "", &[b1.addr().to_string()]),
+        )
+        .unwrap();
+        *config.borrow_mut() = cfg.clone();
+        listen_port.set(port);
+        vec![
+            "--admin".into(),
+            admin.to_string(),
+            "--config".into(),
+            cfg.display().to_string(),
+        ]
+    });
+    known_traffic(q.port);
+    let _ = wait_metrics(admin, "five requests", |m| {
+        m.sum("quill_http_requests_total", &[("listener", "web")]) >= 5.0
+    });
+    // A second server: the listener stays, its pool is rebuilt.
+    let servers = [b1.addr().to_string(), b2.addr().to_string()];
+    let next = http_support::toml_config(listen_port.get(), "", "", &servers);
+    let tmp = config.borrow().with_extension("new");
+    fs::write(&tmp, next).unwrap();
+    fs::rename(&tmp, &*config.borrow()).unwrap();
+    q.signal("HUP");
+    assert!(
+        q.wait_stderr_contains("SIGHUP: reloaded", Duration::from_secs(5)),
+        "no reload:\n{}",
+        q.stderr()
+    );
+    let mut c = Client::connect(SocketAddr::from(([127, 0, 0, 1], q.port)));
+    assert_eq!(c.roundtrip(&http_support::get("/after")).status, 200);
+    drop(c);
+    let m = wait_metrics(admin, "six requests", |m| {
+        m.sum("quill_http_requests_total", &[("listener", "web")]) >= 6.0
+    });
+    let class = |c: &str| {
+        m.value(
+            "quill_http_requests_total",
+            &[("listener", "web"), ("class", c)],
+        )
+    };
+    assert_eq!((class("2xx"), class("4xx")), (4.0, 2.0), "{}", m.text);
+    assert_eq!(
+        check_histogram(&m, "quill_http_request_duration_seconds"),
+        5.0
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The status page in headless Chromium (the same way tests/status_page.rs drives it)
 // ---------------------------------------------------------------------------------------------
