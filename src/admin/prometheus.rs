@@ -493,6 +493,95 @@ mod tests {
         assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
     }
 
+    fn snapshot(listeners: Vec<ListenerStatus>) -> Snapshot {
+        use crate::status::{HttpProcess, Totals};
+        Snapshot {
+            version: "0",
+            pid: 1,
+            time: 0,
+            started: 0,
+            phase: "running",
+            workers: 1,
+            max_sessions: 1,
+            active_sessions: 0,
+            totals: Totals {
+                accepted: 0,
+                ended: Default::default(),
+                bytes_in: 0,
+                bytes_out: 0,
+                connect_failures: 0,
+                accept_errors: 0,
+            },
+            connect_time: Histogram {
+                bounds_us: vec![100],
+                counts: vec![0, 0],
+                sum_us: 0,
+            },
+            http: HttpProcess {
+                server_connections_opened: 4,
+                server_connections_reused: 9,
+                server_connections_idle: 2,
+                parse_errors: [("bare_lf", 1), ("obs_fold", 0)].into_iter().collect(),
+            },
+            listeners,
+        }
+    }
+
+    fn listener(name: &str, http: Option<HttpListenerStatus>) -> ListenerStatus {
+        ListenerStatus {
+            name: name.into(),
+            listen: "127.0.0.1:1".into(),
+            mode: "tracking".into(),
+            protocol: if http.is_some() { "http" } else { "tcp" },
+            health_check: None,
+            http,
+            servers: Vec::new(),
+            emergency: None,
+            abuse: None,
+        }
+    }
+
+    #[test]
+    fn http_families_per_listener_and_for_the_process() {
+        let web = HttpListenerStatus {
+            requests: 3,
+            classes: [("2xx", 2), ("5xx", 1)].into_iter().collect(),
+            duration: Histogram {
+                bounds_us: vec![250, 1_000_000],
+                counts: vec![1, 1, 1],
+                sum_us: 2_500_250,
+            },
+        };
+        let snap = snapshot(vec![listener("tcp", None), listener("web", Some(web))]);
+        let mut out = Exposition::default();
+        http(&mut out, &snap);
+        let samples: Vec<&str> = out.text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            samples,
+            [
+                "quill_http_requests_total{listener=\"web\",class=\"2xx\"} 2",
+                "quill_http_requests_total{listener=\"web\",class=\"5xx\"} 1",
+                "quill_http_request_duration_seconds_bucket{listener=\"web\",le=\"0.00025\"} 1",
+                "quill_http_request_duration_seconds_bucket{listener=\"web\",le=\"1\"} 2",
+                "quill_http_request_duration_seconds_bucket{listener=\"web\",le=\"+Inf\"} 3",
+                "quill_http_request_duration_seconds_sum{listener=\"web\"} 2.50025",
+                "quill_http_request_duration_seconds_count{listener=\"web\"} 3",
+                "quill_http_server_connections_total{kind=\"opened\"} 4",
+                "quill_http_server_connections_total{kind=\"reused\"} 9",
+                "quill_http_server_idle_connections 2",
+                "quill_http_parse_errors_total{kind=\"bare_lf\"} 1",
+                "quill_http_parse_errors_total{kind=\"obs_fold\"} 0",
+            ]
+        );
+        // Without an HTTP listener only the process-wide families are written.
+        let mut out = Exposition::default();
+        http(&mut out, &snapshot(vec![listener("tcp", None)]));
+        assert!(!out.text.contains("quill_http_requests_total"));
+        assert!(out
+            .text
+            .contains("# TYPE quill_http_parse_errors_total counter"));
+    }
+
     #[test]
     fn samples_carry_labels_in_order() {
         let mut e = Exposition::default();
