@@ -1,5 +1,6 @@
 //! Counters: what happened to sessions, kept per worker (no shared cache line on the data path) and
-//! summed when read. Names follow `quill_<subsystem>_<what>_<unit>` when exported.
+//! summed when read; HTTP requests per listener ([`HttpStats`], one block per worker as well).
+//! Names follow `quill_<subsystem>_<what>_<unit>` when exported (src/admin/prometheus.rs).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -1,6 +1,7 @@
 //! A point-in-time picture of the whole process: listeners, pools, every server's state and
-//! counters, and the session totals. Everything that reports (the `servers` command, `/metrics`,
-//! `/api/status`, the status page, Pen's HTML report) renders one of these, so they agree.
+//! counters, the session totals, and HTTP listeners' requests by status class and duration.
+//! Everything that reports (the `servers` command, `/metrics`, `/api/status`, the status page,
+//! Pen's HTML report) renders one of these, so they agree.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
