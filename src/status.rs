@@ -56,7 +56,8 @@ pub(crate) struct HttpListenerStatus {
     pub requests: u64,
     /// By status class: `1xx` to `5xx`, and `none` for requests cut before any reply.
     pub classes: BTreeMap<&'static str, u64>,
-    /// Durations of the requests a server answered (head received to response sent).
+    /// Durations of the requests passed to a server (head received to the exchange's end);
+    /// Quill's own answers are not timed.
     pub duration: Histogram,
 }
 

@@ -141,6 +141,37 @@ fn http_metrics_count_requests_by_listener_and_status_class() {
 }
 
 #[test]
+fn http_requests_cut_before_any_response_count_as_class_none() {
+    let b = Backend::start(|_| vec![Step::Hang]);
+    let (q, admin) = start(b.addr());
+    let mut c = Client::connect(SocketAddr::from(([127, 0, 0, 1], q.port)));
+    // A body promised and cut: the client leaves while the request is still going up.
+    c.send(
+        b"POST /upload HTTP/1.1\r\nHost: example.test\r\nContent-Length: 100000\r\n\r\nfirst bytes",
+    );
+    assert!(
+        http_support::wait_until(Duration::from_secs(10), || b.received_total() > 0),
+        "the request head reached the server"
+    );
+    drop(c);
+    let m = wait_metrics(admin, "the cut request", |m| {
+        m.sum("quill_http_requests_total", &[("listener", "default")]) >= 1.0
+    });
+    for class in CLASSES {
+        let want = if class == "none" { 1.0 } else { 0.0 };
+        assert_eq!(
+            m.value(
+                "quill_http_requests_total",
+                &[("listener", "default"), ("class", class)]
+            ),
+            want,
+            "class {class}:\n{}",
+            m.text
+        );
+    }
+}
+
+#[test]
 fn http_request_duration_histogram_counts_requests_a_server_answered() {
     let b = backend();
     let (q, admin) = start(b.addr());

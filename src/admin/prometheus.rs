@@ -361,7 +361,7 @@ fn http(out: &mut Exposition, snap: &Snapshot) {
         out.family(
             name,
             Kind::Histogram,
-            "Time from a request's head received to its response sent, for requests a server answered.",
+            "Time from a request's head received to the end of its exchange (response sent, or cut), for requests passed to a server; answers Quill makes itself (400, 503, ...) are not timed.",
         );
         for (labels, h) in &rows {
             histogram(out, name, labels, &h.duration);
