@@ -39,8 +39,8 @@ pub(crate) struct Snapshot {
 /// parse errors.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct HttpProcess {
-    /// Server connections opened, and requests sent on a kept-alive one taken from the idle
-    /// pool instead.
+    /// Server connections opened (connects attempted), and requests sent on a kept-alive one
+    /// taken from the idle pool instead.
     pub server_connections_opened: u64,
     pub server_connections_reused: u64,
     /// Kept-alive server connections idle in the workers' pools now.

@@ -372,7 +372,7 @@ fn http(out: &mut Exposition, snap: &Snapshot) {
     out.family(
         name,
         Kind::Counter,
-        "Server connections HTTP requests went on: opened new, or reused from the idle kept-alive pool.",
+        "Server connections HTTP requests went on: opened (a connect attempted, whether or not it succeeded), or reused from the idle kept-alive pool.",
     );
     out.sample(name, &[("kind", "opened")], h.server_connections_opened);
     out.sample(name, &[("kind", "reused")], h.server_connections_reused);
