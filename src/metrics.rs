@@ -1,5 +1,6 @@
 //! Counters: what happened to sessions, kept per worker (no shared cache line on the data path) and
-//! summed when read. Names follow `quill_<subsystem>_<what>_<unit>` when exported.
+//! summed when read; HTTP requests per listener ([`HttpStats`], one block per worker as well).
+//! Names follow `quill_<subsystem>_<what>_<unit>` when exported (src/admin/prometheus.rs).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -66,6 +67,8 @@ impl End {
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub(crate) struct Counters {
+    /// The worker's index (which block of an [`HttpStats`] it writes).
+    worker: usize,
     pub accepted: AtomicU64,
     pub connect_failures: AtomicU64,
     pub accept_errors: AtomicU64,
@@ -84,6 +87,103 @@ pub(crate) struct Counters {
     request_sum_us: AtomicU64,
     /// Malformed requests and responses, by `http1::Error` kind.
     http_parse_errors: [AtomicU64; HTTP_ERROR_KINDS],
+    /// The worker's server connections for HTTP sessions (`proxy::idle::ServerConns`): opened and
+    /// reused since the start, and idle now. The worker publishes them once per turn of its
+    /// event loop, before it waits (see `publish_server_conns`).
+    server_conns_opened: AtomicU64,
+    server_conns_reused: AtomicU64,
+    server_conns_idle: AtomicU64,
+}
+
+/// What the worker's server connection pool has done, as published (`Counters::server_conns`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ServerConnCounts {
+    pub opened: u64,
+    pub reused: u64,
+    pub idle: u64,
+}
+
+/// HTTP requests of one listener (next: of one route), kept per worker: one block each, on
+/// cache lines of its own, written only by its worker. Summed when read.
+#[derive(Debug)]
+pub(crate) struct HttpStats {
+    blocks: Box<[HttpBlock]>,
+}
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct HttpBlock {
+    /// Requests by status class (index 1-5; 0 = no status: cut before a reply was sent).
+    classes: [AtomicU64; 6],
+    /// Request durations (head received to response sent): counts per bucket of
+    /// `REQUEST_BUCKETS_US`, the last open-ended, and the sum in microseconds.
+    buckets: [AtomicU64; REQUEST_BUCKETS_US.len() + 1],
+    sum_us: AtomicU64,
+}
+
+/// [`HttpStats`] summed over the workers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct HttpTotals {
+    /// By status class: index 0 none, 1-5 = 1xx-5xx.
+    pub classes: [u64; 6],
+    /// Timed requests per bucket of `REQUEST_BUCKETS_US` (not cumulative; the last is
+    /// open-ended) and their sum in microseconds.
+    pub buckets: Vec<u64>,
+    pub sum_us: u64,
+}
+
+/// The label of status class `i` of [`HttpTotals::classes`].
+pub(crate) const HTTP_CLASS_NAMES: [&str; 6] = ["none", "1xx", "2xx", "3xx", "4xx", "5xx"];
+
+fn class_of(status: u16) -> usize {
+    usize::from(status / 100).min(5)
+}
+
+fn bucket_of(us: u64) -> usize {
+    REQUEST_BUCKETS_US
+        .iter()
+        .position(|&le| us <= le)
+        .unwrap_or(REQUEST_BUCKETS_US.len())
+}
+
+impl HttpStats {
+    /// Room for `workers` workers.
+    pub(crate) fn new(workers: usize) -> HttpStats {
+        HttpStats {
+            blocks: (0..workers.max(1)).map(|_| HttpBlock::default()).collect(),
+        }
+    }
+
+    /// Counts one request of worker `worker`, answered with `status` (0: none was), and its
+    /// duration when `us` is given (Quill's own refusals are not timed).
+    fn count(&self, worker: usize, status: u16, us: Option<u64>) {
+        let Some(b) = self.blocks.get(worker) else {
+            return;
+        };
+        Counters::add(&b.classes[class_of(status)], 1);
+        if let Some(us) = us {
+            Counters::add(&b.buckets[bucket_of(us)], 1);
+            Counters::add(&b.sum_us, us);
+        }
+    }
+
+    /// The workers' blocks summed.
+    pub(crate) fn totals(&self) -> HttpTotals {
+        let mut t = HttpTotals {
+            buckets: vec![0; REQUEST_BUCKETS_US.len() + 1],
+            ..HttpTotals::default()
+        };
+        for b in self.blocks.iter() {
+            for (acc, c) in t.classes.iter_mut().zip(&b.classes) {
+                *acc += c.load(Ordering::Relaxed);
+            }
+            for (acc, c) in t.buckets.iter_mut().zip(&b.buckets) {
+                *acc += c.load(Ordering::Relaxed);
+            }
+            t.sum_us += b.sum_us.load(Ordering::Relaxed);
+        }
+        t
+    }
 }
 
 /// Room for every `http1::Error` kind (checked by a unit test).
@@ -124,19 +224,58 @@ impl Counters {
         Self::add(&self.connect_sum_us, us);
     }
 
-    /// One HTTP request answered with `status` (0: none was).
-    pub(crate) fn http_status(&self, status: u16) {
-        let class = usize::from(status / 100).min(5);
-        Self::add(&self.http_classes[class], 1);
+    /// Creates the counters of worker `worker` (its index in `Shared::counters`).
+    pub(crate) fn new(worker: usize) -> Counters {
+        Counters {
+            worker,
+            ..Counters::default()
+        }
     }
 
-    /// One HTTP request over, after `us` microseconds.
+    /// One HTTP request over, on the listener (or route) counted by `stats`: answered with
+    /// `status` (0: none was), after `us` microseconds when given (head received to response
+    /// sent; None for Quill's own refusals). Counted in the worker's totals too.
+    // Called by the HTTP session (src/proxy/http.rs) in place of `http_status` and
+    // `http_request_done`; allowed unused until that call is in.
+    #[allow(dead_code)]
+    pub(crate) fn http_request(&self, stats: &HttpStats, status: u16, us: Option<u64>) {
+        stats.count(self.worker, status, us);
+        self.http_status(status);
+        if let Some(us) = us {
+            self.http_request_done(us);
+        }
+    }
+
+    /// Publishes the worker's server connection counts (a store each; only when they moved).
+    pub(crate) fn publish_server_conns(&self, now: ServerConnCounts) {
+        for (c, v) in [
+            (&self.server_conns_opened, now.opened),
+            (&self.server_conns_reused, now.reused),
+            (&self.server_conns_idle, now.idle),
+        ] {
+            if c.load(Ordering::Relaxed) != v {
+                c.store(v, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The server connection counts last published.
+    pub(crate) fn server_conns(&self) -> ServerConnCounts {
+        ServerConnCounts {
+            opened: self.server_conns_opened.load(Ordering::Relaxed),
+            reused: self.server_conns_reused.load(Ordering::Relaxed),
+            idle: self.server_conns_idle.load(Ordering::Relaxed),
+        }
+    }
+
+    /// One HTTP request answered with `status` (0: none was), in the worker's totals only.
+    pub(crate) fn http_status(&self, status: u16) {
+        Self::add(&self.http_classes[class_of(status)], 1);
+    }
+
+    /// One HTTP request over, after `us` microseconds, in the worker's totals only.
     pub(crate) fn http_request_done(&self, us: u64) {
-        let b = REQUEST_BUCKETS_US
-            .iter()
-            .position(|&le| us <= le)
-            .unwrap_or(REQUEST_BUCKETS_US.len());
-        Self::add(&self.request_buckets[b], 1);
+        Self::add(&self.request_buckets[bucket_of(us)], 1);
         Self::add(&self.request_sum_us, us);
     }
 
@@ -150,17 +289,6 @@ impl Counters {
     /// HTTP requests by status class (index 0: none, 1-5: 1xx-5xx).
     pub(crate) fn http_classes(&self) -> [u64; 6] {
         std::array::from_fn(|i| self.http_classes[i].load(Ordering::Relaxed))
-    }
-
-    /// Per-bucket request duration counts (not cumulative) and the sum (µs).
-    pub(crate) fn request_histogram(&self) -> (Vec<u64>, u64) {
-        (
-            self.request_buckets
-                .iter()
-                .map(|c| c.load(Ordering::Relaxed))
-                .collect(),
-            self.request_sum_us.load(Ordering::Relaxed),
-        )
     }
 
     /// Parse errors of the kind with this index.
@@ -199,5 +327,89 @@ pub(crate) fn summary(workers: &[Counters]) -> String {
             out += &format!(", {} {n}", end.name());
         }
     }
+    let classes = workers.iter().fold([0u64; 6], |mut acc, c| {
+        for (a, n) in acc.iter_mut().zip(c.http_classes()) {
+            *a += n;
+        }
+        acc
+    });
+    if classes.iter().any(|&n| n > 0) {
+        out += &format!(", http requests {}", classes.iter().sum::<u64>());
+        for (name, n) in HTTP_CLASS_NAMES.iter().zip(classes) {
+            if n > 0 {
+                out += &format!(" {name} {n}");
+            }
+        }
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quill_core::http1::Error;
+
+    #[test]
+    fn every_parse_error_kind_has_a_counter_and_a_unique_name() {
+        assert!(Error::ALL.len() <= HTTP_ERROR_KINDS);
+        let mut names = std::collections::BTreeSet::new();
+        for (i, e) in Error::ALL.iter().enumerate() {
+            assert_eq!(*e as usize, i, "{e:?} is not at its index in Error::ALL");
+            assert!(names.insert(e.name()), "{} named twice", e.name());
+        }
+        // ALL ends with the last kind declared, so none is missing.
+        assert_eq!(Error::ALL.len(), Error::Truncated as usize + 1);
+    }
+
+    #[test]
+    fn http_requests_count_per_worker_block_by_class_and_bucket() {
+        let stats = HttpStats::new(2);
+        let (w0, w1) = (Counters::new(0), Counters::new(1));
+        w0.http_request(&stats, 200, Some(250));
+        w0.http_request(&stats, 204, Some(251));
+        w1.http_request(&stats, 404, Some(20_000_000));
+        w1.http_request(&stats, 400, None);
+        w1.http_request(&stats, 0, None);
+        w1.http_request(&stats, 503, Some(0));
+        let t = stats.totals();
+        assert_eq!(t.classes, [1, 0, 2, 0, 2, 1]);
+        let mut want = vec![0; REQUEST_BUCKETS_US.len() + 1];
+        want[0] = 2; // 250 µs (inclusive) and 0
+        want[1] = 1; // 251 µs
+        want[REQUEST_BUCKETS_US.len()] = 1; // past the last bound
+        assert_eq!(t.buckets, want);
+        assert_eq!(t.sum_us, 250 + 251 + 20_000_000);
+        assert_eq!(w0.http_classes(), [0, 0, 2, 0, 0, 0]);
+        assert_eq!(w1.http_classes(), [1, 0, 0, 0, 2, 1]);
+        // A worker index past the blocks counts nowhere rather than panicking.
+        Counters::new(7).http_request(&stats, 200, Some(1));
+        assert_eq!(stats.totals().classes[2], 2);
+    }
+
+    #[test]
+    fn server_connection_counts_publish_as_given() {
+        let c = Counters::new(0);
+        assert_eq!(c.server_conns(), ServerConnCounts::default());
+        let now = ServerConnCounts {
+            opened: 3,
+            reused: 9,
+            idle: 2,
+        };
+        c.publish_server_conns(now);
+        assert_eq!(c.server_conns(), now);
+    }
+
+    #[test]
+    fn the_summary_names_http_requests_by_class_only_when_there_are_some() {
+        let w = [Counters::new(0), Counters::new(1)];
+        assert!(!summary(&w).contains("http"));
+        w[0].http_status(200);
+        w[1].http_status(502);
+        w[1].http_status(200);
+        assert!(
+            summary(&w).ends_with(", http requests 3 2xx 2 5xx 1"),
+            "{}",
+            summary(&w)
+        );
+    }
 }

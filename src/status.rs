@@ -1,6 +1,7 @@
 //! A point-in-time picture of the whole process: listeners, pools, every server's state and
-//! counters, and the session totals. Everything that reports (the `servers` command, `/metrics`,
-//! `/api/status`, the status page, Pen's HTML report) renders one of these, so they agree.
+//! counters, the session totals, and HTTP listeners' requests by status class and duration.
+//! Everything that reports (the `servers` command, `/metrics`, `/api/status`, the status page,
+//! Pen's HTML report) renders one of these, so they agree.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -10,7 +11,9 @@ use serde::Serialize;
 
 use crate::acl::AclId;
 use crate::backend::{Health, Pool, Server};
-use crate::metrics::{End, CONNECT_BUCKETS_US};
+use crate::metrics::{
+    End, HttpStats, ServerConnCounts, CONNECT_BUCKETS_US, HTTP_CLASS_NAMES, REQUEST_BUCKETS_US,
+};
 use crate::state::controller::Controller;
 use crate::state::shared::{Phase, Shared};
 
@@ -27,7 +30,35 @@ pub(crate) struct Snapshot {
     pub active_sessions: u64,
     pub totals: Totals,
     pub connect_time: Histogram,
+    /// HTTP counters of the whole process (zero while no HTTP listener served a request).
+    pub http: HttpProcess,
     pub listeners: Vec<ListenerStatus>,
+}
+
+/// HTTP counters that belong to no one listener: the workers' server connections and the
+/// parse errors.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct HttpProcess {
+    /// Server connections opened (connects attempted), and requests sent on a kept-alive one
+    /// taken from the idle pool instead.
+    pub server_connections_opened: u64,
+    pub server_connections_reused: u64,
+    /// Kept-alive server connections idle in the workers' pools now.
+    pub server_connections_idle: u64,
+    /// Requests and responses refused by the parser, by kind (`bare_lf`, `obs_fold`, ...).
+    pub parse_errors: BTreeMap<&'static str, u64>,
+}
+
+/// One HTTP listener's requests.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct HttpListenerStatus {
+    /// Requests answered (all classes, `none` included).
+    pub requests: u64,
+    /// By status class: `1xx` to `5xx`, and `none` for requests cut before any reply.
+    pub classes: BTreeMap<&'static str, u64>,
+    /// Durations of the requests passed to a server (head received to the exchange's end);
+    /// Quill's own answers are not timed.
+    pub duration: Histogram,
 }
 
 /// Session counters summed over the workers.
@@ -42,7 +73,7 @@ pub(crate) struct Totals {
     pub accept_errors: u64,
 }
 
-/// Connect times: upper bounds in microseconds (the last bucket has none) and counts per bucket.
+/// Durations: upper bounds in microseconds (the last bucket has none) and counts per bucket.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Histogram {
     pub bounds_us: Vec<u64>,
@@ -55,8 +86,12 @@ pub(crate) struct ListenerStatus {
     pub name: String,
     pub listen: String,
     pub mode: String,
+    /// `tcp` or `http`.
+    pub protocol: &'static str,
     /// The health check in words, if any.
     pub health_check: Option<String>,
+    /// Requests by status class and duration (HTTP listeners only).
+    pub http: Option<HttpListenerStatus>,
     pub servers: Vec<ServerStatus>,
     pub emergency: Option<ServerStatus>,
     pub abuse: Option<ServerStatus>,
@@ -135,23 +170,36 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
     }
     let live = shared.listeners.load();
     let drained = shared.drained.load();
-    let current: Vec<(&str, String, Arc<Pool>)> = if live.is_empty() {
+    type Current<'a> = (&'a str, String, Arc<Pool>, &'a HttpStats);
+    let current: Vec<Current> = if live.is_empty() {
         drained
             .iter()
-            .map(|l| (l.name.as_str(), l.addr.to_string(), l.pool.clone()))
+            .map(|l| {
+                (
+                    l.name.as_str(),
+                    l.addr.to_string(),
+                    l.pool.clone(),
+                    &*l.http,
+                )
+            })
             .collect()
     } else {
         live.iter()
-            .map(|l| (l.name.as_str(), l.addr.to_string(), l.pool.load_full()))
+            .map(|l| {
+                let pool = l.pool.load_full();
+                (l.name.as_str(), l.addr.to_string(), pool, &*l.http)
+            })
             .collect()
     };
     let listeners = current
         .iter()
-        .map(|(name, addr, pool)| ListenerStatus {
+        .map(|(name, addr, pool, http)| ListenerStatus {
             name: name.to_string(),
             listen: addr.clone(),
             mode: pool.mode.to_string(),
+            protocol: if pool.http.is_some() { "http" } else { "tcp" },
             health_check: pool.health.as_ref().map(|h| h.to_string()),
+            http: pool.http.as_ref().map(|_| http_listener(http)),
             servers: pool
                 .servers
                 .iter()
@@ -191,7 +239,47 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
             counts,
             sum_us,
         },
+        http: http_process(shared),
         listeners,
+    }
+}
+
+fn http_listener(stats: &HttpStats) -> HttpListenerStatus {
+    let t = stats.totals();
+    HttpListenerStatus {
+        requests: t.classes.iter().sum(),
+        classes: HTTP_CLASS_NAMES.iter().copied().zip(t.classes).collect(),
+        duration: Histogram {
+            bounds_us: REQUEST_BUCKETS_US.to_vec(),
+            counts: t.buckets,
+            sum_us: t.sum_us,
+        },
+    }
+}
+
+fn http_process(shared: &Shared) -> HttpProcess {
+    let mut conns = ServerConnCounts::default();
+    for c in &shared.counters {
+        let w = c.server_conns();
+        conns.opened += w.opened;
+        conns.reused += w.reused;
+        conns.idle += w.idle;
+    }
+    HttpProcess {
+        server_connections_opened: conns.opened,
+        server_connections_reused: conns.reused,
+        server_connections_idle: conns.idle,
+        parse_errors: quill_core::http1::Error::ALL
+            .iter()
+            .map(|&e| {
+                let n = shared
+                    .counters
+                    .iter()
+                    .map(|c| c.http_parse_errors(e as usize))
+                    .sum();
+                (e.name(), n)
+            })
+            .collect(),
     }
 }
 

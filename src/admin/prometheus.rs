@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::metrics::End;
-use crate::status::{ListenerStatus, ServerStatus, Snapshot};
+use crate::status::{Histogram, HttpListenerStatus, ListenerStatus, ServerStatus, Snapshot};
 
 /// The Content-Type of the text format.
 pub(super) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -111,6 +111,7 @@ pub(super) fn render(snap: &Snapshot) -> String {
     connect_histogram(&mut out, snap);
     listeners(&mut out, snap);
     servers(&mut out, snap);
+    http(&mut out, snap);
     out.text
 }
 
@@ -217,12 +218,17 @@ fn sessions(out: &mut Exposition, snap: &Snapshot) {
 /// in microseconds; Prometheus wants cumulative buckets with bounds in seconds.
 fn connect_histogram(out: &mut Exposition, snap: &Snapshot) {
     let name = "quill_backend_connect_duration_seconds";
-    let h = &snap.connect_time;
     out.family(
         name,
         Kind::Histogram,
         "Time from accepting a client to its server connection being established.",
     );
+    histogram(out, name, &[], &snap.connect_time);
+}
+
+/// The samples of one histogram series: cumulative buckets with bounds in seconds (`le` after
+/// `labels`), the sum in seconds and the count.
+fn histogram(out: &mut Exposition, name: &str, labels: &[(&str, &str)], h: &Histogram) {
     let bucket = format!("{name}_bucket");
     let mut cumulative = 0;
     for (i, count) in h.counts.iter().enumerate() {
@@ -231,10 +237,12 @@ fn connect_histogram(out: &mut Exposition, snap: &Snapshot) {
             Some(&us) => seconds(us),
             None => "+Inf".to_string(),
         };
-        out.sample(&bucket, &[("le", &le)], cumulative);
+        let mut with_le = labels.to_vec();
+        with_le.push(("le", &le));
+        out.sample(&bucket, &with_le, cumulative);
     }
-    out.sample_text(&format!("{name}_sum"), &[], &seconds(h.sum_us));
-    out.sample(&format!("{name}_count"), &[], cumulative);
+    out.sample_text(&format!("{name}_sum"), labels, &seconds(h.sum_us));
+    out.sample(&format!("{name}_count"), labels, cumulative);
 }
 
 fn listeners(out: &mut Exposition, snap: &Snapshot) {
@@ -320,6 +328,69 @@ fn servers(out: &mut Exposition, snap: &Snapshot) {
             ("address", &s.address),
         ];
         out.sample_text(name, &labels, &thousandths(u64::from(s.ramp)));
+    }
+}
+
+/// Who an HTTP request series belongs to: the listener (routes will add a `route` label here).
+fn http_rows(snap: &Snapshot) -> Vec<(Vec<(&'static str, &str)>, &HttpListenerStatus)> {
+    snap.listeners
+        .iter()
+        .filter_map(|l| Some((vec![("listener", l.name.as_str())], l.http.as_ref()?)))
+        .collect()
+}
+
+/// The HTTP families. Those per listener appear once an HTTP listener exists; the process-wide
+/// ones (server connections, parse errors) always, so alerts on them never lack a series.
+fn http(out: &mut Exposition, snap: &Snapshot) {
+    let rows = http_rows(snap);
+    if !rows.is_empty() {
+        let name = "quill_http_requests_total";
+        out.family(
+            name,
+            Kind::Counter,
+            "HTTP requests answered, by status class of the response sent (1xx-5xx; none: the client connection was cut before any response).",
+        );
+        for (labels, h) in &rows {
+            for (class, n) in &h.classes {
+                let mut l = labels.clone();
+                l.push(("class", class));
+                out.sample(name, &l, *n);
+            }
+        }
+        let name = "quill_http_request_duration_seconds";
+        out.family(
+            name,
+            Kind::Histogram,
+            "Time from a request's head received to the end of its exchange (response sent, or cut), for requests passed to a server; answers Quill makes itself (400, 503, ...) are not timed.",
+        );
+        for (labels, h) in &rows {
+            histogram(out, name, labels, &h.duration);
+        }
+    }
+    let h = &snap.http;
+    let name = "quill_http_server_connections_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "Server connections HTTP requests went on: opened (a connect attempted, whether or not it succeeded), or reused from the idle kept-alive pool.",
+    );
+    out.sample(name, &[("kind", "opened")], h.server_connections_opened);
+    out.sample(name, &[("kind", "reused")], h.server_connections_reused);
+    let name = "quill_http_server_idle_connections";
+    out.family(
+        name,
+        Kind::Gauge,
+        "Kept-alive server connections idle in the workers' pools now.",
+    );
+    out.sample(name, &[], h.server_connections_idle);
+    let name = "quill_http_parse_errors_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "Malformed HTTP requests and responses refused, by the rule they broke.",
+    );
+    for (kind, n) in &h.parse_errors {
+        out.sample(name, &[("kind", kind)], *n);
     }
 }
 
@@ -420,6 +491,95 @@ mod tests {
         assert_eq!(escape_label(r#"a"b\c"#), r#"a\"b\\c"#);
         assert_eq!(escape_label("x\ny"), "x\\ny");
         assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
+    }
+
+    fn snapshot(listeners: Vec<ListenerStatus>) -> Snapshot {
+        use crate::status::{HttpProcess, Totals};
+        Snapshot {
+            version: "0",
+            pid: 1,
+            time: 0,
+            started: 0,
+            phase: "running",
+            workers: 1,
+            max_sessions: 1,
+            active_sessions: 0,
+            totals: Totals {
+                accepted: 0,
+                ended: Default::default(),
+                bytes_in: 0,
+                bytes_out: 0,
+                connect_failures: 0,
+                accept_errors: 0,
+            },
+            connect_time: Histogram {
+                bounds_us: vec![100],
+                counts: vec![0, 0],
+                sum_us: 0,
+            },
+            http: HttpProcess {
+                server_connections_opened: 4,
+                server_connections_reused: 9,
+                server_connections_idle: 2,
+                parse_errors: [("bare_lf", 1), ("obs_fold", 0)].into_iter().collect(),
+            },
+            listeners,
+        }
+    }
+
+    fn listener(name: &str, http: Option<HttpListenerStatus>) -> ListenerStatus {
+        ListenerStatus {
+            name: name.into(),
+            listen: "127.0.0.1:1".into(),
+            mode: "tracking".into(),
+            protocol: if http.is_some() { "http" } else { "tcp" },
+            health_check: None,
+            http,
+            servers: Vec::new(),
+            emergency: None,
+            abuse: None,
+        }
+    }
+
+    #[test]
+    fn http_families_per_listener_and_for_the_process() {
+        let web = HttpListenerStatus {
+            requests: 3,
+            classes: [("2xx", 2), ("5xx", 1)].into_iter().collect(),
+            duration: Histogram {
+                bounds_us: vec![250, 1_000_000],
+                counts: vec![1, 1, 1],
+                sum_us: 2_500_250,
+            },
+        };
+        let snap = snapshot(vec![listener("tcp", None), listener("web", Some(web))]);
+        let mut out = Exposition::default();
+        http(&mut out, &snap);
+        let samples: Vec<&str> = out.text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            samples,
+            [
+                "quill_http_requests_total{listener=\"web\",class=\"2xx\"} 2",
+                "quill_http_requests_total{listener=\"web\",class=\"5xx\"} 1",
+                "quill_http_request_duration_seconds_bucket{listener=\"web\",le=\"0.00025\"} 1",
+                "quill_http_request_duration_seconds_bucket{listener=\"web\",le=\"1\"} 2",
+                "quill_http_request_duration_seconds_bucket{listener=\"web\",le=\"+Inf\"} 3",
+                "quill_http_request_duration_seconds_sum{listener=\"web\"} 2.50025",
+                "quill_http_request_duration_seconds_count{listener=\"web\"} 3",
+                "quill_http_server_connections_total{kind=\"opened\"} 4",
+                "quill_http_server_connections_total{kind=\"reused\"} 9",
+                "quill_http_server_idle_connections 2",
+                "quill_http_parse_errors_total{kind=\"bare_lf\"} 1",
+                "quill_http_parse_errors_total{kind=\"obs_fold\"} 0",
+            ]
+        );
+        // Without an HTTP listener only the process-wide families are written.
+        let mut out = Exposition::default();
+        http(&mut out, &snapshot(vec![listener("tcp", None)]));
+        assert!(!out.text.contains("quill_http_requests_total"));
+        assert!(out
+            .text
+            .contains("# TYPE quill_http_parse_errors_total counter"));
     }
 
     #[test]

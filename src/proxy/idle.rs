@@ -17,6 +17,7 @@ use mio::event::Event;
 use mio::Token;
 
 use crate::backend::Server;
+use crate::metrics::ServerConnCounts;
 use crate::net::Stream;
 
 /// Server connection slots use tokens from here up (below the listeners' and the waker's).
@@ -250,6 +251,15 @@ impl ServerConns {
     /// Idle connections held, for the metrics.
     pub(crate) fn idle(&self) -> usize {
         self.idle_count
+    }
+
+    /// Opened, reused and idle, as the worker publishes them for the metrics.
+    pub(crate) fn counts(&self) -> ServerConnCounts {
+        ServerConnCounts {
+            opened: self.opened,
+            reused: self.reused,
+            idle: self.idle() as u64,
+        }
     }
 
     /// Closes every idle connection (the worker is stopping).

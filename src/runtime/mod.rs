@@ -424,6 +424,7 @@ fn drain(shared: &Shared, g: &crate::config::Global, handover: bool) {
             name: l.name.clone(),
             addr: l.addr.clone(),
             pool: l.pool.load_full(),
+            http: l.http.clone(),
         })
         .collect();
     shared.drained.store(Arc::new(drained));

@@ -229,6 +229,9 @@ impl Worker {
     fn event_loop(&mut self) {
         let mut events = Events::with_capacity(1024);
         loop {
+            // Server connection counts for the metrics, published once per turn before the
+            // worker waits (stores on its own cache line, none when nothing moved).
+            self.counters().publish_server_conns(self.conns.counts());
             let now = self.shared.clock.now_ms();
             let timeout = self
                 .next_wakeup(now)

@@ -18,6 +18,7 @@ use crate::clock::Clock;
 use crate::command::Command;
 use crate::config::{CommandFile, Config, Global, ListenerConfig, Quoting};
 use crate::listener::{self, BindOptions, ListenSocket};
+use crate::metrics::HttpStats;
 use crate::systemd::Inherited;
 
 pub(crate) struct Controller {
@@ -113,6 +114,7 @@ impl Controller {
                 addr: l.listen.clone(),
                 socket,
                 pool: ArcSwap::from_pointee(Pool::build(l, acls.clone(), None, now)),
+                http: Arc::new(HttpStats::new(config.global.workers)),
             }));
         }
         let shared = Arc::new(Shared::new(clock, listeners, max_sessions, &config.global));
@@ -305,6 +307,7 @@ impl Controller {
                             old_pool.as_deref(),
                             now,
                         )),
+                        http: Arc::new(HttpStats::new(self.shared.counters.len())),
                     }));
                     st.next_listener_id += 1;
                     listeners_changed = true;

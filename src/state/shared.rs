@@ -16,7 +16,7 @@ use crate::backend::Pool;
 use crate::clock::Clock;
 use crate::config::{Global, LogFormat};
 use crate::listener::ListenSocket;
-use crate::metrics::Counters;
+use crate::metrics::{Counters, HttpStats};
 
 /// Where the process is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +37,8 @@ pub(crate) struct Listener {
     pub addr: ListenAddr,
     pub socket: ListenSocket,
     pub pool: ArcSwap<Pool>,
+    /// Its HTTP requests by status class and duration, per worker (HTTP listeners only count).
+    pub http: Arc<HttpStats>,
 }
 
 /// One open session, as `connections` and `connection N` show it.
@@ -120,6 +122,8 @@ pub(crate) struct DrainedListener {
     pub name: String,
     pub addr: ListenAddr,
     pub pool: Arc<Pool>,
+    /// Its HTTP request counters (requests in flight still count during the drain).
+    pub http: Arc<HttpStats>,
 }
 
 impl Shared {
@@ -142,7 +146,7 @@ impl Shared {
             drain_deadline_ms: AtomicU64::new(u64::MAX),
             log_generation: AtomicU64::new(0),
             access_log: Mutex::new((g.log.clone(), g.log_format)),
-            counters: (0..g.workers).map(|_| Counters::default()).collect(),
+            counters: (0..g.workers).map(Counters::new).collect(),
             inboxes: (0..g.workers)
                 .map(|_| Mutex::new(Some(Vec::new())))
                 .collect(),

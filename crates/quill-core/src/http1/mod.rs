@@ -149,6 +149,37 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every kind, in declaration order (`ALL[e as usize] == e`): what metrics export by name.
+    pub const ALL: [Error; 27] = [
+        Error::HeadTooLarge,
+        Error::RequestLineTooLong,
+        Error::TooManyHeaders,
+        Error::BareCr,
+        Error::BareLf,
+        Error::ControlChar,
+        Error::SpaceBeforeColon,
+        Error::ObsFold,
+        Error::InvalidMethod,
+        Error::InvalidHeaderName,
+        Error::InvalidRequestLine,
+        Error::InvalidTarget,
+        Error::InvalidVersion,
+        Error::InvalidStatusLine,
+        Error::InvalidContentLength,
+        Error::ConflictingContentLength,
+        Error::ContentLengthWithTransferEncoding,
+        Error::TransferEncodingNotChunked,
+        Error::UnknownTransferCoding,
+        Error::TransferEncodingInHttp10,
+        Error::MissingHost,
+        Error::SeveralHosts,
+        Error::InvalidHost,
+        Error::BadChunkSize,
+        Error::BadChunkLine,
+        Error::BadTrailer,
+        Error::Truncated,
+    ];
+
     /// The status Quill answers a client whose *request* has this error: 431 for the size
     /// limits, 414 for a long request line, 501 for an unknown transfer coding, else 400. A *response* error is always 502.
     pub fn request_status(self) -> u16 {

@@ -1,0 +1,619 @@
+//! HTTP observability (issue 11 point 9, DESIGN §6.3 Metrics): `/metrics` counts an HTTP
+//! listener's requests by status class and their durations, the server connections opened and
+//! reused and the idle ones, and parse errors by kind; `/api/status` (what the status page
+//! reads) carries the same per HTTP listener. Each test starts the real binary (`-H`, `--admin`)
+//! in front of the scripted backend of tests/support/http.rs, sends requests whose outcome is
+//! known, and checks the exact counts. The last test loads the status page in headless Chromium
+//! (Debian's `chromium` at /usr/bin/chromium, as tests/status_page.rs needs; without it that test
+//! fails, it never skips).
+
+mod admin_support;
+#[path = "support/http.rs"]
+mod http_support;
+mod support;
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use admin_support::{check_histogram, metrics, start_with_admin, status_json, wait_metrics};
+use http_support::{Backend, Client, Step};
+use support::{pen_args, scratch_dir, set_timeouts, try_read_until_eof, QuillProcess, IO_TIMEOUT};
+
+/// Every parse error kind `quill_http_parse_errors_total` names (`http1::Error::name`).
+const PARSE_ERROR_KINDS: [&str; 27] = [
+    "head_too_large",
+    "request_line_too_long",
+    "too_many_headers",
+    "bare_cr",
+    "bare_lf",
+    "control_char",
+    "space_before_colon",
+    "obs_fold",
+    "invalid_method",
+    "invalid_header_name",
+    "invalid_request_line",
+    "invalid_target",
+    "invalid_version",
+    "invalid_status_line",
+    "invalid_content_length",
+    "conflicting_content_length",
+    "content_length_with_transfer_encoding",
+    "transfer_encoding_not_chunked",
+    "unknown_transfer_coding",
+    "transfer_encoding_in_http_1_0",
+    "missing_host",
+    "several_hosts",
+    "invalid_host",
+    "bad_chunk_size",
+    "bad_chunk_line",
+    "bad_trailer",
+    "truncated",
+];
+
+const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "none"];
+
+/// A backend that answers `/missing` with 404 and anything else with 200, keeping connections.
+fn backend() -> Backend {
+    Backend::start(|r| {
+        let status = if r.target == "/missing" { 404 } else { 200 };
+        vec![Step::Send(http_support::response(status, "", b"hello"))]
+    })
+}
+
+/// `quill --admin ADDR -H -l DIR/access.log 127.0.0.1:PORT SERVER`.
+fn start(server: SocketAddr) -> (QuillProcess, SocketAddr) {
+    start_with_admin(|dir, port, admin| {
+        let mut args = vec!["--admin".to_string(), admin.to_string()];
+        args.extend(pen_args(dir, port, &["-H"], &[server.to_string()]));
+        args
+    })
+}
+
+/// The traffic of known outcome: on one kept-alive client connection, three 200s and a 404 from
+/// the backend (one server connection opened, then reused three times); on another, a request
+/// with a bare LF that Quill answers 400 itself (nothing reaches the server).
+fn known_traffic(port: u16) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut c = Client::connect(addr);
+    for (target, want) in [("/a", 200), ("/b", 200), ("/missing", 404), ("/c", 200)] {
+        let r = c.roundtrip(&http_support::get(target));
+        assert_eq!(r.status, want, "{target}");
+        assert!(!r.says_close(), "{target}: the connection stays open");
+    }
+    drop(c);
+    let mut bad = Client::connect(addr);
+    let r = bad.roundtrip(b"GET /x HTTP/1.1\nHost: example.test\r\n\r\n");
+    assert_eq!(r.status, 400, "a bare LF");
+}
+
+#[test]
+fn http_metrics_count_requests_by_listener_and_status_class() {
+    let b = backend();
+    let (q, admin) = start(b.addr());
+    let before = metrics(admin);
+    for class in CLASSES {
+        assert_eq!(
+            before.value(
+                "quill_http_requests_total",
+                &[("listener", "default"), ("class", class)]
+            ),
+            0.0,
+            "{class} before any request"
+        );
+    }
+    known_traffic(q.port);
+    let m = wait_metrics(admin, "five requests", |m| {
+        m.sum("quill_http_requests_total", &[("listener", "default")]) >= 5.0
+    });
+    assert_eq!(m.family("quill_http_requests_total").kind, "counter");
+    let want = [
+        ("1xx", 0.0),
+        ("2xx", 3.0),
+        ("3xx", 0.0),
+        ("4xx", 2.0),
+        ("5xx", 0.0),
+        ("none", 0.0),
+    ];
+    for (class, n) in want {
+        assert_eq!(
+            m.value(
+                "quill_http_requests_total",
+                &[("listener", "default"), ("class", class)]
+            ),
+            n,
+            "class {class}:\n{}",
+            m.text
+        );
+    }
+    assert_eq!(
+        m.samples("quill_http_requests_total", &[]).len(),
+        CLASSES.len(),
+        "one series per class of the one listener"
+    );
+}
+
+#[test]
+fn http_requests_cut_before_any_response_count_as_class_none() {
+    let b = Backend::start(|_| vec![Step::Hang]);
+    let (q, admin) = start(b.addr());
+    let mut c = Client::connect(SocketAddr::from(([127, 0, 0, 1], q.port)));
+    // A body promised and cut: the client leaves while the request is still going up.
+    c.send(
+        b"POST /upload HTTP/1.1\r\nHost: example.test\r\nContent-Length: 100000\r\n\r\nfirst bytes",
+    );
+    assert!(
+        http_support::wait_until(Duration::from_secs(10), || b.received_total() > 0),
+        "the request head reached the server"
+    );
+    drop(c);
+    let m = wait_metrics(admin, "the cut request", |m| {
+        m.sum("quill_http_requests_total", &[("listener", "default")]) >= 1.0
+    });
+    for class in CLASSES {
+        let want = if class == "none" { 1.0 } else { 0.0 };
+        assert_eq!(
+            m.value(
+                "quill_http_requests_total",
+                &[("listener", "default"), ("class", class)]
+            ),
+            want,
+            "class {class}:\n{}",
+            m.text
+        );
+    }
+}
+
+#[test]
+fn http_request_duration_histogram_counts_requests_a_server_answered() {
+    let b = backend();
+    let (q, admin) = start(b.addr());
+    known_traffic(q.port);
+    let m = wait_metrics(admin, "five requests", |m| {
+        m.sum("quill_http_requests_total", &[("listener", "default")]) >= 5.0
+    });
+    let name = "quill_http_request_duration_seconds";
+    assert_eq!(
+        check_histogram(&m, name),
+        4.0,
+        "the four answered by the server are timed, Quill's own 400 is not"
+    );
+    for s in m.samples(&format!("{name}_bucket"), &[]) {
+        assert_eq!(
+            s.labels.get("listener").map(String::as_str),
+            Some("default")
+        );
+    }
+    let sum = m.value(&format!("{name}_sum"), &[("listener", "default")]);
+    assert!(sum > 0.0 && sum < 40.0, "sum of four durations: {sum} s");
+}
+
+#[test]
+fn http_server_connections_count_opened_reused_and_idle() {
+    let b = backend();
+    let (q, admin) = start(b.addr());
+    let before = metrics(admin);
+    for kind in ["opened", "reused"] {
+        assert_eq!(
+            before.value("quill_http_server_connections_total", &[("kind", kind)]),
+            0.0,
+            "{kind} before any request"
+        );
+    }
+    assert_eq!(before.value("quill_http_server_idle_connections", &[]), 0.0);
+    known_traffic(q.port);
+    let m = wait_metrics(admin, "the server connection idle again", |m| {
+        m.value("quill_http_server_connections_total", &[("kind", "reused")]) >= 3.0
+            && m.value("quill_http_server_idle_connections", &[]) >= 1.0
+    });
+    assert_eq!(
+        m.value("quill_http_server_connections_total", &[("kind", "opened")]),
+        1.0,
+        "one server connection for four requests:\n{}",
+        m.text
+    );
+    assert_eq!(
+        m.value("quill_http_server_connections_total", &[("kind", "reused")]),
+        3.0
+    );
+    assert_eq!(m.value("quill_http_server_idle_connections", &[]), 1.0);
+    assert_eq!(m.family("quill_http_server_idle_connections").kind, "gauge");
+    assert_eq!(b.accepted(), 1, "the backend saw one connection");
+}
+
+#[test]
+fn http_parse_errors_are_counted_by_kind() {
+    let b = backend();
+    let (q, admin) = start(b.addr());
+    known_traffic(q.port);
+    let m = wait_metrics(admin, "the bare LF counted", |m| {
+        m.value("quill_http_parse_errors_total", &[("kind", "bare_lf")]) >= 1.0
+    });
+    assert_eq!(m.family("quill_http_parse_errors_total").kind, "counter");
+    for kind in PARSE_ERROR_KINDS {
+        let want = if kind == "bare_lf" { 1.0 } else { 0.0 };
+        assert_eq!(
+            m.value("quill_http_parse_errors_total", &[("kind", kind)]),
+            want,
+            "{kind}"
+        );
+    }
+    assert_eq!(
+        m.samples("quill_http_parse_errors_total", &[]).len(),
+        PARSE_ERROR_KINDS.len(),
+        "one series per kind, no more"
+    );
+    assert_eq!(b.requests().len(), 4, "the refused request reached nobody");
+}
+
+#[test]
+fn http_api_status_shows_requests_by_class_for_http_listeners() {
+    let b = backend();
+    let (q, admin) = start(b.addr());
+    known_traffic(q.port);
+    let _ = wait_metrics(admin, "five requests and the idle connection", |m| {
+        m.sum("quill_http_requests_total", &[("listener", "default")]) >= 5.0
+            && m.value("quill_http_server_idle_connections", &[]) >= 1.0
+    });
+    let s = status_json(admin);
+    let l = &s["listeners"][0];
+    assert_eq!(l["name"], "default");
+    assert_eq!(l["protocol"], "http");
+    let h = &l["http"];
+    assert_eq!(h["requests"], 5, "{h}");
+    let classes = &h["classes"];
+    for (class, n) in [
+        ("1xx", 0),
+        ("2xx", 3),
+        ("3xx", 0),
+        ("4xx", 2),
+        ("5xx", 0),
+        ("none", 0),
+    ] {
+        assert_eq!(classes[class], n, "class {class}: {h}");
+    }
+    let d = &h["duration"];
+    let counts: Vec<u64> = d["counts"]
+        .as_array()
+        .expect("duration.counts")
+        .iter()
+        .map(|v| v.as_u64().expect("a count"))
+        .collect();
+    assert_eq!(counts.iter().sum::<u64>(), 4, "{d}");
+    assert_eq!(
+        counts.len(),
+        d["bounds_us"].as_array().expect("duration.bounds_us").len() + 1,
+        "one open-ended bucket past the bounds"
+    );
+    let p = &s["http"];
+    assert_eq!(p["server_connections_opened"], 1, "{p}");
+    assert_eq!(p["server_connections_reused"], 3, "{p}");
+    assert_eq!(p["server_connections_idle"], 1, "{p}");
+    assert_eq!(p["parse_errors"]["bare_lf"], 1, "{p}");
+    assert_eq!(
+        p["parse_errors"].as_object().map(|o| o.len()),
+        Some(PARSE_ERROR_KINDS.len())
+    );
+}
+
+#[test]
+fn tcp_listeners_have_no_http_request_series() {
+    let b = backend();
+    let (_q, admin) = start_with_admin(|dir, port, admin| {
+        let mut args = vec!["--admin".to_string(), admin.to_string()];
+        args.extend(pen_args(dir, port, &[], &[b.addr().to_string()]));
+        args
+    });
+    let m = metrics(admin);
+    assert!(
+        !m.text.contains("quill_http_requests_total")
+            && !m.text.contains("quill_http_request_duration_seconds"),
+        "no per-listener HTTP family without an HTTP listener:\n{}",
+        m.text
+    );
+    // The process-wide ones are always there, at zero.
+    assert_eq!(
+        m.value("quill_http_server_connections_total", &[("kind", "opened")]),
+        0.0
+    );
+    assert_eq!(
+        m.value("quill_http_parse_errors_total", &[("kind", "bare_lf")]),
+        0.0
+    );
+    let s = status_json(admin);
+    assert_eq!(s["listeners"][0]["protocol"], "tcp");
+    assert!(s["listeners"][0]["http"].is_null());
+}
+
+#[test]
+fn http_request_counts_survive_a_reload() {
+    let (b1, b2) = (backend(), backend());
+    let config = std::cell::RefCell::new(std::path::PathBuf::new());
+    let listen_port = std::cell::Cell::new(0);
+    let (q, admin) = start_with_admin(|dir, port, admin| {
+        let cfg = dir.join("quill.toml");
+        fs::write(
+            &cfg,
+            http_support::toml_config(port, "", "", &[b1.addr().to_string()]),
+        )
+        .unwrap();
+        *config.borrow_mut() = cfg.clone();
+        listen_port.set(port);
+        vec![
+            "--admin".into(),
+            admin.to_string(),
+            "--config".into(),
+            cfg.display().to_string(),
+        ]
+    });
+    known_traffic(q.port);
+    let _ = wait_metrics(admin, "five requests", |m| {
+        m.sum("quill_http_requests_total", &[("listener", "web")]) >= 5.0
+    });
+    // A second server: the listener stays, its pool is rebuilt.
+    let servers = [b1.addr().to_string(), b2.addr().to_string()];
+    let next = http_support::toml_config(listen_port.get(), "", "", &servers);
+    let tmp = config.borrow().with_extension("new");
+    fs::write(&tmp, next).unwrap();
+    fs::rename(&tmp, &*config.borrow()).unwrap();
+    q.signal("HUP");
+    assert!(
+        q.wait_stderr_contains("SIGHUP: reloaded", Duration::from_secs(5)),
+        "no reload:\n{}",
+        q.stderr()
+    );
+    let mut c = Client::connect(SocketAddr::from(([127, 0, 0, 1], q.port)));
+    assert_eq!(c.roundtrip(&http_support::get("/after")).status, 200);
+    drop(c);
+    let m = wait_metrics(admin, "six requests", |m| {
+        m.sum("quill_http_requests_total", &[("listener", "web")]) >= 6.0
+    });
+    let class = |c: &str| {
+        m.value(
+            "quill_http_requests_total",
+            &[("listener", "web"), ("class", c)],
+        )
+    };
+    assert_eq!((class("2xx"), class("4xx")), (4.0, 2.0), "{}", m.text);
+    assert_eq!(
+        check_histogram(&m, "quill_http_request_duration_seconds"),
+        5.0
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The status page in headless Chromium (the same way tests/status_page.rs drives it)
+// ---------------------------------------------------------------------------------------------
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMIUM_DEADLINE: Duration = Duration::from_secs(90);
+
+/// Loads `url` in headless Chromium for `budget_ms` of virtual time and returns the DOM its
+/// scripts left. Chromium runs in a process group of its own, killed by its id when done.
+fn dump_dom(url: &str, budget_ms: u32) -> String {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "this test needs headless Chromium at {CHROMIUM}: `apt-get install -y chromium`"
+    );
+    let dir = scratch_dir();
+    let out = dir.path().join("dom.html");
+    let mut child = Command::new(CHROMIUM)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("profile").display()
+        ))
+        .arg(format!("--virtual-time-budget={budget_ms}"))
+        .arg("--dump-dom")
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&out).unwrap())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {CHROMIUM}: {e}"));
+    let group = child.id();
+    let deadline = Instant::now() + CHROMIUM_DEADLINE;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for chromium") {
+            break Some(st);
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{group}")])
+        .stderr(Stdio::null())
+        .status();
+    let _ = child.wait();
+    let status = status.unwrap_or_else(|| panic!("chromium still running after the deadline"));
+    let dom = fs::read_to_string(&out).unwrap_or_default();
+    assert!(
+        status.success() && dom.contains("</html>"),
+        "chromium {status} gave no DOM for {url}"
+    );
+    dom
+}
+
+/// The start tag of the first element whose tag contains `needle`.
+fn tag<'a>(html: &'a str, needle: &str) -> &'a str {
+    let at = html
+        .find(needle)
+        .unwrap_or_else(|| panic!("no {needle} in DOM:\n{html}"));
+    let start = html[..=at].rfind('<').expect("tag start");
+    let end = at + html[at..].find('>').expect("tag end");
+    &html[start..=end]
+}
+
+fn attr(tag: &str, name: &str) -> Option<String> {
+    let key = format!(" {name}=\"");
+    let start = tag.find(&key)? + key.len();
+    let len = tag[start..].find('"')?;
+    Some(
+        tag[start..start + len]
+            .replace("&quot;", "\"")
+            .replace("&amp;", "&"),
+    )
+}
+
+/// The `data-value` of the first element whose tag contains `needle`.
+fn value(html: &str, needle: &str) -> f64 {
+    let t = tag(html, needle);
+    attr(t, "data-value")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no numeric data-value: {t}"))
+}
+
+/// A forwarder in front of the admin listener that runs `traffic` just before it answers the
+/// page's second `/api/status` poll, so the page sees the counters move between two samples.
+struct Gate {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    polls: Arc<AtomicUsize>,
+    error: Arc<Mutex<Option<String>>>,
+}
+
+impl Gate {
+    fn start(admin: SocketAddr, traffic: impl Fn() + Send + Sync + 'static) -> Gate {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let gate = Gate {
+            addr: listener.local_addr().unwrap(),
+            stop: Arc::new(AtomicBool::new(false)),
+            polls: Arc::new(AtomicUsize::new(0)),
+            error: Arc::new(Mutex::new(None)),
+        };
+        let (stop, polls, error) = (gate.stop.clone(), gate.polls.clone(), gate.error.clone());
+        let traffic = Arc::new(traffic);
+        thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
+                let Ok((client, _)) = listener.accept() else {
+                    thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let (polls, error, traffic) = (polls.clone(), error.clone(), traffic.clone());
+                thread::spawn(move || {
+                    let before = |path: &str| {
+                        if path == "/api/status" && polls.fetch_add(1, Ordering::SeqCst) + 1 == 2 {
+                            traffic();
+                        }
+                    };
+                    if let Err(e) = forward(client, admin, before) {
+                        error.lock().unwrap().get_or_insert(e);
+                    }
+                });
+            }
+        });
+        gate
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Reads one request head from `client`, calls `before(path)`, passes the head to the admin
+/// listener and copies its answer back (the admin listener closes after each answer).
+fn forward(mut client: TcpStream, admin: SocketAddr, before: impl Fn(&str)) -> Result<(), String> {
+    client.set_nonblocking(false).map_err(|e| e.to_string())?;
+    set_timeouts(&client, IO_TIMEOUT);
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match client.read(&mut byte) {
+            // Chromium opens spare connections it may never use.
+            Ok(0) | Err(_) if head.is_empty() => return Ok(()),
+            Ok(0) | Err(_) => return Err("client went away mid-request".into()),
+            Ok(_) => head.push(byte[0]),
+        }
+        if head.len() > 16 * 1024 {
+            return Err("request head over 16 KiB".into());
+        }
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let path = text.split(' ').nth(1).unwrap_or("").to_string();
+    before(&path);
+    let mut upstream = TcpStream::connect(admin).map_err(|e| format!("connect admin: {e}"))?;
+    set_timeouts(&upstream, IO_TIMEOUT);
+    upstream.write_all(&head).map_err(|e| e.to_string())?;
+    let (answer, end) = try_read_until_eof(&mut upstream, IO_TIMEOUT, 16 << 20);
+    end.map_err(|e| format!("admin answer to {path}: {e}"))?;
+    client.write_all(&answer).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+#[test]
+fn http_status_page_shows_request_rate_and_status_classes() {
+    let b = backend();
+    let (q, admin) = start(b.addr());
+    let port = q.port;
+    let gate = Gate::start(admin, move || known_traffic(port));
+
+    let dom = dump_dom(&format!("http://{}/", gate.addr), 6000);
+    if let Some(e) = gate.error.lock().unwrap().as_ref() {
+        panic!("gate: {e}");
+    }
+    let polls = gate.polls.load(Ordering::SeqCst);
+    assert!(polls >= 3, "the page polled {polls} times");
+
+    let section = &dom[dom
+        .find("<section class=\"listener panel\" data-listener=\"default\"")
+        .unwrap_or_else(|| panic!("no section for the listener:\n{dom}"))..];
+    let http = &section[section
+        .find("<p class=\"http\"")
+        .expect("the listener's HTTP line")..];
+    let http = &http[..http.find("</p>").expect("end of the HTTP line")];
+    assert!(!tag(http, "<p").contains("hidden"), "shown: {http}");
+    assert_eq!(value(http, "class=\"http-requests\""), 5.0, "{http}");
+    for (class, n) in [
+        ("1xx", 0.0),
+        ("2xx", 3.0),
+        ("3xx", 0.0),
+        ("4xx", 2.0),
+        ("5xx", 0.0),
+        ("none", 0.0),
+    ] {
+        let needle = format!(" data-class=\"{class}\"");
+        assert_eq!(value(http, &needle), n, "class {class}: {http}");
+    }
+    assert!(value(http, "class=\"http-duration\"") > 0.0, "{http}");
+    assert_eq!(value(&dom, " id=\"http-opened\""), 1.0);
+    assert_eq!(value(&dom, " id=\"http-reused\""), 3.0);
+    assert_eq!(value(&dom, " id=\"http-idle\""), 1.0);
+    // Rates come from differences between the page's own samples: a positive one means the
+    // page saw the requests counted while it stayed loaded.
+    let series = tag(&dom, " data-series=\"http\" data-listener=\"default\"");
+    let values: Vec<f64> = attr(series, "data-values")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|v| !v.is_empty())
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("bad value {v:?}")))
+        .collect();
+    assert!(values.len() >= 2, "requests/s drawn: {values:?}");
+    assert!(
+        values.iter().any(|&v| v > 0.0),
+        "requests/s never moved: {values:?}"
+    );
+}
