@@ -235,9 +235,6 @@ impl Counters {
     /// One HTTP request over, on the listener (or route) counted by `stats`: answered with
     /// `status` (0: none was), after `us` microseconds when given (head received to response
     /// sent; None for Quill's own refusals). Counted in the worker's totals too.
-    // Called by the HTTP session (src/proxy/http.rs) in place of `http_status` and
-    // `http_request_done`; allowed unused until that call is in.
-    #[allow(dead_code)]
     pub(crate) fn http_request(&self, stats: &HttpStats, status: u16, us: Option<u64>) {
         stats.count(self.worker, status, us);
         self.http_status(status);

@@ -870,7 +870,7 @@ impl HttpSession {
         leg.release(cx.pools);
         self.bytes_out += leg.bytes;
         let _ = self.client.shutdown_write();
-        cx.counters.http_status(status);
+        cx.counters.http_request(&self.listener.http, status, None);
         let ex = self.ex.take();
         self.log(status, true, leg.bytes, ex.as_deref(), End::Done, cx);
         if let Some(mut ex) = ex {
@@ -1364,9 +1364,9 @@ impl HttpSession {
         self.requests += 1;
         self.bytes_in += up_bytes;
         self.bytes_out += down_bytes;
-        cx.counters.http_status(ex.status);
+        let us = ex.started_at.elapsed().as_micros() as u64;
         cx.counters
-            .http_request_done(ex.started_at.elapsed().as_micros() as u64);
+            .http_request(&self.listener.http, ex.status, Some(us));
         self.log(ex.status, false, down_bytes, Some(&ex), end, cx);
         let expires = cx.now.saturating_add(millis(s.server_idle_timeout));
         ex.connector.release(keep, expires, s.server_keepalive, cx);
