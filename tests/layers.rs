@@ -33,6 +33,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config::apply",
             "config::write",
             "config::explain",
+            "config::http",
             "backend",
         ],
     ),

@@ -1484,6 +1484,15 @@ fn hex16(r: u64, out: &mut [u8; 16]) {
 mod tests {
     use super::*;
 
+    /// An idle kept-alive client costs its socket, the `Session` slot and this box: well under the
+    /// 1 KiB per idle client of issue 11 (no buffer, no exchange, no server connection).
+    #[test]
+    fn idle_http_session_is_small() {
+        let size = std::mem::size_of::<HttpSession>();
+        println!("HttpSession is {size} bytes, Exchange {}", std::mem::size_of::<Exchange>());
+        assert!(size <= 256, "HttpSession is {size} bytes");
+    }
+
     #[test]
     fn request_ids_are_sixteen_hex_digits() {
         let mut id = [0u8; 16];
