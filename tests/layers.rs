@@ -34,6 +34,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config::write",
             "config::explain",
             "backend",
+            "route",
         ],
     ),
     // Socket primitives and the process's outputs: they never read the running state.
