@@ -903,6 +903,9 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
     let json = req.json;
     let shared = controller.shared();
     let listener = req.listener.as_deref();
+    if let Some(name) = req.pool.as_deref() {
+        return execute_pool(req, name, controller);
+    }
     match &req.action {
         Action::Set(cmd) => match controller.set(listener, cmd) {
             Ok(note) => {
@@ -1060,6 +1063,40 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
         }
         Action::Takeover | Action::TakeoverDone => Reply::Error(
             "takeover is a conversation between Quill processes".into(),
+            json,
+        ),
+    }
+}
+
+/// A line that starts `pool NAME`: a named pool's settings and servers, as `listener NAME`
+/// reaches a listener's pool.
+fn execute_pool(req: &Line, name: &str, controller: &Controller) -> Reply {
+    let json = req.json;
+    match &req.action {
+        Action::Set(cmd) => match controller.set_to(None, Some(name), cmd) {
+            Ok(note) => ok(json, String::new(), json!({ "ok": true, "note": note })),
+            Err(e) => Reply::Error(e, json),
+        },
+        Action::Servers => {
+            let Some(pool) = controller.shared().pool(name) else {
+                return Reply::Error(format!("no pool named '{name}'"), json);
+            };
+            let now = controller.shared().clock.now_ms();
+            let servers: Vec<_> = pool
+                .servers
+                .iter()
+                .enumerate()
+                .map(|(i, s)| status::server_status(i, s, now))
+                .collect();
+            let text: String = servers.iter().map(status::pen_server_line).collect();
+            ok(
+                json,
+                text,
+                serde_json::to_value(&servers).unwrap_or(Value::Null),
+            )
+        }
+        _ => Reply::Error(
+            format!("'pool {name}' takes server commands, pool settings and 'servers' only"),
             json,
         ),
     }

@@ -13,7 +13,8 @@ use arc_swap::ArcSwap;
 
 use super::shared::{Listener, Phase, Shared};
 use super::{merge, Msg, Rebuild, RunError};
-use crate::backend::Pool;
+use crate::acl::Acls;
+use crate::backend::{Pool, Routes};
 use crate::clock::Clock;
 use crate::command::Command;
 use crate::config::{CommandFile, Config, Global, ListenerConfig, Quoting};
@@ -94,6 +95,37 @@ fn set_inherited_options(socket: &ListenSocket, o: &BindOptions) {
     }
 }
 
+/// Builds the named pools of `config`, each keeping the state of the old pool of its name (its
+/// servers by address, as a listener's pool does across a reload).
+fn named_pools(config: &Config, acls: &Arc<Acls>, old: &[Arc<Pool>], now: u64) -> Vec<Arc<Pool>> {
+    config
+        .pools
+        .iter()
+        .map(|p| {
+            let was = old.iter().find(|o| o.name == p.name);
+            Arc::new(Pool::build(p, acls.clone(), was.map(|o| &**o), now))
+        })
+        .collect()
+}
+
+/// A listener's pool with its routes, which point at `named` (the pools just built).
+fn listener_pool(
+    l: &ListenerConfig,
+    acls: &Arc<Acls>,
+    old: Option<&Pool>,
+    named: &[Arc<Pool>],
+    now: u64,
+) -> Result<Pool, String> {
+    let mut pool = Pool::build(l, acls.clone(), old, now);
+    if !l.routes.is_empty() {
+        let routes = Routes::build(&l.name, &l.routes, acls.clone(), |name| {
+            named.iter().find(|p| p.name == name).cloned()
+        })?;
+        pool.routes = Some(Arc::new(routes));
+    }
+    Ok(pool)
+}
+
 impl Controller {
     /// Binds (or inherits) every listener and builds the shared state.
     pub(crate) fn start(
@@ -104,21 +136,24 @@ impl Controller {
     ) -> Result<Controller, RunError> {
         let now = clock.now_ms();
         let acls = Arc::new(config.global.acls.clone());
+        let named = named_pools(&config, &acls, &[], now);
         let mut listeners = Vec::new();
         for (id, l) in config.listeners.iter().enumerate() {
             let socket = open_socket(l, &config.global, inherited).map_err(RunError)?;
+            let pool = listener_pool(l, &acls, None, &named, now).map_err(RunError)?;
             listeners.push(Arc::new(Listener {
                 id: id as u64,
                 name: l.name.clone(),
                 addr: l.listen.clone(),
                 socket,
-                pool: ArcSwap::from_pointee(Pool::build(l, acls.clone(), None, now)),
+                pool: ArcSwap::from_pointee(pool),
             }));
         }
         let shared = Arc::new(Shared::new(clock, listeners, max_sessions, &config.global));
+        shared.pools.store(Arc::new(named));
         let loaded = config.clone();
         let mut config = config;
-        for l in &mut config.listeners {
+        for l in config.listeners.iter_mut().chain(&mut config.pools) {
             l.initial_blacklist.clear();
         }
         Ok(Controller {
@@ -159,9 +194,19 @@ impl Controller {
 
     /// Applies one setting command to the running configuration.
     pub(crate) fn set(&self, listener: Option<&str>, cmd: &Command) -> Result<String, String> {
+        self.set_to(listener, None, cmd)
+    }
+
+    /// Applies one setting command to a listener or, with `pool`, to a named pool.
+    pub(crate) fn set_to(
+        &self,
+        listener: Option<&str>,
+        pool: Option<&str>,
+        cmd: &Command,
+    ) -> Result<String, String> {
         let mut st = self.lock();
         let mut next = st.config.clone();
-        next.apply(listener, cmd).map_err(|e| e.message)?;
+        next.apply_to(listener, pool, cmd).map_err(|e| e.message)?;
         next.validate().map_err(|e| e.message)?;
         // `log PATH` naming the log already open reopens it (after a `mv`, as logrotate does).
         let reopen =
@@ -260,6 +305,27 @@ impl Controller {
             }
         }
         let acls = Arc::new(next.global.acls.clone());
+        // Named pools first: the listeners' routes point at them.
+        let old_named = self.shared.pools.load_full();
+        for p in &next.pools {
+            if let Some(was) = old.pools.iter().find(|o| o.name == p.name) {
+                describe_pool_change(was, p, &mut notes);
+            } else {
+                notes.push(format!("pool '{}' added", p.name));
+            }
+        }
+        for o in &old.pools {
+            if !next.pools.iter().any(|p| p.name == o.name) {
+                notes.push(format!("pool '{}' removed", o.name));
+            }
+        }
+        let named = named_pools(&next, &acls, &old_named, now);
+        // Every route is compiled before anything is swapped: a failure changes nothing.
+        let mut built = Vec::with_capacity(next.listeners.len());
+        for l in &next.listeners {
+            let was = current.iter().find(|c| c.name == l.name).map(|c| c.pool.load_full());
+            built.push(Some(listener_pool(l, &acls, was.as_deref(), &named, now)?));
+        }
         let mut list = Vec::new();
         let mut listeners_changed = false;
         for (i, l) in next.listeners.iter().enumerate() {
@@ -279,8 +345,10 @@ impl Controller {
                             notes.push(format!("listener '{}': socket options: {e}", l.name));
                         }
                     }
-                    c.pool
-                        .store(Arc::new(Pool::build(l, acls.clone(), Some(&old_pool), now)));
+                    let pool = built[i]
+                        .take()
+                        .ok_or_else(|| format!("listener '{}': pool missing", l.name))?;
+                    c.pool.store(Arc::new(pool));
                     list.push(c.clone());
                 }
                 None => {
@@ -289,22 +357,17 @@ impl Controller {
                         .position(|(j, _)| *j == i)
                         .ok_or_else(|| format!("listener '{}': socket missing", l.name))?;
                     let (_, socket) = fresh.remove(pos);
-                    // A listener that moved keeps its servers' state.
-                    let old_pool = current
-                        .iter()
-                        .find(|c| c.name == l.name)
-                        .map(|c| c.pool.load_full());
+                    // A listener that moved keeps its servers' state (its pool was built from
+                    // the old one of its name).
+                    let pool = built[i]
+                        .take()
+                        .ok_or_else(|| format!("listener '{}': pool missing", l.name))?;
                     list.push(Arc::new(Listener {
                         id: st.next_listener_id,
                         name: l.name.clone(),
                         addr: l.listen.clone(),
                         socket,
-                        pool: ArcSwap::from_pointee(Pool::build(
-                            l,
-                            acls.clone(),
-                            old_pool.as_deref(),
-                            now,
-                        )),
+                        pool: ArcSwap::from_pointee(pool),
                     }));
                     st.next_listener_id += 1;
                     listeners_changed = true;
@@ -325,6 +388,7 @@ impl Controller {
                 }
             }
         }
+        self.shared.pools.store(Arc::new(named));
         if listeners_changed {
             self.shared.listeners.store(Arc::new(list));
         }
@@ -349,7 +413,7 @@ impl Controller {
             notes.push(format!("debug level {}", b.debug));
         }
         self.shared.wake_all();
-        for l in &mut next.listeners {
+        for l in next.listeners.iter_mut().chain(&mut next.pools) {
             l.initial_blacklist.clear();
         }
         let changed = *old != next;
