@@ -33,6 +33,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config::apply",
             "config::write",
             "config::explain",
+            "config::http",
+            "config::routes",
             "backend",
             "route",
         ],

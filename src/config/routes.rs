@@ -13,7 +13,7 @@ use super::model::{
     compile_pattern, parse_rate, ConfigError, HostMatch, PathMatch, RateLimit, RouteAction,
     RouteConfig, ValueMatch, MAX_RATE, MAX_RESPOND_BODY,
 };
-use super::toml::{edits, shown, RawEdits};
+use super::http::{edits, shown, RawEdits};
 
 /// The longest host, path prefix, redirect target or content type a route may name.
 const MAX_ROUTE_TEXT: usize = 2048;

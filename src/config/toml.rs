@@ -17,6 +17,7 @@ use crate::addr::{self, AdminState};
 use crate::balancer::ModeWord;
 
 use super::http::{self as http_settings, HttpSettingsPatch};
+use super::http::{edits, shown, RawEdits};
 use super::routes::RawRoute;
 use super::model::{
     in_range, nonzero, parse_duration, parse_status_range, validate_check_path, CheckKind, Config,
@@ -744,38 +745,6 @@ struct RawHttp {
     response_headers: Option<Spanned<RawEdits>>,
 }
 
-/// `request_headers` / `response_headers`: `{ remove = [NAME...], set = { NAME = VALUE },
-/// add = { NAME = VALUE } }`, applied remove, set, add (`set` and `add` each in name order: TOML
-/// tables keep no order).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawEdits {
-    remove: Option<toml::Value>,
-    set: Option<toml::Value>,
-    add: Option<toml::Value>,
-}
-
-/// A TOML value as the user wrote it, for messages (strings quoted, escapes shown).
-pub(super) fn shown(v: &toml::Value) -> String {
-    let text: String = v
-        .to_string()
-        .chars()
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_debug().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect();
-    if text.chars().count() > 80 {
-        format!("{}...", text.chars().take(77).collect::<String>())
-    } else {
-        text
-    }
-}
-
 impl RawHttp {
     /// The keys set here, each checked on its own; errors start with the key's `FILE:LINE:`.
     fn patch(&self, at: &dyn Fn(Range<usize>) -> String) -> Result<HttpSettingsPatch, ConfigError> {
@@ -1003,65 +972,6 @@ impl RawHttp {
             ConfigError::usage(format!("{}{e}", at(span)))
         })
     }
-}
-
-/// Reads a `request_headers` / `response_headers` table into edits: remove, then set, then add.
-pub(super) fn edits(
-    raw: &Option<Spanned<RawEdits>>,
-    key: &str,
-    at: &dyn Fn(Range<usize>) -> String,
-) -> Result<Option<Vec<quill_core::http1::rewrite::HeaderEdit>>, ConfigError> {
-    use quill_core::http1::rewrite::EditOp;
-    let Some(raw) = raw else { return Ok(None) };
-    let fail = |e: String| ConfigError::usage(format!("{}{e}", at(raw.span())));
-    let r = raw.get_ref();
-    let mut out = Vec::new();
-    if let Some(v) = &r.remove {
-        let not_list = || {
-            fail(format!(
-                "{key}: remove = {} is not a list of header names (e.g. [\"X-Debug\"])",
-                shown(v)
-            ))
-        };
-        for name in v.as_array().ok_or_else(not_list)? {
-            let name = name.as_str().ok_or_else(not_list)?;
-            out.push(http_settings::header_edit(key, EditOp::Remove, name, "").map_err(fail)?);
-        }
-    }
-    for (op, word, table) in [(EditOp::Set, "set", &r.set), (EditOp::Add, "add", &r.add)] {
-        let Some(table) = table else { continue };
-        let pairs = table.as_table().ok_or_else(|| {
-            fail(format!(
-                "{key}: {word} = {} is not a table of names and values (e.g. {{ \"X-Env\" = \"prod\" }})",
-                shown(table)
-            ))
-        })?;
-        if pairs.len() > http_settings::MAX_HEADER_EDITS {
-            return Err(fail(format!(
-                "{key}: {} edits (at most {})",
-                pairs.len(),
-                http_settings::MAX_HEADER_EDITS
-            )));
-        }
-        for (name, value) in pairs {
-            let value = value.as_str().ok_or_else(|| {
-                fail(format!(
-                    "{key}: {word} {} = {} is not a string",
-                    name.escape_debug(),
-                    shown(value)
-                ))
-            })?;
-            out.push(http_settings::header_edit(key, op, name, value).map_err(fail)?);
-        }
-    }
-    if out.len() > http_settings::MAX_HEADER_EDITS {
-        return Err(fail(format!(
-            "{key}: {} edits (at most {})",
-            out.len(),
-            http_settings::MAX_HEADER_EDITS
-        )));
-    }
-    Ok(Some(out))
 }
 
 impl<'de> Deserialize<'de> for RawServer {
