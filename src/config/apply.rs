@@ -187,9 +187,10 @@ impl Config {
     }
 
     /// Applies one pool command to the named pool `name` (`pool NAME server 1 drain`): what a
-    /// listener's pool takes, less the process-wide settings and `listen`.
+    /// listener's pool takes, less the process-wide settings, `listen` and `client_acl` (the
+    /// listener's, or a route's, checks the client).
     pub(crate) fn apply_pool(&mut self, name: &str, cmd: &Command) -> Result<(), ConfigError> {
-        if cmd.is_global() || matches!(cmd, Command::Listen(_)) {
+        if cmd.is_global() || matches!(cmd, Command::Listen(_) | Command::ClientAcl(_)) {
             return Err(ConfigError::usage(format!(
                 "pool '{name}': that is not a pool setting"
             )));
