@@ -203,8 +203,7 @@ impl<P> Route<P> {
                 HostMatch::Exact(name) => host.eq_ignore_ascii_case(name.as_bytes()),
                 HostMatch::Suffix(suffix) => {
                     let s = suffix.as_bytes();
-                    host.len() > s.len()
-                        && host[host.len() - s.len()..].eq_ignore_ascii_case(s)
+                    host.len() > s.len() && host[host.len() - s.len()..].eq_ignore_ascii_case(s)
                 }
             });
             if !hit {
@@ -236,7 +235,8 @@ impl<P> Route<P> {
 
 /// A request target's authority (absolute form only) and path (without the query).
 fn split_target(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
-    let before_query = |t: &'_ [u8]| -> usize { t.iter().position(|&b| b == b'?').unwrap_or(t.len()) };
+    let before_query =
+        |t: &'_ [u8]| -> usize { t.iter().position(|&b| b == b'?').unwrap_or(t.len()) };
     if target.first() == Some(&b'/') {
         return (None, &target[..before_query(target)]);
     }
@@ -583,7 +583,11 @@ mod tests {
         assert_eq!(find(&r, "GET", "/", None, &[("x-beta", "1")]), Some("beta"));
         assert_eq!(find(&r, "GET", "/", None, &[("x-beta", "2")]), None);
         assert_eq!(find(&r, "POST", "/api/x", None, &[]), Some("post"));
-        assert_eq!(find(&r, "post", "/api/x", None, &[]), None, "methods are case-sensitive");
+        assert_eq!(
+            find(&r, "post", "/api/x", None, &[]),
+            None,
+            "methods are case-sensitive"
+        );
         assert_eq!(
             find(&r, "GET", "/api/x?q", Some("api.EXAMPLE.com:8080"), &[]),
             Some("api")
@@ -593,12 +597,25 @@ mod tests {
             find(&r, "GET", "/", Some("www.example.com."), &[]),
             Some("route-4")
         );
-        assert_eq!(find(&r, "GET", "/", Some("a.b.example.org"), &[]), Some("route-4"));
-        assert_eq!(find(&r, "GET", "/", Some("example.org"), &[]), None, "subdomains only");
+        assert_eq!(
+            find(&r, "GET", "/", Some("a.b.example.org"), &[]),
+            Some("route-4")
+        );
+        assert_eq!(
+            find(&r, "GET", "/", Some("example.org"), &[]),
+            None,
+            "subdomains only"
+        );
         assert_eq!(find(&r, "GET", "/", Some("badexample.org"), &[]), None);
         // Absolute form: its authority is the host, whatever Host says.
         assert_eq!(
-            find(&r, "GET", "http://api.example.com/api/v1", Some("www.example.com"), &[]),
+            find(
+                &r,
+                "GET",
+                "http://api.example.com/api/v1",
+                Some("www.example.com"),
+                &[]
+            ),
             Some("api")
         );
     }
@@ -625,7 +642,10 @@ mod tests {
         let route = &r.routes[0];
         assert!(r.permits(route, Some("10.1.2.3".parse().unwrap())));
         assert!(!r.permits(route, Some("192.0.2.1".parse().unwrap())));
-        assert!(r.permits(route, None), "a Unix-socket client passes, as Pen's client_acl");
+        assert!(
+            r.permits(route, None),
+            "a Unix-socket client passes, as Pen's client_acl"
+        );
     }
 
     fn answer(action: &Action<String>, target: &str, keep_alive: bool, head_only: bool) -> String {
@@ -664,7 +684,8 @@ mod tests {
             "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
              Content-Length: 21\r\nConnection: close\r\n\r\ndown for maintenance\n"
         );
-        assert!(answer(&a, "/", true, true).ends_with("Content-Length: 21\r\nConnection: keep-alive\r\n\r\n"));
+        assert!(answer(&a, "/", true, true)
+            .ends_with("Content-Length: 21\r\nConnection: keep-alive\r\n\r\n"));
         assert!(answer(&Action::Deny, "/", true, false).starts_with("HTTP/1.1 403 Forbidden\r\n"));
         let mut buf = [0u8; 256];
         let n = write_status(429, Some(3), true, false, &mut buf).unwrap();
@@ -672,7 +693,10 @@ mod tests {
         assert!(text.contains("\r\nRetry-After: 3\r\n"), "{text}");
         assert!(text.ends_with("\r\n\r\n429 Too Many Requests\n"), "{text}");
         let mut small = [0u8; 20];
-        assert_eq!(write_answer(&a, b"/", true, false, &mut small), Err(Overflow));
+        assert_eq!(
+            write_answer(&a, b"/", true, false, &mut small),
+            Err(Overflow)
+        );
     }
 
     #[test]
@@ -686,8 +710,16 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(t.admit(route, a, now), Ok(()));
         }
-        assert_eq!(t.admit(route, a, now), Err(1), "over the burst: wait a second");
-        assert_eq!(t.admit(route, b, now), Ok(()), "another address has its own bucket");
+        assert_eq!(
+            t.admit(route, a, now),
+            Err(1),
+            "over the burst: wait a second"
+        );
+        assert_eq!(
+            t.admit(route, b, now),
+            Ok(()),
+            "another address has its own bucket"
+        );
         assert_eq!(
             t.admit(route, "::ffff:192.0.2.1".parse().unwrap(), now),
             Err(1),

@@ -613,7 +613,11 @@ pub(crate) fn compile_pattern(p: &str) -> Result<regex::bytes::Regex, String> {
         .map_err(|e| {
             let why = e.to_string();
             // regex's messages span lines (the pattern with a caret under it): keep the last.
-            let last = why.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+            let last = why
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
             format!(
                 "invalid regex '{}': {}",
                 p.escape_debug(),
@@ -624,7 +628,12 @@ pub(crate) fn compile_pattern(p: &str) -> Result<regex::bytes::Regex, String> {
 
 /// Parses `N/s`, `N/m` or `N/h` (also `N/sec`, `N/min`, `N/hour`, `N/second`, `N/minute`).
 pub(crate) fn parse_rate(s: &str) -> Result<(u32, Duration), String> {
-    let bad = || format!("invalid rate '{}' (expected e.g. \"100/s\", \"30/m\", \"500/h\")", s.escape_debug());
+    let bad = || {
+        format!(
+            "invalid rate '{}' (expected e.g. \"100/s\", \"30/m\", \"500/h\")",
+            s.escape_debug()
+        )
+    };
     let (n, unit) = s.split_once('/').ok_or_else(bad)?;
     let n: u32 = n.trim().parse().map_err(|_| bad())?;
     let period = match unit.trim() {

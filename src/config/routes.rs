@@ -9,11 +9,11 @@ use toml::Spanned;
 
 use crate::acl;
 
+use super::http::{edits, shown, RawEdits};
 use super::model::{
     compile_pattern, parse_rate, ConfigError, HostMatch, PathMatch, RateLimit, RouteAction,
     RouteConfig, ValueMatch, MAX_RATE, MAX_RESPOND_BODY,
 };
-use super::http::{edits, shown, RawEdits};
 
 /// The longest host, path prefix, redirect target or content type a route may name.
 const MAX_ROUTE_TEXT: usize = 2048;
@@ -106,7 +106,9 @@ fn host(v: &toml::Value) -> Result<HostMatch, String> {
     let ipv6 = !suffix
         && name.starts_with('[')
         && name.ends_with(']')
-        && name[1..name.len() - 1].parse::<std::net::Ipv6Addr>().is_ok();
+        && name[1..name.len() - 1]
+            .parse::<std::net::Ipv6Addr>()
+            .is_ok();
     match (ok || ipv6, suffix) {
         (false, _) => Err(bad()),
         (true, true) => Ok(HostMatch::Suffix(format!(".{name}"))),
@@ -198,11 +200,16 @@ impl RawRoute {
             for word in m.get_ref() {
                 if word.is_empty()
                     || word.len() > 32
-                    || !word.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                    || !word
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
                 {
                     return Err(fail(
                         m.span(),
-                        named(format!("methods: '{}' is not a method", word.escape_debug())),
+                        named(format!(
+                            "methods: '{}' is not a method",
+                            word.escape_debug()
+                        )),
                     ));
                 }
                 // Methods are case-sensitive (RFC 9110 §9.1): `get` is not GET, and is most
@@ -272,8 +279,8 @@ impl RawRoute {
         let action = self.action(&span, &named, &fail)?;
         let request_headers =
             edits(&self.request_headers, "request_headers", at)?.unwrap_or_default();
-        let response_headers = edits(&self.response_headers, "response_headers", at)?
-            .unwrap_or_default();
+        let response_headers =
+            edits(&self.response_headers, "response_headers", at)?.unwrap_or_default();
         let rewrite_path = match &self.rewrite_path {
             Some(r) => {
                 let RawRewrite { prefix, replace } = r.get_ref();

@@ -18,13 +18,13 @@ use crate::balancer::ModeWord;
 
 use super::http::{self as http_settings, HttpSettingsPatch};
 use super::http::{edits, shown, RawEdits};
-use super::routes::RawRoute;
 use super::model::{
-    in_range, nonzero, parse_duration, parse_status_range, validate_check_path, CheckKind, Config,
-    ConfigError, ControlLevel, Fastclose, pool_addr, Global, HealthCheck, HttpSettings, ListenerConfig,
-    LogFormat, Member, RouteAction, Tuning, TuningPatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS,
-    MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT, MAX_WORKERS,
+    in_range, nonzero, parse_duration, parse_status_range, pool_addr, validate_check_path,
+    CheckKind, Config, ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings,
+    ListenerConfig, LogFormat, Member, RouteAction, Tuning, TuningPatch, MAX_ACCEPT_BATCH,
+    MAX_BACKLOG, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT, MAX_WORKERS,
 };
+use super::routes::RawRoute;
 
 /// Loads and validates a TOML configuration file. `cli` patches apply on top of the file's
 /// top-level values (command-line options override the file); `all_http` (`-H`) makes every

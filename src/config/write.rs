@@ -182,7 +182,10 @@ mod tests {
             .apply_pool("nope", &crate::command::parse("server 0 drain").unwrap())
             .is_err());
         let written = running.to_commands();
-        assert!(written.contains("pool api server 1 address 127.0.0.1 port 6 "), "{written}");
+        assert!(
+            written.contains("pool api server 1 address 127.0.0.1 port 6 "),
+            "{written}"
+        );
         let file = std::env::temp_dir().join(format!("quill-write-pool-{}", std::process::id()));
         std::fs::write(&file, &written).unwrap();
         let mut restarted = load(text).unwrap();

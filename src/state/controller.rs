@@ -323,7 +323,10 @@ impl Controller {
         // Every route is compiled before anything is swapped: a failure changes nothing.
         let mut built = Vec::with_capacity(next.listeners.len());
         for l in &next.listeners {
-            let was = current.iter().find(|c| c.name == l.name).map(|c| c.pool.load_full());
+            let was = current
+                .iter()
+                .find(|c| c.name == l.name)
+                .map(|c| c.pool.load_full());
             built.push(Some(listener_pool(l, &acls, was.as_deref(), &named, now)?));
         }
         let mut list = Vec::new();
@@ -489,13 +492,13 @@ mod tests {
     use crate::config::{from_toml, TuningPatch};
     use crate::route::Action;
 
-    fn config(extra_route: &str) -> Config {
+    fn config(port: u16, extra_route: &str) -> Config {
         from_toml(
             "c.toml",
             &format!(
                 "[[pool]]\nname = \"api\"\nservers = [\"127.0.0.1:9\", \"127.0.0.1:10\"]\n\
                  [[pool]]\nname = \"web\"\nservers = [\"127.0.0.1:11\"]\n\
-                 [[listener]]\nname = \"h\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"http\"\n\
+                 [[listener]]\nname = \"h\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
                  [[listener.route]]\npath = \"/api/\"\npool = \"api\"\n{extra_route}"
             ),
             &TuningPatch::default(),
@@ -515,26 +518,50 @@ mod tests {
 
     #[test]
     fn named_pools_are_shared_by_routes_and_keep_their_servers_across_changes() {
-        let c = Controller::start(config(""), Clock::default(), 100, &mut Vec::new()).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let c =
+            Controller::start(config(port, ""), Clock::default(), 100, &mut Vec::new()).unwrap();
         let api = c.shared().pool("api").expect("named pool api");
-        assert!(Arc::ptr_eq(&routed(&c, 0), &api), "the route holds the named pool");
+        assert!(
+            Arc::ptr_eq(&routed(&c, 0), &api),
+            "the route holds the named pool"
+        );
         let server = api.servers[1].clone();
         // A drain through `pool api`: a new snapshot, the same server, now draining.
         let cmd = crate::command::parse("server 1 drain").unwrap();
         c.set_to(None, Some("api"), &cmd).unwrap();
         let api2 = c.shared().pool("api").unwrap();
         assert!(!Arc::ptr_eq(&api, &api2));
-        assert!(Arc::ptr_eq(&api2.servers[1], &server), "same address, same server");
+        assert!(
+            Arc::ptr_eq(&api2.servers[1], &server),
+            "same address, same server"
+        );
         assert_eq!(server.admin(), crate::addr::AdminState::Drain);
-        assert!(Arc::ptr_eq(&routed(&c, 0), &api2), "routes follow the new snapshot");
+        assert!(
+            Arc::ptr_eq(&routed(&c, 0), &api2),
+            "routes follow the new snapshot"
+        );
         assert!(c.set_to(None, Some("nope"), &cmd).is_err());
         // A new route to the other pool, as a reload would bring.
         let mut st = c.lock();
-        let next = config("[[listener.route]]\npool = \"web\"\n");
+        let next = config(port, "[[listener.route]]\npool = \"web\"\n");
         let note = c.apply(&mut st, next).unwrap();
         drop(st);
-        assert!(note.contains("applied"), "{note}");
-        assert!(Arc::ptr_eq(&routed(&c, 1), &c.shared().pool("web").unwrap()));
-        assert!(Arc::ptr_eq(&c.shared().pool("api").unwrap().servers[1], &server));
+        // The drain was the running state's only; applied directly, the new config undoes it.
+        assert!(
+            note.contains("'api': server 127.0.0.1:10 changed"),
+            "{note}"
+        );
+        assert!(Arc::ptr_eq(
+            &routed(&c, 1),
+            &c.shared().pool("web").unwrap()
+        ));
+        assert!(Arc::ptr_eq(
+            &c.shared().pool("api").unwrap().servers[1],
+            &server
+        ));
     }
 }
