@@ -210,18 +210,13 @@ impl<P> Route<P> {
                 return false;
             }
         }
-        match &self.path {
-            None => {}
-            Some(PathPattern::Prefix(p)) => {
-                if !path.starts_with(p) {
-                    return false;
-                }
-            }
-            Some(PathPattern::Regex(r)) => {
-                if !r.is_match(path) {
-                    return false;
-                }
-            }
+        let path_ok = match &self.path {
+            None => true,
+            Some(PathPattern::Prefix(p)) => path.starts_with(p),
+            Some(PathPattern::Regex(r)) => r.is_match(path),
+        };
+        if !path_ok {
+            return false;
         }
         self.headers.iter().all(|(name, m)| match field(name) {
             None => false,
