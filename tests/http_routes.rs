@@ -279,6 +279,14 @@ fn route_and_pool_errors_are_one_line_with_file_and_line() {
         &["duplicate pool name 'api'"],
     );
     refused(
+        &file("").replace(
+            "servers = [\"127.0.0.1:9001\"]",
+            "servers = [\"127.0.0.1:18080\"]",
+        ),
+        "127.0.0.1:18080\"]",
+        &["pool 'api': server 0 127.0.0.1:18080 is one of Quill's own listen addresses"],
+    );
+    refused(
         &file("[[listener.route]]\nbogus = 1\ndeny = true\n"),
         "bogus",
         &["bogus"],

@@ -874,14 +874,22 @@ pub(crate) enum Member {
 /// A backend that is one of Quill's own listen addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SelfLoop {
+    /// Which listener, or named pool: the pools are numbered after the listeners.
     pub listener: usize,
     pub member: Member,
 }
 
 impl SelfLoop {
-    /// One line naming the listener, the backend and its address.
+    /// One line naming the listener (or pool), the backend and its address.
     pub(crate) fn message(&self, config: &Config) -> String {
-        let l = &config.listeners[self.listener];
+        let Some(l) = config
+            .listeners
+            .iter()
+            .chain(&config.pools)
+            .nth(self.listener)
+        else {
+            return "a server is one of Quill's own listen addresses".into();
+        };
         let (what, addr) = match self.member {
             Member::Server(i) => (format!("server {i}"), l.servers[i].addr.to_string()),
             Member::Emergency => (
@@ -896,9 +904,9 @@ impl SelfLoop {
             ),
         };
         format!(
-            "listener '{}': {what} {addr} is one of Quill's own listen addresses \
+            "{}: {what} {addr} is one of Quill's own listen addresses \
              (every session would loop back into Quill)",
-            l.name
+            l.what()
         )
     }
 }
@@ -1046,7 +1054,7 @@ impl Config {
             BackendAddr::Unix(p) => paths.contains(p.as_path()),
             _ => false,
         };
-        for (li, l) in self.listeners.iter().enumerate() {
+        for (li, l) in self.listeners.iter().chain(&self.pools).enumerate() {
             if let Some(i) = l.servers.iter().position(|s| mine(&s.addr)) {
                 return Some(SelfLoop {
                     listener: li,

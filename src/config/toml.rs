@@ -293,13 +293,20 @@ fn from_toml_with(
         pools,
     };
     if let Some(found) = config.self_loop() {
-        let rl = &raw.listener[found.listener];
-        let span = match found.member {
-            Member::Server(i) => rl.servers.get(i).map(|s| s.span()),
-            Member::Emergency => rl.emergency.as_ref().map(|e| e.span()),
-            Member::Abuse => rl.abuse.as_ref().map(|e| e.span()),
+        let span = match (raw.listener.get(found.listener), found.member) {
+            (Some(rl), Member::Server(i)) => rl.servers.get(i).map(|s| s.span()),
+            (Some(rl), Member::Emergency) => rl.emergency.as_ref().map(|e| e.span()),
+            (Some(rl), Member::Abuse) => rl.abuse.as_ref().map(|e| e.span()),
+            (None, member) => raw
+                .pool
+                .get(found.listener - raw.listener.len())
+                .and_then(|rp| match member {
+                    Member::Server(i) => rp.servers.get(i).map(|s| s.span()),
+                    Member::Emergency => rp.emergency.as_ref().map(|e| e.span()),
+                    Member::Abuse => None,
+                }),
         }
-        .unwrap_or_else(|| rl.name.span());
+        .unwrap_or(0..0);
         return Err(ConfigError::usage(format!(
             "{}{}",
             at(span),

@@ -322,6 +322,23 @@ mod tests {
     }
 
     #[test]
+    fn a_reload_keeps_a_named_pools_runtime_changes_and_takes_its_new_servers() {
+        let mut base = config(&[A]);
+        let mut p = ListenerConfig::new("api", crate::config::model::pool_addr());
+        p.servers = vec![server(B)];
+        base.pools.push(p);
+        let mut ours = base.clone();
+        ours.pools[0].servers[0].state = AdminState::Drain;
+        let got = merge(&base, &ours, &base.clone());
+        assert_eq!(got.pools[0].servers[0].state, AdminState::Drain);
+        let mut theirs = base.clone();
+        theirs.pools[0].servers.push(server(C));
+        let got = merge(&base, &ours, &theirs);
+        let states: Vec<_> = got.pools[0].servers.iter().map(|s| s.state).collect();
+        assert_eq!(states, [AdminState::Drain, AdminState::Enabled]);
+    }
+
+    #[test]
     fn a_listener_new_in_the_sources_is_taken_whole() {
         let base = config(&[A]);
         let mut theirs = base.clone();
