@@ -914,7 +914,7 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
             }
             Err(e) => Reply::Error(e, json),
         },
-        Action::Show(setting) => match show(*setting, listener, controller) {
+        Action::Show(setting) => match show(*setting, listener, None, controller) {
             Ok((text, value)) => ok(json, format!("{text}\n"), value),
             Err(e) => Reply::Error(e, json),
         },
@@ -1077,6 +1077,10 @@ fn execute_pool(req: &Line, name: &str, controller: &Controller) -> Reply {
             Ok(note) => ok(json, String::new(), json!({ "ok": true, "note": note })),
             Err(e) => Reply::Error(e, json),
         },
+        Action::Show(setting) => match show(*setting, None, Some(name), controller) {
+            Ok((text, value)) => ok(json, format!("{text}\n"), value),
+            Err(e) => Reply::Error(e, json),
+        },
         Action::Servers => {
             let Some(pool) = controller.shared().pool(name) else {
                 return Reply::Error(format!("no pool named '{name}'"), json);
@@ -1096,7 +1100,7 @@ fn execute_pool(req: &Line, name: &str, controller: &Controller) -> Reply {
             )
         }
         _ => Reply::Error(
-            format!("'pool {name}' takes server commands, pool settings and 'servers' only"),
+            format!("'pool {name}' takes server commands, pool settings (set or shown) and 'servers' only"),
             json,
         ),
     }
@@ -1133,11 +1137,19 @@ fn listener_error(name: Option<&str>, count: usize) -> String {
 fn show(
     setting: Setting,
     listener: Option<&str>,
+    pool: Option<&str>,
     controller: &Controller,
 ) -> Result<(String, Value), String> {
     let config = controller.config();
     let g = &config.global;
     let pick = || -> Result<&crate::config::ListenerConfig, String> {
+        if let Some(n) = pool {
+            return config
+                .pools
+                .iter()
+                .find(|p| p.name == n)
+                .ok_or_else(|| format!("no pool named '{n}'"));
+        }
         match listener {
             Some(n) => config
                 .listeners

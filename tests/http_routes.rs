@@ -640,6 +640,9 @@ fn http_control_command_drains_a_named_pool_server() {
     ctl_ok(&sock, "pool api server 0 drain");
     assert!(ctl(&sock, "pool api servers").contains("drain"));
     ctl_err(&sock, "pool nope server 0 drain", "no pool named 'nope'");
+    ctl_ok(&sock, "pool api blacklist 7");
+    assert_eq!(ctl(&sock, "pool api blacklist").trim(), "7");
+    ctl_err(&sock, "pool api listen 127.0.0.1:1", "not a pool setting");
     let before = a.requests().len();
     for i in 0..6 {
         let mut c = client(&q);
