@@ -169,11 +169,24 @@ impl<P> Routes<P> {
         host: Option<&'b [u8]>,
         field: impl Fn(&[u8]) -> Option<&'b [u8]>,
     ) -> Option<&'a Route<P>> {
+        self.find_index(method, target, host, field)
+            .and_then(|i| self.routes.get(i))
+    }
+
+    /// As [`Routes::find`], the route's index in `routes` (for an exchange that keeps its
+    /// pool snapshot and needs the route again when the response comes).
+    pub(crate) fn find_index<'b>(
+        &self,
+        method: &[u8],
+        target: &[u8],
+        host: Option<&'b [u8]>,
+        field: impl Fn(&[u8]) -> Option<&'b [u8]>,
+    ) -> Option<usize> {
         let (authority, path) = split_target(target);
         let host = authority.or(host).map(host_name);
         self.routes
             .iter()
-            .find(|r| r.matches(method, path, host, &field))
+            .position(|r| r.matches(method, path, host, &field))
     }
 
     /// Whether the route's `client_acl` lets `client` in (no ACL, or a client on a Unix socket,

@@ -462,9 +462,18 @@ fn http_respond_route_answers_without_a_server() {
     let r = c.roundtrip(&get("/anything"));
     assert_eq!((r.status, body(&r).as_str()), (503, "maintenance\n"));
     assert_eq!(r.header("content-type"), Some("text/html"));
-    let r = c.roundtrip(&request("HEAD", "/health", "", b""));
-    assert_eq!(r.status, 200);
-    assert_eq!(r.header("content-length"), Some("3"));
+    c.send(&request("HEAD", "/health", "", b""));
+    let h = c.read_head_response();
+    assert_eq!(h.status, 200);
+    assert_eq!(
+        h.header("content-length"),
+        Some("3"),
+        "HEAD keeps the length"
+    );
+    assert!(h.body.is_empty());
+    // No stray body bytes before the next answer.
+    let r = c.roundtrip(&get("/health"));
+    assert_eq!((r.status, body(&r).as_str()), (200, "ok\n"));
 }
 
 #[test]
@@ -545,7 +554,7 @@ fn http_rate_limited_route_gives_429_with_retry_after() {
         .parse()
         .expect("seconds");
     assert!((1..=60).contains(&wait), "Retry-After {wait}");
-    // Other workers' and connections' requests count too: a new connection is still limited.
+    // The bucket is the client address's, not the connection's: a new connection is still limited.
     let mut c2 = client(&q);
     assert_eq!(c2.roundtrip(&get("/api/4")).status, 429);
     assert_eq!(
