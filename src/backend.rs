@@ -315,7 +315,14 @@ pub(crate) struct Pool {
     pub health: Option<HealthCheck>,
     /// The HTTP settings of an HTTP listener's pool; None for TCP.
     pub http: Option<Arc<HttpSettings>>,
+    /// An HTTP listener's routes (None when it has none; always None on a named pool). Set by
+    /// the controller after `build`, once the named pools they point to exist; a reload swaps
+    /// them with the pool, so the next request sees the new routes.
+    pub routes: Option<Arc<Routes>>,
 }
+
+/// A listener's routes, whose pool actions hold named pools.
+pub(crate) type Routes = crate::route::Routes<Pool>;
 
 impl Pool {
     /// Builds the pool for `l`, keeping from `old` every server whose address is still listed (its
@@ -404,6 +411,7 @@ impl Pool {
             clients,
             client_acl: l.client_acl,
             http: l.http.clone().map(Arc::new),
+            routes: None,
             acls,
             health: l.health.clone(),
         }

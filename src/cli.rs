@@ -661,7 +661,7 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
             if l.servers.is_empty() && l.emergency.is_none() && cli.command_file.is_none() {
                 return Err(ConfigError::usage("no servers given (usage: quill [OPTIONS] [HOST:]PORT SERVER...)"));
             }
-            Config { global, listeners: vec![l] }
+            Config { global, listeners: vec![l], pools: Vec::new() }
         }
         (None, None) => {
             return Err(ConfigError::usage(
@@ -746,7 +746,11 @@ fn proxyd_config(cli: &Cli) -> Result<(Config, Vec<crate::systemd::Inherited>), 
         global.max_connections = Some(n);
     }
     cli.patch_global_checked(&mut global)?;
-    let config = Config { global, listeners };
+    let config = Config {
+        global,
+        listeners,
+        pools: Vec::new(),
+    };
     config.validate()?;
     Ok((config, named))
 }
@@ -864,6 +868,7 @@ fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
     let config = Config {
         global,
         listeners: vec![l],
+        pools: Vec::new(),
     };
     let backends_list: Vec<String> = servers.iter().map(|s| s.addr().to_string()).collect();
     let ctl = format!("quill ctl --socket {}", control.display());

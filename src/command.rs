@@ -226,11 +226,14 @@ impl Action {
     }
 }
 
-/// One control line: an optional `json` word and `listener NAME` prefix, then the action.
+/// One control line: an optional `json` word and `listener NAME` or `pool NAME` prefix, then
+/// the action.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Request {
     pub json: bool,
     pub listener: Option<String>,
+    /// `pool NAME`: a named pool (`[[pool]]`), where `listener NAME` names a listener's pool.
+    pub pool: Option<String>,
     pub action: Action,
 }
 
@@ -250,16 +253,18 @@ pub(crate) fn parse(line: &str) -> Result<Command, CommandError> {
             action: Action::Set(cmd),
             json: false,
             listener: None,
+            pool: None,
         } => Ok(cmd),
         _ => err(format!("'{}' does not change a setting", line.trim())),
     }
 }
 
-/// Parses a control line: `[json] [listener NAME] COMMAND [ARGS...]`.
+/// Parses a control line: `[json] [listener NAME | pool NAME] COMMAND [ARGS...]`.
 pub(crate) fn parse_request(line: &str) -> Result<Request, CommandError> {
     let mut words: Vec<&str> = line.split_whitespace().collect();
     let mut json = false;
     let mut listener = None;
+    let mut pool = None;
     loop {
         match words.as_slice() {
             ["json", ..] => {
@@ -271,13 +276,22 @@ pub(crate) fn parse_request(line: &str) -> Result<Request, CommandError> {
                 words.drain(..2);
             }
             ["listener"] => return err("listener needs a name"),
+            ["pool", name, ..] => {
+                pool = Some(name.to_string());
+                words.drain(..2);
+            }
+            ["pool"] => return err("pool needs a name"),
             _ => break,
         }
+    }
+    if listener.is_some() && pool.is_some() {
+        return err("give 'listener NAME' or 'pool NAME', not both");
     }
     let action = parse_action(&words)?;
     Ok(Request {
         json,
         listener,
+        pool,
         action,
     })
 }

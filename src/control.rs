@@ -903,6 +903,9 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
     let json = req.json;
     let shared = controller.shared();
     let listener = req.listener.as_deref();
+    if let Some(name) = req.pool.as_deref() {
+        return execute_pool(req, name, controller);
+    }
     match &req.action {
         Action::Set(cmd) => match controller.set(listener, cmd) {
             Ok(note) => {
@@ -911,7 +914,7 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
             }
             Err(e) => Reply::Error(e, json),
         },
-        Action::Show(setting) => match show(*setting, listener, controller) {
+        Action::Show(setting) => match show(*setting, listener, None, controller) {
             Ok((text, value)) => ok(json, format!("{text}\n"), value),
             Err(e) => Reply::Error(e, json),
         },
@@ -1065,6 +1068,44 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
     }
 }
 
+/// A line that starts `pool NAME`: a named pool's settings and servers, as `listener NAME`
+/// reaches a listener's pool.
+fn execute_pool(req: &Line, name: &str, controller: &Controller) -> Reply {
+    let json = req.json;
+    match &req.action {
+        Action::Set(cmd) => match controller.set_to(None, Some(name), cmd) {
+            Ok(note) => ok(json, String::new(), json!({ "ok": true, "note": note })),
+            Err(e) => Reply::Error(e, json),
+        },
+        Action::Show(setting) => match show(*setting, None, Some(name), controller) {
+            Ok((text, value)) => ok(json, format!("{text}\n"), value),
+            Err(e) => Reply::Error(e, json),
+        },
+        Action::Servers => {
+            let Some(pool) = controller.shared().pool(name) else {
+                return Reply::Error(format!("no pool named '{name}'"), json);
+            };
+            let now = controller.shared().clock.now_ms();
+            let servers: Vec<_> = pool
+                .servers
+                .iter()
+                .enumerate()
+                .map(|(i, s)| status::server_status(i, s, now))
+                .collect();
+            let text: String = servers.iter().map(status::pen_server_line).collect();
+            ok(
+                json,
+                text,
+                serde_json::to_value(&servers).unwrap_or(Value::Null),
+            )
+        }
+        _ => Reply::Error(
+            format!("'pool {name}' takes server commands, pool settings (set or shown) and 'servers' only"),
+            json,
+        ),
+    }
+}
+
 /// Commands whose effect is more than a configuration change.
 fn after_set(cmd: &Command, controller: &Controller) {
     if let Command::WebStats(Some(_)) = cmd {
@@ -1096,11 +1137,19 @@ fn listener_error(name: Option<&str>, count: usize) -> String {
 fn show(
     setting: Setting,
     listener: Option<&str>,
+    pool: Option<&str>,
     controller: &Controller,
 ) -> Result<(String, Value), String> {
     let config = controller.config();
     let g = &config.global;
     let pick = || -> Result<&crate::config::ListenerConfig, String> {
+        if let Some(n) = pool {
+            return config
+                .pools
+                .iter()
+                .find(|p| p.name == n)
+                .ok_or_else(|| format!("no pool named '{n}'"));
+        }
         match listener {
             Some(n) => config
                 .listeners

@@ -39,6 +39,7 @@ mod log;
 mod metrics;
 mod net;
 mod proxy;
+mod route;
 mod runtime;
 mod status;
 // The syscall wrappers live in `quill-core` (shared with `quill-bench`); `crate::sys` names them.

@@ -126,7 +126,7 @@ pub(crate) struct ServerStatus {
     pub received: u64,
 }
 
-fn server_status(index: usize, s: &Server, now_ms: u64) -> ServerStatus {
+pub(crate) fn server_status(index: usize, s: &Server, now_ms: u64) -> ServerStatus {
     let spec = s.spec();
     ServerStatus {
         index,

@@ -34,7 +34,9 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config::write",
             "config::explain",
             "config::http",
+            "config::routes",
             "backend",
+            "route",
         ],
     ),
     // Socket primitives and the process's outputs: they never read the running state.

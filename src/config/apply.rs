@@ -186,8 +186,36 @@ impl Config {
         l.apply(cmd, &mut self.global)
     }
 
+    /// Applies one pool command to the named pool `name` (`pool NAME server 1 drain`): what a
+    /// listener's pool takes, less the process-wide settings, `listen` and `client_acl` (the
+    /// listener's, or a route's, checks the client).
+    pub(crate) fn apply_pool(&mut self, name: &str, cmd: &Command) -> Result<(), ConfigError> {
+        if cmd.is_global() || matches!(cmd, Command::Listen(_) | Command::ClientAcl(_)) {
+            return Err(ConfigError::usage(format!(
+                "pool '{name}': that is not a pool setting"
+            )));
+        }
+        let Some(p) = self.pools.iter_mut().find(|p| p.name == name) else {
+            return Err(ConfigError::usage(format!("no pool named '{name}'")));
+        };
+        p.apply(cmd, &mut self.global)
+    }
+
+    /// Applies a command to a listener (`listener NAME`, or the only one) or a named pool.
+    pub(crate) fn apply_to(
+        &mut self,
+        listener: Option<&str>,
+        pool: Option<&str>,
+        cmd: &Command,
+    ) -> Result<(), ConfigError> {
+        match pool {
+            Some(name) => self.apply_pool(name, cmd),
+            None => self.apply(listener, cmd),
+        }
+    }
+
     /// Reads control commands from a file (`-F`, and `include` lines in it): one per line, `#`
-    /// starts a comment. Lines may start with `listener NAME`. Errors name `FILE:LINE` and the
+    /// starts a comment. Lines may start with `listener NAME` or `pool NAME`. Errors name `FILE:LINE` and the
     /// offending word: this is the operator's own file. `depth` counts the includes above it.
     pub(crate) fn apply_file(&mut self, path: &Path, depth: u32) -> Result<(), ConfigError> {
         let file = CommandFile::read_at(path, Quoting::Words, depth)?;
@@ -198,7 +226,7 @@ impl Config {
     /// error part of them may be applied: callers apply to a copy and drop it.
     pub(crate) fn apply_commands(&mut self, file: &CommandFile) -> Result<(), ConfigError> {
         for c in &file.commands {
-            self.apply(c.listener.as_deref(), &c.command)
+            self.apply_to(c.listener.as_deref(), c.pool.as_deref(), &c.command)
                 .map_err(|e| file.error(&c.at, e.message, "the command was refused"))?;
         }
         Ok(())
@@ -228,6 +256,7 @@ struct FileCommand {
     /// `FILE:LINE`, for messages.
     at: String,
     listener: Option<String>,
+    pool: Option<String>,
     command: Command,
 }
 
@@ -271,6 +300,7 @@ impl CommandFile {
                 Action::Set(command) => self.commands.push(FileCommand {
                     at,
                     listener: req.listener,
+                    pool: req.pool,
                     command,
                 }),
                 Action::Include(file) => {

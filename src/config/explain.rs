@@ -2,7 +2,7 @@
 
 use crate::addr::{AdminState, ListenAddr};
 
-use super::model::{format_duration, Config};
+use super::model::{format_duration, Config, ListenerConfig, PathMatch, RouteConfig, ValueMatch};
 use super::write::server_limits;
 
 impl Config {
@@ -54,6 +54,10 @@ impl Config {
             let entries: Vec<String> = acl.entries.iter().map(|e| e.to_string()).collect();
             out += &format!("acl {n}: {}\n", entries.join(", "));
         }
+        for p in &self.pools {
+            out += &format!("pool '{}': mode {}\n", p.name, p.mode);
+            explain_pool(p, &mut out);
+        }
         for l in &self.listeners {
             let t = &l.tuning;
             out += &format!(
@@ -86,22 +90,17 @@ impl Config {
                     )
                 };
             }
-            for (i, s) in l.servers.iter().enumerate() {
-                let state = match s.state {
-                    AdminState::Enabled => String::new(),
-                    other => format!(" ({})", other.name()),
+            for r in &l.routes {
+                out += &format!("  {}\n", explain_route(r));
+            }
+            if !l.routes.is_empty() {
+                out += &if l.servers.is_empty() && l.emergency.is_none() {
+                    "  no route matched: 404 (the listener has no servers)\n".to_string()
+                } else {
+                    "  no route matched: the listener's own servers\n".to_string()
                 };
-                out += &format!("  server {i}: {} {}{state}\n", s.addr, server_limits(s));
             }
-            if let Some(e) = &l.emergency {
-                out += &format!("  emergency: {e}\n");
-            }
-            if let Some(h) = &l.health {
-                out += &format!("  health check: {h}\n");
-            }
-            if !l.slow_start.is_zero() {
-                out += &format!("  slow start: {}\n", format_duration(l.slow_start));
-            }
+            explain_pool(l, &mut out);
             if let Some(n) = l.client_acl {
                 if g.acls[n].entries.is_empty() {
                     out += &format!("  note: client acl {n} is empty, so it permits everyone\n");
@@ -116,4 +115,70 @@ impl Config {
         }
         out
     }
+}
+
+/// The servers, emergency server, health check and slow start of a listener or named pool.
+fn explain_pool(l: &ListenerConfig, out: &mut String) {
+    for (i, s) in l.servers.iter().enumerate() {
+        let state = match s.state {
+            AdminState::Enabled => String::new(),
+            other => format!(" ({})", other.name()),
+        };
+        *out += &format!("  server {i}: {} {}{state}\n", s.addr, server_limits(s));
+    }
+    if let Some(e) = &l.emergency {
+        *out += &format!("  emergency: {e}\n");
+    }
+    if let Some(h) = &l.health {
+        *out += &format!("  health check: {h}\n");
+    }
+    if !l.slow_start.is_zero() {
+        *out += &format!("  slow start: {}\n", format_duration(l.slow_start));
+    }
+}
+
+/// One line for a route: `route 'NAME': MATCHERS -> ACTION [; extras]`.
+fn explain_route(r: &RouteConfig) -> String {
+    let mut when = Vec::new();
+    if !r.hosts.is_empty() {
+        let hosts: Vec<String> = r.hosts.iter().map(|h| h.to_string()).collect();
+        when.push(format!("host {}", hosts.join(" or ")));
+    }
+    match &r.path {
+        Some(PathMatch::Prefix(p)) => when.push(format!("path {p}*")),
+        Some(PathMatch::Regex(p)) => when.push(format!("path ~ {}", p.escape_debug())),
+        None => {}
+    }
+    if !r.methods.is_empty() {
+        when.push(format!("method {}", r.methods.join(" or ")));
+    }
+    for (name, m) in &r.headers {
+        when.push(match m {
+            ValueMatch::Exact(v) => format!("{name} = {}", v.escape_debug()),
+            ValueMatch::Regex(p) => format!("{name} ~ {}", p.escape_debug()),
+        });
+    }
+    let when = if when.is_empty() {
+        "any request".to_string()
+    } else {
+        when.join(", ")
+    };
+    let mut line = format!("route '{}': {when} -> {}", r.name, r.action);
+    if let Some(n) = r.client_acl {
+        line += &format!("; clients outside acl {n} get 403");
+    }
+    if let Some((prefix, replace)) = &r.rewrite_path {
+        line += &format!("; path {prefix} rewritten to {replace}");
+    }
+    if !r.request_headers.is_empty() || !r.response_headers.is_empty() {
+        line += &format!(
+            "; {} request and {} response header edits",
+            r.request_headers.len(),
+            r.response_headers.len()
+        );
+    }
+    if let Some(rate) = &r.rate {
+        line += &format!("; rate {rate} per client address (429 over it)");
+    }
+    line
 }

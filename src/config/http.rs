@@ -1,13 +1,20 @@
 //! An HTTP listener's settings beyond their types (`model::HttpSettings`): the bounds every value is
 //! held to, a partial set (`HttpSettingsPatch`: what `[http]` or one `[listener.http]` says), the
 //! size and header-edit grammars the TOML loader reads, and the settings that differ from the
-//! defaults (what `quill check` lists). Pure: no files, no sockets.
+//! defaults (what `quill check` lists); and the raw `request_headers` / `response_headers` tables
+//! that listeners and routes share (`RawEdits`, `edits`). Pure: no files, no sockets.
 
+use std::ops::Range;
 use std::time::Duration;
 
 use crate::acl::Net;
 
-use super::model::{format_duration, in_range, ForwardedFor, HeaderEdit, HttpSettings};
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::model::{
+    format_duration, in_range, ConfigError, ForwardedFor, HeaderEdit, HttpSettings,
+};
 use quill_core::http1::rewrite::EditOp;
 
 /// The smallest `max_request_line` and `max_header_bytes` (a request line of a few hundred bytes
@@ -385,6 +392,97 @@ fn show_edit(e: &HeaderEdit) -> String {
         EditOp::Set => format!("set {}: {}", e.name, e.value),
         EditOp::Add => format!("add {}: {}", e.name, e.value),
     }
+}
+
+/// `request_headers` / `response_headers`: `{ remove = [NAME...], set = { NAME = VALUE },
+/// add = { NAME = VALUE } }`, applied remove, set, add (`set` and `add` each in name order: TOML
+/// tables keep no order).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawEdits {
+    remove: Option<toml::Value>,
+    set: Option<toml::Value>,
+    add: Option<toml::Value>,
+}
+
+/// A TOML value as the user wrote it, for messages (strings quoted, escapes shown).
+pub(crate) fn shown(v: &toml::Value) -> String {
+    let text: String = v
+        .to_string()
+        .chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_debug().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect();
+    if text.chars().count() > 80 {
+        format!("{}...", text.chars().take(77).collect::<String>())
+    } else {
+        text
+    }
+}
+
+/// Reads a `request_headers` / `response_headers` table into edits: remove, then set, then add.
+pub(crate) fn edits(
+    raw: &Option<Spanned<RawEdits>>,
+    key: &str,
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<Option<Vec<quill_core::http1::rewrite::HeaderEdit>>, ConfigError> {
+    use quill_core::http1::rewrite::EditOp;
+    let Some(raw) = raw else { return Ok(None) };
+    let fail = |e: String| ConfigError::usage(format!("{}{e}", at(raw.span())));
+    let r = raw.get_ref();
+    let mut out = Vec::new();
+    if let Some(v) = &r.remove {
+        let not_list = || {
+            fail(format!(
+                "{key}: remove = {} is not a list of header names (e.g. [\"X-Debug\"])",
+                shown(v)
+            ))
+        };
+        for name in v.as_array().ok_or_else(not_list)? {
+            let name = name.as_str().ok_or_else(not_list)?;
+            out.push(header_edit(key, EditOp::Remove, name, "").map_err(fail)?);
+        }
+    }
+    for (op, word, table) in [(EditOp::Set, "set", &r.set), (EditOp::Add, "add", &r.add)] {
+        let Some(table) = table else { continue };
+        let pairs = table.as_table().ok_or_else(|| {
+            fail(format!(
+                "{key}: {word} = {} is not a table of names and values (e.g. {{ \"X-Env\" = \"prod\" }})",
+                shown(table)
+            ))
+        })?;
+        if pairs.len() > MAX_HEADER_EDITS {
+            return Err(fail(format!(
+                "{key}: {} edits (at most {})",
+                pairs.len(),
+                MAX_HEADER_EDITS
+            )));
+        }
+        for (name, value) in pairs {
+            let value = value.as_str().ok_or_else(|| {
+                fail(format!(
+                    "{key}: {word} {} = {} is not a string",
+                    name.escape_debug(),
+                    shown(value)
+                ))
+            })?;
+            out.push(header_edit(key, op, name, value).map_err(fail)?);
+        }
+    }
+    if out.len() > MAX_HEADER_EDITS {
+        return Err(fail(format!(
+            "{key}: {} edits (at most {})",
+            out.len(),
+            MAX_HEADER_EDITS
+        )));
+    }
+    Ok(Some(out))
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@
 //! - `explain`: `quill check`'s explanation (a server's limits in `write`'s words);
 //! - `http`: an HTTP listener's settings checked, patched key by key (`[http]`, `[listener.http]`)
 //!   and compared with the defaults; the size and header-edit grammars.
+//! - `routes`: `[[listener.route]]` tables read into `RouteConfig` (named `[[pool]]`s are read by
+//!   `toml`, as listeners without a socket).
 //!
 //! Everything is re-exported here, so `crate::config::X` names any of it; `command`, below the
 //! loaders, imports `config::model` only.
@@ -24,14 +26,16 @@ pub(crate) mod http;
 pub(crate) mod model;
 #[cfg(test)]
 mod property;
+mod routes;
 mod toml;
 mod write;
 
 pub(crate) use apply::{CommandFile, Quoting};
 pub(crate) use model::{
-    format_duration, parse_check_kind, parse_duration, parse_status_range, CheckKind, Config,
-    ConfigError, ControlLevel, ErrorKind, Global, HealthCheck, HttpSettings, ListenerConfig,
-    LogFormat, Tuning, TuningPatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_RISE_FALL,
+    compile_pattern, format_duration, parse_check_kind, parse_duration, parse_status_range,
+    CheckKind, Config, ConfigError, ControlLevel, ErrorKind, Global, HealthCheck, HostMatch,
+    HttpSettings, ListenerConfig, LogFormat, PathMatch, RateLimit, RouteAction, RouteConfig,
+    Tuning, TuningPatch, ValueMatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_RISE_FALL,
     MAX_SESSIONS, MAX_WORKERS,
 };
 pub(crate) use toml::{load_file, parse_admin};

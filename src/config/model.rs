@@ -461,6 +461,191 @@ pub(crate) struct ListenerConfig {
     pub abuse: Option<BackendAddr>,
     /// Some for an HTTP listener (`-H`, `protocol = "http"`): its HTTP settings.
     pub http: Option<HttpSettings>,
+    /// An HTTP listener's routes (`[[listener.route]]`), first match wins; a request no route
+    /// matches goes to the listener's own servers (404 when it has none).
+    pub routes: Vec<RouteConfig>,
+}
+
+/// The most routes one listener may have.
+pub(crate) const MAX_ROUTES: usize = 1024;
+/// The most named pools.
+pub(crate) const MAX_POOLS: usize = 1024;
+/// The longest body a `respond` route may hold (its whole answer fits one 16 KiB buffer).
+pub(crate) const MAX_RESPOND_BODY: usize = 8 * 1024;
+/// The most requests a `rate` may allow per period, and the largest `burst`.
+pub(crate) const MAX_RATE: u32 = 1_000_000;
+
+/// One `[[listener.route]]` (DESIGN §6.2): what a request must match (every matcher given), what
+/// happens to it, and the edits made on the way. Patterns are kept as text here (the model is
+/// compared and written back); `route::Routes` compiles them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RouteConfig {
+    /// `route-N` (N from 1, the route's place in the listener) unless named.
+    pub name: String,
+    /// Any of these hosts (lower case, port ignored); empty = any host.
+    pub hosts: Vec<HostMatch>,
+    pub path: Option<PathMatch>,
+    /// Any of these methods (case-sensitive tokens); empty = any method.
+    pub methods: Vec<String>,
+    /// Every one of these fields (names in lower case) with a matching value.
+    pub headers: Vec<(String, ValueMatch)>,
+    /// Pen's ACL list the client's address must pass.
+    pub client_acl: Option<AclId>,
+    pub action: RouteAction,
+    pub request_headers: Vec<HeaderEdit>,
+    pub response_headers: Vec<HeaderEdit>,
+    /// `rewrite_path = { prefix, replace }`: the path's prefix replaced before it is sent.
+    pub rewrite_path: Option<(String, String)>,
+    pub rate: Option<RateLimit>,
+}
+
+/// A `host` matcher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum HostMatch {
+    /// `example.com`: this host only.
+    Exact(String),
+    /// `*.example.com`, kept as `.example.com`: any subdomain, not the domain itself.
+    Suffix(String),
+}
+
+impl fmt::Display for HostMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostMatch::Exact(h) => f.write_str(h),
+            HostMatch::Suffix(s) => write!(f, "*{s}"),
+        }
+    }
+}
+
+/// A `path` (prefix) or `path_regex` matcher, on the path as sent (before `?`, not decoded).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PathMatch {
+    Prefix(String),
+    Regex(String),
+}
+
+/// A header matcher's value: exact, or a regex found anywhere in the value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ValueMatch {
+    Exact(String),
+    Regex(String),
+}
+
+/// What a route does with a request it matches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RouteAction {
+    /// To the named `[[pool]]`.
+    Pool(String),
+    /// `redirect`: `to` (with the request's path and query appended unless `exact`).
+    Redirect {
+        to: String,
+        status: u16,
+        exact: bool,
+    },
+    /// `respond`: a fixed answer, no server involved.
+    Respond {
+        status: u16,
+        body: String,
+        content_type: String,
+    },
+    /// `deny = true`: 403.
+    Deny,
+}
+
+impl fmt::Display for RouteAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RouteAction::Pool(p) => write!(f, "pool {p}"),
+            RouteAction::Redirect { to, status, exact } => {
+                write!(f, "redirect {status} to {to}")?;
+                if !exact {
+                    f.write_str(" + path and query")?;
+                }
+                Ok(())
+            }
+            RouteAction::Respond {
+                status,
+                body,
+                content_type,
+            } => write!(
+                f,
+                "respond {status} ({} bytes of {content_type})",
+                body.len()
+            ),
+            RouteAction::Deny => f.write_str("deny (403)"),
+        }
+    }
+}
+
+/// `rate = "N/s"` (or `/m`, `/h`) with `burst`: a token bucket per client address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RateLimit {
+    /// Requests per `period` in the long run.
+    pub count: u32,
+    pub period: Duration,
+    /// Requests a client may make at once after being idle (at least 1).
+    pub burst: u32,
+}
+
+impl fmt::Display for RateLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let unit = match self.period.as_secs() {
+            60 => "m",
+            3600 => "h",
+            _ => "s",
+        };
+        write!(f, "{}/{unit} burst {}", self.count, self.burst)
+    }
+}
+
+/// The largest compiled size of one route pattern (regex's own measure), so that no pattern can
+/// make a reload allocate without limit.
+const MAX_PATTERN_SIZE: usize = 1 << 20;
+
+/// Compiles a `path_regex` or header `regex` as routes use it: on bytes, without Unicode classes
+/// (`.` is any byte, `(?i)` folds ASCII), found anywhere unless anchored with `^` / `$`. Linear
+/// time in the input whatever the pattern (no backtracking).
+pub(crate) fn compile_pattern(p: &str) -> Result<regex::bytes::Regex, String> {
+    regex::bytes::RegexBuilder::new(p)
+        .unicode(false)
+        .size_limit(MAX_PATTERN_SIZE)
+        .build()
+        .map_err(|e| {
+            let why = e.to_string();
+            // regex's messages span lines (the pattern with a caret under it): keep the last.
+            let last = why
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            format!(
+                "invalid regex '{}': {}",
+                p.escape_debug(),
+                last.trim().trim_start_matches("error: ")
+            )
+        })
+}
+
+/// Parses `N/s`, `N/m` or `N/h` (also `N/sec`, `N/min`, `N/hour`, `N/second`, `N/minute`).
+pub(crate) fn parse_rate(s: &str) -> Result<(u32, Duration), String> {
+    let bad = || {
+        format!(
+            "invalid rate '{}' (expected e.g. \"100/s\", \"30/m\", \"500/h\")",
+            s.escape_debug()
+        )
+    };
+    let (n, unit) = s.split_once('/').ok_or_else(bad)?;
+    let n: u32 = n.trim().parse().map_err(|_| bad())?;
+    let period = match unit.trim() {
+        "s" | "sec" | "second" => Duration::from_secs(1),
+        "m" | "min" | "minute" => Duration::from_secs(60),
+        "h" | "hour" => Duration::from_secs(3600),
+        _ => return Err(bad()),
+    };
+    if n == 0 || n > MAX_RATE {
+        return Err(format!("rate '{s}': the count must be 1 to {MAX_RATE}"));
+    }
+    Ok((n, period))
 }
 
 /// How `X-Forwarded-For` is written (DESIGN §6.3).
@@ -543,6 +728,16 @@ impl Default for HttpSettings {
 pub(crate) struct Config {
     pub global: Global,
     pub listeners: Vec<ListenerConfig>,
+    /// Named pools (`[[pool]]`) that routes send requests to. Each is held in the shape of a
+    /// listener (a pool is what a listener has besides its socket), so building, changing,
+    /// merging and checking a pool is the same code for both; its `listen` is [`pool_addr`],
+    /// never bound (a pool's servers name their ports), and it has no routes of its own.
+    pub pools: Vec<ListenerConfig>,
+}
+
+/// The `listen` field of a named pool: an empty path, which no listener can have.
+pub(crate) fn pool_addr() -> ListenAddr {
+    ListenAddr::Unix(PathBuf::new())
 }
 
 /// Whether an error is the user's input (exit 2) or the environment's (exit 1).
@@ -596,25 +791,46 @@ impl ListenerConfig {
             client_acl: None,
             abuse: None,
             http: None,
+            routes: Vec::new(),
         }
     }
-    /// Checks what can only be checked on the whole listener.
+    /// Whether this is a named pool (`[[pool]]`) rather than a listener.
+    pub(crate) fn is_pool(&self) -> bool {
+        self.listen == pool_addr()
+    }
+
+    /// `listener 'NAME'` or `pool 'NAME'`, for messages.
+    pub(crate) fn what(&self) -> String {
+        let kind = if self.is_pool() { "pool" } else { "listener" };
+        format!("{kind} '{}'", self.name)
+    }
+
+    /// Checks what can only be checked on the whole listener (or named pool).
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        if self.servers.is_empty() && self.emergency.is_none() {
-            return Err(ConfigError::usage(format!(
-                "listener '{}': no servers",
-                self.name
-            )));
+        // An HTTP listener with routes may leave the rest to them: unmatched requests get 404.
+        if self.servers.is_empty() && self.emergency.is_none() && self.routes.is_empty() {
+            return Err(ConfigError::usage(format!("{}: no servers", self.what())));
         }
         if self.servers.len() > crate::balancer::MAX_SERVERS {
             return Err(ConfigError::usage(format!(
-                "listener '{}': {} servers (at most {})",
-                self.name,
+                "{}: {} servers (at most {})",
+                self.what(),
                 self.servers.len(),
                 crate::balancer::MAX_SERVERS
             )));
         }
-        let named = |e: String| ConfigError::usage(format!("listener '{}': {e}", self.name));
+        let named = |e: String| ConfigError::usage(format!("{}: {e}", self.what()));
+        if !self.routes.is_empty() && self.http.is_none() {
+            return Err(named(
+                "routes need an HTTP listener (protocol = \"http\")".into(),
+            ));
+        }
+        if self.routes.len() > MAX_ROUTES {
+            return Err(named(format!(
+                "{} routes (at most {MAX_ROUTES})",
+                self.routes.len()
+            )));
+        }
         self.tuning.check().map_err(named)?;
         check_duration("slow_start", self.slow_start).map_err(named)?;
         for (i, d) in &self.initial_blacklist {
@@ -658,14 +874,22 @@ pub(crate) enum Member {
 /// A backend that is one of Quill's own listen addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SelfLoop {
+    /// Which listener, or named pool: the pools are numbered after the listeners.
     pub listener: usize,
     pub member: Member,
 }
 
 impl SelfLoop {
-    /// One line naming the listener, the backend and its address.
+    /// One line naming the listener (or pool), the backend and its address.
     pub(crate) fn message(&self, config: &Config) -> String {
-        let l = &config.listeners[self.listener];
+        let Some(l) = config
+            .listeners
+            .iter()
+            .chain(&config.pools)
+            .nth(self.listener)
+        else {
+            return "a server is one of Quill's own listen addresses".into();
+        };
         let (what, addr) = match self.member {
             Member::Server(i) => (format!("server {i}"), l.servers[i].addr.to_string()),
             Member::Emergency => (
@@ -680,9 +904,9 @@ impl SelfLoop {
             ),
         };
         format!(
-            "listener '{}': {what} {addr} is one of Quill's own listen addresses \
+            "{}: {what} {addr} is one of Quill's own listen addresses \
              (every session would loop back into Quill)",
-            l.name
+            l.what()
         )
     }
 }
@@ -743,6 +967,33 @@ impl Config {
             self.check_control_acl(n).map_err(ConfigError::usage)?;
         }
         let mut seen: std::collections::HashMap<String, &str> = Default::default();
+        if self.pools.len() > MAX_POOLS {
+            return Err(ConfigError::usage(format!(
+                "{} named pools (at most {MAX_POOLS})",
+                self.pools.len()
+            )));
+        }
+        for (i, p) in self.pools.iter().enumerate() {
+            p.validate()?;
+            if self.pools[..i].iter().any(|o| o.name == p.name) {
+                return Err(ConfigError::usage(format!(
+                    "two pools are named '{}'",
+                    p.name
+                )));
+            }
+        }
+        for l in &self.listeners {
+            for r in &l.routes {
+                if let RouteAction::Pool(name) = &r.action {
+                    if !self.pools.iter().any(|p| &p.name == name) {
+                        return Err(ConfigError::usage(format!(
+                            "listener '{}': route '{}': no pool named '{name}'",
+                            l.name, r.name
+                        )));
+                    }
+                }
+            }
+        }
         for l in &self.listeners {
             l.validate()?;
             if let Some(other) = seen.insert(l.listen.to_string(), &l.name) {
@@ -803,7 +1054,7 @@ impl Config {
             BackendAddr::Unix(p) => paths.contains(p.as_path()),
             _ => false,
         };
-        for (li, l) in self.listeners.iter().enumerate() {
+        for (li, l) in self.listeners.iter().chain(&self.pools).enumerate() {
             if let Some(i) = l.servers.iter().position(|s| mine(&s.addr)) {
                 return Some(SelfLoop {
                     listener: li,

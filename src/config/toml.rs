@@ -17,12 +17,14 @@ use crate::addr::{self, AdminState};
 use crate::balancer::ModeWord;
 
 use super::http::{self as http_settings, HttpSettingsPatch};
+use super::http::{edits, shown, RawEdits};
 use super::model::{
-    in_range, nonzero, parse_duration, parse_status_range, validate_check_path, CheckKind, Config,
-    ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings, ListenerConfig,
-    LogFormat, Member, Tuning, TuningPatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS,
-    MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT, MAX_WORKERS,
+    in_range, nonzero, parse_duration, parse_status_range, pool_addr, validate_check_path,
+    CheckKind, Config, ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings,
+    ListenerConfig, LogFormat, Member, RouteAction, Tuning, TuningPatch, MAX_ACCEPT_BATCH,
+    MAX_BACKLOG, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT, MAX_WORKERS,
 };
+use super::routes::RawRoute;
 
 /// Loads and validates a TOML configuration file. `cli` patches apply on top of the file's
 /// top-level values (command-line options override the file); `all_http` (`-H`) makes every
@@ -204,6 +206,7 @@ fn from_toml_with(
         Config {
             global: global.clone(),
             listeners: Vec::new(),
+            pools: Vec::new(),
         }
         .check_control_acl(id)
         .map_err(|e| ConfigError::usage(format!("{}{e}", at(n.span()))))?;
@@ -226,6 +229,24 @@ fn from_toml_with(
         return Err(ConfigError::usage(format!(
             "{origin}:1: no [[listener]] defined"
         )));
+    }
+    let mut pools: Vec<ListenerConfig> = Vec::new();
+    for rp in &raw.pool {
+        let mut p = build_pool(rp, &defaults, &at)?;
+        if p.health.is_none() {
+            p.health = default_health.clone();
+        }
+        if rp.slow_start.is_none() {
+            p.slow_start = default_slow_start;
+        }
+        if pools.iter().any(|o| o.name == p.name) {
+            return Err(ConfigError::usage(format!(
+                "{}duplicate pool name '{}'",
+                at(rp.name.span()),
+                p.name
+            )));
+        }
+        pools.push(p);
     }
     let mut listeners: Vec<ListenerConfig> = Vec::new();
     for rl in &raw.listener {
@@ -252,17 +273,40 @@ fn from_toml_with(
                 other.name
             )));
         }
+        for (r, raw_route) in l.routes.iter().zip(&rl.route) {
+            if let RouteAction::Pool(p) = &r.action {
+                if !pools.iter().any(|o| &o.name == p) {
+                    return Err(ConfigError::usage(format!(
+                        "{}listener '{}': route '{}': no pool named '{p}' (define it with [[pool]])",
+                        at(raw_route.span()),
+                        l.name,
+                        r.name
+                    )));
+                }
+            }
+        }
         listeners.push(l);
     }
-    let config = Config { global, listeners };
+    let config = Config {
+        global,
+        listeners,
+        pools,
+    };
     if let Some(found) = config.self_loop() {
-        let rl = &raw.listener[found.listener];
-        let span = match found.member {
-            Member::Server(i) => rl.servers.get(i).map(|s| s.span()),
-            Member::Emergency => rl.emergency.as_ref().map(|e| e.span()),
-            Member::Abuse => rl.abuse.as_ref().map(|e| e.span()),
+        let span = match (raw.listener.get(found.listener), found.member) {
+            (Some(rl), Member::Server(i)) => rl.servers.get(i).map(|s| s.span()),
+            (Some(rl), Member::Emergency) => rl.emergency.as_ref().map(|e| e.span()),
+            (Some(rl), Member::Abuse) => rl.abuse.as_ref().map(|e| e.span()),
+            (None, member) => raw
+                .pool
+                .get(found.listener - raw.listener.len())
+                .and_then(|rp| match member {
+                    Member::Server(i) => rp.servers.get(i).map(|s| s.span()),
+                    Member::Emergency => rp.emergency.as_ref().map(|e| e.span()),
+                    Member::Abuse => None,
+                }),
         }
-        .unwrap_or_else(|| rl.name.span());
+        .unwrap_or(0..0);
         return Err(ConfigError::usage(format!(
             "{}{}",
             at(span),
@@ -342,7 +386,113 @@ fn build_listener(
         )));
     }
     l.tuning.apply(&rl.tuning(at)?);
-    if let Some(mode) = &rl.mode {
+    if let Some(n) = &rl.client_acl {
+        l.client_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
+    }
+    if let Some(e) = &rl.abuse {
+        l.abuse = Some(
+            addr::parse_backend(e.get_ref())
+                .map_err(|err| ConfigError::from_addr(err, &at(e.span())))?,
+        );
+    }
+    for (i, r) in rl.route.iter().enumerate() {
+        if l.http.is_none() {
+            return Err(ConfigError::usage(format!(
+                "{}listener '{name}': [[listener.route]] needs protocol = \"http\"",
+                at(r.span())
+            )));
+        }
+        let route = r.get_ref().build(i + 1, r.span(), at)?;
+        if let Some(other) = l.routes.iter().find(|o| o.name == route.name) {
+            return Err(ConfigError::usage(format!(
+                "{}listener '{name}': two routes are named '{}'",
+                at(r.span()),
+                other.name
+            )));
+        }
+        l.routes.push(route);
+    }
+    if rl.servers.is_empty() && l.routes.is_empty() {
+        return Err(ConfigError::usage(format!(
+            "{}listener '{name}' has no servers",
+            at(rl.name.span())
+        )));
+    }
+    fill_pool(
+        &mut l,
+        PoolKeys {
+            mode: &rl.mode,
+            emergency: &rl.emergency,
+            health: &rl.health,
+            slow_start: rl.slow_start,
+            servers: &rl.servers,
+        },
+        at,
+    )?;
+    l.validate().map_err(|e| ConfigError {
+        message: format!("{}{}", at(rl.name.span()), e.message),
+        ..e
+    })?;
+    Ok(l)
+}
+
+/// The keys a listener and a `[[pool]]` share.
+struct PoolKeys<'a> {
+    mode: &'a Option<Spanned<Vec<String>>>,
+    emergency: &'a Option<Spanned<String>>,
+    health: &'a Option<Spanned<RawHealth>>,
+    slow_start: Option<Dur>,
+    servers: &'a [Spanned<RawServer>],
+}
+
+/// Builds a `[[pool]]`: a listener's pool without a socket (see `Config::pools`).
+fn build_pool(
+    rp: &RawPool,
+    tuning: &Tuning,
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<ListenerConfig, ConfigError> {
+    let name = rp.name.get_ref().trim();
+    if name.is_empty() || name.contains(char::is_whitespace) || name.len() > 64 {
+        return Err(ConfigError::usage(format!(
+            "{}invalid pool name '{}'",
+            at(rp.name.span()),
+            name.escape_debug()
+        )));
+    }
+    let mut l = ListenerConfig::new(name, pool_addr());
+    l.tuning = tuning.clone();
+    l.tuning.apply(&rp.tuning(at)?);
+    if rp.servers.is_empty() {
+        return Err(ConfigError::usage(format!(
+            "{}pool '{name}' has no servers",
+            at(rp.name.span())
+        )));
+    }
+    fill_pool(
+        &mut l,
+        PoolKeys {
+            mode: &rp.mode,
+            emergency: &rp.emergency,
+            health: &rp.health,
+            slow_start: rp.slow_start,
+            servers: &rp.servers,
+        },
+        at,
+    )?;
+    l.validate().map_err(|e| ConfigError {
+        message: format!("{}{}", at(rp.name.span()), e.message),
+        ..e
+    })?;
+    Ok(l)
+}
+
+/// Reads the pool keys into `l`: mode, emergency server, health check, slow start, servers.
+fn fill_pool(
+    l: &mut ListenerConfig,
+    k: PoolKeys,
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<(), ConfigError> {
+    if let Some(mode) = k.mode {
         for word in mode.get_ref() {
             let w = ModeWord::parse(word).ok_or_else(|| {
                 ConfigError::usage(format!(
@@ -353,38 +503,23 @@ fn build_listener(
             l.mode.set(w, true);
         }
     }
-    if let Some(e) = &rl.emergency {
+    if let Some(e) = k.emergency {
         l.emergency = Some(
             addr::parse_backend(e.get_ref())
                 .map_err(|err| ConfigError::from_addr(err, &at(e.span())))?,
         );
     }
-    if let Some(e) = &rl.abuse {
-        l.abuse = Some(
-            addr::parse_backend(e.get_ref())
-                .map_err(|err| ConfigError::from_addr(err, &at(e.span())))?,
-        );
-    }
-    if let Some(n) = &rl.client_acl {
-        l.client_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
-    }
-    if let Some(h) = &rl.health {
+    if let Some(h) = k.health {
         l.health = Some(
             h.get_ref()
                 .build()
                 .map_err(|e| ConfigError::usage(format!("{}{e}", at(h.span()))))?,
         );
     }
-    if let Some(d) = rl.slow_start {
+    if let Some(d) = k.slow_start {
         l.slow_start = d.0;
     }
-    if rl.servers.is_empty() {
-        return Err(ConfigError::usage(format!(
-            "{}listener '{name}' has no servers",
-            at(rl.name.span())
-        )));
-    }
-    for s in &rl.servers {
+    for s in k.servers {
         let prefix = at(s.span());
         let spec = match s.get_ref() {
             RawServer::Spec(text) => addr::parse_server(text, l.listen.port()),
@@ -423,11 +558,7 @@ fn build_listener(
         .map_err(|e| ConfigError::from_addr(e, &prefix))?;
         l.servers.push(spec);
     }
-    l.validate().map_err(|e| ConfigError {
-        message: format!("{}{}", at(rl.name.span()), e.message),
-        ..e
-    })?;
-    Ok(l)
+    Ok(())
 }
 
 fn acl_number(n: u8, prefix: &str) -> Result<AclId, ConfigError> {
@@ -619,38 +750,6 @@ struct RawHttp {
     request_id: Option<Spanned<toml::Value>>,
     request_headers: Option<Spanned<RawEdits>>,
     response_headers: Option<Spanned<RawEdits>>,
-}
-
-/// `request_headers` / `response_headers`: `{ remove = [NAME...], set = { NAME = VALUE },
-/// add = { NAME = VALUE } }`, applied remove, set, add (`set` and `add` each in name order: TOML
-/// tables keep no order).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawEdits {
-    remove: Option<toml::Value>,
-    set: Option<toml::Value>,
-    add: Option<toml::Value>,
-}
-
-/// A TOML value as the user wrote it, for messages (strings quoted, escapes shown).
-fn shown(v: &toml::Value) -> String {
-    let text: String = v
-        .to_string()
-        .chars()
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_debug().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect();
-    if text.chars().count() > 80 {
-        format!("{}...", text.chars().take(77).collect::<String>())
-    } else {
-        text
-    }
 }
 
 impl RawHttp {
@@ -882,65 +981,6 @@ impl RawHttp {
     }
 }
 
-/// Reads a `request_headers` / `response_headers` table into edits: remove, then set, then add.
-fn edits(
-    raw: &Option<Spanned<RawEdits>>,
-    key: &str,
-    at: &dyn Fn(Range<usize>) -> String,
-) -> Result<Option<Vec<quill_core::http1::rewrite::HeaderEdit>>, ConfigError> {
-    use quill_core::http1::rewrite::EditOp;
-    let Some(raw) = raw else { return Ok(None) };
-    let fail = |e: String| ConfigError::usage(format!("{}{e}", at(raw.span())));
-    let r = raw.get_ref();
-    let mut out = Vec::new();
-    if let Some(v) = &r.remove {
-        let not_list = || {
-            fail(format!(
-                "{key}: remove = {} is not a list of header names (e.g. [\"X-Debug\"])",
-                shown(v)
-            ))
-        };
-        for name in v.as_array().ok_or_else(not_list)? {
-            let name = name.as_str().ok_or_else(not_list)?;
-            out.push(http_settings::header_edit(key, EditOp::Remove, name, "").map_err(fail)?);
-        }
-    }
-    for (op, word, table) in [(EditOp::Set, "set", &r.set), (EditOp::Add, "add", &r.add)] {
-        let Some(table) = table else { continue };
-        let pairs = table.as_table().ok_or_else(|| {
-            fail(format!(
-                "{key}: {word} = {} is not a table of names and values (e.g. {{ \"X-Env\" = \"prod\" }})",
-                shown(table)
-            ))
-        })?;
-        if pairs.len() > http_settings::MAX_HEADER_EDITS {
-            return Err(fail(format!(
-                "{key}: {} edits (at most {})",
-                pairs.len(),
-                http_settings::MAX_HEADER_EDITS
-            )));
-        }
-        for (name, value) in pairs {
-            let value = value.as_str().ok_or_else(|| {
-                fail(format!(
-                    "{key}: {word} {} = {} is not a string",
-                    name.escape_debug(),
-                    shown(value)
-                ))
-            })?;
-            out.push(http_settings::header_edit(key, op, name, value).map_err(fail)?);
-        }
-    }
-    if out.len() > http_settings::MAX_HEADER_EDITS {
-        return Err(fail(format!(
-            "{key}: {} edits (at most {})",
-            out.len(),
-            http_settings::MAX_HEADER_EDITS
-        )));
-    }
-    Ok(Some(out))
-}
-
 impl<'de> Deserialize<'de> for RawServer {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawServer, D::Error> {
         struct V;
@@ -1042,6 +1082,8 @@ with_tuning_keys! {
         http: Option<Spanned<RawHttp>>,
         #[serde(default)]
         listener: Vec<RawListener>,
+        #[serde(default)]
+        pool: Vec<RawPool>,
     }
 }
 
@@ -1059,6 +1101,23 @@ with_tuning_keys! {
         slow_start: Option<Dur>,
         protocol: Option<Spanned<String>>,
         http: Option<Spanned<RawHttp>>,
+        #[serde(default)]
+        servers: Vec<Spanned<RawServer>>,
+        #[serde(default)]
+        route: Vec<Spanned<RawRoute>>,
+    }
+}
+
+with_tuning_keys! {
+    /// A `[[pool]]`: a listener's pool keys, without a socket.
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RawPool {
+        name: Spanned<String>,
+        mode: Option<Spanned<Vec<String>>>,
+        emergency: Option<Spanned<String>>,
+        health: Option<Spanned<RawHealth>>,
+        slow_start: Option<Dur>,
         #[serde(default)]
         servers: Vec<Spanned<RawServer>>,
     }

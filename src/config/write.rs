@@ -4,7 +4,7 @@
 use crate::addr::{AdminState, BackendAddr, ServerSpec};
 use crate::balancer::ModeWord;
 
-use super::model::{format_duration, Config};
+use super::model::{format_duration, Config, ListenerConfig};
 
 /// A server's limits in the control language's words: `max M hard H weight W prio P [acl A]`.
 pub(crate) fn server_limits(s: &ServerSpec) -> String {
@@ -63,48 +63,61 @@ impl Config {
                     l.name
                 );
             }
-            let t = &l.tuning;
-            // Words that are off first: `no p2c` after `leastconn` would reset the base policy.
-            let (on, off): (Vec<ModeWord>, Vec<ModeWord>) =
-                ModeWord::ALL.into_iter().partition(|w| l.mode.is_set(*w));
-            for w in off {
-                out += &format!("{prefix}no {}\n", w.name());
-            }
-            for w in on {
-                out += &format!("{prefix}{}\n", w.name());
-            }
-            out += &format!("{prefix}blacklist {}\n", format_duration(t.blacklist));
-            out += &format!("{prefix}timeout {}\n", format_duration(t.connect_timeout));
-            out += &format!("{prefix}tracking {}\n", format_duration(t.tracking_time));
-            out += &format!("{prefix}clients_max {}\n", t.clients_max);
-            out += &format!("{prefix}max_per_source {}\n", t.max_per_source);
-            out += &format!("{prefix}idle_timeout {}\n", format_duration(t.idle_timeout));
-            out += &format!("{prefix}tcp_fastclose {}\n", t.tcp_fastclose.name());
-            out += &format!(
-                "{prefix}{}tcp_nodelay\n",
-                if t.tcp_nodelay { "" } else { "no " }
-            );
-            out += &format!(
-                "{prefix}{}keepalive\n",
-                if t.keepalive { "" } else { "no " }
-            );
-            out += &match l.client_acl {
-                Some(n) => format!("{prefix}client_acl {n}\n"),
-                None => format!("{prefix}no client_acl\n"),
-            };
-            for (i, s) in l.servers.iter().enumerate() {
-                let addr = match &s.addr {
-                    BackendAddr::Tcp(a) => format!("address {} port {}", a.ip(), a.port()),
-                    other => format!("address {other}"),
-                };
-                let state = match s.state {
-                    AdminState::Enabled => String::new(),
-                    other => format!(" {}", other.name()),
-                };
-                out += &format!("{prefix}server {i} {addr} {}{state}\n", server_limits(s));
-            }
+            write_pool(&mut out, &prefix, l);
+        }
+        // Named pools (`[[pool]]`) come from the TOML file; their settings and servers are
+        // written as `pool NAME` lines, which `-F` applies over the file.
+        for p in &self.pools {
+            write_pool(&mut out, &format!("pool {} ", p.name), p);
         }
         out
+    }
+}
+
+/// The pool settings and servers of a listener or named pool, each line after `prefix`.
+fn write_pool(out: &mut String, prefix: &str, l: &ListenerConfig) {
+    let t = &l.tuning;
+    // Words that are off first: `no p2c` after `leastconn` would reset the base policy.
+    let (on, off): (Vec<ModeWord>, Vec<ModeWord>) =
+        ModeWord::ALL.into_iter().partition(|w| l.mode.is_set(*w));
+    for w in off {
+        *out += &format!("{prefix}no {}\n", w.name());
+    }
+    for w in on {
+        *out += &format!("{prefix}{}\n", w.name());
+    }
+    *out += &format!("{prefix}blacklist {}\n", format_duration(t.blacklist));
+    *out += &format!("{prefix}timeout {}\n", format_duration(t.connect_timeout));
+    *out += &format!("{prefix}tracking {}\n", format_duration(t.tracking_time));
+    *out += &format!("{prefix}clients_max {}\n", t.clients_max);
+    *out += &format!("{prefix}max_per_source {}\n", t.max_per_source);
+    *out += &format!("{prefix}idle_timeout {}\n", format_duration(t.idle_timeout));
+    *out += &format!("{prefix}tcp_fastclose {}\n", t.tcp_fastclose.name());
+    *out += &format!(
+        "{prefix}{}tcp_nodelay\n",
+        if t.tcp_nodelay { "" } else { "no " }
+    );
+    *out += &format!(
+        "{prefix}{}keepalive\n",
+        if t.keepalive { "" } else { "no " }
+    );
+    if !l.is_pool() {
+        // A named pool has no clients of its own: the listener's `client_acl` checks them.
+        *out += &match l.client_acl {
+            Some(n) => format!("{prefix}client_acl {n}\n"),
+            None => format!("{prefix}no client_acl\n"),
+        };
+    }
+    for (i, s) in l.servers.iter().enumerate() {
+        let addr = match &s.addr {
+            BackendAddr::Tcp(a) => format!("address {} port {}", a.ip(), a.port()),
+            other => format!("address {other}"),
+        };
+        let state = match s.state {
+            AdminState::Enabled => String::new(),
+            other => format!(" {}", other.name()),
+        };
+        *out += &format!("{prefix}server {i} {addr} {}{state}\n", server_limits(s));
     }
 }
 
@@ -147,6 +160,39 @@ mod tests {
         assert_eq!(web.response_timeout, std::time::Duration::from_secs(5));
         assert_eq!(web.max_body, Some(1 << 20));
         assert_eq!(restarted.listeners[1].http, None);
+    }
+
+    /// A named pool's runtime changes (`pool NAME server N drain`) are written as `pool NAME`
+    /// lines and read back by `-F`.
+    #[test]
+    fn written_commands_keep_named_pool_changes() {
+        let text = "[[pool]]\nname = \"api\"\nservers = [\"127.0.0.1:5\", \"127.0.0.1:6\"]\n\
+                    [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\nprotocol = \"http\"\n\
+                    [[listener.route]]\npool = \"api\"\n";
+        let mut running = load(text).unwrap();
+        for line in ["server 1 drain", "server 0 weight 4", "roundrobin"] {
+            running
+                .apply_pool("api", &crate::command::parse(line).unwrap())
+                .unwrap();
+        }
+        assert!(running
+            .apply_pool("api", &crate::command::parse("client_acl 1").unwrap())
+            .is_err());
+        assert!(running
+            .apply_pool("nope", &crate::command::parse("server 0 drain").unwrap())
+            .is_err());
+        let written = running.to_commands();
+        assert!(
+            written.contains("pool api server 1 address 127.0.0.1 port 6 "),
+            "{written}"
+        );
+        let file = std::env::temp_dir().join(format!("quill-write-pool-{}", std::process::id()));
+        std::fs::write(&file, &written).unwrap();
+        let mut restarted = load(text).unwrap();
+        restarted.apply_file(&file, 0).unwrap();
+        let _ = std::fs::remove_file(&file);
+        restarted.validate().unwrap();
+        assert_eq!(restarted, running, "{written}");
     }
 
     /// `write` then `-F` over a command line that set other things gives back the written state.

@@ -3,7 +3,7 @@
 //! `rise` passed ones (a server coming up starts its slow start and loses its blacklist).
 //!
 //! The thread follows the running configuration: every [`SYNC_MS`] it looks at the listeners'
-//! current pools, starts watching new servers (first probe at a random point of the interval, so
+//! current pools and the named pools (`[[pool]]`), starts watching new servers (first probe at a random point of the interval, so
 //! a hundred servers do not fire at once) and forgets removed ones. It never blocks on a socket,
 //! holds at most one probe (one socket) per server, and never touches a session.
 
@@ -189,12 +189,14 @@ impl Checker {
     /// Brings the watch list in line with the pools: new servers and changed checks start afresh,
     /// servers no longer in a checked pool are forgotten (their probe's socket closes).
     fn sync(&mut self, now_ms: u64) {
+        // The listeners' pools, then the named pools routes send requests to.
         let pools: Vec<Arc<Pool>> = self
             .shared
             .listeners
             .load()
             .iter()
             .map(|l| l.pool.load_full())
+            .chain(self.shared.pools.load().iter().cloned())
             .collect();
         let same = pools.len() == self.pools.len()
             && pools

@@ -13,7 +13,8 @@ use arc_swap::ArcSwap;
 
 use super::shared::{Listener, Phase, Shared};
 use super::{merge, Msg, Rebuild, RunError};
-use crate::backend::Pool;
+use crate::acl::Acls;
+use crate::backend::{Pool, Routes};
 use crate::clock::Clock;
 use crate::command::Command;
 use crate::config::{CommandFile, Config, Global, ListenerConfig, Quoting};
@@ -95,6 +96,37 @@ fn set_inherited_options(socket: &ListenSocket, o: &BindOptions) {
     }
 }
 
+/// Builds the named pools of `config`, each keeping the state of the old pool of its name (its
+/// servers by address, as a listener's pool does across a reload).
+fn named_pools(config: &Config, acls: &Arc<Acls>, old: &[Arc<Pool>], now: u64) -> Vec<Arc<Pool>> {
+    config
+        .pools
+        .iter()
+        .map(|p| {
+            let was = old.iter().find(|o| o.name == p.name);
+            Arc::new(Pool::build(p, acls.clone(), was.map(|o| &**o), now))
+        })
+        .collect()
+}
+
+/// A listener's pool with its routes, which point at `named` (the pools just built).
+fn listener_pool(
+    l: &ListenerConfig,
+    acls: &Arc<Acls>,
+    old: Option<&Pool>,
+    named: &[Arc<Pool>],
+    now: u64,
+) -> Result<Pool, String> {
+    let mut pool = Pool::build(l, acls.clone(), old, now);
+    if !l.routes.is_empty() {
+        let routes = Routes::build(&l.name, &l.routes, acls.clone(), |name| {
+            named.iter().find(|p| p.name == name).cloned()
+        })?;
+        pool.routes = Some(Arc::new(routes));
+    }
+    Ok(pool)
+}
+
 impl Controller {
     /// Binds (or inherits) every listener and builds the shared state.
     pub(crate) fn start(
@@ -105,22 +137,25 @@ impl Controller {
     ) -> Result<Controller, RunError> {
         let now = clock.now_ms();
         let acls = Arc::new(config.global.acls.clone());
+        let named = named_pools(&config, &acls, &[], now);
         let mut listeners = Vec::new();
         for (id, l) in config.listeners.iter().enumerate() {
             let socket = open_socket(l, &config.global, inherited).map_err(RunError)?;
+            let pool = listener_pool(l, &acls, None, &named, now).map_err(RunError)?;
             listeners.push(Arc::new(Listener {
                 id: id as u64,
                 name: l.name.clone(),
                 addr: l.listen.clone(),
                 socket,
-                pool: ArcSwap::from_pointee(Pool::build(l, acls.clone(), None, now)),
+                pool: ArcSwap::from_pointee(pool),
                 http: Arc::new(HttpStats::new(config.global.workers)),
             }));
         }
         let shared = Arc::new(Shared::new(clock, listeners, max_sessions, &config.global));
+        shared.pools.store(Arc::new(named));
         let loaded = config.clone();
         let mut config = config;
-        for l in &mut config.listeners {
+        for l in config.listeners.iter_mut().chain(&mut config.pools) {
             l.initial_blacklist.clear();
         }
         Ok(Controller {
@@ -161,9 +196,19 @@ impl Controller {
 
     /// Applies one setting command to the running configuration.
     pub(crate) fn set(&self, listener: Option<&str>, cmd: &Command) -> Result<String, String> {
+        self.set_to(listener, None, cmd)
+    }
+
+    /// Applies one setting command to a listener or, with `pool`, to a named pool.
+    pub(crate) fn set_to(
+        &self,
+        listener: Option<&str>,
+        pool: Option<&str>,
+        cmd: &Command,
+    ) -> Result<String, String> {
         let mut st = self.lock();
         let mut next = st.config.clone();
-        next.apply(listener, cmd).map_err(|e| e.message)?;
+        next.apply_to(listener, pool, cmd).map_err(|e| e.message)?;
         next.validate().map_err(|e| e.message)?;
         // `log PATH` naming the log already open reopens it (after a `mv`, as logrotate does).
         let reopen =
@@ -262,6 +307,30 @@ impl Controller {
             }
         }
         let acls = Arc::new(next.global.acls.clone());
+        // Named pools first: the listeners' routes point at them.
+        let old_named = self.shared.pools.load_full();
+        for p in &next.pools {
+            if let Some(was) = old.pools.iter().find(|o| o.name == p.name) {
+                describe_pool_change(was, p, &mut notes);
+            } else {
+                notes.push(format!("pool '{}' added", p.name));
+            }
+        }
+        for o in &old.pools {
+            if !next.pools.iter().any(|p| p.name == o.name) {
+                notes.push(format!("pool '{}' removed", o.name));
+            }
+        }
+        let named = named_pools(&next, &acls, &old_named, now);
+        // Every route is compiled before anything is swapped: a failure changes nothing.
+        let mut built = Vec::with_capacity(next.listeners.len());
+        for l in &next.listeners {
+            let was = current
+                .iter()
+                .find(|c| c.name == l.name)
+                .map(|c| c.pool.load_full());
+            built.push(Some(listener_pool(l, &acls, was.as_deref(), &named, now)?));
+        }
         let mut list = Vec::new();
         let mut listeners_changed = false;
         for (i, l) in next.listeners.iter().enumerate() {
@@ -281,8 +350,10 @@ impl Controller {
                             notes.push(format!("listener '{}': socket options: {e}", l.name));
                         }
                     }
-                    c.pool
-                        .store(Arc::new(Pool::build(l, acls.clone(), Some(&old_pool), now)));
+                    let pool = built[i]
+                        .take()
+                        .ok_or_else(|| format!("listener '{}': pool missing", l.name))?;
+                    c.pool.store(Arc::new(pool));
                     list.push(c.clone());
                 }
                 None => {
@@ -291,22 +362,17 @@ impl Controller {
                         .position(|(j, _)| *j == i)
                         .ok_or_else(|| format!("listener '{}': socket missing", l.name))?;
                     let (_, socket) = fresh.remove(pos);
-                    // A listener that moved keeps its servers' state.
-                    let old_pool = current
-                        .iter()
-                        .find(|c| c.name == l.name)
-                        .map(|c| c.pool.load_full());
+                    // A listener that moved keeps its servers' state (its pool was built from
+                    // the old one of its name).
+                    let pool = built[i]
+                        .take()
+                        .ok_or_else(|| format!("listener '{}': pool missing", l.name))?;
                     list.push(Arc::new(Listener {
                         id: st.next_listener_id,
                         name: l.name.clone(),
                         addr: l.listen.clone(),
                         socket,
-                        pool: ArcSwap::from_pointee(Pool::build(
-                            l,
-                            acls.clone(),
-                            old_pool.as_deref(),
-                            now,
-                        )),
+                        pool: ArcSwap::from_pointee(pool),
                         http: Arc::new(HttpStats::new(self.shared.counters.len())),
                     }));
                     st.next_listener_id += 1;
@@ -328,6 +394,7 @@ impl Controller {
                 }
             }
         }
+        self.shared.pools.store(Arc::new(named));
         if listeners_changed {
             self.shared.listeners.store(Arc::new(list));
         }
@@ -352,7 +419,7 @@ impl Controller {
             notes.push(format!("debug level {}", b.debug));
         }
         self.shared.wake_all();
-        for l in &mut next.listeners {
+        for l in next.listeners.iter_mut().chain(&mut next.pools) {
             l.initial_blacklist.clear();
         }
         let changed = *old != next;
@@ -419,5 +486,85 @@ fn describe_pool_change(was: &ListenerConfig, now: &ListenerConfig, notes: &mut 
         || was.slow_start != now.slow_start
     {
         notes.push(format!("'{}': settings changed", now.name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{from_toml, TuningPatch};
+    use crate::route::Action;
+
+    fn config(port: u16, extra_route: &str) -> Config {
+        from_toml(
+            "c.toml",
+            &format!(
+                "[[pool]]\nname = \"api\"\nservers = [\"127.0.0.1:9\", \"127.0.0.1:10\"]\n\
+                 [[pool]]\nname = \"web\"\nservers = [\"127.0.0.1:11\"]\n\
+                 [[listener]]\nname = \"h\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
+                 [[listener.route]]\npath = \"/api/\"\npool = \"api\"\n{extra_route}"
+            ),
+            &TuningPatch::default(),
+        )
+        .unwrap()
+    }
+
+    /// The named pool a listener's route `i` sends to.
+    fn routed(c: &Controller, i: usize) -> Arc<Pool> {
+        let listeners = c.shared().listeners.load();
+        let pool = listeners[0].pool.load();
+        match &pool.routes.as_ref().expect("routes").routes[i].action {
+            Action::Pool(p) => p.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn named_pools_are_shared_by_routes_and_keep_their_servers_across_changes() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let c =
+            Controller::start(config(port, ""), Clock::default(), 100, &mut Vec::new()).unwrap();
+        let api = c.shared().pool("api").expect("named pool api");
+        assert!(
+            Arc::ptr_eq(&routed(&c, 0), &api),
+            "the route holds the named pool"
+        );
+        let server = api.servers[1].clone();
+        // A drain through `pool api`: a new snapshot, the same server, now draining.
+        let cmd = crate::command::parse("server 1 drain").unwrap();
+        c.set_to(None, Some("api"), &cmd).unwrap();
+        let api2 = c.shared().pool("api").unwrap();
+        assert!(!Arc::ptr_eq(&api, &api2));
+        assert!(
+            Arc::ptr_eq(&api2.servers[1], &server),
+            "same address, same server"
+        );
+        assert_eq!(server.admin(), crate::addr::AdminState::Drain);
+        assert!(
+            Arc::ptr_eq(&routed(&c, 0), &api2),
+            "routes follow the new snapshot"
+        );
+        assert!(c.set_to(None, Some("nope"), &cmd).is_err());
+        // A new route to the other pool, as a reload would bring.
+        let mut st = c.lock();
+        let next = config(port, "[[listener.route]]\npool = \"web\"\n");
+        let note = c.apply(&mut st, next).unwrap();
+        drop(st);
+        // The drain was the running state's only; applied directly, the new config undoes it.
+        assert!(
+            note.contains("'api': server 127.0.0.1:10 changed"),
+            "{note}"
+        );
+        assert!(Arc::ptr_eq(
+            &routed(&c, 1),
+            &c.shared().pool("web").unwrap()
+        ));
+        assert!(Arc::ptr_eq(
+            &c.shared().pool("api").unwrap().servers[1],
+            &server
+        ));
     }
 }

@@ -8,7 +8,8 @@
 //! Servers are matched by address (the n-th server of an address with the n-th one). A server
 //! added at run time stays, unless the new sources name its address too (it is then theirs); a
 //! server removed at run time stays removed, unless the sources newly name it. Listeners are
-//! matched by name and follow the sources: they cannot be added or removed at run time.
+//! matched by name and follow the sources: they cannot be added or removed at run time. Named
+//! pools (`[[pool]]`) merge as listeners do, matched by name; routes follow the sources.
 //!
 //! Pure: no sockets, no state; the controller applies the result as any other change.
 
@@ -53,6 +54,16 @@ pub(super) fn merge(base: &Config, ours: &Config, theirs: &Config) -> Config {
         };
         *l = merge_listener(b, o, l);
     }
+    // Named pools as listeners: matched by name, runtime changes (a drained server) kept.
+    for p in &mut out.pools {
+        let (Some(b), Some(o)) = (
+            base.pools.iter().find(|x| x.name == p.name),
+            ours.pools.iter().find(|x| x.name == p.name),
+        ) else {
+            continue;
+        };
+        *p = merge_listener(b, o, p);
+    }
     out
 }
 
@@ -78,7 +89,7 @@ fn merge_listener(
 ) -> ListenerConfig {
     let mut out = theirs.clone();
     merge_fields!(ListenerConfig, base, ours, theirs, out;
-        name, listen, emergency, health, slow_start, client_acl, abuse, http;
+        name, listen, emergency, health, slow_start, client_acl, abuse, http, routes;
         mode, tuning, servers, initial_blacklist);
     out.mode = merge_mode(base, ours, theirs);
     out.tuning = merge_tuning(&base.tuning, &ours.tuning, &theirs.tuning);
@@ -188,6 +199,7 @@ mod tests {
         Config {
             global: Global::default(),
             listeners: vec![l],
+            pools: Vec::new(),
         }
     }
 
@@ -307,6 +319,23 @@ mod tests {
         let mut tcp = base.clone();
         tcp.listeners[0].http = None;
         assert_eq!(merge(&base, &ours, &tcp).listeners[0].http, None);
+    }
+
+    #[test]
+    fn a_reload_keeps_a_named_pools_runtime_changes_and_takes_its_new_servers() {
+        let mut base = config(&[A]);
+        let mut p = ListenerConfig::new("api", crate::config::model::pool_addr());
+        p.servers = vec![server(B)];
+        base.pools.push(p);
+        let mut ours = base.clone();
+        ours.pools[0].servers[0].state = AdminState::Drain;
+        let got = merge(&base, &ours, &base.clone());
+        assert_eq!(got.pools[0].servers[0].state, AdminState::Drain);
+        let mut theirs = base.clone();
+        theirs.pools[0].servers.push(server(C));
+        let got = merge(&base, &ours, &theirs);
+        let states: Vec<_> = got.pools[0].servers.iter().map(|s| s.state).collect();
+        assert_eq!(states, [AdminState::Drain, AdminState::Enabled]);
     }
 
     #[test]

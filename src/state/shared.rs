@@ -17,6 +17,7 @@ use crate::clock::Clock;
 use crate::config::{Global, LogFormat};
 use crate::listener::ListenSocket;
 use crate::metrics::{Counters, HttpStats};
+use crate::route::RateTable;
 
 /// Where the process is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +115,13 @@ pub(crate) struct Shared {
     pub drained: ArcSwap<Vec<DrainedListener>>,
     /// Sessions per client address for `max_per_source`; made when a listener first needs it.
     sources: OnceLock<Arc<SourceCounts>>,
+    /// The named pools (`[[pool]]`), in configuration order; replaced whole on every change
+    /// (routes in the listeners' pools hold the same `Arc`s). Control commands, health checks and
+    /// status read them here.
+    pub pools: ArcSwap<Vec<Arc<Pool>>>,
+    /// Requests per (route, client address) for routes' `rate`; made on first use.
+    #[allow(dead_code)] // Read through `rates()` by the HTTP session once it routes.
+    rates: OnceLock<Arc<RateTable>>,
 }
 
 /// A listener that no longer accepts, as status reports show it during a drain.
@@ -159,6 +167,8 @@ impl Shared {
             admin_socket: OnceLock::new(),
             drained: ArcSwap::from_pointee(Vec::new()),
             sources: OnceLock::new(),
+            pools: ArcSwap::from_pointee(Vec::new()),
+            rates: OnceLock::new(),
         }
     }
 
@@ -166,6 +176,18 @@ impl Shared {
     /// `max_per_source`).
     pub(crate) fn sources(&self) -> &Arc<SourceCounts> {
         self.sources.get_or_init(|| Arc::new(SourceCounts::new()))
+    }
+
+    /// The rate limit table of every route (allocated on first use: 1 MiB, nothing while no
+    /// route has a `rate`). Workers call `admit` on it per request.
+    #[allow(dead_code)] // Called by the HTTP session once it routes (issue 11).
+    pub(crate) fn rates(&self) -> &Arc<RateTable> {
+        self.rates.get_or_init(|| Arc::new(RateTable::new()))
+    }
+
+    /// The named pool called `name`.
+    pub(crate) fn pool(&self, name: &str) -> Option<Arc<Pool>> {
+        self.pools.load().iter().find(|p| p.name == name).cloned()
     }
 
     pub(crate) fn phase(&self) -> Phase {

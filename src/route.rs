@@ -1,0 +1,747 @@
+//! HTTP routes (DESIGN §6.2), compiled from `config::RouteConfig`: which route a request takes
+//! (first match wins), what the route does with it, the answers Quill writes itself for a route
+//! (redirect, fixed response, 403, 404, 429) and the per-client-address rate limits.
+//!
+//! Pure: no sockets, no clock (the time is an argument). Generic over the pool type `P` so that
+//! this module needs nothing from `backend` (which holds `Routes<Pool>` in a listener's pool).
+
+// Read by the HTTP session once it routes requests (issue 11, wired by the session's owner); until
+// then only the tests and the controller reach most of it.
+#![allow(dead_code)]
+
+use std::hash::{BuildHasher, RandomState};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::acl::{AclId, Acls};
+use crate::config::{
+    compile_pattern, HostMatch, PathMatch, RateLimit, RouteAction, RouteConfig, ValueMatch,
+};
+use quill_core::http1::reason;
+use quill_core::http1::rewrite::{HeaderEdit, Overflow};
+
+/// An HTTP listener's routes, in order.
+#[derive(Debug)]
+pub(crate) struct Routes<P> {
+    pub routes: Vec<Route<P>>,
+    /// The process's ACL lists (`client_acl` names one).
+    acls: Arc<Acls>,
+}
+
+/// One route: its matchers, its action and the edits on the way.
+#[derive(Debug)]
+pub(crate) struct Route<P> {
+    pub name: String,
+    /// Stable across reloads for the same listener and route name: rate limit buckets follow it.
+    pub id: u64,
+    hosts: Vec<HostMatch>,
+    path: Option<PathPattern>,
+    methods: Vec<Box<[u8]>>,
+    headers: Vec<(Box<[u8]>, ValuePattern)>,
+    pub client_acl: Option<AclId>,
+    pub action: Action<P>,
+    /// Applied after the listener's edits (`RequestRewrite::edits[1]`).
+    pub request_headers: Vec<HeaderEdit>,
+    pub response_headers: Vec<HeaderEdit>,
+    /// `(prefix, replace)` for `RequestRewrite::rewrite_path`.
+    pub rewrite_path: Option<(String, String)>,
+    pub rate: Option<RateLimit>,
+}
+
+#[derive(Debug)]
+enum PathPattern {
+    Prefix(Box<[u8]>),
+    Regex(regex::bytes::Regex),
+}
+
+#[derive(Debug)]
+enum ValuePattern {
+    Exact(Box<[u8]>),
+    Regex(regex::bytes::Regex),
+}
+
+/// What a route does with a request it matches.
+#[derive(Debug)]
+pub(crate) enum Action<P> {
+    /// Proxy to this named pool (shared by every route that names it).
+    Pool(Arc<P>),
+    /// Answer with a redirect to `to` (plus the request's path and query unless `exact`).
+    Redirect {
+        to: Box<str>,
+        status: u16,
+        exact: bool,
+    },
+    /// Answer with a fixed response.
+    Respond {
+        status: u16,
+        body: Box<str>,
+        content_type: Box<str>,
+    },
+    /// Answer 403.
+    Deny,
+}
+
+/// A stable id for a route: FNV-1a over the listener's and the route's names.
+fn route_id(listener: &str, route: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in listener.bytes().chain([0u8]).chain(route.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+impl<P> Routes<P> {
+    /// Compiles the routes of listener `listener`; `pool` finds a named pool. Fails (one line)
+    /// only on what validation already refuses: a pattern that does not compile, an unknown pool.
+    pub(crate) fn build(
+        listener: &str,
+        config: &[RouteConfig],
+        acls: Arc<Acls>,
+        pool: impl Fn(&str) -> Option<Arc<P>>,
+    ) -> Result<Routes<P>, String> {
+        let mut routes = Vec::with_capacity(config.len());
+        for r in config {
+            let named = |e: String| format!("listener '{listener}': route '{}': {e}", r.name);
+            let path = match &r.path {
+                None => None,
+                Some(PathMatch::Prefix(p)) => Some(PathPattern::Prefix(p.as_bytes().into())),
+                Some(PathMatch::Regex(p)) => {
+                    Some(PathPattern::Regex(compile_pattern(p).map_err(named)?))
+                }
+            };
+            let mut headers = Vec::with_capacity(r.headers.len());
+            for (name, m) in &r.headers {
+                let m = match m {
+                    ValueMatch::Exact(v) => ValuePattern::Exact(v.as_bytes().into()),
+                    ValueMatch::Regex(p) => ValuePattern::Regex(compile_pattern(p).map_err(named)?),
+                };
+                headers.push((name.as_bytes().into(), m));
+            }
+            let action = match &r.action {
+                RouteAction::Pool(name) => Action::Pool(
+                    pool(name).ok_or_else(|| named(format!("no pool named '{name}'")))?,
+                ),
+                RouteAction::Redirect { to, status, exact } => Action::Redirect {
+                    to: to.as_str().into(),
+                    status: *status,
+                    exact: *exact,
+                },
+                RouteAction::Respond {
+                    status,
+                    body,
+                    content_type,
+                } => Action::Respond {
+                    status: *status,
+                    body: body.as_str().into(),
+                    content_type: content_type.as_str().into(),
+                },
+                RouteAction::Deny => Action::Deny,
+            };
+            routes.push(Route {
+                name: r.name.clone(),
+                id: route_id(listener, &r.name),
+                hosts: r.hosts.clone(),
+                path,
+                methods: r.methods.iter().map(|m| m.as_bytes().into()).collect(),
+                headers,
+                client_acl: r.client_acl,
+                action,
+                request_headers: r.request_headers.clone(),
+                response_headers: r.response_headers.clone(),
+                rewrite_path: r.rewrite_path.clone(),
+                rate: r.rate,
+            });
+        }
+        Ok(Routes { routes, acls })
+    }
+
+    /// The first route the request matches. `method` is the method token as sent; `target` the
+    /// request target (origin form `/path?query`, or absolute form, whose authority then is the
+    /// host); `host` the `Host` field's value; `field` looks a header up by name (lower case
+    /// given; compare without case) and gives its value without surrounding spaces. A route's
+    /// `client_acl` does not take part: see [`Routes::permits`].
+    pub(crate) fn find<'a, 'b>(
+        &'a self,
+        method: &[u8],
+        target: &[u8],
+        host: Option<&'b [u8]>,
+        field: impl Fn(&[u8]) -> Option<&'b [u8]>,
+    ) -> Option<&'a Route<P>> {
+        self.find_index(method, target, host, field)
+            .and_then(|i| self.routes.get(i))
+    }
+
+    /// As [`Routes::find`], the route's index in `routes` (for an exchange that keeps its
+    /// pool snapshot and needs the route again when the response comes).
+    pub(crate) fn find_index<'b>(
+        &self,
+        method: &[u8],
+        target: &[u8],
+        host: Option<&'b [u8]>,
+        field: impl Fn(&[u8]) -> Option<&'b [u8]>,
+    ) -> Option<usize> {
+        let (authority, path) = split_target(target);
+        let host = authority.or(host).map(host_name);
+        self.routes
+            .iter()
+            .position(|r| r.matches(method, path, host, &field))
+    }
+
+    /// Whether the route's `client_acl` lets `client` in (no ACL, or a client on a Unix socket,
+    /// always passes, as Pen's `client_acl` does). A client it refuses gets 403.
+    pub(crate) fn permits(&self, route: &Route<P>, client: Option<IpAddr>) -> bool {
+        match (route.client_acl, client) {
+            (Some(n), Some(ip)) => self.acls[n].permits(ip),
+            _ => true,
+        }
+    }
+}
+
+impl<P> Route<P> {
+    fn matches<'b>(
+        &self,
+        method: &[u8],
+        path: &[u8],
+        host: Option<&[u8]>,
+        field: &impl Fn(&[u8]) -> Option<&'b [u8]>,
+    ) -> bool {
+        if !self.methods.is_empty() && !self.methods.iter().any(|m| **m == *method) {
+            return false;
+        }
+        if !self.hosts.is_empty() {
+            let Some(host) = host else { return false };
+            let hit = self.hosts.iter().any(|h| match h {
+                HostMatch::Exact(name) => host.eq_ignore_ascii_case(name.as_bytes()),
+                HostMatch::Suffix(suffix) => {
+                    let s = suffix.as_bytes();
+                    host.len() > s.len() && host[host.len() - s.len()..].eq_ignore_ascii_case(s)
+                }
+            });
+            if !hit {
+                return false;
+            }
+        }
+        let path_ok = match &self.path {
+            None => true,
+            Some(PathPattern::Prefix(p)) => path.starts_with(p),
+            Some(PathPattern::Regex(r)) => r.is_match(path),
+        };
+        if !path_ok {
+            return false;
+        }
+        self.headers.iter().all(|(name, m)| match field(name) {
+            None => false,
+            Some(v) => match m {
+                ValuePattern::Exact(e) => v == &**e,
+                ValuePattern::Regex(r) => r.is_match(v),
+            },
+        })
+    }
+}
+
+/// A request target's authority (absolute form only) and path (without the query).
+fn split_target(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
+    let before_query =
+        |t: &'_ [u8]| -> usize { t.iter().position(|&b| b == b'?').unwrap_or(t.len()) };
+    if target.first() == Some(&b'/') {
+        return (None, &target[..before_query(target)]);
+    }
+    let Some(i) = target.windows(3).position(|w| w == b"://") else {
+        // `*` (OPTIONS) or an authority (CONNECT): no path.
+        return (None, b"");
+    };
+    let rest = &target[i + 3..];
+    let end = rest
+        .iter()
+        .position(|&b| b == b'/' || b == b'?' || b == b'#')
+        .unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let path = &tail[..before_query(tail)];
+    (Some(authority), if path.is_empty() { b"/" } else { path })
+}
+
+/// A `Host` value or authority without userinfo, port and a final dot.
+fn host_name(h: &[u8]) -> &[u8] {
+    let h = match h.iter().rposition(|&b| b == b'@') {
+        Some(i) => &h[i + 1..],
+        None => h,
+    };
+    let h = if h.first() == Some(&b'[') {
+        match h.iter().position(|&b| b == b']') {
+            Some(i) => &h[..=i],
+            None => h,
+        }
+    } else {
+        match h.iter().position(|&b| b == b':') {
+            Some(i) => &h[..i],
+            None => h,
+        }
+    };
+    h.strip_suffix(b".").unwrap_or(h)
+}
+
+/// The path and query of a request target (origin form as is; absolute form after its
+/// authority; nothing for `*` and authority form).
+fn path_and_query(target: &[u8]) -> &[u8] {
+    if target.first() == Some(&b'/') {
+        return target;
+    }
+    let Some(i) = target.windows(3).position(|w| w == b"://") else {
+        return b"";
+    };
+    let rest = &target[i + 3..];
+    let end = rest
+        .iter()
+        .position(|&b| b == b'/' || b == b'?')
+        .unwrap_or(rest.len());
+    &rest[end..]
+}
+
+// === Answers Quill writes for a route ===
+
+/// Bytes written into a caller's buffer, never past its end.
+struct Out<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl Out<'_> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), Overflow> {
+        let end = self.len.checked_add(bytes.len()).ok_or(Overflow)?;
+        self.buf
+            .get_mut(self.len..end)
+            .ok_or(Overflow)?
+            .copy_from_slice(bytes);
+        self.len = end;
+        Ok(())
+    }
+
+    fn num(&mut self, mut n: u64) -> Result<(), Overflow> {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.put(&digits[i..])
+    }
+
+    /// `HTTP/1.1 STATUS REASON\r\n`.
+    fn status(&mut self, status: u16) -> Result<(), Overflow> {
+        self.put(b"HTTP/1.1 ")?;
+        self.num(status.into())?;
+        self.put(b" ")?;
+        self.put(reason(status).as_bytes())?;
+        self.put(b"\r\n")
+    }
+
+    /// `Content-Length`, `Connection`, the blank line, then the body unless `head_only`.
+    fn finish(&mut self, body: &[u8], keep_alive: bool, head_only: bool) -> Result<(), Overflow> {
+        self.put(b"Content-Length: ")?;
+        self.num(body.len() as u64)?;
+        self.put(if keep_alive {
+            b"\r\nConnection: keep-alive\r\n\r\n"
+        } else {
+            b"\r\nConnection: close\r\n\r\n"
+        })?;
+        if !head_only {
+            self.put(body)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes into `out` the whole answer of a redirect, respond or deny route to a request for
+/// `target` (its path and query follow a redirect's `to`); returns its length. `keep_alive`
+/// chooses `Connection: keep-alive` or `close`; `head_only` (a HEAD request) leaves the body out
+/// but keeps its `Content-Length`. A pool route writes nothing (`Ok(0)`). No allocation.
+pub(crate) fn write_answer<P>(
+    action: &Action<P>,
+    target: &[u8],
+    keep_alive: bool,
+    head_only: bool,
+    out: &mut [u8],
+) -> Result<usize, Overflow> {
+    let mut o = Out { buf: out, len: 0 };
+    match action {
+        Action::Pool(_) => return Ok(0),
+        Action::Redirect { to, status, exact } => {
+            o.status(*status)?;
+            o.put(b"Location: ")?;
+            o.put(to.as_bytes())?;
+            if !exact {
+                let tail = path_and_query(target);
+                // `https://example.com/` + `/a?b` is `https://example.com/a?b`.
+                let tail = if to.ends_with('/') {
+                    tail.strip_prefix(b"/").unwrap_or(tail)
+                } else {
+                    tail
+                };
+                o.put(tail)?;
+            }
+            o.put(b"\r\n")?;
+            o.finish(b"", keep_alive, head_only)?;
+        }
+        Action::Respond {
+            status,
+            body,
+            content_type,
+        } => {
+            o.status(*status)?;
+            o.put(b"Content-Type: ")?;
+            o.put(content_type.as_bytes())?;
+            o.put(b"\r\n")?;
+            o.finish(body.as_bytes(), keep_alive, head_only)?;
+        }
+        Action::Deny => return write_status(403, None, keep_alive, head_only, out),
+    }
+    Ok(o.len)
+}
+
+/// Writes a plain-text answer `STATUS REASON\n` (403 for a denied client, 404 when no route
+/// matches and the listener has no servers, 429 with `Retry-After: SECONDS` over a rate limit);
+/// returns its length. No allocation.
+pub(crate) fn write_status(
+    status: u16,
+    retry_after: Option<u64>,
+    keep_alive: bool,
+    head_only: bool,
+    out: &mut [u8],
+) -> Result<usize, Overflow> {
+    let mut body = Out {
+        buf: &mut [0u8; 64],
+        len: 0,
+    };
+    body.num(status.into())?;
+    body.put(b" ")?;
+    body.put(reason(status).as_bytes())?;
+    body.put(b"\n")?;
+    let body_len = body.len;
+    let mut o = Out { buf: out, len: 0 };
+    o.status(status)?;
+    o.put(b"Content-Type: text/plain; charset=utf-8\r\n")?;
+    if let Some(secs) = retry_after {
+        o.put(b"Retry-After: ")?;
+        o.num(secs)?;
+        o.put(b"\r\n")?;
+    }
+    o.finish(&body.buf[..body_len], keep_alive, head_only)?;
+    Ok(o.len)
+}
+
+// === Rate limits ===
+
+/// Buckets in the table (a power of two): 1 MiB, allocated on first use.
+pub(crate) const RATE_SLOTS: usize = 1 << 16;
+
+/// Per-client-address rate limits of every route, shared by all workers without a lock: a fixed
+/// table of slots indexed by a keyed hash of (route, client address), each a token bucket kept
+/// as one "theoretical arrival time" (GCRA: a request is admitted when it arrives no earlier than
+/// `burst` emission intervals before that time, which then moves one interval on).
+///
+/// Memory is bounded whatever the number of clients. Each (route, address) has two candidate
+/// slots; it takes the one it already holds, else one whose bucket is full again (an idle
+/// bucket has nothing to remember), else it shares its first slot with whoever holds it. Sharing
+/// is only ever stricter: a client may be limited early, never let past its own limit.
+#[derive(Debug)]
+pub(crate) struct RateTable {
+    key: RandomState,
+    slots: Box<[Slot]>,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    /// The hash of the (route, address) that holds the slot, with its low bit set (0 = free).
+    owner: AtomicU64,
+    /// The bucket's theoretical arrival time, in µs of the clock; at or before now = full.
+    tat: AtomicU64,
+}
+
+impl Default for RateTable {
+    fn default() -> RateTable {
+        RateTable::new()
+    }
+}
+
+impl RateTable {
+    pub(crate) fn new() -> RateTable {
+        RateTable {
+            key: RandomState::new(),
+            slots: (0..RATE_SLOTS).map(|_| Slot::default()).collect(),
+        }
+    }
+
+    /// Counts one request of `ip` on `route` at `now_ms` (the clock's milliseconds). `Err` holds
+    /// the seconds to send in `Retry-After` (at least 1): the request is refused with 429 and
+    /// counts for nothing. A route without `rate` admits everything.
+    pub(crate) fn admit<P>(&self, route: &Route<P>, ip: IpAddr, now_ms: u64) -> Result<(), u64> {
+        let Some(rate) = route.rate else {
+            return Ok(());
+        };
+        let count = u64::from(rate.count.max(1));
+        let period_us = u64::try_from(rate.period.as_micros()).unwrap_or(u64::MAX);
+        let interval = (period_us / count).max(1);
+        let window = interval.saturating_mul(u64::from(rate.burst.max(1)));
+        let now = now_ms.saturating_mul(1000);
+        let slot = self.slot(route.id, ip, now);
+        let mut tat = slot.tat.load(Ordering::Relaxed);
+        loop {
+            let next = tat.max(now).saturating_add(interval);
+            let ahead = next - now;
+            if ahead > window {
+                let wait_us = ahead - window;
+                return Err(wait_us.div_ceil(1_000_000).max(1));
+            }
+            match slot
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(()),
+                Err(seen) => tat = seen,
+            }
+        }
+    }
+
+    /// The slot of (route, ip), claimed as the type says.
+    fn slot(&self, route: u64, ip: IpAddr, now_us: u64) -> &Slot {
+        let h = self.key.hash_one((route, ip.to_canonical()));
+        let tag = h | 1;
+        let mask = RATE_SLOTS as u64 - 1;
+        let (a, b) = (
+            &self.slots[(h & mask) as usize],
+            &self.slots[((h >> 32) & mask) as usize],
+        );
+        for s in [a, b] {
+            if s.owner.load(Ordering::Relaxed) == tag {
+                return s;
+            }
+        }
+        for s in [a, b] {
+            let owner = s.owner.load(Ordering::Relaxed);
+            if (owner == 0 || s.tat.load(Ordering::Relaxed) <= now_us)
+                && s.owner
+                    .compare_exchange(owner, tag, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return s;
+            }
+        }
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{from_toml, TuningPatch};
+
+    fn routes(listener_extra: &str) -> Routes<String> {
+        let text = format!(
+            "[acl]\n1 = [\"permit 10.0.0.0/8\", \"deny 0.0.0.0/0\"]\n\
+             [[pool]]\nname = \"api\"\nservers = [\"127.0.0.1:9001\"]\n\
+             [[pool]]\nname = \"web\"\nservers = [\"127.0.0.1:9002\"]\n\
+             [[listener]]\nname = \"h\"\nlisten = \"127.0.0.1:8000\"\nprotocol = \"http\"\n\
+             servers = [\"127.0.0.1:9003\"]\n{listener_extra}"
+        );
+        let c = from_toml("r.toml", &text, &TuningPatch::default()).unwrap();
+        Routes::build(
+            "h",
+            &c.listeners[0].routes,
+            Arc::new(c.global.acls.clone()),
+            |n| Some(Arc::new(n.to_string())),
+        )
+        .unwrap()
+    }
+
+    fn find<'a>(
+        r: &'a Routes<String>,
+        method: &str,
+        target: &str,
+        host: Option<&'static str>,
+        headers: &'static [(&'static str, &'static str)],
+    ) -> Option<&'a str> {
+        r.find(
+            method.as_bytes(),
+            target.as_bytes(),
+            host.map(str::as_bytes),
+            |name| {
+                headers
+                    .iter()
+                    .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+                    .map(|(_, v)| v.as_bytes())
+            },
+        )
+        .map(|r| r.name.as_str())
+    }
+
+    #[test]
+    fn first_match_wins_over_host_path_method_and_header() {
+        let r = routes(
+            "[[listener.route]]\nname = \"beta\"\nheaders = { \"X-Beta\" = \"1\" }\npool = \"api\"\n\
+             [[listener.route]]\nname = \"post\"\nmethods = [\"POST\", \"PUT\"]\npath = \"/api/\"\npool = \"api\"\n\
+             [[listener.route]]\nname = \"api\"\nhost = \"API.example.com\"\npath = \"/api/\"\npool = \"api\"\n\
+             [[listener.route]]\nhost = [\"www.example.com\", \"*.example.org\"]\npool = \"web\"\n",
+        );
+        assert_eq!(find(&r, "GET", "/", None, &[("x-beta", "1")]), Some("beta"));
+        assert_eq!(find(&r, "GET", "/", None, &[("x-beta", "2")]), None);
+        assert_eq!(find(&r, "POST", "/api/x", None, &[]), Some("post"));
+        assert_eq!(
+            find(&r, "post", "/api/x", None, &[]),
+            None,
+            "methods are case-sensitive"
+        );
+        assert_eq!(
+            find(&r, "GET", "/api/x?q", Some("api.EXAMPLE.com:8080"), &[]),
+            Some("api")
+        );
+        assert_eq!(find(&r, "GET", "/apix", Some("api.example.com"), &[]), None);
+        assert_eq!(
+            find(&r, "GET", "/", Some("www.example.com."), &[]),
+            Some("route-4")
+        );
+        assert_eq!(
+            find(&r, "GET", "/", Some("a.b.example.org"), &[]),
+            Some("route-4")
+        );
+        assert_eq!(
+            find(&r, "GET", "/", Some("example.org"), &[]),
+            None,
+            "subdomains only"
+        );
+        assert_eq!(find(&r, "GET", "/", Some("badexample.org"), &[]), None);
+        // Absolute form: its authority is the host, whatever Host says.
+        assert_eq!(
+            find(
+                &r,
+                "GET",
+                "http://api.example.com/api/v1",
+                Some("www.example.com"),
+                &[]
+            ),
+            Some("api")
+        );
+    }
+
+    #[test]
+    fn path_regex_and_header_regex_match_anywhere_unless_anchored() {
+        let r = routes(
+            "[[listener.route]]\npath_regex = \"^/v[0-9]+/\"\npool = \"api\"\n\
+             [[listener.route]]\nheaders = { \"user-agent\" = { regex = \"(?i)bot\" } }\ndeny = true\n",
+        );
+        assert_eq!(find(&r, "GET", "/v2/x", None, &[]), Some("route-1"));
+        assert_eq!(find(&r, "GET", "/a/v2/x", None, &[]), None);
+        assert_eq!(
+            find(&r, "GET", "/", None, &[("User-Agent", "a GoogleBOT b")]),
+            Some("route-2")
+        );
+        assert!(matches!(r.routes[1].action, Action::Deny));
+        assert!(matches!(&r.routes[0].action, Action::Pool(p) if **p == "api"));
+    }
+
+    #[test]
+    fn client_acl_is_checked_after_the_match() {
+        let r = routes("[[listener.route]]\npath = \"/admin\"\nclient_acl = 1\npool = \"api\"\n");
+        let route = &r.routes[0];
+        assert!(r.permits(route, Some("10.1.2.3".parse().unwrap())));
+        assert!(!r.permits(route, Some("192.0.2.1".parse().unwrap())));
+        assert!(
+            r.permits(route, None),
+            "a Unix-socket client passes, as Pen's client_acl"
+        );
+    }
+
+    fn answer(action: &Action<String>, target: &str, keep_alive: bool, head_only: bool) -> String {
+        let mut buf = [0u8; 512];
+        let n = write_answer(action, target.as_bytes(), keep_alive, head_only, &mut buf).unwrap();
+        String::from_utf8(buf[..n].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn redirects_append_path_and_query_unless_exact() {
+        let to = |exact| Action::Redirect {
+            to: "https://example.com/".into(),
+            status: 308,
+            exact,
+        };
+        assert_eq!(
+            answer(&to(false), "/a/b?c=1", true, false),
+            "HTTP/1.1 308 Permanent Redirect\r\nLocation: https://example.com/a/b?c=1\r\n\
+             Content-Length: 0\r\nConnection: keep-alive\r\n\r\n"
+        );
+        assert!(answer(&to(true), "/a/b?c=1", false, false)
+            .contains("Location: https://example.com/\r\n"));
+        assert!(answer(&to(false), "http://h/x?y", false, false)
+            .contains("Location: https://example.com/x?y\r\n"));
+    }
+
+    #[test]
+    fn respond_and_status_answers_are_whole_and_bounded() {
+        let a = Action::Respond {
+            status: 503,
+            body: "down for maintenance\n".into(),
+            content_type: "text/plain".into(),
+        };
+        assert_eq!(
+            answer(&a, "/", false, false),
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
+             Content-Length: 21\r\nConnection: close\r\n\r\ndown for maintenance\n"
+        );
+        assert!(answer(&a, "/", true, true)
+            .ends_with("Content-Length: 21\r\nConnection: keep-alive\r\n\r\n"));
+        assert!(answer(&Action::Deny, "/", true, false).starts_with("HTTP/1.1 403 Forbidden\r\n"));
+        let mut buf = [0u8; 256];
+        let n = write_status(429, Some(3), true, false, &mut buf).unwrap();
+        let text = std::str::from_utf8(&buf[..n]).unwrap();
+        assert!(text.contains("\r\nRetry-After: 3\r\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\n429 Too Many Requests\n"), "{text}");
+        let mut small = [0u8; 20];
+        assert_eq!(
+            write_answer(&a, b"/", true, false, &mut small),
+            Err(Overflow)
+        );
+    }
+
+    #[test]
+    fn a_rate_admits_its_burst_then_refuses_with_the_wait() {
+        let r = routes("[[listener.route]]\nrate = \"2/s\"\nburst = 3\npool = \"api\"\n");
+        let route = &r.routes[0];
+        let t = RateTable::new();
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        let now = 1_000_000;
+        for _ in 0..3 {
+            assert_eq!(t.admit(route, a, now), Ok(()));
+        }
+        assert_eq!(
+            t.admit(route, a, now),
+            Err(1),
+            "over the burst: wait a second"
+        );
+        assert_eq!(
+            t.admit(route, b, now),
+            Ok(()),
+            "another address has its own bucket"
+        );
+        assert_eq!(
+            t.admit(route, "::ffff:192.0.2.1".parse().unwrap(), now),
+            Err(1),
+            "the mapped form is the same client"
+        );
+        // Half a second later one token (2/s) is back, not two.
+        assert_eq!(t.admit(route, a, now + 500), Ok(()));
+        assert!(t.admit(route, a, now + 500).is_err());
+        // Same listener and route name: the same buckets (a reload keeps them), so a table of its own.
+        let t = RateTable::new();
+        let slow = routes("[[listener.route]]\nrate = \"1/m\"\npool = \"api\"\n");
+        assert_eq!(t.admit(&slow.routes[0], a, now), Ok(()));
+        assert_eq!(t.admit(&slow.routes[0], a, now), Err(60));
+        let free = routes("[[listener.route]]\npool = \"api\"\n");
+        assert!((0..100).all(|_| t.admit(&free.routes[0], a, now).is_ok()));
+    }
+}

@@ -1,0 +1,739 @@
+//! Named pools and routes (issue 11 points 1 and 4, DESIGN §6.1-6.2): `[[pool]]` and
+//! `[[listener.route]]` read from TOML (what `quill check` says of them, every error one line
+//! with FILE:LINE), and requests through the real binary taking their routes: by host (exact and
+//! `*.suffix`), path prefix and regex, method and header; to named pools, redirects, fixed
+//! responses and 403; per-route client ACL, rate limit (429 with Retry-After), header edits and
+//! path rewrite; 404 when nothing matches and the listener has no servers; `pool NAME` over the
+//! control socket; a reload that changes routes while a request is in flight.
+
+#[path = "support/ctl.rs"]
+mod ctl;
+#[path = "support/http.rs"]
+mod http_support;
+mod support;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ctl::*;
+use http_support::*;
+use support::*;
+
+const T: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+/// A backend that answers every request `200` with body `NAME TARGET`.
+fn named(name: &'static str) -> Backend {
+    Backend::start(move |r| {
+        vec![Step::Send(response(
+            200,
+            "Content-Type: text/plain\r\n",
+            format!("{name} {}", r.target).as_bytes(),
+        ))]
+    })
+}
+
+/// Quill from a TOML file: `body(port)` is the whole file, the control socket at DIR/ctl.sock
+/// added on top. Returns the process and the file's path (for reloads).
+fn start(body: impl Fn(u16) -> String) -> (QuillProcess, PathBuf) {
+    let (q, probe, _) = Quill::spawn_first(|dir, port| {
+        let cfg = dir.join("quill.toml");
+        let text = format!(
+            "control = \"{}\"\nworkers = 1\n{}",
+            dir.join("ctl.sock").display(),
+            body(port)
+        );
+        std::fs::write(&cfg, text).unwrap();
+        vec!["--config".into(), cfg.display().to_string()]
+    });
+    drop(probe);
+    let cfg = q.path("quill.toml");
+    wait_ctl(&q, &q.path("ctl.sock"));
+    (q, cfg)
+}
+
+/// `[[pool]] NAME` with `servers`.
+fn pool(name: &str, servers: &[SocketAddr]) -> String {
+    let list: Vec<String> = servers.iter().map(|a| format!("\"{a}\"")).collect();
+    format!(
+        "[[pool]]\nname = \"{name}\"\nservers = [{}]\n",
+        list.join(", ")
+    )
+}
+
+/// An HTTP listener on `port`, with `servers` (may be empty) and the route tables `routes`.
+fn listener(port: u16, servers: &[SocketAddr], routes: &str) -> String {
+    let list: Vec<String> = servers.iter().map(|a| format!("\"{a}\"")).collect();
+    let servers = if list.is_empty() {
+        String::new()
+    } else {
+        format!("servers = [{}]\n", list.join(", "))
+    };
+    format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n{servers}{routes}"
+    )
+}
+
+fn client(q: &QuillProcess) -> Client {
+    Client::connect(q.addr())
+}
+
+/// A GET with Host `host` and extra header lines.
+fn get_host(target: &str, host: &str, extra: &str) -> Vec<u8> {
+    format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n").into_bytes()
+}
+
+fn body(r: &Response) -> String {
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
+fn write_cfg(dir: &Path, text: &str) -> PathBuf {
+    let p = dir.join("q.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn check(text: &str) -> (i32, String, String) {
+    let dir = scratch_dir();
+    let path = write_cfg(dir.path(), text);
+    run_quill_output(&["check", "--config", path.to_str().unwrap()])
+}
+
+/// `quill check` of `text` exits 2 with one line `quill: error: q.toml:LINE: ...` where LINE is
+/// the line holding `at`, and the line names every one of `needles`.
+fn refused(text: &str, at: &str, needles: &[&str]) {
+    let line = text
+        .lines()
+        .position(|l| l.contains(at))
+        .expect("`at` is in the text")
+        + 1;
+    refused_at(text, line, needles);
+}
+
+/// As [`refused`], at line `line`.
+fn refused_at(text: &str, line: usize, needles: &[&str]) {
+    let (code, out, err) = check(text);
+    assert_eq!(code, 2, "should be refused; stdout:\n{out}\nstderr:\n{err}");
+    let err = strip_ansi(&err);
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {err:?}");
+    assert!(
+        lines[0].contains(&format!("q.toml:{line}: ")),
+        "should name line {line}: {err:?}"
+    );
+    for n in needles {
+        assert!(lines[0].contains(n), "should name {n:?}: {err:?}");
+    }
+}
+
+const POOLS: &str = "[[pool]]\nname = \"api\"\nservers = [\"127.0.0.1:9001\"]\n";
+
+fn file(routes: &str) -> String {
+    format!(
+        "{POOLS}[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:18080\"\nprotocol = \"http\"\n\
+         servers = [\"127.0.0.1:9002\"]\n{routes}"
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn quill_check_explains_named_pools_and_routes_one_line_each() {
+    let text = "[acl]\n1 = [\"permit 10.0.0.0/8\"]\n\
+        [[pool]]\nname = \"api\"\nservers = [\"127.0.0.1:9001\", \"127.0.0.1:9002\"]\nmode = [\"roundrobin\"]\n\
+        health = { type = \"http\", path = \"/health\" }\n\
+        [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:18080\"\nprotocol = \"http\"\n\
+        [[listener.route]]\nname = \"api\"\nhost = [\"api.example.com\", \"*.example.org\"]\npath = \"/api/\"\n\
+        methods = [\"GET\", \"POST\"]\nheaders = { \"X-Env\" = \"prod\" }\nclient_acl = 1\npool = \"api\"\n\
+        rewrite_path = { prefix = \"/api/\", replace = \"/\" }\nrate = \"100/s\"\nburst = 20\n\
+        [[listener.route]]\npath_regex = \"^/old/\"\nredirect = { to = \"https://example.com/\", status = 308 }\n\
+        [[listener.route]]\nmethods = [\"DELETE\"]\ndeny = true\n\
+        [[listener.route]]\nrespond = { status = 503, body = \"down\\n\" }\n";
+    let (code, out, err) = check(text);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    for want in [
+        "pool 'api': mode roundrobin\n",
+        "  server 1: 127.0.0.1:9002",
+        "  health check: http GET /health",
+        "  route 'api': host api.example.com or *.example.org, path /api/*, method GET or POST, \
+         x-env = prod -> pool api; clients outside acl 1 get 403; path /api/ rewritten to /; \
+         rate 100/s burst 20 per client address (429 over it)\n",
+        "  route 'route-2': path ~ ^/old/ -> redirect 308 to https://example.com/ + path and query\n",
+        "  route 'route-3': method DELETE -> deny (403)\n",
+        "  route 'route-4': any request -> respond 503 (5 bytes of text/plain; charset=utf-8)\n",
+        "  no route matched: 404 (the listener has no servers)\n",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    // With servers of its own, unmatched requests go there.
+    let (code, out, _) = check(&file("[[listener.route]]\npath = \"/a\"\npool = \"api\"\n"));
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("  no route matched: the listener's own servers\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn route_and_pool_errors_are_one_line_with_file_and_line() {
+    refused(
+        &file("[[listener.route]]\npath = \"/a\"\npool = \"nope\"\n"),
+        "[[listener.route]]",
+        &["no pool named 'nope'"],
+    );
+    refused(
+        &file("[[listener.route]]\npool = \"api\"\ndeny = true\n"),
+        "deny = true",
+        &["pool and deny", "exactly one action"],
+    );
+    refused(
+        &file("[[listener.route]]\npath = \"/a\"\n"),
+        "[[listener.route]]",
+        &["no action"],
+    );
+    refused(
+        &file("[[listener.route]]\npath_regex = \"^/(a\"\npool = \"api\"\n"),
+        "path_regex",
+        &["path_regex", "invalid regex"],
+    );
+    refused(
+        &file("[[listener.route]]\nheaders = { \"X-A\" = { regex = \"[\" } }\npool = \"api\"\n"),
+        "headers",
+        &["X-A", "invalid regex"],
+    );
+    refused(
+        &file("[[listener.route]]\nredirect = { to = \"https://e/\", status = 200 }\n"),
+        "redirect",
+        &["status 200 is not a redirect"],
+    );
+    for status in ["99", "600", "100"] {
+        refused(
+            &file(&format!(
+                "[[listener.route]]\nrespond = {{ status = {status} }}\n"
+            )),
+            "respond",
+            &[&format!("status {status} is out of range")],
+        );
+    }
+    refused(
+        &file("[[listener.route]]\nmethods = [\"get\"]\npool = \"api\"\n"),
+        "methods",
+        &["case-sensitive", "GET"],
+    );
+    refused(
+        &file("[[listener.route]]\nhost = \"a.example.com:80\"\npool = \"api\"\n"),
+        "host",
+        &["a.example.com:80"],
+    );
+    refused(
+        &file("[[listener.route]]\nrate = \"100/d\"\npool = \"api\"\n"),
+        "rate",
+        &["invalid rate '100/d'"],
+    );
+    refused(
+        &file("[[listener.route]]\nburst = 5\npool = \"api\"\n"),
+        "burst",
+        &["burst needs a rate"],
+    );
+    refused(
+        &file("[[listener.route]]\npath = \"/a\"\ndeny = true\nrewrite_path = { prefix = \"/a\", replace = \"/\" }\n"),
+        "rewrite_path",
+        &["only a route to a pool"],
+    );
+    // The file's lines 1-8 are the pool and the listener; the second route starts at line 12.
+    refused_at(
+        &file("[[listener.route]]\nname = \"x\"\ndeny = true\n[[listener.route]]\nname = \"x\"\ndeny = true\n"),
+        12,
+        &["two routes are named 'x'"],
+    );
+    refused(
+        &format!(
+            "{POOLS}[[listener]]\nname = \"tcp\"\nlisten = \"127.0.0.1:18081\"\nservers = [\"127.0.0.1:9002\"]\n\
+             [[listener.route]]\ndeny = true\n"
+        ),
+        "[[listener.route]]",
+        &["needs protocol = \"http\""],
+    );
+    refused(
+        &format!(
+            "{POOLS}[[listener]]\nname = \"tcp\"\nlisten = \"127.0.0.1:18081\"\nprotocol = \"http\"\n"
+        ),
+        "name = \"tcp\"",
+        &["listener 'tcp' has no servers"],
+    );
+    refused(
+        "[[pool]]\nname = \"empty\"\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:18080\"\n\
+         servers = [\"127.0.0.1:9002\"]\n",
+        "name = \"empty\"",
+        &["pool 'empty' has no servers"],
+    );
+    refused_at(
+        &format!("{POOLS}{}", file("")),
+        5,
+        &["duplicate pool name 'api'"],
+    );
+    refused(
+        &file("").replace(
+            "servers = [\"127.0.0.1:9001\"]",
+            "servers = [\"127.0.0.1:18080\"]",
+        ),
+        "127.0.0.1:18080\"]",
+        &["pool 'api': server 0 127.0.0.1:18080 is one of Quill's own listen addresses"],
+    );
+    refused(
+        &file("[[listener.route]]\nbogus = 1\ndeny = true\n"),
+        "bogus",
+        &["bogus"],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests through routes (the HTTP session consults `Pool.routes`)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn http_routes_by_host_path_method_and_header_reach_their_pools() {
+    let (api, admin, beta, web, default) = (
+        named("api"),
+        named("admin"),
+        named("beta"),
+        named("web"),
+        named("default"),
+    );
+    let (q, _) = start(|port| {
+        format!(
+            "{}{}{}{}{}",
+            pool("api", &[api.addr()]),
+            pool("admin", &[admin.addr()]),
+            pool("beta", &[beta.addr()]),
+            pool("web", &[web.addr()]),
+            listener(
+                port,
+                &[default.addr()],
+                "[[listener.route]]\nheaders = { \"X-Beta\" = \"yes\" }\npool = \"beta\"\n\
+                 [[listener.route]]\nmethods = [\"POST\", \"PUT\"]\npath = \"/admin/\"\npool = \"admin\"\n\
+                 [[listener.route]]\nhost = \"api.example.com\"\npath = \"/v1/\"\npool = \"api\"\n\
+                 [[listener.route]]\nhost = \"www.example.com\"\npool = \"web\"\n",
+            )
+        )
+    });
+    let mut c = client(&q);
+    let mut ask = |req: Vec<u8>| {
+        let r = c.roundtrip(&req);
+        assert_eq!(r.status, 200, "{}", body(&r));
+        body(&r)
+    };
+    assert_eq!(
+        ask(get_host("/v1/users?x=1", "API.example.com:8080", "")),
+        "api /v1/users?x=1"
+    );
+    assert_eq!(
+        ask(get_host("/v2/users", "api.example.com", "")),
+        "default /v2/users"
+    );
+    assert_eq!(ask(get_host("/", "www.example.com", "")), "web /");
+    assert_eq!(
+        ask(request("POST", "/admin/x", "", b"hi")),
+        "admin /admin/x"
+    );
+    assert_eq!(
+        ask(get("/admin/x")),
+        "default /admin/x",
+        "GET is not POST or PUT"
+    );
+    assert_eq!(
+        ask(get_host("/v1/users", "api.example.com", "X-Beta: yes\r\n")),
+        "beta /v1/users",
+        "the first route that matches wins"
+    );
+    assert_eq!(
+        ask(get_host("/", "www.example.com", "X-Beta: no\r\n")),
+        "web /"
+    );
+    // Each pool got exactly its requests.
+    assert_eq!(api.requests().len(), 1);
+    assert_eq!(beta.requests().len(), 1);
+    assert_eq!(admin.requests().len(), 1);
+    assert_eq!(web.requests().len(), 2);
+    assert_eq!(default.requests().len(), 2);
+}
+
+#[test]
+fn http_wildcard_host_route_matches_subdomains_only() {
+    let (sub, default) = (named("sub"), named("default"));
+    let (q, _) = start(|port| {
+        format!(
+            "{}{}",
+            pool("sub", &[sub.addr()]),
+            listener(
+                port,
+                &[default.addr()],
+                "[[listener.route]]\nhost = \"*.example.com\"\npool = \"sub\"\n",
+            )
+        )
+    });
+    let mut c = client(&q);
+    for (host, want) in [
+        ("a.example.com", "sub"),
+        ("a.b.EXAMPLE.com:80", "sub"),
+        ("example.com", "default"),
+        ("badexample.com", "default"),
+        ("example.com.evil.test", "default"),
+    ] {
+        let r = c.roundtrip(&get_host("/", host, ""));
+        assert_eq!(body(&r), format!("{want} /"), "Host: {host}");
+    }
+}
+
+#[test]
+fn http_path_regex_route() {
+    let (img, default) = (named("img"), named("default"));
+    let (q, _) = start(|port| {
+        format!(
+            "{}{}",
+            pool("img", &[img.addr()]),
+            listener(
+                port,
+                &[default.addr()],
+                "[[listener.route]]\npath_regex = \"(?i)\\\\.(png|jpg)$\"\npool = \"img\"\n",
+            )
+        )
+    });
+    let mut c = client(&q);
+    assert_eq!(body(&c.roundtrip(&get("/a/b.PNG"))), "img /a/b.PNG");
+    assert_eq!(
+        body(&c.roundtrip(&get("/a/b.jpg?size=2"))),
+        "img /a/b.jpg?size=2",
+        "the query is not part of the path"
+    );
+    assert_eq!(
+        body(&c.roundtrip(&get("/a/b.png.txt"))),
+        "default /a/b.png.txt"
+    );
+}
+
+#[test]
+fn http_redirect_appends_path_and_query_unless_exact() {
+    let default = named("default");
+    let (q, _) = start(|port| {
+        listener(
+            port,
+            &[default.addr()],
+            "[[listener.route]]\npath = \"/old/\"\nredirect = { to = \"https://new.example.com/\", status = 308 }\n\
+             [[listener.route]]\npath = \"/gone\"\nredirect = { to = \"https://example.com/home\", status = 301, exact = true }\n",
+        )
+    });
+    let mut c = client(&q);
+    let r = c.roundtrip(&get("/old/a/b?c=1&d=2"));
+    assert_eq!(r.status, 308);
+    assert_eq!(
+        r.header("location"),
+        Some("https://new.example.com/old/a/b?c=1&d=2")
+    );
+    assert!(!r.says_close(), "a redirect keeps the connection");
+    let r = c.roundtrip(&get("/gone/x?y"));
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("https://example.com/home"));
+    assert!(
+        default.requests().is_empty(),
+        "no server saw a redirected request"
+    );
+}
+
+#[test]
+fn http_respond_route_answers_without_a_server() {
+    let (q, _) = start(|port| {
+        listener(
+            port,
+            &[],
+            "[[listener.route]]\npath = \"/health\"\nrespond = { status = 200, body = \"ok\\n\" }\n\
+             [[listener.route]]\nrespond = { status = 503, body = \"maintenance\\n\", content_type = \"text/html\" }\n",
+        )
+    });
+    let mut c = client(&q);
+    let r = c.roundtrip(&get("/health"));
+    assert_eq!((r.status, body(&r).as_str()), (200, "ok\n"));
+    let r = c.roundtrip(&get("/anything"));
+    assert_eq!((r.status, body(&r).as_str()), (503, "maintenance\n"));
+    assert_eq!(r.header("content-type"), Some("text/html"));
+    c.send(&request("HEAD", "/health", "", b""));
+    let h = c.read_head_response();
+    assert_eq!(h.status, 200);
+    assert_eq!(
+        h.header("content-length"),
+        Some("3"),
+        "HEAD keeps the length"
+    );
+    assert!(h.body.is_empty());
+    // No stray body bytes before the next answer.
+    let r = c.roundtrip(&get("/health"));
+    assert_eq!((r.status, body(&r).as_str()), (200, "ok\n"));
+}
+
+#[test]
+fn http_deny_route_gives_403() {
+    let default = named("default");
+    let (q, _) = start(|port| {
+        listener(
+            port,
+            &[default.addr()],
+            "[[listener.route]]\nmethods = [\"DELETE\"]\ndeny = true\n\
+             [[listener.route]]\npath = \"/.git\"\ndeny = true\n",
+        )
+    });
+    let mut c = client(&q);
+    assert_eq!(c.roundtrip(&request("DELETE", "/x", "", b"")).status, 403);
+    let mut c = client(&q);
+    assert_eq!(c.roundtrip(&get("/.git/config")).status, 403);
+    let mut c = client(&q);
+    assert_eq!(c.roundtrip(&get("/ok")).status, 200);
+    assert_eq!(
+        default.requests().len(),
+        1,
+        "denied requests reach no server"
+    );
+}
+
+#[test]
+fn http_route_client_acl_denies_other_addresses() {
+    let (admin, default) = (named("admin"), named("default"));
+    let (q, _) = start(|port| {
+        format!(
+            "[acl]\n1 = [\"permit 127.0.0.2\", \"deny 0.0.0.0/0\"]\n{}{}",
+            pool("admin", &[admin.addr()]),
+            listener(
+                port,
+                &[default.addr()],
+                "[[listener.route]]\npath = \"/admin\"\nclient_acl = 1\npool = \"admin\"\n",
+            )
+        )
+    });
+    let local: IpAddr = "127.0.0.1".parse().unwrap();
+    let other: IpAddr = "127.0.0.2".parse().unwrap();
+    let mut from_local = Client::from_stream(connect_from(local, q.addr()).unwrap());
+    assert_eq!(from_local.roundtrip(&get("/admin/x")).status, 403);
+    let mut from_local = Client::from_stream(connect_from(local, q.addr()).unwrap());
+    assert_eq!(
+        body(&from_local.roundtrip(&get("/other"))),
+        "default /other"
+    );
+    let mut from_other = Client::from_stream(connect_from(other, q.addr()).unwrap());
+    let r = from_other.roundtrip(&get("/admin/x"));
+    assert_eq!((r.status, body(&r).as_str()), (200, "admin /admin/x"));
+    assert_eq!(admin.requests().len(), 1);
+}
+
+#[test]
+fn http_rate_limited_route_gives_429_with_retry_after() {
+    let (api, default) = (named("api"), named("default"));
+    let (q, _) = start(|port| {
+        format!(
+            "{}{}",
+            pool("api", &[api.addr()]),
+            listener(
+                port,
+                &[default.addr()],
+                "[[listener.route]]\npath = \"/api/\"\nrate = \"1/m\"\nburst = 2\npool = \"api\"\n",
+            )
+        )
+    });
+    let mut c = client(&q);
+    assert_eq!(c.roundtrip(&get("/api/1")).status, 200);
+    assert_eq!(c.roundtrip(&get("/api/2")).status, 200);
+    let r = c.roundtrip(&get("/api/3"));
+    assert_eq!(r.status, 429, "{}", body(&r));
+    let wait: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("seconds");
+    assert!((1..=60).contains(&wait), "Retry-After {wait}");
+    // The bucket is the client address's, not the connection's: a new connection is still limited.
+    let mut c2 = client(&q);
+    assert_eq!(c2.roundtrip(&get("/api/4")).status, 429);
+    assert_eq!(
+        c2.roundtrip(&get("/free")).status,
+        200,
+        "other routes are not limited"
+    );
+    assert_eq!(api.requests().len(), 2);
+}
+
+#[test]
+fn http_route_header_edits_and_rewrite_path() {
+    let api = Backend::start(|r| {
+        vec![Step::Send(response(
+            200,
+            "Server: secret/1.0\r\n",
+            echo_text(r).as_bytes(),
+        ))]
+    });
+    let default = named("default");
+    let (q, _) = start(|port| {
+        format!(
+            "{}{}",
+            pool("api", &[api.addr()]),
+            listener(
+                port,
+                &[default.addr()],
+                "[[listener.route]]\npath = \"/api/\"\npool = \"api\"\n\
+                 rewrite_path = { prefix = \"/api/\", replace = \"/v2/\" }\n\
+                 request_headers = { set = { \"X-Route\" = \"api\" }, remove = [\"X-Debug\"] }\n\
+                 response_headers = { remove = [\"Server\"], add = { \"X-Served-By\" = \"api\" } }\n",
+            )
+        )
+    });
+    let mut c = client(&q);
+    let r = c.roundtrip(&request("GET", "/api/users?id=7", "X-Debug: 1\r\n", b""));
+    assert_eq!(r.status, 200);
+    let req = &api.wait_requests(1, T)[0];
+    assert_eq!(req.target, "/v2/users?id=7");
+    assert_eq!(req.header_all("x-route"), vec!["api"]);
+    assert!(!req.has("x-debug"), "{:?}", req.headers);
+    assert!(r.header("server").is_none(), "{:?}", r.headers);
+    assert_eq!(r.header("x-served-by"), Some("api"));
+    // The default pool gets neither the edits nor the rewrite.
+    let r = c.roundtrip(&get("/other"));
+    assert!(r.header("x-served-by").is_none());
+    assert_eq!(default.requests()[0].target, "/other");
+    assert!(!default.requests()[0].has("x-route"));
+}
+
+#[test]
+fn http_unmatched_request_without_default_pool_gets_404() {
+    let api = named("api");
+    let (q, _) = start(|port| {
+        format!(
+            "{}{}",
+            pool("api", &[api.addr()]),
+            listener(
+                port,
+                &[],
+                "[[listener.route]]\npath = \"/api/\"\npool = \"api\"\n",
+            )
+        )
+    });
+    let mut c = client(&q);
+    assert_eq!(c.roundtrip(&get("/api/x")).status, 200);
+    let r = c.roundtrip(&get("/elsewhere"));
+    assert_eq!(r.status, 404);
+    assert_eq!(api.requests().len(), 1);
+}
+
+#[test]
+fn http_control_command_drains_a_named_pool_server() {
+    let (a, b) = (named("a"), named("b"));
+    let (q, _) = start(|port| {
+        format!(
+            "{}{}",
+            pool("api", &[a.addr(), b.addr()]),
+            listener(port, &[], "[[listener.route]]\npool = \"api\"\n")
+        )
+    });
+    let sock = q.path("ctl.sock");
+    let servers = ctl(&sock, "pool api servers");
+    assert!(
+        servers.contains(&format!(" port {} ", a.addr().port())),
+        "{servers}"
+    );
+    assert!(
+        servers.contains(&format!(" port {} ", b.addr().port())),
+        "{servers}"
+    );
+    ctl_ok(&sock, "pool api server 0 drain");
+    assert!(ctl(&sock, "pool api servers").contains("drain"));
+    ctl_err(&sock, "pool nope server 0 drain", "no pool named 'nope'");
+    ctl_ok(&sock, "pool api blacklist 7");
+    assert_eq!(ctl(&sock, "pool api blacklist").trim(), "7");
+    ctl_err(&sock, "pool api listen 127.0.0.1:1", "not a pool setting");
+    let before = a.requests().len();
+    for i in 0..6 {
+        let mut c = client(&q);
+        let r = c.roundtrip(&get(&format!("/{i}")));
+        assert_eq!(
+            body(&r),
+            format!("b /{i}"),
+            "drained server 0 gets no new request"
+        );
+    }
+    assert_eq!(a.requests().len(), before);
+    ctl_ok(&sock, "pool api server 0 enable");
+    let got_a = (0..10).any(|i| {
+        let mut c = client(&q);
+        body(&c.roundtrip(&get(&format!("/again{i}")))).starts_with("a ")
+    });
+    assert!(got_a, "enabled again, server 0 takes requests");
+}
+
+#[test]
+fn http_reload_changes_routes_without_dropping_a_request_in_flight() {
+    let gate = Gate::new();
+    let g = gate.clone();
+    let old = Backend::start(move |r| {
+        let mut steps = Vec::new();
+        if r.target == "/slow" {
+            steps.push(Step::Wait(g.clone()));
+        }
+        steps.push(Step::Send(response(
+            200,
+            "",
+            format!("old {}", r.target).as_bytes(),
+        )));
+        steps
+    });
+    let new = named("new");
+    let routes = |to: &str| format!("[[listener.route]]\npath = \"/\"\npool = \"{to}\"\n");
+    let (q, cfg) = start(|port| {
+        format!(
+            "{}{}{}",
+            pool("old", &[old.addr()]),
+            pool("new", &[new.addr()]),
+            listener(port, &[], &routes("old"))
+        )
+    });
+    let mut in_flight = client(&q);
+    in_flight.send(&get("/slow"));
+    assert!(
+        !old.wait_requests(1, T).is_empty(),
+        "the slow request reached the old pool"
+    );
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text.replace(&routes("old"), &routes("new"))).unwrap();
+    let reply = ctl(&q.path("ctl.sock"), "reload");
+    assert!(reply.contains("reloaded"), "{reply}");
+    let mut c = client(&q);
+    assert_eq!(body(&c.roundtrip(&get("/after"))), "new /after");
+    gate.open_once();
+    let r = in_flight.read_response();
+    assert_eq!((r.status, body(&r).as_str()), (200, "old /slow"));
+    // The kept-alive connection's next request takes the new route.
+    assert_eq!(body(&in_flight.roundtrip(&get("/next"))), "new /next");
+}
+
+#[test]
+fn named_pool_servers_are_health_checked() {
+    let up = named("up");
+    let dead = refused_addr();
+    let (q, _) = start(|port| {
+        format!(
+            "[[pool]]\nname = \"api\"\nservers = [\"{}\", \"{dead}\"]\n\
+             health = {{ type = \"http\", path = \"/health\", interval = \"100ms\", timeout = \"500ms\", rise = 1, fall = 1 }}\n{}",
+            up.addr(),
+            listener(port, &[], "[[listener.route]]\npool = \"api\"\n")
+        )
+    });
+    let sock = q.path("ctl.sock");
+    let mut last = String::new();
+    let down = wait_until(T, || {
+        last = ctl(&sock, "pool api servers");
+        let lines: Vec<&str> = last.lines().collect();
+        lines.len() == 2 && lines[0].contains(" health up ") && lines[1].contains(" health down ")
+    });
+    assert!(down, "the dead server of the named pool goes down:\n{last}");
+}
