@@ -126,6 +126,8 @@ pub(crate) struct HttpEntry<'a> {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub server: Option<&'a dyn std::fmt::Display>,
+    /// The route the request matched (None: the listener's own servers, or no request).
+    pub route: Option<&'a str>,
     pub connect_us: Option<u64>,
     pub first_byte_us: Option<u64>,
     pub total_us: u64,
@@ -284,7 +286,7 @@ impl AccessLog {
             };
             let _ = writeln!(
                 line,
-                "{{\"client\":{},\"time\":{},\"request\":{},\"host\":{},\"status\":{},\"bytes_in\":{},\"bytes_out\":{},\"referer\":{},\"user_agent\":{},\"server\":{},\"route\":null,\"source\":\"{source}\",\"connect_ms\":{},\"first_byte_ms\":{},\"total_ms\":{},\"end\":\"{}\",\"request_id\":{}}}",
+                "{{\"client\":{},\"time\":{},\"request\":{},\"host\":{},\"status\":{},\"bytes_in\":{},\"bytes_out\":{},\"referer\":{},\"user_agent\":{},\"server\":{},\"route\":{},\"source\":\"{source}\",\"connect_ms\":{},\"first_byte_ms\":{},\"total_ms\":{},\"end\":\"{}\",\"request_id\":{}}}",
                 json_string(&e.client_ip.to_string()),
                 e.unix_time,
                 text(e.part(0)),
@@ -295,6 +297,7 @@ impl AccessLog {
                 text(e.part(2)),
                 text(e.part(3)),
                 server.as_deref().map_or("null".to_string(), json_string),
+                e.route.map_or("null".to_string(), json_string),
                 ms(e.connect_us),
                 ms(e.first_byte_us),
                 ms(Some(e.total_us)),
@@ -313,7 +316,9 @@ impl AccessLog {
             push_quoted(line, e.part(3));
             line.push(' ');
             push_text_field(line, &server.as_deref().unwrap_or("-"));
-            let _ = write!(line, " - {source} ");
+            line.push(' ');
+            push_text_field(line, &e.route.unwrap_or("-"));
+            let _ = write!(line, " {source} ");
             push_ms(line, e.connect_us);
             line.push(' ');
             push_ms(line, e.first_byte_us);

@@ -629,9 +629,11 @@ fn http_unmatched_request_without_default_pool_gets_404() {
 #[test]
 fn http_control_command_drains_a_named_pool_server() {
     let (a, b) = (named("a"), named("b"));
+    // Round robin: with Pen's default client tracking, every request from 127.0.0.1 would stay
+    // on the server it had while server 0 was drained.
     let (q, _) = start(|port| {
         format!(
-            "{}{}",
+            "{}mode = [\"roundrobin\"]\n{}",
             pool("api", &[a.addr(), b.addr()]),
             listener(port, &[], "[[listener.route]]\npool = \"api\"\n")
         )

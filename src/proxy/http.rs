@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use mio::event::Event;
 use mio::Interest;
-use quill_core::http1::rewrite::{self, RequestRewrite, ResponseRewrite};
+use quill_core::http1::rewrite::{self, HeaderEdit, RequestRewrite, ResponseRewrite};
 use quill_core::http1::{self, Body, Framing, Limits, Method, Version};
 
 use super::connect::{Connector, Progress};
@@ -29,6 +29,7 @@ use super::copy::{Buf, Direction, Failure, Pools, BUF_SIZE};
 use super::idle::ServerConns;
 use super::{Closing, Ctx, Side, Step, NEVER};
 use crate::backend::{Pool, ServerLease};
+use crate::route::{self, Action, Route};
 use crate::clock::millis;
 use crate::config::HttpSettings;
 use crate::log::HttpEntry;
@@ -371,6 +372,8 @@ enum Answer {
 #[derive(Debug)]
 struct Exchange {
     connector: Connector,
+    /// The route the request matched (an index into the routes of the session's pool snapshot).
+    route: Option<u32>,
     /// The request head, parsed at `head_at` in the client input (where it stays until the
     /// exchange is over, for a retry).
     head: http1::RequestHead,
@@ -450,11 +453,24 @@ fn settings(pool: &Pool) -> &HttpSettings {
         .unwrap_or_else(|| DEFAULT.get_or_init(HttpSettings::default))
 }
 
+/// The route with this index in the pool snapshot's routes.
+fn route_of(pool: &Pool, index: Option<u32>) -> Option<&Route<Pool>> {
+    pool.routes.as_ref()?.routes.get(index? as usize)
+}
+
 fn idempotent(m: Method) -> bool {
     matches!(
         m,
         Method::Get | Method::Head | Method::Put | Method::Delete | Method::Options | Method::Trace
     )
+}
+
+/// An answer Quill writes itself without a server.
+enum Local {
+    /// A plain status (403, 404, 429 with its `Retry-After` seconds).
+    Status(u16, Option<u64>),
+    /// The answer of the route with this index (redirect, respond, deny).
+    Route(usize),
 }
 
 /// What the request side of a drive asks for.
@@ -766,9 +782,42 @@ impl HttpSession {
                 return Err(self.refuse(413, cx));
             }
         }
+        // Routing: the first route that matches, else the listener's own servers.
+        let client_ip = self.addr.ip();
+        let mut target_pool = pool.clone();
+        let mut route_index = None;
+        if let Some(routes) = &pool.routes {
+            let buf = self.input.unparsed();
+            let found = routes.find_index(
+                head.method_span.of(buf),
+                head.target.of(buf),
+                head.host.map(|h| h.of(buf)),
+                |name| http1::field_value(buf, head.len, name),
+            );
+            if let Some(i) = found {
+                let route = &routes.routes[i];
+                route_index = Some(i as u32);
+                if !routes.permits(route, client_ip) {
+                    return self.answer_locally(&head, Local::Status(403, None), cx);
+                }
+                if let (Some(ip), Some(_)) = (client_ip, &route.rate) {
+                    if let Err(wait) = cx.rates.admit(route, ip, cx.now) {
+                        return self.answer_locally(&head, Local::Status(429, Some(wait)), cx);
+                    }
+                }
+                match &route.action {
+                    Action::Pool(p) => target_pool = p.clone(),
+                    _ => return self.answer_locally(&head, Local::Route(i), cx),
+                }
+            }
+        }
+        if route_index.is_none() && pool.servers.is_empty() && pool.emergency.is_none() {
+            return self.answer_locally(&head, Local::Status(404, None), cx);
+        }
         self.input.start = self.input.fed;
         self.ex = Some(Box::new(Exchange {
-            connector: Connector::for_http(self.pool.clone(), false),
+            connector: Connector::for_http(target_pool, false),
+            route: route_index,
             head,
             head_at: self.input.fed,
             up: None,
@@ -794,6 +843,80 @@ impl HttpSession {
             request_id: [b'0'; 16],
         }));
         self.connect(cx)
+    }
+
+    /// Quill answers a request itself without a server (a route's redirect, respond or deny, a
+    /// refused client, a rate limit, no route): the connection stays open for the next request
+    /// when the request has no body and the client keeps it.
+    fn answer_locally(
+        &mut self,
+        head: &http1::RequestHead,
+        what: Local,
+        cx: &mut Ctx,
+    ) -> Result<(), Step> {
+        let keep = head.keep_alive()
+            && head.framing == Framing::None
+            && !self.draining
+            && !cx.draining
+            && !settings(&self.pool).keepalive_timeout.is_zero();
+        let head_only = head.method == Method::Head;
+        let what_route = match what {
+            Local::Route(i) => Some(i),
+            Local::Status(..) => None,
+        };
+        let mut out = cx.pools.buffer();
+        let written = match what {
+            Local::Status(status, wait) => {
+                route::write_status(status, wait, keep, head_only, &mut out[..]).map(|n| (status, n))
+            }
+            Local::Route(i) => {
+                let Some(route) = self.pool.routes.as_ref().and_then(|r| r.routes.get(i)) else {
+                    cx.pools.give_buffer(out);
+                    return Err(Step::Close(End::Error));
+                };
+                let status = match &route.action {
+                    Action::Redirect { status, .. } | Action::Respond { status, .. } => *status,
+                    _ => 403,
+                };
+                let target = head.target.of(self.input.unparsed());
+                route::write_answer(&route.action, target, keep, head_only, &mut out[..])
+                    .map(|n| (status, n))
+            }
+        };
+        let Ok((status, n)) = written else {
+            cx.pools.give_buffer(out);
+            return Err(self.refuse(500, cx));
+        };
+        // Past the request head: what follows is the next request.
+        self.input.fed += head.len as u32;
+        self.input.fwd = self.input.fed;
+        let mut leg = Leg::new(out, n, Flow::Done);
+        let mut empty = Input::default();
+        let flushed = leg.flush(&mut empty, &self.client, &mut self.client_ready, cx.pools);
+        let sent = leg.bytes;
+        leg.release(cx.pools);
+        self.bytes_out += sent;
+        self.requests += 1;
+        cx.counters
+            .http_request(&self.listener.http, status, None);
+        let route_name = match what_route {
+            Some(i) => self
+                .pool
+                .routes
+                .as_ref()
+                .and_then(|r| r.routes.get(i))
+                .map(|r| r.name.as_str()),
+            None => None,
+        };
+        self.log(status, true, (0, sent), None, route_name, End::Done, cx);
+        self.input.settle(cx.pools);
+        self.idle_since = cx.now;
+        match flushed {
+            // The whole answer went: read the next request.
+            Ok(true) if keep => Ok(()),
+            Ok(_) => Err(Step::Close(End::Done)),
+            Err(_) => Err(Step::Close(End::ClientReset)),
+        }
     }
 
     /// Looks for a server for the exchange (an idle connection or a new one).
@@ -872,7 +995,7 @@ impl HttpSession {
         let _ = self.client.shutdown_write();
         cx.counters.http_request(&self.listener.http, status, None);
         let ex = self.ex.take();
-        self.log(status, true, leg.bytes, ex.as_deref(), End::Done, cx);
+        self.log(status, true, (0, leg.bytes), ex.as_deref(), None, End::Done, cx);
         if let Some(mut ex) = ex {
             self.drop_exchange(&mut ex, cx);
         }
@@ -905,6 +1028,7 @@ impl HttpSession {
         let Some(ex) = self.ex.as_mut() else {
             return Ok(());
         };
+        let route = route_of(&self.pool, ex.route);
         let Some(buf) = self.input.buf.as_deref() else {
             return Err(Step::Close(End::Error));
         };
@@ -926,8 +1050,13 @@ impl HttpSession {
             forwarded: s.forwarded,
             via: s.via.as_deref(),
             request_id: s.request_id.then_some(&ex.request_id[..]),
-            edits: [&s.request_headers, &[]],
-            rewrite_path: None,
+            edits: [
+                &s.request_headers,
+                route.map_or(&[][..], |r| &r.request_headers),
+            ],
+            rewrite_path: route
+                .and_then(|r| r.rewrite_path.as_ref())
+                .map(|(a, b)| (a.as_str(), b.as_str())),
             upgrade: ex.upgrade,
         };
         let mut out = cx.pools.buffer();
@@ -1094,7 +1223,8 @@ impl HttpSession {
             return DownOutcome::Finished;
         };
         if ex.answer == Answer::Head {
-            return Self::read_response_head(ex, s, draining || client_eof, cx);
+            let edits = route_of(&self.pool, ex.route).map_or(&[][..], |r| &r.response_headers);
+            return Self::read_response_head(ex, s, edits, draining || client_eof, cx);
         }
         let Some((server, sready)) = ex.connector.server_side() else {
             return DownOutcome::Wait;
@@ -1152,6 +1282,7 @@ impl HttpSession {
     fn read_response_head(
         ex: &mut Exchange,
         s: &HttpSettings,
+        route_edits: &[HeaderEdit],
         closing: bool,
         cx: &mut Ctx,
     ) -> DownOutcome {
@@ -1165,7 +1296,9 @@ impl HttpSession {
             if ex.sinput.has_unparsed() {
                 let to_head = ex.head.method == Method::Head;
                 match http1::parse_response(ex.sinput.unparsed(), &limits, to_head) {
-                    Ok(Some(head)) => return Self::start_response(ex, &head, s, closing, cx),
+                    Ok(Some(head)) => {
+                        return Self::start_response(ex, &head, s, route_edits, closing, cx)
+                    }
                     Ok(None) => {}
                     Err(e) => {
                         cx.counters.http_parse_error(e);
@@ -1200,6 +1333,7 @@ impl HttpSession {
         ex: &mut Exchange,
         head: &http1::ResponseHead,
         s: &HttpSettings,
+        route_edits: &[HeaderEdit],
         closing: bool,
         cx: &mut Ctx,
     ) -> DownOutcome {
@@ -1230,7 +1364,7 @@ impl HttpSession {
             close: !interim && ex.close,
             keep_alive_10: !interim && !ex.close && ex.head.version == Version::Http10,
             via: s.via.as_deref(),
-            edits: [&s.response_headers, &[]],
+            edits: [&s.response_headers, route_edits],
             upgrade: tunnel,
         };
         let mut out = cx.pools.buffer();
@@ -1310,7 +1444,7 @@ impl HttpSession {
         ex.retried = true;
         ex.up_done = false;
         ex.answer = Answer::Head;
-        ex.connector = Connector::for_http(self.pool.clone(), true);
+        ex.connector = Connector::for_http(ex.connector.pool().clone(), true);
         // The request goes again from its head, still in the input.
         self.input.fwd = ex.head_at;
         self.input.fed = ex.head_at;
@@ -1367,7 +1501,15 @@ impl HttpSession {
         let us = ex.started_at.elapsed().as_micros() as u64;
         cx.counters
             .http_request(&self.listener.http, ex.status, Some(us));
-        self.log(ex.status, false, down_bytes, Some(&ex), end, cx);
+        self.log(
+            ex.status,
+            false,
+            (up_bytes, down_bytes),
+            Some(&ex),
+            None,
+            end,
+            cx,
+        );
         let expires = cx.now.saturating_add(millis(s.server_idle_timeout));
         ex.connector.release(keep, expires, s.server_keepalive, cx);
         // Past the request: what follows in the input is the next one.
@@ -1382,18 +1524,24 @@ impl HttpSession {
     }
 
     /// Writes the request's access log line (if the log is on).
+    #[expect(clippy::too_many_arguments, reason = "one log line's fields")]
     fn log(
         &self,
         status: u16,
         own: bool,
-        bytes_out: u64,
+        (bytes_in, bytes_out): (u64, u64),
         ex: Option<&Exchange>,
+        route: Option<&str>,
         end: End,
         cx: &mut Ctx,
     ) {
         let Some(log) = cx.log.as_deref_mut() else {
             return;
         };
+        let route = route.or_else(|| {
+            ex.and_then(|ex| route_of(&self.pool, ex.route))
+                .map(|r| r.name.as_str())
+        });
         let server = ex.and_then(|ex| ex.connector.server());
         let server_addr = server.map(|s| s.addr() as &dyn std::fmt::Display);
         log.write_http(&HttpEntry {
@@ -1404,9 +1552,10 @@ impl HttpSession {
             generated_id: ex.map_or(&[][..], |ex| &ex.request_id[..]),
             status,
             own,
-            bytes_in: ex.and_then(|ex| ex.up.as_ref()).map_or(0, |l| l.bytes),
+            bytes_in,
             bytes_out,
             server: server_addr,
+            route,
             connect_us: ex.and_then(|ex| ex.connect_us),
             first_byte_us: ex.and_then(|ex| ex.first_byte_us),
             total_us: ex.map_or(0, |ex| ex.started_at.elapsed().as_micros() as u64),

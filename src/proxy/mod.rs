@@ -22,6 +22,7 @@ use mio::{Registry, Token};
 
 use crate::backend::{Pool, Server, ServerLease};
 use crate::log::AccessLog;
+use crate::route::RateTable;
 use crate::metrics::{Counters, End};
 use crate::net::{ClientAddr, Stream};
 use crate::state::shared::Listener;
@@ -76,6 +77,8 @@ pub(crate) struct Ctx<'a> {
     pub log: Option<&'a mut AccessLog>,
     /// The worker is draining: HTTP sessions close after their current exchange.
     pub draining: bool,
+    /// Per-client-address rate limits of HTTP routes, shared by all workers.
+    pub rates: &'a RateTable,
 }
 
 impl Ctx<'_> {

@@ -336,6 +336,7 @@ impl Worker {
             conns: &mut self.conns,
             log: self.log.as_mut(),
             draining: self.draining,
+            rates: self.shared.rates(),
         };
         Some((s, cx))
     }
@@ -769,6 +770,7 @@ impl Worker {
                 bytes_in: 0,
                 bytes_out: 0,
                 server: None,
+                route: None,
                 connect_us: None,
                 first_byte_us: None,
                 total_us: 0,
