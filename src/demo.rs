@@ -29,8 +29,9 @@ pub const BACKLOG: u32 = 1024;
 /// What a demo server does with each connection.
 #[derive(Clone, Debug)]
 pub enum Behaviour {
-    /// HTTP/1.1 with keep-alive. `GET /` answers `NAME\n`; `GET /bytes/N` answers N bytes of a
-    /// repeating pattern (see [`pattern`]); anything else answers 404.
+    /// HTTP/1.1 with keep-alive. `GET /` and `GET /api/...` answer `NAME\n`; `GET /headers`
+    /// lists the request's header fields; `GET /bytes/N` answers N bytes of a repeating pattern
+    /// (see [`pattern`]); anything else answers 404.
     Http { name: String },
     /// Echo every byte back; on EOF from the client, finish echoing, then shut down the write side.
     Echo,
@@ -243,8 +244,15 @@ fn answer(
     let keep_alive = request.version == Version::Http11 && !request.connection.close;
     let (status, body): (&str, Vec<u8>) = if method != Method::Get && method != Method::Head {
         ("405 Method Not Allowed", b"method not allowed\n".to_vec())
-    } else if path == "/" {
+    } else if path == "/" || path.starts_with("/api/") {
         ("200 OK", format!("{name}\n").into_bytes())
+    } else if path == "/headers" {
+        // What reached the backend: shows what a proxy in front added (X-Forwarded-For, ...).
+        let mut text = format!("{name} received:\n");
+        for f in http1::fields(buf, request.len) {
+            text.push_str(&String::from_utf8_lossy(f.line.of(buf)));
+        }
+        ("200 OK", text.replace('\r', "").into_bytes())
     } else if let Some(n) = path
         .strip_prefix("/bytes/")
         .and_then(|n| n.parse::<u64>().ok())

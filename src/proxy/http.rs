@@ -29,12 +29,12 @@ use super::copy::{Buf, Direction, Failure, Pools, BUF_SIZE};
 use super::idle::ServerConns;
 use super::{Closing, Ctx, Side, Step, NEVER};
 use crate::backend::{Pool, ServerLease};
-use crate::route::{self, Action, Route};
 use crate::clock::millis;
 use crate::config::HttpSettings;
 use crate::log::HttpEntry;
 use crate::metrics::End;
 use crate::net::{ClientAddr, Ready, Stream};
+use crate::route::{self, Action, Route};
 use crate::state::shared::{Listener, SessionInfo};
 
 /// Bytes read from one side and not yet forwarded: `[start, fwd)` was forwarded (kept for a
@@ -867,7 +867,8 @@ impl HttpSession {
         let mut out = cx.pools.buffer();
         let written = match what {
             Local::Status(status, wait) => {
-                route::write_status(status, wait, keep, head_only, &mut out[..]).map(|n| (status, n))
+                route::write_status(status, wait, keep, head_only, &mut out[..])
+                    .map(|n| (status, n))
             }
             Local::Route(i) => {
                 let Some(route) = self.pool.routes.as_ref().and_then(|r| r.routes.get(i)) else {
@@ -897,8 +898,7 @@ impl HttpSession {
         leg.release(cx.pools);
         self.bytes_out += sent;
         self.requests += 1;
-        cx.counters
-            .http_request(&self.listener.http, status, None);
+        cx.counters.http_request(&self.listener.http, status, None);
         let route_name = match what_route {
             Some(i) => self
                 .pool
@@ -995,7 +995,15 @@ impl HttpSession {
         let _ = self.client.shutdown_write();
         cx.counters.http_request(&self.listener.http, status, None);
         let ex = self.ex.take();
-        self.log(status, true, (0, leg.bytes), ex.as_deref(), None, End::Done, cx);
+        self.log(
+            status,
+            true,
+            (0, leg.bytes),
+            ex.as_deref(),
+            None,
+            End::Done,
+            cx,
+        );
         if let Some(mut ex) = ex {
             self.drop_exchange(&mut ex, cx);
         }
@@ -1638,7 +1646,10 @@ mod tests {
     #[test]
     fn idle_http_session_is_small() {
         let size = std::mem::size_of::<HttpSession>();
-        println!("HttpSession is {size} bytes, Exchange {}", std::mem::size_of::<Exchange>());
+        println!(
+            "HttpSession is {size} bytes, Exchange {}",
+            std::mem::size_of::<Exchange>()
+        );
         assert!(size <= 256, "HttpSession is {size} bytes");
     }
 

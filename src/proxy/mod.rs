@@ -22,9 +22,9 @@ use mio::{Registry, Token};
 
 use crate::backend::{Pool, Server, ServerLease};
 use crate::log::AccessLog;
-use crate::route::RateTable;
 use crate::metrics::{Counters, End};
 use crate::net::{ClientAddr, Stream};
+use crate::route::RateTable;
 use crate::state::shared::Listener;
 use crate::state::shared::SessionInfo;
 use copy::Pools;
