@@ -14,6 +14,7 @@ use crate::addr::{AdminState, BackendAddr, ServerSpec};
 use crate::balancer::{ClientTable, Cursor, Mode, ServerSet};
 use crate::clock::millis;
 use crate::config::{HealthCheck, HttpSettings, ListenerConfig, Tuning};
+use quill_core::http1::rewrite::{EditOp, HeaderEdit};
 
 const NO_ACL: u8 = u8::MAX;
 
@@ -315,6 +316,8 @@ pub(crate) struct Pool {
     pub health: Option<HealthCheck>,
     /// The HTTP settings of an HTTP listener's pool; None for TCP.
     pub http: Option<Arc<HttpSettings>>,
+    /// HTTP cookie stickiness (`sticky_cookie`), on an HTTP listener's own pool or a named pool.
+    pub sticky: Option<Sticky>,
     /// An HTTP listener's routes (None when it has none; always None on a named pool). Set by
     /// the controller after `build`, once the named pools they point to exist; a reload swaps
     /// them with the pool, so the next request sees the new routes.
@@ -323,6 +326,77 @@ pub(crate) struct Pool {
 
 /// A listener's routes, whose pool actions hold named pools.
 pub(crate) type Routes = crate::route::Routes<Pool>;
+
+/// HTTP stickiness by a cookie Quill inserts (`sticky_cookie`): the cookie's name, and per server
+/// (in the pool's order) its value, a hash of the server's address (the same in every worker,
+/// process and reload while the address is listed), and the `Set-Cookie` edit that gives it.
+#[derive(Debug)]
+pub(crate) struct Sticky {
+    pub name: Box<str>,
+    pub values: Vec<[u8; 16]>,
+    pub set_cookie: Vec<[HeaderEdit; 1]>,
+}
+
+impl Sticky {
+    fn new(name: &str, servers: &[Arc<Server>]) -> Sticky {
+        let values: Vec<[u8; 16]> = servers
+            .iter()
+            .map(|s| {
+                // FNV-1a 64 of the address, as 16 hex digits.
+                let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+                for b in s.addr().to_string().bytes() {
+                    h ^= u64::from(b);
+                    h = h.wrapping_mul(0x0100_0000_01b3);
+                }
+                let mut out = [0u8; 16];
+                for (i, o) in out.iter_mut().enumerate() {
+                    *o = b"0123456789abcdef"[((h >> (60 - 4 * i)) & 0xf) as usize];
+                }
+                out
+            })
+            .collect();
+        let set_cookie = values
+            .iter()
+            .map(|v| {
+                [HeaderEdit {
+                    op: EditOp::Add,
+                    name: "Set-Cookie".into(),
+                    value: format!(
+                        "{name}={}; Path=/; HttpOnly; SameSite=Lax",
+                        String::from_utf8_lossy(v)
+                    )
+                    .into(),
+                }]
+            })
+            .collect();
+        Sticky {
+            name: name.into(),
+            values,
+            set_cookie,
+        }
+    }
+
+    /// The server a request's `Cookie` fields name (`fields`: each `Cookie` field's value).
+    pub(crate) fn server_of<'a>(&self, cookies: impl Iterator<Item = &'a [u8]>) -> Option<u32> {
+        for header in cookies {
+            for pair in header.split(|&b| b == b';') {
+                let pair = pair.trim_ascii();
+                let Some(eq) = pair.iter().position(|&b| b == b'=') else {
+                    continue;
+                };
+                if &pair[..eq] == self.name.as_bytes() {
+                    let value = pair[eq + 1..].trim_ascii();
+                    return self
+                        .values
+                        .iter()
+                        .position(|v| v[..] == *value)
+                        .map(|i| i as u32);
+                }
+            }
+        }
+        None
+    }
+}
 
 impl Pool {
     /// Builds the pool for `l`, keeping from `old` every server whose address is still listed (its
@@ -400,6 +474,10 @@ impl Pool {
             }
             _ => Arc::new(ClientTable::new(l.tuning.clients_max)),
         };
+        let sticky = l
+            .sticky_cookie
+            .as_deref()
+            .map(|name| Sticky::new(name, &servers));
         Pool {
             name: l.name.clone(),
             mode: l.mode,
@@ -412,6 +490,7 @@ impl Pool {
             client_acl: l.client_acl,
             http: l.http.clone().map(Arc::new),
             routes: None,
+            sticky,
             acls,
             health: l.health.clone(),
         }

@@ -739,3 +739,95 @@ fn named_pool_servers_are_health_checked() {
     });
     assert!(down, "the dead server of the named pool goes down:\n{last}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Stickiness by an inserted cookie (issue 11 point 5)
+// ---------------------------------------------------------------------------------------------
+
+/// The `Set-Cookie` value Quill gave (`NAME=VALUE`), if any.
+fn sticky_cookie_of(r: &Response) -> Option<String> {
+    r.header_all("set-cookie")
+        .into_iter()
+        .find(|v| v.starts_with("SRV="))
+        .map(|v| v.split(';').next().unwrap_or("").to_string())
+}
+
+#[test]
+fn http_sticky_cookie_keeps_a_client_on_its_server_across_connections() {
+    let (a, b) = (named("a"), named("b"));
+    let (q, _) = start(|port| {
+        format!(
+            "{}mode = [\"roundrobin\"]\nsticky_cookie = \"SRV\"\n",
+            listener(port, &[a.addr(), b.addr()], "")
+        )
+    });
+    // The first answer names the server in a cookie.
+    let first = client(&q).roundtrip(&get("/"));
+    let cookie = sticky_cookie_of(&first).expect("a Set-Cookie for the server");
+    let server = body(&first)[..1].to_string();
+    // With the cookie, every request on new connections reaches that server, though round robin
+    // alone would alternate; and no new cookie is sent.
+    for i in 0..6 {
+        let r = client(&q).roundtrip(&get_host(
+            &format!("/{i}"),
+            "example.test",
+            &format!("Cookie: x=1; {cookie}\r\n"),
+        ));
+        assert_eq!(
+            body(&r)[..1],
+            server,
+            "request {i} went elsewhere: {}",
+            body(&r)
+        );
+        assert!(
+            sticky_cookie_of(&r).is_none(),
+            "cookie sent again: {:?}",
+            r.header_all("set-cookie")
+        );
+    }
+    // Without it, round robin goes on.
+    let bodies: Vec<String> = (0..4)
+        .map(|i| body(&client(&q).roundtrip(&get(&format!("/n{i}"))))[..1].to_string())
+        .collect();
+    assert!(bodies.iter().any(|s| *s != server), "{bodies:?}");
+}
+
+#[test]
+fn http_sticky_cookie_naming_a_drained_server_moves_the_client_and_renews_the_cookie() {
+    let (a, b) = (named("a"), named("b"));
+    let (q, _) = start(|port| {
+        format!(
+            "{}mode = [\"roundrobin\"]\nsticky_cookie = \"SRV\"\n",
+            listener(port, &[a.addr(), b.addr()], "")
+        )
+    });
+    let first = client(&q).roundtrip(&get("/"));
+    let cookie = sticky_cookie_of(&first).expect("a Set-Cookie");
+    let server = body(&first)[..1].to_string();
+    let index = if server == "a" { 0 } else { 1 };
+    ctl_ok(&q.path("ctl.sock"), &format!("server {index} drain"));
+    let r = client(&q).roundtrip(&get_host(
+        "/after",
+        "example.test",
+        &format!("Cookie: {cookie}\r\n"),
+    ));
+    assert_ne!(
+        body(&r)[..1],
+        server,
+        "a drained server took a sticky request"
+    );
+    let renewed = sticky_cookie_of(&r).expect("a new cookie for the new server");
+    assert_ne!(renewed, cookie);
+}
+
+#[test]
+fn sticky_cookie_must_be_a_token() {
+    let (code, _, err) = check(
+        "[[listener]]\nname = \"w\"\nlisten = \"127.0.0.1:1\"\nprotocol = \"http\"\nservers = [\"127.0.0.1:2\"]\nsticky_cookie = \"a b\"\n",
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("sticky_cookie") && err.contains(":6:"),
+        "{err}"
+    );
+}

@@ -332,6 +332,11 @@ fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
+/// A non-empty token (a header name, a cookie name).
+pub(crate) fn is_token(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(is_tchar)
+}
+
 /// A `via` name: what follows `1.1 ` in the `Via` field (a token, or `host[:port]`).
 pub(crate) fn check_via(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()

@@ -461,6 +461,8 @@ pub(crate) struct ListenerConfig {
     pub abuse: Option<BackendAddr>,
     /// Some for an HTTP listener (`-H`, `protocol = "http"`): its HTTP settings.
     pub http: Option<HttpSettings>,
+    /// HTTP: stick clients to servers by this cookie, inserted by Quill (`sticky_cookie`).
+    pub sticky_cookie: Option<String>,
     /// An HTTP listener's routes (`[[listener.route]]`), first match wins; a request no route
     /// matches goes to the listener's own servers (404 when it has none).
     pub routes: Vec<RouteConfig>,
@@ -791,6 +793,7 @@ impl ListenerConfig {
             client_acl: None,
             abuse: None,
             http: None,
+            sticky_cookie: None,
             routes: Vec::new(),
         }
     }

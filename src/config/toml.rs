@@ -425,6 +425,7 @@ fn build_listener(
             emergency: &rl.emergency,
             health: &rl.health,
             slow_start: rl.slow_start,
+            sticky_cookie: &rl.sticky_cookie,
             servers: &rl.servers,
         },
         at,
@@ -442,6 +443,7 @@ struct PoolKeys<'a> {
     emergency: &'a Option<Spanned<String>>,
     health: &'a Option<Spanned<RawHealth>>,
     slow_start: Option<Dur>,
+    sticky_cookie: &'a Option<Spanned<String>>,
     servers: &'a [Spanned<RawServer>],
 }
 
@@ -475,6 +477,7 @@ fn build_pool(
             emergency: &rp.emergency,
             health: &rp.health,
             slow_start: rp.slow_start,
+            sticky_cookie: &rp.sticky_cookie,
             servers: &rp.servers,
         },
         at,
@@ -518,6 +521,17 @@ fn fill_pool(
     }
     if let Some(d) = k.slow_start {
         l.slow_start = d.0;
+    }
+    if let Some(c) = k.sticky_cookie {
+        let name = c.get_ref();
+        if !crate::config::http::is_token(name) || name.len() > 64 {
+            return Err(ConfigError::usage(format!(
+                "{}sticky_cookie: '{}' is not a cookie name (a token of at most 64 characters)",
+                at(c.span()),
+                name.escape_debug()
+            )));
+        }
+        l.sticky_cookie = Some(name.clone());
     }
     for s in k.servers {
         let prefix = at(s.span());
@@ -1099,6 +1113,7 @@ with_tuning_keys! {
         client_acl: Option<Spanned<u8>>,
         health: Option<Spanned<RawHealth>>,
         slow_start: Option<Dur>,
+        sticky_cookie: Option<Spanned<String>>,
         protocol: Option<Spanned<String>>,
         http: Option<Spanned<RawHttp>>,
         #[serde(default)]
@@ -1118,6 +1133,7 @@ with_tuning_keys! {
         emergency: Option<Spanned<String>>,
         health: Option<Spanned<RawHealth>>,
         slow_start: Option<Dur>,
+        sticky_cookie: Option<Spanned<String>>,
         #[serde(default)]
         servers: Vec<Spanned<RawServer>>,
     }

@@ -87,6 +87,8 @@ pub(crate) struct Connector {
     reused: bool,
     /// Never reuse an idle connection (a retry after a reused one failed).
     fresh: bool,
+    /// HTTP: the server the request's stickiness cookie names, taken like a tracked client's.
+    sticky: Option<u32>,
 }
 
 impl Connector {
@@ -109,17 +111,24 @@ impl Connector {
             conn: None,
             reused: false,
             fresh: false,
+            sticky: None,
         }
     }
 
     /// A connector for one HTTP exchange: an idle connection to the chosen server is reused
     /// when the worker has one (unless `fresh`: a retry after a reused connection failed).
-    pub(crate) fn for_http(pool: Arc<Pool>, fresh: bool) -> Connector {
+    pub(crate) fn for_http(pool: Arc<Pool>, fresh: bool, sticky: Option<u32>) -> Connector {
         Connector {
             http: true,
             fresh,
+            sticky,
             ..Connector::new(pool, false)
         }
+    }
+
+    /// The index of the server connected to in the pool (None for the emergency server).
+    pub(crate) fn current(&self) -> Option<u32> {
+        self.current
     }
 
     /// Whether the connection is an idle one reused (HTTP).
@@ -360,6 +369,8 @@ impl Connector {
                 ClientAddr::Unix => Client { ip: None, port: 0 },
             };
             let tracked = match client.ip {
+                // A stickiness cookie names the client's server the way tracking would.
+                _ if self.sticky.is_some() => self.sticky.map(|i| i as usize),
                 Some(ip) if pool.mode.tracking() => pool.clients.lookup(
                     ip,
                     (now_ms / 1000) as u32,

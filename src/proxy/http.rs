@@ -374,6 +374,8 @@ struct Exchange {
     connector: Connector,
     /// The route the request matched (an index into the routes of the session's pool snapshot).
     route: Option<u32>,
+    /// The server the request's stickiness cookie named (see `backend::Sticky`).
+    sticky: Option<u32>,
     /// The request head, parsed at `head_at` in the client input (where it stays until the
     /// exchange is over, for a retry).
     head: http1::RequestHead,
@@ -814,9 +816,19 @@ impl HttpSession {
         if route_index.is_none() && pool.servers.is_empty() && pool.emergency.is_none() {
             return self.answer_locally(&head, Local::Status(404, None), cx);
         }
+        // Stickiness by cookie: the server the request's cookie names, if the pool has one.
+        let sticky = target_pool.sticky.as_ref().and_then(|st| {
+            let buf = self.input.unparsed();
+            st.server_of(
+                http1::fields(buf, head.len)
+                    .filter(|f| f.name.of(buf).eq_ignore_ascii_case(b"cookie"))
+                    .map(|f| f.value.of(buf)),
+            )
+        });
         self.input.start = self.input.fed;
         self.ex = Some(Box::new(Exchange {
-            connector: Connector::for_http(target_pool, false),
+            connector: Connector::for_http(target_pool, false, sticky),
+            sticky,
             route: route_index,
             head,
             head_at: self.input.fed,
@@ -1061,6 +1073,7 @@ impl HttpSession {
             edits: [
                 &s.request_headers,
                 route.map_or(&[][..], |r| &r.request_headers),
+                &[],
             ],
             rewrite_path: route
                 .and_then(|r| r.rewrite_path.as_ref())
@@ -1367,12 +1380,28 @@ impl HttpSession {
             ex.close |=
                 !ex.head.keep_alive() || closing || head.framing == Framing::Close || !ex.up_done;
         }
+        // A sticky pool's server gives the client its cookie unless the client has it already.
+        let pool = ex
+            .connector
+            .pool()
+            .sticky
+            .is_some()
+            .then(|| ex.connector.pool().clone());
+        let cookie: &[HeaderEdit] = match (
+            pool.as_ref().and_then(|p| p.sticky.as_ref()),
+            ex.connector.current(),
+        ) {
+            (Some(st), Some(i)) if !interim && ex.sticky != Some(i) => {
+                st.set_cookie.get(i as usize).map_or(&[], |e| &e[..])
+            }
+            _ => &[],
+        };
         let rw = ResponseRewrite {
             client_version: ex.head.version,
             close: !interim && ex.close,
             keep_alive_10: !interim && !ex.close && ex.head.version == Version::Http10,
             via: s.via.as_deref(),
-            edits: [&s.response_headers, route_edits],
+            edits: [&s.response_headers, route_edits, cookie],
             upgrade: tunnel,
         };
         let mut out = cx.pools.buffer();
@@ -1452,7 +1481,7 @@ impl HttpSession {
         ex.retried = true;
         ex.up_done = false;
         ex.answer = Answer::Head;
-        ex.connector = Connector::for_http(ex.connector.pool().clone(), true);
+        ex.connector = Connector::for_http(ex.connector.pool().clone(), true, ex.sticky);
         // The request goes again from its head, still in the input.
         self.input.fwd = ex.head_at;
         self.input.fed = ex.head_at;

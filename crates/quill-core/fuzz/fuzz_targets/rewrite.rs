@@ -110,7 +110,7 @@ fn request(knobs: &[u8; 4], edits: &[HeaderEdit], data: &[u8]) {
         forwarded: flag(4),
         via: flag(5).then_some("quill"),
         request_id: flag(6).then_some(&b"id-1"[..]),
-        edits: [edits, &[]],
+        edits: [edits, &[], &[]],
         rewrite_path,
         upgrade: flag(7),
     };
@@ -136,7 +136,7 @@ fn response(knobs: &[u8; 4], edits: &[HeaderEdit], data: &[u8]) {
         close: flag(1),
         keep_alive_10: flag(2),
         via: flag(3).then_some("quill"),
-        edits: [&[], edits],
+        edits: [&[], edits, &[]],
         upgrade: flag(4),
     };
     let out = write_checked(head.len, |out| write_response(data, &head, &rw, out));

@@ -87,8 +87,9 @@ pub struct RequestRewrite<'a> {
     pub via: Option<&'a str>,
     /// Added as `X-Request-ID` when the request has none.
     pub request_id: Option<&'a [u8]>,
-    /// Listener edits, then route edits, applied in order after the fields above.
-    pub edits: [&'a [HeaderEdit]; 2],
+    /// Listener edits, then route edits, then the proxy's own (a stickiness cookie), applied in
+    /// order after the fields above.
+    pub edits: [&'a [HeaderEdit]; 3],
     /// Replaces this prefix of the path with the second string (`rewrite_path`).
     pub rewrite_path: Option<(&'a str, &'a str)>,
     /// Keep `Upgrade` and send `Connection: upgrade` (the request asked to upgrade).
@@ -106,8 +107,9 @@ pub struct ResponseRewrite<'a> {
     pub keep_alive_10: bool,
     /// `Via: 1.1 NAME` appended when set.
     pub via: Option<&'a str>,
-    /// Listener edits, then route edits.
-    pub edits: [&'a [HeaderEdit]; 2],
+    /// Listener edits, then route edits, then the proxy's own (a stickiness cookie's
+    /// `Set-Cookie`).
+    pub edits: [&'a [HeaderEdit]; 3],
     /// A 101 answer to an upgrade: keep `Upgrade`, send `Connection: upgrade`.
     pub upgrade: bool,
 }
@@ -662,17 +664,17 @@ fn is_value(bytes: &[u8]) -> bool {
         .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80)
 }
 
-/// The listener's and the route's edits, as one ordered list of the usable ones.
+/// The listener's, the route's and the proxy's edits, as one ordered list of the usable ones.
 #[derive(Clone, Copy)]
 struct Edits<'a> {
-    lists: [&'a [HeaderEdit]; 2],
+    lists: [&'a [HeaderEdit]; 3],
 }
 
 impl<'a> Edits<'a> {
     /// Every edit, in order (usable or not: callers check the name first, which is cheaper).
     fn iter(&self) -> impl Iterator<Item = &'a HeaderEdit> {
-        let [first, second] = self.lists;
-        first.iter().chain(second)
+        let [first, second, third] = self.lists;
+        first.iter().chain(second).chain(third)
     }
 
     /// Whether a usable edit from number `from` on removes a field of this name.

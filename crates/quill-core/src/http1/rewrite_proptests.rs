@@ -349,7 +349,7 @@ fn check_request(
         forwarded: s.flags[2],
         via: s.via,
         request_id: s.request_id,
-        edits: [first, second],
+        edits: [first, second, &[]],
         rewrite_path: s.rewrite_path,
         upgrade: s.upgrade,
     };
@@ -476,7 +476,7 @@ fn check_response(
         close,
         keep_alive_10,
         via: via.then_some("quill"),
-        edits: [edits, &[]],
+        edits: [edits, &[], &[]],
         upgrade,
     };
     let out = fits_exactly(head.len, |out| write_response(buf, &head, &rw, out))?;

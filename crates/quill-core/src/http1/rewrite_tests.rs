@@ -20,7 +20,7 @@ fn rw() -> RequestRewrite<'static> {
         forwarded: false,
         via: None,
         request_id: None,
-        edits: [&[], &[]],
+        edits: [&[], &[], &[]],
         rewrite_path: None,
         upgrade: false,
     }
@@ -32,7 +32,7 @@ fn resp_rw() -> ResponseRewrite<'static> {
         close: false,
         keep_alive_10: false,
         via: None,
-        edits: [&[], &[]],
+        edits: [&[], &[], &[]],
         upgrade: false,
     }
 }
@@ -412,7 +412,7 @@ fn edits_remove_set_and_add_in_order_after_the_proxys_fields() {
         edit(EditOp::Remove, "Cookie", ""),
     ];
     let mut r = rw();
-    r.edits = [&listener, &route];
+    r.edits = [&listener, &route, &[]];
     let out = request(
         "GET / HTTP/1.1\r\nHost: a\r\nX-Tag: client\r\nCookie: c\r\nServer-Side: 0\r\n\
          X-Multi: 0\r\n\r\n",
@@ -428,7 +428,7 @@ fn edits_remove_set_and_add_in_order_after_the_proxys_fields() {
         edit(EditOp::Remove, "via", ""),
     ];
     let mut p = resp_rw();
-    p.edits = [&[], &set];
+    p.edits = [&[], &set, &[]];
     p.via = Some("quill");
     let out = response(
         "HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Length: 0\r\n\r\n",
@@ -451,7 +451,7 @@ fn edits_of_framing_and_hop_by_hop_fields_are_ignored() {
         edit(EditOp::Add, "X-Bad", "a\r\nInjected: 1"),
     ];
     let mut r = rw();
-    r.edits = [&bad, &[]];
+    r.edits = [&bad, &[], &[]];
     let out = request(
         "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n",
         &r,
@@ -610,14 +610,14 @@ fn host_can_be_set_but_not_added_or_removed() {
         edit(EditOp::Remove, "host", ""),
     ];
     let mut r = rw();
-    r.edits = [&add, &[]];
+    r.edits = [&add, &[], &[]];
     let text = "GET / HTTP/1.1\r\nHost: a\r\n\r\n";
     assert_eq!(
         request(text, &r),
         "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 192.0.2.7\r\n\r\n"
     );
     let set = [edit(EditOp::Set, "host", "b.example")];
-    r.edits = [&[], &set];
+    r.edits = [&[], &set, &[]];
     assert_eq!(
         request(text, &r),
         "GET / HTTP/1.1\r\nX-Forwarded-For: 192.0.2.7\r\nhost: b.example\r\n\r\n"
@@ -634,7 +634,7 @@ fn host_can_be_set_but_not_added_or_removed() {
     assert!(out.contains("\r\nhost: b.example\r\n"), "{out}");
     // A value that is no host is not used.
     let bad = [edit(EditOp::Set, "Host", "a b")];
-    r.edits = [&bad, &[]];
+    r.edits = [&bad, &[], &[]];
     assert_eq!(
         request(text, &r),
         "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 192.0.2.7\r\n\r\n"
