@@ -831,3 +831,43 @@ fn sticky_cookie_must_be_a_token() {
         "{err}"
     );
 }
+
+#[test]
+fn http_health_check_sends_the_configured_host() {
+    // A virtual-host server: 200 for app.example.com, 404 for anything else.
+    let vhost = Backend::start(|r| {
+        let status = if r.header("host") == Some("app.example.com") {
+            200
+        } else {
+            404
+        };
+        vec![Step::Send(response(status, "", b"x")), Step::Close]
+    });
+    let other = Backend::start(|_| vec![Step::Send(response(404, "", b"x")), Step::Close]);
+    let (q, _) = start(|port| {
+        format!(
+            "[[pool]]\nname = \"api\"\nservers = [\"{}\", \"{}\"]\n\
+             health = {{ type = \"http\", host = \"app.example.com\", interval = \"100ms\", timeout = \"500ms\", rise = 1, fall = 1 }}\n{}",
+            vhost.addr(),
+            other.addr(),
+            listener(port, &[], "[[listener.route]]\npool = \"api\"\n")
+        )
+    });
+    let sock = q.path("ctl.sock");
+    let mut last = String::new();
+    let seen = wait_until(T, || {
+        last = ctl(&sock, "pool api servers");
+        let lines: Vec<&str> = last.lines().collect();
+        lines.len() == 2 && lines[0].contains(" health up ") && lines[1].contains(" health down ")
+    });
+    assert!(seen, "the check must carry Host: app.example.com:\n{last}");
+    let hosts: Vec<String> = vhost
+        .requests()
+        .iter()
+        .filter_map(|r| r.header("host").map(str::to_string))
+        .collect();
+    assert!(
+        !hosts.is_empty() && hosts.iter().all(|h| h == "app.example.com"),
+        "{hosts:?}"
+    );
+}

@@ -307,6 +307,8 @@ pub(crate) struct HealthCheck {
     pub rise: u32,
     /// Failures in a row that take an up server down.
     pub fall: u32,
+    /// The `Host` an HTTP check sends (`host`); None: the server's address.
+    pub host: Option<String>,
 }
 
 /// What a check does.
@@ -344,6 +346,7 @@ impl Default for HealthCheck {
             timeout: Duration::from_secs(1),
             rise: 2,
             fall: 3,
+            host: None,
         }
     }
 }
@@ -353,7 +356,10 @@ impl fmt::Display for HealthCheck {
         match &self.kind {
             CheckKind::Tcp => f.write_str("tcp")?,
             CheckKind::Http { path, expect } => {
-                write!(f, "http GET {path} expecting {}-{}", expect.0, expect.1)?
+                write!(f, "http GET {path} expecting {}-{}", expect.0, expect.1)?;
+                if let Some(host) = &self.host {
+                    write!(f, " with Host {host}")?;
+                }
             }
         }
         write!(

@@ -681,6 +681,8 @@ struct RawHealth {
     timeout: Option<Dur>,
     rise: Option<u32>,
     fall: Option<u32>,
+    /// The `Host` of an HTTP check (a name or address, with an optional port).
+    host: Option<String>,
 }
 
 impl RawHealth {
@@ -692,8 +694,8 @@ impl RawHealth {
             .unwrap_or(if self.path.is_some() { "http" } else { "tcp" });
         h.kind = match kind {
             "tcp" => {
-                if self.path.is_some() || self.expect.is_some() {
-                    return Err("health: path and expect need type = \"http\"".into());
+                if self.path.is_some() || self.expect.is_some() || self.host.is_some() {
+                    return Err("health: path, expect and host need type = \"http\"".into());
                 }
                 CheckKind::Tcp
             }
@@ -717,6 +719,20 @@ impl RawHealth {
                 ))
             }
         };
+        if let Some(host) = &self.host {
+            let ok = !host.is_empty()
+                && host.len() <= 255
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b));
+            if !ok {
+                return Err(format!(
+                    "health: host '{}' is not a host name or address with an optional port",
+                    host.escape_debug()
+                ));
+            }
+            h.host = Some(host.clone());
+        }
         if let Some(d) = self.interval {
             h.interval = nonzero(d.0, "health interval").map_err(|e| e.message)?;
         }

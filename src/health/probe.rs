@@ -79,7 +79,9 @@ impl Probe {
             .map_err(StartError::Local)?;
         let (request, expect) = match &check.kind {
             CheckKind::Tcp => (None, (0, 0)),
-            CheckKind::Http { path, expect } => (Some(request(path, addr)), *expect),
+            CheckKind::Http { path, expect } => {
+                (Some(request(path, addr, check.host.as_deref())), *expect)
+            }
         };
         Ok(Probe {
             stream,
@@ -198,11 +200,14 @@ fn read_status(stream: &Stream, answer: &mut Vec<u8>, expect: (u16, u16)) -> Opt
 
 /// The request of an HTTP check: HTTP/1.0 and `Connection: close`, so the server answers once
 /// and closes.
-fn request(path: &str, addr: &BackendAddr) -> Vec<u8> {
-    let host = match addr {
-        BackendAddr::Tcp(a) => a.to_string(),
-        BackendAddr::Unix(_) | BackendAddr::Abstract(_) => "localhost".to_string(),
-        BackendAddr::Name { host, port } => format!("{host}:{port}"),
+fn request(path: &str, addr: &BackendAddr, host: Option<&str>) -> Vec<u8> {
+    let host = match (host, addr) {
+        (Some(h), _) => h.to_string(),
+        (None, addr) => match addr {
+            BackendAddr::Tcp(a) => a.to_string(),
+            BackendAddr::Unix(_) | BackendAddr::Abstract(_) => "localhost".to_string(),
+            BackendAddr::Name { host, port } => format!("{host}:{port}"),
+        },
     };
     format!(
         "GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: quill-health\r\nConnection: close\r\n\r\n"
@@ -254,12 +259,19 @@ mod tests {
     fn http_request_names_the_server_and_closes() {
         let a: BackendAddr = BackendAddr::Tcp("[::1]:8080".parse().unwrap());
         assert_eq!(
-            String::from_utf8(request("/health?x=1", &a)).unwrap(),
+            String::from_utf8(request("/health?x=1", &a, None)).unwrap(),
             "GET /health?x=1 HTTP/1.0\r\nHost: [::1]:8080\r\nUser-Agent: quill-health\r\nConnection: close\r\n\r\n"
         );
         let u = BackendAddr::Unix("/run/app.sock".into());
-        assert!(String::from_utf8(request("/", &u))
+        assert!(String::from_utf8(request("/", &u, None))
             .unwrap()
             .contains("\r\nHost: localhost\r\n"));
+    }
+
+    #[test]
+    fn http_check_sends_the_configured_host() {
+        let a: BackendAddr = BackendAddr::Tcp("127.0.0.1:8080".parse().unwrap());
+        let text = String::from_utf8(request("/", &a, Some("app.example.com"))).unwrap();
+        assert!(text.contains("\r\nHost: app.example.com\r\n"), "{text}");
     }
 }

@@ -1138,9 +1138,7 @@ impl HttpSession {
                 DownOutcome::Again => return Err(Step::Again),
                 DownOutcome::Finished => return self.finish(End::Done, cx).map(|()| true),
                 DownOutcome::Headed => {
-                    if let Err(step) = self.open_tunnel() {
-                        return Err(step);
-                    }
+                    self.open_tunnel()?;
                     continue;
                 }
                 DownOutcome::Interim => continue,
