@@ -154,8 +154,13 @@ impl HttpEntry<'_> {
 }
 
 /// Appends `bytes` inside double quotes: `"`, `\`, control bytes and bytes above 0x7e escaped
-/// as `\xHH`, so a hostile request cannot split the line or forge fields.
+/// as `\xHH`, so a hostile request cannot split the line or forge fields; `"-"` when empty.
 fn push_quoted(out: &mut String, bytes: &[u8]) {
+    if bytes.is_empty() {
+        // As Apache logs a missing field.
+        out.push_str("\"-\"");
+        return;
+    }
     out.push('"');
     for &b in bytes {
         if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {

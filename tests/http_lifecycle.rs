@@ -230,3 +230,55 @@ fn http_sigterm_closes_idle_clients_at_once_and_busy_ones_get_connection_close()
         term.elapsed()
     );
 }
+
+/// A server that answers the first request of each connection, keeps it alive, and then closes
+/// it on the next request without a byte of answer: what a kept-alive connection that the
+/// server gave up on just as a request went out looks like.
+fn closes_on_second_request() -> Backend {
+    Backend::start(|r| {
+        if r.index == 0 {
+            vec![Step::Send(echo_response(r))]
+        } else {
+            vec![Step::Close]
+        }
+    })
+}
+
+#[test]
+fn http_idempotent_request_on_a_reused_connection_that_fails_is_retried_once_on_a_new_one() {
+    let b = closes_on_second_request();
+    let p = start_pen(&[b.addr()]);
+    let mut c = p.client();
+    assert_eq!(c.roundtrip(&get("/first")).status, 200);
+    // Reused connection, closed by the server on this request: sent again on a new one.
+    let r = c.roundtrip(&get("/again"));
+    assert_eq!(r.status, 200, "{}", show(&r.raw_head));
+    assert!(r.text().starts_with("GET /again "), "{}", r.text());
+    assert_eq!(b.accepted(), 2, "one retry on one new connection");
+    let again: Vec<_> = b
+        .requests()
+        .into_iter()
+        .filter(|q| q.target == "/again")
+        .collect();
+    assert_eq!(
+        again.len(),
+        2,
+        "sent twice: on the reused and on the new connection"
+    );
+}
+
+#[test]
+fn http_non_idempotent_request_on_a_reused_connection_that_fails_is_not_replayed() {
+    let b = closes_on_second_request();
+    let p = start_pen(&[b.addr()]);
+    let mut c = p.client();
+    assert_eq!(c.roundtrip(&get("/first")).status, 200);
+    let r = c.roundtrip(&request("POST", "/pay", "", b"once"));
+    assert_eq!(r.status, 502, "{}", show(&r.raw_head));
+    let posts = b
+        .requests()
+        .into_iter()
+        .filter(|q| q.method == "POST")
+        .count();
+    assert_eq!(posts, 1, "a POST is never sent twice");
+}

@@ -766,9 +766,13 @@ impl HttpSession {
         let head = match http1::parse_request(self.input.unparsed(), &limits) {
             Ok(Some(h)) => h,
             // The buffer is full and holds no whole head.
-            Ok(None) => return Err(self.refuse(431, cx)),
+            Ok(None) => {
+                self.capture_request_line(cx);
+                return Err(self.refuse(431, cx));
+            }
             Err(e) => {
                 cx.counters.http_parse_error(e);
+                self.capture_request_line(cx);
                 return Err(self.refuse(e.request_status(), cx));
             }
         };
@@ -941,6 +945,22 @@ impl HttpSession {
             None | Some(Step::Wait(_)) => Ok(()),
             Some(other) => Err(other),
         }
+    }
+
+    /// For the log line of a request refused unread: its first line as received (bounded).
+    fn capture_request_line(&mut self, cx: &Ctx) {
+        if cx.log.is_none() {
+            return;
+        }
+        let buf = self.input.unparsed();
+        let end = buf
+            .iter()
+            .position(|&b| b == b'\r' || b == b'\n')
+            .unwrap_or(buf.len())
+            .min(2048);
+        self.log_text.clear();
+        self.log_text.extend_from_slice(&buf[..end]);
+        self.log_lens = [end as u16, 0, 0, 0, 0];
     }
 
     fn capture_log(&mut self, head: &http1::RequestHead) {

@@ -1,0 +1,153 @@
+//! The access log of an HTTP listener (issue 11 point 9): one line per request, not per
+//! connection; `text` is Apache's combined format followed by Quill's fields, `json` the same
+//! fields as one object (README, "Access log"). X-Request-ID is logged, the client's or Quill's.
+
+#[path = "support/http.rs"]
+mod http_support;
+mod support;
+
+use std::time::Duration;
+
+use http_support::*;
+use support::*;
+
+const T: Duration = Duration::from_secs(10);
+
+/// Quill `-H -r -l LOG [extra]` on `server`; returns the process and the log's path.
+fn start_logged(
+    extra: &[&str],
+    server: std::net::SocketAddr,
+) -> (QuillProcess, std::path::PathBuf) {
+    let (q, probe, _) = Quill::spawn_first(|dir, port| {
+        let mut a: Vec<String> = vec![
+            "-H".into(),
+            "-r".into(),
+            "-l".into(),
+            dir.join("access.log").display().to_string(),
+        ];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a.push(format!("127.0.0.1:{port}"));
+        a.push(server.to_string());
+        a
+    });
+    drop(probe);
+    let log = q.path("access.log");
+    (q, log)
+}
+
+fn lines_when(log: &std::path::Path, n: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let ok = wait_until(T, || {
+        lines = std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        lines.len() >= n
+    });
+    assert!(ok, "expected {n} log lines, got {lines:?}");
+    lines
+}
+
+#[test]
+fn http_access_log_has_one_combined_line_per_request() {
+    let b = Backend::fixed(100);
+    let (q, log) = start_logged(&[], b.addr());
+    let mut c = Client::connect(q.addr());
+    let r1 = c.roundtrip(
+        b"GET /one?x=1 HTTP/1.1\r\nHost: a.test\r\nUser-Agent: agent \"q\"\r\nReferer: http://r.test/\r\n\r\n",
+    );
+    assert_eq!(r1.status, 200);
+    let r2 = c.roundtrip(b"GET /two HTTP/1.1\r\nHost: a.test\r\nX-Request-ID: abc-123\r\n\r\n");
+    assert_eq!(r2.status, 200);
+    // Quill's own answer to a malformed request is logged too, its source `quill`.
+    let mut bad = Client::connect(q.addr());
+    let r3 = bad.roundtrip(b"GET /bad HTTP/1.1\r\nHost: a.test\r\nBad Name: x\r\n\r\n");
+    assert_eq!(r3.status, 400);
+    let lines = lines_when(&log, 3);
+    assert_eq!(lines.len(), 3, "one line per request: {lines:?}");
+    let one = &lines[0];
+    assert!(one.starts_with("127.0.0.1 - - ["), "{one}");
+    assert!(
+        one.contains(" +0000] \"GET /one?x=1 HTTP/1.1\" 200 "),
+        "{one}"
+    );
+    assert!(
+        one.contains("\"http://r.test/\" \"agent \\x22q\\x22\""),
+        "referer and escaped user agent: {one}"
+    );
+    assert!(
+        one.contains(&format!(" {} - server ", b.addr())),
+        "server, route, source: {one}"
+    );
+    // Quill made the first request's id (16 hex digits) and logged it; the second kept its own.
+    let id = one.rsplit(' ').next().unwrap_or("");
+    assert!(
+        id.len() == 18 && id[1..17].bytes().all(|c| c.is_ascii_hexdigit()),
+        "request id: {one}"
+    );
+    assert_eq!(
+        b.requests()[0].header("x-request-id"),
+        Some(&id[1..17]),
+        "the id logged is the one sent"
+    );
+    assert!(
+        lines[1].contains("\"GET /two HTTP/1.1\" 200 ") && lines[1].ends_with(" done \"abc-123\""),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].contains("\"GET /bad HTTP/1.1\" 400 ") && lines[2].contains(" - - quill "),
+        "{}",
+        lines[2]
+    );
+    // Each line: 14 fields after the quoted ones are split out (a request cannot add fields).
+    let bytes: u64 = one
+        .split('"')
+        .nth(2)
+        .and_then(|s| s.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert_eq!(
+        bytes as usize,
+        r1.raw_head.len() + r1.body.len(),
+        "BYTES_OUT: {one}"
+    );
+}
+
+#[test]
+fn http_access_log_json_has_the_same_fields() {
+    let b = Backend::fixed(10);
+    let (q, log) = start_logged(&["--log-format", "json"], b.addr());
+    let mut c = Client::connect(q.addr());
+    assert_eq!(c.roundtrip(&get("/j")).status, 200);
+    let lines = lines_when(&log, 1);
+    let v: serde_json::Value = serde_json::from_str(&lines[0]).expect("a JSON object");
+    for key in [
+        "client",
+        "time",
+        "request",
+        "host",
+        "status",
+        "bytes_in",
+        "bytes_out",
+        "referer",
+        "user_agent",
+        "server",
+        "route",
+        "source",
+        "connect_ms",
+        "first_byte_ms",
+        "total_ms",
+        "end",
+        "request_id",
+    ] {
+        assert!(v.get(key).is_some(), "no {key} in {v}");
+    }
+    assert_eq!(v["request"], "GET /j HTTP/1.1");
+    assert_eq!(v["status"], 200);
+    assert_eq!(v["source"], "server");
+    assert_eq!(v["end"], "done");
+    assert_eq!(v["route"], serde_json::Value::Null);
+    assert_eq!(v["server"], b.addr().to_string());
+}
