@@ -14,10 +14,11 @@
 //!   (bodies stream): that server connection is then closed, never used again.
 //! - Response path: the backend answers a valid request with arbitrary bytes, a generated
 //!   response or a mutated valid one (every framing, 1xx, 101, 204, 304, answers to HEAD, two
-//!   answers at once), then closes. The client gets one well-formed response (1xx heads may come
-//!   first, a 101 never does since no request asks to upgrade), possibly a 502, or its connection
-//!   is cut after a well-formed head and a valid part of its body; never bytes that do not parse,
-//!   never a chunked body to an HTTP/1.0 client, never bytes after the response.
+//!   answers at once), whole or in pieces, then closes. The client gets one well-formed response
+//!   (1xx heads may come first, a 101 never does since no request asks to upgrade), possibly a
+//!   502, or its connection is cut after a well-formed head and a valid part of its body; never
+//!   bytes that do not parse, never a chunked body to an HTTP/1.0 client, never bytes after the
+//!   response.
 //!
 //! After every case the Quill process is alive (its PID answers `kill -0` and is no zombie) and
 //! its stderr shows no panic. `PROPTEST_CASES=N` runs N cases of each property instead of the
@@ -102,8 +103,8 @@ enum Answer {
     /// 200 with a short Content-Length body (none to HEAD); keeps the connection unless the
     /// request closes it.
     Echo,
-    /// These bytes (the current case's), then a close.
-    Script(Arc<Mutex<Vec<u8>>>),
+    /// These bytes (the current case's), in pieces cut at these offsets, then a close.
+    Script(Arc<Mutex<(Vec<u8>, Vec<usize>)>>),
 }
 
 /// A backend on 127.0.0.1:0 that records every byte per connection. Stops on drop.
@@ -234,8 +235,17 @@ fn serve(mut s: TcpStream, rec: &ConnRecord, stop: &AtomicBool, answer: &Answer)
                     }
                 }
                 Answer::Script(script) => {
-                    let out = script.lock().unwrap().clone();
-                    let _ = s.write_all(&out);
+                    let (out, cuts) = script.lock().unwrap().clone();
+                    let mut from = 0;
+                    for &to in cuts.iter().chain([out.len()].iter()) {
+                        if s.write_all(&out[from..to]).is_err() {
+                            break;
+                        }
+                        from = to;
+                        if to < out.len() {
+                            thread::sleep(Duration::from_millis(2));
+                        }
+                    }
                     let _ = s.shutdown(Shutdown::Both);
                     return;
                 }
@@ -352,12 +362,12 @@ fn check_forwarded_head(fields: &[(String, String)], framing: Framing) -> Result
     Ok(())
 }
 
+/// The header fields of one request (names lowercase).
+type Fields = Vec<(String, String)>;
+
 /// Reads the bytes of one connection from `from`: the complete requests (their end and their
 /// fields), then what is left.
-fn read_requests(
-    bytes: &[u8],
-    from: usize,
-) -> Result<(usize, Vec<Vec<(String, String)>>, Tail), String> {
+fn read_requests(bytes: &[u8], from: usize) -> Result<(usize, Vec<Fields>, Tail), String> {
     let mut at = from;
     let mut heads = Vec::new();
     for _ in 0..bytes.len() + 1 {
@@ -392,7 +402,7 @@ impl Audit {
     /// Checks what each connection received since the last audit; returns the fields of the
     /// requests that completed. A connection whose tail is a part of a head or a cut body is
     /// waited for (bounded): the head must complete, a cut body's connection must end.
-    fn check(&mut self, rec: &Recorder) -> Result<Vec<Vec<(String, String)>>, String> {
+    fn check(&mut self, rec: &Recorder) -> Result<Vec<Fields>, String> {
         let conns = rec.conns();
         self.checked.resize(conns.len(), 0);
         self.finished.resize(conns.len(), false);
@@ -736,16 +746,19 @@ fn request_case() -> impl Strategy<Value = RequestCase> {
         prop::collection::vec(any::<usize>(), 0..4),
         prop::bool::weighted(0.8),
     )
-        .prop_map(|(bytes, cuts, half_close)| {
-            let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
-            cuts.sort_unstable();
-            cuts.dedup();
-            RequestCase {
-                bytes: Bytes(bytes),
-                cuts,
-                half_close,
-            }
+        .prop_map(|(bytes, cuts, half_close)| RequestCase {
+            cuts: pieces(&cuts, bytes.len()),
+            bytes: Bytes(bytes),
+            half_close,
         })
+}
+
+/// Cut offsets in `0..=len`, sorted, each once.
+fn pieces(cuts: &[usize], len: usize) -> Vec<usize> {
+    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (len + 1)).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts
 }
 
 /// A response-path case: what the client asks, and what the backend answers before closing.
@@ -753,26 +766,33 @@ fn request_case() -> impl Strategy<Value = RequestCase> {
 struct ResponseCase {
     request: usize,
     answer: Bytes,
+    /// Where the backend cuts its answer into pieces.
+    cuts: Vec<usize>,
 }
 
 impl fmt::Debug for ResponseCase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "client sends {:?}, the backend answers {:?} and closes",
+            "client sends {:?}, the backend answers {:?} in pieces at {:?} and closes",
             Bytes(CLIENT_REQUESTS[self.request].to_vec()),
-            self.answer
+            self.answer,
+            self.cuts
         )
     }
 }
 
 fn response_case() -> impl Strategy<Value = ResponseCase> {
-    (0..CLIENT_REQUESTS.len(), input(RESPONSES, STATUS_LINES)).prop_map(|(request, answer)| {
-        ResponseCase {
+    (
+        0..CLIENT_REQUESTS.len(),
+        input(RESPONSES, STATUS_LINES),
+        prop::collection::vec(any::<usize>(), 0..3),
+    )
+        .prop_map(|(request, answer, cuts)| ResponseCase {
             request,
+            cuts: pieces(&cuts, answer.len()),
             answer: Bytes(answer),
-        }
-    })
+        })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1087,14 +1107,14 @@ fn http_arbitrary_and_mutated_requests_get_well_formed_answers_and_reach_servers
 
 #[test]
 fn http_arbitrary_and_mutated_responses_reach_clients_well_formed_or_as_502() {
-    let script = Arc::new(Mutex::new(Vec::new()));
+    let script = Arc::new(Mutex::new((Vec::new(), Vec::new())));
     let backend = Recorder::start(Answer::Script(script.clone()));
     let rig = RefCell::new(Rig::start(&[backend.addr]));
     let audit = RefCell::new(Audit::default());
     let addr = rig.borrow().proxy.addr();
     let stats = RefCell::new(Stats::default());
     run("response path", response_case(), |case| {
-        *script.lock().unwrap() = case.answer.0.clone();
+        *script.lock().unwrap() = (case.answer.0.clone(), case.cuts.clone());
         let request = CLIENT_REQUESTS[case.request];
         let to_head = request.starts_with(b"HEAD ");
         let http10 = request.windows(8).any(|w| w == b"HTTP/1.0");
