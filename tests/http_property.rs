@@ -155,8 +155,10 @@ impl Recorder {
         }
     }
 
-    fn conns(&self) -> Vec<Arc<ConnRecord>> {
-        self.conns.lock().unwrap().clone()
+    /// The connections from the `from`th on.
+    fn conns_from(&self, from: usize) -> Vec<Arc<ConnRecord>> {
+        let all = self.conns.lock().unwrap();
+        all.get(from..).unwrap_or_default().to_vec()
     }
 }
 
@@ -283,8 +285,10 @@ fn drain_until_closed(s: &mut TcpStream, rec: &ConnRecord, stop: &AtomicBool) {
 struct Audit {
     /// Bytes of each connection read as complete requests so far.
     checked: Vec<usize>,
-    /// Connections that ended with a request whose body was cut (nothing more to read).
+    /// Connections that ended and were read to their end (nothing more to read).
     finished: Vec<bool>,
+    /// Every connection before this one is finished (a long run makes thousands).
+    low: usize,
 }
 
 /// The end of what one connection holds past its checked requests.
@@ -403,11 +407,12 @@ impl Audit {
     /// requests that completed. A connection whose tail is a part of a head or a cut body is
     /// waited for (bounded): the head must complete, a cut body's connection must end.
     fn check(&mut self, rec: &Recorder) -> Result<Vec<Fields>, String> {
-        let conns = rec.conns();
-        self.checked.resize(conns.len(), 0);
-        self.finished.resize(conns.len(), false);
+        let conns = rec.conns_from(self.low);
+        self.checked.resize(self.low + conns.len(), 0);
+        self.finished.resize(self.low + conns.len(), false);
         let mut done = Vec::new();
-        for (i, c) in conns.iter().enumerate() {
+        for (k, c) in conns.iter().enumerate() {
+            let i = self.low + k;
             if self.finished[i] {
                 continue;
             }
@@ -446,6 +451,9 @@ impl Audit {
                 }
                 thread::sleep(Duration::from_millis(10));
             }
+        }
+        while self.finished.get(self.low) == Some(&true) {
+            self.low += 1;
         }
         Ok(done)
     }
