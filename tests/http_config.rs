@@ -133,7 +133,7 @@ protocol = "http"
 servers = ["127.0.0.1:9001"]
 [listener.http]
 response_timeout = "5s"
-max_header_bytes = "32k"
+max_header_bytes = "12k"
 via = false
 
 [[listener]]
@@ -165,7 +165,7 @@ servers = ["127.0.0.1:9001"]
     assert!(
         web.contains(&format!(
             "{HTTP_LINE}, settings that differ from the defaults: response_timeout 5s; \
-             max_body 10m; max_header_bytes 32k; request_headers remove X-Debug, set X-Env: prod\n"
+             max_body 10m; max_header_bytes 12k; request_headers remove X-Debug, set X-Env: prod\n"
         )),
         "{web}"
     );
@@ -230,12 +230,12 @@ fn bad_size_is_refused_with_the_key() {
     expect_refused(
         &format!("[http]\nmax_header_bytes = \"4m\"\n{WEB}"),
         "max_header_bytes",
-        &["max_header_bytes: 4194304 is out of range (256 to 1048576)"],
+        &["max_header_bytes: 4194304 is out of range (256 to 16384)"],
     );
     expect_refused(
         &http_listener("max_request_line = 100"),
         "max_request_line",
-        &["max_request_line: 100 is out of range (256 to 1048576)"],
+        &["max_request_line: 100 is out of range (256 to 16384)"],
     );
     expect_refused(
         &http_listener("max_request_line = \"16k\"\nmax_header_bytes = \"8k\""),

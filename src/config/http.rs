@@ -20,8 +20,9 @@ use quill_core::http1::rewrite::EditOp;
 /// The smallest `max_request_line` and `max_header_bytes` (a request line of a few hundred bytes
 /// must always fit).
 pub(crate) const MIN_HEAD_LIMIT: u64 = 256;
-/// The largest `max_request_line` and `max_header_bytes`: 1 MiB.
-pub(crate) const MAX_HEAD_LIMIT: u64 = 1 << 20;
+/// The largest `max_request_line` and `max_header_bytes`: 16 KiB, the pooled read buffer a
+/// request head is parsed in (a larger limit could never be reached).
+pub(crate) const MAX_HEAD_LIMIT: u64 = 16 * 1024;
 /// The most header fields a request may be allowed (`max_headers`).
 pub(crate) const MAX_HEADERS: u64 = 1000;
 /// The most idle kept-alive connections per server per worker (`server_keepalive`).
@@ -559,11 +560,14 @@ mod tests {
         check(&|h| h.max_headers = 1001, "(1 to 1000)");
         check(
             &|h| h.max_request_line = 100,
-            "max_request_line: 100 is out of range (256 to 1048576)",
+            "max_request_line: 100 is out of range (256 to 16384)",
         );
-        check(&|h| h.max_header_bytes = (1 << 20) + 1, "max_header_bytes");
+        check(&|h| h.max_header_bytes = (16 << 10) + 1, "max_header_bytes");
         check(
-            &|h| h.max_request_line = 16 << 10 | 1,
+            &|h| {
+                h.max_header_bytes = 4096;
+                h.max_request_line = 4097;
+            },
             "more than max_header_bytes",
         );
         check(&|h| h.via = Some("a b".into()), "via");

@@ -1427,11 +1427,11 @@ servers = ["127.0.0.1:9001"]
             ),
             (
                 "max_request_line = 255",
-                "max_request_line: 255 is out of range (256 to 1048576)",
+                "max_request_line: 255 is out of range (256 to 16384)",
             ),
             (
                 "max_header_bytes = \"2m\"",
-                "max_header_bytes: 2097152 is out of range (256 to 1048576)",
+                "max_header_bytes: 2097152 is out of range (256 to 16384)",
             ),
             (
                 "server_keepalive = -1",
