@@ -861,8 +861,18 @@ fn http_health_check_sends_the_configured_host() {
         lines.len() == 2 && lines[0].contains(" health up ") && lines[1].contains(" health down ")
     });
     assert!(seen, "the check must carry Host: app.example.com:\n{last}");
-    let hosts: Vec<String> = vhost
-        .requests()
+    // Servers start up: the proof is that the virtual host stays up after checks it answered
+    // only because of the Host they carried.
+    let checks = vhost.wait_requests(2, T);
+    let after = ctl(&sock, "pool api servers");
+    assert!(
+        after
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains(" health up ")),
+        "{after}"
+    );
+    let hosts: Vec<String> = checks
         .iter()
         .filter_map(|r| r.header("host").map(str::to_string))
         .collect();
