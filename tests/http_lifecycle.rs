@@ -282,3 +282,72 @@ fn http_non_idempotent_request_on_a_reused_connection_that_fails_is_not_replayed
         .count();
     assert_eq!(posts, 1, "a POST is never sent twice");
 }
+
+#[test]
+fn http_takeover_closes_idle_clients_at_once_and_finishes_busy_ones_with_connection_close() {
+    let gate = Gate::new();
+    let g = gate.clone();
+    let b = Backend::start(move |r| {
+        if r.target == "/busy" {
+            vec![
+                Step::Wait(g.clone()),
+                Step::Send(response(200, "", &body_pattern(20_000))),
+            ]
+        } else {
+            vec![Step::Send(echo_response(r))]
+        }
+    });
+    let ctl_dir = support::scratch_dir();
+    let sock = ctl_dir.path().join("c.sock");
+    let global = format!(
+        "control = \"{}\"\ndrain_timeout = \"30s\"\nworkers = 1",
+        sock.display()
+    );
+    let mut p = start_proxy_global(&global, "", &[b.addr()]);
+    let mut idle = p.client();
+    assert_eq!(idle.roundtrip(&get("/before")).status, 200);
+    let mut busy = p.client();
+    busy.send(&get("/busy"));
+    assert!(
+        wait_until(T, || b.requests().iter().any(|r| r.target == "/busy")),
+        "the busy request reached the server"
+    );
+    // A new process takes the listening socket over; the old one drains.
+    let Some(old) = p.quill.as_mut() else {
+        return; // The HAProxy reference has no takeover.
+    };
+    let config = old.path("quill.toml");
+    let args = vec![
+        "--config".to_string(),
+        config.display().to_string(),
+        "--takeover".into(),
+        sock.display().to_string(),
+    ];
+    let new = support::QuillProcess::spawn_in(support::scratch_dir(), args, old.port);
+    assert!(
+        new.wait_stderr_contains("took over", T),
+        "new:\n{}\nold:\n{}",
+        new.stderr(),
+        old.stderr()
+    );
+    // The idle kept-alive client is closed at once, not at the drain deadline.
+    let started = Instant::now();
+    let r = idle.try_read_response(false, T);
+    assert!(r.is_err(), "the idle client got {r:?} instead of a close");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The busy one gets its whole answer, told to close.
+    gate.open_once();
+    let resp = busy.read_response();
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.body, body_pattern(20_000));
+    assert!(resp.says_close(), "{}", show(&resp.raw_head));
+    // New clients reach the new process; the old one exits once its last request is answered.
+    let mut fresh = Client::connect(p.addr());
+    assert_eq!(fresh.roundtrip(&get("/after")).status, 200);
+    let old = p.quill.as_mut().expect("quill");
+    let st = old
+        .wait_exit(T)
+        .expect("the old process exits well before the drain deadline");
+    assert_eq!(st.code(), Some(0), "{}", old.stderr());
+    drop(new);
+}
