@@ -341,19 +341,7 @@ impl Sticky {
     fn new(name: &str, servers: &[Arc<Server>]) -> Sticky {
         let values: Vec<[u8; 16]> = servers
             .iter()
-            .map(|s| {
-                // FNV-1a 64 of the address, as 16 hex digits.
-                let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-                for b in s.addr().to_string().bytes() {
-                    h ^= u64::from(b);
-                    h = h.wrapping_mul(0x0100_0000_01b3);
-                }
-                let mut out = [0u8; 16];
-                for (i, o) in out.iter_mut().enumerate() {
-                    *o = b"0123456789abcdef"[((h >> (60 - 4 * i)) & 0xf) as usize];
-                }
-                out
-            })
+            .map(|s| crate::route::hex16(crate::route::fnv1a(s.addr().to_string().bytes())))
             .collect();
         let set_cookie = values
             .iter()

@@ -82,14 +82,25 @@ pub(crate) enum Action<P> {
     Deny,
 }
 
-/// A stable id for a route: FNV-1a over the listener's and the route's names.
-fn route_id(listener: &str, route: &str) -> u64 {
+/// FNV-1a 64 of `bytes`: a stable hash (the same in every process and release), for route ids
+/// and stickiness cookie values.
+pub(crate) fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in listener.bytes().chain([0u8]).chain(route.bytes()) {
+    for b in bytes {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
+/// `r` as 16 lowercase hex digits (request ids, stickiness cookie values).
+pub(crate) fn hex16(r: u64) -> [u8; 16] {
+    std::array::from_fn(|i| b"0123456789abcdef"[((r >> (60 - 4 * i)) & 0xf) as usize])
+}
+
+/// A stable id for a route: FNV-1a over the listener's and the route's names.
+fn route_id(listener: &str, route: &str) -> u64 {
+    fnv1a(listener.bytes().chain([0u8]).chain(route.bytes()))
 }
 
 impl<P> Routes<P> {
@@ -578,6 +589,11 @@ mod tests {
             },
         )
         .map(|r| r.name.as_str())
+    }
+
+    #[test]
+    fn hex16_is_sixteen_lowercase_hex_digits() {
+        assert_eq!(&hex16(0x0123_4567_89ab_cdef), b"0123456789abcdef");
     }
 
     #[test]

@@ -186,20 +186,26 @@ fn http_idle_server_connection_closed_by_the_server_is_not_reused() {
     assert_eq!(b.accepted(), 2);
 }
 
-#[test]
-fn http_sigterm_closes_idle_clients_at_once_and_busy_ones_get_connection_close() {
-    let gate = Gate::new();
+/// A backend that answers `/busy` with `len` pattern bytes once `gate` opens, and echoes
+/// anything else at once.
+fn busy_backend(gate: &Gate, len: usize) -> Backend {
     let g = gate.clone();
-    let b = Backend::start(move |r| {
+    Backend::start(move |r| {
         if r.target == "/busy" {
             vec![
                 Step::Wait(g.clone()),
-                Step::Send(response(200, "", &body_pattern(50_000))),
+                Step::Send(response(200, "", &body_pattern(len))),
             ]
         } else {
             vec![Step::Send(echo_response(r))]
         }
-    });
+    })
+}
+
+#[test]
+fn http_sigterm_closes_idle_clients_at_once_and_busy_ones_get_connection_close() {
+    let gate = Gate::new();
+    let b = busy_backend(&gate, 50_000);
     let mut p = start_proxy_global("drain_timeout = \"30s\"", "", &[b.addr()]);
     let mut idle = p.client();
     assert_eq!(idle.roundtrip(&get("/before")).status, 200);
@@ -286,17 +292,7 @@ fn http_non_idempotent_request_on_a_reused_connection_that_fails_is_not_replayed
 #[test]
 fn http_takeover_closes_idle_clients_at_once_and_finishes_busy_ones_with_connection_close() {
     let gate = Gate::new();
-    let g = gate.clone();
-    let b = Backend::start(move |r| {
-        if r.target == "/busy" {
-            vec![
-                Step::Wait(g.clone()),
-                Step::Send(response(200, "", &body_pattern(20_000))),
-            ]
-        } else {
-            vec![Step::Send(echo_response(r))]
-        }
-    });
+    let b = busy_backend(&gate, 20_000);
     let ctl_dir = support::scratch_dir();
     let sock = ctl_dir.path().join("c.sock");
     let global = format!(

@@ -2,8 +2,8 @@
 //! nonblocking connects with failover in Pen's order, blacklisting of servers that fail, the
 //! emergency server, the abuse server for denied clients, and the hand-off to the resolver for
 //! servers given by name. Protocol-blind: a TCP session uses one [`Connector`] for its life and
-//! copies through the socket it holds once connected; an HTTP session will use one per exchange,
-//! each holding the pool snapshot it picked from.
+//! copies through the socket it holds once connected; an HTTP session uses one per exchange
+//! ([`Connector::for_http`]), each holding the pool snapshot it picked from.
 //!
 //! The connector keeps the server socket, its readiness and the server's lease after the connect
 //! rather than handing them over: a session is smaller by a socket and a lease (memory per idle
@@ -148,7 +148,9 @@ impl Connector {
             (Some(socket), Some(lease), true) => {
                 cx.conns.checkin(id, socket, lease.end(), max_idle, expires);
             }
-            _ => cx.conns.forget(id),
+            _ => {
+                cx.conns.forget(id);
+            }
         }
         self.connected = false;
     }

@@ -584,7 +584,6 @@ impl HttpSession {
         if now < self.deadline() {
             return self.wait();
         }
-        let s = settings(&self.pool);
         let Some(ex) = &mut self.ex else {
             if self.head_since.is_some() {
                 return self.refuse(408, cx);
@@ -605,7 +604,6 @@ impl HttpSession {
             return self.fault(504, cx);
         }
         // No body progress either way for body_timeout.
-        let _ = s;
         if ex.replied {
             self.client.reset_on_close();
             return self.close_exchange(End::IdleTimeout, cx);
@@ -1076,7 +1074,7 @@ impl HttpSession {
         let start = ex.head_at as usize;
         let msg = &buf[start..self.input.end as usize];
         if !ex.retried {
-            hex16(cx.rand(), &mut ex.request_id);
+            ex.request_id = route::hex16(cx.rand());
         }
         let client_ip = self.addr.ip();
         let trusted = client_ip.is_some_and(|ip| s.trusted_proxies.iter().any(|n| n.contains(ip)));
@@ -1676,14 +1674,6 @@ impl HttpSession {
     }
 }
 
-/// Writes `r` as 16 lowercase hex digits.
-fn hex16(r: u64, out: &mut [u8; 16]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = HEX[((r >> (60 - 4 * i)) & 0xf) as usize];
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1698,12 +1688,5 @@ mod tests {
             std::mem::size_of::<Exchange>()
         );
         assert!(size <= 256, "HttpSession is {size} bytes");
-    }
-
-    #[test]
-    fn request_ids_are_sixteen_hex_digits() {
-        let mut id = [0u8; 16];
-        hex16(0x0123_4567_89ab_cdef, &mut id);
-        assert_eq!(&id, b"0123456789abcdef");
     }
 }

@@ -108,16 +108,19 @@ impl ServerConns {
         (id, self.token(id))
     }
 
-    /// The connection was closed (or never opened): the slot is free again.
-    pub(crate) fn forget(&mut self, id: u32) {
-        let Some(slot) = self.slots.get_mut(id as usize) else {
-            return;
-        };
+    /// The slot is free again: its connection was closed or never opened, or (when it was idle)
+    /// is handed back to be dropped, which closes it.
+    pub(crate) fn forget(&mut self, id: u32) -> Option<Stream> {
+        let slot = self.slots.get_mut(id as usize)?;
         let was = std::mem::replace(&mut slot.state, State::Free);
         slot.gen = (slot.gen + 1) & GEN_MASK;
         self.free.push(id);
-        if let State::Idle { server, .. } = was {
-            self.unlist(&server, id);
+        match was {
+            State::Idle { stream, server, .. } => {
+                self.unlist(&server, id);
+                Some(stream)
+            }
+            _ => None,
         }
     }
 
@@ -197,25 +200,12 @@ impl ServerConns {
             State::Busy(owner) => Owner::Session(*owner),
             State::Idle { stream, .. } => {
                 if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && gone(stream) {
-                    let stream = self.take_idle(id as u32);
-                    drop(stream);
+                    drop(self.forget(id as u32));
                 }
                 Owner::Nobody
             }
             State::Free => Owner::Nobody,
         }
-    }
-
-    fn take_idle(&mut self, id: u32) -> Option<Stream> {
-        let slot = &mut self.slots[id as usize];
-        let State::Idle { stream, server, .. } =
-            std::mem::replace(&mut slot.state, State::Busy(Token(0)))
-        else {
-            return None;
-        };
-        self.unlist(&server, id);
-        self.forget(id);
-        Some(stream)
     }
 
     /// When [`ServerConns::expire`] has something to do.
@@ -243,7 +233,7 @@ impl ServerConns {
             }
         }
         for id in due {
-            drop(self.take_idle(id));
+            drop(self.forget(id));
         }
         self.next_expiry = (next != u64::MAX).then_some(next);
     }
@@ -266,7 +256,7 @@ impl ServerConns {
     pub(crate) fn close_idle(&mut self) {
         let ids: Vec<u32> = self.idle.values().flatten().copied().collect();
         for id in ids {
-            drop(self.take_idle(id));
+            drop(self.forget(id));
         }
     }
 }
