@@ -22,7 +22,7 @@ use std::time::Instant;
 use mio::event::Event;
 use mio::Interest;
 use quill_core::http1::rewrite::{self, HeaderEdit, RequestRewrite, ResponseRewrite};
-use quill_core::http1::{self, Body, Framing, Limits, Method, Version};
+use quill_core::http1::{self, Body, FieldIndex, Framing, Limits, Method, Version};
 
 use super::connect::{Connector, Progress};
 use super::copy::{Buf, Direction, Failure, Pools, BUF_SIZE};
@@ -380,6 +380,8 @@ struct Exchange {
     /// exchange is over, for a retry).
     head: http1::RequestHead,
     head_at: u32,
+    /// The request head's fields, noted by the parser (for routing and the rewrite).
+    fields: FieldIndex,
     /// The request, once a server is connected; None while connecting.
     up: Option<Leg>,
     up_done: bool,
@@ -453,6 +455,14 @@ fn settings(pool: &Pool) -> &HttpSettings {
     pool.http
         .as_deref()
         .unwrap_or_else(|| DEFAULT.get_or_init(HttpSettings::default))
+}
+
+/// The value of the first field named `name` (lower case) of an indexed head in `buf`.
+fn field_of<'a>(fields: &FieldIndex, buf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    fields
+        .iter(buf)
+        .find(|f| f.name.of(buf).eq_ignore_ascii_case(name))
+        .map(|f| f.value.of(buf))
 }
 
 /// The route with this index in the pool snapshot's routes.
@@ -761,7 +771,8 @@ impl HttpSession {
             require_host: true,
             max_request_line: s.max_request_line as usize,
         };
-        let head = match http1::parse_request(self.input.unparsed(), &limits) {
+        let mut fields = FieldIndex::empty();
+        let head = match http1::parse_request_indexed(self.input.unparsed(), &limits, &mut fields) {
             Ok(Some(h)) => h,
             // The buffer is full and holds no whole head.
             Ok(None) => {
@@ -796,7 +807,7 @@ impl HttpSession {
                 head.method_span.of(buf),
                 head.target.of(buf),
                 head.host.map(|h| h.of(buf)),
-                |name| http1::field_value(buf, head.len, name),
+                |name| field_of(&fields, buf, name),
             );
             if let Some(i) = found {
                 let route = &routes.routes[i];
@@ -822,11 +833,15 @@ impl HttpSession {
         let sticky = target_pool.sticky.as_ref().and_then(|st| {
             let buf = self.input.unparsed();
             st.server_of(
-                http1::fields(buf, head.len)
+                fields
+                    .iter(buf)
                     .filter(|f| f.name.of(buf).eq_ignore_ascii_case(b"cookie"))
                     .map(|f| f.value.of(buf)),
             )
         });
+        let upgrade_asked = head.connection.upgrade
+            && head.framing == Framing::None
+            && field_of(&fields, self.input.unparsed(), b"upgrade").is_some();
         self.input.start = self.input.fed;
         self.ex = Some(Box::new(Exchange {
             connector: Connector::for_http(target_pool, false, sticky),
@@ -834,13 +849,12 @@ impl HttpSession {
             route: route_index,
             head,
             head_at: self.input.fed,
+            fields,
             up: None,
             up_done: false,
             replayable: idempotent(head.method),
             retried: false,
-            upgrade: head.connection.upgrade
-                && head.framing == Framing::None
-                && http1::field_value(self.input.unparsed(), head.len, b"upgrade").is_some(),
+            upgrade: upgrade_asked,
             answer: Answer::Head,
             down: None,
             sinput: Input::default(),
@@ -1099,7 +1113,7 @@ impl HttpSession {
             upgrade: ex.upgrade,
         };
         let mut out = cx.pools.buffer();
-        let n = match rewrite::write_request(msg, &head, &rw, &mut out[..]) {
+        let n = match rewrite::write_request_indexed(msg, &head, &ex.fields, &rw, &mut out[..]) {
             Ok(n) => n,
             Err(rewrite::Overflow) => {
                 cx.pools.give_buffer(out);
@@ -1332,9 +1346,12 @@ impl HttpSession {
         loop {
             if ex.sinput.has_unparsed() {
                 let to_head = ex.head.method == Method::Head;
-                match http1::parse_response(ex.sinput.unparsed(), &limits, to_head) {
+                let mut fields = FieldIndex::empty();
+                let unparsed = ex.sinput.unparsed();
+                match http1::parse_response_indexed(unparsed, &limits, to_head, &mut fields) {
                     Ok(Some(head)) => {
-                        return Self::start_response(ex, &head, s, route_edits, closing, cx)
+                        let head = (head, &fields);
+                        return Self::start_response(ex, head, s, route_edits, closing, cx);
                     }
                     Ok(None) => {}
                     Err(e) => {
@@ -1368,7 +1385,7 @@ impl HttpSession {
     /// A response head was parsed: rewrite it and set up its leg.
     fn start_response(
         ex: &mut Exchange,
-        head: &http1::ResponseHead,
+        (head, fields): (http1::ResponseHead, &FieldIndex),
         s: &HttpSettings,
         route_edits: &[HeaderEdit],
         closing: bool,
@@ -1421,7 +1438,7 @@ impl HttpSession {
             upgrade: tunnel,
         };
         let mut out = cx.pools.buffer();
-        let n = match rewrite::write_response(msg, head, &rw, &mut out[..]) {
+        let n = match rewrite::write_response_indexed(msg, &head, fields, &rw, &mut out[..]) {
             Ok(n) => n,
             Err(_) => {
                 cx.pools.give_buffer(out);

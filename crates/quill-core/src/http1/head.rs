@@ -128,7 +128,26 @@ impl ResponseHead {
 
 /// Parses the request head at the start of `buf`: `Ok(None)` while it is incomplete.
 pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, Error> {
-    finish(request(buf, limits))
+    finish(request(buf, limits, None))
+}
+
+/// [`parse_request`], and the head's fields noted in `index` on the way (for the rewrite).
+pub fn parse_request_indexed(
+    buf: &[u8],
+    limits: &Limits,
+    index: &mut FieldIndex,
+) -> Result<Option<RequestHead>, Error> {
+    finish(request(buf, limits, Some(index)))
+}
+
+/// [`parse_response`], and the head's fields noted in `index` on the way (for the rewrite).
+pub fn parse_response_indexed(
+    buf: &[u8],
+    limits: &Limits,
+    to_head: bool,
+    index: &mut FieldIndex,
+) -> Result<Option<ResponseHead>, Error> {
+    finish(response(buf, limits, to_head, Some(index)))
 }
 
 /// Parses the response head at the start of `buf`: `Ok(None)` while it is incomplete.
@@ -138,7 +157,7 @@ pub fn parse_response(
     limits: &Limits,
     to_head: bool,
 ) -> Result<Option<ResponseHead>, Error> {
-    finish(response(buf, limits, to_head))
+    finish(response(buf, limits, to_head, None))
 }
 
 /// The status code of a response starting with `buf`, as soon as the bytes show it (the code and
@@ -200,11 +219,11 @@ impl Iterator for Fields<'_> {
 
     fn next(&mut self) -> Option<Field> {
         let rest = self.head.get(self.pos..)?;
-        let end = rest.iter().position(|&b| b == b'\n')?;
+        let end = memchr::memchr(b'\n', rest)?;
         let start = self.pos;
         let line = &rest[..end];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let colon = line.iter().position(|&b| b == b':')?;
+        let colon = memchr::memchr(b':', line)?;
         self.pos = start + end + 1;
         let value = &line[colon + 1..];
         let lead = value.len() - value.trim_ascii_start().len();
@@ -224,6 +243,150 @@ impl Iterator for Fields<'_> {
                 end: value_start + trimmed,
             },
         })
+    }
+}
+
+/// How many fields a [`FieldIndex`] holds; a head with more is read line by line each time.
+const INDEXED: usize = 64;
+
+/// The fields of an accepted head, found once, for code that reads them several times (the head
+/// rewrite): each later pass is a walk over a small array instead of a scan of the bytes. Offsets
+/// are `u16`: heads are at most 16 KiB (a longer one is not indexed).
+#[derive(Clone, Debug)]
+pub struct FieldIndex {
+    /// Line start, name end, value start, value end, line end.
+    at: [[u16; 5]; INDEXED],
+    len: usize,
+    /// Every field is in `at`.
+    complete: bool,
+    head_len: usize,
+}
+
+impl FieldIndex {
+    /// The fields of the head of `head_len` bytes at the start of `buf` (as [`fields`] reads them).
+    pub fn new(buf: &[u8], head_len: usize) -> FieldIndex {
+        let mut index = FieldIndex {
+            at: [[0; 5]; INDEXED],
+            len: 0,
+            complete: head_len <= usize::from(u16::MAX),
+            head_len,
+        };
+        if !index.complete {
+            return index;
+        }
+        let head = buf.get(..head_len).unwrap_or(buf);
+        // One search for every line end of the head (cheaper than one per line), the first line
+        // (the start line) and the blank line skipped.
+        let mut start = None;
+        for end in memchr::memchr_iter(b'\n', head) {
+            let Some(line_start) = start.replace(end + 1) else {
+                continue;
+            };
+            let line = &head[line_start..end];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                continue;
+            };
+            let value = &line[colon + 1..];
+            let value_start =
+                line_start + colon + 1 + (value.len() - value.trim_ascii_start().len());
+            let Some(slot) = index.at.get_mut(index.len) else {
+                index.complete = false;
+                break;
+            };
+            // Within a head of at most u16::MAX bytes: these fit.
+            *slot = [
+                line_start as u16,
+                (line_start + colon) as u16,
+                value_start as u16,
+                (value_start + value.trim_ascii().len()) as u16,
+                (end + 1) as u16,
+            ];
+            index.len += 1;
+        }
+        index
+    }
+
+    /// An index of no head yet (to be filled by [`parse_request_indexed`] or
+    /// [`parse_response_indexed`]).
+    pub fn empty() -> FieldIndex {
+        FieldIndex {
+            at: [[0; 5]; INDEXED],
+            len: 0,
+            complete: false,
+            head_len: usize::MAX,
+        }
+    }
+
+    /// Whether the index was made for a head of `head_len` bytes and `fields` fields (the one
+    /// just parsed; a stale index of another head fails this check or is of the same bytes).
+    pub fn is_for(&self, head_len: usize, fields: usize) -> bool {
+        self.head_len == head_len && (!self.complete || self.len == fields)
+    }
+
+    /// A parse begins: no fields, no head.
+    fn begin(&mut self) {
+        self.len = 0;
+        self.complete = true;
+        self.head_len = usize::MAX;
+    }
+
+    /// The parser accepted a field line.
+    fn push(&mut self, line_start: usize, name_end: usize, value: Span, line_end: usize) {
+        let fits = line_end <= usize::from(u16::MAX);
+        match self.at.get_mut(self.len) {
+            Some(slot) if self.complete && fits => {
+                *slot = [
+                    line_start as u16,
+                    name_end as u16,
+                    value.start as u16,
+                    value.end as u16,
+                    line_end as u16,
+                ];
+                self.len += 1;
+            }
+            _ => self.complete = false,
+        }
+    }
+
+    /// The fields, in order, of the same `buf` the index was made from.
+    pub fn iter<'a>(&'a self, buf: &'a [u8]) -> IndexedFields<'a> {
+        if self.complete {
+            IndexedFields::Indexed(self.at[..self.len].iter())
+        } else {
+            IndexedFields::Scan(fields(buf, self.head_len))
+        }
+    }
+}
+
+/// The fields of a [`FieldIndex`] (see [`FieldIndex::iter`]).
+#[derive(Clone, Debug)]
+pub enum IndexedFields<'a> {
+    Indexed(std::slice::Iter<'a, [u16; 5]>),
+    Scan(Fields<'a>),
+}
+
+impl Iterator for IndexedFields<'_> {
+    type Item = Field;
+
+    fn next(&mut self) -> Option<Field> {
+        match self {
+            IndexedFields::Indexed(it) => {
+                let [start, name_end, value_start, value_end, end] = it.next()?.map(usize::from);
+                Some(Field {
+                    line: Span { start, end },
+                    name: Span {
+                        start,
+                        end: name_end,
+                    },
+                    value: Span {
+                        start: value_start,
+                        end: value_end,
+                    },
+                })
+            }
+            IndexedFields::Scan(it) => it.next(),
+        }
     }
 }
 
@@ -289,6 +452,29 @@ impl<'a> Cursor<'a> {
         self.pos += rest.iter().position(|&b| !keep(b)).unwrap_or(rest.len());
     }
 
+    /// [`Cursor::skip_while`] for value bytes, eight at a time while no byte of the eight is a
+    /// control (most of a head is field values).
+    fn skip_value(&mut self) {
+        let end = self.buf.len().min(self.limit);
+        let rest = self.buf.get(self.pos..end).unwrap_or_default();
+        let mut chunks = rest.chunks_exact(8);
+        let mut done = 0;
+        for chunk in chunks.by_ref() {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            if has_control(u64::from_le_bytes(word)) {
+                break;
+            }
+            done += 8;
+        }
+        let tail = &rest[done..];
+        self.pos += done
+            + tail
+                .iter()
+                .position(|&b| !is_value_byte(b))
+                .unwrap_or(tail.len());
+    }
+
     /// Expects `b` next; `else_err` otherwise (with CR, LF and controls told apart).
     fn expect(&mut self, want: u8, else_err: Error) -> Result<(), Stop> {
         match self.next()? {
@@ -315,6 +501,17 @@ fn classify(b: u8, otherwise: Error) -> Error {
         b if is_control(b) => Error::ControlChar,
         _ => otherwise,
     }
+}
+
+/// Whether one of the eight bytes of `word` is below 0x20 (HTAB included) or is 0x7f: every
+/// other byte is a value byte. Exact: a borrow can only spread from a byte that is itself one.
+fn has_control(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below_space = word.wrapping_sub(0x20 * ONES) & !word;
+    let del = word ^ (0x7f * ONES);
+    let is_del = del.wrapping_sub(ONES) & !del;
+    (below_space | is_del) & HIGH != 0
 }
 
 fn is_control(b: u8) -> bool {
@@ -376,7 +573,11 @@ pub(super) fn is_host_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%:[]".contains(&b)
 }
 
-fn request(buf: &[u8], limits: &Limits) -> Result<RequestHead, Stop> {
+fn request(
+    buf: &[u8],
+    limits: &Limits,
+    index: Option<&mut FieldIndex>,
+) -> Result<RequestHead, Stop> {
     // The request line has the lower of the two limits, and the error of the one that is lower.
     let mut c = Cursor::new(buf, limits.max_head.min(limits.max_request_line));
     if limits.max_request_line < limits.max_head {
@@ -420,7 +621,7 @@ fn request(buf: &[u8], limits: &Limits) -> Result<RequestHead, Stop> {
     c.lf()?;
     c.limit = limits.max_head;
     c.over = Error::HeadTooLarge;
-    let seen = field_lines(&mut c, limits)?;
+    let seen = field_lines(&mut c, limits, index)?;
     let te = seen.transfer_encoding(version)?;
     let framing = match (te, seen.length) {
         (true, _) => Framing::Chunked,
@@ -503,7 +704,12 @@ fn is_authority(target: &[u8]) -> bool {
         && port.iter().all(u8::is_ascii_digit)
 }
 
-fn response(buf: &[u8], limits: &Limits, to_head: bool) -> Result<ResponseHead, Stop> {
+fn response(
+    buf: &[u8],
+    limits: &Limits,
+    to_head: bool,
+    index: Option<&mut FieldIndex>,
+) -> Result<ResponseHead, Stop> {
     let mut c = Cursor::new(buf, limits.max_head);
     let (minor, status) = status_prefix(&mut c)?;
     let version = match minor {
@@ -519,7 +725,7 @@ fn response(buf: &[u8], limits: &Limits, to_head: bool) -> Result<ResponseHead, 
     match c.next()? {
         b' ' => {
             let start = c.pos;
-            c.skip_while(is_value_byte);
+            c.skip_value();
             match c.next()? {
                 b'\r' => {}
                 b => return Err(classify(b, Error::InvalidStatusLine).into()),
@@ -533,7 +739,7 @@ fn response(buf: &[u8], limits: &Limits, to_head: bool) -> Result<ResponseHead, 
         b => return Err(classify(b, Error::InvalidStatusLine).into()),
     }
     c.lf()?;
-    let seen = field_lines(&mut c, limits)?;
+    let seen = field_lines(&mut c, limits, index)?;
     let te = seen.transfer_encoding(version)?;
     let framing = if to_head || status < 200 || status == 204 || status == 304 {
         Framing::None
@@ -699,13 +905,23 @@ fn is_known_coding(name: &[u8]) -> bool {
 }
 
 /// The field lines and the blank line that ends the head.
-fn field_lines(c: &mut Cursor<'_>, limits: &Limits) -> Result<Seen, Stop> {
+fn field_lines(
+    c: &mut Cursor<'_>,
+    limits: &Limits,
+    mut index: Option<&mut FieldIndex>,
+) -> Result<Seen, Stop> {
     let mut seen = Seen::default();
+    if let Some(ix) = index.as_deref_mut() {
+        ix.begin();
+    }
     loop {
         match c.peek()? {
             b'\r' => {
                 c.pos += 1;
                 c.lf()?;
+                if let Some(ix) = index {
+                    ix.head_len = c.pos;
+                }
                 return Ok(seen);
             }
             b'\n' => return Err(Error::BareLf.into()),
@@ -716,7 +932,11 @@ fn field_lines(c: &mut Cursor<'_>, limits: &Limits) -> Result<Seen, Stop> {
         if seen.fields > limits.max_headers {
             return Err(Error::TooManyHeaders.into());
         }
+        let line_start = c.pos;
         let (name_span, value_span) = field_line(c)?;
+        if let Some(ix) = index.as_deref_mut() {
+            ix.push(line_start, name_span.end, value_span, c.pos);
+        }
         let (name, value) = (name_span.of(c.buf), value_span.of(c.buf));
         if name.eq_ignore_ascii_case(b"content-length") {
             seen.content_length(value);
@@ -754,7 +974,7 @@ fn field_line(c: &mut Cursor<'_>) -> Result<(Span, Span), Stop> {
     };
     c.skip_while(is_space);
     let start = c.pos;
-    c.skip_while(is_value_byte);
+    c.skip_value();
     match c.next()? {
         b'\r' => {}
         b => return Err(classify(b, Error::ControlChar).into()),
@@ -763,4 +983,27 @@ fn field_line(c: &mut Cursor<'_>) -> Result<(Span, Span), Stop> {
     let end = start + (value.len() - value.iter().rev().take_while(|&&b| is_space(b)).count());
     c.lf()?;
     Ok((name, Span { start, end }))
+}
+
+#[cfg(test)]
+mod word_tests {
+    use super::{has_control, is_value_byte};
+
+    #[test]
+    fn has_control_finds_exactly_the_bytes_that_are_not_value_bytes_or_are_htab() {
+        for b in 0..=255u8 {
+            for at in 0..8 {
+                for fill in [b'a', 0x80, 0xff, b' ', b'~'] {
+                    let mut word = [fill; 8];
+                    word[at] = b;
+                    let want = !is_value_byte(b) || b == b'\t';
+                    assert_eq!(
+                        has_control(u64::from_le_bytes(word)),
+                        want,
+                        "{b:#x} at {at}"
+                    );
+                }
+            }
+        }
+    }
 }

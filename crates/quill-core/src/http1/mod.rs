@@ -33,8 +33,9 @@ use std::fmt;
 
 pub use body::{Body, Fed, Framing};
 pub use head::{
-    field_value, fields, parse_request, parse_response, status_code, Connection, Field, Fields,
-    Method, RequestHead, ResponseHead, Target, Version,
+    field_value, fields, parse_request, parse_request_indexed, parse_response,
+    parse_response_indexed, status_code, Connection, Field, FieldIndex, Fields, Method,
+    RequestHead, ResponseHead, Target, Version,
 };
 pub use reply::{canned, reason, Canned};
 

@@ -354,6 +354,16 @@ fn check_request(
         upgrade: s.upgrade,
     };
     let out = fits_exactly(head.len, |out| write_request(buf, &head, &rw, out))?;
+    // The parser's field index gives the very same head as a scan of the bytes.
+    let mut index = FieldIndex::empty();
+    prop_assert_eq!(
+        parse_request_indexed(buf, &Limits::default(), &mut index),
+        Ok(Some(head))
+    );
+    let (_, indexed) = written(out.len(), |o| {
+        write_request_indexed(buf, &head, &index, &rw, o)
+    });
+    prop_assert_eq!(&indexed, &out);
     let again = match parse_request(&out, &LOOSE) {
         Ok(Some(h)) => h,
         other => {
@@ -480,6 +490,13 @@ fn check_response(
         upgrade,
     };
     let out = fits_exactly(head.len, |out| write_response(buf, &head, &rw, out))?;
+    let mut index = FieldIndex::empty();
+    let parsed = parse_response_indexed(buf, &Limits::default(), to_head, &mut index);
+    prop_assert_eq!(parsed, Ok(Some(head)));
+    let (_, indexed) = written(out.len(), |o| {
+        write_response_indexed(buf, &head, &index, &rw, o)
+    });
+    prop_assert_eq!(&indexed, &out);
     let again = match parse_response(&out, &LOOSE, to_head) {
         Ok(Some(h)) => h,
         other => {
