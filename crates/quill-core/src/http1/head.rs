@@ -247,7 +247,7 @@ impl Iterator for Fields<'_> {
 }
 
 /// How many fields a [`FieldIndex`] holds; a head with more is read line by line each time.
-const INDEXED: usize = 64;
+const INDEXED: usize = 32;
 
 /// The fields of an accepted head, found once, for code that reads them several times (the head
 /// rewrite): each later pass is a walk over a small array instead of a scan of the bytes. Offsets
