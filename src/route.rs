@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::acl::{AclId, Acls};
-use crate::metrics::HttpStats;
 use crate::config::{
     compile_pattern, HostMatch, PathMatch, RateLimit, RouteAction, RouteConfig, ValueMatch,
 };
+use crate::metrics::HttpStats;
 use quill_core::http1::reason;
 use quill_core::http1::rewrite::{HeaderEdit, Overflow};
 
@@ -190,10 +190,8 @@ impl<P> Routes<P> {
                 stats,
             });
         }
-        let unrouted = old.map_or_else(
-            || Arc::new(HttpStats::new(workers)),
-            |o| o.unrouted.clone(),
-        );
+        let unrouted =
+            old.map_or_else(|| Arc::new(HttpStats::new(workers)), |o| o.unrouted.clone());
         Ok(Routes {
             routes,
             acls,
@@ -743,7 +741,12 @@ mod tests {
             None,
         );
         let w = crate::metrics::Counters::new(1);
-        w.http_request(&HttpStats::new(2), Some(old.stats_of(Some(0))), 200, Some(5));
+        w.http_request(
+            &HttpStats::new(2),
+            Some(old.stats_of(Some(0))),
+            200,
+            Some(5),
+        );
         w.http_request(&HttpStats::new(2), Some(old.stats_of(Some(1))), 403, None);
         w.http_request(&HttpStats::new(2), Some(old.stats_of(None)), 404, None);
         // An index past the routes (a snapshot mismatch) counts as no route rather than panic.
@@ -752,16 +755,30 @@ mod tests {
         assert_eq!(names, ["api", "gone", NO_ROUTE]);
         // Rebuilt with `api` moved second, `gone` gone and a new route first.
         let new = build(
-            &format!("[[listener.route]]\nname = \"new\"\nhost = \"a.example\"\npool = \"api\"\n{api}"),
+            &format!(
+                "[[listener.route]]\nname = \"new\"\nhost = \"a.example\"\npool = \"api\"\n{api}"
+            ),
             Some(&old),
         );
         let all = new.all_stats();
         let names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
         assert_eq!(names, ["new", "api", NO_ROUTE]);
-        assert_eq!(all[0].1.totals().classes, [0; 6], "a new route starts at zero");
-        assert_eq!(all[1].1.totals().classes, [0, 0, 1, 0, 0, 0], "api kept its count");
+        assert_eq!(
+            all[0].1.totals().classes,
+            [0; 6],
+            "a new route starts at zero"
+        );
+        assert_eq!(
+            all[1].1.totals().classes,
+            [0, 0, 1, 0, 0, 0],
+            "api kept its count"
+        );
         assert_eq!(all[1].1.totals().sum_us, 5);
-        assert_eq!(all[2].1.totals().classes, [0, 0, 0, 0, 2, 0], "no route kept too");
+        assert_eq!(
+            all[2].1.totals().classes,
+            [0, 0, 0, 0, 2, 0],
+            "no route kept too"
+        );
         assert!(Arc::ptr_eq(&new.routes[1].stats, &old.routes[0].stats));
     }
 

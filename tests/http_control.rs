@@ -45,12 +45,20 @@ fn mode_says_http(sock: &Path) -> bool {
 fn http_control_command_turns_a_tcp_listener_into_http_for_new_connections() {
     let b = backend();
     let (q, sock) = start_ctl(&[], &[b.addr().to_string()]);
-    assert!(!mode_says_http(&sock), "starts as TCP: {}", ctl(&sock, "mode"));
+    assert!(
+        !mode_says_http(&sock),
+        "starts as TCP: {}",
+        ctl(&sock, "mode")
+    );
     // A connection opened while the listener is TCP: its bytes go through as sent.
     let mut old = Client::connect(q.addr());
     assert_eq!(old.roundtrip(&get_raw("/before")).status, 200);
     let first = nth(&b, 0);
-    assert_eq!(first.raw_head, get_raw("/before"), "TCP forwards the head untouched");
+    assert_eq!(
+        first.raw_head,
+        get_raw("/before"),
+        "TCP forwards the head untouched"
+    );
     ctl_ok(&sock, "http");
     assert!(mode_says_http(&sock), "mode: {}", ctl(&sock, "mode"));
     // `http` again on an HTTP listener changes nothing and answers OK.
@@ -95,7 +103,12 @@ fn no_http_control_command_turns_it_back_to_tcp() {
     let mut new = Client::connect(q.addr());
     assert_eq!(new.roundtrip(&get_raw("/new-conn")).status, 200);
     let third = nth(&b, 2);
-    assert_eq!(third.raw_head, get_raw("/new-conn"), "{}", show(&third.raw_head));
+    assert_eq!(
+        third.raw_head,
+        get_raw("/new-conn"),
+        "{}",
+        show(&third.raw_head)
+    );
     // `no http` on a TCP listener changes nothing and answers OK.
     ctl_ok(&sock, "no http");
     ctl_err(&sock, "http now", "now");
@@ -144,7 +157,12 @@ fn http_control_command_is_written_and_kept_by_a_reload() {
         *dir_file.borrow_mut() = cmds.clone();
         let sock = dir.join("ctl.sock").display().to_string();
         let cmds = cmds.display().to_string();
-        pen_args(dir, port, &["-C", &sock, "-F", &cmds], &[b.addr().to_string()])
+        pen_args(
+            dir,
+            port,
+            &["-C", &sock, "-F", &cmds],
+            &[b.addr().to_string()],
+        )
     });
     let sock = q.path("ctl.sock");
     wait_ctl(&q, &sock);
@@ -152,7 +170,11 @@ fn http_control_command_is_written_and_kept_by_a_reload() {
     // A reload before `write`: the sources did not change the mode, the runtime change stays.
     let reply = ctl(&sock, "reload");
     assert!(reply.contains("reloaded"), "{reply}");
-    assert!(mode_says_http(&sock), "after reload: {}", ctl(&sock, "mode"));
+    assert!(
+        mode_says_http(&sock),
+        "after reload: {}",
+        ctl(&sock, "mode")
+    );
     ctl_ok(&sock, "write");
     let written = std::fs::read_to_string(&*dir_file.borrow()).unwrap();
     assert!(
@@ -162,7 +184,11 @@ fn http_control_command_is_written_and_kept_by_a_reload() {
     // After `write` the -F file itself says `http`: a reload reads it back.
     let reply = ctl(&sock, "reload");
     assert!(reply.contains("reloaded"), "{reply}");
-    assert!(mode_says_http(&sock), "after reload: {}", ctl(&sock, "mode"));
+    assert!(
+        mode_says_http(&sock),
+        "after reload: {}",
+        ctl(&sock, "mode")
+    );
     let mut c = Client::connect(q.addr());
     assert_eq!(c.roundtrip(&get_raw("/x")).status, 200);
     assert_eq!(nth(&b, 0).header_all("x-forwarded-for"), ["127.0.0.1"]);
@@ -174,7 +200,11 @@ fn http_control_command_is_written_and_kept_by_a_reload() {
     assert!(written.lines().any(|l| l == "no http"), "{written}");
     let reply = ctl(&sock, "reload");
     assert!(reply.contains("reloaded"), "{reply}");
-    assert!(!mode_says_http(&sock), "after reload: {}", ctl(&sock, "mode"));
+    assert!(
+        !mode_says_http(&sock),
+        "after reload: {}",
+        ctl(&sock, "mode")
+    );
     let mut c = Client::connect(q.addr());
     assert_eq!(c.roundtrip(&get_raw("/y")).status, 200);
     assert_eq!(nth(&b, 1).raw_head, get_raw("/y"));
