@@ -887,3 +887,65 @@ fn http_status_page_shows_request_rate_and_status_classes() {
         "requests/s never moved: {values:?}"
     );
 }
+
+#[test]
+fn http_status_page_shows_requests_per_route() {
+    let (api, default) = (status_backend(), status_backend());
+    let (q, admin, _) = start_routed(&api, &default, &format!("{API_ROUTE}{OLD_ROUTE}"));
+    let mut c = Client::connect(q.addr());
+    expect(
+        &mut c,
+        &[
+            ("/api/a", 200),
+            ("/api/missing", 404),
+            ("/old/x", 301),
+            ("/x", 200),
+        ],
+    );
+    drop(c);
+    let _ = wait_metrics(admin, "four routed requests", |m| {
+        m.sum("quill_http_route_requests_total", &[("listener", "web")]) >= 4.0
+    });
+    let dom = dump_dom(&format!("http://{admin}/"), 3000);
+    let section = &dom[dom
+        .find("<section class=\"listener panel\" data-listener=\"web\"")
+        .unwrap_or_else(|| panic!("no section for the listener:\n{dom}"))..];
+    let http = &section[section
+        .find("<p class=\"http\"")
+        .expect("the listener's HTTP line")..];
+    let http = &http[..http.find("</p>").expect("end of the HTTP line")];
+    // The listener's own figures come first, as without routes.
+    assert_eq!(value(http, "class=\"http-requests\""), 4.0, "{http}");
+    assert_eq!(value(http, " data-class=\"2xx\""), 2.0, "{http}");
+    let route = |name: &str| {
+        let at = http
+            .find(&format!("data-route=\"{name}\""))
+            .unwrap_or_else(|| panic!("no line for route {name}: {http}"));
+        let rest = &http[at..];
+        // Up to the next route's line.
+        let end = rest[1..].find("data-route=").map_or(rest.len(), |e| e + 1);
+        &rest[..end]
+    };
+    let api_line = route("api");
+    assert_eq!(
+        value(api_line, "class=\"http-route-requests\""),
+        2.0,
+        "{api_line}"
+    );
+    assert_eq!(value(api_line, " data-class=\"2xx\""), 1.0, "{api_line}");
+    assert_eq!(value(api_line, " data-class=\"4xx\""), 1.0, "{api_line}");
+    let old_line = route("old");
+    assert_eq!(
+        value(old_line, "class=\"http-route-requests\""),
+        1.0,
+        "{old_line}"
+    );
+    assert_eq!(value(old_line, " data-class=\"3xx\""), 1.0, "{old_line}");
+    let none_line = route("(no route)");
+    assert_eq!(
+        value(none_line, "class=\"http-route-requests\""),
+        1.0,
+        "{none_line}"
+    );
+    assert_eq!(value(none_line, " data-class=\"2xx\""), 1.0, "{none_line}");
+}
