@@ -155,15 +155,16 @@ impl HttpStats {
         }
     }
 
-    /// Counts one request of worker `worker`, answered with `status` (0: none was), and its
-    /// duration when `us` is given (Quill's own refusals are not timed).
-    fn count(&self, worker: usize, status: u16, us: Option<u64>) {
+    /// Counts one request of worker `worker` in status class `class` (see [`class_of`]) and,
+    /// when it was timed, `us` microseconds in bucket `bucket` (see [`bucket_of`]); Quill's own
+    /// refusals are not timed.
+    fn count(&self, worker: usize, class: usize, timed: Option<(usize, u64)>) {
         let Some(b) = self.blocks.get(worker) else {
             return;
         };
-        Counters::add(&b.classes[class_of(status)], 1);
-        if let Some(us) = us {
-            Counters::add(&b.buckets[bucket_of(us)], 1);
+        Counters::add(&b.classes[class], 1);
+        if let Some((bucket, us)) = timed {
+            Counters::add(&b.buckets[bucket], 1);
             Counters::add(&b.sum_us, us);
         }
     }
@@ -245,13 +246,17 @@ impl Counters {
         status: u16,
         us: Option<u64>,
     ) {
-        stats.count(self.worker, status, us);
+        // The class and the bucket once, for up to three places.
+        let class = class_of(status);
+        let timed = us.map(|us| (bucket_of(us), us));
+        stats.count(self.worker, class, timed);
         if let Some(route) = route {
-            route.count(self.worker, status, us);
+            route.count(self.worker, class, timed);
         }
-        self.http_status(status);
-        if let Some(us) = us {
-            self.http_request_done(us);
+        Self::add(&self.http_classes[class], 1);
+        if let Some((bucket, us)) = timed {
+            Self::add(&self.request_buckets[bucket], 1);
+            Self::add(&self.request_sum_us, us);
         }
     }
 
@@ -278,14 +283,9 @@ impl Counters {
     }
 
     /// One HTTP request answered with `status` (0: none was), in the worker's totals only.
-    pub(crate) fn http_status(&self, status: u16) {
+    #[cfg(test)]
+    fn http_status(&self, status: u16) {
         Self::add(&self.http_classes[class_of(status)], 1);
-    }
-
-    /// One HTTP request over, after `us` microseconds, in the worker's totals only.
-    pub(crate) fn http_request_done(&self, us: u64) {
-        Self::add(&self.request_buckets[bucket_of(us)], 1);
-        Self::add(&self.request_sum_us, us);
     }
 
     /// One message refused by the HTTP parser.
