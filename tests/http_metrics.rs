@@ -600,6 +600,43 @@ fn http_route_metrics_count_requests_per_route_and_class() {
 }
 
 #[test]
+fn http_route_metrics_count_a_request_no_route_matched_as_no_route() {
+    let api = status_backend();
+    // A listener with routes and no servers of its own: what no route takes is answered 404.
+    let (q, admin) = start_with_admin(|dir, port, admin| {
+        let cfg = dir.join("quill.toml");
+        let text = format!(
+            "[[pool]]\nname = \"api\"\nservers = [\"{}\"]\n\
+             [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
+             {API_ROUTE}",
+            api.addr()
+        );
+        fs::write(&cfg, text).unwrap();
+        vec![
+            "--admin".into(),
+            admin.to_string(),
+            "--config".into(),
+            cfg.display().to_string(),
+        ]
+    });
+    expect(
+        &mut Client::connect(q.addr()),
+        &[("/nowhere", 404), ("/api/a", 200), ("/else", 404)],
+    );
+    let m = wait_metrics(admin, "three requests", |m| {
+        m.sum("quill_http_route_requests_total", &[("listener", "web")]) >= 3.0
+    });
+    assert_eq!(route_class(&m, "(no route)", "4xx"), 2.0, "{}", m.text);
+    assert_eq!(route_class(&m, "api", "2xx"), 1.0, "{}", m.text);
+    assert_eq!(
+        route_timed(&m, "(no route)"),
+        0.0,
+        "Quill's own 404 is not timed"
+    );
+    assert_eq!(api.requests().len(), 1);
+}
+
+#[test]
 fn http_route_metrics_survive_a_reload() {
     let (api, api2, default) = (status_backend(), status_backend(), status_backend());
     let (q, admin, cfg) = start_routed(&api, &default, &format!("{API_ROUTE}{OLD_ROUTE}"));
