@@ -63,6 +63,10 @@ pub(crate) enum Command {
     Debug(u8),
     /// `listen [HOST:]PORT|PATH`: move the listener.
     Listen(String),
+    /// `http` / `no http` (Pen's HTTP mode): the listener serves new connections as an HTTP
+    /// reverse proxy (default HTTP settings, `X-Forwarded-For` added, as `-H` does), or as a
+    /// plain TCP forwarder again. Open connections keep the mode they started in.
+    Http(bool),
 }
 
 impl Command {
@@ -83,7 +87,7 @@ impl Command {
     /// What the command needs from the control channel it arrives on. Files, paths, Unix and
     /// abstract sockets and moving a listener stay on the Unix socket; draining and weighing the
     /// configured servers is `operate`; everything else (including commands added later that are
-    /// not listed here) is `admin`.
+    /// not listed here, and `http`, which changes what every server is sent) is `admin`.
     pub(crate) fn needs(&self) -> Needs {
         let admin = Needs::Level(ControlLevel::Admin);
         match self {
@@ -317,6 +321,7 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
     match (name, negated, args) {
         ("tcp_nodelay", _, _) => no_args(name, args).and(set(Command::TcpNodelay(!negated))),
         ("keepalive", _, _) => no_args(name, args).and(set(Command::Keepalive(!negated))),
+        ("http", _, _) => no_args(name, args).and(set(Command::Http(!negated))),
         ("blacklist", false, []) => show(Setting::Blacklist),
         ("blacklist", false, _) => set(Command::Blacklist(duration_arg(name, args)?)),
         ("timeout", false, []) => show(Setting::Timeout),
@@ -535,6 +540,8 @@ mod tests {
         check("no tcp_nodelay", Command::TcpNodelay(false));
         check("max_per_source 10", Command::MaxPerSource(10));
         check("clients_max 1000000", Command::ClientsMax(1_000_000));
+        check("http", Command::Http(true));
+        check("no  http", Command::Http(false));
         check(
             "server 1 address 10.0.0.2 port 81 weight 3",
             Command::Server(
@@ -546,6 +553,18 @@ mod tests {
                     ..Default::default()
                 },
             ),
+        );
+    }
+
+    #[test]
+    fn http_is_a_listener_setting_for_admin_with_a_listener_prefix() {
+        let r = parse_request("listener web no http").unwrap();
+        assert_eq!(r.listener.as_deref(), Some("web"));
+        assert_eq!(r.action, Action::Set(Command::Http(false)));
+        assert!(!Command::Http(true).is_global());
+        assert_eq!(
+            Action::Set(Command::Http(true)).needs(),
+            Needs::Level(ControlLevel::Admin)
         );
     }
 
@@ -568,6 +587,8 @@ mod tests {
             ("max_per_source -1", "-1"),
             ("max_per_source 1000001", "1000001"),
             ("recent 99999999999", "99999999999"),
+            ("http on", "on"),
+            ("no http 1", "1"),
         ] {
             let e = parse(line).unwrap_err().to_string();
             assert!(e.contains(word), "{line}: {e}");

@@ -1191,7 +1191,12 @@ fn show(
             (f.to_string(), json!(f))
         }
         Setting::Mode => {
-            let m = pick()?.mode.to_string();
+            // Pen's flags; `http` after them on an HTTP listener, as Pen's `http` sets it.
+            let l = pick()?;
+            let m = match l.http {
+                Some(_) => format!("{} http", l.mode),
+                None => l.mode.to_string(),
+            };
             (m.clone(), json!(m))
         }
         Setting::ClientAcl => opt_num(pick()?.client_acl),

@@ -1,5 +1,6 @@
 //! Counters: what happened to sessions, kept per worker (no shared cache line on the data path) and
-//! summed when read; HTTP requests per listener ([`HttpStats`], one block per worker as well).
+//! summed when read; HTTP requests per listener and per route ([`HttpStats`], one block per worker
+//! as well).
 //! Names follow `quill_<subsystem>_<what>_<unit>` when exported (src/admin/prometheus.rs).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -103,7 +104,7 @@ pub(crate) struct ServerConnCounts {
     pub idle: u64,
 }
 
-/// HTTP requests of one listener (next: of one route), kept per worker: one block each, on
+/// HTTP requests of one listener or one route, kept per worker: one block each, on
 /// cache lines of its own, written only by its worker. Summed when read.
 #[derive(Debug)]
 pub(crate) struct HttpStats {
@@ -154,15 +155,16 @@ impl HttpStats {
         }
     }
 
-    /// Counts one request of worker `worker`, answered with `status` (0: none was), and its
-    /// duration when `us` is given (Quill's own refusals are not timed).
-    fn count(&self, worker: usize, status: u16, us: Option<u64>) {
+    /// Counts one request of worker `worker` in status class `class` (see [`class_of`]) and,
+    /// when it was timed, `us` microseconds in bucket `bucket` (see [`bucket_of`]); Quill's own
+    /// refusals are not timed.
+    fn count(&self, worker: usize, class: usize, timed: Option<(usize, u64)>) {
         let Some(b) = self.blocks.get(worker) else {
             return;
         };
-        Counters::add(&b.classes[class_of(status)], 1);
-        if let Some(us) = us {
-            Counters::add(&b.buckets[bucket_of(us)], 1);
+        Counters::add(&b.classes[class], 1);
+        if let Some((bucket, us)) = timed {
+            Counters::add(&b.buckets[bucket], 1);
             Counters::add(&b.sum_us, us);
         }
     }
@@ -232,14 +234,29 @@ impl Counters {
         }
     }
 
-    /// One HTTP request over, on the listener (or route) counted by `stats`: answered with
-    /// `status` (0: none was), after `us` microseconds when given (head received to response
-    /// sent; None for Quill's own refusals). Counted in the worker's totals too.
-    pub(crate) fn http_request(&self, stats: &HttpStats, status: u16, us: Option<u64>) {
-        stats.count(self.worker, status, us);
-        self.http_status(status);
-        if let Some(us) = us {
-            self.http_request_done(us);
+    /// One HTTP request over, on the listener counted by `stats` and, when it reached routing
+    /// on a listener with routes, on its route (or the listener's no-route counters) `route`:
+    /// answered with `status` (0: none was), after `us` microseconds when given (head received
+    /// to response sent; None for Quill's own refusals). Counted in the worker's totals too.
+    /// Relaxed adds to the worker's own blocks only: no lock, no lookup.
+    pub(crate) fn http_request(
+        &self,
+        stats: &HttpStats,
+        route: Option<&HttpStats>,
+        status: u16,
+        us: Option<u64>,
+    ) {
+        // The class and the bucket once, for up to three places.
+        let class = class_of(status);
+        let timed = us.map(|us| (bucket_of(us), us));
+        stats.count(self.worker, class, timed);
+        if let Some(route) = route {
+            route.count(self.worker, class, timed);
+        }
+        Self::add(&self.http_classes[class], 1);
+        if let Some((bucket, us)) = timed {
+            Self::add(&self.request_buckets[bucket], 1);
+            Self::add(&self.request_sum_us, us);
         }
     }
 
@@ -266,14 +283,9 @@ impl Counters {
     }
 
     /// One HTTP request answered with `status` (0: none was), in the worker's totals only.
-    pub(crate) fn http_status(&self, status: u16) {
+    #[cfg(test)]
+    fn http_status(&self, status: u16) {
         Self::add(&self.http_classes[class_of(status)], 1);
-    }
-
-    /// One HTTP request over, after `us` microseconds, in the worker's totals only.
-    pub(crate) fn http_request_done(&self, us: u64) {
-        Self::add(&self.request_buckets[bucket_of(us)], 1);
-        Self::add(&self.request_sum_us, us);
     }
 
     /// One message refused by the HTTP parser.
@@ -362,12 +374,12 @@ mod tests {
     fn http_requests_count_per_worker_block_by_class_and_bucket() {
         let stats = HttpStats::new(2);
         let (w0, w1) = (Counters::new(0), Counters::new(1));
-        w0.http_request(&stats, 200, Some(250));
-        w0.http_request(&stats, 204, Some(251));
-        w1.http_request(&stats, 404, Some(20_000_000));
-        w1.http_request(&stats, 400, None);
-        w1.http_request(&stats, 0, None);
-        w1.http_request(&stats, 503, Some(0));
+        w0.http_request(&stats, None, 200, Some(250));
+        w0.http_request(&stats, None, 204, Some(251));
+        w1.http_request(&stats, None, 404, Some(20_000_000));
+        w1.http_request(&stats, None, 400, None);
+        w1.http_request(&stats, None, 0, None);
+        w1.http_request(&stats, None, 503, Some(0));
         let t = stats.totals();
         assert_eq!(t.classes, [1, 0, 2, 0, 2, 1]);
         let mut want = vec![0; REQUEST_BUCKETS_US.len() + 1];
@@ -379,8 +391,27 @@ mod tests {
         assert_eq!(w0.http_classes(), [0, 0, 2, 0, 0, 0]);
         assert_eq!(w1.http_classes(), [1, 0, 0, 0, 2, 1]);
         // A worker index past the blocks counts nowhere rather than panicking.
-        Counters::new(7).http_request(&stats, 200, Some(1));
+        Counters::new(7).http_request(&stats, None, 200, Some(1));
         assert_eq!(stats.totals().classes[2], 2);
+    }
+
+    #[test]
+    fn a_request_with_a_route_counts_on_the_listener_and_on_the_route() {
+        let (listener, api, web) = (HttpStats::new(2), HttpStats::new(2), HttpStats::new(2));
+        let (w0, w1) = (Counters::new(0), Counters::new(1));
+        w0.http_request(&listener, Some(&api), 200, Some(300));
+        w1.http_request(&listener, Some(&api), 502, Some(5));
+        w1.http_request(&listener, Some(&web), 301, None);
+        w0.http_request(&listener, None, 400, None);
+        assert_eq!(listener.totals().classes, [0, 0, 1, 1, 1, 1]);
+        let a = api.totals();
+        assert_eq!(a.classes, [0, 0, 1, 0, 0, 1]);
+        assert_eq!(a.sum_us, 305);
+        assert_eq!(a.buckets.iter().sum::<u64>(), 2);
+        let w = web.totals();
+        assert_eq!(w.classes, [0, 0, 0, 1, 0, 0]);
+        assert_eq!(w.buckets.iter().sum::<u64>(), 0, "untimed answers stay out");
+        assert_eq!(w0.http_classes(), [0, 0, 1, 0, 1, 0], "once in the totals");
     }
 
     #[test]

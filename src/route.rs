@@ -1,6 +1,8 @@
 //! HTTP routes (DESIGN §6.2), compiled from `config::RouteConfig`: which route a request takes
 //! (first match wins), what the route does with it, the answers Quill writes itself for a route
-//! (redirect, fixed response, 403, 404, 429) and the per-client-address rate limits.
+//! (redirect, fixed response, 403, 404, 429) and the per-client-address rate limits. Each route
+//! carries its request counters ([`HttpStats`]), handed on to the route of the same name when the
+//! routes are rebuilt (reload, control command).
 //!
 //! Pure: no sockets, no clock (the time is an argument). Generic over the pool type `P` so that
 //! this module needs nothing from `backend` (which holds `Routes<Pool>` in a listener's pool).
@@ -18,6 +20,7 @@ use crate::acl::{AclId, Acls};
 use crate::config::{
     compile_pattern, HostMatch, PathMatch, RateLimit, RouteAction, RouteConfig, ValueMatch,
 };
+use crate::metrics::HttpStats;
 use quill_core::http1::reason;
 use quill_core::http1::rewrite::{HeaderEdit, Overflow};
 
@@ -27,7 +30,14 @@ pub(crate) struct Routes<P> {
     pub routes: Vec<Route<P>>,
     /// The process's ACL lists (`client_acl` names one).
     acls: Arc<Acls>,
+    /// Requests that matched no route (sent to the listener's own servers, or answered 404),
+    /// reported as route [`NO_ROUTE`].
+    pub unrouted: Arc<HttpStats>,
 }
+
+/// The `route` label of requests that matched no route. A route name has no spaces, so no route
+/// can be called that.
+pub(crate) const NO_ROUTE: &str = "(no route)";
 
 /// One route: its matchers, its action and the edits on the way.
 #[derive(Debug)]
@@ -47,6 +57,10 @@ pub(crate) struct Route<P> {
     /// `(prefix, replace)` for `RequestRewrite::rewrite_path`.
     pub rewrite_path: Option<(String, String)>,
     pub rate: Option<RateLimit>,
+    /// Its requests by status class and duration, one block per worker. Shared by the routes
+    /// of one listener that have the same name (they count as one), and kept across rebuilds
+    /// while a route of that name stays.
+    pub stats: Arc<HttpStats>,
 }
 
 #[derive(Debug)]
@@ -104,16 +118,26 @@ fn route_id(listener: &str, route: &str) -> u64 {
 }
 
 impl<P> Routes<P> {
-    /// Compiles the routes of listener `listener`; `pool` finds a named pool. Fails (one line)
-    /// only on what validation already refuses: a pattern that does not compile, an unknown pool.
+    /// Compiles the routes of listener `listener`; `pool` finds a named pool. `old` is the
+    /// listener's routes before the change, whose counters the routes of the same name keep;
+    /// new counters have room for `workers` workers. Fails (one line) only on what validation
+    /// already refuses: a pattern that does not compile, an unknown pool.
     pub(crate) fn build(
         listener: &str,
         config: &[RouteConfig],
         acls: Arc<Acls>,
         pool: impl Fn(&str) -> Option<Arc<P>>,
+        old: Option<&Routes<P>>,
+        workers: usize,
     ) -> Result<Routes<P>, String> {
-        let mut routes = Vec::with_capacity(config.len());
+        let mut routes: Vec<Route<P>> = Vec::with_capacity(config.len());
         for r in config {
+            let id = route_id(listener, &r.name);
+            let stats = routes
+                .iter()
+                .chain(old.into_iter().flat_map(|o| &o.routes))
+                .find(|o| o.id == id)
+                .map_or_else(|| Arc::new(HttpStats::new(workers)), |o| o.stats.clone());
             let named = |e: String| format!("listener '{listener}': route '{}': {e}", r.name);
             let path = match &r.path {
                 None => None,
@@ -152,7 +176,7 @@ impl<P> Routes<P> {
             };
             routes.push(Route {
                 name: r.name.clone(),
-                id: route_id(listener, &r.name),
+                id,
                 hosts: r.hosts.clone(),
                 path,
                 methods: r.methods.iter().map(|m| m.as_bytes().into()).collect(),
@@ -163,9 +187,37 @@ impl<P> Routes<P> {
                 response_headers: r.response_headers.clone(),
                 rewrite_path: r.rewrite_path.clone(),
                 rate: r.rate,
+                stats,
             });
         }
-        Ok(Routes { routes, acls })
+        let unrouted =
+            old.map_or_else(|| Arc::new(HttpStats::new(workers)), |o| o.unrouted.clone());
+        Ok(Routes {
+            routes,
+            acls,
+            unrouted,
+        })
+    }
+
+    /// The counters of the route with index `index` in `routes`, or of the requests that matched
+    /// none (`None`, or an index past the routes).
+    pub(crate) fn stats_of(&self, index: Option<u32>) -> &HttpStats {
+        index
+            .and_then(|i| self.routes.get(i as usize))
+            .map_or(&self.unrouted, |r| &r.stats)
+    }
+
+    /// Each route's name and counters once (routes of one name share them), in order, then
+    /// [`NO_ROUTE`] and the counters of the requests that matched none.
+    pub(crate) fn all_stats(&self) -> Vec<(&str, &HttpStats)> {
+        let mut out: Vec<(&str, &HttpStats)> = Vec::with_capacity(self.routes.len() + 1);
+        for r in &self.routes {
+            if !out.iter().any(|(name, _)| *name == r.name) {
+                out.push((&r.name, &r.stats));
+            }
+        }
+        out.push((NO_ROUTE, &self.unrouted));
+        out
     }
 
     /// The first route the request matches. `method` is the method token as sent; `target` the
@@ -566,6 +618,8 @@ mod tests {
             &c.listeners[0].routes,
             Arc::new(c.global.acls.clone()),
             |n| Some(Arc::new(n.to_string())),
+            None,
+            2,
         )
         .unwrap()
     }
@@ -658,6 +712,74 @@ mod tests {
         );
         assert!(matches!(r.routes[1].action, Action::Deny));
         assert!(matches!(&r.routes[0].action, Action::Pool(p) if **p == "api"));
+    }
+
+    #[test]
+    fn route_counters_follow_the_route_name_across_rebuilds() {
+        let text = |routes: &str| {
+            format!(
+                "[[pool]]\nname = \"api\"\nservers = [\"127.0.0.1:9001\"]\n\
+                 [[listener]]\nname = \"h\"\nlisten = \"127.0.0.1:8000\"\nprotocol = \"http\"\n\
+                 servers = [\"127.0.0.1:9003\"]\n{routes}"
+            )
+        };
+        let build = |routes: &str, old: Option<&Routes<String>>| {
+            let c = from_toml("r.toml", &text(routes), &TuningPatch::default()).unwrap();
+            Routes::build(
+                "h",
+                &c.listeners[0].routes,
+                Arc::new(c.global.acls.clone()),
+                |n| Some(Arc::new(n.to_string())),
+                old,
+                2,
+            )
+            .unwrap()
+        };
+        let api = "[[listener.route]]\nname = \"api\"\npath = \"/api/\"\npool = \"api\"\n";
+        let old = build(
+            &format!("{api}[[listener.route]]\nname = \"gone\"\ndeny = true\n"),
+            None,
+        );
+        let w = crate::metrics::Counters::new(1);
+        w.http_request(
+            &HttpStats::new(2),
+            Some(old.stats_of(Some(0))),
+            200,
+            Some(5),
+        );
+        w.http_request(&HttpStats::new(2), Some(old.stats_of(Some(1))), 403, None);
+        w.http_request(&HttpStats::new(2), Some(old.stats_of(None)), 404, None);
+        // An index past the routes (a snapshot mismatch) counts as no route rather than panic.
+        w.http_request(&HttpStats::new(2), Some(old.stats_of(Some(9))), 404, None);
+        let names: Vec<&str> = old.all_stats().iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["api", "gone", NO_ROUTE]);
+        // Rebuilt with `api` moved second, `gone` gone and a new route first.
+        let new = build(
+            &format!(
+                "[[listener.route]]\nname = \"new\"\nhost = \"a.example\"\npool = \"api\"\n{api}"
+            ),
+            Some(&old),
+        );
+        let all = new.all_stats();
+        let names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["new", "api", NO_ROUTE]);
+        assert_eq!(
+            all[0].1.totals().classes,
+            [0; 6],
+            "a new route starts at zero"
+        );
+        assert_eq!(
+            all[1].1.totals().classes,
+            [0, 0, 1, 0, 0, 0],
+            "api kept its count"
+        );
+        assert_eq!(all[1].1.totals().sum_us, 5);
+        assert_eq!(
+            all[2].1.totals().classes,
+            [0, 0, 0, 0, 2, 0],
+            "no route kept too"
+        );
+        assert!(Arc::ptr_eq(&new.routes[1].stats, &old.routes[0].stats));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! A point-in-time picture of the whole process: listeners, pools, every server's state and
-//! counters, the session totals, and HTTP listeners' requests by status class and duration.
+//! counters, the session totals, and HTTP listeners' (and their routes') requests by status class
+//! and duration.
 //! Everything that reports (the `servers` command, `/metrics`, `/api/status`, the status page,
 //! Pen's HTML report) renders one of these, so they agree.
 
@@ -58,6 +59,20 @@ pub(crate) struct HttpListenerStatus {
     pub classes: BTreeMap<&'static str, u64>,
     /// Durations of the requests passed to a server (head received to the exchange's end);
     /// Quill's own answers are not timed.
+    pub duration: Histogram,
+    /// Per route, in configuration order (a name once), then `(no route)` for the requests
+    /// that matched none; empty on a listener without routes. Requests refused before routing
+    /// (malformed, too large, timed out) count on the listener only.
+    pub routes: Vec<HttpRouteStatus>,
+}
+
+/// One route's requests (the same counts as a listener's, for the requests it took).
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct HttpRouteStatus {
+    /// The route's name, or `(no route)`.
+    pub route: String,
+    pub requests: u64,
+    pub classes: BTreeMap<&'static str, u64>,
     pub duration: Histogram,
 }
 
@@ -199,7 +214,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
             mode: pool.mode.to_string(),
             protocol: if pool.http.is_some() { "http" } else { "tcp" },
             health_check: pool.health.as_ref().map(|h| h.to_string()),
-            http: pool.http.as_ref().map(|_| http_listener(http)),
+            http: pool.http.as_ref().map(|_| http_listener(http, pool)),
             servers: pool
                 .servers
                 .iter()
@@ -244,17 +259,42 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
     }
 }
 
-fn http_listener(stats: &HttpStats) -> HttpListenerStatus {
-    let t = stats.totals();
+fn http_listener(stats: &HttpStats, pool: &Pool) -> HttpListenerStatus {
+    let (requests, classes, duration) = http_counts(stats);
+    let routes = pool.routes.as_ref().map_or_else(Vec::new, |r| {
+        r.all_stats()
+            .into_iter()
+            .map(|(name, stats)| {
+                let (requests, classes, duration) = http_counts(stats);
+                HttpRouteStatus {
+                    route: name.to_string(),
+                    requests,
+                    classes,
+                    duration,
+                }
+            })
+            .collect()
+    });
     HttpListenerStatus {
-        requests: t.classes.iter().sum(),
-        classes: HTTP_CLASS_NAMES.iter().copied().zip(t.classes).collect(),
-        duration: Histogram {
+        requests,
+        classes,
+        duration,
+        routes,
+    }
+}
+
+/// Requests in all, by class, and the duration histogram of `stats`.
+fn http_counts(stats: &HttpStats) -> (u64, BTreeMap<&'static str, u64>, Histogram) {
+    let t = stats.totals();
+    (
+        t.classes.iter().sum(),
+        HTTP_CLASS_NAMES.iter().copied().zip(t.classes).collect(),
+        Histogram {
             bounds_us: REQUEST_BUCKETS_US.to_vec(),
             counts: t.buckets,
             sum_us: t.sum_us,
         },
-    }
+    )
 }
 
 fn http_process(shared: &Shared) -> HttpProcess {

@@ -1,13 +1,16 @@
 //! HTTP observability (issue 11 point 9, DESIGN §6.3 Metrics): `/metrics` counts an HTTP
 //! listener's requests by status class and their durations, the server connections opened and
 //! reused and the idle ones, and parse errors by kind; `/api/status` (what the status page
-//! reads) carries the same per HTTP listener. Each test starts the real binary (`-H`, `--admin`)
+//! reads) carries the same per HTTP listener, and per route for a listener with routes
+//! (`quill_http_route_*`, kept across a reload for a route of the same name). Each test starts the real binary (`-H`, `--admin`)
 //! in front of the scripted backend of tests/support/http.rs, sends requests whose outcome is
 //! known, and checks the exact counts. The last test loads the status page in headless Chromium
 //! (Debian's `chromium` at /usr/bin/chromium, as tests/status_page.rs needs; without it that test
 //! fails, it never skips).
 
 mod admin_support;
+#[path = "support/ctl.rs"]
+mod ctl;
 #[path = "support/http.rs"]
 mod http_support;
 mod support;
@@ -389,6 +392,310 @@ fn http_request_counts_survive_a_reload() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Per route
+// ---------------------------------------------------------------------------------------------
+
+/// A backend that answers `.../missing` with 404, `.../boom` with 500 and anything else with
+/// 200, keeping connections.
+fn status_backend() -> Backend {
+    Backend::start(|r| {
+        let status = if r.target.ends_with("/missing") {
+            404
+        } else if r.target.ends_with("/boom") {
+            500
+        } else {
+            200
+        };
+        vec![Step::Send(http_support::response(status, "", b"hi"))]
+    })
+}
+
+/// The TOML of an HTTP listener `web` on `port` over `default` (its own servers), two workers,
+/// a control socket at DIR/ctl.sock, the named pool `api` over `api`, and the route tables
+/// `routes`.
+fn routed_config(
+    dir: &Path,
+    port: u16,
+    api: &[String],
+    default: SocketAddr,
+    routes: &str,
+) -> String {
+    let api: Vec<String> = api.iter().map(|a| format!("\"{a}\"")).collect();
+    format!(
+        "control = \"{}\"\nworkers = 2\n\
+         [[pool]]\nname = \"api\"\nservers = [{}]\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
+         servers = [\"{default}\"]\n{routes}",
+        dir.join("ctl.sock").display(),
+        api.join(", ")
+    )
+}
+
+const API_ROUTE: &str = "[[listener.route]]\nname = \"api\"\npath = \"/api/\"\npool = \"api\"\n";
+const OLD_ROUTE: &str = "[[listener.route]]\nname = \"old\"\npath = \"/old/\"\n\
+                         redirect = { to = \"https://example.com/new/\", status = 301 }\n";
+
+/// Quill with `--admin` and the file of [`routed_config`]; returns the process, the admin
+/// address and the file's path (for reloads).
+fn start_routed(
+    api: &Backend,
+    default: &Backend,
+    routes: &str,
+) -> (QuillProcess, SocketAddr, std::path::PathBuf) {
+    let (q, admin) = start_with_admin(|dir, port, admin| {
+        let cfg = dir.join("quill.toml");
+        let text = routed_config(dir, port, &[api.addr().to_string()], default.addr(), routes);
+        fs::write(&cfg, text).unwrap();
+        vec![
+            "--admin".into(),
+            admin.to_string(),
+            "--config".into(),
+            cfg.display().to_string(),
+        ]
+    });
+    let cfg = q.path("quill.toml");
+    ctl::wait_ctl(&q, &q.path("ctl.sock"));
+    (q, admin, cfg)
+}
+
+/// Sends each request on the kept-alive client `c` and checks its status.
+fn expect(c: &mut Client, requests: &[(&str, u16)]) {
+    for (target, want) in requests {
+        let r = c.roundtrip(&http_support::get(target));
+        assert_eq!(r.status, *want, "{target}");
+    }
+}
+
+/// `quill_http_route_requests_total` of route `route` on `web`, class `class`.
+fn route_class(m: &admin_support::Metrics, route: &str, class: &str) -> f64 {
+    m.value(
+        "quill_http_route_requests_total",
+        &[("listener", "web"), ("route", route), ("class", class)],
+    )
+}
+
+/// The timed requests of route `route` on `web` (`_count`, equal to its `+Inf` bucket).
+fn route_timed(m: &admin_support::Metrics, route: &str) -> f64 {
+    let name = "quill_http_route_request_duration_seconds";
+    let labels = [("listener", "web"), ("route", route)];
+    let count = m.value(&format!("{name}_count"), &labels);
+    let mut inf = labels.to_vec();
+    inf.push(("le", "+Inf"));
+    assert_eq!(m.value(&format!("{name}_bucket"), &inf), count, "{route}");
+    count
+}
+
+#[test]
+fn http_route_metrics_count_requests_per_route_and_class() {
+    let (api, default) = (status_backend(), status_backend());
+    let (q, admin, _) = start_routed(&api, &default, &format!("{API_ROUTE}{OLD_ROUTE}"));
+    let before = metrics(admin);
+    for route in ["api", "old", "(no route)"] {
+        for class in CLASSES {
+            assert_eq!(
+                route_class(&before, route, class),
+                0.0,
+                "{route} {class} before"
+            );
+        }
+    }
+    let mut c = Client::connect(q.addr());
+    expect(
+        &mut c,
+        &[
+            ("/api/a", 200),
+            ("/api/missing", 404),
+            ("/api/b", 200),
+            ("/old/x", 301),
+            ("/x", 200),
+            ("/boom", 500),
+        ],
+    );
+    drop(c);
+    expect(&mut Client::connect(q.addr()), &[("/old/y", 301)]);
+    // Refused before routing (a bare LF): the listener counts it, no route does.
+    let mut bad = Client::connect(q.addr());
+    let r = bad.roundtrip(b"GET /api/x HTTP/1.1\nHost: example.test\r\n\r\n");
+    assert_eq!(r.status, 400);
+    let m = wait_metrics(admin, "eight requests", |m| {
+        m.sum("quill_http_requests_total", &[("listener", "web")]) >= 8.0
+            && m.sum("quill_http_route_requests_total", &[("listener", "web")]) >= 7.0
+    });
+    assert_eq!(m.family("quill_http_route_requests_total").kind, "counter");
+    assert_eq!(
+        m.family("quill_http_route_request_duration_seconds").kind,
+        "histogram"
+    );
+    let want = [
+        ("api", [("2xx", 2.0), ("4xx", 1.0)]),
+        ("old", [("3xx", 2.0), ("4xx", 0.0)]),
+        ("(no route)", [("2xx", 1.0), ("5xx", 1.0)]),
+    ];
+    for (route, counts) in want {
+        let total: f64 = counts.iter().map(|(_, n)| n).sum();
+        for (class, n) in counts {
+            assert_eq!(
+                route_class(&m, route, class),
+                n,
+                "{route} {class}:\n{}",
+                m.text
+            );
+        }
+        assert_eq!(
+            m.sum(
+                "quill_http_route_requests_total",
+                &[("listener", "web"), ("route", route)]
+            ),
+            total,
+            "{route}: no other class counted:\n{}",
+            m.text
+        );
+    }
+    assert_eq!(
+        m.samples("quill_http_route_requests_total", &[]).len(),
+        3 * CLASSES.len(),
+        "one series per route and class, a route once"
+    );
+    // Timed as the listener's are: what a server answered, not Quill's own redirects.
+    assert_eq!(route_timed(&m, "api"), 3.0);
+    assert_eq!(route_timed(&m, "old"), 0.0);
+    assert_eq!(route_timed(&m, "(no route)"), 2.0);
+    // The listener's series are unchanged by routes: every request, the 400 included.
+    for (class, n) in [("2xx", 3.0), ("3xx", 2.0), ("4xx", 2.0), ("5xx", 1.0)] {
+        assert_eq!(
+            m.value(
+                "quill_http_requests_total",
+                &[("listener", "web"), ("class", class)]
+            ),
+            n,
+            "listener {class}"
+        );
+    }
+    // /api/status carries the same per route, in configuration order.
+    let s = status_json(admin);
+    let routes = s["listeners"][0]["http"]["routes"]
+        .as_array()
+        .expect("http.routes")
+        .clone();
+    let seen: Vec<(String, u64)> = routes
+        .iter()
+        .map(|r| {
+            (
+                r["route"].as_str().unwrap_or_default().to_string(),
+                r["requests"].as_u64().unwrap_or(u64::MAX),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("api".to_string(), 3),
+            ("old".to_string(), 2),
+            ("(no route)".to_string(), 2)
+        ]
+    );
+    assert_eq!(routes[0]["classes"]["4xx"], 1, "{}", routes[0]);
+    assert_eq!(routes[2]["classes"]["5xx"], 1, "{}", routes[2]);
+    assert_eq!(s["listeners"][0]["http"]["requests"], 8);
+}
+
+#[test]
+fn http_route_metrics_count_a_request_no_route_matched_as_no_route() {
+    let api = status_backend();
+    // A listener with routes and no servers of its own: what no route takes is answered 404.
+    let (q, admin) = start_with_admin(|dir, port, admin| {
+        let cfg = dir.join("quill.toml");
+        let text = format!(
+            "[[pool]]\nname = \"api\"\nservers = [\"{}\"]\n\
+             [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
+             {API_ROUTE}",
+            api.addr()
+        );
+        fs::write(&cfg, text).unwrap();
+        vec![
+            "--admin".into(),
+            admin.to_string(),
+            "--config".into(),
+            cfg.display().to_string(),
+        ]
+    });
+    expect(
+        &mut Client::connect(q.addr()),
+        &[("/nowhere", 404), ("/api/a", 200), ("/else", 404)],
+    );
+    let m = wait_metrics(admin, "three requests", |m| {
+        m.sum("quill_http_route_requests_total", &[("listener", "web")]) >= 3.0
+    });
+    assert_eq!(route_class(&m, "(no route)", "4xx"), 2.0, "{}", m.text);
+    assert_eq!(route_class(&m, "api", "2xx"), 1.0, "{}", m.text);
+    assert_eq!(
+        route_timed(&m, "(no route)"),
+        0.0,
+        "Quill's own 404 is not timed"
+    );
+    assert_eq!(api.requests().len(), 1);
+}
+
+#[test]
+fn http_route_metrics_survive_a_reload() {
+    let (api, api2, default) = (status_backend(), status_backend(), status_backend());
+    let (q, admin, cfg) = start_routed(&api, &default, &format!("{API_ROUTE}{OLD_ROUTE}"));
+    let mut c = Client::connect(q.addr());
+    expect(
+        &mut c,
+        &[
+            ("/api/a", 200),
+            ("/api/b", 200),
+            ("/old/x", 301),
+            ("/x", 200),
+        ],
+    );
+    drop(c);
+    let _ = wait_metrics(admin, "four routed requests", |m| {
+        m.sum("quill_http_route_requests_total", &[("listener", "web")]) >= 4.0
+    });
+    // The new file: `api` matches another path and its pool has a second server, `old` is
+    // gone, `new` answers 503 itself.
+    let routes = "[[listener.route]]\nname = \"new\"\npath = \"/new/\"\n\
+                  respond = { status = 503, body = \"later\\n\" }\n\
+                  [[listener.route]]\nname = \"api\"\npath = \"/v2/\"\npool = \"api\"\n";
+    let dir = cfg.parent().expect("a directory").to_path_buf();
+    let servers = [api.addr().to_string(), api2.addr().to_string()];
+    let text = routed_config(&dir, q.port, &servers, default.addr(), routes);
+    let tmp = cfg.with_extension("new");
+    fs::write(&tmp, text).unwrap();
+    fs::rename(&tmp, &cfg).unwrap();
+    let reply = ctl::ctl(&q.path("ctl.sock"), "reload");
+    assert!(reply.contains("reloaded"), "{reply}");
+    let mut c = Client::connect(q.addr());
+    expect(&mut c, &[("/v2/a", 200), ("/new/x", 503), ("/x", 200)]);
+    drop(c);
+    let m = wait_metrics(admin, "seven requests", |m| {
+        m.sum("quill_http_requests_total", &[("listener", "web")]) >= 7.0
+            && m.sum("quill_http_route_requests_total", &[("listener", "web")]) >= 6.0
+    });
+    assert_eq!(
+        route_class(&m, "api", "2xx"),
+        3.0,
+        "api kept its two:\n{}",
+        m.text
+    );
+    assert_eq!(route_timed(&m, "api"), 3.0);
+    assert_eq!(route_class(&m, "new", "5xx"), 1.0);
+    assert_eq!(route_class(&m, "(no route)", "2xx"), 2.0);
+    assert!(
+        m.samples("quill_http_route_requests_total", &[("route", "old")])
+            .is_empty(),
+        "a route gone with the reload is no longer reported:\n{}",
+        m.text
+    );
+    assert_eq!(
+        m.samples("quill_http_route_requests_total", &[]).len(),
+        3 * CLASSES.len()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // The status page in headless Chromium (the same way tests/status_page.rs drives it)
 // ---------------------------------------------------------------------------------------------
 
@@ -616,4 +923,66 @@ fn http_status_page_shows_request_rate_and_status_classes() {
         values.iter().any(|&v| v > 0.0),
         "requests/s never moved: {values:?}"
     );
+}
+
+#[test]
+fn http_status_page_shows_requests_per_route() {
+    let (api, default) = (status_backend(), status_backend());
+    let (q, admin, _) = start_routed(&api, &default, &format!("{API_ROUTE}{OLD_ROUTE}"));
+    let mut c = Client::connect(q.addr());
+    expect(
+        &mut c,
+        &[
+            ("/api/a", 200),
+            ("/api/missing", 404),
+            ("/old/x", 301),
+            ("/x", 200),
+        ],
+    );
+    drop(c);
+    let _ = wait_metrics(admin, "four routed requests", |m| {
+        m.sum("quill_http_route_requests_total", &[("listener", "web")]) >= 4.0
+    });
+    let dom = dump_dom(&format!("http://{admin}/"), 3000);
+    let section = &dom[dom
+        .find("<section class=\"listener panel\" data-listener=\"web\"")
+        .unwrap_or_else(|| panic!("no section for the listener:\n{dom}"))..];
+    let http = &section[section
+        .find("<p class=\"http\"")
+        .expect("the listener's HTTP line")..];
+    let http = &http[..http.find("</p>").expect("end of the HTTP line")];
+    // The listener's own figures come first, as without routes.
+    assert_eq!(value(http, "class=\"http-requests\""), 4.0, "{http}");
+    assert_eq!(value(http, " data-class=\"2xx\""), 2.0, "{http}");
+    let route = |name: &str| {
+        let at = http
+            .find(&format!("data-route=\"{name}\""))
+            .unwrap_or_else(|| panic!("no line for route {name}: {http}"));
+        let rest = &http[at..];
+        // Up to the next route's line.
+        let end = rest[1..].find("data-route=").map_or(rest.len(), |e| e + 1);
+        &rest[..end]
+    };
+    let api_line = route("api");
+    assert_eq!(
+        value(api_line, "class=\"http-route-requests\""),
+        2.0,
+        "{api_line}"
+    );
+    assert_eq!(value(api_line, " data-class=\"2xx\""), 1.0, "{api_line}");
+    assert_eq!(value(api_line, " data-class=\"4xx\""), 1.0, "{api_line}");
+    let old_line = route("old");
+    assert_eq!(
+        value(old_line, "class=\"http-route-requests\""),
+        1.0,
+        "{old_line}"
+    );
+    assert_eq!(value(old_line, " data-class=\"3xx\""), 1.0, "{old_line}");
+    let none_line = route("(no route)");
+    assert_eq!(
+        value(none_line, "class=\"http-route-requests\""),
+        1.0,
+        "{none_line}"
+    );
+    assert_eq!(value(none_line, " data-class=\"2xx\""), 1.0, "{none_line}");
 }

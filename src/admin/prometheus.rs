@@ -7,7 +7,9 @@
 use std::fmt::Write as _;
 
 use crate::metrics::End;
-use crate::status::{Histogram, HttpListenerStatus, ListenerStatus, ServerStatus, Snapshot};
+use crate::status::{
+    Histogram, HttpListenerStatus, HttpRouteStatus, ListenerStatus, ServerStatus, Snapshot,
+};
 
 /// The Content-Type of the text format.
 pub(super) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -339,6 +341,44 @@ fn http_rows(snap: &Snapshot) -> Vec<(Vec<(&'static str, &str)>, &HttpListenerSt
         .collect()
 }
 
+/// The per-route HTTP families, once a listener has routes: each route by name, and
+/// `(no route)` for the requests that matched none.
+fn http_routes(out: &mut Exposition, snap: &Snapshot) {
+    let rows: Vec<([(&str, &str); 2], &HttpRouteStatus)> = snap
+        .listeners
+        .iter()
+        .filter_map(|l| Some((l.name.as_str(), l.http.as_ref()?)))
+        .flat_map(|(l, h)| {
+            h.routes
+                .iter()
+                .map(move |r| ([("listener", l), ("route", r.route.as_str())], r))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let name = "quill_http_route_requests_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "HTTP requests of a listener with routes, by the route they took ((no route): matched none) and status class; requests refused before routing count only in quill_http_requests_total.",
+    );
+    for (labels, r) in &rows {
+        for (class, n) in &r.classes {
+            out.sample(name, &[labels[0], labels[1], ("class", class)], *n);
+        }
+    }
+    let name = "quill_http_route_request_duration_seconds";
+    out.family(
+        name,
+        Kind::Histogram,
+        "As quill_http_request_duration_seconds, per route ((no route): matched none).",
+    );
+    for (labels, r) in &rows {
+        histogram(out, name, labels, &r.duration);
+    }
+}
+
 /// The HTTP families. Those per listener appear once an HTTP listener exists; the process-wide
 /// ones (server connections, parse errors) always, so alerts on them never lack a series.
 fn http(out: &mut Exposition, snap: &Snapshot) {
@@ -367,6 +407,7 @@ fn http(out: &mut Exposition, snap: &Snapshot) {
             histogram(out, name, labels, &h.duration);
         }
     }
+    http_routes(out, snap);
     let h = &snap.http;
     let name = "quill_http_server_connections_total";
     out.family(
@@ -551,6 +592,7 @@ mod tests {
                 counts: vec![1, 1, 1],
                 sum_us: 2_500_250,
             },
+            routes: Vec::new(),
         };
         let snap = snapshot(vec![listener("tcp", None), listener("web", Some(web))]);
         let mut out = Exposition::default();
@@ -580,6 +622,66 @@ mod tests {
         assert!(out
             .text
             .contains("# TYPE quill_http_parse_errors_total counter"));
+    }
+
+    #[test]
+    fn route_families_per_listener_route_and_class() {
+        let route = |name: &str, ok: u64| HttpRouteStatus {
+            route: name.into(),
+            requests: ok,
+            classes: [("2xx", ok), ("5xx", 0)].into_iter().collect(),
+            duration: Histogram {
+                bounds_us: vec![250],
+                counts: vec![ok, 0],
+                sum_us: 100 * ok,
+            },
+        };
+        let web = HttpListenerStatus {
+            requests: 3,
+            classes: [("2xx", 3), ("5xx", 0)].into_iter().collect(),
+            duration: Histogram {
+                bounds_us: vec![250],
+                counts: vec![3, 0],
+                sum_us: 300,
+            },
+            routes: vec![route("api", 2), route("(no route)", 1)],
+        };
+        let plain = HttpListenerStatus {
+            routes: Vec::new(),
+            ..web.clone()
+        };
+        let snap = snapshot(vec![
+            listener("web", Some(web)),
+            listener("plain", Some(plain)),
+        ]);
+        let mut out = Exposition::default();
+        http(&mut out, &snap);
+        let samples: Vec<&str> = out
+            .text
+            .lines()
+            .filter(|l| l.starts_with("quill_http_route_"))
+            .collect();
+        assert_eq!(
+            samples,
+            [
+                "quill_http_route_requests_total{listener=\"web\",route=\"api\",class=\"2xx\"} 2",
+                "quill_http_route_requests_total{listener=\"web\",route=\"api\",class=\"5xx\"} 0",
+                "quill_http_route_requests_total{listener=\"web\",route=\"(no route)\",class=\"2xx\"} 1",
+                "quill_http_route_requests_total{listener=\"web\",route=\"(no route)\",class=\"5xx\"} 0",
+                "quill_http_route_request_duration_seconds_bucket{listener=\"web\",route=\"api\",le=\"0.00025\"} 2",
+                "quill_http_route_request_duration_seconds_bucket{listener=\"web\",route=\"api\",le=\"+Inf\"} 2",
+                "quill_http_route_request_duration_seconds_sum{listener=\"web\",route=\"api\"} 0.0002",
+                "quill_http_route_request_duration_seconds_count{listener=\"web\",route=\"api\"} 2",
+                "quill_http_route_request_duration_seconds_bucket{listener=\"web\",route=\"(no route)\",le=\"0.00025\"} 1",
+                "quill_http_route_request_duration_seconds_bucket{listener=\"web\",route=\"(no route)\",le=\"+Inf\"} 1",
+                "quill_http_route_request_duration_seconds_sum{listener=\"web\",route=\"(no route)\"} 0.0001",
+                "quill_http_route_request_duration_seconds_count{listener=\"web\",route=\"(no route)\"} 1",
+            ]
+        );
+        // No listener with routes: no route family at all.
+        let mut out = Exposition::default();
+        http(&mut out, &snapshot(vec![listener("tcp", None)]));
+        assert!(!out.text.contains("quill_http_route_"));
     }
 
     #[test]

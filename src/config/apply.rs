@@ -77,7 +77,23 @@ impl ListenerConfig {
                 self.listen =
                     addr::parse_listen(text).map_err(|e| ConfigError::from_addr(e, "listen: "))?;
             }
+            // An HTTP listener stays as it is, with its settings (`http` twice changes nothing).
+            Command::Http(true) if self.http.is_some() => {}
+            Command::Http(true) => self.http = Some(super::HttpSettings::default()),
+            Command::Http(false) => self.no_http()?,
         }
+        Ok(())
+    }
+
+    /// `no http`: back to TCP, unless the listener has routes (only HTTP can route).
+    fn no_http(&mut self) -> Result<(), ConfigError> {
+        if !self.routes.is_empty() {
+            return Err(ConfigError::usage(format!(
+                "no http: listener '{}' has routes, which need HTTP (remove them from its configuration first)",
+                self.name
+            )));
+        }
+        self.http = None;
         Ok(())
     }
 
@@ -187,10 +203,15 @@ impl Config {
     }
 
     /// Applies one pool command to the named pool `name` (`pool NAME server 1 drain`): what a
-    /// listener's pool takes, less the process-wide settings, `listen` and `client_acl` (the
-    /// listener's, or a route's, checks the client).
+    /// listener's pool takes, less the process-wide settings, `listen`, `client_acl` (the
+    /// listener's, or a route's, checks the client) and `http` (the listener's decides).
     pub(crate) fn apply_pool(&mut self, name: &str, cmd: &Command) -> Result<(), ConfigError> {
-        if cmd.is_global() || matches!(cmd, Command::Listen(_) | Command::ClientAcl(_)) {
+        if cmd.is_global()
+            || matches!(
+                cmd,
+                Command::Listen(_) | Command::ClientAcl(_) | Command::Http(_)
+            )
+        {
             return Err(ConfigError::usage(format!(
                 "pool '{name}': that is not a pool setting"
             )));

@@ -56,12 +56,14 @@ impl Config {
                 String::new()
             };
             if l.http.is_some() {
-                // No control command says it: the listener stays HTTP because its source
-                // (`-H`, `protocol = "http"`) says so on every start and reload.
+                // `http` keeps an HTTP listener as it is: its HTTP settings come from its
+                // source (`-H`, `protocol = "http"`, `[listener.http]`) on every start and reload.
                 out += &format!(
-                    "# listener {}: HTTP (its protocol and HTTP settings come from -H or the TOML file)\n",
+                    "# listener {}: HTTP (its HTTP settings come from -H or the TOML file)\n{prefix}http\n",
                     l.name
                 );
+            } else {
+                out += &format!("{prefix}no http\n");
             }
             write_pool(&mut out, &prefix, l);
         }

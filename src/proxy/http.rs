@@ -926,7 +926,15 @@ impl HttpSession {
         leg.release(cx.pools);
         self.bytes_out += sent;
         self.requests += 1;
-        cx.counters.http_request(&self.listener.http, status, None);
+        // Per route: the route's own answer, or 404 for no route; a 403 or 429 of a route's
+        // client_acl or rate arrives without its route and counts on the listener only.
+        let route_stats = self.pool.routes.as_deref().and_then(|r| match what {
+            Local::Route(i) => r.routes.get(i).map(|r| &*r.stats),
+            Local::Status(404, _) => Some(&*r.unrouted),
+            Local::Status(..) => None,
+        });
+        cx.counters
+            .http_request(&self.listener.http, route_stats, status, None);
         let route_name = match what_route {
             Some(i) => self
                 .pool
@@ -1037,7 +1045,13 @@ impl HttpSession {
         leg.release(cx.pools);
         self.bytes_out += leg.bytes;
         let _ = self.client.shutdown_write();
-        cx.counters.http_request(&self.listener.http, status, None);
+        // Per route once the request was routed (an exchange exists), else on the listener only.
+        let route_stats = self.ex.as_ref().and_then(|ex| {
+            let routes = self.pool.routes.as_deref()?;
+            Some(routes.stats_of(ex.route))
+        });
+        cx.counters
+            .http_request(&self.listener.http, route_stats, status, None);
         let ex = self.ex.take();
         self.log(
             status,
@@ -1569,8 +1583,9 @@ impl HttpSession {
         self.bytes_in += up_bytes;
         self.bytes_out += down_bytes;
         let us = ex.started_at.elapsed().as_micros() as u64;
+        let route_stats = self.pool.routes.as_deref().map(|r| r.stats_of(ex.route));
         cx.counters
-            .http_request(&self.listener.http, ex.status, Some(us));
+            .http_request(&self.listener.http, route_stats, ex.status, Some(us));
         self.log(
             ex.status,
             false,

@@ -109,19 +109,27 @@ fn named_pools(config: &Config, acls: &Arc<Acls>, old: &[Arc<Pool>], now: u64) -
         .collect()
 }
 
-/// A listener's pool with its routes, which point at `named` (the pools just built).
+/// A listener's pool with its routes, which point at `named` (the pools just built) and keep the
+/// request counters of the old pool's routes of the same name; new counters have room for
+/// `workers` workers.
 fn listener_pool(
     l: &ListenerConfig,
     acls: &Arc<Acls>,
     old: Option<&Pool>,
     named: &[Arc<Pool>],
     now: u64,
+    workers: usize,
 ) -> Result<Pool, String> {
     let mut pool = Pool::build(l, acls.clone(), old, now);
     if !l.routes.is_empty() {
-        let routes = Routes::build(&l.name, &l.routes, acls.clone(), |name| {
-            named.iter().find(|p| p.name == name).cloned()
-        })?;
+        let routes = Routes::build(
+            &l.name,
+            &l.routes,
+            acls.clone(),
+            |name| named.iter().find(|p| p.name == name).cloned(),
+            old.and_then(|o| o.routes.as_deref()),
+            workers,
+        )?;
         pool.routes = Some(Arc::new(routes));
     }
     Ok(pool)
@@ -141,7 +149,8 @@ impl Controller {
         let mut listeners = Vec::new();
         for (id, l) in config.listeners.iter().enumerate() {
             let socket = open_socket(l, &config.global, inherited).map_err(RunError)?;
-            let pool = listener_pool(l, &acls, None, &named, now).map_err(RunError)?;
+            let pool = listener_pool(l, &acls, None, &named, now, config.global.workers)
+                .map_err(RunError)?;
             listeners.push(Arc::new(Listener {
                 id: id as u64,
                 name: l.name.clone(),
@@ -329,7 +338,14 @@ impl Controller {
                 .iter()
                 .find(|c| c.name == l.name)
                 .map(|c| c.pool.load_full());
-            built.push(Some(listener_pool(l, &acls, was.as_deref(), &named, now)?));
+            built.push(Some(listener_pool(
+                l,
+                &acls,
+                was.as_deref(),
+                &named,
+                now,
+                self.shared.counters.len(),
+            )?));
         }
         let mut list = Vec::new();
         let mut listeners_changed = false;
