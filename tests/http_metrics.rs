@@ -637,6 +637,55 @@ fn http_route_metrics_count_a_request_no_route_matched_as_no_route() {
 }
 
 #[test]
+fn http_route_metrics_count_a_routes_acl_and_rate_refusals_on_that_route() {
+    let api = status_backend();
+    // `/api/` admits only 127.0.0.2; `/slow/` allows one request, then one a minute.
+    let (q, admin) = start_with_admin(|dir, port, admin| {
+        let cfg = dir.join("quill.toml");
+        let text = format!(
+            "[acl]\n1 = [\"permit 127.0.0.2\", \"deny 0.0.0.0/0\"]\n\
+             [[pool]]\nname = \"api\"\nservers = [\"{}\"]\n\
+             [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
+             [[listener.route]]\nname = \"api\"\npath = \"/api/\"\nclient_acl = 1\npool = \"api\"\n\
+             [[listener.route]]\nname = \"slow\"\npath = \"/slow/\"\nrate = \"1/m\"\nburst = 1\npool = \"api\"\n",
+            api.addr()
+        );
+        fs::write(&cfg, text).unwrap();
+        vec![
+            "--admin".into(),
+            admin.to_string(),
+            "--config".into(),
+            cfg.display().to_string(),
+        ]
+    });
+    expect(
+        &mut Client::connect(q.addr()),
+        &[
+            ("/api/a", 403),
+            ("/slow/a", 200),
+            ("/slow/b", 429),
+            ("/api/b", 403),
+        ],
+    );
+    let m = wait_metrics(admin, "four requests", |m| {
+        m.sum("quill_http_route_requests_total", &[("listener", "web")]) >= 4.0
+    });
+    assert_eq!(route_class(&m, "api", "4xx"), 2.0, "{}", m.text);
+    assert_eq!(route_class(&m, "slow", "2xx"), 1.0, "{}", m.text);
+    assert_eq!(route_class(&m, "slow", "4xx"), 1.0, "{}", m.text);
+    assert_eq!(
+        m.sum(
+            "quill_http_route_requests_total",
+            &[("listener", "web"), ("route", "(no route)")]
+        ),
+        0.0,
+        "{}",
+        m.text
+    );
+    assert_eq!(api.requests().len(), 1);
+}
+
+#[test]
 fn http_route_metrics_survive_a_reload() {
     let (api, api2, default) = (status_backend(), status_backend(), status_backend());
     let (q, admin, cfg) = start_routed(&api, &default, &format!("{API_ROUTE}{OLD_ROUTE}"));

@@ -479,8 +479,9 @@ fn idempotent(m: Method) -> bool {
 
 /// An answer Quill writes itself without a server.
 enum Local {
-    /// A plain status (403, 404, 429 with its `Retry-After` seconds).
-    Status(u16, Option<u64>),
+    /// A plain status (403, 404, 429 with its `Retry-After` seconds), and the route whose
+    /// `client_acl` or `rate` refused the request (None: no route matched).
+    Status(u16, Option<u64>, Option<usize>),
     /// The answer of the route with this index (redirect, respond, deny).
     Route(usize),
 }
@@ -813,11 +814,15 @@ impl HttpSession {
                 let route = &routes.routes[i];
                 route_index = Some(i as u32);
                 if !routes.permits(route, client_ip) {
-                    return self.answer_locally(&head, Local::Status(403, None), cx);
+                    return self.answer_locally(&head, Local::Status(403, None, Some(i)), cx);
                 }
                 if let (Some(ip), Some(_)) = (client_ip, &route.rate) {
                     if let Err(wait) = cx.rates.admit(route, ip, cx.now) {
-                        return self.answer_locally(&head, Local::Status(429, Some(wait)), cx);
+                        return self.answer_locally(
+                            &head,
+                            Local::Status(429, Some(wait), Some(i)),
+                            cx,
+                        );
                     }
                 }
                 match &route.action {
@@ -827,7 +832,7 @@ impl HttpSession {
             }
         }
         if route_index.is_none() && pool.servers.is_empty() && pool.emergency.is_none() {
-            return self.answer_locally(&head, Local::Status(404, None), cx);
+            return self.answer_locally(&head, Local::Status(404, None, None), cx);
         }
         // Stickiness by cookie: the server the request's cookie names, if the pool has one.
         let sticky = target_pool.sticky.as_ref().and_then(|st| {
@@ -890,11 +895,11 @@ impl HttpSession {
         let head_only = head.method == Method::Head;
         let what_route = match what {
             Local::Route(i) => Some(i),
-            Local::Status(..) => None,
+            Local::Status(_, _, route) => route,
         };
         let mut out = cx.pools.buffer();
         let written = match what {
-            Local::Status(status, wait) => {
+            Local::Status(status, wait, _) => {
                 route::write_status(status, wait, keep, head_only, &mut out[..])
                     .map(|n| (status, n))
             }
@@ -926,12 +931,10 @@ impl HttpSession {
         leg.release(cx.pools);
         self.bytes_out += sent;
         self.requests += 1;
-        // Per route: the route's own answer, or 404 for no route; a 403 or 429 of a route's
-        // client_acl or rate arrives without its route and counts on the listener only.
-        let route_stats = self.pool.routes.as_deref().and_then(|r| match what {
-            Local::Route(i) => r.routes.get(i).map(|r| &*r.stats),
-            Local::Status(404, _) => Some(&*r.unrouted),
-            Local::Status(..) => None,
+        // Per route: the route's own answer or refusal, or `(no route)`.
+        let route_stats = self.pool.routes.as_deref().map(|r| match what_route {
+            Some(i) => r.routes.get(i).map_or(&*r.unrouted, |r| &*r.stats),
+            None => &*r.unrouted,
         });
         cx.counters
             .http_request(&self.listener.http, route_stats, status, None);
