@@ -763,7 +763,14 @@ impl HttpSession {
 
     /// A head is in the input (or the buffer is full): parse it and start its exchange.
     fn begin(&mut self, cx: &mut Ctx) -> Result<(), Step> {
-        self.pool = self.listener.pool.load_full();
+        // The snapshot is shared by every worker: its count is changed only when a reload made a
+        // new one (a count changed per request moves its cache line between cores).
+        let current = self.listener.pool.load();
+        if !Arc::ptr_eq(&current, &self.pool) {
+            self.pool = arc_swap::Guard::into_inner(current);
+        } else {
+            drop(current);
+        }
         let pool = self.pool.clone();
         let s = settings(&pool);
         let limits = Limits {
@@ -800,7 +807,7 @@ impl HttpSession {
         }
         // Routing: the first route that matches, else the listener's own servers.
         let client_ip = self.addr.ip();
-        let mut target_pool = pool.clone();
+        let mut route_pool = None;
         let mut route_index = None;
         if let Some(routes) = &pool.routes {
             let buf = self.input.unparsed();
@@ -826,7 +833,7 @@ impl HttpSession {
                     }
                 }
                 match &route.action {
-                    Action::Pool(p) => target_pool = p.clone(),
+                    Action::Pool(p) => route_pool = Some(p.clone()),
                     _ => return self.answer_locally(&head, Local::Route(i), cx),
                 }
             }
@@ -835,6 +842,8 @@ impl HttpSession {
             return self.answer_locally(&head, Local::Status(404, None, None), cx);
         }
         // Stickiness by cookie: the server the request's cookie names, if the pool has one.
+        // The listener's own servers unless a route named a pool.
+        let target_pool = route_pool.unwrap_or(pool);
         let sticky = target_pool.sticky.as_ref().and_then(|st| {
             let buf = self.input.unparsed();
             st.server_of(
