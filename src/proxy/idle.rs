@@ -508,3 +508,151 @@ fn gone(stream: &Stream) -> bool {
         _ => true,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::{BackendAddr, ServerSpec};
+    use mio::{Events, Poll};
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+
+    fn server(l: &TcpListener) -> Arc<Server> {
+        let addr = l.local_addr().unwrap();
+        Arc::new(Server::new(ServerSpec::new(BackendAddr::Tcp(addr))))
+    }
+
+    /// A connection to `l`, and the server's end of it.
+    fn connect(l: &TcpListener) -> (Stream, TcpStream) {
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        (Stream::Tcp(mio::net::TcpStream::from_std(s)), peer)
+    }
+
+    /// Two workers' connections over shared pools, and their epolls.
+    fn two() -> (ServerConns, Poll, ServerConns, Poll) {
+        let pools = Arc::new(IdlePools::new(2));
+        let (pa, pb) = (Poll::new().unwrap(), Poll::new().unwrap());
+        let a = ServerConns::new(pools.clone(), 0, pa.registry()).unwrap();
+        let b = ServerConns::new(pools, 1, pb.registry()).unwrap();
+        (a, pa, b, pb)
+    }
+
+    /// Opens a connection in `c`, registered in `poll`, and checks it in idle.
+    fn idle_one(c: &mut ServerConns, poll: &Poll, l: &TcpListener, sv: &Arc<Server>) -> TcpStream {
+        let (mut s, peer) = connect(l);
+        let (id, token) = c.open(Token(2));
+        poll.registry()
+            .register(s.source(), token, Interest::READABLE | Interest::WRITABLE)
+            .unwrap();
+        c.checkin(id, s, sv.clone(), 8, u64::MAX - 1);
+        peer
+    }
+
+    fn tokens(poll: &mut Poll) -> Vec<Token> {
+        let mut events = Events::with_capacity(16);
+        poll.poll(&mut events, Some(Duration::from_millis(50)))
+            .unwrap();
+        events.iter().map(|e| e.token()).collect()
+    }
+
+    #[test]
+    fn own_idle_connections_come_first_and_count_as_reused() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sv = server(&l);
+        let (mut a, mut pa, mut b, pb) = two();
+        let _peer = idle_one(&mut a, &pa, &l, &sv);
+        let _ = tokens(&mut pa);
+        assert_eq!((a.counts().opened, a.counts().idle), (1, 1));
+        let (id, _s) = a.checkout(&sv, Token(4), pa.registry()).unwrap();
+        assert_eq!(a.counts().reused, 1);
+        assert_eq!(a.counts().idle, 0);
+        assert!(matches!(
+            a.slots.slots[id as usize].state,
+            State::Busy(Token(4))
+        ));
+        assert!(b.checkout(&sv, Token(6), pb.registry()).is_none());
+        assert_eq!(b.counts().reused, 0);
+    }
+
+    #[test]
+    fn a_worker_takes_another_workers_idle_connection_and_watches_it() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sv = server(&l);
+        let other = server(&l);
+        let (mut a, mut pa, mut b, mut pb) = two();
+        let peer = idle_one(&mut a, &pa, &l, &sv);
+        let _ = tokens(&mut pa);
+        let gen = a.slots.slots[0].gen;
+        // Never lent for another server, even one at the same address.
+        assert!(b.checkout(&other, Token(6), pb.registry()).is_none());
+        let (id, stream) = b.checkout(&sv, Token(6), pb.registry()).unwrap();
+        assert_eq!((b.counts().opened, b.counts().reused), (0, 1));
+        assert_eq!((a.counts().idle, b.counts().idle), (0, 0));
+        let token = b.slots.token(id);
+        b.checkin(id, stream, sv.clone(), 8, u64::MAX - 1);
+        assert_eq!(b.counts().idle, 1);
+        let _ = tokens(&mut pb);
+        // The server closes it: b sees it under its own token, a (deregistered) nothing.
+        drop(peer);
+        let mut events = Events::with_capacity(16);
+        pb.poll(&mut events, Some(Duration::from_secs(5))).unwrap();
+        let ev = events
+            .iter()
+            .find(|e| e.token() == token)
+            .expect("b's event");
+        assert!(matches!(b.owner(ev), Owner::Nobody));
+        assert_eq!(b.counts().idle, 0, "closed on the server's close");
+        assert!(tokens(&mut pa).is_empty());
+        // a frees the slot the next time it holds its lock, under a new generation.
+        assert!(matches!(a.slots.slots[0].state, State::Idle(_)));
+        a.close_idle();
+        assert!(matches!(a.slots.slots[0].state, State::Free));
+        assert_ne!(a.slots.slots[0].gen, gen);
+        assert_eq!(a.slots.free, vec![0]);
+    }
+
+    #[test]
+    fn each_worker_keeps_at_most_max_idle_per_server() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sv = server(&l);
+        let (mut a, pa, _b, _pb) = two();
+        let mut peers = Vec::new();
+        for _ in 0..3 {
+            let (s, peer) = connect(&l);
+            let (id, _) = a.open(Token(2));
+            a.checkin(id, s, sv.clone(), 2, u64::MAX - 1);
+            peers.push(peer);
+        }
+        assert_eq!(a.counts().idle, 2);
+        // The third was closed: its server end reads EOF.
+        peers[2]
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        assert_eq!(peers[2].read(&mut [0u8; 1]).unwrap(), 0);
+        drop(pa);
+    }
+
+    #[test]
+    fn idle_connections_expire_and_close_when_the_worker_ends() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sv = server(&l);
+        let (mut a, _pa, _b, _pb) = two();
+        let mut peers = Vec::new();
+        for expires in [100, 200] {
+            let (s, peer) = connect(&l);
+            let (id, _) = a.open(Token(2));
+            a.checkin(id, s, sv.clone(), 8, expires);
+            peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            peers.push(peer);
+        }
+        assert_eq!(a.next_expiry(), Some(100));
+        a.expire(150);
+        assert_eq!((a.counts().idle, a.next_expiry()), (1, Some(200)));
+        assert_eq!(peers[0].read(&mut [0u8; 1]).unwrap(), 0);
+        drop(a);
+        assert_eq!(peers[1].read(&mut [0u8; 1]).unwrap(), 0);
+    }
+}
