@@ -7,6 +7,8 @@
 //! tests/support/http.rs, which counts the connections it accepts and keeps them alive.
 
 mod admin_support;
+#[path = "support/ctl.rs"]
+mod ctl;
 #[path = "support/http.rs"]
 mod http_support;
 mod support;
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use admin_support::{metrics, start_with_admin, wait_metrics, Metrics};
 use http_support::{Backend, BackendOptions, Step};
-use support::{QuillProcess, IO_TIMEOUT};
+use support::{Quill, QuillProcess, IO_TIMEOUT};
 
 const WORKERS: usize = 2;
 
@@ -36,15 +38,25 @@ fn start(server: SocketAddr, http: &str) -> (QuillProcess, SocketAddr) {
 
 /// A backend answering every request with 200 and a small body, keeping the connection.
 fn backend(opts: BackendOptions) -> Backend {
-    Backend::start_with(opts, |_| {
-        vec![Step::Send(http_support::response(200, "", b"hello"))]
+    named("hello", opts)
+}
+
+/// A backend answering every request with 200 and the body `name`, keeping the connection.
+fn named(name: &'static str, opts: BackendOptions) -> Backend {
+    Backend::start_with(opts, move |_| {
+        vec![Step::Send(http_support::response(200, "", name.as_bytes()))]
     })
 }
 
 /// `clients` threads, each doing `each` requests one after the other, each on a new client
 /// connection with `Connection: close` (as `ab` without `-k`), reading each answer to its end.
-/// Returns how many answers were 200.
+/// Returns how many answers were 200 with the body "hello".
 fn load(proxy: SocketAddr, clients: usize, each: usize) -> usize {
+    load_expecting(proxy, clients, each, "hello")
+}
+
+/// [`load`], counting the answers whose body is `body`.
+fn load_expecting(proxy: SocketAddr, clients: usize, each: usize, body: &'static str) -> usize {
     let started = Instant::now();
     let threads: Vec<_> = (0..clients)
         .map(|c| {
@@ -67,7 +79,7 @@ fn load(proxy: SocketAddr, clients: usize, each: usize) -> usize {
                     }
                     let mut answer = Vec::new();
                     let _ = s.read_to_end(&mut answer);
-                    if answer.starts_with(b"HTTP/1.1 200 ") && answer.ends_with(b"hello") {
+                    if answer.starts_with(b"HTTP/1.1 200 ") && answer.ends_with(body.as_bytes()) {
                         ok += 1;
                     }
                 }
@@ -147,4 +159,63 @@ fn http_idle_server_connections_moved_between_workers_are_closed_when_the_server
     let m = metrics(admin);
     assert!(b.errors().is_empty(), "backend saw {:?}", b.errors());
     assert!(conns(&m, "opened") > 0, "{}", m.text);
+}
+
+#[test]
+fn http_idle_connections_to_a_server_a_reload_removed_are_never_lent_for_another() {
+    const CLIENTS: usize = 8;
+    const EACH: usize = 20;
+    let (old, new) = (
+        named("old", BackendOptions::default()),
+        named("new", BackendOptions::default()),
+    );
+    let toml = |port: u16, server: SocketAddr| {
+        http_support::toml_config(
+            port,
+            &format!("workers = {WORKERS}"),
+            "server_idle_timeout = \"60s\"",
+            &[server.to_string()],
+        )
+    };
+    let q = Quill::start_with(|dir, port| {
+        let cfg = dir.join("quill.toml");
+        std::fs::write(&cfg, toml(port, old.addr())).expect("write quill.toml");
+        vec![
+            "--config".into(),
+            cfg.display().to_string(),
+            "-C".into(),
+            dir.join("ctl.sock").display().to_string(),
+        ]
+    });
+    let sock = q.path("ctl.sock");
+    ctl::wait_ctl(&q, &sock);
+    let proxy = SocketAddr::from(([127, 0, 0, 1], q.port));
+    let ok = load_expecting(proxy, CLIENTS, EACH, "old");
+    assert_eq!(
+        ok,
+        CLIENTS * EACH,
+        "every request answered by the old server"
+    );
+    let before = old.requests().len();
+    assert_eq!(before, CLIENTS * EACH);
+    // The old server's connections stay idle in both workers' pools (a minute's timeout, and
+    // it keeps them open); the reload replaces it with the new one, at the same index.
+    std::fs::write(q.path("quill.toml"), toml(q.port, new.addr())).expect("rewrite");
+    ctl::ctl_ok(&sock, "reload");
+    let ok = load_expecting(proxy, CLIENTS, EACH, "new");
+    assert_eq!(
+        ok,
+        CLIENTS * EACH,
+        "every request answered by the new server"
+    );
+    assert_eq!(
+        old.requests().len(),
+        before,
+        "no request went to the old server on a connection kept from before the reload"
+    );
+    assert!(
+        new.accepted() <= CLIENTS + 2 * WORKERS,
+        "{}",
+        new.accepted()
+    );
 }
