@@ -116,6 +116,16 @@ impl IdlePools {
     }
 }
 
+impl IdlePools {
+    /// Idle connections in all pools now, for the metrics.
+    pub(crate) fn idle(&self) -> usize {
+        self.pools
+            .iter()
+            .map(|p| p.idle.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
 impl Pool {
     fn lock(&self) -> MutexGuard<'_, Lists> {
         self.lists.lock().unwrap_or_else(|e| e.into_inner())
