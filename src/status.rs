@@ -303,8 +303,9 @@ fn http_process(shared: &Shared) -> HttpProcess {
         let w = c.server_conns();
         conns.opened += w.opened;
         conns.reused += w.reused;
-        conns.idle += w.idle;
     }
+    // Read live, not as published: another worker may take from a sleeping worker's pool.
+    conns.idle = shared.idle.idle() as u64;
     HttpProcess {
         server_connections_opened: conns.opened,
         server_connections_reused: conns.reused,

@@ -116,7 +116,8 @@ impl Connector {
     }
 
     /// A connector for one HTTP exchange: an idle connection to the chosen server is reused
-    /// when the worker has one (unless `fresh`: a retry after a reused connection failed).
+    /// when the worker has one, or taken from another worker's pool (unless `fresh`: a retry
+    /// after a reused connection failed).
     pub(crate) fn for_http(pool: Arc<Pool>, fresh: bool, sticky: Option<u32>) -> Connector {
         Connector {
             http: true,
@@ -229,7 +230,10 @@ impl Connector {
                 return Progress::Resolve(server, self.deadline);
             }
             if self.http && !self.fresh {
-                if let Some((id, socket)) = cx.conns.checkout(lease.server(), cx.client_token) {
+                if let Some((id, socket)) =
+                    cx.conns
+                        .checkout(lease.server(), cx.client_token, cx.registry)
+                {
                     self.socket = Some(socket);
                     self.conn = Some(id);
                     self.lease = Some(lease);

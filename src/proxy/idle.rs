@@ -1,20 +1,39 @@
-//! A worker's server connections for HTTP sessions, and its pool of idle kept-alive ones
-//! (DESIGN §6.3): each server connection has a slot whose token stays the same for its whole
-//! life, busy (lent to a session) or idle (kept for the next request to that server), so lending
-//! one out or taking it back costs no syscall.
+//! Server connections of HTTP sessions, and the pools of idle kept-alive ones (DESIGN §6.3).
 //!
-//! An idle connection stays registered: any readable event on it (the server closed it, or sent
-//! bytes no request asked for) closes it at once, so a connection the server gave up is never
-//! lent out. Idle connections are kept per server, newest last, at most `server_keepalive` per
-//! server, and closed after `server_idle_timeout`. Admission never depends on how many client
-//! connections are open.
+//! Each worker numbers the server connections it holds ([`ServerConns`]): a connection has a slot
+//! whose token stays the same while the worker holds it, busy (lent to a session) or idle (kept
+//! for the next request to that server), so lending one out or taking it back costs no syscall.
+//!
+//! Idle connections wait in their worker's pool, one pool per worker ([`IdlePools`], shared by
+//! the workers), per server, newest last, at most `server_keepalive` per server in each pool, and
+//! are closed after `server_idle_timeout`. A worker with no idle connection to the chosen server
+//! takes one from another worker's pool before it opens a new one: it deregisters it from the
+//! owner's epoll and registers it in its own under a slot of its own (two epoll_ctl, cheaper than a
+//! connect). The connections opened then follow how many are busy at once in all workers, not the
+//! sum of each worker's own peak. Taking one counts as a reuse.
+//!
+//! An idle connection stays registered in its owner's epoll: any readable event on it (the server
+//! closed it, or sent bytes no request asked for) closes it at once, so a connection the server
+//! gave up is never lent out. On such an event the owner looks the connection up in its pool under
+//! the pool's lock: one another worker took is no longer there, and the event is ignored. The
+//! taker leaves the slot's number in the pool (`taken`); the owner frees those slots whenever it
+//! holds its lock, which changes their tokens' generation, so an event fetched before the taker
+//! deregistered the connection is stale and harmless. A pool's lock is held for a few moves in a
+//! short list (the only syscall under it is the one read that tells whether an idle connection
+//! was closed, on an event); its owner takes it uncontended unless another worker is taking.
+//!
+//! Connections are kept per server by the server's address in memory: an idle entry holds its
+//! server's `Arc`, so no other server can have that address while the entry waits, and a
+//! connection to a server a reload removed is never lent out for another. Admission never depends
+//! on how many client connections are open.
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use mio::event::Event;
-use mio::Token;
+use mio::{Interest, Registry, Token};
 
 use crate::backend::Server;
 use crate::metrics::ServerConnCounts;
@@ -24,23 +43,170 @@ use crate::net::Stream;
 pub(crate) const CONN_BASE: usize = 1 << 59;
 const GEN_MASK: u32 = (1 << 24) - 1;
 
+/// The idle connection pools of all workers, one per worker (see the module doc).
+#[derive(Debug)]
+pub(crate) struct IdlePools {
+    pools: Box<[Pool]>,
+}
+
+/// One worker's idle connections.
+#[derive(Debug, Default)]
+struct Pool {
+    lists: Mutex<Lists>,
+    /// How many connections `lists` holds (written under the lock; read without it for the
+    /// metrics and by takers to skip an empty pool).
+    idle: AtomicUsize,
+    /// The owner's epoll (a clone of its registry), for a taker to deregister what it takes.
+    registry: OnceLock<Registry>,
+}
+
+#[derive(Debug, Default)]
+struct Lists {
+    /// Idle connections per server (keyed by the server's address in memory), oldest first.
+    by_server: HashMap<usize, Vec<Entry>>,
+    /// Slots of the owner whose connection another worker took: the owner frees them.
+    taken: Vec<u32>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// The owner's slot.
+    id: u32,
+    stream: Stream,
+    /// Held so that no other server gets this address in memory (the key) while the entry waits.
+    #[expect(dead_code, reason = "held, never read")]
+    server: Arc<Server>,
+    /// Clock ms when it is closed if still idle.
+    expires: u64,
+}
+
+impl Lists {
+    /// Takes the newest idle connection to the server keyed `k`.
+    fn pop(&mut self, k: usize) -> Option<Entry> {
+        let list = self.by_server.get_mut(&k)?;
+        let e = list.pop();
+        if list.is_empty() {
+            self.by_server.remove(&k);
+        }
+        e
+    }
+
+    /// Takes the idle connection of slot `id` to the server keyed `k`, if it is there and
+    /// `close` says so.
+    fn remove_if(&mut self, k: usize, id: u32, close: impl Fn(&Entry) -> bool) -> Option<Entry> {
+        let list = self.by_server.get_mut(&k)?;
+        let i = list.iter().position(|e| e.id == id)?;
+        if !close(&list[i]) {
+            return None;
+        }
+        let e = list.remove(i);
+        if list.is_empty() {
+            self.by_server.remove(&k);
+        }
+        Some(e)
+    }
+}
+
+impl IdlePools {
+    /// Empty pools for `workers` workers.
+    pub(crate) fn new(workers: usize) -> IdlePools {
+        IdlePools {
+            pools: (0..workers.max(1)).map(|_| Pool::default()).collect(),
+        }
+    }
+}
+
+impl IdlePools {
+    /// Idle connections in all pools now, for the metrics.
+    pub(crate) fn idle(&self) -> usize {
+        self.pools
+            .iter()
+            .map(|p| p.idle.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+impl Pool {
+    fn lock(&self) -> MutexGuard<'_, Lists> {
+        self.lists.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds `n` to, or takes `-n` from, the idle count (under the lock: the only writers).
+    fn count(&self, n: isize) {
+        let was = self.idle.load(Ordering::Relaxed);
+        self.idle
+            .store(was.saturating_add_signed(n), Ordering::Relaxed);
+    }
+}
+
 #[derive(Debug)]
 enum State {
     Free,
     /// Lent to the session registered with this (client) token.
     Busy(Token),
-    Idle {
-        stream: Stream,
-        server: Arc<Server>,
-        /// Clock ms when it is closed if still idle.
-        expires: u64,
-    },
+    /// In the worker's pool, under the server keyed so (unless another worker took it).
+    Idle(usize),
 }
 
 #[derive(Debug)]
 struct Slot {
     gen: u32,
     state: State,
+}
+
+/// A worker's slots.
+#[derive(Debug, Default)]
+struct Slots {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+}
+
+impl Slots {
+    fn token(&self, id: u32) -> Token {
+        Token(CONN_BASE | ((self.slots[id as usize].gen as usize) << 32) | id as usize)
+    }
+
+    /// A new slot in state `state`.
+    fn alloc(&mut self, state: State) -> (u32, Token) {
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => {
+                self.slots.push(Slot {
+                    gen: 0,
+                    state: State::Free,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.slots[id as usize].state = state;
+        (id, self.token(id))
+    }
+
+    fn set(&mut self, id: u32, state: State) {
+        if let Some(slot) = self.slots.get_mut(id as usize) {
+            slot.state = state;
+        }
+    }
+
+    /// The slot is free again, under a new generation.
+    fn release(&mut self, id: u32) {
+        let Some(slot) = self.slots.get_mut(id as usize) else {
+            return;
+        };
+        if matches!(slot.state, State::Free) {
+            return;
+        }
+        slot.state = State::Free;
+        slot.gen = (slot.gen + 1) & GEN_MASK;
+        self.free.push(id);
+    }
+
+    /// Frees the slots whose idle connection another worker took.
+    fn reclaim(&mut self, taken: &mut Vec<u32>) {
+        for id in taken.drain(..) {
+            self.release(id);
+        }
+    }
 }
 
 /// Where an event on a server connection goes.
@@ -52,17 +218,16 @@ pub(crate) enum Owner {
 }
 
 /// A worker's server connections (see the module doc).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ServerConns {
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    /// Idle connection slots per server (keyed by the server's address in memory; the idle
-    /// entry holds the `Arc`, so the key stays valid), oldest first.
-    idle: HashMap<usize, Vec<u32>>,
-    idle_count: usize,
-    /// No idle connection expires before this (clock ms; u64::MAX when none is idle).
+    slots: Slots,
+    pools: Arc<IdlePools>,
+    /// This worker's pool in `pools`.
+    me: usize,
+    /// No idle connection of this worker expires before this (clock ms; None when none is idle).
     next_expiry: Option<u64>,
-    /// Server connections opened and reused, for the metrics.
+    /// Server connections opened and reused (taken from another worker's pool included), for
+    /// the metrics.
     pub opened: u64,
     pub reused: u64,
 }
@@ -72,8 +237,29 @@ fn key(server: &Arc<Server>) -> usize {
 }
 
 impl ServerConns {
-    fn token(&self, id: u32) -> Token {
-        Token(CONN_BASE | ((self.slots[id as usize].gen as usize) << 32) | id as usize)
+    /// Worker `me`'s server connections, its idle ones kept in `pools`; `registry` is its epoll,
+    /// which other workers deregister from what they take.
+    pub(crate) fn new(
+        pools: Arc<IdlePools>,
+        me: usize,
+        registry: &Registry,
+    ) -> io::Result<ServerConns> {
+        let me = me.min(pools.pools.len() - 1);
+        // Set once per worker; a second worker on the same index would not be registered for
+        // takers, who then leave the connection in the owner's epoll (events for it are stale).
+        let _ = pools.pools[me].registry.set(registry.try_clone()?);
+        Ok(ServerConns {
+            slots: Slots::default(),
+            pools,
+            me,
+            next_expiry: None,
+            opened: 0,
+            reused: 0,
+        })
+    }
+
+    fn pool(&self) -> &Pool {
+        &self.pools.pools[self.me]
     }
 
     /// The slot and generation a token names, if it is a server connection token.
@@ -93,73 +279,90 @@ impl ServerConns {
     /// A new slot lent to the session of `owner`, for a connection about to be opened: its id and
     /// the token to register the socket with.
     pub(crate) fn open(&mut self, owner: Token) -> (u32, Token) {
-        let id = match self.free.pop() {
-            Some(id) => id,
-            None => {
-                self.slots.push(Slot {
-                    gen: 0,
-                    state: State::Free,
-                });
-                (self.slots.len() - 1) as u32
-            }
-        };
-        self.slots[id as usize].state = State::Busy(owner);
         self.opened += 1;
-        (id, self.token(id))
+        self.slots.alloc(State::Busy(owner))
     }
 
-    /// The slot is free again: its connection was closed or never opened, or (when it was idle)
-    /// is handed back to be dropped, which closes it.
-    pub(crate) fn forget(&mut self, id: u32) -> Option<Stream> {
-        let slot = self.slots.get_mut(id as usize)?;
-        let was = std::mem::replace(&mut slot.state, State::Free);
-        slot.gen = (slot.gen + 1) & GEN_MASK;
-        self.free.push(id);
-        match was {
-            State::Idle { stream, server, .. } => {
-                self.unlist(&server, id);
-                Some(stream)
-            }
-            _ => None,
+    /// The slot of a busy connection is free again: its connection was closed or never opened
+    /// (the caller closes the socket).
+    pub(crate) fn forget(&mut self, id: u32) {
+        let busy = self
+            .slots
+            .slots
+            .get(id as usize)
+            .is_some_and(|s| matches!(s.state, State::Busy(_)));
+        if busy {
+            self.slots.release(id);
         }
     }
 
-    fn unlist(&mut self, server: &Arc<Server>, id: u32) {
-        if let Some(list) = self.idle.get_mut(&key(server)) {
-            if let Some(i) = list.iter().position(|&x| x == id) {
-                list.remove(i);
-                self.idle_count -= 1;
-            }
-            if list.is_empty() {
-                self.idle.remove(&key(server));
-            }
-        }
-    }
-
-    /// The newest idle connection to `server`, lent to `owner`.
-    pub(crate) fn checkout(&mut self, server: &Arc<Server>, owner: Token) -> Option<(u32, Stream)> {
-        let list = self.idle.get_mut(&key(server))?;
-        let id = list.pop()?;
-        if list.is_empty() {
-            self.idle.remove(&key(server));
-        }
-        self.idle_count -= 1;
-        let slot = &mut self.slots[id as usize];
-        match std::mem::replace(&mut slot.state, State::Busy(owner)) {
-            State::Idle { stream, .. } => {
+    /// An idle connection to `server`, lent to `owner`: the newest in this worker's pool, else
+    /// one taken from another worker's pool and registered in `registry` (this worker's epoll).
+    pub(crate) fn checkout(
+        &mut self,
+        server: &Arc<Server>,
+        owner: Token,
+        registry: &Registry,
+    ) -> Option<(u32, Stream)> {
+        let k = key(server);
+        let pool = &self.pools.pools[self.me];
+        if pool.idle.load(Ordering::Relaxed) > 0 {
+            let mut lists = pool.lock();
+            self.slots.reclaim(&mut lists.taken);
+            if let Some(e) = lists.pop(k) {
+                pool.count(-1);
+                drop(lists);
+                self.slots.set(e.id, State::Busy(owner));
                 self.reused += 1;
-                Some((id, stream))
-            }
-            other => {
-                // Not idle after all (cannot happen): put it back as it was.
-                slot.state = other;
-                None
+                return Some((e.id, e.stream));
             }
         }
+        self.take(k, owner, registry)
+    }
+
+    /// Takes an idle connection to the server keyed `k` from another worker's pool.
+    fn take(&mut self, k: usize, owner: Token, registry: &Registry) -> Option<(u32, Stream)> {
+        let n = self.pools.pools.len();
+        for step in 1..n {
+            let other = &self.pools.pools[(self.me + step) % n];
+            if other.idle.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let taken = {
+                let mut lists = other.lock();
+                let e = lists.pop(k);
+                if let Some(e) = &e {
+                    lists.taken.push(e.id);
+                    other.count(-1);
+                }
+                e
+            };
+            let Some(Entry { mut stream, .. }) = taken else {
+                continue;
+            };
+            if let Some(theirs) = other.registry.get() {
+                if let Err(e) = theirs.deregister(stream.source()) {
+                    tracing::debug!("cannot deregister a taken server connection: {e}");
+                }
+            }
+            let (id, token) = self.slots.alloc(State::Busy(owner));
+            if let Err(e) = registry.register(
+                stream.source(),
+                token,
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                tracing::warn!("cannot register a taken server connection: {e}");
+                self.slots.release(id);
+                return None;
+            }
+            self.reused += 1;
+            return Some((id, stream));
+        }
+        None
     }
 
     /// A session is done with a connection the server may take another request on: kept idle
-    /// if `server` has fewer than `max_idle` idle ones, else closed.
+    /// if this worker's pool has fewer than `max_idle` idle ones to `server`, else closed.
     pub(crate) fn checkin(
         &mut self,
         id: u32,
@@ -168,20 +371,30 @@ impl ServerConns {
         max_idle: u32,
         expires: u64,
     ) {
-        let list = self.idle.entry(key(&server)).or_default();
+        let k = key(&server);
+        let pool = &self.pools.pools[self.me];
+        let mut lists = pool.lock();
+        self.slots.reclaim(&mut lists.taken);
+        let list = lists.by_server.entry(k).or_default();
         if list.len() >= max_idle as usize {
+            if list.is_empty() {
+                lists.by_server.remove(&k);
+            }
+            drop(lists);
             drop(stream);
-            self.forget(id);
+            self.slots.release(id);
             return;
         }
-        list.push(id);
-        self.idle_count += 1;
-        self.next_expiry = Some(self.next_expiry.map_or(expires, |n| n.min(expires)));
-        self.slots[id as usize].state = State::Idle {
+        self.slots.set(id, State::Idle(k));
+        list.push(Entry {
+            id,
             stream,
             server,
             expires,
-        };
+        });
+        pool.count(1);
+        drop(lists);
+        self.next_expiry = Some(self.next_expiry.map_or(expires, |n| n.min(expires)));
     }
 
     /// Who an event on a server connection is for. An event on an idle connection that says it
@@ -190,22 +403,37 @@ impl ServerConns {
         let Some((id, gen)) = Self::decode(ev.token()) else {
             return Owner::Nobody;
         };
-        let Some(slot) = self.slots.get(id) else {
+        let Some(slot) = self.slots.slots.get(id) else {
             return Owner::Nobody;
         };
         if slot.gen != gen {
             return Owner::Nobody;
         }
-        match &slot.state {
-            State::Busy(owner) => Owner::Session(*owner),
-            State::Idle { stream, .. } => {
-                if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && gone(stream) {
-                    drop(self.forget(id as u32));
-                }
-                Owner::Nobody
-            }
-            State::Free => Owner::Nobody,
+        let k = match slot.state {
+            State::Busy(owner) => return Owner::Session(owner),
+            State::Free => return Owner::Nobody,
+            State::Idle(k) => k,
+        };
+        if !(ev.is_readable() || ev.is_read_closed() || ev.is_error()) {
+            return Owner::Nobody;
         }
+        let pool = &self.pools.pools[self.me];
+        let mut lists = pool.lock();
+        self.slots.reclaim(&mut lists.taken);
+        if self.slots.slots[id].gen != gen {
+            // Another worker took it.
+            return Owner::Nobody;
+        }
+        let closed = lists.remove_if(k, id as u32, |e| gone(&e.stream));
+        if closed.is_some() {
+            pool.count(-1);
+        }
+        drop(lists);
+        if closed.is_some() {
+            self.slots.release(id as u32);
+        }
+        drop(closed);
+        Owner::Nobody
     }
 
     /// When [`ServerConns::expire`] has something to do.
@@ -213,34 +441,40 @@ impl ServerConns {
         self.next_expiry
     }
 
-    /// Closes the idle connections whose time is up (a walk over the idle ones, only when the
-    /// earliest is due).
+    /// Closes the idle connections whose time is up (a walk over the worker's idle ones, only
+    /// when the earliest is due).
     pub(crate) fn expire(&mut self, now: u64) {
         if self.next_expiry.is_none_or(|n| n > now) {
             return;
         }
         let mut due = Vec::new();
         let mut next = u64::MAX;
-        for list in self.idle.values() {
-            for &id in list {
-                if let State::Idle { expires, .. } = &self.slots[id as usize].state {
-                    if *expires <= now {
-                        due.push(id);
-                    } else {
-                        next = next.min(*expires);
-                    }
+        let pool = &self.pools.pools[self.me];
+        let mut lists = pool.lock();
+        self.slots.reclaim(&mut lists.taken);
+        for list in lists.by_server.values_mut() {
+            let mut i = 0;
+            while i < list.len() {
+                if list[i].expires <= now {
+                    due.push(list.remove(i));
+                } else {
+                    next = next.min(list[i].expires);
+                    i += 1;
                 }
             }
         }
-        for id in due {
-            drop(self.forget(id));
+        lists.by_server.retain(|_, list| !list.is_empty());
+        pool.count(-(due.len() as isize));
+        drop(lists);
+        for e in due {
+            self.slots.release(e.id);
         }
         self.next_expiry = (next != u64::MAX).then_some(next);
     }
 
-    /// Idle connections held, for the metrics.
+    /// Idle connections in this worker's pool, for the metrics.
     pub(crate) fn idle(&self) -> usize {
-        self.idle_count
+        self.pool().idle.load(Ordering::Relaxed)
     }
 
     /// Opened, reused and idle, as the worker publishes them for the metrics.
@@ -252,12 +486,25 @@ impl ServerConns {
         }
     }
 
-    /// Closes every idle connection (the worker is stopping).
+    /// Closes every idle connection in this worker's pool (the worker is draining or stopping).
     pub(crate) fn close_idle(&mut self) {
-        let ids: Vec<u32> = self.idle.values().flatten().copied().collect();
-        for id in ids {
-            drop(self.forget(id));
+        let pool = &self.pools.pools[self.me];
+        let mut lists = pool.lock();
+        self.slots.reclaim(&mut lists.taken);
+        let all: Vec<Entry> = lists.by_server.drain().flat_map(|(_, l)| l).collect();
+        pool.count(-(all.len() as isize));
+        drop(lists);
+        for e in all {
+            self.slots.release(e.id);
         }
+        self.next_expiry = None;
+    }
+}
+
+impl Drop for ServerConns {
+    /// A worker that ends closes its idle connections: nobody would watch them any more.
+    fn drop(&mut self) {
+        self.close_idle();
     }
 }
 
@@ -269,5 +516,153 @@ fn gone(stream: &Stream) -> bool {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
         Err(e) if e.kind() == io::ErrorKind::Interrupted => false,
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::{BackendAddr, ServerSpec};
+    use mio::{Events, Poll};
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+
+    fn server(l: &TcpListener) -> Arc<Server> {
+        let addr = l.local_addr().unwrap();
+        Arc::new(Server::new(ServerSpec::new(BackendAddr::Tcp(addr))))
+    }
+
+    /// A connection to `l`, and the server's end of it.
+    fn connect(l: &TcpListener) -> (Stream, TcpStream) {
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        (Stream::Tcp(mio::net::TcpStream::from_std(s)), peer)
+    }
+
+    /// Two workers' connections over shared pools, and their epolls.
+    fn two() -> (ServerConns, Poll, ServerConns, Poll) {
+        let pools = Arc::new(IdlePools::new(2));
+        let (pa, pb) = (Poll::new().unwrap(), Poll::new().unwrap());
+        let a = ServerConns::new(pools.clone(), 0, pa.registry()).unwrap();
+        let b = ServerConns::new(pools, 1, pb.registry()).unwrap();
+        (a, pa, b, pb)
+    }
+
+    /// Opens a connection in `c`, registered in `poll`, and checks it in idle.
+    fn idle_one(c: &mut ServerConns, poll: &Poll, l: &TcpListener, sv: &Arc<Server>) -> TcpStream {
+        let (mut s, peer) = connect(l);
+        let (id, token) = c.open(Token(2));
+        poll.registry()
+            .register(s.source(), token, Interest::READABLE | Interest::WRITABLE)
+            .unwrap();
+        c.checkin(id, s, sv.clone(), 8, u64::MAX - 1);
+        peer
+    }
+
+    fn tokens(poll: &mut Poll) -> Vec<Token> {
+        let mut events = Events::with_capacity(16);
+        poll.poll(&mut events, Some(Duration::from_millis(50)))
+            .unwrap();
+        events.iter().map(|e| e.token()).collect()
+    }
+
+    #[test]
+    fn own_idle_connections_come_first_and_count_as_reused() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sv = server(&l);
+        let (mut a, mut pa, mut b, pb) = two();
+        let _peer = idle_one(&mut a, &pa, &l, &sv);
+        let _ = tokens(&mut pa);
+        assert_eq!((a.counts().opened, a.counts().idle), (1, 1));
+        let (id, _s) = a.checkout(&sv, Token(4), pa.registry()).unwrap();
+        assert_eq!(a.counts().reused, 1);
+        assert_eq!(a.counts().idle, 0);
+        assert!(matches!(
+            a.slots.slots[id as usize].state,
+            State::Busy(Token(4))
+        ));
+        assert!(b.checkout(&sv, Token(6), pb.registry()).is_none());
+        assert_eq!(b.counts().reused, 0);
+    }
+
+    #[test]
+    fn a_worker_takes_another_workers_idle_connection_and_watches_it() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sv = server(&l);
+        let other = server(&l);
+        let (mut a, mut pa, mut b, mut pb) = two();
+        let peer = idle_one(&mut a, &pa, &l, &sv);
+        let _ = tokens(&mut pa);
+        let gen = a.slots.slots[0].gen;
+        // Never lent for another server, even one at the same address.
+        assert!(b.checkout(&other, Token(6), pb.registry()).is_none());
+        let (id, stream) = b.checkout(&sv, Token(6), pb.registry()).unwrap();
+        assert_eq!((b.counts().opened, b.counts().reused), (0, 1));
+        assert_eq!((a.counts().idle, b.counts().idle), (0, 0));
+        let token = b.slots.token(id);
+        b.checkin(id, stream, sv.clone(), 8, u64::MAX - 1);
+        assert_eq!(b.counts().idle, 1);
+        let _ = tokens(&mut pb);
+        // The server closes it: b sees it under its own token, a (deregistered) nothing.
+        drop(peer);
+        let mut events = Events::with_capacity(16);
+        pb.poll(&mut events, Some(Duration::from_secs(5))).unwrap();
+        let ev = events
+            .iter()
+            .find(|e| e.token() == token)
+            .expect("b's event");
+        assert!(matches!(b.owner(ev), Owner::Nobody));
+        assert_eq!(b.counts().idle, 0, "closed on the server's close");
+        assert!(tokens(&mut pa).is_empty());
+        // a frees the slot the next time it holds its lock, under a new generation.
+        assert!(matches!(a.slots.slots[0].state, State::Idle(_)));
+        a.close_idle();
+        assert!(matches!(a.slots.slots[0].state, State::Free));
+        assert_ne!(a.slots.slots[0].gen, gen);
+        assert_eq!(a.slots.free, vec![0]);
+    }
+
+    #[test]
+    fn each_worker_keeps_at_most_max_idle_per_server() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sv = server(&l);
+        let (mut a, pa, _b, _pb) = two();
+        let mut peers = Vec::new();
+        for _ in 0..3 {
+            let (s, peer) = connect(&l);
+            let (id, _) = a.open(Token(2));
+            a.checkin(id, s, sv.clone(), 2, u64::MAX - 1);
+            peers.push(peer);
+        }
+        assert_eq!(a.counts().idle, 2);
+        // The third was closed: its server end reads EOF.
+        peers[2]
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        assert_eq!(peers[2].read(&mut [0u8; 1]).unwrap(), 0);
+        drop(pa);
+    }
+
+    #[test]
+    fn idle_connections_expire_and_close_when_the_worker_ends() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sv = server(&l);
+        let (mut a, _pa, _b, _pb) = two();
+        let mut peers = Vec::new();
+        for expires in [100, 200] {
+            let (s, peer) = connect(&l);
+            let (id, _) = a.open(Token(2));
+            a.checkin(id, s, sv.clone(), 8, expires);
+            peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            peers.push(peer);
+        }
+        assert_eq!(a.next_expiry(), Some(100));
+        a.expire(150);
+        assert_eq!((a.counts().idle, a.next_expiry()), (1, Some(200)));
+        assert_eq!(peers[0].read(&mut [0u8; 1]).unwrap(), 0);
+        drop(a);
+        assert_eq!(peers[1].read(&mut [0u8; 1]).unwrap(), 0);
     }
 }

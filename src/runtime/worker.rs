@@ -1,6 +1,8 @@
 //! A worker: one thread, one epoll instance, its own sessions, buffers and timers. Workers share
 //! only the listening sockets (exclusive wake-ups: one worker takes each connection), the pools'
-//! atomics and the counters; the data path takes no lock.
+//! atomics, the counters and the pools of idle HTTP server connections (a short lock per
+//! checkout and checkin, uncontended unless another worker is taking one: `proxy::idle`); the
+//! data path takes no other lock.
 
 use std::collections::VecDeque;
 use std::io;
@@ -131,6 +133,7 @@ impl Worker {
                 _ => None,
             }
         };
+        let conns = ServerConns::new(shared.idle.clone(), id, poll.registry())?;
         let mut w = Worker {
             id,
             poll,
@@ -140,7 +143,7 @@ impl Worker {
             free: Vec::new(),
             live: 0,
             pools: Pools::new(BUFFERS_PER_WORKER, PIPES_PER_WORKER, shared.splice),
-            conns: ServerConns::default(),
+            conns,
             timers: Timers::default(),
             log,
             rng: 0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) << 17) ^ crate::clock::unix_time(),

@@ -17,6 +17,7 @@ use crate::clock::Clock;
 use crate::config::{Global, LogFormat};
 use crate::listener::ListenSocket;
 use crate::metrics::{Counters, HttpStats};
+use crate::proxy::idle::IdlePools;
 use crate::route::RateTable;
 
 /// Where the process is in its life.
@@ -95,6 +96,9 @@ pub(crate) struct Shared {
     pub counters: Vec<Counters>,
     /// One per worker: requests from the control thread; None once the worker has stopped.
     pub inboxes: Vec<Mutex<Option<Vec<Request>>>>,
+    /// The workers' pools of idle server connections (HTTP), one per worker: a worker takes from
+    /// another's when its own has none to the server it needs.
+    pub idle: Arc<IdlePools>,
     /// One per worker, set once the workers exist.
     pub wakers: OnceLock<Vec<Waker>>,
     /// Set when a new process took the sockets over: the socket files belong to it now.
@@ -158,6 +162,7 @@ impl Shared {
             inboxes: (0..g.workers)
                 .map(|_| Mutex::new(Some(Vec::new())))
                 .collect(),
+            idle: Arc::new(IdlePools::new(g.workers)),
             wakers: OnceLock::new(),
             handed_over: AtomicBool::new(false),
             last_busy_ms: AtomicU64::new(clock.now_ms()),
