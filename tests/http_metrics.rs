@@ -1012,26 +1012,17 @@ fn http_status_page_shows_requests_per_route() {
         let end = rest[1..].find("data-route=").map_or(rest.len(), |e| e + 1);
         &rest[..end]
     };
-    let api_line = route("api");
-    assert_eq!(
-        value(api_line, "class=\"http-route-requests\""),
-        2.0,
-        "{api_line}"
-    );
-    assert_eq!(value(api_line, " data-class=\"2xx\""), 1.0, "{api_line}");
-    assert_eq!(value(api_line, " data-class=\"4xx\""), 1.0, "{api_line}");
-    let old_line = route("old");
-    assert_eq!(
-        value(old_line, "class=\"http-route-requests\""),
-        1.0,
-        "{old_line}"
-    );
-    assert_eq!(value(old_line, " data-class=\"3xx\""), 1.0, "{old_line}");
-    let none_line = route("(no route)");
-    assert_eq!(
-        value(none_line, "class=\"http-route-requests\""),
-        1.0,
-        "{none_line}"
-    );
-    assert_eq!(value(none_line, " data-class=\"2xx\""), 1.0, "{none_line}");
+    // Each route's line: its requests, then the count of each class named.
+    let line_says = |name: &str, requests: f64, classes: &[(&str, f64)]| {
+        let line = route(name);
+        let total = value(line, "class=\"http-route-requests\"");
+        assert_eq!(total, requests, "{line}");
+        for (class, n) in classes {
+            let got = value(line, &format!(" data-class=\"{class}\""));
+            assert_eq!(got, *n, "{class}: {line}");
+        }
+    };
+    line_says("api", 2.0, &[("2xx", 1.0), ("4xx", 1.0)]);
+    line_says("old", 1.0, &[("3xx", 1.0)]);
+    line_says("(no route)", 1.0, &[("2xx", 1.0)]);
 }

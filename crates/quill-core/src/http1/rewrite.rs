@@ -137,13 +137,8 @@ pub fn write_request_indexed(
     rw: &RequestRewrite,
     out: &mut [u8],
 ) -> Result<usize, Overflow> {
-    let found;
-    let index = if index.is_for(head.len, head.fields) {
-        index
-    } else {
-        found = FieldIndex::new(buf, head.len);
-        &found
-    };
+    let mut found = None;
+    let index = checked(index, buf, (head.len, head.fields), &mut found);
     let mut out = Out::new(out);
     let req = Request::new(buf, head, rw, index);
     out.put(head.method_span.of(buf))?;
@@ -203,13 +198,8 @@ pub fn write_response_indexed(
     rw: &ResponseRewrite,
     out: &mut [u8],
 ) -> Result<usize, Overflow> {
-    let found;
-    let index = if index.is_for(head.len, head.fields) {
-        index
-    } else {
-        found = FieldIndex::new(buf, head.len);
-        &found
-    };
+    let mut found = None;
+    let index = checked(index, buf, (head.len, head.fields), &mut found);
     let mut out = Out::new(out);
     let edits = Edits { lists: rw.edits };
     let hop = HopByHop::new(buf, index, rw.upgrade);
@@ -244,6 +234,21 @@ pub fn write_response_indexed(
     edits.write_added(&mut out)?;
     out.put(b"\r\n")?;
     Ok(out.len)
+}
+
+/// `index` if it was made for the head of `len` bytes and `fields` fields in `buf`, else one
+/// made now (kept in `found`).
+fn checked<'i>(
+    index: &'i FieldIndex,
+    buf: &[u8],
+    (len, fields): (usize, usize),
+    found: &'i mut Option<FieldIndex>,
+) -> &'i FieldIndex {
+    if index.is_for(len, fields) {
+        index
+    } else {
+        found.insert(FieldIndex::new(buf, len))
+    }
 }
 
 /// The received-protocol of a `Via` element (RFC 9110 §7.6.3): the version of the message as the
