@@ -938,15 +938,22 @@ fn field_lines(
             ix.push(line_start, name_span.end, value_span, c.pos);
         }
         let (name, value) = (name_span.of(c.buf), value_span.of(c.buf));
-        if name.eq_ignore_ascii_case(b"content-length") {
-            seen.content_length(value);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            seen.transfer_codings(value);
-        } else if name.eq_ignore_ascii_case(b"host") {
-            seen.hosts += 1;
-            seen.host = value_span;
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            seen.connection_tokens(value);
+        // The first letter (a name is at least one byte) and the length pick the one name to
+        // compare with.
+        let first = name.first().map_or(0, u8::to_ascii_lowercase);
+        match (first, name.len()) {
+            (b'c', 14) if name.eq_ignore_ascii_case(b"content-length") => {
+                seen.content_length(value)
+            }
+            (b't', 17) if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                seen.transfer_codings(value)
+            }
+            (b'h', 4) if name.eq_ignore_ascii_case(b"host") => {
+                seen.hosts += 1;
+                seen.host = value_span;
+            }
+            (b'c', 10) if name.eq_ignore_ascii_case(b"connection") => seen.connection_tokens(value),
+            _ => {}
         }
     }
 }
