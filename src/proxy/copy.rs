@@ -93,8 +93,8 @@ impl Pools {
     }
 
     /// Called once per worker turn, with the clock. Once a burst dropped [`TRIM_AFTER_BUFFERS`]
-    /// buffers and then none for [`TRIM_QUIET_MS`], gives the C heap's free pages back to the OS
-    /// ([`sys::trim_heap`]). Returns whether it trimmed. Nothing but two compares in a turn
+    /// buffers and then none for [`TRIM_QUIET_MS`], keeps a quarter of the pool and gives the C
+    /// heap's free pages back to the OS ([`sys::trim_heap`]). Returns whether it trimmed. Nothing but two compares in a turn
     /// without a trim due.
     pub(crate) fn after_turn(&mut self, now: u64) -> bool {
         if self.dropped != self.dropped_seen {
@@ -109,6 +109,9 @@ impl Pools {
                 self.trim_at = None;
                 let dropped = std::mem::take(&mut self.dropped);
                 self.dropped_seen = 0;
+                // The burst is over: the pool need not stay full either (the next burst
+                // allocates again; steady traffic never gets here).
+                self.buffers.truncate(self.max_buffers / 4);
                 let started = std::time::Instant::now();
                 let released = sys::trim_heap();
                 tracing::debug!(
@@ -613,7 +616,7 @@ mod tests {
         assert!(p.after_turn(1_500 + TRIM_QUIET_MS), "no trim once quiet");
         assert_eq!(p.trim_due(), None);
         assert!(!p.after_turn(10_000), "trimmed twice for one burst");
-        assert_eq!(p.buffers.len(), 4, "the trim keeps the pool");
+        assert_eq!(p.buffers.len(), 1, "the trim keeps a quarter of the pool");
     }
 
     #[test]
