@@ -10,8 +10,9 @@
 //!
 //! The pool keeps a bounded number of free buffers; the rest of a burst's go back to the C heap,
 //! which keeps them (its RSS does not shrink). So once a burst is over, [`Pools::after_turn`]
-//! has the heap give its free pages back to the OS: an idle process holds what its idle clients
-//! need, not the peak of the last burst of concurrent requests.
+//! keeps a quarter of the pool and has the heap give its free pages back to the OS: an idle
+//! process holds what its idle clients need, not the peak of the last burst of concurrent
+//! requests.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -27,7 +28,7 @@ pub(crate) const PIPE_SIZE: usize = 256 * 1024;
 const TRIM_AFTER_BUFFERS: usize = 64;
 /// How long no buffer may have been dropped before that trim: the burst is over, not going on
 /// (while it goes on, the freed memory is reused at once; trimming it would only fault it in again).
-pub(crate) const TRIM_QUIET_MS: u64 = 1000;
+const TRIM_QUIET_MS: u64 = 1000;
 /// Reads one pump may do before yielding to other sessions (at most 256 KiB through buffers or
 /// 4 MiB through a pipe): a fast pair of peers must not starve the rest of the worker.
 const READS_PER_PUMP: usize = 16;
@@ -94,8 +95,8 @@ impl Pools {
 
     /// Called once per worker turn, with the clock. Once a burst dropped [`TRIM_AFTER_BUFFERS`]
     /// buffers and then none for [`TRIM_QUIET_MS`], keeps a quarter of the pool and gives the C
-    /// heap's free pages back to the OS ([`sys::trim_heap`]). Returns whether it trimmed. Nothing but two compares in a turn
-    /// without a trim due.
+    /// heap's free pages back to the OS ([`sys::trim_heap`]). Returns whether it trimmed. Nothing
+    /// but two compares in a turn without a trim due.
     pub(crate) fn after_turn(&mut self, now: u64) -> bool {
         if self.dropped != self.dropped_seen {
             self.dropped_seen = self.dropped;
