@@ -1,6 +1,6 @@
 //! The only home of `unsafe`: thin wrappers over Linux syscalls that neither std, mio nor socket2
 //! expose (splice and pipes, exclusive epoll registration, resource limits, privilege drop, a
-//! socket's unacknowledged bytes).
+//! socket's unacknowledged bytes), and over glibc's heap trim.
 //!
 //! Every wrapper returns `io::Result` and takes borrowed descriptors; nothing here keeps state.
 
