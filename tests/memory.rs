@@ -1,7 +1,10 @@
 //! Memory and descriptors: idle sessions hold no buffers, buffers go back to the pools after
-//! traffic, thousands of sessions within -x are all served, and running out of descriptors is
+//! traffic, idle HTTP keep-alive clients cost at most 1 KiB each once a burst of their requests
+//! is over, thousands of sessions within -x are all served, and running out of descriptors is
 //! survived.
 
+#[path = "support/http.rs"]
+mod http_support;
 mod support;
 
 use std::io::{self, Read, Write};
@@ -15,16 +18,33 @@ use support::*;
 /// Polls VmRSS (bounded) until three readings in a row, 100 ms apart, are equal; returns the last
 /// reading (the settled value, or the latest one when the deadline passes first).
 fn settled_rss_kib(pid: u32, within: Duration) -> u64 {
+    settled_kib(pid, within, vm_rss_kib)
+}
+
+/// [`settled_rss_kib`] for `read`, one of the /proc/PID/status memory fields.
+fn settled_kib(pid: u32, within: Duration, read: fn(u32) -> u64) -> u64 {
     let deadline = Instant::now() + within;
-    let mut last = vm_rss_kib(pid);
+    let mut last = read(pid);
     let mut same = 0;
     while same < 2 && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(100));
-        let now = vm_rss_kib(pid);
+        let now = read(pid);
         same = if now == last { same + 1 } else { 0 };
         last = now;
     }
     last
+}
+
+/// RssAnon of a process in KiB: its resident anonymous memory (heap, stacks), without the pages
+/// of its binary (file-backed, and paged in as new code runs: megabytes for a debug build).
+fn rss_anon_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no RssAnon in /proc/{pid}/status:\n{status}"))
 }
 
 /// Opens `n` client connections to quill on 127.0.0.1:port in batches, waiting (bounded) after each
@@ -163,6 +183,105 @@ fn idle_sessions_hold_no_buffers() {
         );
     }
     drop(clients);
+}
+
+/// Issue 11's memory target, smaller: idle keep-alive HTTP clients, each after one complete
+/// request, cost at most 1 KiB of quill's memory each. The requests come in waves of `WAVE`, and
+/// the backend answers none of a wave before all of it has arrived (or 5 s have passed), so every
+/// request of a wave is in flight in quill at once, each holding pooled copy buffers: far more
+/// than the pools keep. The C heap would keep that peak once those are freed (about 1 KiB more
+/// per client here) if the workers did not give its free pages back to the OS after the burst.
+/// Measured: 0.75 to 0.95 KiB per client in a debug build (its slab slot, 336 bytes; its session,
+/// 224; the pools' 16 buffers per worker and the heap's fragments, spread over the clients), 0.6
+/// in a release build.
+#[test]
+fn http_idle_keep_alive_clients_cost_at_most_1_kib_each() {
+    const N: usize = 6000;
+    const WAVE: usize = 300;
+    if http_support::reference_haproxy() {
+        eprintln!("SKIPPED: a Quill memory bound, not one for the reference proxy");
+        return;
+    }
+    let arrived = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = arrived.clone();
+    let b = http_support::Backend::start(move |r| {
+        if r.target == "/1k" {
+            let n = seen.fetch_add(1, Ordering::SeqCst) + 1;
+            let wave_end = n.div_ceil(WAVE) * WAVE;
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while seen.load(Ordering::SeqCst) < wave_end && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(2));
+            }
+        }
+        vec![http_support::Step::Send(http_support::fixed_response(
+            r, 1024,
+        ))]
+    });
+    let p = http_support::start_proxy_global(
+        "workers = 2\nmax_connections = 7000",
+        "keepalive_timeout = \"600s\"",
+        &[b.addr()],
+    );
+    let pid = p.pid();
+    // One wave: WAVE more clients, each sends one request, then each reads its response.
+    let wave = |clients: &mut Vec<http_support::Client>, target: &str| {
+        let first = clients.len();
+        for _ in 0..WAVE {
+            clients.push(p.client());
+        }
+        for c in &mut clients[first..] {
+            c.send(&http_support::get(target));
+        }
+        for (k, c) in clients[first..].iter_mut().enumerate() {
+            let r = c.read_response();
+            assert!(
+                r.status == 200 && r.body.len() == 1024,
+                "{target} client {}: status {}, {} body bytes",
+                first + k,
+                r.status,
+                r.body.len()
+            );
+        }
+    };
+    // Warm up at a low concurrency (as the benchmark's wrk -c50 does): the pools, the server
+    // connections and the allocator's arenas exist before, but no burst's peak does.
+    let mut warm: Vec<http_support::Client> = (0..20).map(|_| p.client()).collect();
+    for _ in 0..10 {
+        for c in warm.iter_mut() {
+            let r = c.roundtrip(&http_support::get("/warm"));
+            assert_eq!(r.status, 200, "warm-up");
+        }
+    }
+    drop(warm);
+    thread::sleep(Duration::from_millis(500));
+    let rss_before = settled_kib(pid, Duration::from_secs(3), rss_anon_kib);
+
+    let mut clients: Vec<http_support::Client> = Vec::with_capacity(N);
+    while clients.len() < N {
+        wave(&mut clients, "/1k");
+    }
+    assert_eq!(arrived.load(Ordering::SeqCst), N);
+    thread::sleep(Duration::from_millis(1500));
+    let rss_idle = settled_kib(pid, Duration::from_secs(3), rss_anon_kib);
+    let per_client = (rss_idle.saturating_sub(rss_before) * 1024) / N as u64;
+    eprintln!(
+        "RssAnon {rss_before} KiB -> {rss_idle} KiB with {N} idle keep-alive clients ({per_client} B each)"
+    );
+    assert!(
+        per_client <= 1024,
+        "each idle keep-alive client costs {per_client} bytes of quill's anonymous RSS \
+         ({rss_before} -> {rss_idle} KiB)"
+    );
+    // They are all still open (idle, not closed), and one of them is still served.
+    for (k, c) in clients.iter_mut().enumerate().step_by(97) {
+        assert!(
+            c.stays_open(Duration::from_millis(10)),
+            "client {k} was closed"
+        );
+    }
+    let last = clients.last_mut().expect("clients");
+    let r = last.roundtrip(&http_support::get("/again"));
+    assert_eq!(r.status, 200, "a second request on an idle client");
 }
 
 #[test]

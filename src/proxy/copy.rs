@@ -7,6 +7,12 @@
 //!
 //! A direction holds no memory while idle: the buffer or pipe goes back to the worker's pool as
 //! soon as it is drained. Never allocates per read; allocates only when a pool is empty.
+//!
+//! The pool keeps a bounded number of free buffers; the rest of a burst's go back to the C heap,
+//! which keeps them (its RSS does not shrink). So once a burst is over, [`Pools::after_turn`]
+//! keeps a quarter of the pool and has the heap give its free pages back to the OS: an idle
+//! process holds what its idle clients need, not the peak of the last burst of concurrent
+//! requests.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -18,6 +24,11 @@ use crate::sys;
 pub(crate) const BUF_SIZE: usize = 16 * 1024;
 /// Capacity asked for each splice pipe.
 pub(crate) const PIPE_SIZE: usize = 256 * 1024;
+/// Buffers dropped beyond the pool (1 MiB) after which the heap is trimmed once quiet.
+const TRIM_AFTER_BUFFERS: usize = 64;
+/// How long no buffer may have been dropped before that trim: the burst is over, not going on
+/// (while it goes on, the freed memory is reused at once; trimming it would only fault it in again).
+const TRIM_QUIET_MS: u64 = 1000;
 /// Reads one pump may do before yielding to other sessions (at most 256 KiB through buffers or
 /// 4 MiB through a pipe): a fast pair of peers must not starve the rest of the worker.
 const READS_PER_PUMP: usize = 16;
@@ -45,6 +56,12 @@ pub(crate) struct Pools {
     pipes_open: usize,
     /// Whether splice is used for bulk directions (false after pipes could not be created).
     pub splice: bool,
+    /// Buffers dropped (the pool being full) since the heap was last trimmed, and that count as
+    /// the last turn saw it.
+    dropped: usize,
+    dropped_seen: usize,
+    /// When the heap is to be trimmed, if no buffer is dropped until then.
+    trim_at: Option<u64>,
 }
 
 impl Pools {
@@ -56,6 +73,9 @@ impl Pools {
             max_pipes,
             pipes_open: 0,
             splice,
+            dropped: 0,
+            dropped_seen: 0,
+            trim_at: None,
         }
     }
 
@@ -68,7 +88,47 @@ impl Pools {
     pub(crate) fn give_buffer(&mut self, buf: Buf) {
         if self.buffers.len() < self.max_buffers {
             self.buffers.push(buf);
+        } else {
+            self.dropped += 1;
         }
+    }
+
+    /// Called once per worker turn, with the clock. Once a burst dropped [`TRIM_AFTER_BUFFERS`]
+    /// buffers and then none for [`TRIM_QUIET_MS`], keeps a quarter of the pool and gives the C
+    /// heap's free pages back to the OS ([`sys::trim_heap`]). Returns whether it trimmed. Nothing
+    /// but two compares in a turn without a trim due.
+    pub(crate) fn after_turn(&mut self, now: u64) -> bool {
+        if self.dropped != self.dropped_seen {
+            self.dropped_seen = self.dropped;
+            if self.dropped >= TRIM_AFTER_BUFFERS {
+                self.trim_at = Some(now + TRIM_QUIET_MS);
+            }
+            return false;
+        }
+        match self.trim_at {
+            Some(at) if now >= at => {
+                self.trim_at = None;
+                let dropped = std::mem::take(&mut self.dropped);
+                self.dropped_seen = 0;
+                // The burst is over: the pool need not stay full either (the next burst
+                // allocates again; steady traffic never gets here).
+                self.buffers.truncate(self.max_buffers / 4);
+                let started = std::time::Instant::now();
+                let released = sys::trim_heap();
+                tracing::debug!(
+                    "heap trimmed after {dropped} copy buffers were freed, in {} µs (memory \
+                     released: {released})",
+                    started.elapsed().as_micros()
+                );
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// When the worker must run a turn for [`Pools::after_turn`] to trim, if a trim is due.
+    pub(crate) fn trim_due(&self) -> Option<u64> {
+        self.trim_at
     }
 
     /// A pipe from the pool, or a new one while fewer than `max_pipes` are open; None sends the
@@ -534,6 +594,51 @@ mod tests {
 
     fn pattern(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn a_burst_of_dropped_buffers_trims_the_heap_once_quiet() {
+        let mut p = pools(false);
+        let burst: Vec<Buf> = (0..4 + TRIM_AFTER_BUFFERS).map(|_| p.buffer()).collect();
+        for b in burst {
+            p.give_buffer(b);
+        }
+        assert_eq!(p.buffers.len(), 4, "the pool keeps its bound");
+        assert!(!p.after_turn(1_000), "trimmed in the burst's own turn");
+        assert_eq!(p.trim_due(), Some(1_000 + TRIM_QUIET_MS));
+        // Another buffer dropped before then: the burst goes on, the trim waits.
+        let more: Vec<Buf> = (0..5).map(|_| p.buffer()).collect();
+        for b in more {
+            p.give_buffer(b);
+        }
+        assert!(!p.after_turn(1_500));
+        assert_eq!(p.trim_due(), Some(1_500 + TRIM_QUIET_MS));
+        assert!(!p.after_turn(1_500 + TRIM_QUIET_MS - 1), "trimmed early");
+        assert!(p.after_turn(1_500 + TRIM_QUIET_MS), "no trim once quiet");
+        assert_eq!(p.trim_due(), None);
+        assert!(!p.after_turn(10_000), "trimmed twice for one burst");
+        assert_eq!(p.buffers.len(), 1, "the trim keeps a quarter of the pool");
+    }
+
+    #[test]
+    fn dropped_buffers_trim_only_once_they_reach_the_threshold() {
+        let mut p = pools(false);
+        let held: Vec<Buf> = (0..4 + TRIM_AFTER_BUFFERS - 1)
+            .map(|_| p.buffer())
+            .collect();
+        for b in held {
+            p.give_buffer(b);
+        }
+        assert!(!p.after_turn(0) && !p.after_turn(5 * TRIM_QUIET_MS));
+        assert_eq!(p.trim_due(), None, "one buffer short of the threshold");
+        // Drops add up across bursts until a trim.
+        let more: Vec<Buf> = (0..5).map(|_| p.buffer()).collect();
+        for b in more {
+            p.give_buffer(b);
+        }
+        assert!(!p.after_turn(6 * TRIM_QUIET_MS));
+        assert_eq!(p.trim_due(), Some(7 * TRIM_QUIET_MS));
+        assert!(p.after_turn(7 * TRIM_QUIET_MS));
     }
 
     #[test]

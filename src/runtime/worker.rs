@@ -253,6 +253,7 @@ impl Worker {
             self.drive_again(now);
             self.expire(now);
             self.conns.expire(now);
+            self.pools.after_turn(now);
             if self.draining && now >= self.next_sweep {
                 self.next_sweep = now + SWEEP_MS;
                 self.sweep(now);
@@ -283,7 +284,13 @@ impl Worker {
             None
         };
         let idle = self.conns.next_expiry();
-        timers.chain(pauses).chain(sweep).chain(idle).min()
+        let trim = self.pools.trim_due();
+        timers
+            .chain(pauses)
+            .chain(sweep)
+            .chain(idle)
+            .chain(trim)
+            .min()
     }
 
     fn dispatch(&mut self, ev: &Event, now: u64) {
