@@ -16,19 +16,15 @@ mod http_support;
 mod support;
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
+use admin_support::chromium::{attr, dump_dom, series_values, tag, Gate};
 use admin_support::{check_histogram, metrics, start_with_admin, status_json, wait_metrics};
 use http_support::{Backend, Client, Step};
-use support::{pen_args, scratch_dir, set_timeouts, try_read_until_eof, QuillProcess, IO_TIMEOUT};
+use support::{pen_args, QuillProcess};
 
 /// Every parse error kind `quill_http_parse_errors_total` names (`http1::Error::name`).
 const PARSE_ERROR_KINDS: [&str; 27] = [
@@ -745,179 +741,15 @@ fn http_route_metrics_survive_a_reload() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The status page in headless Chromium (the same way tests/status_page.rs drives it)
+// The status page in headless Chromium (tests/admin_support/chromium.rs, as tests/status_page.rs)
 // ---------------------------------------------------------------------------------------------
-
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMIUM_DEADLINE: Duration = Duration::from_secs(90);
-
-/// Loads `url` in headless Chromium for `budget_ms` of virtual time and returns the DOM its
-/// scripts left. Chromium runs in a process group of its own, killed by its id when done.
-fn dump_dom(url: &str, budget_ms: u32) -> String {
-    assert!(
-        Path::new(CHROMIUM).exists(),
-        "this test needs headless Chromium at {CHROMIUM}: `apt-get install -y chromium`"
-    );
-    let dir = scratch_dir();
-    let out = dir.path().join("dom.html");
-    let mut child = Command::new(CHROMIUM)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-        ])
-        .arg(format!(
-            "--user-data-dir={}",
-            dir.path().join("profile").display()
-        ))
-        .arg(format!("--virtual-time-budget={budget_ms}"))
-        .arg("--dump-dom")
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(fs::File::create(&out).unwrap())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {CHROMIUM}: {e}"));
-    let group = child.id();
-    let deadline = Instant::now() + CHROMIUM_DEADLINE;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait for chromium") {
-            break Some(st);
-        }
-        if Instant::now() >= deadline {
-            break None;
-        }
-        thread::sleep(Duration::from_millis(50));
-    };
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{group}")])
-        .stderr(Stdio::null())
-        .status();
-    let _ = child.wait();
-    let status = status.unwrap_or_else(|| panic!("chromium still running after the deadline"));
-    let dom = fs::read_to_string(&out).unwrap_or_default();
-    assert!(
-        status.success() && dom.contains("</html>"),
-        "chromium {status} gave no DOM for {url}"
-    );
-    dom
-}
-
-/// The start tag of the first element whose tag contains `needle`.
-fn tag<'a>(html: &'a str, needle: &str) -> &'a str {
-    let at = html
-        .find(needle)
-        .unwrap_or_else(|| panic!("no {needle} in DOM:\n{html}"));
-    let start = html[..=at].rfind('<').expect("tag start");
-    let end = at + html[at..].find('>').expect("tag end");
-    &html[start..=end]
-}
-
-fn attr(tag: &str, name: &str) -> Option<String> {
-    let key = format!(" {name}=\"");
-    let start = tag.find(&key)? + key.len();
-    let len = tag[start..].find('"')?;
-    Some(
-        tag[start..start + len]
-            .replace("&quot;", "\"")
-            .replace("&amp;", "&"),
-    )
-}
 
 /// The `data-value` of the first element whose tag contains `needle`.
 fn value(html: &str, needle: &str) -> f64 {
-    let t = tag(html, needle);
+    let t = tag(html, needle).unwrap_or_else(|| panic!("no {needle} in DOM:\n{html}"));
     attr(t, "data-value")
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no numeric data-value: {t}"))
-}
-
-/// A forwarder in front of the admin listener that runs `traffic` just before it answers the
-/// page's second `/api/status` poll, so the page sees the counters move between two samples.
-struct Gate {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    polls: Arc<AtomicUsize>,
-    error: Arc<Mutex<Option<String>>>,
-}
-
-impl Gate {
-    fn start(admin: SocketAddr, traffic: impl Fn() + Send + Sync + 'static) -> Gate {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let gate = Gate {
-            addr: listener.local_addr().unwrap(),
-            stop: Arc::new(AtomicBool::new(false)),
-            polls: Arc::new(AtomicUsize::new(0)),
-            error: Arc::new(Mutex::new(None)),
-        };
-        let (stop, polls, error) = (gate.stop.clone(), gate.polls.clone(), gate.error.clone());
-        let traffic = Arc::new(traffic);
-        thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(120);
-            while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
-                let Ok((client, _)) = listener.accept() else {
-                    thread::sleep(Duration::from_millis(5));
-                    continue;
-                };
-                let (polls, error, traffic) = (polls.clone(), error.clone(), traffic.clone());
-                thread::spawn(move || {
-                    let before = |path: &str| {
-                        if path == "/api/status" && polls.fetch_add(1, Ordering::SeqCst) + 1 == 2 {
-                            traffic();
-                        }
-                    };
-                    if let Err(e) = forward(client, admin, before) {
-                        error.lock().unwrap().get_or_insert(e);
-                    }
-                });
-            }
-        });
-        gate
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Reads one request head from `client`, calls `before(path)`, passes the head to the admin
-/// listener and copies its answer back (the admin listener closes after each answer).
-fn forward(mut client: TcpStream, admin: SocketAddr, before: impl Fn(&str)) -> Result<(), String> {
-    client.set_nonblocking(false).map_err(|e| e.to_string())?;
-    set_timeouts(&client, IO_TIMEOUT);
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match client.read(&mut byte) {
-            // Chromium opens spare connections it may never use.
-            Ok(0) | Err(_) if head.is_empty() => return Ok(()),
-            Ok(0) | Err(_) => return Err("client went away mid-request".into()),
-            Ok(_) => head.push(byte[0]),
-        }
-        if head.len() > 16 * 1024 {
-            return Err("request head over 16 KiB".into());
-        }
-    }
-    let text = String::from_utf8_lossy(&head).into_owned();
-    let path = text.split(' ').nth(1).unwrap_or("").to_string();
-    before(&path);
-    let mut upstream = TcpStream::connect(admin).map_err(|e| format!("connect admin: {e}"))?;
-    set_timeouts(&upstream, IO_TIMEOUT);
-    upstream.write_all(&head).map_err(|e| e.to_string())?;
-    let (answer, end) = try_read_until_eof(&mut upstream, IO_TIMEOUT, 16 << 20);
-    end.map_err(|e| format!("admin answer to {path}: {e}"))?;
-    client.write_all(&answer).map_err(|e| e.to_string())?;
-    Ok(())
 }
 
 #[test]
@@ -925,12 +757,13 @@ fn http_status_page_shows_request_rate_and_status_classes() {
     let b = backend();
     let (q, admin) = start(b.addr());
     let port = q.port;
-    let gate = Gate::start(admin, move || known_traffic(port));
+    let gate = Gate::start(admin, move || {
+        known_traffic(port);
+        Ok(())
+    });
 
-    let dom = dump_dom(&format!("http://{}/", gate.addr), 6000);
-    if let Some(e) = gate.error.lock().unwrap().as_ref() {
-        panic!("gate: {e}");
-    }
+    let dom = dump_dom(&gate.url(), 6000);
+    gate.check();
     let polls = gate.polls.load(Ordering::SeqCst);
     assert!(polls >= 3, "the page polled {polls} times");
 
@@ -941,7 +774,8 @@ fn http_status_page_shows_request_rate_and_status_classes() {
         .find("<p class=\"http\"")
         .expect("the listener's HTTP line")..];
     let http = &http[..http.find("</p>").expect("end of the HTTP line")];
-    assert!(!tag(http, "<p").contains("hidden"), "shown: {http}");
+    let p = tag(http, "<p").expect("the HTTP line's tag");
+    assert!(!p.contains("hidden"), "shown: {http}");
     assert_eq!(value(http, "class=\"http-requests\""), 5.0, "{http}");
     for (class, n) in [
         ("1xx", 0.0),
@@ -960,13 +794,7 @@ fn http_status_page_shows_request_rate_and_status_classes() {
     assert_eq!(value(&dom, " id=\"http-idle\""), 1.0);
     // Rates come from differences between the page's own samples: a positive one means the
     // page saw the requests counted while it stayed loaded.
-    let series = tag(&dom, " data-series=\"http\" data-listener=\"default\"");
-    let values: Vec<f64> = attr(series, "data-values")
-        .unwrap_or_default()
-        .split(',')
-        .filter(|v| !v.is_empty())
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("bad value {v:?}")))
-        .collect();
+    let values = series_values(&dom, " data-series=\"http\" data-listener=\"default\"");
     assert!(values.len() >= 2, "requests/s drawn: {values:?}");
     assert!(
         values.iter().any(|&v| v > 0.0),
