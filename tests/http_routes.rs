@@ -94,6 +94,14 @@ fn start_routed(pools: Pools, servers: &[SocketAddr], routes: &str) -> QuillProc
     start(|port| routed(port, pools, servers, routes)).0
 }
 
+/// Backends `name` and `default` (keep both alive while quill runs), and quill whose listener
+/// over `default` has the route tables `routes`, which may name pool `name` over the first.
+fn start_one_pool(name: &'static str, routes: &str) -> (Backend, Backend, QuillProcess) {
+    let (routed, default) = (named(name), named("default"));
+    let q = start_routed(&[(name, &[routed.addr()])], &[default.addr()], routes);
+    (routed, default, q)
+}
+
 fn client(q: &QuillProcess) -> Client {
     Client::connect(q.addr())
 }
@@ -378,10 +386,8 @@ fn http_routes_by_host_path_method_and_header_reach_their_pools() {
 
 #[test]
 fn http_wildcard_host_route_matches_subdomains_only() {
-    let (sub, default) = (named("sub"), named("default"));
-    let q = start_routed(
-        &[("sub", &[sub.addr()])],
-        &[default.addr()],
+    let (_sub, _default, q) = start_one_pool(
+        "sub",
         "[[listener.route]]\nhost = \"*.example.com\"\npool = \"sub\"\n",
     );
     let mut c = client(&q);
@@ -399,10 +405,8 @@ fn http_wildcard_host_route_matches_subdomains_only() {
 
 #[test]
 fn http_path_regex_route() {
-    let (img, default) = (named("img"), named("default"));
-    let q = start_routed(
-        &[("img", &[img.addr()])],
-        &[default.addr()],
+    let (_img, _default, q) = start_one_pool(
+        "img",
         "[[listener.route]]\npath_regex = \"(?i)\\\\.(png|jpg)$\"\npool = \"img\"\n",
     );
     let mut c = client(&q);
@@ -525,10 +529,8 @@ fn http_route_client_acl_denies_other_addresses() {
 
 #[test]
 fn http_rate_limited_route_gives_429_with_retry_after() {
-    let (api, default) = (named("api"), named("default"));
-    let q = start_routed(
-        &[("api", &[api.addr()])],
-        &[default.addr()],
+    let (api, _default, q) = start_one_pool(
+        "api",
         "[[listener.route]]\npath = \"/api/\"\nrate = \"1/m\"\nburst = 2\npool = \"api\"\n",
     );
     let mut c = client(&q);
