@@ -16,19 +16,17 @@ mod http_support;
 mod support;
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use admin_support::{check_histogram, metrics, start_with_admin, status_json, wait_metrics};
+use admin_support::chromium::{attr, dump_dom, series_values, tag, Gate};
+use admin_support::{
+    check_histogram, metrics, start_pen_with_admin, start_with_admin, status_json, wait_metrics,
+};
 use http_support::{Backend, Client, Step};
-use support::{pen_args, scratch_dir, set_timeouts, try_read_until_eof, QuillProcess, IO_TIMEOUT};
+use support::QuillProcess;
 
 /// Every parse error kind `quill_http_parse_errors_total` names (`http1::Error::name`).
 const PARSE_ERROR_KINDS: [&str; 27] = [
@@ -73,11 +71,28 @@ fn backend() -> Backend {
 
 /// `quill --admin ADDR -H -l DIR/access.log 127.0.0.1:PORT SERVER`.
 fn start(server: SocketAddr) -> (QuillProcess, SocketAddr) {
+    start_pen_with_admin(&["-H"], &[server.to_string()])
+}
+
+/// `quill --admin ADDR --config DIR/quill.toml`, the file being `text(DIR, PORT)`.
+fn start_with_config(text: impl Fn(&Path, u16) -> String) -> (QuillProcess, SocketAddr) {
     start_with_admin(|dir, port, admin| {
-        let mut args = vec!["--admin".to_string(), admin.to_string()];
-        args.extend(pen_args(dir, port, &["-H"], &[server.to_string()]));
-        args
+        let cfg = dir.join("quill.toml");
+        fs::write(&cfg, text(dir, port)).unwrap();
+        vec![
+            "--admin".into(),
+            admin.to_string(),
+            "--config".into(),
+            cfg.display().to_string(),
+        ]
     })
+}
+
+/// Puts `text` in place of the file at `path` in one step (a new file renamed over it).
+fn replace_file(path: &Path, text: &str) {
+    let tmp = path.with_extension("new");
+    fs::write(&tmp, text).unwrap();
+    fs::rename(&tmp, path).unwrap();
 }
 
 /// The traffic of known outcome: on one kept-alive client connection, three 200s and a 404 from
@@ -97,6 +112,33 @@ fn known_traffic(port: u16) {
     assert_eq!(r.status, 400, "a bare LF");
 }
 
+/// What [`known_traffic`] leaves per status class: three 200s, then the server's 404 and
+/// Quill's own 400.
+const KNOWN_CLASSES: [(&str, f64); 6] = [
+    ("1xx", 0.0),
+    ("2xx", 3.0),
+    ("3xx", 0.0),
+    ("4xx", 2.0),
+    ("5xx", 0.0),
+    ("none", 0.0),
+];
+
+/// The [`backend`], quill in front of it ([`start`]) and the [`known_traffic`] through it.
+fn start_with_known_traffic() -> (Backend, QuillProcess, SocketAddr) {
+    let b = backend();
+    let (q, admin) = start(b.addr());
+    known_traffic(q.port);
+    (b, q, admin)
+}
+
+/// `quill_http_requests_total` of the listener `default`, class `class`.
+fn default_class(m: &admin_support::Metrics, class: &str) -> f64 {
+    m.value(
+        "quill_http_requests_total",
+        &[("listener", "default"), ("class", class)],
+    )
+}
+
 #[test]
 fn http_metrics_count_requests_by_listener_and_status_class() {
     let b = backend();
@@ -104,10 +146,7 @@ fn http_metrics_count_requests_by_listener_and_status_class() {
     let before = metrics(admin);
     for class in CLASSES {
         assert_eq!(
-            before.value(
-                "quill_http_requests_total",
-                &[("listener", "default"), ("class", class)]
-            ),
+            default_class(&before, class),
             0.0,
             "{class} before any request"
         );
@@ -117,24 +156,8 @@ fn http_metrics_count_requests_by_listener_and_status_class() {
         m.sum("quill_http_requests_total", &[("listener", "default")]) >= 5.0
     });
     assert_eq!(m.family("quill_http_requests_total").kind, "counter");
-    let want = [
-        ("1xx", 0.0),
-        ("2xx", 3.0),
-        ("3xx", 0.0),
-        ("4xx", 2.0),
-        ("5xx", 0.0),
-        ("none", 0.0),
-    ];
-    for (class, n) in want {
-        assert_eq!(
-            m.value(
-                "quill_http_requests_total",
-                &[("listener", "default"), ("class", class)]
-            ),
-            n,
-            "class {class}:\n{}",
-            m.text
-        );
+    for (class, n) in KNOWN_CLASSES {
+        assert_eq!(default_class(&m, class), n, "class {class}:\n{}", m.text);
     }
     assert_eq!(
         m.samples("quill_http_requests_total", &[]).len(),
@@ -162,23 +185,13 @@ fn http_requests_cut_before_any_response_count_as_class_none() {
     });
     for class in CLASSES {
         let want = if class == "none" { 1.0 } else { 0.0 };
-        assert_eq!(
-            m.value(
-                "quill_http_requests_total",
-                &[("listener", "default"), ("class", class)]
-            ),
-            want,
-            "class {class}:\n{}",
-            m.text
-        );
+        assert_eq!(default_class(&m, class), want, "class {class}:\n{}", m.text);
     }
 }
 
 #[test]
 fn http_request_duration_histogram_counts_requests_a_server_answered() {
-    let b = backend();
-    let (q, admin) = start(b.addr());
-    known_traffic(q.port);
+    let (_b, _q, admin) = start_with_known_traffic();
     let m = wait_metrics(admin, "five requests", |m| {
         m.sum("quill_http_requests_total", &[("listener", "default")]) >= 5.0
     });
@@ -233,9 +246,7 @@ fn http_server_connections_count_opened_reused_and_idle() {
 
 #[test]
 fn http_parse_errors_are_counted_by_kind() {
-    let b = backend();
-    let (q, admin) = start(b.addr());
-    known_traffic(q.port);
+    let (b, _q, admin) = start_with_known_traffic();
     let m = wait_metrics(admin, "the bare LF counted", |m| {
         m.value("quill_http_parse_errors_total", &[("kind", "bare_lf")]) >= 1.0
     });
@@ -258,9 +269,7 @@ fn http_parse_errors_are_counted_by_kind() {
 
 #[test]
 fn http_api_status_shows_requests_by_class_for_http_listeners() {
-    let b = backend();
-    let (q, admin) = start(b.addr());
-    known_traffic(q.port);
+    let (_b, _q, admin) = start_with_known_traffic();
     let _ = wait_metrics(admin, "five requests and the idle connection", |m| {
         m.sum("quill_http_requests_total", &[("listener", "default")]) >= 5.0
             && m.value("quill_http_server_idle_connections", &[]) >= 1.0
@@ -272,15 +281,8 @@ fn http_api_status_shows_requests_by_class_for_http_listeners() {
     let h = &l["http"];
     assert_eq!(h["requests"], 5, "{h}");
     let classes = &h["classes"];
-    for (class, n) in [
-        ("1xx", 0),
-        ("2xx", 3),
-        ("3xx", 0),
-        ("4xx", 2),
-        ("5xx", 0),
-        ("none", 0),
-    ] {
-        assert_eq!(classes[class], n, "class {class}: {h}");
+    for (class, n) in KNOWN_CLASSES {
+        assert_eq!(classes[class], n as u64, "class {class}: {h}");
     }
     let d = &h["duration"];
     let counts: Vec<u64> = d["counts"]
@@ -309,11 +311,7 @@ fn http_api_status_shows_requests_by_class_for_http_listeners() {
 #[test]
 fn tcp_listeners_have_no_http_request_series() {
     let b = backend();
-    let (_q, admin) = start_with_admin(|dir, port, admin| {
-        let mut args = vec!["--admin".to_string(), admin.to_string()];
-        args.extend(pen_args(dir, port, &[], &[b.addr().to_string()]));
-        args
-    });
+    let (_q, admin) = start_pen_with_admin(&[], &[b.addr().to_string()]);
     let m = metrics(admin);
     assert!(
         !m.text.contains("quill_http_requests_total")
@@ -338,23 +336,8 @@ fn tcp_listeners_have_no_http_request_series() {
 #[test]
 fn http_request_counts_survive_a_reload() {
     let (b1, b2) = (backend(), backend());
-    let config = std::cell::RefCell::new(std::path::PathBuf::new());
-    let listen_port = std::cell::Cell::new(0);
-    let (q, admin) = start_with_admin(|dir, port, admin| {
-        let cfg = dir.join("quill.toml");
-        fs::write(
-            &cfg,
-            http_support::toml_config(port, "", "", &[b1.addr().to_string()]),
-        )
-        .unwrap();
-        *config.borrow_mut() = cfg.clone();
-        listen_port.set(port);
-        vec![
-            "--admin".into(),
-            admin.to_string(),
-            "--config".into(),
-            cfg.display().to_string(),
-        ]
+    let (q, admin) = start_with_config(|_, port| {
+        http_support::toml_config(port, "", "", &[b1.addr().to_string()])
     });
     known_traffic(q.port);
     let _ = wait_metrics(admin, "five requests", |m| {
@@ -362,10 +345,8 @@ fn http_request_counts_survive_a_reload() {
     });
     // A second server: the listener stays, its pool is rebuilt.
     let servers = [b1.addr().to_string(), b2.addr().to_string()];
-    let next = http_support::toml_config(listen_port.get(), "", "", &servers);
-    let tmp = config.borrow().with_extension("new");
-    fs::write(&tmp, next).unwrap();
-    fs::rename(&tmp, &*config.borrow()).unwrap();
+    let next = http_support::toml_config(q.port, "", "", &servers);
+    replace_file(&q.path("quill.toml"), &next);
     q.signal("HUP");
     assert!(
         q.wait_stderr_contains("SIGHUP: reloaded", Duration::from_secs(5)),
@@ -442,16 +423,8 @@ fn start_routed(
     default: &Backend,
     routes: &str,
 ) -> (QuillProcess, SocketAddr, std::path::PathBuf) {
-    let (q, admin) = start_with_admin(|dir, port, admin| {
-        let cfg = dir.join("quill.toml");
-        let text = routed_config(dir, port, &[api.addr().to_string()], default.addr(), routes);
-        fs::write(&cfg, text).unwrap();
-        vec![
-            "--admin".into(),
-            admin.to_string(),
-            "--config".into(),
-            cfg.display().to_string(),
-        ]
+    let (q, admin) = start_with_config(|dir, port| {
+        routed_config(dir, port, &[api.addr().to_string()], default.addr(), routes)
     });
     let cfg = q.path("quill.toml");
     ctl::wait_ctl(&q, &q.path("ctl.sock"));
@@ -464,6 +437,21 @@ fn expect(c: &mut Client, requests: &[(&str, u16)]) {
         let r = c.roundtrip(&http_support::get(target));
         assert_eq!(r.status, *want, "{target}");
     }
+}
+
+/// On one kept-alive client connection to quill of [`start_routed`] (with `API_ROUTE` and
+/// `OLD_ROUTE`): `/api/a` (200), `second` to `api`, `/old/x` (301) and `/x` (200, no route); then
+/// waits until `/metrics` counted the four on `web`'s routes.
+fn four_routed_requests(q: &QuillProcess, admin: SocketAddr, second: (&str, u16)) {
+    let mut c = Client::connect(q.addr());
+    expect(
+        &mut c,
+        &[("/api/a", 200), second, ("/old/x", 301), ("/x", 200)],
+    );
+    drop(c);
+    let _ = wait_metrics(admin, "four routed requests", |m| {
+        m.sum("quill_http_route_requests_total", &[("listener", "web")]) >= 4.0
+    });
 }
 
 /// `quill_http_route_requests_total` of route `route` on `web`, class `class`.
@@ -603,21 +591,13 @@ fn http_route_metrics_count_requests_per_route_and_class() {
 fn http_route_metrics_count_a_request_no_route_matched_as_no_route() {
     let api = status_backend();
     // A listener with routes and no servers of its own: what no route takes is answered 404.
-    let (q, admin) = start_with_admin(|dir, port, admin| {
-        let cfg = dir.join("quill.toml");
-        let text = format!(
+    let (q, admin) = start_with_config(|_, port| {
+        format!(
             "[[pool]]\nname = \"api\"\nservers = [\"{}\"]\n\
              [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
              {API_ROUTE}",
             api.addr()
-        );
-        fs::write(&cfg, text).unwrap();
-        vec![
-            "--admin".into(),
-            admin.to_string(),
-            "--config".into(),
-            cfg.display().to_string(),
-        ]
+        )
     });
     expect(
         &mut Client::connect(q.addr()),
@@ -640,23 +620,15 @@ fn http_route_metrics_count_a_request_no_route_matched_as_no_route() {
 fn http_route_metrics_count_a_routes_acl_and_rate_refusals_on_that_route() {
     let api = status_backend();
     // `/api/` admits only 127.0.0.2; `/slow/` allows one request, then one a minute.
-    let (q, admin) = start_with_admin(|dir, port, admin| {
-        let cfg = dir.join("quill.toml");
-        let text = format!(
+    let (q, admin) = start_with_config(|_, port| {
+        format!(
             "[acl]\n1 = [\"permit 127.0.0.2\", \"deny 0.0.0.0/0\"]\n\
              [[pool]]\nname = \"api\"\nservers = [\"{}\"]\n\
              [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
              [[listener.route]]\nname = \"api\"\npath = \"/api/\"\nclient_acl = 1\npool = \"api\"\n\
              [[listener.route]]\nname = \"slow\"\npath = \"/slow/\"\nrate = \"1/m\"\nburst = 1\npool = \"api\"\n",
             api.addr()
-        );
-        fs::write(&cfg, text).unwrap();
-        vec![
-            "--admin".into(),
-            admin.to_string(),
-            "--config".into(),
-            cfg.display().to_string(),
-        ]
+        )
     });
     expect(
         &mut Client::connect(q.addr()),
@@ -689,20 +661,7 @@ fn http_route_metrics_count_a_routes_acl_and_rate_refusals_on_that_route() {
 fn http_route_metrics_survive_a_reload() {
     let (api, api2, default) = (status_backend(), status_backend(), status_backend());
     let (q, admin, cfg) = start_routed(&api, &default, &format!("{API_ROUTE}{OLD_ROUTE}"));
-    let mut c = Client::connect(q.addr());
-    expect(
-        &mut c,
-        &[
-            ("/api/a", 200),
-            ("/api/b", 200),
-            ("/old/x", 301),
-            ("/x", 200),
-        ],
-    );
-    drop(c);
-    let _ = wait_metrics(admin, "four routed requests", |m| {
-        m.sum("quill_http_route_requests_total", &[("listener", "web")]) >= 4.0
-    });
+    four_routed_requests(&q, admin, ("/api/b", 200));
     // The new file: `api` matches another path and its pool has a second server, `old` is
     // gone, `new` answers 503 itself.
     let routes = "[[listener.route]]\nname = \"new\"\npath = \"/new/\"\n\
@@ -711,9 +670,7 @@ fn http_route_metrics_survive_a_reload() {
     let dir = cfg.parent().expect("a directory").to_path_buf();
     let servers = [api.addr().to_string(), api2.addr().to_string()];
     let text = routed_config(&dir, q.port, &servers, default.addr(), routes);
-    let tmp = cfg.with_extension("new");
-    fs::write(&tmp, text).unwrap();
-    fs::rename(&tmp, &cfg).unwrap();
+    replace_file(&cfg, &text);
     let reply = ctl::ctl(&q.path("ctl.sock"), "reload");
     assert!(reply.contains("reloaded"), "{reply}");
     let mut c = Client::connect(q.addr());
@@ -745,179 +702,27 @@ fn http_route_metrics_survive_a_reload() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The status page in headless Chromium (the same way tests/status_page.rs drives it)
+// The status page in headless Chromium (tests/admin_support/chromium.rs, as tests/status_page.rs)
 // ---------------------------------------------------------------------------------------------
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMIUM_DEADLINE: Duration = Duration::from_secs(90);
-
-/// Loads `url` in headless Chromium for `budget_ms` of virtual time and returns the DOM its
-/// scripts left. Chromium runs in a process group of its own, killed by its id when done.
-fn dump_dom(url: &str, budget_ms: u32) -> String {
-    assert!(
-        Path::new(CHROMIUM).exists(),
-        "this test needs headless Chromium at {CHROMIUM}: `apt-get install -y chromium`"
-    );
-    let dir = scratch_dir();
-    let out = dir.path().join("dom.html");
-    let mut child = Command::new(CHROMIUM)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-        ])
-        .arg(format!(
-            "--user-data-dir={}",
-            dir.path().join("profile").display()
-        ))
-        .arg(format!("--virtual-time-budget={budget_ms}"))
-        .arg("--dump-dom")
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(fs::File::create(&out).unwrap())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {CHROMIUM}: {e}"));
-    let group = child.id();
-    let deadline = Instant::now() + CHROMIUM_DEADLINE;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait for chromium") {
-            break Some(st);
-        }
-        if Instant::now() >= deadline {
-            break None;
-        }
-        thread::sleep(Duration::from_millis(50));
-    };
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{group}")])
-        .stderr(Stdio::null())
-        .status();
-    let _ = child.wait();
-    let status = status.unwrap_or_else(|| panic!("chromium still running after the deadline"));
-    let dom = fs::read_to_string(&out).unwrap_or_default();
-    assert!(
-        status.success() && dom.contains("</html>"),
-        "chromium {status} gave no DOM for {url}"
-    );
-    dom
-}
-
-/// The start tag of the first element whose tag contains `needle`.
-fn tag<'a>(html: &'a str, needle: &str) -> &'a str {
-    let at = html
-        .find(needle)
-        .unwrap_or_else(|| panic!("no {needle} in DOM:\n{html}"));
-    let start = html[..=at].rfind('<').expect("tag start");
-    let end = at + html[at..].find('>').expect("tag end");
-    &html[start..=end]
-}
-
-fn attr(tag: &str, name: &str) -> Option<String> {
-    let key = format!(" {name}=\"");
-    let start = tag.find(&key)? + key.len();
-    let len = tag[start..].find('"')?;
-    Some(
-        tag[start..start + len]
-            .replace("&quot;", "\"")
-            .replace("&amp;", "&"),
-    )
+/// The HTTP line (`<p class="http">` to its `</p>`) of listener `listener`'s section.
+fn http_line<'a>(dom: &'a str, listener: &str) -> &'a str {
+    let needle = format!("<section class=\"listener panel\" data-listener=\"{listener}\"");
+    let section = &dom[dom
+        .find(&needle)
+        .unwrap_or_else(|| panic!("no section for the listener:\n{dom}"))..];
+    let http = &section[section
+        .find("<p class=\"http\"")
+        .expect("the listener's HTTP line")..];
+    &http[..http.find("</p>").expect("end of the HTTP line")]
 }
 
 /// The `data-value` of the first element whose tag contains `needle`.
 fn value(html: &str, needle: &str) -> f64 {
-    let t = tag(html, needle);
+    let t = tag(html, needle).unwrap_or_else(|| panic!("no {needle} in DOM:\n{html}"));
     attr(t, "data-value")
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no numeric data-value: {t}"))
-}
-
-/// A forwarder in front of the admin listener that runs `traffic` just before it answers the
-/// page's second `/api/status` poll, so the page sees the counters move between two samples.
-struct Gate {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    polls: Arc<AtomicUsize>,
-    error: Arc<Mutex<Option<String>>>,
-}
-
-impl Gate {
-    fn start(admin: SocketAddr, traffic: impl Fn() + Send + Sync + 'static) -> Gate {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let gate = Gate {
-            addr: listener.local_addr().unwrap(),
-            stop: Arc::new(AtomicBool::new(false)),
-            polls: Arc::new(AtomicUsize::new(0)),
-            error: Arc::new(Mutex::new(None)),
-        };
-        let (stop, polls, error) = (gate.stop.clone(), gate.polls.clone(), gate.error.clone());
-        let traffic = Arc::new(traffic);
-        thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(120);
-            while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
-                let Ok((client, _)) = listener.accept() else {
-                    thread::sleep(Duration::from_millis(5));
-                    continue;
-                };
-                let (polls, error, traffic) = (polls.clone(), error.clone(), traffic.clone());
-                thread::spawn(move || {
-                    let before = |path: &str| {
-                        if path == "/api/status" && polls.fetch_add(1, Ordering::SeqCst) + 1 == 2 {
-                            traffic();
-                        }
-                    };
-                    if let Err(e) = forward(client, admin, before) {
-                        error.lock().unwrap().get_or_insert(e);
-                    }
-                });
-            }
-        });
-        gate
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Reads one request head from `client`, calls `before(path)`, passes the head to the admin
-/// listener and copies its answer back (the admin listener closes after each answer).
-fn forward(mut client: TcpStream, admin: SocketAddr, before: impl Fn(&str)) -> Result<(), String> {
-    client.set_nonblocking(false).map_err(|e| e.to_string())?;
-    set_timeouts(&client, IO_TIMEOUT);
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match client.read(&mut byte) {
-            // Chromium opens spare connections it may never use.
-            Ok(0) | Err(_) if head.is_empty() => return Ok(()),
-            Ok(0) | Err(_) => return Err("client went away mid-request".into()),
-            Ok(_) => head.push(byte[0]),
-        }
-        if head.len() > 16 * 1024 {
-            return Err("request head over 16 KiB".into());
-        }
-    }
-    let text = String::from_utf8_lossy(&head).into_owned();
-    let path = text.split(' ').nth(1).unwrap_or("").to_string();
-    before(&path);
-    let mut upstream = TcpStream::connect(admin).map_err(|e| format!("connect admin: {e}"))?;
-    set_timeouts(&upstream, IO_TIMEOUT);
-    upstream.write_all(&head).map_err(|e| e.to_string())?;
-    let (answer, end) = try_read_until_eof(&mut upstream, IO_TIMEOUT, 16 << 20);
-    end.map_err(|e| format!("admin answer to {path}: {e}"))?;
-    client.write_all(&answer).map_err(|e| e.to_string())?;
-    Ok(())
 }
 
 #[test]
@@ -925,32 +730,21 @@ fn http_status_page_shows_request_rate_and_status_classes() {
     let b = backend();
     let (q, admin) = start(b.addr());
     let port = q.port;
-    let gate = Gate::start(admin, move || known_traffic(port));
+    let gate = Gate::start(admin, move || {
+        known_traffic(port);
+        Ok(())
+    });
 
-    let dom = dump_dom(&format!("http://{}/", gate.addr), 6000);
-    if let Some(e) = gate.error.lock().unwrap().as_ref() {
-        panic!("gate: {e}");
-    }
+    let dom = dump_dom(&gate.url(), 6000);
+    gate.check();
     let polls = gate.polls.load(Ordering::SeqCst);
     assert!(polls >= 3, "the page polled {polls} times");
 
-    let section = &dom[dom
-        .find("<section class=\"listener panel\" data-listener=\"default\"")
-        .unwrap_or_else(|| panic!("no section for the listener:\n{dom}"))..];
-    let http = &section[section
-        .find("<p class=\"http\"")
-        .expect("the listener's HTTP line")..];
-    let http = &http[..http.find("</p>").expect("end of the HTTP line")];
-    assert!(!tag(http, "<p").contains("hidden"), "shown: {http}");
+    let http = http_line(&dom, "default");
+    let p = tag(http, "<p").expect("the HTTP line's tag");
+    assert!(!p.contains("hidden"), "shown: {http}");
     assert_eq!(value(http, "class=\"http-requests\""), 5.0, "{http}");
-    for (class, n) in [
-        ("1xx", 0.0),
-        ("2xx", 3.0),
-        ("3xx", 0.0),
-        ("4xx", 2.0),
-        ("5xx", 0.0),
-        ("none", 0.0),
-    ] {
+    for (class, n) in KNOWN_CLASSES {
         let needle = format!(" data-class=\"{class}\"");
         assert_eq!(value(http, &needle), n, "class {class}: {http}");
     }
@@ -960,13 +754,7 @@ fn http_status_page_shows_request_rate_and_status_classes() {
     assert_eq!(value(&dom, " id=\"http-idle\""), 1.0);
     // Rates come from differences between the page's own samples: a positive one means the
     // page saw the requests counted while it stayed loaded.
-    let series = tag(&dom, " data-series=\"http\" data-listener=\"default\"");
-    let values: Vec<f64> = attr(series, "data-values")
-        .unwrap_or_default()
-        .split(',')
-        .filter(|v| !v.is_empty())
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("bad value {v:?}")))
-        .collect();
+    let values = series_values(&dom, " data-series=\"http\" data-listener=\"default\"");
     assert!(values.len() >= 2, "requests/s drawn: {values:?}");
     assert!(
         values.iter().any(|&v| v > 0.0),
@@ -978,28 +766,9 @@ fn http_status_page_shows_request_rate_and_status_classes() {
 fn http_status_page_shows_requests_per_route() {
     let (api, default) = (status_backend(), status_backend());
     let (q, admin, _) = start_routed(&api, &default, &format!("{API_ROUTE}{OLD_ROUTE}"));
-    let mut c = Client::connect(q.addr());
-    expect(
-        &mut c,
-        &[
-            ("/api/a", 200),
-            ("/api/missing", 404),
-            ("/old/x", 301),
-            ("/x", 200),
-        ],
-    );
-    drop(c);
-    let _ = wait_metrics(admin, "four routed requests", |m| {
-        m.sum("quill_http_route_requests_total", &[("listener", "web")]) >= 4.0
-    });
+    four_routed_requests(&q, admin, ("/api/missing", 404));
     let dom = dump_dom(&format!("http://{admin}/"), 3000);
-    let section = &dom[dom
-        .find("<section class=\"listener panel\" data-listener=\"web\"")
-        .unwrap_or_else(|| panic!("no section for the listener:\n{dom}"))..];
-    let http = &section[section
-        .find("<p class=\"http\"")
-        .expect("the listener's HTTP line")..];
-    let http = &http[..http.find("</p>").expect("end of the HTTP line")];
+    let http = http_line(&dom, "web");
     // The listener's own figures come first, as without routes.
     assert_eq!(value(http, "class=\"http-requests\""), 4.0, "{http}");
     assert_eq!(value(http, " data-class=\"2xx\""), 2.0, "{http}");

@@ -78,6 +78,30 @@ fn listener(port: u16, servers: &[SocketAddr], routes: &str) -> String {
     )
 }
 
+/// The named pools (each NAME and its servers) a routed listener's routes may name.
+type Pools<'a> = &'a [(&'a str, &'a [SocketAddr])];
+
+/// `pools` as `[[pool]]` tables, then an HTTP listener on `port` over `servers` (may be empty)
+/// with the route tables `routes`.
+fn routed(port: u16, pools: Pools, servers: &[SocketAddr], routes: &str) -> String {
+    let mut text: String = pools.iter().map(|(name, s)| pool(name, s)).collect();
+    text.push_str(&listener(port, servers, routes));
+    text
+}
+
+/// Quill with the file [`routed`] writes; its control socket is `q.path("ctl.sock")`.
+fn start_routed(pools: Pools, servers: &[SocketAddr], routes: &str) -> QuillProcess {
+    start(|port| routed(port, pools, servers, routes)).0
+}
+
+/// Backends `name` and `default` (keep both alive while quill runs), and quill whose listener
+/// over `default` has the route tables `routes`, which may name pool `name` over the first.
+fn start_one_pool(name: &'static str, routes: &str) -> (Backend, Backend, QuillProcess) {
+    let (routed, default) = (named(name), named("default"));
+    let q = start_routed(&[(name, &[routed.addr()])], &[default.addr()], routes);
+    (routed, default, q)
+}
+
 fn client(q: &QuillProcess) -> Client {
     Client::connect(q.addr())
 }
@@ -306,23 +330,19 @@ fn http_routes_by_host_path_method_and_header_reach_their_pools() {
         named("web"),
         named("default"),
     );
-    let (q, _) = start(|port| {
-        format!(
-            "{}{}{}{}{}",
-            pool("api", &[api.addr()]),
-            pool("admin", &[admin.addr()]),
-            pool("beta", &[beta.addr()]),
-            pool("web", &[web.addr()]),
-            listener(
-                port,
-                &[default.addr()],
-                "[[listener.route]]\nheaders = { \"X-Beta\" = \"yes\" }\npool = \"beta\"\n\
-                 [[listener.route]]\nmethods = [\"POST\", \"PUT\"]\npath = \"/admin/\"\npool = \"admin\"\n\
-                 [[listener.route]]\nhost = \"api.example.com\"\npath = \"/v1/\"\npool = \"api\"\n\
-                 [[listener.route]]\nhost = \"www.example.com\"\npool = \"web\"\n",
-            )
-        )
-    });
+    let q = start_routed(
+        &[
+            ("api", &[api.addr()]),
+            ("admin", &[admin.addr()]),
+            ("beta", &[beta.addr()]),
+            ("web", &[web.addr()]),
+        ],
+        &[default.addr()],
+        "[[listener.route]]\nheaders = { \"X-Beta\" = \"yes\" }\npool = \"beta\"\n\
+         [[listener.route]]\nmethods = [\"POST\", \"PUT\"]\npath = \"/admin/\"\npool = \"admin\"\n\
+         [[listener.route]]\nhost = \"api.example.com\"\npath = \"/v1/\"\npool = \"api\"\n\
+         [[listener.route]]\nhost = \"www.example.com\"\npool = \"web\"\n",
+    );
     let mut c = client(&q);
     let mut ask = |req: Vec<u8>| {
         let r = c.roundtrip(&req);
@@ -366,18 +386,10 @@ fn http_routes_by_host_path_method_and_header_reach_their_pools() {
 
 #[test]
 fn http_wildcard_host_route_matches_subdomains_only() {
-    let (sub, default) = (named("sub"), named("default"));
-    let (q, _) = start(|port| {
-        format!(
-            "{}{}",
-            pool("sub", &[sub.addr()]),
-            listener(
-                port,
-                &[default.addr()],
-                "[[listener.route]]\nhost = \"*.example.com\"\npool = \"sub\"\n",
-            )
-        )
-    });
+    let (_sub, _default, q) = start_one_pool(
+        "sub",
+        "[[listener.route]]\nhost = \"*.example.com\"\npool = \"sub\"\n",
+    );
     let mut c = client(&q);
     for (host, want) in [
         ("a.example.com", "sub"),
@@ -393,18 +405,10 @@ fn http_wildcard_host_route_matches_subdomains_only() {
 
 #[test]
 fn http_path_regex_route() {
-    let (img, default) = (named("img"), named("default"));
-    let (q, _) = start(|port| {
-        format!(
-            "{}{}",
-            pool("img", &[img.addr()]),
-            listener(
-                port,
-                &[default.addr()],
-                "[[listener.route]]\npath_regex = \"(?i)\\\\.(png|jpg)$\"\npool = \"img\"\n",
-            )
-        )
-    });
+    let (_img, _default, q) = start_one_pool(
+        "img",
+        "[[listener.route]]\npath_regex = \"(?i)\\\\.(png|jpg)$\"\npool = \"img\"\n",
+    );
     let mut c = client(&q);
     assert_eq!(body(&c.roundtrip(&get("/a/b.PNG"))), "img /a/b.PNG");
     assert_eq!(
@@ -421,14 +425,12 @@ fn http_path_regex_route() {
 #[test]
 fn http_redirect_appends_path_and_query_unless_exact() {
     let default = named("default");
-    let (q, _) = start(|port| {
-        listener(
-            port,
-            &[default.addr()],
-            "[[listener.route]]\npath = \"/old/\"\nredirect = { to = \"https://new.example.com/\", status = 308 }\n\
-             [[listener.route]]\npath = \"/gone\"\nredirect = { to = \"https://example.com/home\", status = 301, exact = true }\n",
-        )
-    });
+    let q = start_routed(
+        &[],
+        &[default.addr()],
+        "[[listener.route]]\npath = \"/old/\"\nredirect = { to = \"https://new.example.com/\", status = 308 }\n\
+         [[listener.route]]\npath = \"/gone\"\nredirect = { to = \"https://example.com/home\", status = 301, exact = true }\n",
+    );
     let mut c = client(&q);
     let r = c.roundtrip(&get("/old/a/b?c=1&d=2"));
     assert_eq!(r.status, 308);
@@ -448,14 +450,12 @@ fn http_redirect_appends_path_and_query_unless_exact() {
 
 #[test]
 fn http_respond_route_answers_without_a_server() {
-    let (q, _) = start(|port| {
-        listener(
-            port,
-            &[],
-            "[[listener.route]]\npath = \"/health\"\nrespond = { status = 200, body = \"ok\\n\" }\n\
-             [[listener.route]]\nrespond = { status = 503, body = \"maintenance\\n\", content_type = \"text/html\" }\n",
-        )
-    });
+    let q = start_routed(
+        &[],
+        &[],
+        "[[listener.route]]\npath = \"/health\"\nrespond = { status = 200, body = \"ok\\n\" }\n\
+         [[listener.route]]\nrespond = { status = 503, body = \"maintenance\\n\", content_type = \"text/html\" }\n",
+    );
     let mut c = client(&q);
     let r = c.roundtrip(&get("/health"));
     assert_eq!((r.status, body(&r).as_str()), (200, "ok\n"));
@@ -479,14 +479,12 @@ fn http_respond_route_answers_without_a_server() {
 #[test]
 fn http_deny_route_gives_403() {
     let default = named("default");
-    let (q, _) = start(|port| {
-        listener(
-            port,
-            &[default.addr()],
-            "[[listener.route]]\nmethods = [\"DELETE\"]\ndeny = true\n\
-             [[listener.route]]\npath = \"/.git\"\ndeny = true\n",
-        )
-    });
+    let q = start_routed(
+        &[],
+        &[default.addr()],
+        "[[listener.route]]\nmethods = [\"DELETE\"]\ndeny = true\n\
+         [[listener.route]]\npath = \"/.git\"\ndeny = true\n",
+    );
     let mut c = client(&q);
     assert_eq!(c.roundtrip(&request("DELETE", "/x", "", b"")).status, 403);
     let mut c = client(&q);
@@ -505,10 +503,10 @@ fn http_route_client_acl_denies_other_addresses() {
     let (admin, default) = (named("admin"), named("default"));
     let (q, _) = start(|port| {
         format!(
-            "[acl]\n1 = [\"permit 127.0.0.2\", \"deny 0.0.0.0/0\"]\n{}{}",
-            pool("admin", &[admin.addr()]),
-            listener(
+            "[acl]\n1 = [\"permit 127.0.0.2\", \"deny 0.0.0.0/0\"]\n{}",
+            routed(
                 port,
+                &[("admin", &[admin.addr()])],
                 &[default.addr()],
                 "[[listener.route]]\npath = \"/admin\"\nclient_acl = 1\npool = \"admin\"\n",
             )
@@ -531,18 +529,10 @@ fn http_route_client_acl_denies_other_addresses() {
 
 #[test]
 fn http_rate_limited_route_gives_429_with_retry_after() {
-    let (api, default) = (named("api"), named("default"));
-    let (q, _) = start(|port| {
-        format!(
-            "{}{}",
-            pool("api", &[api.addr()]),
-            listener(
-                port,
-                &[default.addr()],
-                "[[listener.route]]\npath = \"/api/\"\nrate = \"1/m\"\nburst = 2\npool = \"api\"\n",
-            )
-        )
-    });
+    let (api, _default, q) = start_one_pool(
+        "api",
+        "[[listener.route]]\npath = \"/api/\"\nrate = \"1/m\"\nburst = 2\npool = \"api\"\n",
+    );
     let mut c = client(&q);
     assert_eq!(c.roundtrip(&get("/api/1")).status, 200);
     assert_eq!(c.roundtrip(&get("/api/2")).status, 200);
@@ -575,20 +565,14 @@ fn http_route_header_edits_and_rewrite_path() {
         ))]
     });
     let default = named("default");
-    let (q, _) = start(|port| {
-        format!(
-            "{}{}",
-            pool("api", &[api.addr()]),
-            listener(
-                port,
-                &[default.addr()],
-                "[[listener.route]]\npath = \"/api/\"\npool = \"api\"\n\
-                 rewrite_path = { prefix = \"/api/\", replace = \"/v2/\" }\n\
-                 request_headers = { set = { \"X-Route\" = \"api\" }, remove = [\"X-Debug\"] }\n\
-                 response_headers = { remove = [\"Server\"], add = { \"X-Served-By\" = \"api\" } }\n",
-            )
-        )
-    });
+    let q = start_routed(
+        &[("api", &[api.addr()])],
+        &[default.addr()],
+        "[[listener.route]]\npath = \"/api/\"\npool = \"api\"\n\
+         rewrite_path = { prefix = \"/api/\", replace = \"/v2/\" }\n\
+         request_headers = { set = { \"X-Route\" = \"api\" }, remove = [\"X-Debug\"] }\n\
+         response_headers = { remove = [\"Server\"], add = { \"X-Served-By\" = \"api\" } }\n",
+    );
     let mut c = client(&q);
     let r = c.roundtrip(&request("GET", "/api/users?id=7", "X-Debug: 1\r\n", b""));
     assert_eq!(r.status, 200);
@@ -608,17 +592,11 @@ fn http_route_header_edits_and_rewrite_path() {
 #[test]
 fn http_unmatched_request_without_default_pool_gets_404() {
     let api = named("api");
-    let (q, _) = start(|port| {
-        format!(
-            "{}{}",
-            pool("api", &[api.addr()]),
-            listener(
-                port,
-                &[],
-                "[[listener.route]]\npath = \"/api/\"\npool = \"api\"\n",
-            )
-        )
-    });
+    let q = start_routed(
+        &[("api", &[api.addr()])],
+        &[],
+        "[[listener.route]]\npath = \"/api/\"\npool = \"api\"\n",
+    );
     let mut c = client(&q);
     assert_eq!(c.roundtrip(&get("/api/x")).status, 200);
     let r = c.roundtrip(&get("/elsewhere"));
@@ -692,12 +670,8 @@ fn http_reload_changes_routes_without_dropping_a_request_in_flight() {
     let new = named("new");
     let routes = |to: &str| format!("[[listener.route]]\npath = \"/\"\npool = \"{to}\"\n");
     let (q, cfg) = start(|port| {
-        format!(
-            "{}{}{}",
-            pool("old", &[old.addr()]),
-            pool("new", &[new.addr()]),
-            listener(port, &[], &routes("old"))
-        )
+        let pools: Pools = &[("old", &[old.addr()]), ("new", &[new.addr()])];
+        routed(port, pools, &[], &routes("old"))
     });
     let mut in_flight = client(&q);
     in_flight.send(&get("/slow"));
@@ -718,25 +692,43 @@ fn http_reload_changes_routes_without_dropping_a_request_in_flight() {
     assert_eq!(body(&in_flight.roundtrip(&get("/next"))), "new /next");
 }
 
-#[test]
-fn named_pool_servers_are_health_checked() {
-    let up = named("up");
-    let dead = refused_addr();
-    let (q, _) = start(|port| {
+/// Quill with pool `api` over `servers`, checked by HTTP every 100 ms (`check`: the fields of
+/// `health` besides type and timing; rise and fall 1), and a listener whose one route goes there.
+fn start_checked_pool(servers: &[SocketAddr], check: &str) -> QuillProcess {
+    let health = format!(
+        "health = {{ type = \"http\", {check}, interval = \"100ms\", timeout = \"500ms\", \
+         rise = 1, fall = 1 }}\n"
+    );
+    let routes = "[[listener.route]]\npool = \"api\"\n";
+    start(|port| {
         format!(
-            "[[pool]]\nname = \"api\"\nservers = [\"{}\", \"{dead}\"]\n\
-             health = {{ type = \"http\", path = \"/health\", interval = \"100ms\", timeout = \"500ms\", rise = 1, fall = 1 }}\n{}",
-            up.addr(),
-            listener(port, &[], "[[listener.route]]\npool = \"api\"\n")
+            "{}{health}{}",
+            pool("api", servers),
+            listener(port, &[], routes)
         )
-    });
+    })
+    .0
+}
+
+/// Waits (at most `T`) until `pool api servers` shows server 0 up and server 1 down; returns
+/// whether it did and the last answer.
+fn wait_first_up_second_down(q: &QuillProcess) -> (bool, String) {
     let sock = q.path("ctl.sock");
     let mut last = String::new();
-    let down = wait_until(T, || {
+    let seen = wait_until(T, || {
         last = ctl(&sock, "pool api servers");
         let lines: Vec<&str> = last.lines().collect();
         lines.len() == 2 && lines[0].contains(" health up ") && lines[1].contains(" health down ")
     });
+    (seen, last)
+}
+
+#[test]
+fn named_pool_servers_are_health_checked() {
+    let up = named("up");
+    let dead = refused_addr();
+    let q = start_checked_pool(&[up.addr(), dead], "path = \"/health\"");
+    let (down, last) = wait_first_up_second_down(&q);
     assert!(down, "the dead server of the named pool goes down:\n{last}");
 }
 
@@ -752,19 +744,31 @@ fn sticky_cookie_of(r: &Response) -> Option<String> {
         .map(|v| v.split(';').next().unwrap_or("").to_string())
 }
 
+/// Quill with a round-robin HTTP listener over `servers` that inserts the cookie `SRV`.
+fn start_sticky(servers: &[SocketAddr]) -> QuillProcess {
+    start(|port| {
+        format!(
+            "{}mode = [\"roundrobin\"]\nsticky_cookie = \"SRV\"\n",
+            listener(port, servers, "")
+        )
+    })
+    .0
+}
+
+/// A first request on a new connection: the cookie (`SRV=...`) Quill set and the name of the
+/// server that answered (the first letter of the body).
+fn first_sticky(q: &QuillProcess) -> (String, String) {
+    let first = client(q).roundtrip(&get("/"));
+    let cookie = sticky_cookie_of(&first).expect("a Set-Cookie for the server");
+    (cookie, body(&first)[..1].to_string())
+}
+
 #[test]
 fn http_sticky_cookie_keeps_a_client_on_its_server_across_connections() {
     let (a, b) = (named("a"), named("b"));
-    let (q, _) = start(|port| {
-        format!(
-            "{}mode = [\"roundrobin\"]\nsticky_cookie = \"SRV\"\n",
-            listener(port, &[a.addr(), b.addr()], "")
-        )
-    });
+    let q = start_sticky(&[a.addr(), b.addr()]);
     // The first answer names the server in a cookie.
-    let first = client(&q).roundtrip(&get("/"));
-    let cookie = sticky_cookie_of(&first).expect("a Set-Cookie for the server");
-    let server = body(&first)[..1].to_string();
+    let (cookie, server) = first_sticky(&q);
     // With the cookie, every request on new connections reaches that server, though round robin
     // alone would alternate; and no new cookie is sent.
     for i in 0..6 {
@@ -795,15 +799,8 @@ fn http_sticky_cookie_keeps_a_client_on_its_server_across_connections() {
 #[test]
 fn http_sticky_cookie_naming_a_drained_server_moves_the_client_and_renews_the_cookie() {
     let (a, b) = (named("a"), named("b"));
-    let (q, _) = start(|port| {
-        format!(
-            "{}mode = [\"roundrobin\"]\nsticky_cookie = \"SRV\"\n",
-            listener(port, &[a.addr(), b.addr()], "")
-        )
-    });
-    let first = client(&q).roundtrip(&get("/"));
-    let cookie = sticky_cookie_of(&first).expect("a Set-Cookie");
-    let server = body(&first)[..1].to_string();
+    let q = start_sticky(&[a.addr(), b.addr()]);
+    let (cookie, server) = first_sticky(&q);
     let index = if server == "a" { 0 } else { 1 };
     ctl_ok(&q.path("ctl.sock"), &format!("server {index} drain"));
     let r = client(&q).roundtrip(&get_host(
@@ -844,22 +841,9 @@ fn http_health_check_sends_the_configured_host() {
         vec![Step::Send(response(status, "", b"x")), Step::Close]
     });
     let other = Backend::start(|_| vec![Step::Send(response(404, "", b"x")), Step::Close]);
-    let (q, _) = start(|port| {
-        format!(
-            "[[pool]]\nname = \"api\"\nservers = [\"{}\", \"{}\"]\n\
-             health = {{ type = \"http\", host = \"app.example.com\", interval = \"100ms\", timeout = \"500ms\", rise = 1, fall = 1 }}\n{}",
-            vhost.addr(),
-            other.addr(),
-            listener(port, &[], "[[listener.route]]\npool = \"api\"\n")
-        )
-    });
+    let q = start_checked_pool(&[vhost.addr(), other.addr()], "host = \"app.example.com\"");
+    let (seen, last) = wait_first_up_second_down(&q);
     let sock = q.path("ctl.sock");
-    let mut last = String::new();
-    let seen = wait_until(T, || {
-        last = ctl(&sock, "pool api servers");
-        let lines: Vec<&str> = last.lines().collect();
-        lines.len() == 2 && lines[0].contains(" health up ") && lines[1].contains(" health down ")
-    });
     assert!(seen, "the check must carry Host: app.example.com:\n{last}");
     // Servers start up: the proof is that the virtual host stays up after checks it answered
     // only because of the Host they carried.

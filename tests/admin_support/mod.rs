@@ -1,8 +1,11 @@
 //! Helpers for the admin listener tests (`tests/admin.rs`, `tests/status_page.rs`): start quill
 //! with `--admin`, speak just enough HTTP to it, send traffic through it, and parse the Prometheus
 //! text format strictly (a line that breaks the format fails the test, naming the line).
+//! `chromium` drives the status page in headless Chromium.
 
 #![allow(dead_code)]
+
+pub mod chromium;
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
