@@ -88,7 +88,7 @@ pub(crate) struct Counters {
     request_sum_us: AtomicU64,
     /// Malformed requests and responses, by `http1::Error` kind.
     http_parse_errors: [AtomicU64; HTTP_ERROR_KINDS],
-    /// The worker's server connections for HTTP sessions (`proxy::idle::ServerConns`): opened and
+    /// The worker's server connections for HTTP sessions (`state::idle::ServerConns`): opened and
     /// reused since the start, and idle now. The worker publishes them once per turn of its
     /// event loop, before it waits (see `publish_server_conns`).
     server_conns_opened: AtomicU64,

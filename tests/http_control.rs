@@ -41,15 +41,16 @@ fn mode_says_http(sock: &Path) -> bool {
     ctl(sock, "mode").split_whitespace().any(|w| w == "http")
 }
 
+/// `mode` says `http` exactly when `http` (`when`: what the test is at).
+fn assert_http_mode(sock: &Path, http: bool, when: &str) {
+    assert_eq!(mode_says_http(sock), http, "{when}: {}", ctl(sock, "mode"));
+}
+
 #[test]
 fn http_control_command_turns_a_tcp_listener_into_http_for_new_connections() {
     let b = backend();
     let (q, sock) = start_ctl(&[], &[b.addr().to_string()]);
-    assert!(
-        !mode_says_http(&sock),
-        "starts as TCP: {}",
-        ctl(&sock, "mode")
-    );
+    assert_http_mode(&sock, false, "starts as TCP");
     // A connection opened while the listener is TCP: its bytes go through as sent.
     let mut old = Client::connect(q.addr());
     assert_eq!(old.roundtrip(&get_raw("/before")).status, 200);
@@ -60,7 +61,7 @@ fn http_control_command_turns_a_tcp_listener_into_http_for_new_connections() {
         "TCP forwards the head untouched"
     );
     ctl_ok(&sock, "http");
-    assert!(mode_says_http(&sock), "mode: {}", ctl(&sock, "mode"));
+    assert_http_mode(&sock, true, "after http");
     // `http` again on an HTTP listener changes nothing and answers OK.
     ctl_ok(&sock, "http");
     // The connection already open stays a raw TCP session.
@@ -88,12 +89,12 @@ fn http_control_command_turns_a_tcp_listener_into_http_for_new_connections() {
 fn no_http_control_command_turns_it_back_to_tcp() {
     let b = backend();
     let (q, sock) = start_ctl(&["-H"], &[b.addr().to_string()]);
-    assert!(mode_says_http(&sock), "mode: {}", ctl(&sock, "mode"));
+    assert_http_mode(&sock, true, "started with -H");
     let mut old = Client::connect(q.addr());
     assert_eq!(old.roundtrip(&get_raw("/before")).status, 200);
     assert_eq!(nth(&b, 0).header_all("x-forwarded-for"), ["127.0.0.1"]);
     ctl_ok(&sock, "no http");
-    assert!(!mode_says_http(&sock), "mode: {}", ctl(&sock, "mode"));
+    assert_http_mode(&sock, false, "after no http");
     // The connection opened in HTTP mode stays HTTP.
     assert_eq!(old.roundtrip(&get_raw("/old-conn")).status, 200);
     let second = nth(&b, 1);
@@ -140,7 +141,7 @@ fn no_http_control_command_is_refused_on_a_listener_with_routes() {
     ctl_err(&sock, "listener web no http", "routes");
     ctl_err(&sock, "pool api http", "not a pool setting");
     ctl_err(&sock, "pool api no http", "not a pool setting");
-    assert!(mode_says_http(&sock), "still HTTP: {}", ctl(&sock, "mode"));
+    assert_http_mode(&sock, true, "still HTTP");
     // Still routing: the refusal changed nothing.
     let mut c = Client::connect(q.addr());
     assert_eq!(c.roundtrip(&get_raw("/api/x")).status, 200);
@@ -170,11 +171,7 @@ fn http_control_command_is_written_and_kept_by_a_reload() {
     // A reload before `write`: the sources did not change the mode, the runtime change stays.
     let reply = ctl(&sock, "reload");
     assert!(reply.contains("reloaded"), "{reply}");
-    assert!(
-        mode_says_http(&sock),
-        "after reload: {}",
-        ctl(&sock, "mode")
-    );
+    assert_http_mode(&sock, true, "after reload");
     ctl_ok(&sock, "write");
     let written = std::fs::read_to_string(&*dir_file.borrow()).unwrap();
     assert!(
@@ -184,11 +181,7 @@ fn http_control_command_is_written_and_kept_by_a_reload() {
     // After `write` the -F file itself says `http`: a reload reads it back.
     let reply = ctl(&sock, "reload");
     assert!(reply.contains("reloaded"), "{reply}");
-    assert!(
-        mode_says_http(&sock),
-        "after reload: {}",
-        ctl(&sock, "mode")
-    );
+    assert_http_mode(&sock, true, "after reload");
     let mut c = Client::connect(q.addr());
     assert_eq!(c.roundtrip(&get_raw("/x")).status, 200);
     assert_eq!(nth(&b, 0).header_all("x-forwarded-for"), ["127.0.0.1"]);
@@ -200,11 +193,7 @@ fn http_control_command_is_written_and_kept_by_a_reload() {
     assert!(written.lines().any(|l| l == "no http"), "{written}");
     let reply = ctl(&sock, "reload");
     assert!(reply.contains("reloaded"), "{reply}");
-    assert!(
-        !mode_says_http(&sock),
-        "after reload: {}",
-        ctl(&sock, "mode")
-    );
+    assert_http_mode(&sock, false, "after reload");
     let mut c = Client::connect(q.addr());
     assert_eq!(c.roundtrip(&get_raw("/y")).status, 200);
     assert_eq!(nth(&b, 1).raw_head, get_raw("/y"));

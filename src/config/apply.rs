@@ -79,7 +79,7 @@ impl ListenerConfig {
             }
             // An HTTP listener stays as it is, with its settings (`http` twice changes nothing).
             Command::Http(true) if self.http.is_some() => {}
-            Command::Http(true) => self.http = Some(super::HttpSettings::default()),
+            Command::Http(true) => self.http = Some(super::model::HttpSettings::default()),
             Command::Http(false) => self.no_http()?,
         }
         Ok(())

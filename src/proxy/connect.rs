@@ -17,7 +17,6 @@ use std::sync::Arc;
 use mio::event::Event;
 use mio::Interest;
 
-use super::idle::ServerConns;
 use super::Ctx;
 use crate::addr::BackendAddr;
 use crate::backend::{Pool, Server, ServerLease};
@@ -25,6 +24,7 @@ use crate::balancer::{self, Client};
 use crate::clock::millis;
 use crate::metrics::{Counters, End};
 use crate::net::{self, ClientAddr, Ready, Stream};
+use crate::state::idle::ServerConns;
 
 /// Where a connector is after a call.
 #[derive(Debug)]
@@ -79,7 +79,7 @@ pub(crate) struct Connector {
     /// What the server socket's events said so far.
     ready: Ready,
     /// HTTP: the connection may be one of the worker's idle ones, and its socket has a server
-    /// connection slot ([`super::idle::ServerConns`]) instead of the session's server token.
+    /// connection slot ([`crate::state::idle::ServerConns`]) instead of the session's server token.
     http: bool,
     /// The server connection slot of the socket (HTTP).
     conn: Option<u32>,

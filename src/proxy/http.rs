@@ -26,7 +26,6 @@ use quill_core::http1::{self, Body, FieldIndex, Framing, Limits, Method, Version
 
 use super::connect::{Connector, Progress};
 use super::copy::{Buf, Direction, Failure, Pools, BUF_SIZE};
-use super::idle::ServerConns;
 use super::{Closing, Ctx, Side, Step, NEVER};
 use crate::backend::{Pool, ServerLease};
 use crate::clock::millis;
@@ -35,6 +34,7 @@ use crate::log::HttpEntry;
 use crate::metrics::End;
 use crate::net::{ClientAddr, Ready, Stream};
 use crate::route::{self, Action, Route};
+use crate::state::idle::ServerConns;
 use crate::state::shared::{Listener, SessionInfo};
 
 /// Bytes read from one side and not yet forwarded: `[start, fwd)` was forwarded (kept for a

@@ -4,13 +4,12 @@
 //! the [`Step`] it gets back. Choosing and connecting a server is [`connect::Connector`]'s; copying
 //! bytes is [`copy::Direction`]'s; a TCP session ([`tcp::TcpSession`]) is one of each plus two
 //! directions. An HTTP session ([`http::HttpSession`]) uses a connector per request, server
-//! connections from the worker's idle pool ([`idle::ServerConns`]) and the same directions for
+//! connections from the worker's idle pool ([`crate::state::idle::ServerConns`]) and the same directions for
 //! its bodies.
 
 pub(crate) mod connect;
 pub(crate) mod copy;
 pub(crate) mod http;
-pub(crate) mod idle;
 pub(crate) mod tcp;
 
 use std::io;
@@ -25,11 +24,11 @@ use crate::log::AccessLog;
 use crate::metrics::{Counters, End};
 use crate::net::{ClientAddr, Stream};
 use crate::route::RateTable;
+use crate::state::idle::ServerConns;
 use crate::state::shared::Listener;
 use crate::state::shared::SessionInfo;
 use copy::Pools;
 use http::HttpSession;
-use idle::ServerConns;
 use tcp::TcpSession;
 
 /// No deadline: the session waits for events only.

@@ -58,7 +58,7 @@ pub(crate) struct Start {
 /// How many sessions fit in `nofile` descriptors: two sockets each, after the reserve (the
 /// process, control and admin, one per listener, one per server for its health probe, and per
 /// worker its epoll (twice: the idle server connection pools keep a handle to it, see
-/// `proxy::idle`), waker and splice pipes).
+/// `state::idle`), waker and splice pipes).
 fn sessions_for(nofile: u64, workers: u64, listeners: u64, servers: u64) -> u64 {
     let reserve = FD_RESERVE
         + FD_CONTROL_ADMIN

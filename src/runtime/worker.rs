@@ -1,7 +1,7 @@
 //! A worker: one thread, one epoll instance, its own sessions, buffers and timers. Workers share
 //! only the listening sockets (exclusive wake-ups: one worker takes each connection), the pools'
 //! atomics, the counters and the pools of idle HTTP server connections (a short lock per
-//! checkout and checkin, uncontended unless another worker is taking one: `proxy::idle`); the
+//! checkout and checkin, uncontended unless another worker is taking one: `state::idle`); the
 //! data path takes no other lock.
 
 use std::collections::VecDeque;
@@ -23,8 +23,8 @@ use crate::log::{AccessLog, Entry};
 use crate::metrics::{Counters, End};
 use crate::net::{ClientAddr, Stream};
 use crate::proxy::copy::Pools;
-use crate::proxy::idle::{Owner, ServerConns};
 use crate::proxy::{Ctx, Session, Side, Step};
+use crate::state::idle::{Owner, ServerConns};
 use crate::state::shared::{Listener, Phase, Report, Request, Shared, SourceSlot};
 use crate::sys;
 

@@ -4,6 +4,7 @@
 //! main thread waits for.
 
 pub(crate) mod controller;
+pub(crate) mod idle;
 mod merge;
 pub(crate) mod shared;
 

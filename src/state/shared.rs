@@ -11,13 +11,13 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use arc_swap::ArcSwap;
 use mio::Waker;
 
+use super::idle::IdlePools;
 use crate::addr::ListenAddr;
 use crate::backend::Pool;
 use crate::clock::Clock;
 use crate::config::{Global, LogFormat};
 use crate::listener::ListenSocket;
 use crate::metrics::{Counters, HttpStats};
-use crate::proxy::idle::IdlePools;
 use crate::route::RateTable;
 
 /// Where the process is in its life.
