@@ -14,6 +14,7 @@
 //! 431, 501, 502, 503, 504) and the client connection is closed; after that, a failure cuts the
 //! client connection, as a direct connection would show it.
 
+use std::cell::RefCell;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -457,6 +458,37 @@ fn settings(pool: &Pool) -> &HttpSettings {
         .unwrap_or_else(|| DEFAULT.get_or_init(HttpSettings::default))
 }
 
+thread_local! {
+    /// The boxes of this worker's finished exchanges (buffers and server connection already let
+    /// go), for its next requests: the steady state allocates nothing per request (DESIGN §6.5).
+    /// What a spare box still holds (its pool snapshot) is dropped when it is used again.
+    #[expect(clippy::vec_box, reason = "the boxes are what is kept: one moves into a session's `ex`")]
+    static SPARE: RefCell<Vec<Box<Exchange>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// At most this many spare exchange boxes per worker (a burst's surplus is freed).
+const SPARE_MAX: usize = 64;
+
+/// `ex` in a spare box of this worker's, or a new one.
+fn boxed(ex: Exchange) -> Box<Exchange> {
+    match SPARE.with_borrow_mut(Vec::pop) {
+        Some(mut b) => {
+            *b = ex;
+            b
+        }
+        None => Box::new(ex),
+    }
+}
+
+/// Keeps the box of a finished exchange for the next request (see `SPARE`).
+fn recycle(ex: Box<Exchange>) {
+    SPARE.with_borrow_mut(|spare| {
+        if spare.len() < SPARE_MAX {
+            spare.push(ex);
+        }
+    });
+}
+
 /// The value of the first field named `name` (lower case) of an indexed head in `buf`.
 fn field_of<'a>(fields: &FieldIndex, buf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
     fields
@@ -857,7 +889,7 @@ impl HttpSession {
             && head.framing == Framing::None
             && field_of(&fields, self.input.unparsed(), b"upgrade").is_some();
         self.input.start = self.input.fed;
-        self.ex = Some(Box::new(Exchange {
+        self.ex = Some(boxed(Exchange {
             connector: Connector::for_http(target_pool, false, sticky),
             sticky,
             route: route_index,
@@ -1609,12 +1641,14 @@ impl HttpSession {
         );
         let expires = cx.now.saturating_add(millis(s.server_idle_timeout));
         ex.connector.release(keep, expires, s.server_keepalive, cx);
+        let close = ex.close;
+        recycle(ex);
         // Past the request: what follows in the input is the next one.
         self.input.fwd = self.input.fed;
         self.input.settle(cx.pools);
         self.idle_since = cx.now;
         self.seen = 0;
-        if ex.close || end != End::Done {
+        if close || end != End::Done {
             return Err(Step::Close(end));
         }
         Ok(())
