@@ -427,8 +427,8 @@ impl Out<'_> {
 pub(crate) fn write_answer<P>(
     action: &Action<P>,
     target: &[u8],
-    keep_alive: bool,
-    head_only: bool,
+    (keep_alive, head_only): (bool, bool),
+    page_403: Option<Page>,
     out: &mut [u8],
 ) -> Result<usize, Overflow> {
     let mut o = Out { buf: out, len: 0 };
@@ -462,7 +462,7 @@ pub(crate) fn write_answer<P>(
             o.put(b"\r\n")?;
             o.finish(body.as_bytes(), keep_alive, head_only)?;
         }
-        Action::Deny => return write_status(403, None, keep_alive, head_only, out),
+        Action::Deny => return write_status(403, None, page_403, (keep_alive, head_only), out),
     }
     Ok(o.len)
 }
@@ -473,30 +473,39 @@ pub(crate) fn write_answer<P>(
 pub(crate) fn write_status(
     status: u16,
     retry_after: Option<u64>,
-    keep_alive: bool,
-    head_only: bool,
+    page: Option<Page>,
+    (keep_alive, head_only): (bool, bool),
     out: &mut [u8],
 ) -> Result<usize, Overflow> {
-    let mut body = Out {
+    let mut plain = Out {
         buf: &mut [0u8; 64],
         len: 0,
     };
-    body.num(status.into())?;
-    body.put(b" ")?;
-    body.put(reason(status).as_bytes())?;
-    body.put(b"\n")?;
-    let body_len = body.len;
+    plain.num(status.into())?;
+    plain.put(b" ")?;
+    plain.put(reason(status).as_bytes())?;
+    plain.put(b"\n")?;
+    let plain_len = plain.len;
+    let (content_type, body) = match page {
+        Some((content_type, body)) => (content_type, body),
+        None => ("text/plain; charset=utf-8", &plain.buf[..plain_len]),
+    };
     let mut o = Out { buf: out, len: 0 };
     o.status(status)?;
-    o.put(b"Content-Type: text/plain; charset=utf-8\r\n")?;
+    o.put(b"Content-Type: ")?;
+    o.put(content_type.as_bytes())?;
+    o.put(b"\r\n")?;
     if let Some(secs) = retry_after {
         o.put(b"Retry-After: ")?;
         o.num(secs)?;
         o.put(b"\r\n")?;
     }
-    o.finish(&body.buf[..body_len], keep_alive, head_only)?;
+    o.finish(body, keep_alive, head_only)?;
     Ok(o.len)
 }
+
+/// An `error_pages` body for an answer: its content type and bytes.
+pub(crate) type Page<'a> = (&'a str, &'a [u8]);
 
 // === Rate limits ===
 
@@ -796,7 +805,14 @@ mod tests {
 
     fn answer(action: &Action<String>, target: &str, keep_alive: bool, head_only: bool) -> String {
         let mut buf = [0u8; 512];
-        let n = write_answer(action, target.as_bytes(), keep_alive, head_only, &mut buf).unwrap();
+        let n = write_answer(
+            action,
+            target.as_bytes(),
+            (keep_alive, head_only),
+            None,
+            &mut buf,
+        )
+        .unwrap();
         String::from_utf8(buf[..n].to_vec()).unwrap()
     }
 
@@ -834,13 +850,13 @@ mod tests {
             .ends_with("Content-Length: 21\r\nConnection: keep-alive\r\n\r\n"));
         assert!(answer(&Action::Deny, "/", true, false).starts_with("HTTP/1.1 403 Forbidden\r\n"));
         let mut buf = [0u8; 256];
-        let n = write_status(429, Some(3), true, false, &mut buf).unwrap();
+        let n = write_status(429, Some(3), None, (true, false), &mut buf).unwrap();
         let text = std::str::from_utf8(&buf[..n]).unwrap();
         assert!(text.contains("\r\nRetry-After: 3\r\n"), "{text}");
         assert!(text.ends_with("\r\n\r\n429 Too Many Requests\n"), "{text}");
         let mut small = [0u8; 20];
         assert_eq!(
-            write_answer(&a, b"/", true, false, &mut small),
+            write_answer(&a, b"/", (true, false), None, &mut small),
             Err(Overflow)
         );
     }

@@ -383,3 +383,53 @@ fn reload_keeps_the_http_flag_of_the_command_line() {
     let written = std::fs::read_to_string(&saved).unwrap();
     assert!(written.contains("# listener default: HTTP"), "{written}");
 }
+
+#[test]
+fn http_error_pages_replace_the_body_of_quills_own_answers() {
+    // The only server is a port nobody listens on: every request gets Quill's 503.
+    let dead = free_port();
+    let page = "<html><body>Back soon</body></html>\n";
+    let q = Quill::start_with(|dir, port| {
+        std::fs::create_dir_all(dir.join("pages")).unwrap();
+        std::fs::write(dir.join("pages/503.html"), page).unwrap();
+        let text = format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
+             servers = [\"127.0.0.1:{dead}\"]\n[listener.http]\n\
+             error_pages = {{ 503 = \"pages/503.html\" }}\n"
+        );
+        let path = write_cfg(dir, "q.toml", &text);
+        vec!["--config".into(), path.display().to_string()]
+    });
+    let mut c = std::net::TcpStream::connect(q.addr()).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    std::io::Write::write_all(&mut c, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    std::io::Read::read_to_string(&mut c, &mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 503 "), "{reply}");
+    assert!(
+        reply.contains("\r\nContent-Type: text/html; charset=utf-8\r\n"),
+        "{reply}"
+    );
+    assert!(
+        reply.contains(&format!("\r\nContent-Length: {}\r\n", page.len())),
+        "{reply}"
+    );
+    assert!(reply.contains("\r\nConnection: close\r\n"), "{reply}");
+    assert!(reply.ends_with(&format!("\r\n\r\n{page}")), "{reply}");
+}
+
+#[test]
+fn http_error_pages_name_a_missing_file_or_a_status_quill_does_not_answer() {
+    let missing = expect_refused(
+        &http_listener("error_pages = { 503 = \"nope/503.html\" }"),
+        "error_pages",
+        &["error_pages: 503: ", "nope/503.html"],
+    );
+    assert!(missing.contains("No such file"), "{missing}");
+    expect_refused(
+        &http_listener("error_pages = { 200 = \"ok.html\" }"),
+        "error_pages",
+        &["error_pages: '200' is not a status Quill answers itself"],
+    );
+}

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::model::{
-    format_duration, in_range, ConfigError, ForwardedFor, HeaderEdit, HttpSettings,
+    format_duration, in_range, ConfigError, ErrorPage, ForwardedFor, HeaderEdit, HttpSettings,
 };
 use quill_core::http1::rewrite::EditOp;
 
@@ -72,6 +72,7 @@ pub(crate) struct HttpSettingsPatch {
     pub request_id: Option<bool>,
     pub request_headers: Option<Vec<HeaderEdit>>,
     pub response_headers: Option<Vec<HeaderEdit>>,
+    pub error_pages: Option<Vec<ErrorPage>>,
 }
 
 impl HttpSettings {
@@ -104,6 +105,7 @@ impl HttpSettings {
         set(&mut self.request_id, &p.request_id);
         set(&mut self.request_headers, &p.request_headers);
         set(&mut self.response_headers, &p.response_headers);
+        set(&mut self.error_pages, &p.error_pages);
     }
 
     /// Checks every bound; the message names the key, the value and the range.
@@ -259,6 +261,14 @@ impl HttpSettings {
                 out.push(format!("{name} {}", shown.join(", ")));
             }
         }
+        if !self.error_pages.is_empty() {
+            let shown: Vec<String> = self
+                .error_pages
+                .iter()
+                .map(|p| format!("{} {}", p.status, p.path.display()))
+                .collect();
+            out.push(format!("error_pages {}", shown.join(", ")));
+        }
         out
     }
 }
@@ -277,6 +287,13 @@ pub(crate) fn check_timeout(name: &str, d: Duration) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The statuses Quill answers itself, which `error_pages` may give a body.
+pub(crate) const ERROR_PAGE_STATUSES: [u16; 13] = [
+    400, 403, 404, 405, 408, 413, 414, 429, 431, 501, 502, 503, 504,
+];
+/// The largest error page: it goes out with its head from one 16 KiB buffer.
+pub(crate) const MAX_ERROR_PAGE: u64 = 12 * 1024;
 
 /// `append`, `replace` or `off`.
 pub(crate) fn parse_forwarded_for(s: &str) -> Option<ForwardedFor> {

@@ -661,6 +661,17 @@ pub(crate) use quill_core::http1::rewrite::ForwardedFor;
 /// A request or response header edit (`set`, `add`, `remove`).
 pub(crate) use quill_core::http1::rewrite::HeaderEdit;
 
+/// The body Quill sends with one of its own answers instead of its built-in one (`error_pages`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ErrorPage {
+    pub status: u16,
+    /// The file it was read from (read when the configuration is loaded or reloaded).
+    pub path: PathBuf,
+    /// `text/html; charset=utf-8` for a `.html`/`.htm` file, else `text/plain; charset=utf-8`.
+    pub content_type: &'static str,
+    pub body: std::sync::Arc<[u8]>,
+}
+
 /// An HTTP listener's settings (`[http]` defaults, `[listener.http]`; DESIGN §6.3). Timeouts
 /// replace `idle_timeout` and `fin_timeout` on an HTTP listener (they keep their meaning for
 /// tunnels after an Upgrade).
@@ -702,6 +713,8 @@ pub(crate) struct HttpSettings {
     /// Edits applied to every request and response of the listener.
     pub request_headers: Vec<HeaderEdit>,
     pub response_headers: Vec<HeaderEdit>,
+    /// Bodies of Quill's own answers by status (`error_pages = { 503 = "file.html" }`).
+    pub error_pages: Vec<ErrorPage>,
 }
 
 impl Default for HttpSettings {
@@ -727,7 +740,15 @@ impl Default for HttpSettings {
             request_id: true,
             request_headers: Vec::new(),
             response_headers: Vec::new(),
+            error_pages: Vec::new(),
         }
+    }
+}
+
+impl HttpSettings {
+    /// The page configured for `status`, if any.
+    pub(crate) fn error_page(&self, status: u16) -> Option<&ErrorPage> {
+        self.error_pages.iter().find(|p| p.status == status)
     }
 }
 

@@ -18,6 +18,7 @@ use crate::balancer::ModeWord;
 
 use super::http::{self as http_settings, HttpSettingsPatch};
 use super::http::{edits, shown, RawEdits};
+use super::model::ErrorPage;
 use super::model::{
     in_range, nonzero, parse_duration, parse_status_range, pool_addr, validate_check_path,
     CheckKind, Config, ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings,
@@ -212,9 +213,12 @@ fn from_toml_with(
         .map_err(|e| ConfigError::usage(format!("{}{e}", at(n.span()))))?;
     }
     let default_slow_start = raw.slow_start.map_or(Duration::ZERO, |d| d.0);
+    let dir = Path::new(origin)
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let mut http_defaults = HttpSettings::default();
     if let Some(h) = &raw.http {
-        http_defaults.apply(&h.get_ref().patch(&at)?);
+        http_defaults.apply(&h.get_ref().patch(&at, &dir)?);
         h.get_ref().check(&http_defaults, h.span(), &at)?;
     }
     let mut defaults = Tuning::default();
@@ -224,6 +228,7 @@ fn from_toml_with(
         tuning: &defaults,
         http: &http_defaults,
         all_http,
+        dir: &dir,
     };
     if raw.listener.is_empty() {
         return Err(ConfigError::usage(format!(
@@ -324,6 +329,8 @@ struct FileDefaults<'a> {
     http: &'a HttpSettings,
     /// `-H` with `--config`: every listener is an HTTP listener.
     all_http: bool,
+    /// The configuration file's directory (relative `error_pages` files).
+    dir: &'a Path,
 }
 
 fn build_listener(
@@ -375,7 +382,7 @@ fn build_listener(
         }
         let mut settings = defaults.http.clone();
         if let Some(h) = &rl.http {
-            settings.apply(&h.get_ref().patch(at)?);
+            settings.apply(&h.get_ref().patch(at, defaults.dir)?);
             h.get_ref().check(&settings, h.span(), at)?;
         }
         l.http = Some(settings);
@@ -755,6 +762,72 @@ impl RawHealth {
     }
 }
 
+/// `error_pages = { 503 = "path" }`: each status one Quill answers itself, each file read now
+/// (relative to `dir`, the configuration file's directory), a regular file of at most 12 KiB.
+fn error_pages(v: &toml::Value, dir: &std::path::Path) -> Result<Vec<ErrorPage>, String> {
+    let toml::Value::Table(t) = v else {
+        return Err(
+            "expected a table of status = \"file\" (error_pages = { 503 = \"503.html\" })".into(),
+        );
+    };
+    let mut pages = Vec::new();
+    for (key, value) in t {
+        let status: u16 = key
+            .parse()
+            .ok()
+            .filter(|s| http_settings::ERROR_PAGE_STATUSES.contains(s))
+            .ok_or_else(|| {
+                format!(
+                    "'{}' is not a status Quill answers itself (one of {})",
+                    key.escape_debug(),
+                    http_settings::ERROR_PAGE_STATUSES
+                        .map(|s| s.to_string())
+                        .join(", ")
+                )
+            })?;
+        let toml::Value::String(file) = value else {
+            return Err(format!("{status}: expected a file name in quotes"));
+        };
+        let path = dir.join(file);
+        let body = read_page(&path).map_err(|e| format!("{status}: {}: {e}", path.display()))?;
+        let html = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm"));
+        pages.push(ErrorPage {
+            status,
+            path,
+            content_type: if html {
+                "text/html; charset=utf-8"
+            } else {
+                "text/plain; charset=utf-8"
+            },
+            body: body.into(),
+        });
+    }
+    Ok(pages)
+}
+
+/// An error page's bytes: a regular file of at most [`http_settings::MAX_ERROR_PAGE`] bytes.
+fn read_page(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut body = Vec::new();
+    file.take(http_settings::MAX_ERROR_PAGE + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| e.to_string())?;
+    if body.len() as u64 > http_settings::MAX_ERROR_PAGE {
+        return Err(format!(
+            "larger than {} KiB",
+            http_settings::MAX_ERROR_PAGE >> 10
+        ));
+    }
+    Ok(body)
+}
+
 /// `[http]` / `[listener.http]`: every key of `HttpSettings`, each kept as a TOML value with its
 /// span so that every error names the key, the value and the line.
 #[derive(Clone, Debug, Deserialize)]
@@ -780,11 +853,17 @@ struct RawHttp {
     request_id: Option<Spanned<toml::Value>>,
     request_headers: Option<Spanned<RawEdits>>,
     response_headers: Option<Spanned<RawEdits>>,
+    error_pages: Option<Spanned<toml::Value>>,
 }
 
 impl RawHttp {
     /// The keys set here, each checked on its own; errors start with the key's `FILE:LINE:`.
-    fn patch(&self, at: &dyn Fn(Range<usize>) -> String) -> Result<HttpSettingsPatch, ConfigError> {
+    /// `dir`: where relative `error_pages` files are (the configuration file's directory).
+    fn patch(
+        &self,
+        at: &dyn Fn(Range<usize>) -> String,
+        dir: &Path,
+    ) -> Result<HttpSettingsPatch, ConfigError> {
         type Key<'a> = &'a Option<Spanned<toml::Value>>;
         // Runs `parse` on a key's value; an error names the file, the line and the key.
         fn read<T>(
@@ -989,6 +1068,9 @@ impl RawHttp {
             request_id: read(&self.request_id, "request_id", at, boolean)?,
             request_headers: edits(&self.request_headers, "request_headers", at)?,
             response_headers: edits(&self.response_headers, "response_headers", at)?,
+            error_pages: read(&self.error_pages, "error_pages", at, |v| {
+                error_pages(v, dir)
+            })?,
         })
     }
 

@@ -497,6 +497,13 @@ fn field_of<'a>(fields: &FieldIndex, buf: &'a [u8], name: &[u8]) -> Option<&'a [
         .map(|f| f.value.of(buf))
 }
 
+/// The `error_pages` body for `status` of the pool snapshot's settings, if one is configured.
+fn page_of(pool: &Pool, status: u16) -> Option<route::Page<'_>> {
+    settings(pool)
+        .error_page(status)
+        .map(|p| (p.content_type, &p.body[..]))
+}
+
 /// The route with this index in the pool snapshot's routes.
 fn route_of(pool: &Pool, index: Option<u32>) -> Option<&Route<Pool>> {
     pool.routes.as_ref()?.routes.get(index? as usize)
@@ -941,7 +948,8 @@ impl HttpSession {
         let mut out = cx.pools.buffer();
         let written = match what {
             Local::Status(status, wait, _) => {
-                route::write_status(status, wait, keep, head_only, &mut out[..])
+                let page = page_of(&self.pool, status);
+                route::write_status(status, wait, page, (keep, head_only), &mut out[..])
                     .map(|n| (status, n))
             }
             Local::Route(i) => {
@@ -954,7 +962,8 @@ impl HttpSession {
                     _ => 403,
                 };
                 let target = head.target.of(self.input.unparsed());
-                route::write_answer(&route.action, target, keep, head_only, &mut out[..])
+                let page = page_of(&self.pool, 403);
+                route::write_answer(&route.action, target, (keep, head_only), page, &mut out[..])
                     .map(|n| (status, n))
             }
         };
@@ -1080,8 +1089,19 @@ impl HttpSession {
                 _ => break,
             }
         }
-        let n = bytes.len().min(BUF_SIZE);
-        scratch[..n].copy_from_slice(&bytes[..n]);
+        // The configured page for this status if there is one (it fits: at most 12 KiB), else
+        // the built-in answer.
+        let page = page_of(&self.pool, status).and_then(|p| {
+            route::write_status(status, None, Some(p), (false, head_only), &mut scratch[..]).ok()
+        });
+        let n = match page {
+            Some(n) => n,
+            None => {
+                let n = bytes.len().min(BUF_SIZE);
+                scratch[..n].copy_from_slice(&bytes[..n]);
+                n
+            }
+        };
         let mut leg = Leg::new(scratch, n, Flow::Done);
         let mut empty = Input::default();
         self.client_ready.writable = true;
