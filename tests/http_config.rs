@@ -5,6 +5,8 @@
 
 #[path = "support/ctl.rs"]
 mod ctl;
+#[path = "support/http.rs"]
+mod http_support;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -432,4 +434,30 @@ fn http_error_pages_name_a_missing_file_or_a_status_quill_does_not_answer() {
         "error_pages",
         &["error_pages: '200' is not a status Quill answers itself"],
     );
+}
+
+#[test]
+fn http_error_pages_also_give_a_routes_own_answers_their_body_and_keep_the_connection() {
+    // No servers of its own: what no route takes is Quill's 404; `/private` is denied (403).
+    let q = Quill::start_with(|dir, port| {
+        std::fs::write(dir.join("404.txt"), "nothing here\n").unwrap();
+        std::fs::write(dir.join("403.htm"), "<p>no</p>\n").unwrap();
+        let text = format!(
+            "[http]\nerror_pages = {{ 404 = \"404.txt\", 403 = \"403.htm\" }}\n\
+             [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
+             [[listener.route]]\nname = \"private\"\npath = \"/private\"\ndeny = true\n"
+        );
+        let path = write_cfg(dir, "q.toml", &text);
+        vec!["--config".into(), path.display().to_string()]
+    });
+    let mut c = http_support::Client::connect(q.addr());
+    let r = c.roundtrip(b"GET /elsewhere HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(r.body, b"nothing here\n");
+    // The same connection: Quill's own answers to a route keep it alive.
+    let r = c.roundtrip(b"GET /private HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.status, 403);
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(r.body, b"<p>no</p>\n");
 }
