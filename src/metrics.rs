@@ -89,11 +89,10 @@ pub(crate) struct Counters {
     /// Malformed requests and responses, by `http1::Error` kind.
     http_parse_errors: [AtomicU64; HTTP_ERROR_KINDS],
     /// The worker's server connections for HTTP sessions (`state::idle::ServerConns`): opened and
-    /// reused since the start, and idle now. The worker publishes them once per turn of its
-    /// event loop, before it waits (see `publish_server_conns`).
+    /// reused since the start. The worker publishes them once per turn of its event loop, before
+    /// it waits (see `publish_server_conns`); idle ones are read live from the shared pools.
     server_conns_opened: AtomicU64,
     server_conns_reused: AtomicU64,
-    server_conns_idle: AtomicU64,
 }
 
 /// What the worker's server connection pool has done, as published (`Counters::server_conns`).
@@ -101,7 +100,6 @@ pub(crate) struct Counters {
 pub(crate) struct ServerConnCounts {
     pub opened: u64,
     pub reused: u64,
-    pub idle: u64,
 }
 
 /// HTTP requests of one listener or one route, kept per worker: one block each, on
@@ -265,7 +263,6 @@ impl Counters {
         for (c, v) in [
             (&self.server_conns_opened, now.opened),
             (&self.server_conns_reused, now.reused),
-            (&self.server_conns_idle, now.idle),
         ] {
             if c.load(Ordering::Relaxed) != v {
                 c.store(v, Ordering::Relaxed);
@@ -278,7 +275,6 @@ impl Counters {
         ServerConnCounts {
             opened: self.server_conns_opened.load(Ordering::Relaxed),
             reused: self.server_conns_reused.load(Ordering::Relaxed),
-            idle: self.server_conns_idle.load(Ordering::Relaxed),
         }
     }
 
@@ -421,7 +417,6 @@ mod tests {
         let now = ServerConnCounts {
             opened: 3,
             reused: 9,
-            idle: 2,
         };
         c.publish_server_conns(now);
         assert_eq!(c.server_conns(), now);

@@ -621,13 +621,19 @@ mod tests {
              [[listener]]\nname = \"h\"\nlisten = \"127.0.0.1:8000\"\nprotocol = \"http\"\n\
              servers = [\"127.0.0.1:9003\"]\n{listener_extra}"
         );
-        let c = from_toml("r.toml", &text, &TuningPatch::default()).unwrap();
+        build_routes(&text, None)
+    }
+
+    /// The routes of listener `h` of the TOML `text` (each pool name standing for its pool), with
+    /// the counters of `old`'s routes of the same names.
+    fn build_routes(text: &str, old: Option<&Routes<String>>) -> Routes<String> {
+        let c = from_toml("r.toml", text, &TuningPatch::default()).unwrap();
         Routes::build(
             "h",
             &c.listeners[0].routes,
             Arc::new(c.global.acls.clone()),
             |n| Some(Arc::new(n.to_string())),
-            None,
+            old,
             2,
         )
         .unwrap()
@@ -732,18 +738,7 @@ mod tests {
                  servers = [\"127.0.0.1:9003\"]\n{routes}"
             )
         };
-        let build = |routes: &str, old: Option<&Routes<String>>| {
-            let c = from_toml("r.toml", &text(routes), &TuningPatch::default()).unwrap();
-            Routes::build(
-                "h",
-                &c.listeners[0].routes,
-                Arc::new(c.global.acls.clone()),
-                |n| Some(Arc::new(n.to_string())),
-                old,
-                2,
-            )
-            .unwrap()
-        };
+        let build = |routes: &str, old: Option<&Routes<String>>| build_routes(&text(routes), old);
         let api = "[[listener.route]]\nname = \"api\"\npath = \"/api/\"\npool = \"api\"\n";
         let old = build(
             &format!("{api}[[listener.route]]\nname = \"gone\"\ndeny = true\n"),

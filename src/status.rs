@@ -304,12 +304,11 @@ fn http_process(shared: &Shared) -> HttpProcess {
         conns.opened += w.opened;
         conns.reused += w.reused;
     }
-    // Read live, not as published: another worker may take from a sleeping worker's pool.
-    conns.idle = shared.idle.idle() as u64;
     HttpProcess {
         server_connections_opened: conns.opened,
         server_connections_reused: conns.reused,
-        server_connections_idle: conns.idle,
+        // Read live, not as published: another worker may take from a sleeping worker's pool.
+        server_connections_idle: shared.idle.idle() as u64,
         parse_errors: quill_core::http1::Error::ALL
             .iter()
             .map(|&e| {

@@ -489,14 +489,6 @@ fn recycle(ex: Box<Exchange>) {
     });
 }
 
-/// The value of the first field named `name` (lower case) of an indexed head in `buf`.
-fn field_of<'a>(fields: &FieldIndex, buf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
-    fields
-        .iter(buf)
-        .find(|f| f.name.of(buf).eq_ignore_ascii_case(name))
-        .map(|f| f.value.of(buf))
-}
-
 /// The `error_pages` body for `status` of the pool snapshot's settings, if one is configured.
 fn page_of(pool: &Pool, status: u16) -> Option<route::Page<'_>> {
     settings(pool)
@@ -854,7 +846,7 @@ impl HttpSession {
                 head.method_span.of(buf),
                 head.target.of(buf),
                 head.host.map(|h| h.of(buf)),
-                |name| field_of(&fields, buf, name),
+                |name| fields.value(buf, name),
             );
             if let Some(i) = found {
                 let route = &routes.routes[i];
@@ -880,9 +872,9 @@ impl HttpSession {
         if route_index.is_none() && pool.servers.is_empty() && pool.emergency.is_none() {
             return self.answer_locally(&head, Local::Status(404, None, None), cx);
         }
-        // Stickiness by cookie: the server the request's cookie names, if the pool has one.
         // The listener's own servers unless a route named a pool.
         let target_pool = route_pool.unwrap_or(pool);
+        // Stickiness by cookie: the server the request's cookie names, if the pool has one.
         let sticky = target_pool.sticky.as_ref().and_then(|st| {
             let buf = self.input.unparsed();
             st.server_of(
@@ -894,7 +886,7 @@ impl HttpSession {
         });
         let upgrade_asked = head.connection.upgrade
             && head.framing == Framing::None
-            && field_of(&fields, self.input.unparsed(), b"upgrade").is_some();
+            && fields.value(self.input.unparsed(), b"upgrade").is_some();
         self.input.start = self.input.fed;
         self.ex = Some(boxed(Exchange {
             connector: Connector::for_http(target_pool, false, sticky),
@@ -942,8 +934,8 @@ impl HttpSession {
             && !settings(&self.pool).keepalive_timeout.is_zero();
         let head_only = head.method == Method::Head;
         let what_route = match what {
-            Local::Route(i) => Some(i),
-            Local::Status(_, _, route) => route,
+            Local::Route(i) => Some(i as u32),
+            Local::Status(_, _, route) => route.map(|i| i as u32),
         };
         let mut out = cx.pools.buffer();
         let written = match what {
@@ -982,21 +974,10 @@ impl HttpSession {
         self.bytes_out += sent;
         self.requests += 1;
         // Per route: the route's own answer or refusal, or `(no route)`.
-        let route_stats = self.pool.routes.as_deref().map(|r| match what_route {
-            Some(i) => r.routes.get(i).map_or(&*r.unrouted, |r| &*r.stats),
-            None => &*r.unrouted,
-        });
+        let route_stats = self.pool.routes.as_deref().map(|r| r.stats_of(what_route));
         cx.counters
             .http_request(&self.listener.http, route_stats, status, None);
-        let route_name = match what_route {
-            Some(i) => self
-                .pool
-                .routes
-                .as_ref()
-                .and_then(|r| r.routes.get(i))
-                .map(|r| r.name.as_str()),
-            None => None,
-        };
+        let route_name = route_of(&self.pool, what_route).map(|r| r.name.as_str());
         self.log(status, true, (0, sent), None, route_name, End::Done, cx);
         self.input.settle(cx.pools);
         self.idle_since = cx.now;

@@ -263,47 +263,15 @@ pub struct FieldIndex {
 }
 
 impl FieldIndex {
-    /// The fields of the head of `head_len` bytes at the start of `buf` (as [`fields`] reads them).
+    /// The fields of the head of `head_len` bytes at the start of `buf` (as [`fields`] reads them),
+    /// for a head the parser did not index.
     pub fn new(buf: &[u8], head_len: usize) -> FieldIndex {
-        let mut index = FieldIndex {
-            at: [[0; 5]; INDEXED],
-            len: 0,
-            complete: head_len <= usize::from(u16::MAX),
-            head_len,
-        };
-        if !index.complete {
-            return index;
+        let mut index = FieldIndex::empty();
+        index.begin();
+        for f in fields(buf, head_len) {
+            index.push(f.line.start, f.name.end, f.value, f.line.end);
         }
-        let head = buf.get(..head_len).unwrap_or(buf);
-        // One search for every line end of the head (cheaper than one per line), the first line
-        // (the start line) and the blank line skipped.
-        let mut start = None;
-        for end in memchr::memchr_iter(b'\n', head) {
-            let Some(line_start) = start.replace(end + 1) else {
-                continue;
-            };
-            let line = &head[line_start..end];
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let Some(colon) = line.iter().position(|&b| b == b':') else {
-                continue;
-            };
-            let value = &line[colon + 1..];
-            let value_start =
-                line_start + colon + 1 + (value.len() - value.trim_ascii_start().len());
-            let Some(slot) = index.at.get_mut(index.len) else {
-                index.complete = false;
-                break;
-            };
-            // Within a head of at most u16::MAX bytes: these fit.
-            *slot = [
-                line_start as u16,
-                (line_start + colon) as u16,
-                value_start as u16,
-                (value_start + value.trim_ascii().len()) as u16,
-                (end + 1) as u16,
-            ];
-            index.len += 1;
-        }
+        index.head_len = head_len;
         index
     }
 
@@ -318,10 +286,18 @@ impl FieldIndex {
         }
     }
 
-    /// Whether the index was made for a head of `head_len` bytes and `fields` fields (the one
-    /// just parsed; a stale index of another head fails this check or is of the same bytes).
+    /// Whether the index was made for a head of `head_len` bytes and `fields` fields: a cheap
+    /// guard against an index of another head (callers pass the index the parse just filled).
     pub fn is_for(&self, head_len: usize, fields: usize) -> bool {
         self.head_len == head_len && (!self.complete || self.len == fields)
+    }
+
+    /// The value of the first field named `name` (case-insensitive) of the head in `buf`, as
+    /// [`field_value`] finds it.
+    pub fn value<'a>(&self, buf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+        self.iter(buf)
+            .find(|f| f.name.of(buf).eq_ignore_ascii_case(name))
+            .map(|f| f.value.of(buf))
     }
 
     /// A parse begins: no fields, no head.
