@@ -322,6 +322,9 @@ pub(crate) struct Pool {
     /// the controller after `build`, once the named pools they point to exist; a reload swaps
     /// them with the pool, so the next request sees the new routes.
     pub routes: Option<Arc<Routes>>,
+    /// A listener's TLS termination (None: clients speak in clear). Set by the controller after
+    /// `build`, kept from the previous pool while the listener's TLS settings are unchanged.
+    pub tls: Option<Arc<crate::tls::ServerTls>>,
 }
 
 /// A listener's routes, whose pool actions hold named pools.
@@ -478,6 +481,7 @@ impl Pool {
             client_acl: l.client_acl,
             http: l.http.clone().map(Arc::new),
             routes: None,
+            tls: None,
             sticky,
             acls,
             health: l.health.clone(),

@@ -47,3 +47,4 @@ pub(crate) use quill_core::sys;
 mod state;
 mod systemd;
 mod takeover;
+mod tls;

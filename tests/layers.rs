@@ -37,6 +37,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config::routes",
             "backend",
             "route",
+            "tls",
         ],
     ),
     // Socket primitives and the process's outputs: they never read the running state.

@@ -472,6 +472,10 @@ pub(crate) struct ListenerConfig {
     /// An HTTP listener's routes (`[[listener.route]]`), first match wins; a request no route
     /// matches goes to the listener's own servers (404 when it has none).
     pub routes: Vec<RouteConfig>,
+    /// TLS termination (`tls = { ... }`, Pen's `-E`/`-K`): clients speak TLS to this listener.
+    pub tls: Option<crate::tls::TlsSettings>,
+    /// TLS to this pool's servers (`server_tls = { ... }`).
+    pub server_tls: Option<crate::tls::ClientSettings>,
 }
 
 /// The most routes one listener may have.
@@ -822,6 +826,8 @@ impl ListenerConfig {
             http: None,
             sticky_cookie: None,
             routes: Vec::new(),
+            tls: None,
+            server_tls: None,
         }
     }
     /// Whether this is a named pool (`[[pool]]`) rather than a listener.

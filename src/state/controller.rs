@@ -132,6 +132,19 @@ fn listener_pool(
         )?;
         pool.routes = Some(Arc::new(routes));
     }
+    if let Some(settings) = &l.tls {
+        pool.tls = Some(match old.and_then(|o| o.tls.as_ref()) {
+            Some(was) if was.settings == *settings => was.clone(),
+            _ => Arc::new(
+                crate::tls::build_server(
+                    settings,
+                    l.http.is_some(),
+                    &crate::tls::tickets::shared_keys(),
+                )
+                .map_err(|e| format!("{}: {e}", l.what()))?,
+            ),
+        });
+    }
     Ok(pool)
 }
 
