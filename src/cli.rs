@@ -916,6 +916,7 @@ fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
         h.routes = vec![config::RouteConfig {
             name: "api".into(),
             hosts: Vec::new(),
+            sni: Vec::new(),
             path: Some(config::PathMatch::Prefix("/api/".into())),
             methods: Vec::new(),
             headers: Vec::new(),

@@ -1,5 +1,6 @@
 //! HTTP routes (DESIGN §6.2), compiled from `config::RouteConfig`: which route a request takes
-//! (first match wins), what the route does with it, the answers Quill writes itself for a route
+//! (first match wins), which route a TLS client's server name takes on a TCP listener
+//! ([`Routes::find_sni`]: SNI routing without termination), what the route does with it, the answers Quill writes itself for a route
 //! (redirect, fixed response, 403, 404, 429) and the per-client-address rate limits. Each route
 //! carries its request counters ([`HttpStats`]), handed on to the route of the same name when the
 //! routes are rebuilt (reload, control command).
@@ -46,6 +47,8 @@ pub(crate) struct Route<P> {
     /// Stable across reloads for the same listener and route name: rate limit buckets follow it.
     pub id: u64,
     hosts: Vec<HostMatch>,
+    /// TCP listeners: the TLS server names the route takes.
+    sni: Vec<HostMatch>,
     path: Option<PathPattern>,
     methods: Vec<Box<[u8]>>,
     headers: Vec<(Box<[u8]>, ValuePattern)>,
@@ -178,6 +181,7 @@ impl<P> Routes<P> {
                 name: r.name.clone(),
                 id,
                 hosts: r.hosts.clone(),
+                sni: r.sni.clone(),
                 path,
                 methods: r.methods.iter().map(|m| m.as_bytes().into()).collect(),
                 headers,
@@ -252,6 +256,15 @@ impl<P> Routes<P> {
             .position(|r| r.matches(method, path, host, &field))
     }
 
+    /// The first route of a TCP listener whose `sni` names `name`, the server name of a TLS
+    /// ClientHello (compared without case; `*.example.com` takes any name under example.com, not
+    /// example.com itself).
+    pub(crate) fn find_sni(&self, name: &[u8]) -> Option<&Route<P>> {
+        self.routes
+            .iter()
+            .find(|r| r.sni.iter().any(|h| host_matches(h, name)))
+    }
+
     /// Whether the route's `client_acl` lets `client` in (no ACL, or a client on a Unix socket,
     /// always passes, as Pen's `client_acl` does). A client it refuses gets 403.
     pub(crate) fn permits(&self, route: &Route<P>, client: Option<IpAddr>) -> bool {
@@ -275,14 +288,7 @@ impl<P> Route<P> {
         }
         if !self.hosts.is_empty() {
             let Some(host) = host else { return false };
-            let hit = self.hosts.iter().any(|h| match h {
-                HostMatch::Exact(name) => host.eq_ignore_ascii_case(name.as_bytes()),
-                HostMatch::Suffix(suffix) => {
-                    let s = suffix.as_bytes();
-                    host.len() > s.len() && host[host.len() - s.len()..].eq_ignore_ascii_case(s)
-                }
-            });
-            if !hit {
+            if !self.hosts.iter().any(|h| host_matches(h, host)) {
                 return false;
             }
         }
@@ -301,6 +307,17 @@ impl<P> Route<P> {
                 ValuePattern::Regex(r) => r.is_match(v),
             },
         })
+    }
+}
+
+/// Whether `host` is the matcher's name (without case), or a name under its `*.` suffix.
+fn host_matches(h: &HostMatch, host: &[u8]) -> bool {
+    match h {
+        HostMatch::Exact(name) => host.eq_ignore_ascii_case(name.as_bytes()),
+        HostMatch::Suffix(suffix) => {
+            let s = suffix.as_bytes();
+            host.len() > s.len() && host[host.len() - s.len()..].eq_ignore_ascii_case(s)
+        }
     }
 }
 
@@ -658,6 +675,41 @@ mod tests {
             },
         )
         .map(|r| r.name.as_str())
+    }
+
+    /// The routes of TCP listener `h` with these `[[listener.route]]` tables.
+    fn sni_routes(tables: &str) -> Routes<String> {
+        build_routes(
+            &format!(
+                "[[pool]]\nname = \"a\"\nservers = [\"127.0.0.1:9001\"]\n\
+                 [[pool]]\nname = \"b\"\nservers = [\"127.0.0.1:9002\"]\n\
+                 [[listener]]\nname = \"h\"\nlisten = \"127.0.0.1:8000\"\n{tables}"
+            ),
+            None,
+        )
+    }
+
+    fn pool_of<'a>(r: &'a Routes<String>, name: &str) -> Option<&'a str> {
+        r.find_sni(name.as_bytes()).map(|r| match &r.action {
+            Action::Pool(p) => p.as_str(),
+            _ => "not a pool",
+        })
+    }
+
+    #[test]
+    fn sni_routes_match_exact_names_and_wildcards_first_match_wins() {
+        let r = sni_routes(
+            "[[listener.route]]\nsni = \"Exact.Example.com\"\npool = \"a\"\n\
+             [[listener.route]]\nsni = [\"*.example.com\", \"other.org\"]\npool = \"b\"\n",
+        );
+        assert_eq!(pool_of(&r, "exact.example.com"), Some("a"));
+        assert_eq!(pool_of(&r, "EXACT.example.COM"), Some("a"), "without case");
+        assert_eq!(pool_of(&r, "www.example.com"), Some("b"));
+        assert_eq!(pool_of(&r, "a.b.example.com"), Some("b"), "any depth");
+        assert_eq!(pool_of(&r, "other.org"), Some("b"));
+        assert_eq!(pool_of(&r, "example.com"), None, "the wildcard is for subdomains");
+        assert_eq!(pool_of(&r, "xexample.com"), None);
+        assert_eq!(pool_of(&r, "www.other.org"), None);
     }
 
     #[test]

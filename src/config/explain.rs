@@ -94,7 +94,9 @@ impl Config {
                 out += &format!("  {}\n", explain_route(r));
             }
             if !l.routes.is_empty() {
-                out += &if l.servers.is_empty() && l.emergency.is_none() {
+                out += &if l.servers.is_empty() && l.emergency.is_none() && l.http.is_none() {
+                    "  no route matched: closed (the listener has no servers)\n".to_string()
+                } else if l.servers.is_empty() && l.emergency.is_none() {
                     "  no route matched: 404 (the listener has no servers)\n".to_string()
                 } else {
                     "  no route matched: the listener's own servers\n".to_string()
@@ -140,6 +142,10 @@ fn explain_pool(l: &ListenerConfig, out: &mut String) {
 /// One line for a route: `route 'NAME': MATCHERS -> ACTION [; extras]`.
 fn explain_route(r: &RouteConfig) -> String {
     let mut when = Vec::new();
+    if !r.sni.is_empty() {
+        let names: Vec<String> = r.sni.iter().map(|h| h.to_string()).collect();
+        when.push(format!("TLS server name {}", names.join(" or ")));
+    }
     if !r.hosts.is_empty() {
         let hosts: Vec<String> = r.hosts.iter().map(|h| h.to_string()).collect();
         when.push(format!("host {}", hosts.join(" or ")));

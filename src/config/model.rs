@@ -496,6 +496,9 @@ pub(crate) struct RouteConfig {
     pub name: String,
     /// Any of these hosts (lower case, port ignored); empty = any host.
     pub hosts: Vec<HostMatch>,
+    /// TCP listeners: any of these TLS server names (the ClientHello's SNI, lower case), read
+    /// without decrypting; the only matcher a TCP listener's route has.
+    pub sni: Vec<HostMatch>,
     pub path: Option<PathMatch>,
     /// Any of these methods (case-sensitive tokens); empty = any method.
     pub methods: Vec<String>,

@@ -26,6 +26,7 @@ const MAX_MATCHERS: usize = 256;
 pub(super) struct RawRoute {
     name: Option<Spanned<String>>,
     host: Option<Spanned<toml::Value>>,
+    sni: Option<Spanned<toml::Value>>,
     path: Option<Spanned<String>>,
     path_regex: Option<Spanned<String>>,
     methods: Option<Spanned<Vec<String>>>,
@@ -334,6 +335,7 @@ impl RawRoute {
             }
         };
         Ok(RouteConfig {
+            sni: self.sni_of(&|s, e| fail(s, named(e)))?,
             name,
             hosts,
             path,
@@ -346,6 +348,51 @@ impl RawRoute {
             rewrite_path,
             rate,
         })
+    }
+
+    /// `sni = "name"` or a list of names and `*.suffix` wildcards (TCP listeners: the TLS
+    /// ClientHello's server name), lower-cased.
+    fn sni_of(
+        &self,
+        fail: &dyn Fn(Range<usize>, String) -> ConfigError,
+    ) -> Result<Vec<HostMatch>, ConfigError> {
+        let Some(v) = &self.sni else {
+            return Ok(Vec::new());
+        };
+        let list = match v.get_ref() {
+            toml::Value::Array(a) => a.clone(),
+            one => vec![one.clone()],
+        };
+        if list.is_empty() || list.len() > MAX_MATCHERS {
+            return Err(fail(v.span(), format!("sni: 1 to {MAX_MATCHERS} names")));
+        }
+        let mut names = Vec::with_capacity(list.len());
+        for item in &list {
+            let name = item.as_str().map(str::to_ascii_lowercase).unwrap_or_default();
+            let (wild, bare) = match name.strip_prefix("*.") {
+                Some(rest) => (true, rest),
+                None => (false, name.as_str()),
+            };
+            let labels_ok = bare.len() <= 253
+                && bare.split('.').all(|l| {
+                    !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                });
+            if !labels_ok {
+                return Err(fail(
+                    v.span(),
+                    format!(
+                        "sni: {} is not a host name or *.suffix (letters, digits, - and .)",
+                        shown(item)
+                    ),
+                ));
+            }
+            names.push(if wild {
+                HostMatch::Suffix(format!(".{bare}"))
+            } else {
+                HostMatch::Exact(bare.to_string())
+            });
+        }
+        Ok(names)
     }
 
     /// The one action the route gives.

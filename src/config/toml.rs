@@ -22,7 +22,7 @@ use super::model::ErrorPage;
 use super::model::{
     in_range, nonzero, parse_duration, parse_status_range, pool_addr, validate_check_path,
     CheckKind, Config, ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings,
-    ListenerConfig, LogFormat, Member, RouteAction, Tuning, TuningPatch, MAX_ACCEPT_BATCH,
+    ListenerConfig, LogFormat, Member, RouteAction, RouteConfig, Tuning, TuningPatch, MAX_ACCEPT_BATCH,
     MAX_BACKLOG, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT, MAX_WORKERS,
 };
 use super::routes::RawRoute;
@@ -322,6 +322,30 @@ fn from_toml_with(
     Ok(config)
 }
 
+/// Why a route does not fit its listener: a TCP listener's routes pick a pool by TLS server name
+/// (`sni` and `pool` only); an HTTP listener's match requests, not `sni`.
+fn route_misfit(r: &RouteConfig, http: bool) -> Option<&'static str> {
+    if http {
+        return (!r.sni.is_empty())
+            .then_some("sni is for TCP listeners (an HTTP listener's routes match host)");
+    }
+    let http_only = !r.hosts.is_empty()
+        || r.path.is_some()
+        || !r.methods.is_empty()
+        || !r.headers.is_empty()
+        || r.client_acl.is_some()
+        || !r.request_headers.is_empty()
+        || !r.response_headers.is_empty()
+        || r.rewrite_path.is_some()
+        || r.rate.is_some();
+    if r.sni.is_empty() || http_only || !matches!(r.action, RouteAction::Pool(_)) {
+        return Some(
+            "a TCP listener's route takes sni and pool only (any other matcher or action needs protocol = \"http\")",
+        );
+    }
+    None
+}
+
 /// What every listener of a file starts from.
 struct FileDefaults<'a> {
     tuning: &'a Tuning,
@@ -403,13 +427,14 @@ fn build_listener(
         );
     }
     for (i, r) in rl.route.iter().enumerate() {
-        if l.http.is_none() {
+        let route = r.get_ref().build(i + 1, r.span(), at)?;
+        if let Some(e) = route_misfit(&route, l.http.is_some()) {
             return Err(ConfigError::usage(format!(
-                "{}listener '{name}': [[listener.route]] needs protocol = \"http\"",
-                at(r.span())
+                "{}listener '{name}': route '{}': {e}",
+                at(r.span()),
+                route.name
             )));
         }
-        let route = r.get_ref().build(i + 1, r.span(), at)?;
         if let Some(other) = l.routes.iter().find(|o| o.name == route.name) {
             return Err(ConfigError::usage(format!(
                 "{}listener '{name}': two routes are named '{}'",

@@ -5,11 +5,14 @@
 //! bytes is [`copy::Direction`]'s; a TCP session ([`tcp::TcpSession`]) is one of each plus two
 //! directions. An HTTP session ([`http::HttpSession`]) uses a connector per request, server
 //! connections from the worker's idle pool ([`crate::state::idle::ServerConns`]) and the same directions for
-//! its bodies.
+//! its bodies. On a TCP listener with SNI routes a session starts as a [`peek::PeekSession`],
+//! which reads the TLS ClientHello without consuming it and becomes the TCP session of the pool
+//! the server name picks.
 
 pub(crate) mod connect;
 pub(crate) mod copy;
 pub(crate) mod http;
+pub(crate) mod peek;
 pub(crate) mod tcp;
 
 use std::io;
@@ -29,6 +32,7 @@ use crate::state::shared::Listener;
 use crate::state::shared::SessionInfo;
 use copy::Pools;
 use http::HttpSession;
+use peek::{PeekSession, Peeked};
 use tcp::TcpSession;
 
 /// No deadline: the session waits for events only.
@@ -115,6 +119,8 @@ pub(crate) enum Session {
     Tcp(TcpSession),
     /// Boxed: an HTTP session is bigger, and TCP sessions stay small.
     Http(Box<HttpSession>),
+    /// A TCP listener's client until its TLS ClientHello names the pool (SNI routes).
+    Peek(PeekSession),
 }
 
 impl Session {
@@ -142,12 +148,35 @@ impl Session {
         Session::Http(Box::new(HttpSession::new(listener, id, client, addr, now)))
     }
 
+    /// A client of a TCP listener with SNI routes: its TLS ClientHello picks the pool, then it
+    /// becomes a TCP session.
+    pub(crate) fn peek(
+        pool: Arc<Pool>,
+        id: u64,
+        client: Stream,
+        addr: ClientAddr,
+        now: u64,
+    ) -> Session {
+        Session::Peek(PeekSession::new(pool, id, client, addr, now))
+    }
+
+    /// A peek's outcome: its step, or the TCP session that takes over from it, started now.
+    fn peeked(&mut self, outcome: Peeked, cx: &mut Ctx) -> Step {
+        match outcome {
+            Peeked::Step(step) => step,
+            Peeked::Routed(tcp) => {
+                *self = Session::Tcp(tcp);
+                self.start(cx)
+            }
+        }
+    }
+
     /// The worker starts draining: true when the session is idle and may be closed now (an
     /// HTTP client between requests); a busy HTTP session closes after its current exchange.
     /// TCP sessions carry on until they end or the drain deadline.
     pub(crate) fn drain(&mut self) -> bool {
         match self {
-            Session::Tcp(_) => false,
+            Session::Tcp(_) | Session::Peek(_) => false,
             Session::Http(s) => s.drain(),
         }
     }
@@ -157,6 +186,10 @@ impl Session {
         match self {
             Session::Tcp(s) => s.start(cx),
             Session::Http(s) => s.start(cx),
+            Session::Peek(s) => {
+                let outcome = s.start(cx);
+                self.peeked(outcome, cx)
+            }
         }
     }
 
@@ -165,6 +198,10 @@ impl Session {
         match self {
             Session::Tcp(s) => s.on_ready(side, ev, cx),
             Session::Http(s) => s.on_ready(side, ev, cx),
+            Session::Peek(s) => {
+                let outcome = s.on_ready(ev, cx);
+                self.peeked(outcome, cx)
+            }
         }
     }
 
@@ -173,6 +210,7 @@ impl Session {
         match self {
             Session::Tcp(s) => s.on_resolved(answer, cx),
             Session::Http(s) => s.on_resolved(answer, cx),
+            Session::Peek(s) => s.wait(),
         }
     }
 
@@ -181,6 +219,7 @@ impl Session {
         match self {
             Session::Tcp(s) => s.on_deadline(cx),
             Session::Http(s) => s.on_deadline(cx),
+            Session::Peek(s) => s.on_deadline(cx),
         }
     }
 
@@ -189,6 +228,7 @@ impl Session {
         match self {
             Session::Tcp(s) => s.resume(cx),
             Session::Http(s) => s.resume(cx),
+            Session::Peek(s) => s.wait(),
         }
     }
 
@@ -197,6 +237,7 @@ impl Session {
         match self {
             Session::Tcp(s) => s.id(),
             Session::Http(s) => s.id(),
+            Session::Peek(s) => s.id(),
         }
     }
 
@@ -205,6 +246,7 @@ impl Session {
         match self {
             Session::Tcp(s) => s.info(now),
             Session::Http(s) => s.info(now),
+            Session::Peek(s) => s.info(now),
         }
     }
 
@@ -220,6 +262,7 @@ impl Session {
         match self {
             Session::Tcp(s) => s.close(end, pools),
             Session::Http(s) => s.close(end, pools, conns),
+            Session::Peek(s) => s.close(),
         }
     }
 }

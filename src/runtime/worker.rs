@@ -502,6 +502,9 @@ impl Worker {
         self.next_session += 1;
         self.slots[idx].session = Some(if pool.http.is_some() && !denied {
             Session::http(listener.clone(), id, stream, peer, now)
+        } else if pool.routes.is_some() && !denied {
+            // A TCP listener's routes pick the pool by the TLS ClientHello's server name.
+            Session::peek(pool, id, stream, peer, now)
         } else {
             Session::tcp(pool, id, stream, peer, denied, now)
         });

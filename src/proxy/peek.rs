@@ -1,0 +1,210 @@
+//! SNI routing without termination (issue 12, point 7): the first phase of a session on a TCP
+//! listener whose routes name TLS server names. The session looks at the client's ClientHello
+//! with `recv(MSG_PEEK)`, consuming nothing, again on each readable edge until the hello is
+//! whole ([`quill_core::tls_hello::parse`]); the first route whose `sni` names the server name
+//! gives the pool, else the listener's own servers. The client then goes to a
+//! [`TcpSession`] with that pool, so the TLS bytes, the ClientHello included, reach the server
+//! untouched on the TCP data path (splice included). Quill holds no key and decrypts nothing.
+//!
+//! Bounded: at most [`MAX_WIRE`] bytes peeked (a 16 KiB hello in at most 32 records), and the
+//! listener's connect timeout (`-t`; 10 s when it is 0) for the whole hello to arrive. A client
+//! that sends something else than a ClientHello is closed (`denied`), one that names no route on a
+//! listener without servers too (`no_server`: strict SNI), one too slow `idle_timeout`.
+
+use std::io;
+use std::sync::Arc;
+
+use mio::event::Event;
+use mio::Interest;
+use quill_core::tls_hello::{self, MAX_WIRE};
+
+use super::tcp::TcpSession;
+use super::{Closing, Ctx, Step};
+use crate::backend::Pool;
+use crate::clock::millis;
+use crate::metrics::End;
+use crate::net::{ClientAddr, Stream};
+use crate::route::Action;
+use crate::state::shared::SessionInfo;
+
+/// How long a client has to send its whole ClientHello when the listener's connect timeout is 0.
+const HELLO_TIMEOUT_MS: u64 = 10_000;
+
+/// A client whose ClientHello is awaited.
+#[derive(Debug)]
+pub(crate) struct PeekSession {
+    id: u64,
+    /// None once handed over to its TCP session.
+    client: Option<Stream>,
+    addr: ClientAddr,
+    /// The listener's pool snapshot: its routes and its own servers.
+    pool: Arc<Pool>,
+    started_ms: u64,
+    deadline: u64,
+}
+
+/// What a peek leads to.
+pub(crate) enum Peeked {
+    /// Go on waiting, or close.
+    Step(Step),
+    /// The hello named its pool: the TCP session to start in this one's place.
+    Routed(TcpSession),
+}
+
+impl PeekSession {
+    pub(crate) fn new(pool: Arc<Pool>, id: u64, client: Stream, addr: ClientAddr, now: u64) -> Self {
+        let timeout = match millis(pool.tuning.connect_timeout) {
+            0 => HELLO_TIMEOUT_MS,
+            ms => ms,
+        };
+        PeekSession {
+            id,
+            client: Some(client),
+            addr,
+            pool,
+            started_ms: now,
+            deadline: now.saturating_add(timeout),
+        }
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Registers the client for reading (the TCP session registers it anew for both ways) and
+    /// looks at what it already sent.
+    pub(crate) fn start(&mut self, cx: &mut Ctx) -> Peeked {
+        let Some(client) = &mut self.client else {
+            return Peeked::Step(Step::Close(End::Error));
+        };
+        if let Err(e) = cx
+            .registry
+            .register(client.source(), cx.client_token, Interest::READABLE)
+        {
+            tracing::warn!("cannot register client socket: {e}");
+            return Peeked::Step(Step::Close(End::Error));
+        }
+        self.peek(false, cx)
+    }
+
+    /// A readable edge: more of the hello (or its end) arrived.
+    pub(crate) fn on_ready(&mut self, ev: &Event, cx: &mut Ctx) -> Peeked {
+        if ev.is_error() {
+            return Peeked::Step(Step::Close(End::ClientReset));
+        }
+        self.peek(ev.is_read_closed(), cx)
+    }
+
+    pub(crate) fn on_deadline(&mut self, cx: &mut Ctx) -> Step {
+        if cx.now >= self.deadline {
+            tracing::debug!(
+                "{}: no whole TLS ClientHello in time",
+                self.addr.to_string_with_port()
+            );
+            return Step::Close(End::IdleTimeout);
+        }
+        Step::Wait(self.deadline)
+    }
+
+    /// Whatever comes before the hello is whole: nothing to do but wait.
+    pub(crate) fn wait(&self) -> Step {
+        Step::Wait(self.deadline)
+    }
+
+    /// Looks at the bytes waiting in the client's socket, leaving them there. `eof`: the client
+    /// has sent all it will.
+    fn peek(&mut self, eof: bool, cx: &mut Ctx) -> Peeked {
+        let Some(client) = &self.client else {
+            return Peeked::Step(Step::Close(End::Error));
+        };
+        let mut buf = [0u8; MAX_WIRE];
+        let n = match rustix::net::recv(client, &mut buf[..], rustix::net::RecvFlags::PEEK) {
+            Ok((0, _)) => return Peeked::Step(Step::Close(End::Done)),
+            Ok((n, _)) => n,
+            Err(e) if e == rustix::io::Errno::AGAIN => return Peeked::Step(self.wait()),
+            Err(e) => {
+                tracing::debug!("{}: {}", self.addr.to_string_with_port(), io::Error::from(e));
+                return Peeked::Step(Step::Close(End::ClientReset));
+            }
+        };
+        let seen = buf.get(..n).unwrap_or_default();
+        let name = match tls_hello::parse(seen) {
+            Ok(Some(hello)) => hello.server_name(),
+            Ok(None) if eof || n == MAX_WIRE => {
+                return Peeked::Step(Step::Close(if eof { End::Done } else { End::Denied }));
+            }
+            Ok(None) => return Peeked::Step(self.wait()),
+            Err(e) => {
+                tracing::debug!(
+                    "{}: not a TLS ClientHello: {e}",
+                    self.addr.to_string_with_port()
+                );
+                return Peeked::Step(Step::Close(End::Denied));
+            }
+        };
+        let Some(pool) = self.pool_for(name.as_ref().map(|n| n.as_bytes())) else {
+            tracing::debug!(
+                "{}: no route for TLS server name {:?} and no servers",
+                self.addr.to_string_with_port(),
+                name
+            );
+            return Peeked::Step(Step::Close(End::NoServer));
+        };
+        self.hand_over(pool, cx)
+    }
+
+    /// The pool of the first route naming `name`, else the listener's own when it has servers.
+    fn pool_for(&self, name: Option<&[u8]>) -> Option<Arc<Pool>> {
+        let routed = name
+            .and_then(|n| self.pool.routes.as_ref()?.find_sni(n))
+            .and_then(|r| match &r.action {
+                Action::Pool(p) => Some(p.clone()),
+                _ => None,
+            });
+        let own = || {
+            let has_servers = !self.pool.servers.is_empty() || self.pool.emergency.is_some();
+            has_servers.then(|| self.pool.clone())
+        };
+        routed.or_else(own)
+    }
+
+    /// Gives the client to a TCP session over `pool`. The socket leaves this worker's epoll set
+    /// here and the TCP session registers it again (for both ways): the ClientHello still waiting
+    /// in it reports it readable at once.
+    fn hand_over(&mut self, pool: Arc<Pool>, cx: &mut Ctx) -> Peeked {
+        let Some(mut client) = self.client.take() else {
+            return Peeked::Step(Step::Close(End::Error));
+        };
+        if let Err(e) = cx.registry.deregister(client.source()) {
+            tracing::warn!("cannot deregister client socket: {e}");
+            self.client = Some(client);
+            return Peeked::Step(Step::Close(End::Error));
+        }
+        let tcp = TcpSession::new(pool, self.id, client, self.addr, false, self.started_ms);
+        Peeked::Routed(tcp)
+    }
+
+    pub(crate) fn info(&self, now_ms: u64) -> SessionInfo {
+        SessionInfo {
+            id: self.id,
+            listener: self.pool.name.clone(),
+            client: self.addr.to_string_with_port(),
+            server: None,
+            age_ms: now_ms.saturating_sub(self.started_ms),
+            bytes_in: 0,
+            bytes_out: 0,
+            state: "tls-hello",
+        }
+    }
+
+    /// Nothing was read or sent: only the counters and the log line need the client.
+    pub(crate) fn close(&mut self) -> Closing {
+        Closing {
+            client: self.addr,
+            server: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            started_ms: self.started_ms,
+        }
+    }
+}
