@@ -859,9 +859,10 @@ impl ListenerConfig {
             )));
         }
         let named = |e: String| ConfigError::usage(format!("{}: {e}", self.what()));
-        if !self.routes.is_empty() && self.http.is_none() {
+        // A TCP listener's routes pick a pool by TLS server name (`sni`), and only that.
+        if self.http.is_none() && self.routes.iter().any(|r| r.sni.is_empty()) {
             return Err(named(
-                "routes need an HTTP listener (protocol = \"http\")".into(),
+                "routes need an HTTP listener (protocol = \"http\") or sni".into(),
             ));
         }
         if self.routes.len() > MAX_ROUTES {
