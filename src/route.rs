@@ -707,7 +707,11 @@ mod tests {
         assert_eq!(pool_of(&r, "www.example.com"), Some("b"));
         assert_eq!(pool_of(&r, "a.b.example.com"), Some("b"), "any depth");
         assert_eq!(pool_of(&r, "other.org"), Some("b"));
-        assert_eq!(pool_of(&r, "example.com"), None, "the wildcard is for subdomains");
+        assert_eq!(
+            pool_of(&r, "example.com"),
+            None,
+            "the wildcard is for subdomains"
+        );
         assert_eq!(pool_of(&r, "xexample.com"), None);
         assert_eq!(pool_of(&r, "www.other.org"), None);
     }

@@ -189,7 +189,9 @@ fn tls_connect(addr: SocketAddr, name: &str, ca: &Ca) -> io::Result<TlsClient> {
 
 /// The certificate the server presented.
 fn peer_cert(tls: &TlsClient) -> CertificateDer<'static> {
-    tls.conn.peer_certificates().unwrap()[0].clone().into_owned()
+    tls.conn.peer_certificates().unwrap()[0]
+        .clone()
+        .into_owned()
 }
 
 /// Sends `msg` and reads it back.
@@ -280,7 +282,10 @@ fn tls_passthrough_routes_by_sni_without_decrypting() {
     // The session lines name the server each client reached.
     let line = wait_log_line(&q.log_path(), T, |l| l.server == b.addr.to_string());
     assert_eq!(line.end, "done");
-    assert!(line.bytes_in > 200, "the ClientHello went to the server: {line:?}");
+    assert!(
+        line.bytes_in > 200,
+        "the ClientHello went to the server: {line:?}"
+    );
 }
 
 #[test]
@@ -388,7 +393,10 @@ fn tls_passthrough_slow_client_hello_is_timed_out() {
         write_all(&mut s, piece);
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(a.wait_accepted(1, T), "the trickled hello reached its server");
+    assert!(
+        a.wait_accepted(1, T),
+        "the trickled hello reached its server"
+    );
 }
 
 #[test]
@@ -419,7 +427,10 @@ fn tls_passthrough_large_transfer_is_byte_exact() {
     assert!(rest.is_empty());
     let line = wait_log_line(&q.log_path(), T, |l| l.server == a.addr.to_string());
     assert_eq!(line.end, "done");
-    assert!(line.bytes_in >= 6 << 20 && line.bytes_out >= 6 << 20, "{line:?}");
+    assert!(
+        line.bytes_in >= 6 << 20 && line.bytes_out >= 6 << 20,
+        "{line:?}"
+    );
 }
 
 #[test]
@@ -431,13 +442,18 @@ fn tls_passthrough_routes_are_checked_at_their_line() {
         let (code, _, err) = run_quill_output(&["check", "--config", path.to_str().unwrap()]);
         let err = strip_ansi(&err);
         assert_eq!(code, 2, "{err}");
-        assert!(err.contains(&format!("q.toml:{line}: ")), "line {line}: {err}");
+        assert!(
+            err.contains(&format!("q.toml:{line}: ")),
+            "line {line}: {err}"
+        );
         assert!(err.contains(needle), "{needle}: {err}");
     };
     let head = "[[pool]]\nname = \"a\"\nservers = [\"127.0.0.1:9001\"]\n\
                 [[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:18443\"\n";
     refused(
-        &format!("{head}[[listener.route]]\nsni = \"a.example\"\nhost = \"a.example\"\npool = \"a\"\n"),
+        &format!(
+            "{head}[[listener.route]]\nsni = \"a.example\"\nhost = \"a.example\"\npool = \"a\"\n"
+        ),
         7,
         "takes sni and pool only",
     );
@@ -447,7 +463,9 @@ fn tls_passthrough_routes_are_checked_at_their_line() {
         "sni: \"a..example\" is not a host name",
     );
     refused(
-        &format!("{head}protocol = \"http\"\n[[listener.route]]\nsni = \"a.example\"\npool = \"a\"\n"),
+        &format!(
+            "{head}protocol = \"http\"\n[[listener.route]]\nsni = \"a.example\"\npool = \"a\"\n"
+        ),
         8,
         "sni is for TCP listeners",
     );

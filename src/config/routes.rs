@@ -368,7 +368,10 @@ impl RawRoute {
         }
         let mut names = Vec::with_capacity(list.len());
         for item in &list {
-            let name = item.as_str().map(str::to_ascii_lowercase).unwrap_or_default();
+            let name = item
+                .as_str()
+                .map(str::to_ascii_lowercase)
+                .unwrap_or_default();
             let (wild, bare) = match name.strip_prefix("*.") {
                 Some(rest) => (true, rest),
                 None => (false, name.as_str()),

@@ -22,8 +22,9 @@ use super::model::ErrorPage;
 use super::model::{
     in_range, nonzero, parse_duration, parse_status_range, pool_addr, validate_check_path,
     CheckKind, Config, ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings,
-    ListenerConfig, LogFormat, Member, RouteAction, RouteConfig, Tuning, TuningPatch, MAX_ACCEPT_BATCH,
-    MAX_BACKLOG, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT, MAX_WORKERS,
+    ListenerConfig, LogFormat, Member, RouteAction, RouteConfig, Tuning, TuningPatch,
+    MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT,
+    MAX_WORKERS,
 };
 use super::routes::RawRoute;
 

@@ -44,6 +44,10 @@ pub(crate) struct PeekSession {
 }
 
 /// What a peek leads to.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "returned once, moved straight into the worker's slot: boxing would allocate per client"
+)]
 pub(crate) enum Peeked {
     /// Go on waiting, or close.
     Step(Step),
@@ -52,7 +56,13 @@ pub(crate) enum Peeked {
 }
 
 impl PeekSession {
-    pub(crate) fn new(pool: Arc<Pool>, id: u64, client: Stream, addr: ClientAddr, now: u64) -> Self {
+    pub(crate) fn new(
+        pool: Arc<Pool>,
+        id: u64,
+        client: Stream,
+        addr: ClientAddr,
+        now: u64,
+    ) -> Self {
         let timeout = match millis(pool.tuning.connect_timeout) {
             0 => HELLO_TIMEOUT_MS,
             ms => ms,
@@ -123,7 +133,11 @@ impl PeekSession {
             Ok((n, _)) => n,
             Err(e) if e == rustix::io::Errno::AGAIN => return Peeked::Step(self.wait()),
             Err(e) => {
-                tracing::debug!("{}: {}", self.addr.to_string_with_port(), io::Error::from(e));
+                tracing::debug!(
+                    "{}: {}",
+                    self.addr.to_string_with_port(),
+                    io::Error::from(e)
+                );
                 return Peeked::Step(Step::Close(End::ClientReset));
             }
         };
