@@ -339,14 +339,12 @@ fn record(buf: &[u8], pos: usize, first: bool) -> Result<Option<usize>, HelloErr
             HelloError::Interleaved(kind)
         });
     }
-    let Some(&major) = buf.get(pos + 1) else {
+    // Both version bytes before judging: the error names the version whatever the cut.
+    let Some(version) = be16(buf, pos + 1) else {
         return Ok(None);
     };
-    if major != 3 {
-        let minor = buf.get(pos + 2).copied().unwrap_or(0);
-        return Err(HelloError::RecordVersion(u16::from_be_bytes([
-            major, minor,
-        ])));
+    if version >> 8 != 3 {
+        return Err(HelloError::RecordVersion(version));
     }
     let Some(len) = be16(buf, pos + 3) else {
         return Ok(None);

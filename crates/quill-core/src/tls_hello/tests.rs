@@ -272,6 +272,9 @@ fn bytes_that_are_not_a_handshake_record_are_not_tls() {
 #[test]
 fn a_record_version_that_is_not_3_x_is_refused() {
     assert_eq!(error_of(&[22, 2, 0]), HelloError::RecordVersion(0x0200));
+    // Found by the fuzz target: the error waits for both bytes, so every prefix agrees.
+    assert!(parse(&[22, 2]).unwrap().is_none());
+    assert_eq!(error_of(&[22, 2, 0x3d]), HelloError::RecordVersion(0x023d));
     let mut wire = Parts::default().wire();
     wire[1] = 4;
     assert_eq!(error_of(&wire), HelloError::RecordVersion(0x0401));
