@@ -81,8 +81,9 @@ impl PeekSession {
         self.id
     }
 
-    /// Registers the client for reading (the TCP session registers it anew for both ways) and
-    /// looks at what it already sent.
+    /// Registers the client for reading (the TCP session registers it anew for both ways). No
+    /// peek yet: bytes the client already sent make the registration report it readable, so the
+    /// first peek waits for that event (no EAGAIN spent on a hello still on its way).
     pub(crate) fn start(&mut self, cx: &mut Ctx) -> Peeked {
         let Some(client) = &mut self.client else {
             return Peeked::Step(Step::Close(End::Error));
@@ -94,7 +95,7 @@ impl PeekSession {
             tracing::warn!("cannot register client socket: {e}");
             return Peeked::Step(Step::Close(End::Error));
         }
-        self.peek(false, cx)
+        Peeked::Step(self.wait())
     }
 
     /// A readable edge: more of the hello (or its end) arrived.
