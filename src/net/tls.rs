@@ -57,7 +57,7 @@ pub(crate) enum HandshakeError {
     /// The peer closed (or reset) before the end.
     Closed,
     /// The socket failed.
-    Io(#[expect(dead_code, reason = "kept for Debug output")] io::Error),
+    Io(io::Error),
     /// The TLS exchange failed: the alert was sent.
     Tls(rustls::Error),
 }

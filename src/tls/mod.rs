@@ -10,8 +10,10 @@
 //! - [`tickets`]: stateless session tickets from keys shared by every worker and carried over a
 //!   takeover (HAProxy's `tls-ticket-keys` file format).
 //! - [`policy`]: protocol versions, cipher suites, ALPN.
+//! - [`client`]: TLS to servers (`server_tls`).
 
 pub(crate) mod certs;
+pub(crate) mod client;
 pub(crate) mod policy;
 pub(crate) mod tickets;
 
