@@ -18,14 +18,9 @@ use crate::tls::{
 };
 
 use super::super::http::shown;
-use super::super::model::{parse_duration, ConfigError};
-
-/// The longest `handshake_timeout`.
-pub(crate) const MAX_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(300);
-/// The most `max_handshakes`.
-pub(crate) const MAX_HANDSHAKES: u32 = 65_536;
-/// The most certificates one listener may have (a list, or an `sni_path` directory).
-pub(crate) const MAX_CERTS: usize = 10_000;
+use super::super::model::{
+    parse_duration, ConfigError, MAX_CERTS, MAX_HANDSHAKES, MAX_HANDSHAKE_TIMEOUT,
+};
 
 type Key = Option<Spanned<toml::Value>>;
 type At<'a> = &'a dyn Fn(Range<usize>) -> String;
