@@ -403,3 +403,107 @@ fn every_bad_server_tls_value_names_its_file_line_and_key() {
         f.refused(&with(t), 6, needles);
     }
 }
+
+/// A control line parsed and applied to the only listener.
+fn apply_line(c: &mut Config, line: &str) -> Result<(), String> {
+    let cmd = crate::command::parse(line).map_err(|e| e.0)?;
+    c.apply(None, &cmd).map_err(|e| e.message)
+}
+
+#[test]
+fn pens_ssl_commands_change_the_listeners_tls() {
+    use crate::command::{parse_request, Action, Command, Needs, SslCommand};
+    let f = Fixture::new();
+    let mut c = f
+        .listener("cert = \"site.pem\"\nkey = \"site.key\"\n")
+        .unwrap();
+    apply_line(
+        &mut c,
+        "ssl_ciphers TLS_AES_128_GCM_SHA256:ECDHE-ECDSA-AES128-GCM-SHA256",
+    )
+    .unwrap();
+    apply_line(&mut c, "ssl_option cipher_server_preference").unwrap();
+    for already in ["no_sslv2", "no_sslv3", "no_tlsv1", "no_tlsv1.1"] {
+        apply_line(&mut c, &format!("ssl_option {already}")).unwrap();
+    }
+    apply_line(&mut c, "ssl_client_renegotiation_interval 60").unwrap();
+    let before = c.clone();
+    // Only a TLS 1.2 suite and TLS 1.3 only: nothing left to offer, refused, nothing changed.
+    apply_line(&mut c, "ssl_ciphers ECDHE-ECDSA-AES128-GCM-SHA256").unwrap();
+    let e = apply_line(&mut c, "ssl_option no_tlsv1.2").unwrap_err();
+    assert!(e.contains("no TLS 1.3 suite"), "{e}");
+    c = before;
+    apply_line(&mut c, "ssl_option no_tlsv1.2").unwrap();
+    let sni = f.path("sni").display().to_string();
+    apply_line(&mut c, &format!("ssl_sni_path {sni}")).unwrap();
+    // Twice (a command file on every reload): the directory's certificates are there once.
+    apply_line(&mut c, &format!("ssl_sni_path {sni}")).unwrap();
+    apply_line(
+        &mut c,
+        &format!("ssl_ocsp_response {}", f.path("a.ocsp").display()),
+    )
+    .unwrap();
+    let t = c.listeners[0].tls.as_ref().unwrap();
+    assert_eq!(
+        t.ciphers,
+        [
+            "TLS13_AES_128_GCM_SHA256",
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"
+        ]
+    );
+    assert!(t.server_cipher_order);
+    assert_eq!(t.min_version, TlsVersion::V1_3);
+    assert_eq!(t.certs.len(), 3);
+    assert_eq!(t.sni_path, Some(f.path("sni")));
+    assert_eq!(
+        t.certs[0].ocsp.as_ref().map(file_of),
+        Some(f.path("a.ocsp").as_path())
+    );
+    // Files stay on the Unix socket; the others need admin.
+    for (line, unix) in [
+        ("ssl_sni_path /x", true),
+        ("ssl_ocsp_response /x", true),
+        ("ssl_ciphers TLS13_AES_128_GCM_SHA256", false),
+    ] {
+        let Action::Set(cmd) = parse_request(line).unwrap().action else {
+            panic!("{line}")
+        };
+        assert_eq!(cmd.needs() == Needs::UnixSocket, unix, "{line}");
+    }
+    assert_eq!(
+        crate::command::parse("ssl_option no_tlsv1.2").unwrap(),
+        Command::Ssl(SslCommand::NoTls12)
+    );
+}
+
+#[test]
+fn bad_ssl_commands_are_refused_in_one_line() {
+    let f = Fixture::new();
+    let mut c = f.listener("cert = \"both.pem\"\n").unwrap();
+    let cases = [
+        ("ssl_ciphers HIGH:!aNULL", "OpenSSL cipher string"),
+        ("ssl_ciphers RC4-MD5", "unknown cipher suite 'RC4-MD5'"),
+        ("ssl_ciphers", "ssl_ciphers needs a value"),
+        (
+            "ssl_option no_compression",
+            "ssl_option: 'no_compression' is not one Quill knows",
+        ),
+        ("ssl_sni_path /nonexistent/dir", "/nonexistent/dir"),
+        (
+            "ssl_ocsp_response /nonexistent/a.ocsp",
+            "/nonexistent/a.ocsp",
+        ),
+        ("ssl_client_renegotiation_interval soon", "is not a number"),
+    ];
+    for (line, needle) in cases {
+        let e = apply_line(&mut c, line).unwrap_err();
+        assert!(e.contains(needle), "{line}: {e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+    let mut plain = from_toml("q.toml", LISTENER, &TuningPatch::default()).unwrap();
+    let e = apply_line(&mut plain, "ssl_option no_tlsv1.2").unwrap_err();
+    assert!(
+        e.starts_with("ssl_option: listener 'web': no TLS termination here"),
+        "{e}"
+    );
+}
