@@ -507,3 +507,46 @@ fn bad_ssl_commands_are_refused_in_one_line() {
         "{e}"
     );
 }
+
+/// `write`'s commands, applied over the same TOML file (what a restart or a reload does),
+/// give back the running configuration, TLS settings changed at run time included.
+#[test]
+fn written_commands_keep_the_tls_settings_changed_at_run_time() {
+    let f = Fixture::new();
+    let text = format!(
+        "{LISTENER}[listener.tls]\ncerts = [{{ cert = \"site.pem\", key = \"site.key\", default = true }}]\n\
+         [[listener]]\nname = \"tcp\"\nlisten = \"127.0.0.1:8444\"\nservers = [\"127.0.0.1:1\"]\n\
+         tls = {{ cert = \"both.pem\", ciphers = [\"TLS13_AES_256_GCM_SHA384\"] }}\n"
+    );
+    let mut running = f.load(&text).unwrap();
+    let sni = f.path("sni").display().to_string();
+    let ocsp = f.path("a.ocsp").display().to_string();
+    for line in [
+        "ssl_ciphers TLS_AES_128_GCM_SHA256:ECDHE-ECDSA-AES128-GCM-SHA256".to_string(),
+        "ssl_option no_tlsv1.2".into(),
+        "ssl_option cipher_server_preference".into(),
+        format!("ssl_sni_path {sni}"),
+        format!("ssl_ocsp_response {ocsp}"),
+    ] {
+        let cmd = crate::command::parse(&line).unwrap();
+        running.apply(Some("web"), &cmd).unwrap();
+    }
+    let written = running.to_commands();
+    assert!(written.contains("# listener web: TLS"), "{written}");
+    assert!(
+        written.contains(
+            "listener web ssl_ciphers TLS13_AES_128_GCM_SHA256:TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256\n"
+        ),
+        "{written}"
+    );
+    assert!(written.contains("listener tcp ssl_ciphers TLS13_AES_256_GCM_SHA384\n"), "{written}");
+    let file = f.path("saved.cmds");
+    std::fs::write(&file, &written).unwrap();
+    // Twice: a reload applies the file again over the same source.
+    for _ in 0..2 {
+        let mut restarted = f.load(&text).unwrap();
+        restarted.apply_file(&file, 0).unwrap();
+        restarted.validate().unwrap();
+        assert_eq!(restarted, running, "{written}");
+    }
+}
