@@ -84,9 +84,7 @@ impl Config {
 /// on every start and reload, where the files are read again; none of these commands can turn
 /// what it sets off, so the file states only what is on.
 fn write_tls(out: &mut String, prefix: &str, name: &str, t: &crate::tls::TlsSettings) {
-    *out += &format!(
-        "# listener {name}: TLS (its certificates come from -E or the TOML file)\n"
-    );
+    *out += &format!("# listener {name}: TLS (its certificates come from -E or the TOML file)\n");
     if !t.ciphers.is_empty() {
         *out += &format!("{prefix}ssl_ciphers {}\n", t.ciphers.join(":"));
     }

@@ -539,7 +539,10 @@ fn written_commands_keep_the_tls_settings_changed_at_run_time() {
         ),
         "{written}"
     );
-    assert!(written.contains("listener tcp ssl_ciphers TLS13_AES_256_GCM_SHA384\n"), "{written}");
+    assert!(
+        written.contains("listener tcp ssl_ciphers TLS13_AES_256_GCM_SHA384\n"),
+        "{written}"
+    );
     let file = f.path("saved.cmds");
     std::fs::write(&file, &written).unwrap();
     // Twice: a reload applies the file again over the same source.
