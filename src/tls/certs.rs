@@ -107,3 +107,49 @@ pub(crate) fn client_verifier(
         .build()
         .map_err(|e| TlsError::new(format!("tls: client certificates: {e}")))
 }
+
+// read_sni_dir: minimal version (config helper); the certs helper's replaces it.
+/// Pen's `ssl_sni_path DIR`: `DIR/NAME.crt` with `NAME.key` (and `NAME.ca`, a chain appended to
+/// the certificate) for server name NAME, sorted by name.
+pub(crate) fn read_sni_dir(dir: &std::path::Path) -> Result<Vec<CertFiles>, TlsError> {
+    use super::FileData;
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| TlsError::file(dir, format!("cannot read the directory: {e}")))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry =
+            entry.map_err(|e| TlsError::file(dir, format!("cannot read the directory: {e}")))?;
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "crt") {
+            if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
+                names.push(stem.to_string());
+            }
+        }
+    }
+    names.sort();
+    let mut certs = Vec::with_capacity(names.len());
+    for name in names {
+        let mut cert = FileData::read(&dir.join(format!("{name}.crt")))?;
+        let key = FileData::read(&dir.join(format!("{name}.key")))?;
+        let ca = dir.join(format!("{name}.ca"));
+        if ca.exists() {
+            let chain = FileData::read(&ca)?;
+            let mut bytes = cert.bytes.to_vec();
+            bytes.push(b'\n');
+            bytes.extend_from_slice(&chain.bytes);
+            cert.bytes = bytes.into();
+        }
+        certs.push(CertFiles {
+            cert,
+            key,
+            ocsp: None,
+            names: vec![name.to_ascii_lowercase()],
+            default: false,
+        });
+    }
+    if certs.is_empty() {
+        return Err(TlsError::file(dir, "no NAME.crt file in the directory"));
+    }
+    Ok(certs)
+}
+// End of read_sni_dir's minimal version.
