@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use rcgen::{CertificateParams, DnType, Issuer, KeyPair};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{
     ClientConfig, ClientConnection, DigitallySignedStruct, ServerConfig, ServerConnection,
@@ -144,18 +145,43 @@ fn handshake(
     sni: Option<&str>,
     schemes: &[rustls::SignatureScheme],
 ) -> Result<CertificateDer<'static>, String> {
+    handshake_with(store, None, sni, schemes, None)
+}
+
+/// [`handshake`] with a client-certificate verifier on the server and a client certificate
+/// (certificate PEM, key PEM) on the client. Ends with one record of application data from the
+/// client: a TLS 1.3 server refuses a client certificate after the client's handshake is done.
+fn handshake_with(
+    store: &Arc<CertStore>,
+    verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    sni: Option<&str>,
+    schemes: &[rustls::SignatureScheme],
+    client_cert: Option<&Made>,
+) -> Result<CertificateDer<'static>, String> {
     let provider = Arc::new(crate::tls::provider());
     let server = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_cert_resolver(store.clone());
-    let mut client = ClientConfig::builder_with_provider(provider)
+        .unwrap();
+    let server = match verifier {
+        Some(v) => server.with_client_cert_verifier(v),
+        None => server.with_no_client_auth(),
+    }
+    .with_cert_resolver(store.clone());
+    let client = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCert(schemes.to_vec())))
-        .with_no_client_auth();
+        .with_custom_certificate_verifier(Arc::new(AnyCert(schemes.to_vec())));
+    let mut client = match client_cert {
+        Some(m) => {
+            let key =
+                rustls::pki_types::PrivateKeyDer::from_pem_slice(m.key_pem.as_bytes()).unwrap();
+            client
+                .with_client_auth_cert(vec![m.der.clone()], key)
+                .unwrap()
+        }
+        None => client.with_no_client_auth(),
+    };
     client.enable_sni = sni.is_some();
     let name = ServerName::try_from(sni.unwrap_or("unused.invalid").to_owned()).unwrap();
     let mut c = ClientConnection::new(Arc::new(client), name).unwrap();
@@ -164,6 +190,9 @@ fn handshake(
         pass(&mut c, &mut s).map_err(|e| format!("server: {e}"))?;
         pass(&mut s, &mut c).map_err(|e| format!("client: {e}"))?;
         if !c.is_handshaking() && !s.is_handshaking() {
+            use std::io::Write as _;
+            c.writer().write_all(b"ping").unwrap();
+            pass(&mut c, &mut s).map_err(|e| format!("server: {e}"))?;
             return Ok(c.peer_certificates().unwrap()[0].clone().into_owned());
         }
     }
@@ -641,4 +670,92 @@ fn names_are_normalized_or_refused() {
     ] {
         assert_eq!(normalize_name(bad), None, "{bad:?}");
     }
+}
+
+/// A CA for client certificates: its certificate (PEM) and its issuer.
+fn client_ca() -> (String, Issuer<'static, KeyPair>) {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    let key = key_pair(Alg::P256);
+    let ca = params.self_signed(&key).unwrap();
+    (ca.pem(), Issuer::new(params, key))
+}
+
+fn client_cert(issuer: &Issuer<'static, KeyPair>, cn: &str, serial: u64) -> Made {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.serial_number = Some(rcgen::SerialNumber::from(serial));
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let key = key_pair(Alg::P256);
+    let cert = params.signed_by(&key, issuer).unwrap();
+    Made {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        der: cert.der().clone(),
+    }
+}
+
+fn crl_revoking(issuer: &Issuer<'static, KeyPair>, serials: &[u64]) -> String {
+    rcgen::CertificateRevocationListParams {
+        this_update: rcgen::date_time_ymd(2020, 1, 1),
+        next_update: rcgen::date_time_ymd(2099, 1, 1),
+        crl_number: rcgen::SerialNumber::from(1u64),
+        issuing_distribution_point: None,
+        revoked_certs: serials
+            .iter()
+            .map(|&n| rcgen::RevokedCertParams {
+                serial_number: rcgen::SerialNumber::from(n),
+                revocation_time: rcgen::date_time_ymd(2021, 1, 1),
+                reason_code: None,
+                invalidity_date: None,
+            })
+            .collect(),
+        key_identifier_method: rcgen::KeyIdMethod::Sha256,
+    }
+    .signed_by(issuer)
+    .unwrap()
+    .pem()
+    .unwrap()
+}
+
+#[test]
+fn client_certificates_required_optional_and_revoked() {
+    let server = make(&["m.example"], Alg::P256);
+    let s = store(vec![files(&server, "m")], false);
+    let (ca_pem, issuer) = client_ca();
+    let alice = client_cert(&issuer, "alice", 10);
+    let bob = client_cert(&issuer, "bob", 11);
+    let (_, other) = client_ca();
+    let mallory = client_cert(&other, "mallory", 10);
+    let verifier = |required: bool, crls: Vec<FileData>| {
+        Some(
+            client_verifier(&crate::tls::ClientAuth {
+                ca: vec![data("ca.pem", &ca_pem)],
+                crls,
+                required,
+            })
+            .unwrap(),
+        )
+    };
+    let run = |v, cert| handshake_with(&s, v, Some("m.example"), ALL_SCHEMES, cert);
+    // Required: a certificate of the CA only.
+    assert!(run(verifier(true, vec![]), Some(&alice)).is_ok());
+    let err = run(verifier(true, vec![]), None).unwrap_err();
+    assert!(err.starts_with("server:"), "{err}");
+    assert!(run(verifier(true, vec![]), Some(&mallory)).is_err());
+    // Optional: none, or one of the CA; a foreign one is still refused.
+    assert!(run(verifier(false, vec![]), None).is_ok());
+    assert!(run(verifier(false, vec![]), Some(&alice)).is_ok());
+    assert!(run(verifier(false, vec![]), Some(&mallory)).is_err());
+    // Revoked by the CRL.
+    let crl = vec![data("crl.pem", &crl_revoking(&issuer, &[11]))];
+    assert!(run(verifier(true, crl.clone()), Some(&alice)).is_ok());
+    let err = run(verifier(true, crl), Some(&bob)).unwrap_err();
+    assert!(err.to_lowercase().contains("revoked"), "{err}");
+    assert_eq!(subject_of(&alice.der).as_deref(), Some("CN=alice"));
 }
