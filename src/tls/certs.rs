@@ -54,17 +54,6 @@ pub(crate) enum KeyKind {
     Other,
 }
 
-impl KeyKind {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            KeyKind::Ecdsa => "ecdsa",
-            KeyKind::Ed25519 => "ed25519",
-            KeyKind::Rsa => "rsa",
-            KeyKind::Other => "other",
-        }
-    }
-}
-
 /// One certificate as served.
 #[derive(Debug)]
 pub(crate) struct Served {
