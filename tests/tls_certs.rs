@@ -194,7 +194,7 @@ fn tls_serves_ecdsa_or_rsa_for_one_name_by_what_the_client_offers() {
     let rsa_only = SClient::run(
         t.addr,
         Some("both.example"),
-        &["-sigalgs", "RSA-PSS+SHA256:rsa_pss_rsae_sha256"],
+        &["-sigalgs", "rsa_pss_rsae_sha256:rsa_pkcs1_sha256"],
     );
     assert_eq!(
         rsa_only.key_type(),
