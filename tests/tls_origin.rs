@@ -203,7 +203,10 @@ fn tls_to_servers_verifies_the_server_and_forwards_tcp() {
             ca_file.display()
         )
     });
-    assert_eq!(echo_through(q.port, b"over tls to the server"), b"over tls to the server");
+    assert_eq!(
+        echo_through(q.port, b"over tls to the server"),
+        b"over tls to the server"
+    );
     assert!(server.seen.handshakes.load(Ordering::Relaxed) >= 1);
     // No SNI for a server given by address.
     assert_eq!(server.seen.sni.lock().unwrap().last().cloned(), Some(None));
@@ -238,7 +241,10 @@ fn tls_to_servers_a_certificate_that_does_not_verify_fails_over_to_the_next_serv
     );
     let m = admin_support::metrics(admin);
     assert!(
-        m.value("quill_server_connect_failures_total", &[("address", &b.to_string())]) >= 1.0,
+        m.value(
+            "quill_server_connect_failures_total",
+            &[("address", &b.to_string())]
+        ) >= 1.0,
         "the bad server's failed handshake counts as a failed connect"
     );
     assert!(
@@ -314,7 +320,10 @@ fn tls_to_servers_http_mode_reuses_tls_server_connections() {
             .unwrap();
         let got = read_until_eof(&mut c, IO_TIMEOUT);
         let text = String::from_utf8_lossy(&got);
-        assert!(text.starts_with("HTTP/1.1 200") && text.ends_with("secure"), "request {i}: {text}");
+        assert!(
+            text.starts_with("HTTP/1.1 200") && text.ends_with("secure"),
+            "request {i}: {text}"
+        );
     }
     assert_eq!(
         server.seen.handshakes.load(Ordering::Relaxed),

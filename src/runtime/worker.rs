@@ -797,6 +797,7 @@ impl Worker {
                 bytes_out: 0,
                 server: None,
                 route: None,
+                client_cert: None,
                 connect_us: None,
                 first_byte_us: None,
                 total_us: 0,

@@ -171,6 +171,17 @@ impl CertStore {
         self.wildcards.get(parent).map(|g| &**g)
     }
 
+    /// Whether a request for `host` on a connection whose handshake named `sni` is served the
+    /// same certificates `host` would have been served (else it is misdirected: 421).
+    pub(crate) fn serves_alike(&self, sni: &str, host: &str) -> bool {
+        let group = |name: &str| match self.lookup(name) {
+            Some(g) => Some(g),
+            None if self.strict => None,
+            None => Some(&*self.default),
+        };
+        group(sni) == group(host)
+    }
+
     /// The certificate of a group the client can verify: the first whose key signs with a
     /// scheme it offers, else the group's first (the handshake then fails on rustls' own terms).
     fn pick(&self, group: &[usize], offered: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
