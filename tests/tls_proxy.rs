@@ -39,6 +39,7 @@ fn pki(dir: &Path) -> Pki {
     let issuer = Issuer::new(ca_params, ca_key);
     let key = KeyPair::generate().unwrap();
     let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.not_after = rcgen::date_time_ymd(2099, 1, 1);
     params
         .subject_alt_names
         .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
@@ -429,4 +430,40 @@ fn wait_child(mut child: std::process::Child, within: Duration) -> std::process:
     }
     let _ = child.kill();
     child.wait_with_output().unwrap()
+}
+
+#[test]
+fn tls_certificate_expiry_is_in_the_metrics_and_on_the_status_page() {
+    let echo = echo();
+    let s = start(&[echo.addr()], false, "");
+    // 2099-01-01T00:00:00Z, the test certificate's notAfter.
+    let not_after = 4_070_908_800_i64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let cert = s.pki.cert.display().to_string();
+    let got = metric(
+        &s,
+        "quill_tls_certificate_expiry_seconds",
+        &[("listener", "secure"), ("cert", &cert)],
+    ) as i64;
+    assert!(
+        (got - (not_after - now)).abs() < 120,
+        "expiry {got} s, expected about {}",
+        not_after - now
+    );
+    let dom = admin_support::chromium::dump_dom(&format!("http://{}/", s.admin), 3000);
+    let at = dom
+        .find(&format!("data-cert=\"{cert}\""))
+        .unwrap_or_else(|| panic!("no certificate line on the page: {dom}"));
+    let rest = &dom[at..];
+    let v = rest
+        .split("class=\"tls-expiry\" data-value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or_else(|| panic!("no expiry value: {rest}"));
+    assert!((v - (not_after - now)).abs() < 120, "page says {v}");
+    assert!(rest.contains("localhost"), "the certificate's name is shown");
 }
