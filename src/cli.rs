@@ -38,6 +38,8 @@ Examples:
   quill 8080 10.0.0.1:80 10.0.0.2:80           balance port 8080 over two servers
   quill -r -x 9000 127.0.0.1:8080 a:80 b:80:0:0:3
                                                round robin, at most 9000 sessions
+  quill -H -E site.pem -K site.key 443 10.0.0.1:80 10.0.0.2:80
+                                               HTTPS in front of two HTTP servers (TLS 1.2/1.3)
   quill -C /run/quill/quill.sock --check http:/health --admin 9100 8080 a:80 b:80
                                                control socket, health checks, metrics and page
   quill ctl --socket /run/quill/quill.sock servers      the pool, in Pen's format
