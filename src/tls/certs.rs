@@ -502,9 +502,9 @@ fn read_crls(file: &FileData) -> Result<Vec<CertificateRevocationListDer<'static
 }
 
 /// The verifier of client certificates (mTLS): chains to the `ca` certificates, checked against
-/// the CRLs (every certificate of the chain, a certificate whose issuer has no CRL given is
-/// refused when any CRL is given, as OpenSSL's `CRL_CHECK_ALL` does); a client without a
-/// certificate is let in unless `required`.
+/// the CRLs when any is given (every certificate of the chain: one whose issuer has no CRL
+/// given is refused, as OpenSSL's `CRL_CHECK_ALL` does; a CRL past its nextUpdate still
+/// counts); a client without a certificate is let in unless `required`.
 pub(crate) fn client_verifier(
     auth: &ClientAuth,
 ) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
