@@ -467,8 +467,6 @@ fn an_expired_certificate_loads_and_reports_its_expiry() {
     let s = store(vec![files(&m, "old")], false);
     let served = &s.served()[0];
     assert_eq!(served.not_after_unix, 1_009_843_200); // 2002-01-01T00:00:00Z
-    assert_eq!(served.seconds_left(1_009_843_200 - 60), 60);
-    assert!(served.seconds_left(1_700_000_000) < 0);
     assert_eq!(served.path, Path::new("old.crt"));
     assert_eq!(
         handshake(&s, Some("old.example"), ALL_SCHEMES).unwrap(),
