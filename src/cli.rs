@@ -301,7 +301,8 @@ impl PenTls {
         }
         if let Some(dir) = &self.ca_dir {
             ca.extend(
-                config::read_ca_dir(dir).map_err(|e| ConfigError::usage(format!("-A: {e}")))?,
+                crate::tls::certs::read_ca_dir(dir)
+                    .map_err(|e| ConfigError::usage(format!("-A: {e}")))?,
             );
         }
         if self.require && ca.is_empty() {

@@ -309,7 +309,7 @@ fn listener_tls(tls: &crate::tls::ServerTls, now_unix: i64) -> ListenerTls {
                 file: c.path.display().to_string(),
                 names: c.names.clone(),
                 not_after: c.not_after_unix,
-                expires_in_s: c.seconds_left(now_unix),
+                expires_in_s: c.not_after_unix.saturating_sub(now_unix),
             })
             .collect(),
     }

@@ -465,5 +465,8 @@ fn tls_certificate_expiry_is_in_the_metrics_and_on_the_status_page() {
         .and_then(|v| v.parse::<i64>().ok())
         .unwrap_or_else(|| panic!("no expiry value: {rest}"));
     assert!((v - (not_after - now)).abs() < 120, "page says {v}");
-    assert!(rest.contains("localhost"), "the certificate's name is shown");
+    assert!(
+        rest.contains("localhost"),
+        "the certificate's name is shown"
+    );
 }

@@ -28,7 +28,7 @@ use super::model::{
 use super::routes::RawRoute;
 
 mod tls_table;
-pub(crate) use tls_table::{check_certificates, read_ca_dir};
+pub(crate) use tls_table::check_certificates;
 use tls_table::{RawServerTls, RawTls, TlsDefaults};
 #[cfg(test)]
 mod tls_tests;

@@ -13,9 +13,7 @@
 //!
 //! Also here: Pen's `ssl_sni_path` layout ([`read_sni_dir`]), CA directories ([`read_ca_dir`]),
 //! the client-certificate verifier ([`client_verifier`]) and a client certificate's subject as
-//! text ([`subject_of`]). The callers of `read_sni_dir`, `read_ca_dir` and `subject_of` (the
-//! configuration loader, the CLI, the HTTP session) are on other branches of issue 12: their
-//! `allow(dead_code)` goes once those are merged.
+//! text ([`subject_of`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -434,7 +432,6 @@ fn dir_files(dir: &Path) -> Result<Vec<PathBuf>, TlsError> {
 /// the file's stem, is the server name served (`*.example.com.crt` is a wildcard); when the stem
 /// is not a server name (`_wildcard.crt`, say), the certificate's own names are served. Sorted
 /// by file name: with no other certificate, the first is the default.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn read_sni_dir(dir: &Path) -> Result<Vec<CertFiles>, TlsError> {
     let mut certs = Vec::new();
     for path in dir_files(dir)? {
@@ -476,7 +473,6 @@ pub(crate) fn read_sni_dir(dir: &Path) -> Result<Vec<CertFiles>, TlsError> {
 
 /// Pen's `-A DIR`: every regular file of the directory that holds at least one PEM
 /// certificate (others, such as a README, are skipped), sorted by name; at least one.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn read_ca_dir(dir: &Path) -> Result<Vec<FileData>, TlsError> {
     let mut cas = Vec::new();
     for path in dir_files(dir)? {
@@ -546,7 +542,6 @@ pub(crate) fn client_verifier(
 /// it (`CN=alice,O=Example`), for `X-Client-Cert-Subject` and the access log. Printable ASCII
 /// only: control bytes, bytes above 0x7e and RFC 4514's specials are escaped (`\0A`, `\,`), so
 /// the text can go in a header or a log line as it is. None when `der` is not a certificate.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn subject_of(der: &[u8]) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let registry = x509_parser::objects::oid_registry();

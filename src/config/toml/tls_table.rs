@@ -409,7 +409,8 @@ impl RawTls {
         }
         if let Some(v) = &self.client_ca_dir {
             let path = path_in(v, "client_ca_dir", dir, at)?;
-            client.ca_dir = read_ca_dir(&path).map_err(|e| fail(at, v, "client_ca_dir", e))?;
+            client.ca_dir =
+                tls::certs::read_ca_dir(&path).map_err(|e| fail(at, v, "client_ca_dir", e))?;
         }
         if let Some(v) = &self.client_crl {
             let files: Vec<Spanned<toml::Value>> = match v.get_ref() {
@@ -624,49 +625,9 @@ fn check_key(f: &FileData) -> Result<(), TlsError> {
         .map_err(|e| TlsError::file(&f.path, format!("no usable private key: {e}")))
 }
 
-/// Every PEM certificate file of a directory (OpenSSL's CApath, Pen's `-A`), sorted by name;
-/// other files are left out.
-pub(crate) fn read_ca_dir(dir: &Path) -> Result<Vec<FileData>, TlsError> {
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| TlsError::file(dir, format!("cannot read the directory: {e}")))?;
-    let mut paths = Vec::new();
-    for entry in entries {
-        let entry =
-            entry.map_err(|e| TlsError::file(dir, format!("cannot read the directory: {e}")))?;
-        if entry
-            .file_type()
-            .is_ok_and(|t| t.is_file() || t.is_symlink())
-        {
-            paths.push(entry.path());
-        }
-    }
-    paths.sort();
-    let mut found = Vec::new();
-    for path in paths {
-        let Ok(f) = FileData::read(&path) else {
-            continue;
-        };
-        if check_certificates(&f).is_ok() {
-            found.push(f);
-        }
-        if found.len() > MAX_CERTS {
-            return Err(TlsError::file(
-                dir,
-                format!("more than {MAX_CERTS} CA files"),
-            ));
-        }
-    }
-    if found.is_empty() {
-        return Err(TlsError::file(
-            dir,
-            "no PEM certificate file in the directory",
-        ));
-    }
-    Ok(found)
-}
-
 impl RawServerTls {
-    /// `server_tls`: files read and their PEM checked (the TLS to servers is built by the pool).
+    /// `server_tls`: files read and their PEM checked, a client certificate against its key (the
+    /// TLS to servers is built with the pool).
     pub(super) fn build(&self, dir: &Path, at: At) -> Result<ClientSettings, ConfigError> {
         let mut s = ClientSettings::default();
         let fail = |v: &Spanned<toml::Value>, name: &str, why: String| {
@@ -719,6 +680,9 @@ impl RawServerTls {
                     names: Vec::new(),
                     default: false,
                 });
+                // The client certificate and its key must go together: built once here so a
+                // mismatch stops the load, not the first connection.
+                tls::client::build_client(&s, false).map_err(|e| fail(c, "cert", e.to_string()))?;
             }
         }
         Ok(s)
