@@ -174,7 +174,9 @@ pub(crate) struct TlsSettings {
     /// Cipher suites by rustls name (`TLS13_AES_128_GCM_SHA256`) or OpenSSL name
     /// (`ECDHE-ECDSA-AES128-GCM-SHA256`), in order of preference; empty = rustls' defaults.
     pub ciphers: Vec<String>,
-    /// The server's cipher order wins over the client's (Pen's `cipher_server_preference`).
+    /// The server's cipher order wins over the client's (Pen's `cipher_server_preference`; on by
+    /// default, as audits such as testssl.sh expect: the server picks AES-GCM before ChaCha20
+    /// on this hardware rather than whatever a client lists first).
     pub server_cipher_order: bool,
     /// ALPN protocols advertised; None = `http/1.1` on an HTTP listener, nothing on TCP.
     pub alpn: Option<Vec<String>>,
@@ -201,7 +203,7 @@ impl TlsSettings {
             sni_path: None,
             min_version: TlsVersion::V1_2,
             ciphers: Vec::new(),
-            server_cipher_order: false,
+            server_cipher_order: true,
             alpn: None,
             strict_sni: false,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
