@@ -469,8 +469,24 @@ fn tls_passthrough_routes_are_checked_at_their_line() {
         8,
         "sni is for TCP listeners",
     );
+    // Passthrough and termination on one listener cannot both happen.
     let dir = scratch_dir();
+    let cert = rcgen::generate_simple_self_signed(vec!["a.example".to_string()]).unwrap();
+    std::fs::write(dir.path().join("a.pem"), cert.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("a.key"), cert.signing_key.serialize_pem()).unwrap();
     let path = dir.path().join("q.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "{head}tls = {{ cert = \"a.pem\", key = \"a.key\" }}\n\
+             [[listener.route]]\nsni = \"a.example\"\npool = \"a\"\n"
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = run_quill_output(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot also terminate it"), "{err}");
+    assert_eq!(strip_ansi(&err).trim_end().lines().count(), 1, "{err}");
     std::fs::write(
         &path,
         format!("{head}[[listener.route]]\nsni = [\"a.example\", \"*.b.example\"]\npool = \"a\"\n"),

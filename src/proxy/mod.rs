@@ -11,6 +11,7 @@
 
 pub(crate) mod connect;
 pub(crate) mod copy;
+pub(crate) mod handshake;
 pub(crate) mod http;
 pub(crate) mod peek;
 pub(crate) mod tcp;
@@ -31,6 +32,7 @@ use crate::state::idle::ServerConns;
 use crate::state::shared::Listener;
 use crate::state::shared::SessionInfo;
 use copy::Pools;
+use handshake::{Handshaking, Next};
 use http::HttpSession;
 use peek::{PeekSession, Peeked};
 use tcp::TcpSession;
@@ -121,6 +123,8 @@ pub(crate) enum Session {
     Http(Box<HttpSession>),
     /// A TCP listener's client until its TLS ClientHello names the pool (SNI routes).
     Peek(PeekSession),
+    /// A TLS listener's client during its handshake; becomes `Tcp` or `Http` once done.
+    Handshake(Box<Handshaking>),
 }
 
 impl Session {
@@ -160,13 +164,46 @@ impl Session {
         Session::Peek(PeekSession::new(pool, id, client, addr, now))
     }
 
-    /// A peek's outcome: its step, or the TCP session that takes over from it, started now.
+    /// A peek's outcome: its step, or the TCP session that takes over from it (the client's
+    /// socket registered already), started now.
     fn peeked(&mut self, outcome: Peeked, cx: &mut Ctx) -> Step {
         match outcome {
             Peeked::Step(step) => step,
-            Peeked::Routed(tcp) => {
+            Peeked::Routed(tcp, ready) => {
                 *self = Session::Tcp(tcp);
-                self.start(cx)
+                match self {
+                    Session::Tcp(s) => s.start_registered(ready, cx),
+                    _ => Step::Close(End::Error),
+                }
+            }
+        }
+    }
+
+    /// A client of a TLS listener: its handshake first. Err gives the client back when the
+    /// worker has `max_handshakes` in progress (the caller closes it).
+    pub(crate) fn tls(
+        listener: Arc<Listener>,
+        pool: Arc<Pool>,
+        id: u64,
+        client: Stream,
+        addr: ClientAddr,
+        now: u64,
+    ) -> Result<Session, Stream> {
+        Handshaking::new(listener, pool, id, client, addr, now)
+            .map(|h| Session::Handshake(Box::new(h)))
+    }
+
+    /// Follows the handshake phase: a finished handshake replaces it with the session it leads to.
+    fn after_handshake(&mut self, next: Next, cx: &mut Ctx) -> Step {
+        match next {
+            Next::Step(step) => step,
+            Next::Session(session, ready) => {
+                *self = *session;
+                match self {
+                    Session::Tcp(s) => s.start_registered(ready, cx),
+                    Session::Http(s) => s.start_registered(ready, cx),
+                    Session::Handshake(_) | Session::Peek(_) => Step::Close(End::Error),
+                }
             }
         }
     }
@@ -178,6 +215,9 @@ impl Session {
         match self {
             Session::Tcp(_) | Session::Peek(_) => false,
             Session::Http(s) => s.drain(),
+            // Its handshake finishes (bounded by the drain deadline), then it is an HTTP session
+            // that closes after one exchange, or a TCP session.
+            Session::Handshake(_) => false,
         }
     }
 
@@ -190,6 +230,7 @@ impl Session {
                 let outcome = s.start(cx);
                 self.peeked(outcome, cx)
             }
+            Session::Handshake(s) => s.start(cx),
         }
     }
 
@@ -199,8 +240,12 @@ impl Session {
             Session::Tcp(s) => s.on_ready(side, ev, cx),
             Session::Http(s) => s.on_ready(side, ev, cx),
             Session::Peek(s) => {
-                let outcome = s.on_ready(ev, cx);
+                let outcome = s.on_ready(ev);
                 self.peeked(outcome, cx)
+            }
+            Session::Handshake(s) => {
+                let next = s.on_ready(side, ev, cx);
+                self.after_handshake(next, cx)
             }
         }
     }
@@ -211,6 +256,7 @@ impl Session {
             Session::Tcp(s) => s.on_resolved(answer, cx),
             Session::Http(s) => s.on_resolved(answer, cx),
             Session::Peek(s) => s.wait(),
+            Session::Handshake(s) => s.on_deadline(cx),
         }
     }
 
@@ -220,6 +266,7 @@ impl Session {
             Session::Tcp(s) => s.on_deadline(cx),
             Session::Http(s) => s.on_deadline(cx),
             Session::Peek(s) => s.on_deadline(cx),
+            Session::Handshake(s) => s.on_deadline(cx),
         }
     }
 
@@ -229,6 +276,10 @@ impl Session {
             Session::Tcp(s) => s.resume(cx),
             Session::Http(s) => s.resume(cx),
             Session::Peek(s) => s.wait(),
+            Session::Handshake(s) => {
+                let next = s.drive(cx);
+                self.after_handshake(next, cx)
+            }
         }
     }
 
@@ -238,6 +289,7 @@ impl Session {
             Session::Tcp(s) => s.id(),
             Session::Http(s) => s.id(),
             Session::Peek(s) => s.id(),
+            Session::Handshake(s) => s.id(),
         }
     }
 
@@ -247,6 +299,7 @@ impl Session {
             Session::Tcp(s) => s.info(now),
             Session::Http(s) => s.info(now),
             Session::Peek(s) => s.info(now),
+            Session::Handshake(s) => s.info(now),
         }
     }
 
@@ -263,6 +316,7 @@ impl Session {
             Session::Tcp(s) => s.close(end, pools),
             Session::Http(s) => s.close(end, pools, conns),
             Session::Peek(s) => s.close(),
+            Session::Handshake(s) => s.close(end),
         }
     }
 }

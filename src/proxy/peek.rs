@@ -23,7 +23,7 @@ use super::{Closing, Ctx, Step};
 use crate::backend::Pool;
 use crate::clock::millis;
 use crate::metrics::End;
-use crate::net::{ClientAddr, Stream};
+use crate::net::{ClientAddr, Ready, Stream};
 use crate::route::Action;
 use crate::state::shared::SessionInfo;
 
@@ -36,6 +36,8 @@ pub(crate) struct PeekSession {
     id: u64,
     /// None once handed over to its TCP session.
     client: Option<Stream>,
+    /// What the client's events said, handed to the TCP session with the socket.
+    ready: Ready,
     addr: ClientAddr,
     /// The listener's pool snapshot: its routes and its own servers.
     pool: Arc<Pool>,
@@ -51,8 +53,9 @@ pub(crate) struct PeekSession {
 pub(crate) enum Peeked {
     /// Go on waiting, or close.
     Step(Step),
-    /// The hello named its pool: the TCP session to start in this one's place.
-    Routed(TcpSession),
+    /// The hello named its pool: the TCP session to start in this one's place, with the client's
+    /// socket registered already and what is known of its readiness.
+    Routed(TcpSession, Ready),
 }
 
 impl PeekSession {
@@ -70,6 +73,7 @@ impl PeekSession {
         PeekSession {
             id,
             client: Some(client),
+            ready: Ready::default(),
             addr,
             pool,
             started_ms: now,
@@ -81,29 +85,35 @@ impl PeekSession {
         self.id
     }
 
-    /// Registers the client for reading (the TCP session registers it anew for both ways). No
-    /// peek yet: bytes the client already sent make the registration report it readable, so the
-    /// first peek waits for that event (no EAGAIN spent on a hello still on its way).
+    /// Registers the client for both ways, as the TCP session it becomes keeps it. No peek yet:
+    /// bytes the client already sent make the registration report it readable, so the first peek
+    /// waits for that event (no EAGAIN spent on a hello still on its way).
     pub(crate) fn start(&mut self, cx: &mut Ctx) -> Peeked {
         let Some(client) = &mut self.client else {
             return Peeked::Step(Step::Close(End::Error));
         };
-        if let Err(e) = cx
-            .registry
-            .register(client.source(), cx.client_token, Interest::READABLE)
-        {
+        if let Err(e) = cx.registry.register(
+            client.source(),
+            cx.client_token,
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
             tracing::warn!("cannot register client socket: {e}");
             return Peeked::Step(Step::Close(End::Error));
         }
         Peeked::Step(self.wait())
     }
 
-    /// A readable edge: more of the hello (or its end) arrived.
-    pub(crate) fn on_ready(&mut self, ev: &Event, cx: &mut Ctx) -> Peeked {
+    /// An event on the client: on a readable edge, more of the hello (or its end) arrived.
+    pub(crate) fn on_ready(&mut self, ev: &Event) -> Peeked {
+        self.ready.update(ev);
         if ev.is_error() {
             return Peeked::Step(Step::Close(End::ClientReset));
         }
-        self.peek(ev.is_read_closed(), cx)
+        if !ev.is_readable() && !ev.is_read_closed() {
+            // Writable only (the registration's first event): nothing new to look at.
+            return Peeked::Step(self.wait());
+        }
+        self.peek(ev.is_read_closed())
     }
 
     pub(crate) fn on_deadline(&mut self, cx: &mut Ctx) -> Step {
@@ -124,7 +134,7 @@ impl PeekSession {
 
     /// Looks at the bytes waiting in the client's socket, leaving them there. `eof`: the client
     /// has sent all it will.
-    fn peek(&mut self, eof: bool, cx: &mut Ctx) -> Peeked {
+    fn peek(&mut self, eof: bool) -> Peeked {
         let Some(client) = &self.client else {
             return Peeked::Step(Step::Close(End::Error));
         };
@@ -132,7 +142,10 @@ impl PeekSession {
         let n = match rustix::net::recv(client, &mut buf[..], rustix::net::RecvFlags::PEEK) {
             Ok((0, _)) => return Peeked::Step(Step::Close(End::Done)),
             Ok((n, _)) => n,
-            Err(e) if e == rustix::io::Errno::AGAIN => return Peeked::Step(self.wait()),
+            Err(e) if e == rustix::io::Errno::AGAIN => {
+                self.ready.readable = false;
+                return Peeked::Step(self.wait());
+            }
             Err(e) => {
                 tracing::debug!(
                     "{}: {}",
@@ -165,7 +178,7 @@ impl PeekSession {
             );
             return Peeked::Step(Step::Close(End::NoServer));
         };
-        self.hand_over(pool, cx)
+        self.hand_over(pool)
     }
 
     /// The pool of the first route naming `name`, else the listener's own when it has servers.
@@ -183,20 +196,14 @@ impl PeekSession {
         routed.or_else(own)
     }
 
-    /// Gives the client to a TCP session over `pool`. The socket leaves this worker's epoll set
-    /// here and the TCP session registers it again (for both ways): the ClientHello still waiting
-    /// in it reports it readable at once.
-    fn hand_over(&mut self, pool: Arc<Pool>, cx: &mut Ctx) -> Peeked {
-        let Some(mut client) = self.client.take() else {
+    /// Gives the client to a TCP session over `pool`, registered as it is: the ClientHello still
+    /// waits in its socket, readable, for the TCP session's first read.
+    fn hand_over(&mut self, pool: Arc<Pool>) -> Peeked {
+        let Some(client) = self.client.take() else {
             return Peeked::Step(Step::Close(End::Error));
         };
-        if let Err(e) = cx.registry.deregister(client.source()) {
-            tracing::warn!("cannot deregister client socket: {e}");
-            self.client = Some(client);
-            return Peeked::Step(Step::Close(End::Error));
-        }
         let tcp = TcpSession::new(pool, self.id, client, self.addr, false, self.started_ms);
-        Peeked::Routed(tcp)
+        Peeked::Routed(tcp, self.ready)
     }
 
     pub(crate) fn info(&self, now_ms: u64) -> SessionInfo {
