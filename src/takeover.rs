@@ -246,7 +246,10 @@ fn read_key_message(r: &mut dyn Read) -> io::Result<Vec<u8>> {
     if version != tickets::EXPORT_VERSION {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("key message version {version}, not {}", tickets::EXPORT_VERSION),
+            format!(
+                "key message version {version}, not {}",
+                tickets::EXPORT_VERSION
+            ),
         ));
     }
     let len = u32::from_be_bytes(len);

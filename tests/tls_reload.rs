@@ -102,7 +102,10 @@ fn tls_ctl_tls_reload_rereads_one_listeners_files() {
     assert_eq!(served_cn(b_port), "two");
     // Names that are not TLS listeners are refused.
     let (ok, reply) = ctl(&q, &["tls", "reload", "nosuch"]);
-    assert!(!ok && reply.contains("no listener named 'nosuch'"), "{reply}");
+    assert!(
+        !ok && reply.contains("no listener named 'nosuch'"),
+        "{reply}"
+    );
 }
 
 #[test]
@@ -113,7 +116,10 @@ fn tls_reload_with_a_bad_key_keeps_the_old_certificate_and_names_the_file() {
     let shown = key.display().to_string();
     // A new certificate, but a key file that holds no key.
     write_cert(q.dir.path(), "web", "two", 2);
-    replace_file(&key, b"-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n");
+    replace_file(
+        &key,
+        b"-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n",
+    );
     let (ok, reply) = ctl(&q, &["tls", "reload", "web"]);
     assert!(!ok, "{reply}");
     assert!(reply.contains(&format!("tls reload: {shown}")), "{reply}");
@@ -177,7 +183,11 @@ fn tls_handshakes_during_a_reload_all_succeed() {
     let mut total = 0;
     for c in clients {
         let (ok, failures) = c.join().unwrap();
-        assert!(failures.is_empty(), "{} failed: {failures:?}", failures.len());
+        assert!(
+            failures.is_empty(),
+            "{} failed: {failures:?}",
+            failures.len()
+        );
         total += ok;
     }
     assert!(total >= 20, "only {total} handshakes");

@@ -50,7 +50,10 @@ fn tls_session_resumes_on_any_worker() {
         // take some, and every one resumes.
         for i in 0..6 {
             let out = offer_session(q.port, version, &file, &format!("again-{i}"));
-            assert!(resumed(&out), "{version} connection {i} not resumed:\n{out}");
+            assert!(
+                resumed(&out),
+                "{version} connection {i} not resumed:\n{out}"
+            );
         }
     }
 }
@@ -72,11 +75,17 @@ fn tls_ticket_key_file_lets_two_processes_resume_each_others_sessions() {
         let from_a = a.path(&format!("a{version}.pem"));
         save_session(a.port, version, &from_a);
         let out = offer_session(b.port, version, &from_a, "a-on-b");
-        assert!(resumed(&out), "{version}: a's session not resumed on b:\n{out}");
+        assert!(
+            resumed(&out),
+            "{version}: a's session not resumed on b:\n{out}"
+        );
         let from_b = b.path(&format!("b{version}.pem"));
         save_session(b.port, version, &from_b);
         let out = offer_session(a.port, version, &from_b, "b-on-a");
-        assert!(resumed(&out), "{version}: b's session not resumed on a:\n{out}");
+        assert!(
+            resumed(&out),
+            "{version}: b's session not resumed on a:\n{out}"
+        );
     }
     // Without the file, each process has keys of its own: a's sessions do not resume on c.
     let c = start_tls(|dir, port| one_listener(dir, port, e.addr(), ""));
@@ -98,7 +107,10 @@ fn tls_session_resumes_across_a_takeover() {
         })
         .collect();
     let mut args = quill_args(old.dir.path());
-    args.extend(["--takeover".into(), old.path("c.sock").display().to_string()]);
+    args.extend([
+        "--takeover".into(),
+        old.path("c.sock").display().to_string(),
+    ]);
     let new = QuillProcess::spawn_in(scratch_dir(), args, old.port);
     assert!(
         new.wait_stderr_contains("took over", Duration::from_secs(10)),
@@ -112,11 +124,16 @@ fn tls_session_resumes_across_a_takeover() {
         new.stderr()
     );
     // Once the old process has gone, every connection reaches the new one.
-    let st = old.wait_exit(Duration::from_secs(10)).expect("old process exits");
+    let st = old
+        .wait_exit(Duration::from_secs(10))
+        .expect("old process exits");
     assert_eq!(st.code(), Some(0), "{}", old.stderr());
     for (version, file) in &files {
         let out = offer_session(new.port, version, file, "after the takeover");
-        assert!(resumed(&out), "{version}: not resumed after the takeover:\n{out}");
+        assert!(
+            resumed(&out),
+            "{version}: not resumed after the takeover:\n{out}"
+        );
     }
     // The new process issues tickets with the same keys too.
     let again = new.path("new.pem");
@@ -174,7 +191,10 @@ fn tls_rotated_ticket_key_file_still_resumes_sessions_of_the_previous_key() {
     assert!(ok, "{reply}");
     for (version, file) in &old_sessions {
         let out = offer_session(q.port, version, file, "after rotation");
-        assert!(resumed(&out), "{version}: k1's session lost by the rotation:\n{out}");
+        assert!(
+            resumed(&out),
+            "{version}: k1's session lost by the rotation:\n{out}"
+        );
     }
     // SIGHUP re-reads the key file too: with k1 dropped, its sessions no longer resume, and a
     // new one (under k2) does.
@@ -207,7 +227,11 @@ fn tls_bad_ticket_key_file_is_refused_naming_file_and_line() {
     let key_file = keys.path().join("keys.txt");
     let shown = key_file.display().to_string();
     // At start: line 3 is not base64.
-    fs::write(&key_file, format!("# keys\n{}\nnot*base64*\n", key_line(48))).unwrap();
+    fs::write(
+        &key_file,
+        format!("# keys\n{}\nnot*base64*\n", key_line(48)),
+    )
+    .unwrap();
     let dir = scratch_dir();
     let port = free_port();
     let (cert, key) = write_cert(dir.path(), "site", "quill-resume", 1);
@@ -219,7 +243,9 @@ fn tls_bad_ticket_key_file_is_refused_naming_file_and_line() {
     .unwrap();
     let args = quill_args(dir.path());
     let mut q = QuillProcess::spawn_in(dir, args, port);
-    let st = q.wait_exit(Duration::from_secs(10)).expect("quill refuses to start");
+    let st = q
+        .wait_exit(Duration::from_secs(10))
+        .expect("quill refuses to start");
     assert_ne!(st.code(), Some(0));
     assert!(
         q.stderr().contains(&format!("{shown}:3: not base64")),
@@ -238,7 +264,9 @@ fn tls_bad_ticket_key_file_is_refused_naming_file_and_line() {
     let (ok, reply) = ctl(&q, &["tls", "reload"]);
     assert!(!ok, "{reply}");
     assert!(
-        reply.contains(&format!("tls reload: {shown}:3: a key has 48 or 80 bytes, not 32")),
+        reply.contains(&format!(
+            "tls reload: {shown}:3: a key has 48 or 80 bytes, not 32"
+        )),
         "{reply}"
     );
     assert_eq!(reply.trim().lines().count(), 1, "{reply}");

@@ -289,7 +289,9 @@ pub(crate) struct TicketKeys {
 
 impl fmt::Debug for TicketKeys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("TicketKeys").field(&**self.set.load()).finish()
+        f.debug_tuple("TicketKeys")
+            .field(&**self.set.load())
+            .finish()
     }
 }
 
@@ -477,7 +479,10 @@ mod tests {
         // Long idle: everything is replaced at once, and the next rotation is in the future.
         let late = set.rotated(1000 + 10 * ROTATION_SECS + 7).unwrap();
         assert_eq!(late.keys.len(), 3);
-        assert!(late.keys.iter().all(|k| set.keys.iter().all(|o| o.name != k.name)));
+        assert!(late
+            .keys
+            .iter()
+            .all(|k| set.keys.iter().all(|o| o.name != k.name)));
         assert_eq!(late.rotate_at, Some(1000 + 11 * ROTATION_SECS));
     }
 
@@ -528,6 +533,163 @@ mod tests {
         assert_eq!(shared.decrypt(&ticket).unwrap(), b"handed over");
         assert!(shared.enabled());
         assert_eq!(shared.lifetime(), LIFETIME_SECS);
+    }
+
+    /// Handshakes in memory between rustls' client and the `ServerConfig` that `build_server`
+    /// makes: tickets of one config resume on another built from the same keys.
+    mod handshakes {
+        use super::*;
+        use crate::tls::{build_server, CertFiles, ClientAuth, TlsSettings};
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::CertificateDer;
+        use rustls::{ClientConfig, ClientConnection, HandshakeKind, ServerConnection};
+
+        struct Site {
+            settings: TlsSettings,
+            roots: rustls::RootCertStore,
+        }
+
+        fn site() -> Site {
+            let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+            let pem = ck.cert.pem();
+            let data = |name: &str, text: &str| FileData {
+                path: name.into(),
+                bytes: text.as_bytes().into(),
+            };
+            let certs = vec![CertFiles {
+                cert: data("site.pem", &pem),
+                key: data("site.key", &ck.signing_key.serialize_pem()),
+                ocsp: None,
+                names: Vec::new(),
+                default: true,
+            }];
+            let mut roots = rustls::RootCertStore::empty();
+            roots
+                .add(CertificateDer::from_pem_slice(pem.as_bytes()).unwrap())
+                .unwrap();
+            Site {
+                settings: TlsSettings::new(certs),
+                roots,
+            }
+        }
+
+        fn client(
+            site: &Site,
+            version: &'static rustls::SupportedProtocolVersion,
+        ) -> Arc<ClientConfig> {
+            Arc::new(
+                ClientConfig::builder_with_provider(Arc::new(crate::tls::provider()))
+                    .with_protocol_versions(&[version])
+                    .unwrap()
+                    .with_root_certificates(site.roots.clone())
+                    .with_no_client_auth(),
+            )
+        }
+
+        fn server(settings: &TlsSettings, shared: &Arc<TicketKeys>) -> Arc<rustls::ServerConfig> {
+            build_server(settings, false, shared).unwrap().config
+        }
+
+        fn handshake(
+            client: &Arc<ClientConfig>,
+            server: &Arc<rustls::ServerConfig>,
+        ) -> HandshakeKind {
+            let name = "localhost".try_into().unwrap();
+            let mut c = ClientConnection::new(client.clone(), name).unwrap();
+            let mut s = ServerConnection::new(server.clone()).unwrap();
+            for _ in 0..20 {
+                let mut buf = Vec::new();
+                while c.wants_write() {
+                    c.write_tls(&mut buf).unwrap();
+                }
+                let mut rd = &buf[..];
+                while !rd.is_empty() {
+                    s.read_tls(&mut rd).unwrap();
+                    s.process_new_packets().unwrap();
+                }
+                let mut buf = Vec::new();
+                while s.wants_write() {
+                    s.write_tls(&mut buf).unwrap();
+                }
+                let mut rd = &buf[..];
+                while !rd.is_empty() {
+                    c.read_tls(&mut rd).unwrap();
+                    c.process_new_packets().unwrap();
+                }
+                if !c.is_handshaking()
+                    && !s.is_handshaking()
+                    && !s.wants_write()
+                    && !c.wants_write()
+                {
+                    break;
+                }
+            }
+            assert!(!c.is_handshaking());
+            c.handshake_kind().unwrap()
+        }
+
+        const VERSIONS: [&rustls::SupportedProtocolVersion; 2] =
+            [&rustls::version::TLS13, &rustls::version::TLS12];
+
+        #[test]
+        fn two_configs_with_one_key_file_resume_each_others_sessions() {
+            let mut site = site();
+            let lines = [1, 2].map(|s| key_line(LONG_KEY, s)).join("\n");
+            site.settings.ticket_keys = Some(file(&lines));
+            let unused = shared_keys();
+            for v in VERSIONS {
+                let c = client(&site, v);
+                let (a, b) = (
+                    server(&site.settings, &unused),
+                    server(&site.settings, &unused),
+                );
+                assert_eq!(handshake(&c, &a), HandshakeKind::Full);
+                assert_eq!(handshake(&c, &b), HandshakeKind::Resumed, "{v:?}");
+                assert_eq!(handshake(&c, &a), HandshakeKind::Resumed, "{v:?}");
+            }
+        }
+
+        #[test]
+        fn handed_over_keys_resume_and_other_keys_do_not() {
+            let site = site();
+            let old = TicketKeys::generate().unwrap();
+            let new = Arc::new(TicketKeys::import(&old.export()).unwrap());
+            let other = TicketKeys::generate().unwrap();
+            for v in VERSIONS {
+                let c = client(&site, v);
+                assert_eq!(
+                    handshake(&c, &server(&site.settings, &old)),
+                    HandshakeKind::Full
+                );
+                let on_new = handshake(&c, &server(&site.settings, &new));
+                assert_eq!(on_new, HandshakeKind::Resumed, "{v:?}");
+                let c = client(&site, v);
+                assert_eq!(
+                    handshake(&c, &server(&site.settings, &old)),
+                    HandshakeKind::Full
+                );
+                let on_other = handshake(&c, &server(&site.settings, &other));
+                assert_eq!(on_other, HandshakeKind::Full, "{v:?}");
+            }
+        }
+
+        #[test]
+        fn no_resumption_when_client_certificates_are_asked_for() {
+            let mut site = site();
+            let ca = rcgen::generate_simple_self_signed(vec!["ca".into()]).unwrap();
+            site.settings.client_auth = Some(ClientAuth {
+                ca: vec![file(&ca.cert.pem())],
+                crls: Vec::new(),
+                required: false,
+            });
+            let keys = TicketKeys::generate().unwrap();
+            for v in VERSIONS {
+                let c = client(&site, v);
+                let s = server(&site.settings, &keys);
+                assert_eq!(handshake(&c, &s), HandshakeKind::Full);
+                assert_eq!(handshake(&c, &s), HandshakeKind::Full, "{v:?}");
+            }
+        }
     }
 
     proptest! {

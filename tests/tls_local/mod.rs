@@ -31,7 +31,10 @@ pub fn write_cert(dir: &Path, stem: &str, cn: &str, serial: u64) -> (PathBuf, Pa
     params.serial_number = Some(SerialNumber::from(serial));
     let key = KeyPair::generate().unwrap();
     let cert = params.self_signed(&key).unwrap();
-    let (c, k) = (dir.join(format!("{stem}.pem")), dir.join(format!("{stem}.key")));
+    let (c, k) = (
+        dir.join(format!("{stem}.pem")),
+        dir.join(format!("{stem}.key")),
+    );
     replace_file(&c, cert.pem().as_bytes());
     replace_file(&k, key.serialize_pem().as_bytes());
     (c, k)
@@ -40,7 +43,9 @@ pub fn write_cert(dir: &Path, stem: &str, cn: &str, serial: u64) -> (PathBuf, Pa
 /// A CA certificate written to DIR/STEM.pem (for `client_ca`).
 pub fn write_ca(dir: &Path, stem: &str) -> PathBuf {
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.distinguished_name.push(DnType::CommonName, "quill test CA");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "quill test CA");
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let key = KeyPair::generate().unwrap();
     let cert = params.self_signed(&key).unwrap();
@@ -190,7 +195,10 @@ impl SClient {
             }
             thread::sleep(Duration::from_millis(5));
         }
-        Err(format!("no echo of {line:?} within {CLIENT_TIMEOUT:?}:\n{}", self.output()))
+        Err(format!(
+            "no echo of {line:?} within {CLIENT_TIMEOUT:?}:\n{}",
+            self.output()
+        ))
     }
 
     /// Closes the session (stdin's end makes s_client send close_notify and exit), waits
