@@ -393,6 +393,32 @@ fn build_listener(
         )));
     }
     l.tuning.apply(&rl.tuning(at)?);
+    if let Some(t) = &rl.tls {
+        let where_ = at(t.span());
+        let t = t.get_ref();
+        let read = |p: &str| {
+            crate::tls::FileData::read(&defaults.dir.join(p))
+                .map_err(|e| ConfigError::usage(format!("{where_}tls: {e}")))
+        };
+        let cert = read(&t.cert)?;
+        let key = read(t.key.as_deref().unwrap_or(&t.cert))?;
+        let mut st = crate::tls::TlsSettings::new(vec![crate::tls::CertFiles {
+            cert,
+            key,
+            ocsp: None,
+            names: Vec::new(),
+            default: true,
+        }]);
+        if let Some(d) = t.handshake_timeout {
+            st.handshake_timeout = d.0;
+        }
+        if let Some(m) = t.max_handshakes {
+            st.max_handshakes = m.max(1);
+        }
+        crate::tls::build_server(&st, is_http, &crate::tls::tickets::shared_keys())
+            .map_err(|e| ConfigError::usage(format!("{where_}tls: {e}")))?;
+        l.tls = Some(st);
+    }
     if let Some(n) = &rl.client_acl {
         l.client_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
     }
@@ -1218,7 +1244,19 @@ with_tuning_keys! {
         servers: Vec<Spanned<RawServer>>,
         #[serde(default)]
         route: Vec<Spanned<RawRoute>>,
+        tls: Option<Spanned<RawTlsMinimal>>,
     }
+}
+
+/// `[listener.tls]`, minimal first version (certificate, key, handshake bounds): the full loader
+/// replaces it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTlsMinimal {
+    cert: String,
+    key: Option<String>,
+    handshake_timeout: Option<Dur>,
+    max_handshakes: Option<u32>,
 }
 
 with_tuning_keys! {

@@ -131,7 +131,7 @@ impl Input {
             }
             Ok(n) => {
                 self.end += n as u32;
-                if n < space && !sr.read_closed && !sr.error {
+                if n < space && !sr.read_closed && !sr.error && !src.ended() {
                     sr.readable = false;
                 }
                 Ok(Filled::Data)
@@ -253,6 +253,10 @@ impl Leg {
             };
             let body = input.pending();
             if head.is_empty() && body.is_empty() {
+                // TLS: what the stream took counts as written once its records are out.
+                if !dst.flush_backlog(dr)? {
+                    return Ok(false);
+                }
                 if let Some(b) = self.out.take() {
                     pools.give_buffer(b);
                 }
@@ -588,6 +592,13 @@ impl HttpSession {
             tracing::warn!("cannot register client socket: {e}");
             return Step::Close(End::Error);
         }
+        self.step(cx)
+    }
+
+    /// Starts reading requests from a client whose socket is registered already, with the
+    /// readiness known of it (after a TLS handshake: request bytes may have come with it).
+    pub(crate) fn start_registered(&mut self, ready: Ready, cx: &mut Ctx) -> Step {
+        self.client_ready = ready;
         self.step(cx)
     }
 
@@ -1155,7 +1166,11 @@ impl HttpSession {
             client: client_ip,
             trusted,
             forwarded_for: s.forwarded_for,
-            proto: "http",
+            proto: if self.client.tls().is_some() {
+                "https"
+            } else {
+                "http"
+            },
             x_forwarded_proto: s.x_forwarded_proto,
             x_forwarded_host: s.x_forwarded_host,
             forwarded: s.forwarded,

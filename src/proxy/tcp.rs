@@ -93,6 +93,17 @@ impl TcpSession {
             tracing::warn!("cannot register client socket: {e}");
             return Step::Close(End::Error);
         }
+        self.begin(cx)
+    }
+
+    /// Starts looking for a server for a client whose socket is registered already, with the
+    /// readiness known of it (after a TLS handshake).
+    pub(crate) fn start_registered(&mut self, ready: Ready, cx: &mut Ctx) -> Step {
+        self.client_ready = ready;
+        self.begin(cx)
+    }
+
+    fn begin(&mut self, cx: &mut Ctx) -> Step {
         let progress = self.connector.connect_next(&self.addr, cx);
         self.follow(progress, cx)
     }

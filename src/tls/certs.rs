@@ -15,6 +15,10 @@ pub(crate) struct Served {
     pub key: Arc<CertifiedKey>,
     /// Where it came from (the certificate file), for logs and metrics.
     pub path: std::path::PathBuf,
+    /// The server names it answers for.
+    pub names: Vec<String>,
+    /// The certificate's notAfter, Unix seconds.
+    pub not_after_unix: i64,
 }
 
 /// The certificates of a listener and how a handshake picks one.
@@ -75,6 +79,8 @@ pub(crate) fn load(files: &CertFiles) -> Result<Served, TlsError> {
     Ok(Served {
         key: Arc::new(key),
         path: files.cert.path.clone(),
+        names: files.names.clone(),
+        not_after_unix: 0,
     })
 }
 
