@@ -106,7 +106,9 @@ pub(crate) fn hand_over(
         match &answer {
             Ok(line) if line.trim() == KEYS_REQUEST => {
                 let keys = tickets::shared_keys().export();
-                (&*conn).write_all(&key_message(&keys))?;
+                if let Err(e) = (&*conn).write_all(&key_message(&keys)) {
+                    tracing::warn!("takeover: cannot send the session-ticket keys: {e}");
+                }
                 answer = read_line(&mut reader);
             }
             _ => break,
