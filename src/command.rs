@@ -284,6 +284,8 @@ pub(crate) enum Action {
     Takeover,
     /// The new process serves; the old one drains and exits. Unix socket only.
     TakeoverDone,
+    /// `tls reload [NAME]`: re-read the TLS files of listener NAME (or of every TLS listener).
+    TlsReload(Option<String>),
 }
 
 impl Action {
@@ -491,6 +493,9 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
         ("reopen", false, []) => Ok(Action::Reopen),
         ("takeover", false, []) => Ok(Action::Takeover),
         ("takeover_done", false, []) => Ok(Action::TakeoverDone),
+        ("tls", false, ["reload"]) => Ok(Action::TlsReload(None)),
+        ("tls", false, ["reload", name]) => Ok(Action::TlsReload(Some(name.to_string()))),
+        ("tls", false, _) => err("tls: the command is 'tls reload [LISTENER]'"),
         (
             "mode" | "servers" | "client_acl" | "control_acl" | "log" | "web_stats" | "listen"
             | "control" | "status" | "connections" | "pid" | "exit" | "write" | "reload" | "reopen"
@@ -648,6 +653,25 @@ mod tests {
         assert!(!Command::Http(true).is_global());
         assert_eq!(
             Action::Set(Command::Http(true)).needs(),
+            Needs::Level(ControlLevel::Admin)
+        );
+    }
+
+    #[test]
+    fn tls_reload_takes_an_optional_listener_name_and_is_admin() {
+        let action = |line: &str| parse_request(line).map(|r| r.action);
+        assert_eq!(action("tls reload"), Ok(Action::TlsReload(None)));
+        assert_eq!(
+            action("tls reload web"),
+            Ok(Action::TlsReload(Some("web".into())))
+        );
+        assert_eq!(
+            action("tls reload a b").unwrap_err().0,
+            "tls: the command is 'tls reload [LISTENER]'"
+        );
+        assert!(action("tls").is_err());
+        assert_eq!(
+            Action::TlsReload(None).needs(),
             Needs::Level(ControlLevel::Admin)
         );
     }

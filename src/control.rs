@@ -785,6 +785,7 @@ fn is_blocking(action: &Action) -> bool {
         Action::Include(_)
             | Action::Write(_)
             | Action::Reload
+            | Action::TlsReload(_)
             | Action::Takeover
             | Action::Status
             | Action::Set(Command::Log(Some(_)) | Command::WebStats(Some(_)))
@@ -1065,6 +1066,14 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
             "takeover is a conversation between Quill processes".into(),
             json,
         ),
+        Action::TlsReload(name) => match controller.tls_reload(name.as_deref().or(listener)) {
+            Ok(note) => ok(
+                json,
+                format!("tls reloaded: {note}\n"),
+                json!({ "ok": true, "note": note }),
+            ),
+            Err(e) => Reply::Error(format!("tls reload: {e}"), json),
+        },
     }
 }
 
@@ -1334,6 +1343,8 @@ mod tests {
             "no log",
             "hash",
             "reload",
+            "tls reload",
+            "tls reload web",
             "conn_max 5",
         ] {
             assert_eq!(needs(line), admin, "{line}");

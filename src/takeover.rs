@@ -5,6 +5,14 @@
 //! connection and the old process drains. If the connection closes first, nothing changes in the
 //! old process.
 //!
+//! The generated TLS session-ticket keys go along, so that sessions resume across the upgrade:
+//! the old process's JSON line offers them (`"ticket_keys": 1`, the version of the key message),
+//! the new process asks with `ticket_keys 1` and receives one message, `version(1) |
+//! length(4, big-endian) | keys` ([`tickets::TicketKeys::export`]), which it installs before any
+//! listener's TLS is built. Either side may be an older Quill: an old process offers nothing and
+//! the new one keeps the keys it generates; an old new process never asks. Key files are not
+//! handed over: the new process reads them itself.
+//!
 //! Both halves live here, apart from the control socket that carries the first line, so that the
 //! runtime (the new process's start-up) and the control thread (the old process) both call down
 //! into it instead of into each other.
@@ -27,6 +35,7 @@ use serde_json::{json, Value};
 use crate::state::controller::Controller;
 use crate::state::Msg;
 use crate::systemd::Inherited;
+use crate::tls::tickets;
 
 /// The name the control socket has among handed-over sockets.
 pub(crate) const CONTROL_NAME: &str = "control";
@@ -40,6 +49,12 @@ const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_FDS: usize = 64;
 /// Longest answer line read (`done`, or what a confused peer says instead), as a command line.
 const MAX_ANSWER: usize = 4096;
+/// The new process's request for the ticket keys, in the version it reads.
+const KEYS_REQUEST: &str = "ticket_keys 1";
+/// Longest key message accepted (255 keys of 80 bytes and a header fit easily).
+const MAX_KEYS_MESSAGE: u32 = 64 * 1024;
+/// Lines the old process reads before `done` (the key request, and one spare).
+const MAX_REQUESTS: usize = 4;
 
 /// Old process: hands every listening socket, the control socket (`control_socket`) and the admin
 /// listener to the new process, then waits for it to say it serves; once it does, marks the state
@@ -65,7 +80,8 @@ pub(crate) fn hand_over(
             format!("error: too many sockets to hand over ({})\n", fds.len()).as_bytes(),
         );
     }
-    let payload = format!("{}\n", json!({ "names": names }));
+    let offer = json!({ "names": names, "ticket_keys": tickets::EXPORT_VERSION });
+    let payload = format!("{offer}\n");
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
@@ -83,7 +99,22 @@ pub(crate) fn hand_over(
     );
     conn.set_read_timeout(Some(TAKEOVER_TIMEOUT))?;
     let mut reader = conn;
-    match read_line(&mut reader) {
+    // The new process waits for the keys before it says anything else, so a line read here
+    // never takes bytes of the next one.
+    let mut answer = read_line(&mut reader);
+    for _ in 0..MAX_REQUESTS {
+        match &answer {
+            Ok(line) if line.trim() == KEYS_REQUEST => {
+                let keys = tickets::shared_keys().export();
+                if let Err(e) = (&*conn).write_all(&key_message(&keys)) {
+                    tracing::warn!("takeover: cannot send the session-ticket keys: {e}");
+                }
+                answer = read_line(&mut reader);
+            }
+            _ => break,
+        }
+    }
+    match answer {
         Ok(line) if line.trim() == "done" => {
             let _ = (&*conn).write_all(b"ok\n");
             controller
@@ -176,6 +207,18 @@ pub(crate) fn request_takeover(path: &Path) -> io::Result<(Vec<Inherited>, UnixS
             names.len()
         )));
     }
+    if value["ticket_keys"].as_u64() == Some(u64::from(tickets::EXPORT_VERSION)) {
+        match receive_keys(&mut conn) {
+            Ok(keys) => {
+                tickets::install_shared(keys);
+                tracing::info!("takeover: session-ticket keys received from {shown}");
+            }
+            Err(e) => tracing::warn!(
+                "takeover: no session-ticket keys from {shown} ({e}); sessions of the old \
+                 process will not resume here"
+            ),
+        }
+    }
     let inherited = names
         .into_iter()
         .zip(fds)
@@ -185,6 +228,50 @@ pub(crate) fn request_takeover(path: &Path) -> io::Result<(Vec<Inherited>, UnixS
         })
         .collect();
     Ok((inherited, conn))
+}
+
+/// The key message: `version(1) | length(4, big-endian) | keys`.
+fn key_message(keys: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(keys.len()).unwrap_or(u32::MAX);
+    let mut out = Vec::with_capacity(5 + keys.len());
+    out.push(tickets::EXPORT_VERSION);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(keys);
+    out
+}
+
+/// Reads one key message (see [`key_message`]): its keys' bytes.
+fn read_key_message(r: &mut dyn Read) -> io::Result<Vec<u8>> {
+    let mut head = [0u8; 5];
+    r.read_exact(&mut head)?;
+    let [version, len @ ..] = head;
+    if version != tickets::EXPORT_VERSION {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "key message version {version}, not {}",
+                tickets::EXPORT_VERSION
+            ),
+        ));
+    }
+    let len = u32::from_be_bytes(len);
+    if len > MAX_KEYS_MESSAGE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("key message of {len} bytes"),
+        ));
+    }
+    let mut body = vec![0u8; len as usize];
+    r.read_exact(&mut body)?;
+    Ok(body)
+}
+
+/// New process: asks for the old process's generated ticket keys and reads them.
+fn receive_keys(conn: &mut UnixStream) -> io::Result<tickets::TicketKeys> {
+    conn.write_all(format!("{KEYS_REQUEST}\n").as_bytes())?;
+    let body = read_key_message(conn)?;
+    tickets::TicketKeys::import(&body)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "keys not understood"))
 }
 
 /// New process: tells the old one it serves now, so it drains.
@@ -210,4 +297,19 @@ fn read_line(r: &mut dyn Read) -> io::Result<String> {
     String::from_utf8(line)
         .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "command is not UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_message_reads_back_and_a_bad_one_is_refused() {
+        let msg = key_message(b"keys");
+        assert_eq!(msg, b"\x01\x00\x00\x00\x04keys");
+        assert_eq!(read_key_message(&mut &msg[..]).unwrap(), b"keys");
+        assert!(read_key_message(&mut &msg[..6]).is_err());
+        assert!(read_key_message(&mut &b"\x02\x00\x00\x00\x00"[..]).is_err());
+        assert!(read_key_message(&mut &b"\x01\xff\xff\xff\xff"[..]).is_err());
+    }
 }

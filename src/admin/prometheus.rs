@@ -138,6 +138,10 @@ fn tls(out: &mut Exposition, snap: &Snapshot) {
         out.sample(name, &[("reason", reason)], *n);
     }
     let name = "quill_tls_certificate_expiry_seconds";
+    // A family is written only with samples: none without a TLS listener.
+    if !snap.listeners.iter().any(|l| l.tls.is_some()) {
+        return;
+    }
     out.family(
         name,
         Kind::Gauge,

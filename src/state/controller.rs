@@ -500,6 +500,114 @@ impl Controller {
     }
 }
 
+/// `tls reload [NAME]`.
+impl Controller {
+    /// Re-reads the certificate, key, OCSP, CA, CRL and ticket-key files of listener `name`'s TLS
+    /// (every TLS listener's without a name) and applies the result as a reload would: new
+    /// handshakes get the new files, established sessions keep theirs. A file that cannot be
+    /// read or used changes nothing, and the error names it. A listener with `sni_path` takes
+    /// its certificates from the sources rebuilt (the directory read again); its other files are
+    /// re-read by path.
+    pub(crate) fn tls_reload(&self, name: Option<&str>) -> Result<String, String> {
+        let running = self.config();
+        if let Some(n) = name {
+            match running.listeners.iter().find(|l| l.name == n) {
+                None => return Err(format!("no listener named '{n}'")),
+                Some(l) if l.tls.is_none() => {
+                    return Err(format!("listener '{n}' does not terminate TLS"))
+                }
+                Some(_) => {}
+            }
+        }
+        let chosen: Vec<&ListenerConfig> = running
+            .listeners
+            .iter()
+            .filter(|l| l.tls.is_some() && name.is_none_or(|n| n == l.name))
+            .collect();
+        if chosen.is_empty() {
+            return Ok("no listener terminates TLS".into());
+        }
+        let sources = match &self.rebuild {
+            Some(rebuild) if chosen.iter().any(|l| has_sni_path(l)) => {
+                Some(rebuild().map_err(|e| e.message)?)
+            }
+            _ => None,
+        };
+        let mut fresh = Vec::new();
+        for l in chosen {
+            let Some(was) = &l.tls else { continue };
+            let from_sources = sources
+                .as_ref()
+                .and_then(|c| c.listeners.iter().find(|s| s.name == l.name))
+                .and_then(|s| s.tls.as_ref());
+            let now = reread_tls(was, from_sources).map_err(|e| e.to_string())?;
+            crate::tls::build_server(&now, l.http.is_some(), &crate::tls::tickets::shared_keys())
+                .map_err(|e| e.to_string())?;
+            fresh.push((l.name.clone(), was.clone(), now));
+        }
+        let mut st = self.lock();
+        let mut next = st.config.clone();
+        let mut reread = Vec::new();
+        for (lname, was, now) in &fresh {
+            // A change that came in meanwhile wins over what was read here.
+            let same = |l: &&mut ListenerConfig| l.name == *lname && l.tls.as_ref() == Some(was);
+            if let Some(l) = next.listeners.iter_mut().find(same) {
+                l.tls = Some(now.clone());
+                reread.push(format!("'{lname}'"));
+            }
+        }
+        let summary = self.apply(&mut st, next)?;
+        // The sources' files are the ones just read: a later reload that finds them unchanged
+        // keeps them.
+        for (lname, was, now) in fresh {
+            let same = |l: &&mut ListenerConfig| l.name == lname && l.tls.as_ref() == Some(&was);
+            if let Some(l) = st.loaded.listeners.iter_mut().find(same) {
+                l.tls = Some(now);
+            }
+        }
+        Ok(format!(
+            "files re-read for listener {}; {summary}",
+            reread.join(", ")
+        ))
+    }
+}
+
+fn has_sni_path(l: &ListenerConfig) -> bool {
+    l.tls.as_ref().is_some_and(|t| t.sni_path.is_some())
+}
+
+/// `settings` with every file read again; with `sni_path`, the certificates of `sources` (the
+/// same listener's settings rebuilt from the configuration's sources) when given.
+fn reread_tls(
+    settings: &crate::tls::TlsSettings,
+    sources: Option<&crate::tls::TlsSettings>,
+) -> Result<crate::tls::TlsSettings, crate::tls::TlsError> {
+    use crate::tls::FileData;
+    let again = |f: &FileData| FileData::read(&f.path);
+    let mut out = settings.clone();
+    match sources {
+        Some(s) if settings.sni_path.is_some() => out.certs = s.certs.clone(),
+        _ => {
+            for c in &mut out.certs {
+                c.cert = again(&c.cert)?;
+                c.key = again(&c.key)?;
+                if let Some(o) = &c.ocsp {
+                    c.ocsp = Some(again(o)?);
+                }
+            }
+        }
+    }
+    if let Some(auth) = &mut out.client_auth {
+        for f in auth.ca.iter_mut().chain(auth.crls.iter_mut()) {
+            *f = again(f)?;
+        }
+    }
+    if let Some(keys) = &out.ticket_keys {
+        out.ticket_keys = Some(again(keys)?);
+    }
+    Ok(out)
+}
+
 /// Opens the access log a change names, as the workers will, so that a file that cannot be
 /// opened (a missing directory, a directory, a FIFO nobody reads) is an error and changes nothing
 /// instead of a warning after the fact. Nonblocking: a FIFO never holds the caller.
