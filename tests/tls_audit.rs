@@ -84,25 +84,16 @@ fn start(backend: &Backend) -> (QuillProcess, Pki) {
     (q, p)
 }
 
-/// Runs `cmd` at most `within`, killing it by PID past that; its stdout.
-fn run_bounded(mut cmd: Command, within: Duration) -> (Option<i32>, String, String) {
-    let mut child = cmd
+/// Runs `cmd` at most `within`, killing it by PID past that: its stdout and stderr.
+fn run_bounded(mut cmd: Command, within: Duration) -> (String, String) {
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
+    let out = wait_child(child, within);
     (
-        out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
@@ -168,7 +159,7 @@ fn tls_testssl_finds_nothing_high_or_critical_with_the_default_settings() {
     .arg("--jsonfile")
     .arg(&json)
     .arg(format!("127.0.0.1:{}", q.port));
-    let (_code, stdout, stderr) = run_bounded(cmd, Duration::from_secs(300));
+    let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(300));
     let text = std::fs::read_to_string(&json)
         .unwrap_or_else(|e| panic!("no testssl report ({e}): {stdout}\n{stderr}"));
     let findings: serde_json::Value = serde_json::from_str(&text).expect("testssl JSON");

@@ -124,19 +124,6 @@ impl LineBackend {
     }
 }
 
-/// Waits for a child at most `within`, killing it by its PID past that.
-fn wait_child(mut child: std::process::Child, within: Duration) -> std::process::Output {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    child.wait_with_output().unwrap()
-}
-
 /// `openssl s_client -connect 127.0.0.1:PORT ARGS`, sending `input` then EOF: (handshake and
 /// exchange succeeded, stdout and stderr).
 fn s_client(port: u16, args: &[&str], input: &[u8]) -> (bool, String) {
@@ -208,7 +195,8 @@ fn tls_check_lists_certificates_and_settings() {
     assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
     let dir = c.dir.path().display().to_string();
     for want in [
-        "  TLS: TLS 1.3 only; suites TLS13_AES_256_GCM_SHA384\n".to_string(),
+        "  TLS: TLS 1.3 only; suites TLS13_AES_256_GCM_SHA384 (the listener's order wins)\n"
+            .to_string(),
         format!("  certificate {dir}/cert.pem, key {dir}/key.pem: localhost, expires "),
         " (default)\n".into(),
         format!("  certificate {dir}/other.pem, key {dir}/other.key: *.other.example, expires "),

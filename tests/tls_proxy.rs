@@ -419,19 +419,6 @@ fn tls_interoperates_with_openssl_s_client_and_curl() {
     }
 }
 
-/// Waits for a child at most `within`, killing it by PID past that.
-fn wait_child(mut child: std::process::Child, within: Duration) -> std::process::Output {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    child.wait_with_output().unwrap()
-}
-
 #[test]
 fn tls_certificate_expiry_is_in_the_metrics_and_on_the_status_page() {
     let echo = echo();

@@ -1072,3 +1072,16 @@ pub fn wait_or_kill(child: &mut Child, within: Duration, what: &str) -> ExitStat
         thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Waits for a child at most `within`, killing it by its PID past that; its output.
+pub fn wait_child(mut child: std::process::Child, within: Duration) -> std::process::Output {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    child.wait_with_output().unwrap()
+}
