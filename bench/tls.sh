@@ -5,10 +5,12 @@
 # the proxy's CPU per handshake / request from /proc, ratios to the peers and the issue's targets.
 #
 #   bash bench/tls.sh [--rounds N] [--quick] [--duration S] [--hs-secs S] [--idle N] [--only a,b,...]
+#                     [--callgrind N]
 #
 # Candidates: quill haproxy nginx (the default: all three). --quick = 1 round, 3 s runs.
 # --duration S: each wrk run (4); --hs-secs S: each ab / s_time run (4); --idle N: idle TLS
-# connections held per candidate (9000; 0 skips the idle test).
+# connections held per candidate (9000; 0 skips the idle test). --callgrind N: then N handshakes
+# through Quill under callgrind (bench/tls/callgrind.py, ECDSA; a few minutes), appended to tls.md.
 # Env: QUILL_BIN=path  use this binary instead of building (cargo build --release)
 #      KEEP_WORK=1     keep the temp work dir (certificates, configs, logs)
 #      RESULTS_DIR=dir write the results there instead of bench/results
@@ -17,13 +19,14 @@
 # did not terminate TLS: the tables are written, with that candidate marked NOT measured).
 set -euo pipefail
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 ROUNDS=3
 QUICK=
 DURATION=
 HS_SECS=
 IDLE=9000
+CALLGRIND=
 ONLY=quill,haproxy,nginx
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
         --duration) DURATION="${2:?--duration needs seconds}"; shift 2 ;;
         --hs-secs) HS_SECS="${2:?--hs-secs needs seconds}"; shift 2 ;;
         --idle) IDLE="${2:?--idle needs a number}"; shift 2 ;;
+        --callgrind) CALLGRIND="${2:?--callgrind needs a number of handshakes}"; shift 2 ;;
         --only) ONLY="${2:?--only needs a list}"; shift 2 ;;
         --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
         -h|--help) usage 0 ;;
@@ -40,7 +44,7 @@ while [ $# -gt 0 ]; do
 done
 DURATION="${DURATION%s}"
 HS_SECS="${HS_SECS%s}"
-for v in "$ROUNDS" "$IDLE" ${DURATION:+"$DURATION"} ${HS_SECS:+"$HS_SECS"}; do
+for v in "$ROUNDS" "$IDLE" ${CALLGRIND:+"$CALLGRIND"} ${DURATION:+"$DURATION"} ${HS_SECS:+"$HS_SECS"}; do
     case "$v" in ''|*[!0-9]*) echo "tls.sh: '$v' is not a number" >&2; exit 2 ;; esac
 done
 if [ -n "$QUICK" ]; then
@@ -59,20 +63,22 @@ BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$BENCH_DIR")"
 RESULTS="${RESULTS_DIR:-$BENCH_DIR/results}"
 COMMAND="bash bench/tls.sh --rounds $ROUNDS --duration $DURATION --hs-secs $HS_SECS --idle $IDLE --only $ONLY"
+[ -n "$CALLGRIND" ] && COMMAND="$COMMAND --callgrind $CALLGRIND"
 
 say() { echo "[tls.sh] $*" >&2; }
 . "$BENCH_DIR/lib.sh"
 
 # ---- 1. tools from Debian (skipped when already present)
 need_install=
-for tool in haproxy nginx wrk ab openssl python3; do
+for tool in haproxy nginx wrk ab openssl python3 ${CALLGRIND:+valgrind}; do
     command -v "$tool" >/dev/null 2>&1 || need_install=1
 done
 if [ -n "$need_install" ]; then
-    say "installing haproxy nginx wrk apache2-utils openssl python3"
+    say "installing haproxy nginx wrk apache2-utils openssl python3 ${CALLGRIND:+valgrind}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends haproxy nginx wrk apache2-utils openssl python3 >/dev/null
+    apt-get install -y -qq --no-install-recommends haproxy nginx wrk apache2-utils openssl python3 \
+        ${CALLGRIND:+valgrind} >/dev/null
 fi
 
 # ---- 2. Quill (a failed build leaves Quill out, loudly)
@@ -115,4 +121,21 @@ case "$rc" in
     1) say "interrupted or failed: partial tables in $RESULTS/tls.md" ;;
     3) say "ERROR: a candidate was NOT measured (see the top of $RESULTS/tls.md)" ;;
 esac
+if [ -n "$CALLGRIND" ] && [ -n "$QUILL" ] && [ "$rc" -ne 1 ]; then
+    say "callgrind: $CALLGRIND handshakes through quill under valgrind (a few minutes)"
+    set +e
+    python3 "$BENCH_DIR/tls/callgrind.py" --quill-bin "$QUILL" -n "$CALLGRIND" --kind ecdsa \
+        --out "$WORK/callgrind.md" >/dev/null &
+    DRIVER=$!
+    wait "$DRIVER"
+    crc=$?
+    set -e
+    DRIVER=
+    if [ "$crc" -eq 0 ]; then
+        { echo; cat "$WORK/callgrind.md"; } >> "$RESULTS/tls.md"
+        say "callgrind split appended to $RESULTS/tls.md"
+    else
+        say "WARNING: the callgrind run failed (status $crc)"
+    fi
+fi
 exit "$rc"

@@ -73,6 +73,10 @@ def main(argv):
     p.add_argument("--out")
     p.add_argument("--keep", action="store_true")
     a = p.parse_args(argv)
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt("signal %d" % signum)
+    signal.signal(signal.SIGTERM, on_signal)
     work = tempfile.mkdtemp(prefix="quill-tls-callgrind.")
     procs = harness.Procs(work)
     try:
@@ -153,7 +157,7 @@ def main(argv):
             with open(a.out, "w") as f:
                 f.write(md + "\n")
         return 0
-    except RuntimeError as e:
+    except (RuntimeError, KeyboardInterrupt) as e:
         print("callgrind.py: %s" % e, file=sys.stderr)
         return 1
     finally:
