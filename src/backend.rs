@@ -325,6 +325,9 @@ pub(crate) struct Pool {
     /// A listener's TLS termination (None: clients speak in clear). Set by the controller after
     /// `build`, kept from the previous pool while the listener's TLS settings are unchanged.
     pub tls: Option<Arc<crate::tls::ServerTls>>,
+    /// TLS to the pool's servers (`server_tls`), kept from the previous pool while its settings
+    /// are unchanged.
+    pub server_tls: Option<Arc<crate::tls::client::ClientTls>>,
 }
 
 /// A listener's routes, whose pool actions hold named pools.
@@ -482,6 +485,7 @@ impl Pool {
             http: l.http.clone().map(Arc::new),
             routes: None,
             tls: None,
+            server_tls: None,
             sticky,
             acls,
             health: l.health.clone(),

@@ -14,6 +14,7 @@ use crate::config::{self, Config, ConfigError, ErrorKind, Global, ListenerConfig
 use crate::demo::{Behaviour, DemoServer};
 use crate::runtime::{self, Start};
 use crate::state::Rebuild;
+use crate::tls::{CertFiles, ClientAuth, FileData, TlsSettings, TlsVersion};
 
 fn duration(s: &str) -> Result<Duration, String> {
     config::parse_duration(s)
@@ -37,6 +38,8 @@ Examples:
   quill 8080 10.0.0.1:80 10.0.0.2:80           balance port 8080 over two servers
   quill -r -x 9000 127.0.0.1:8080 a:80 b:80:0:0:3
                                                round robin, at most 9000 sessions
+  quill -H -E site.pem -K site.key 443 10.0.0.1:80 10.0.0.2:80
+                                               HTTPS in front of two HTTP servers (TLS 1.2/1.3)
   quill -C /run/quill/quill.sock --check http:/health --admin 9100 8080 a:80 b:80
                                                control socket, health checks, metrics and page
   quill ctl --socket /run/quill/quill.sock servers      the pool, in Pen's format
@@ -200,6 +203,9 @@ pub struct Cli {
     exit_idle_time: Option<Duration>,
 
     #[command(flatten)]
+    tls: PenTls,
+
+    #[command(flatten)]
     later: Later,
 
     /// [HOST:]PORT or /path.sock to listen on
@@ -213,25 +219,130 @@ pub struct Cli {
     sub: Option<Sub>,
 }
 
+/// Pen's TLS options: termination on the listener of the command line.
+#[derive(Debug, clap::Args)]
+struct PenTls {
+    /// TLS: the listener's certificate (PEM, the leaf then its chain); clients speak TLS
+    #[arg(short = 'E', value_name = "CERTFILE")]
+    cert: Option<PathBuf>,
+    /// TLS: the certificate's private key (PEM) [default: in the -E file]
+    #[arg(short = 'K', value_name = "KEYFILE")]
+    key: Option<PathBuf>,
+    /// TLS: CA certificates client certificates must chain to (asked for; required with -R)
+    #[arg(short = 'G', value_name = "CACERT")]
+    ca_file: Option<PathBuf>,
+    /// TLS: a directory of CA certificate files, as -G
+    #[arg(short = 'A', value_name = "CADIR")]
+    ca_dir: Option<PathBuf>,
+    /// TLS: require a client certificate (with -G or -A)
+    #[arg(short = 'R')]
+    require: bool,
+    /// TLS: the lowest protocol: ssl23 or tls1.2 (TLS 1.2 and 1.3), tls1.3
+    #[arg(short = 'L', value_name = "PROTO")]
+    proto: Option<String>,
+    /// TLS: accepted for Pen compatibility; changes nothing
+    #[arg(short = 'Z')]
+    compat: bool,
+}
+
+impl PenTls {
+    /// Whether an option other than `-Z` is given.
+    fn any(&self) -> bool {
+        self.cert.is_some()
+            || self.key.is_some()
+            || self.ca_file.is_some()
+            || self.ca_dir.is_some()
+            || self.require
+            || self.proto.is_some()
+    }
+
+    /// The listener's TLS termination: None without `-E`. Files are read now (and again on
+    /// every reload, which builds the configuration again).
+    fn settings(&self) -> Result<Option<TlsSettings>, ConfigError> {
+        let Some(cert_path) = &self.cert else {
+            let given = [
+                (self.key.is_some(), "-K"),
+                (self.ca_file.is_some(), "-G"),
+                (self.ca_dir.is_some(), "-A"),
+                (self.require, "-R"),
+                (self.proto.is_some(), "-L"),
+            ];
+            return match given.iter().find(|(on, _)| *on) {
+                Some((_, flag)) => Err(ConfigError::usage(format!(
+                    "{flag} needs -E CERTFILE (TLS termination on the listener)"
+                ))),
+                None => Ok(None),
+            };
+        };
+        let read = |flag: &str, path: &std::path::Path| {
+            FileData::read(path).map_err(|e| ConfigError::usage(format!("{flag}: {e}")))
+        };
+        let cert = read("-E", cert_path)?;
+        let key = match &self.key {
+            Some(path) => read("-K", path)?,
+            None => cert.clone(),
+        };
+        let mut settings = TlsSettings::new(vec![CertFiles {
+            cert,
+            key,
+            ocsp: None,
+            names: Vec::new(),
+            default: false,
+        }]);
+        if let Some(proto) = &self.proto {
+            settings.min_version = pen_protocol(proto)?;
+        }
+        let mut ca = Vec::new();
+        if let Some(path) = &self.ca_file {
+            let file = read("-G", path)?;
+            config::check_certificates(&file)
+                .map_err(|e| ConfigError::usage(format!("-G: {e}")))?;
+            ca.push(file);
+        }
+        if let Some(dir) = &self.ca_dir {
+            ca.extend(
+                crate::tls::certs::read_ca_dir(dir)
+                    .map_err(|e| ConfigError::usage(format!("-A: {e}")))?,
+            );
+        }
+        if self.require && ca.is_empty() {
+            return Err(ConfigError::usage(
+                "-R needs -G CACERT or -A CADIR (the CAs client certificates must chain to)",
+            ));
+        }
+        if !ca.is_empty() {
+            settings.client_auth = Some(ClientAuth {
+                ca,
+                crls: Vec::new(),
+                required: self.require,
+            });
+        }
+        Ok(Some(settings))
+    }
+}
+
+/// Pen's `-L`: `ssl23` negotiates the highest version both sides have, as rustls does.
+fn pen_protocol(proto: &str) -> Result<TlsVersion, ConfigError> {
+    match proto.to_ascii_lowercase().as_str() {
+        "ssl23" | "tls" | "tls1.2" | "tlsv1.2" => Ok(TlsVersion::V1_2),
+        "tls1.3" | "tlsv1.3" => Ok(TlsVersion::V1_3),
+        "ssl2" | "ssl3" | "tls1" | "tls1.0" | "tlsv1" | "tls1.1" | "tlsv1.1" => Err(
+            ConfigError::usage(format!(
+                "-L {proto}: not supported: rustls speaks TLS 1.2 and 1.3 (use ssl23, tls1.2 or tls1.3)"
+            )),
+        ),
+        _ => Err(ConfigError::usage(format!(
+            "-L '{}': unknown protocol (expected ssl23, tls1.2 or tls1.3)",
+            proto.escape_debug()
+        ))),
+    }
+}
+
 /// Pen options that later issues implement, and obsolete ones: parsed so the message is precise.
 #[derive(Debug, clap::Args)]
 struct Later {
     #[arg(short = 'U', hide = true)]
     udp: bool,
-    #[arg(short = 'E', hide = true)]
-    ssl_cert: Option<String>,
-    #[arg(short = 'K', hide = true)]
-    ssl_key: Option<String>,
-    #[arg(short = 'G', hide = true)]
-    ssl_ca_file: Option<String>,
-    #[arg(short = 'A', hide = true)]
-    ssl_ca_dir: Option<String>,
-    #[arg(short = 'L', hide = true)]
-    ssl_proto: Option<String>,
-    #[arg(short = 'R', hide = true)]
-    ssl_verify: bool,
-    #[arg(short = 'Z', hide = true)]
-    ssl_compat: bool,
     #[arg(long, hide = true)]
     proxy_protocol: bool,
     #[arg(short = 'D', hide = true)]
@@ -253,13 +364,6 @@ impl Later {
     fn unsupported(&self) -> Option<&'static str> {
         let set = [
             (self.udp, "-U (UDP)"),
-            (self.ssl_cert.is_some(), "-E (TLS)"),
-            (self.ssl_key.is_some(), "-K (TLS)"),
-            (self.ssl_ca_file.is_some(), "-G (TLS)"),
-            (self.ssl_ca_dir.is_some(), "-A (TLS)"),
-            (self.ssl_proto.is_some(), "-L (TLS)"),
-            (self.ssl_verify, "-R (TLS)"),
-            (self.ssl_compat, "-Z (TLS)"),
             (self.proxy_protocol, "--proxy-protocol"),
         ];
         set.into_iter()
@@ -416,6 +520,9 @@ pub fn main() -> ExitCode {
     }
     for name in cli.later.obsolete() {
         eprintln!("quill: notice: option {name} is obsolete in Pen and has no effect");
+    }
+    if cli.tls.compat {
+        eprintln!("quill: notice: option -Z (SSL compatibility workarounds) changes nothing: rustls needs none");
     }
     if is_proxyd_form(&cli) {
         return match proxyd_config(&cli) {
@@ -637,6 +744,11 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
         (Some(_), Some(arg)) => {
             return Err(ConfigError::usage(format!("'{arg}': --config cannot be combined with a listen address and servers")));
         }
+        (Some(_), None) if cli.tls.any() => {
+            return Err(ConfigError::usage(
+                "-E, -K, -G, -A, -R and -L are for the Pen command line: with --config, give the listener tls = { cert = ..., key = ... } in the file",
+            ));
+        }
         (Some(path), None) => {
             let mut config = config::load_file(path, &cli.tuning_patch(), cli.http)?;
             let mut global = config.global.clone();
@@ -653,6 +765,7 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
             if cli.http {
                 l.http = Some(config::HttpSettings::default());
             }
+            l.tls = cli.tls.settings()?;
             for s in &cli.servers {
                 l.servers.push(addr::parse_server(s, l.listen.port()).map_err(|e| addr_error(e, ""))?);
             }
@@ -677,6 +790,9 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
         config.apply_file(&file, 0)?;
     }
     config.validate()?;
+    // Every listener's TLS built as its pool will build it: a certificate that does not match
+    // its key, or a cipher rustls lacks, stops the start (or the reload) here.
+    config.check_tls()?;
     Ok(config)
 }
 
@@ -731,6 +847,7 @@ fn proxyd_config(cli: &Cli) -> Result<(Config, Vec<crate::systemd::Inherited>), 
         if cli.http {
             l.http = Some(config::HttpSettings::default());
         }
+        l.tls = cli.tls.settings()?;
         listeners.push(l);
         named.push(crate::systemd::Inherited {
             name: Some(name),
@@ -752,6 +869,7 @@ fn proxyd_config(cli: &Cli) -> Result<(Config, Vec<crate::systemd::Inherited>), 
         pools: Vec::new(),
     };
     config.validate()?;
+    config.check_tls()?;
     Ok((config, named))
 }
 

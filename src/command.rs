@@ -67,6 +67,86 @@ pub(crate) enum Command {
     /// reverse proxy (default HTTP settings, `X-Forwarded-For` added, as `-H` does), or as a
     /// plain TCP forwarder again. Open connections keep the mode they started in.
     Http(bool),
+    /// Pen's `ssl_*` commands: the listener's TLS termination.
+    Ssl(SslCommand),
+}
+
+/// Pen's TLS commands (`ssl_ciphers`, `ssl_option`, ...), each changing a listener's TLS
+/// termination; a listener without TLS refuses them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SslCommand {
+    /// `ssl_ciphers A:B:C`: the suites offered, in this order, by rustls name (OpenSSL names
+    /// are turned into rustls names when parsed).
+    Ciphers(Vec<String>),
+    /// `ssl_option no_tlsv1.2`: TLS 1.3 only.
+    NoTls12,
+    /// `ssl_option cipher_server_preference`: the listener's suite order wins.
+    ServerPreference,
+    /// `ssl_option no_sslv2`, `no_sslv3`, `no_tlsv1`, `no_tlsv1.1`: accepted, always so (rustls
+    /// speaks TLS 1.2 and 1.3 only).
+    AlwaysOff(String),
+    /// `ssl_sni_path DIR`: Pen's layout (`DIR/NAME.crt`, `NAME.key`, `NAME.ca`) read now.
+    SniPath(PathBuf),
+    /// `ssl_ocsp_response FILE`: a DER OCSP response stapled for the default certificate.
+    OcspResponse(PathBuf),
+    /// `ssl_client_renegotiation_interval N`: accepted, changes nothing (rustls never
+    /// renegotiates, so there is nothing to limit).
+    RenegotiationInterval(u64),
+}
+
+impl SslCommand {
+    /// The command's word, for messages.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            SslCommand::Ciphers(_) => "ssl_ciphers",
+            SslCommand::NoTls12 | SslCommand::ServerPreference | SslCommand::AlwaysOff(_) => {
+                "ssl_option"
+            }
+            SslCommand::SniPath(_) => "ssl_sni_path",
+            SslCommand::OcspResponse(_) => "ssl_ocsp_response",
+            SslCommand::RenegotiationInterval(_) => "ssl_client_renegotiation_interval",
+        }
+    }
+}
+
+/// `ssl_*` with its arguments; None when `name` is not an `ssl_` command.
+fn parse_ssl(name: &str, args: &[&str]) -> Option<Result<SslCommand, CommandError>> {
+    let parsed = match name {
+        "ssl_ciphers" => one_arg(name, args).and_then(|list| {
+            let mut names: Vec<String> = Vec::new();
+            for part in list.split(':').filter(|p| !p.is_empty()) {
+                let found = crate::tls::policy::suite_name_of(part)
+                    .map_err(|e| CommandError(format!("ssl_ciphers: {e}")))?;
+                if !names.iter().any(|n| n == found) {
+                    names.push(found.to_string());
+                }
+            }
+            if names.is_empty() {
+                return err("ssl_ciphers needs suite names separated by ':'");
+            }
+            Ok(SslCommand::Ciphers(names))
+        }),
+        "ssl_option" => one_arg(name, args).and_then(|option| match option {
+            "no_tlsv1.2" => Ok(SslCommand::NoTls12),
+            "cipher_server_preference" => Ok(SslCommand::ServerPreference),
+            "no_sslv2" | "no_sslv3" | "no_tlsv1" | "no_tlsv1.1" => {
+                Ok(SslCommand::AlwaysOff(option.to_string()))
+            }
+            other => err(format!(
+                "ssl_option: '{}' is not one Quill knows (no_sslv2, no_sslv3, no_tlsv1, no_tlsv1.1, no_tlsv1.2, cipher_server_preference)",
+                other.escape_debug()
+            )),
+        }),
+        "ssl_sni_path" => one_arg(name, args).map(|dir| SslCommand::SniPath(PathBuf::from(dir))),
+        "ssl_ocsp_response" => {
+            one_arg(name, args).map(|file| SslCommand::OcspResponse(PathBuf::from(file)))
+        }
+        "ssl_client_renegotiation_interval" => {
+            number_arg(name, args).map(SslCommand::RenegotiationInterval)
+        }
+        _ => return None,
+    };
+    Some(parsed)
 }
 
 impl Command {
@@ -95,6 +175,7 @@ impl Command {
                 Needs::UnixSocket
             }
             Command::ServerAdd(spec) if !is_network_spec(spec) => Needs::UnixSocket,
+            Command::Ssl(SslCommand::SniPath(_) | SslCommand::OcspResponse(_)) => Needs::UnixSocket,
             Command::Server(_, change) => {
                 if change
                     .address
@@ -315,6 +396,9 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
     if let Some(word) = ModeWord::parse(name) {
         no_args(name, args)?;
         return Ok(Action::Set(Command::Mode(word, !negated)));
+    }
+    if let (false, Some(parsed)) = (negated, parse_ssl(name, args)) {
+        return parsed.map(|c| Action::Set(Command::Ssl(c)));
     }
     let show = |s: Setting| Ok(Action::Show(s));
     let set = |c: Command| Ok(Action::Set(c));

@@ -132,6 +132,8 @@ pub(crate) struct HttpEntry<'a> {
     pub first_byte_us: Option<u64>,
     pub total_us: u64,
     pub end: End,
+    /// The subject of the client's verified TLS certificate (mTLS), if any.
+    pub client_cert: Option<&'a str>,
 }
 
 impl HttpEntry<'_> {
@@ -291,7 +293,7 @@ impl AccessLog {
             };
             let _ = writeln!(
                 line,
-                "{{\"client\":{},\"time\":{},\"request\":{},\"host\":{},\"status\":{},\"bytes_in\":{},\"bytes_out\":{},\"referer\":{},\"user_agent\":{},\"server\":{},\"route\":{},\"source\":\"{source}\",\"connect_ms\":{},\"first_byte_ms\":{},\"total_ms\":{},\"end\":\"{}\",\"request_id\":{}}}",
+                "{{\"client\":{},\"time\":{},\"request\":{},\"host\":{},\"status\":{},\"bytes_in\":{},\"bytes_out\":{},\"referer\":{},\"user_agent\":{},\"server\":{},\"route\":{},\"source\":\"{source}\",\"connect_ms\":{},\"first_byte_ms\":{},\"total_ms\":{},\"end\":\"{}\",\"request_id\":{},\"client_cert\":{}}}",
                 json_string(&e.client_ip.to_string()),
                 e.unix_time,
                 text(e.part(0)),
@@ -308,6 +310,7 @@ impl AccessLog {
                 ms(Some(e.total_us)),
                 e.end.name(),
                 text(e.request_id()),
+                e.client_cert.map_or("null".to_string(), json_string),
             );
         } else {
             push_text_field(line, e.client_ip);
@@ -331,6 +334,11 @@ impl AccessLog {
             push_ms(line, Some(e.total_us));
             let _ = write!(line, " {} ", e.end.name());
             push_quoted(line, e.request_id());
+            if let Some(subject) = e.client_cert {
+                // Only with a client certificate (mTLS): lines without one keep their fields.
+                line.push(' ');
+                push_quoted(line, subject.as_bytes());
+            }
             line.push('\n');
         }
         let _ = self.out.write_all(line.as_bytes());

@@ -28,10 +28,14 @@ pub(crate) enum End {
     Denied,
     /// Closed by the operator (`close N`).
     Closed,
+    /// The TLS handshake failed (the reason is counted in `tls_failures`).
+    TlsFailed,
+    /// The TLS handshake took longer than `handshake_timeout`.
+    TlsTimeout,
 }
 
 impl End {
-    pub(crate) const ALL: [End; 12] = [
+    pub(crate) const ALL: [End; 14] = [
         End::Done,
         End::ClientReset,
         End::ServerReset,
@@ -44,6 +48,8 @@ impl End {
         End::Error,
         End::Denied,
         End::Closed,
+        End::TlsFailed,
+        End::TlsTimeout,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -60,6 +66,8 @@ impl End {
             End::Error => "error",
             End::Denied => "denied",
             End::Closed => "closed",
+            End::TlsFailed => "tls_failed",
+            End::TlsTimeout => "tls_timeout",
         }
     }
 }
@@ -93,6 +101,89 @@ pub(crate) struct Counters {
     /// it waits (see `publish_server_conns`); idle ones are read live from the shared pools.
     server_conns_opened: AtomicU64,
     server_conns_reused: AtomicU64,
+    /// TLS handshakes completed, by [`TlsKind`].
+    tls_handshakes: [AtomicU64; TlsKind::ALL.len()],
+    /// TLS handshakes failed, by [`TlsFailure`].
+    tls_failures: [AtomicU64; TlsFailure::ALL.len()],
+}
+
+/// What a completed TLS handshake was: its version, and full or resumed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TlsKind {
+    Full12,
+    Resumed12,
+    Full13,
+    Resumed13,
+}
+
+impl TlsKind {
+    pub(crate) const ALL: [TlsKind; 4] = [
+        TlsKind::Full12,
+        TlsKind::Resumed12,
+        TlsKind::Full13,
+        TlsKind::Resumed13,
+    ];
+
+    /// The `version` and `kind` labels.
+    pub(crate) fn labels(self) -> (&'static str, &'static str) {
+        match self {
+            TlsKind::Full12 => ("1.2", "full"),
+            TlsKind::Resumed12 => ("1.2", "resumed"),
+            TlsKind::Full13 => ("1.3", "full"),
+            TlsKind::Resumed13 => ("1.3", "resumed"),
+        }
+    }
+}
+
+/// Why a TLS handshake failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TlsFailure {
+    /// Not done within `handshake_timeout`.
+    Timeout,
+    /// The client closed or reset before the end.
+    Closed,
+    /// No version, cipher suite, group or ALPN protocol in common.
+    Incompatible,
+    /// No certificate for the client's server name (strict SNI), or none usable for its
+    /// signature schemes.
+    NoCertificate,
+    /// The client's certificate was missing, invalid or revoked.
+    ClientCertificate,
+    /// The client sent an alert (e.g. it refused our certificate).
+    Alert,
+    /// Bytes that are not TLS, or a malformed message.
+    Protocol,
+    /// Over `max_handshakes` in progress on the worker: closed at accept.
+    Overload,
+    Other,
+}
+
+impl TlsFailure {
+    pub(crate) const ALL: [TlsFailure; 9] = [
+        TlsFailure::Timeout,
+        TlsFailure::Closed,
+        TlsFailure::Incompatible,
+        TlsFailure::NoCertificate,
+        TlsFailure::ClientCertificate,
+        TlsFailure::Alert,
+        TlsFailure::Protocol,
+        TlsFailure::Overload,
+        TlsFailure::Other,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            TlsFailure::Timeout => "timeout",
+            TlsFailure::Closed => "closed",
+            TlsFailure::Incompatible => "incompatible",
+            TlsFailure::NoCertificate => "no_certificate",
+            TlsFailure::ClientCertificate => "client_certificate",
+            TlsFailure::Alert => "alert",
+            TlsFailure::Protocol => "protocol",
+            TlsFailure::Overload => "overload",
+            TlsFailure::Other => "other",
+        }
+    }
 }
 
 /// What the worker's server connection pool has done, as published (`Counters::server_conns`).
@@ -212,6 +303,22 @@ impl Counters {
 
     pub(crate) fn ended_count(&self, end: End) -> u64 {
         self.ended[end as usize].load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn tls_handshake(&self, kind: TlsKind) {
+        Self::add(&self.tls_handshakes[kind as usize], 1);
+    }
+
+    pub(crate) fn tls_failure(&self, why: TlsFailure) {
+        Self::add(&self.tls_failures[why as usize], 1);
+    }
+
+    pub(crate) fn tls_handshakes(&self, kind: TlsKind) -> u64 {
+        self.tls_handshakes[kind as usize].load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn tls_failures(&self, why: TlsFailure) -> u64 {
+        self.tls_failures[why as usize].load(Ordering::Relaxed)
     }
 
     /// Records one backend connection established after `us` microseconds.

@@ -326,7 +326,7 @@ fn split_target(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
 }
 
 /// A `Host` value or authority without userinfo, port and a final dot.
-fn host_name(h: &[u8]) -> &[u8] {
+pub(crate) fn host_name(h: &[u8]) -> &[u8] {
     let h = match h.iter().rposition(|&b| b == b'@') {
         Some(i) => &h[i + 1..],
         None => h,

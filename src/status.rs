@@ -13,7 +13,8 @@ use serde::Serialize;
 use crate::acl::AclId;
 use crate::backend::{Health, Pool, Server};
 use crate::metrics::{
-    End, HttpStats, ServerConnCounts, CONNECT_BUCKETS_US, HTTP_CLASS_NAMES, REQUEST_BUCKETS_US,
+    End, HttpStats, ServerConnCounts, TlsFailure, TlsKind, CONNECT_BUCKETS_US, HTTP_CLASS_NAMES,
+    REQUEST_BUCKETS_US,
 };
 use crate::state::controller::Controller;
 use crate::state::shared::{Phase, Shared};
@@ -33,7 +34,41 @@ pub(crate) struct Snapshot {
     pub connect_time: Histogram,
     /// HTTP counters of the whole process (zero while no HTTP listener served a request).
     pub http: HttpProcess,
+    /// TLS handshakes of the whole process.
+    pub tls: TlsProcess,
     pub listeners: Vec<ListenerStatus>,
+}
+
+/// TLS handshakes of every listener, summed over the workers.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct TlsProcess {
+    /// Completed, by version and kind (`full` or `resumed`).
+    pub handshakes: Vec<TlsHandshakes>,
+    /// Failed, by reason (`timeout`, `closed`, `incompatible`, `no_certificate`, ...).
+    pub failures: BTreeMap<&'static str, u64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct TlsHandshakes {
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub count: u64,
+}
+
+/// A TLS listener's certificates.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct ListenerTls {
+    pub certificates: Vec<CertStatus>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct CertStatus {
+    /// The certificate file.
+    pub file: String,
+    pub names: Vec<String>,
+    /// notAfter, Unix seconds, and the seconds left until then (negative once expired).
+    pub not_after: i64,
+    pub expires_in_s: i64,
 }
 
 /// HTTP counters that belong to no one listener: the workers' server connections and the
@@ -107,6 +142,8 @@ pub(crate) struct ListenerStatus {
     pub health_check: Option<String>,
     /// Requests by status class and duration (HTTP listeners only).
     pub http: Option<HttpListenerStatus>,
+    /// TLS termination's certificates (TLS listeners only).
+    pub tls: Option<ListenerTls>,
     pub servers: Vec<ServerStatus>,
     pub emergency: Option<ServerStatus>,
     pub abuse: Option<ServerStatus>,
@@ -206,6 +243,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
             })
             .collect()
     };
+    let now_unix = crate::clock::unix_time() as i64;
     let listeners = current
         .iter()
         .map(|(name, addr, pool, http)| ListenerStatus {
@@ -215,6 +253,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
             protocol: if pool.http.is_some() { "http" } else { "tcp" },
             health_check: pool.health.as_ref().map(|h| h.to_string()),
             http: pool.http.as_ref().map(|_| http_listener(http, pool)),
+            tls: pool.tls.as_ref().map(|t| listener_tls(t, now_unix)),
             servers: pool
                 .servers
                 .iter()
@@ -255,7 +294,45 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
             sum_us,
         },
         http: http_process(shared),
+        tls: tls_process(shared),
         listeners,
+    }
+}
+
+fn listener_tls(tls: &crate::tls::ServerTls, now_unix: i64) -> ListenerTls {
+    ListenerTls {
+        certificates: tls
+            .certs
+            .served()
+            .iter()
+            .map(|c| CertStatus {
+                file: c.path.display().to_string(),
+                names: c.names.clone(),
+                not_after: c.not_after_unix,
+                expires_in_s: c.not_after_unix.saturating_sub(now_unix),
+            })
+            .collect(),
+    }
+}
+
+fn tls_process(shared: &Shared) -> TlsProcess {
+    let sum = |f: &dyn Fn(&crate::metrics::Counters) -> u64| shared.counters.iter().map(f).sum();
+    TlsProcess {
+        handshakes: TlsKind::ALL
+            .iter()
+            .map(|&k| {
+                let (version, kind) = k.labels();
+                TlsHandshakes {
+                    version,
+                    kind,
+                    count: sum(&|c| c.tls_handshakes(k)),
+                }
+            })
+            .collect(),
+        failures: TlsFailure::ALL
+            .iter()
+            .map(|&f| (f.name(), sum(&|c| c.tls_failures(f))))
+            .collect(),
     }
 }
 

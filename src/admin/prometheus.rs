@@ -114,7 +114,44 @@ pub(super) fn render(snap: &Snapshot) -> String {
     listeners(&mut out, snap);
     servers(&mut out, snap);
     http(&mut out, snap);
+    tls(&mut out, snap);
     out.text
+}
+
+fn tls(out: &mut Exposition, snap: &Snapshot) {
+    let name = "quill_tls_handshakes_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "TLS handshakes completed by clients of TLS listeners, by protocol version and kind (full, or resumed with a session ticket).",
+    );
+    for h in &snap.tls.handshakes {
+        out.sample(name, &[("version", h.version), ("kind", h.kind)], h.count);
+    }
+    let name = "quill_tls_handshake_failures_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "TLS handshakes that failed, by reason (timeout, closed, incompatible, no_certificate, client_certificate, alert, protocol, overload, other).",
+    );
+    for (reason, n) in &snap.tls.failures {
+        out.sample(name, &[("reason", reason)], *n);
+    }
+    let name = "quill_tls_certificate_expiry_seconds";
+    out.family(
+        name,
+        Kind::Gauge,
+        "Seconds until a served certificate's notAfter (negative once expired).",
+    );
+    for l in &snap.listeners {
+        for c in l.tls.iter().flat_map(|t| &t.certificates) {
+            out.sample_text(
+                name,
+                &[("listener", &l.name), ("cert", &c.file)],
+                &c.expires_in_s.to_string(),
+            );
+        }
+    }
 }
 
 fn process(out: &mut Exposition, snap: &Snapshot) {
@@ -564,6 +601,14 @@ mod tests {
                 server_connections_idle: 2,
                 parse_errors: [("bare_lf", 1), ("obs_fold", 0)].into_iter().collect(),
             },
+            tls: crate::status::TlsProcess {
+                handshakes: vec![crate::status::TlsHandshakes {
+                    version: "1.3",
+                    kind: "resumed",
+                    count: 3,
+                }],
+                failures: [("timeout", 2)].into_iter().collect(),
+            },
             listeners,
         }
     }
@@ -576,9 +621,34 @@ mod tests {
             protocol: if http.is_some() { "http" } else { "tcp" },
             health_check: None,
             http,
+            tls: None,
             servers: Vec::new(),
             emergency: None,
             abuse: None,
+        }
+    }
+
+    #[test]
+    fn tls_families_count_handshakes_failures_and_certificate_expiry() {
+        let mut l = listener("secure", None);
+        l.tls = Some(crate::status::ListenerTls {
+            certificates: vec![crate::status::CertStatus {
+                file: "/etc/q/site.pem".into(),
+                names: vec!["example.com".into()],
+                not_after: 100,
+                expires_in_s: -5,
+            }],
+        });
+        let text = render(&snapshot(vec![l]));
+        for line in [
+            "quill_tls_handshakes_total{version=\"1.3\",kind=\"resumed\"} 3",
+            "quill_tls_handshake_failures_total{reason=\"timeout\"} 2",
+            "quill_tls_certificate_expiry_seconds{listener=\"secure\",cert=\"/etc/q/site.pem\"} -5",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing in:\n{text}"
+            );
         }
     }
 

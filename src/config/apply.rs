@@ -7,7 +7,8 @@ use std::path::Path;
 
 use crate::acl::Acl;
 use crate::addr::{self, BackendAddr, ServerSpec};
-use crate::command::Command;
+use crate::command::{Command, SslCommand};
+use crate::tls::{FileData, TlsVersion};
 
 use super::model::{
     in_range, nonzero, Config, ConfigError, Global, ListenerConfig, MAX_CLIENTS, MAX_SESSIONS,
@@ -81,6 +82,7 @@ impl ListenerConfig {
             Command::Http(true) if self.http.is_some() => {}
             Command::Http(true) => self.http = Some(super::model::HttpSettings::default()),
             Command::Http(false) => self.no_http()?,
+            Command::Ssl(ssl) => self.apply_ssl(ssl)?,
         }
         Ok(())
     }
@@ -350,5 +352,52 @@ impl CommandFile {
             Quoting::Words => format!("{at}: {detail}"),
             Quoting::Never => format!("{at}: {plain}"),
         })
+    }
+}
+
+impl ListenerConfig {
+    /// Pen's `ssl_*` commands: the listener's TLS termination changed, then built as its pool
+    /// will build it, so a bad file or a suite list that leaves no usable suite is refused here
+    /// and the listener keeps what it had. Files are read now (they are small and bounded).
+    fn apply_ssl(&mut self, cmd: &SslCommand) -> Result<(), ConfigError> {
+        let what = self.what();
+        let http = self.http.is_some();
+        let refused = |why: String| ConfigError::usage(format!("{}: {what}: {why}", cmd.name()));
+        let Some(tls) = self.tls.as_mut() else {
+            return Err(refused(
+                "no TLS termination here (start it with -E CERTFILE, or give it tls = { ... })"
+                    .into(),
+            ));
+        };
+        let mut next = tls.clone();
+        match cmd {
+            SslCommand::Ciphers(list) => next.ciphers = list.clone(),
+            SslCommand::NoTls12 => next.min_version = TlsVersion::V1_3,
+            SslCommand::ServerPreference => next.server_cipher_order = true,
+            SslCommand::AlwaysOff(_) | SslCommand::RenegotiationInterval(_) => return Ok(()),
+            SslCommand::SniPath(dir) => {
+                // Again with the same directory (a command file applied on every reload) reads
+                // it afresh instead of adding its certificates twice.
+                if let Some(old) = &next.sni_path {
+                    next.certs.retain(|c| !c.cert.path.starts_with(old));
+                }
+                let found =
+                    crate::tls::certs::read_sni_dir(dir).map_err(|e| refused(e.to_string()))?;
+                next.certs.extend(found);
+                next.sni_path = Some(dir.clone());
+            }
+            SslCommand::OcspResponse(path) => {
+                let staple = FileData::read(path).map_err(|e| refused(e.to_string()))?;
+                let default = next.certs.iter().position(|c| c.default).unwrap_or(0);
+                let Some(cert) = next.certs.get_mut(default) else {
+                    return Err(refused("no certificate".into()));
+                };
+                cert.ocsp = Some(staple);
+            }
+        }
+        crate::tls::build_server(&next, http, &crate::tls::tickets::shared_keys())
+            .map_err(|e| refused(e.to_string().trim_start_matches("tls: ").to_string()))?;
+        *tls = next;
+        Ok(())
     }
 }

@@ -4,6 +4,7 @@ use crate::addr::{AdminState, ListenAddr};
 
 use super::model::{format_duration, Config, ListenerConfig, PathMatch, RouteConfig, ValueMatch};
 use super::write::server_limits;
+use crate::tls::{CertFiles, TlsSettings, TlsVersion};
 
 impl Config {
     /// A human explanation of what this configuration does (for `quill check`).
@@ -57,6 +58,7 @@ impl Config {
         for p in &self.pools {
             out += &format!("pool '{}': mode {}\n", p.name, p.mode);
             explain_pool(p, &mut out);
+            explain_server_tls(p, &mut out);
         }
         for l in &self.listeners {
             let t = &l.tuning;
@@ -90,6 +92,9 @@ impl Config {
                     )
                 };
             }
+            if let Some(t) = &l.tls {
+                explain_tls(t, l.http.is_some(), &mut out);
+            }
             for r in &l.routes {
                 out += &format!("  {}\n", explain_route(r));
             }
@@ -101,6 +106,7 @@ impl Config {
                 };
             }
             explain_pool(l, &mut out);
+            explain_server_tls(l, &mut out);
             if let Some(n) = l.client_acl {
                 if g.acls[n].entries.is_empty() {
                     out += &format!("  note: client acl {n} is empty, so it permits everyone\n");
@@ -135,6 +141,167 @@ fn explain_pool(l: &ListenerConfig, out: &mut String) {
     if !l.slow_start.is_zero() {
         *out += &format!("  slow start: {}\n", format_duration(l.slow_start));
     }
+}
+
+/// A listener's TLS termination: its certificates (file, names, expiry), versions, suites,
+/// ALPN, client certificates, tickets and handshake limits.
+fn explain_tls(t: &TlsSettings, http: bool, out: &mut String) {
+    let versions = match t.min_version {
+        TlsVersion::V1_2 => "TLS 1.2 and 1.3",
+        TlsVersion::V1_3 => "TLS 1.3 only",
+    };
+    let ciphers = if t.ciphers.is_empty() {
+        "rustls' default suites".to_string()
+    } else {
+        format!("suites {}", t.ciphers.join(", "))
+    };
+    *out += &format!(
+        "  TLS: {versions}; {ciphers}{}\n",
+        if t.server_cipher_order {
+            " (the listener's order wins)"
+        } else {
+            ""
+        }
+    );
+    let default = t.certs.iter().position(|c| c.default).unwrap_or(0);
+    for (i, c) in t.certs.iter().enumerate() {
+        let (names, expiry) = certificate_names(c);
+        let key = if c.key.path == c.cert.path {
+            String::new()
+        } else {
+            format!(", key {}", c.key.path.display())
+        };
+        *out += &format!(
+            "  certificate {}{key}: {}{}{}{}\n",
+            c.cert.path.display(),
+            if names.is_empty() {
+                "no server name".to_string()
+            } else {
+                names.join(" ")
+            },
+            expiry.map_or(String::new(), |e| format!(", expires {e}")),
+            c.ocsp.as_ref().map_or(String::new(), |o| format!(
+                ", OCSP staple {}",
+                o.path.display()
+            )),
+            if i == default && !t.strict_sni {
+                " (default)"
+            } else {
+                ""
+            }
+        );
+    }
+    if let Some(dir) = &t.sni_path {
+        *out += &format!("  certificates by server name from {}\n", dir.display());
+    }
+    let alpn = match &t.alpn {
+        Some(list) if list.is_empty() => "none".to_string(),
+        Some(list) => list.join(", "),
+        None if http => "http/1.1".to_string(),
+        None => "none".to_string(),
+    };
+    let client = match &t.client_auth {
+        None => "not asked for".to_string(),
+        Some(auth) => {
+            let cas: Vec<String> = auth
+                .ca
+                .iter()
+                .map(|f| f.path.display().to_string())
+                .collect();
+            format!(
+                "{} (CAs {}{})",
+                if auth.required {
+                    "required"
+                } else {
+                    "optional"
+                },
+                cas.join(", "),
+                if auth.crls.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {} CRL file(s)", auth.crls.len())
+                }
+            )
+        }
+    };
+    let tickets = match (&t.client_auth, t.tickets, &t.ticket_keys) {
+        (Some(_), _, _) | (None, false, _) => "off".to_string(),
+        (None, true, Some(k)) => format!("on, keys from {}", k.path.display()),
+        (None, true, None) => "on, keys generated and shared by the workers".to_string(),
+    };
+    *out += &format!(
+        "  TLS: ALPN {alpn}; client certificates {client}; session tickets {tickets}{}\n",
+        if t.strict_sni {
+            "; strict SNI (no default certificate)"
+        } else {
+            ""
+        }
+    );
+    *out += &format!(
+        "  TLS: handshake timeout {}, at most {} handshakes in progress per worker\n",
+        format_duration(t.handshake_timeout),
+        t.max_handshakes
+    );
+}
+
+/// The server names a certificate answers for (the configured ones, else its subjectAltName DNS
+/// names, else its subject's CN) and its `notAfter`, read from the first certificate of its file.
+fn certificate_names(c: &CertFiles) -> (Vec<String>, Option<String>) {
+    let parsed = x509_parser::pem::parse_x509_pem(&c.cert.bytes)
+        .ok()
+        .map(|(_, pem)| pem);
+    let cert = parsed.as_ref().and_then(|p| p.parse_x509().ok());
+    let expiry = cert.as_ref().map(|x| x.validity().not_after.to_string());
+    if !c.names.is_empty() {
+        return (c.names.clone(), expiry);
+    }
+    let Some(cert) = cert else {
+        return (Vec::new(), expiry);
+    };
+    let mut names: Vec<String> = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
+                names.push(dns.to_string());
+            }
+        }
+    }
+    if names.is_empty() {
+        if let Some(cn) = cert
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+        {
+            names.push(cn.to_string());
+        }
+    }
+    (names, expiry)
+}
+
+/// A pool's TLS to its servers.
+fn explain_server_tls(l: &ListenerConfig, out: &mut String) {
+    let Some(s) = &l.server_tls else {
+        return;
+    };
+    let verify = match (s.verify, &s.ca) {
+        (false, _) => "not verified (verify = false)".to_string(),
+        (true, Some(ca)) => format!("verified against {}", ca.path.display()),
+        (true, None) => "verified against the system's roots".to_string(),
+    };
+    *out += &format!(
+        "  TLS to servers: certificates {verify}; SNI {}{}{}\n",
+        s.sni.as_deref().unwrap_or("the server's host name"),
+        s.cert.as_ref().map_or(String::new(), |c| format!(
+            "; client certificate {}",
+            c.cert.path.display()
+        )),
+        if s.alpn.is_empty() {
+            String::new()
+        } else {
+            format!("; ALPN {}", s.alpn.join(", "))
+        }
+    );
 }
 
 /// One line for a route: `route 'NAME': MATCHERS -> ACTION [; extras]`.

@@ -38,7 +38,7 @@ pub(crate) use model::{
     Tuning, TuningPatch, ValueMatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_RISE_FALL,
     MAX_SESSIONS, MAX_WORKERS,
 };
-pub(crate) use toml::{load_file, parse_admin};
+pub(crate) use toml::{check_certificates, load_file, parse_admin};
 // What only the unit tests of other modules reach through `config`.
 #[cfg(test)]
 pub(crate) use model::MAX_DURATION;

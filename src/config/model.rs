@@ -480,6 +480,12 @@ pub(crate) struct ListenerConfig {
 
 /// The most routes one listener may have.
 pub(crate) const MAX_ROUTES: usize = 1024;
+/// The longest TLS `handshake_timeout`.
+pub(crate) const MAX_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(300);
+/// The most TLS `max_handshakes` (per worker).
+pub(crate) const MAX_HANDSHAKES: u32 = 65_536;
+/// The most certificates one listener may have (a list, or an `sni_path` directory).
+pub(crate) const MAX_CERTS: usize = 10_000;
 /// The most named pools.
 pub(crate) const MAX_POOLS: usize = 1024;
 /// The longest body a `respond` route may hold (its whole answer fits one 16 KiB buffer).
@@ -895,8 +901,61 @@ impl ListenerConfig {
                     .map_err(named)?;
             }
         }
+        if let Some(t) = &self.tls {
+            check_tls_bounds(t).map_err(|e| named(format!("tls: {e}")))?;
+            if self.is_pool() {
+                return Err(named(
+                    "tls: a pool has no clients of its own (set tls on the listener)".into(),
+                ));
+            }
+        }
         Ok(())
     }
+
+    /// Builds the listener's TLS as its pool will (certificates against their keys, suites,
+    /// client CAs), so that a bad file or cipher fails the command or the load that brought it
+    /// rather than the first handshake. The error is one line naming the file at fault.
+    pub(crate) fn check_tls(&self) -> Result<(), String> {
+        let Some(settings) = &self.tls else {
+            return Ok(());
+        };
+        crate::tls::build_server(
+            settings,
+            self.http.is_some(),
+            &crate::tls::tickets::shared_keys(),
+        )
+        .map(|_| ())
+        .map_err(|e| {
+            let text = e.to_string();
+            match text.strip_prefix("tls: ") {
+                Some(rest) => rest.to_string(),
+                None => text,
+            }
+        })
+    }
+}
+
+/// The bounds of a listener's TLS settings (what `build_server` does not check itself).
+fn check_tls_bounds(t: &crate::tls::TlsSettings) -> Result<(), String> {
+    if t.certs.is_empty() {
+        return Err("no certificate".into());
+    }
+    if t.certs.len() > MAX_CERTS {
+        return Err(format!(
+            "{} certificates (at most {MAX_CERTS})",
+            t.certs.len()
+        ));
+    }
+    if t.handshake_timeout.is_zero() || t.handshake_timeout > MAX_HANDSHAKE_TIMEOUT {
+        return Err("handshake_timeout: must be more than 0 and at most 5m".into());
+    }
+    if !(1..=MAX_HANDSHAKES).contains(&t.max_handshakes) {
+        return Err(format!(
+            "max_handshakes: {} is out of range (1 to {MAX_HANDSHAKES})",
+            t.max_handshakes
+        ));
+    }
+    Ok(())
 }
 
 /// Which backend of a listener `Config::self_loop` found.
@@ -989,6 +1048,15 @@ pub(crate) fn nonzero(d: Duration, what: &str) -> Result<Duration, ConfigError> 
 }
 
 impl Config {
+    /// Builds every listener's TLS ([`ListenerConfig::check_tls`]); the error names the listener.
+    pub(crate) fn check_tls(&self) -> Result<(), ConfigError> {
+        for l in &self.listeners {
+            l.check_tls()
+                .map_err(|e| ConfigError::usage(format!("{}: tls: {e}", l.what())))?;
+        }
+        Ok(())
+    }
+
     /// Validates the whole configuration.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.global.check().map_err(ConfigError::usage)?;

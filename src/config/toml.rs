@@ -27,6 +27,12 @@ use super::model::{
 };
 use super::routes::RawRoute;
 
+mod tls_table;
+pub(crate) use tls_table::check_certificates;
+use tls_table::{RawServerTls, RawTls, TlsDefaults};
+#[cfg(test)]
+mod tls_tests;
+
 /// Loads and validates a TOML configuration file. `cli` patches apply on top of the file's
 /// top-level values (command-line options override the file); `all_http` (`-H`) makes every
 /// listener an HTTP listener, with the file's `[http]` settings unless it has its own.
@@ -224,9 +230,11 @@ fn from_toml_with(
     let mut defaults = Tuning::default();
     defaults.apply(&raw.tuning(&at)?);
     defaults.apply(cli);
+    let tls_defaults = RawTls::defaults(raw.tls.as_ref(), &dir, &at)?;
     let file = FileDefaults {
         tuning: &defaults,
         http: &http_defaults,
+        tls: &tls_defaults,
         all_http,
         dir: &dir,
     };
@@ -237,7 +245,7 @@ fn from_toml_with(
     }
     let mut pools: Vec<ListenerConfig> = Vec::new();
     for rp in &raw.pool {
-        let mut p = build_pool(rp, &defaults, &at)?;
+        let mut p = build_pool(rp, &defaults, &dir, &at)?;
         if p.health.is_none() {
             p.health = default_health.clone();
         }
@@ -327,6 +335,8 @@ struct FileDefaults<'a> {
     tuning: &'a Tuning,
     /// `[http]`, over the built-in defaults.
     http: &'a HttpSettings,
+    /// `[tls]`, over the built-in defaults (every key but the certificates).
+    tls: &'a TlsDefaults,
     /// `-H` with `--config`: every listener is an HTTP listener.
     all_http: bool,
     /// The configuration file's directory (relative `error_pages` files).
@@ -393,6 +403,15 @@ fn build_listener(
         )));
     }
     l.tuning.apply(&rl.tuning(at)?);
+    if let Some(t) = &rl.tls {
+        l.tls = Some(
+            t.get_ref()
+                .build(defaults.tls, t.span(), is_http, defaults.dir, at)?,
+        );
+    }
+    if let Some(t) = &rl.server_tls {
+        l.server_tls = Some(t.get_ref().build(defaults.dir, at)?);
+    }
     if let Some(n) = &rl.client_acl {
         l.client_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
     }
@@ -458,6 +477,7 @@ struct PoolKeys<'a> {
 fn build_pool(
     rp: &RawPool,
     tuning: &Tuning,
+    dir: &Path,
     at: &dyn Fn(Range<usize>) -> String,
 ) -> Result<ListenerConfig, ConfigError> {
     let name = rp.name.get_ref().trim();
@@ -471,6 +491,9 @@ fn build_pool(
     let mut l = ListenerConfig::new(name, pool_addr());
     l.tuning = tuning.clone();
     l.tuning.apply(&rp.tuning(at)?);
+    if let Some(t) = &rp.server_tls {
+        l.server_tls = Some(t.get_ref().build(dir, at)?);
+    }
     if rp.servers.is_empty() {
         return Err(ConfigError::usage(format!(
             "{}pool '{name}' has no servers",
@@ -1192,6 +1215,7 @@ with_tuning_keys! {
         health: Option<Spanned<RawHealth>>,
         slow_start: Option<Dur>,
         http: Option<Spanned<RawHttp>>,
+        tls: Option<Spanned<RawTls>>,
         #[serde(default)]
         listener: Vec<RawListener>,
         #[serde(default)]
@@ -1214,6 +1238,8 @@ with_tuning_keys! {
         sticky_cookie: Option<Spanned<String>>,
         protocol: Option<Spanned<String>>,
         http: Option<Spanned<RawHttp>>,
+        tls: Option<Spanned<RawTls>>,
+        server_tls: Option<Spanned<RawServerTls>>,
         #[serde(default)]
         servers: Vec<Spanned<RawServer>>,
         #[serde(default)]
@@ -1232,6 +1258,7 @@ with_tuning_keys! {
         health: Option<Spanned<RawHealth>>,
         slow_start: Option<Dur>,
         sticky_cookie: Option<Spanned<String>>,
+        server_tls: Option<Spanned<RawServerTls>>,
         #[serde(default)]
         servers: Vec<Spanned<RawServer>>,
     }

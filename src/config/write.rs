@@ -65,6 +65,9 @@ impl Config {
             } else {
                 out += &format!("{prefix}no http\n");
             }
+            if let Some(t) = &l.tls {
+                write_tls(&mut out, &prefix, &l.name, t);
+            }
             write_pool(&mut out, &prefix, l);
         }
         // Named pools (`[[pool]]`) come from the TOML file; their settings and servers are
@@ -73,6 +76,30 @@ impl Config {
             write_pool(&mut out, &format!("pool {} ", p.name), p);
         }
         out
+    }
+}
+
+/// A TLS listener's settings that Pen's `ssl_*` commands change, each line after `prefix`. Its
+/// certificates, client CAs and the other keys come from their source (`-E`, `tls = { ... }`)
+/// on every start and reload, where the files are read again; none of these commands can turn
+/// what it sets off, so the file states only what is on.
+fn write_tls(out: &mut String, prefix: &str, name: &str, t: &crate::tls::TlsSettings) {
+    *out += &format!("# listener {name}: TLS (its certificates come from -E or the TOML file)\n");
+    if !t.ciphers.is_empty() {
+        *out += &format!("{prefix}ssl_ciphers {}\n", t.ciphers.join(":"));
+    }
+    if t.min_version == crate::tls::TlsVersion::V1_3 {
+        *out += &format!("{prefix}ssl_option no_tlsv1.2\n");
+    }
+    if t.server_cipher_order {
+        *out += &format!("{prefix}ssl_option cipher_server_preference\n");
+    }
+    if let Some(dir) = &t.sni_path {
+        *out += &format!("{prefix}ssl_sni_path {}\n", dir.display());
+    }
+    let default = t.certs.iter().position(|c| c.default).unwrap_or(0);
+    if let Some(ocsp) = t.certs.get(default).and_then(|c| c.ocsp.as_ref()) {
+        *out += &format!("{prefix}ssl_ocsp_response {}\n", ocsp.path.display());
     }
 }
 

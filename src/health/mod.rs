@@ -51,6 +51,8 @@ struct Watched {
     /// The pool's name, for log lines.
     pool: String,
     check: HealthCheck,
+    /// The pool's TLS to its servers (`server_tls`): probes speak TLS too.
+    tls: Option<Arc<crate::tls::client::ClientTls>>,
     streak: Streak,
     /// Clock ms when the next probe is due (while none is in flight).
     due_ms: u64,
@@ -247,6 +249,7 @@ impl Checker {
                 if w.pool != pool.name {
                     w.pool = pool.name.clone();
                 }
+                w.tls = pool.server_tls.clone();
             }
             Entry::Vacant(e) => {
                 // A server that starts down (added to a running pool) is checked at once: it
@@ -260,6 +263,7 @@ impl Checker {
                     server: server.clone(),
                     pool: pool.name.clone(),
                     check: check.clone(),
+                    tls: pool.server_tls.clone(),
                     streak: Streak::default(),
                     due_ms: first,
                     probe: None,
@@ -315,7 +319,14 @@ impl Checker {
 /// Starts a probe of `w`'s server. A server that fails at once is judged at once; a local
 /// shortage skips this round without judging the server (Err).
 fn start(w: &mut Watched, registry: &Registry, token: Token, now_ms: u64) -> io::Result<()> {
-    match Probe::start(w.server.addr(), &w.check, registry, token, now_ms) {
+    match Probe::start(
+        w.server.addr(),
+        &w.check,
+        w.tls.as_deref(),
+        registry,
+        token,
+        now_ms,
+    ) {
         Ok(p) => {
             w.probe = Some(p);
             Ok(())

@@ -1,5 +1,6 @@
-//! One probe: a nonblocking connect to a server and, for HTTP checks, one request and the status
-//! line of the answer. Driven by readiness events; never blocks, reads at most [`MAX_ANSWER`]
+//! One probe: a nonblocking connect to a server (and the TLS handshake with it, for a pool with
+//! `server_tls`: a TCP check then passes once the handshake does) and, for HTTP checks, one
+//! request and the status line of the answer. Driven by readiness events; never blocks, reads at most [`MAX_ANSWER`]
 //! bytes, and owns exactly one socket, closed when the probe is dropped.
 
 use std::io::{self, ErrorKind};
@@ -22,6 +23,8 @@ pub(super) const MAX_ANSWER: usize = 4096;
 #[derive(Debug)]
 enum Phase {
     Connecting,
+    /// TLS to the server: connected, handshake under way.
+    Handshaking,
     /// Sending the request; `sent` bytes are out.
     Sending {
         sent: usize,
@@ -36,6 +39,8 @@ enum Phase {
 #[derive(Debug)]
 pub(super) struct Probe {
     stream: Stream,
+    /// The socket's readiness (for the TLS handshake).
+    ready: crate::net::Ready,
     phase: Phase,
     /// The HTTP request to send, or None for a TCP check (connecting is the whole check).
     request: Option<Vec<u8>>,
@@ -59,6 +64,7 @@ impl Probe {
     pub(super) fn start(
         addr: &BackendAddr,
         check: &HealthCheck,
+        tls: Option<&crate::tls::client::ClientTls>,
         registry: &Registry,
         token: Token,
         now_ms: u64,
@@ -70,6 +76,19 @@ impl Probe {
                 StartError::Server(Outcome::Fail(connect_reason(&e)))
             }
         })?;
+        if let Some(tls) = tls {
+            let ip = match addr {
+                BackendAddr::Tcp(a) => Some(a.ip()),
+                _ => None,
+            };
+            let conn = tls
+                .connect(ip)
+                .map_err(|e| StartError::Server(Outcome::Fail(e.to_string())))?;
+            stream = Stream::Tls(Box::new(crate::net::tls::TlsStream::new(
+                stream,
+                conn.into(),
+            )));
+        }
         registry
             .register(
                 stream.source(),
@@ -85,6 +104,7 @@ impl Probe {
         };
         Ok(Probe {
             stream,
+            ready: crate::net::Ready::default(),
             phase: Phase::Connecting,
             request,
             expect,
@@ -95,6 +115,7 @@ impl Probe {
 
     /// Makes what progress the socket allows after `event`. None = not finished yet.
     pub(super) fn advance(&mut self, event: &Event) -> Option<Outcome> {
+        self.ready.update(event);
         if let Phase::Connecting = self.phase {
             if !(event.is_writable() || event.is_error() || event.is_write_closed()) {
                 return None;
@@ -103,6 +124,25 @@ impl Probe {
                 Ok(false) => return None,
                 Ok(true) => {}
                 Err(e) => return Some(Outcome::Fail(connect_reason(&e))),
+            }
+            self.phase = Phase::Handshaking;
+        }
+        if let Phase::Handshaking = self.phase {
+            if let Stream::Tls(tls) = &self.stream {
+                use crate::net::tls::{Handshake, HandshakeError};
+                match tls.handshake(&mut self.ready) {
+                    Ok(Handshake::Pending) => return None,
+                    Ok(Handshake::Done) => {}
+                    Err(HandshakeError::Tls(e)) => {
+                        return Some(Outcome::Fail(format!("TLS handshake failed: {e}")))
+                    }
+                    Err(HandshakeError::Closed) => {
+                        return Some(Outcome::Fail("TLS handshake: closed by the server".into()))
+                    }
+                    Err(HandshakeError::Io(e)) => {
+                        return Some(Outcome::Fail(format!("TLS handshake: {e}")))
+                    }
+                }
             }
             if self.request.is_none() {
                 return Some(Outcome::Pass);
@@ -133,6 +173,7 @@ impl Probe {
     pub(super) fn timeout_reason(&self, timeout_ms: u64) -> String {
         match self.phase {
             Phase::Connecting => format!("connect timed out after {timeout_ms}ms"),
+            Phase::Handshaking => format!("TLS handshake timed out after {timeout_ms}ms"),
             _ => format!("no status line within {timeout_ms}ms"),
         }
     }
@@ -150,6 +191,8 @@ impl Probe {
             },
             // A Unix connect completes (or fails) inside connect() itself.
             Stream::Unix(_) => Ok(true),
+            // A TLS stream is made over a connected socket.
+            Stream::Tls(_) => Ok(true),
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::backend::{Pool, Server, ServerLease};
 use crate::balancer::{self, Client};
 use crate::clock::millis;
 use crate::metrics::{Counters, End};
+use crate::net::tls::{Handshake, HandshakeError, TlsStream};
 use crate::net::{self, ClientAddr, Ready, Stream};
 use crate::state::idle::ServerConns;
 
@@ -61,8 +62,11 @@ pub(crate) struct Connector {
     emergency: bool,
     /// Waiting for the resolver to turn the server's name into an address.
     resolving: bool,
-    /// The server socket is connected (the search is over).
+    /// The server socket is connected (the search is over): TLS to the server included.
     connected: bool,
+    /// The TCP connect is done and the TLS handshake with the server (`server_tls`) under way:
+    /// part of connecting (a failed handshake fails the server over like a refused connect).
+    tls_pending: bool,
     /// The balancer's first choice, the origin of the failover order. Server indexes are kept
     /// in 32 bits: a session is small; a pool never nears 4 billion servers.
     first: Option<u32>,
@@ -100,6 +104,7 @@ impl Connector {
             emergency: false,
             resolving: false,
             connected: false,
+            tls_pending: false,
             first: None,
             tried: 0,
             current: None,
@@ -266,6 +271,9 @@ impl Connector {
         if self.connected {
             return Progress::Connected;
         }
+        if self.tls_pending {
+            return self.drive_tls(client, cx);
+        }
         if ev.is_error() || (ev.is_write_closed() && !ev.is_writable()) {
             let why = socket.take_error().ok().flatten();
             let why = why.unwrap_or_else(|| io::Error::from(io::ErrorKind::ConnectionRefused));
@@ -280,10 +288,42 @@ impl Connector {
         } else if !ev.is_writable() {
             return Progress::Waiting(self.deadline);
         }
+        if matches!(socket, Stream::Tls(_)) {
+            self.tls_pending = true;
+            return self.drive_tls(client, cx);
+        }
         self.connected = true;
         self.reused = false;
         self.remember(client, cx.now);
         Progress::Connected
+    }
+
+    /// Moves the TLS handshake with the server on; done = connected. A failure (the server's
+    /// certificate refused, no TLS there) fails the server like a refused connect.
+    fn drive_tls(&mut self, client: &ClientAddr, cx: &mut Ctx) -> Progress {
+        let Some(Stream::Tls(tls)) = &self.socket else {
+            return Progress::Failed(End::Error);
+        };
+        match tls.handshake(&mut self.ready) {
+            Ok(Handshake::Pending) => Progress::Waiting(self.deadline),
+            Ok(Handshake::Done) => {
+                self.tls_pending = false;
+                self.connected = true;
+                self.reused = false;
+                self.remember(client, cx.now);
+                Progress::Connected
+            }
+            Err(e) => {
+                let why = match e {
+                    HandshakeError::Tls(e) => format!("TLS handshake: {e}"),
+                    HandshakeError::Closed => "TLS handshake: closed by the server".to_string(),
+                    HandshakeError::Io(e) => format!("TLS handshake: {e}"),
+                };
+                self.tls_pending = false;
+                self.fail(&io::Error::other(why), cx);
+                self.connect_next(client, cx)
+            }
+        }
     }
 
     /// Remembers the client's server (tracking).
@@ -434,6 +474,22 @@ impl Connector {
             Some(addr) => net::connect_tcp(addr, t),
             None => net::connect(lease.server().addr(), t),
         };
+        let opened = match (opened, &self.pool.server_tls) {
+            (Ok(stream), Some(tls)) => {
+                let ip = match resolved {
+                    Some(a) => Some(a.ip()),
+                    None => match lease.server().addr() {
+                        BackendAddr::Tcp(a) => Some(a.ip()),
+                        _ => None,
+                    },
+                };
+                match tls.connect(ip) {
+                    Ok(conn) => Ok(Stream::Tls(Box::new(TlsStream::new(stream, conn.into())))),
+                    Err(e) => Err(io::Error::other(e.to_string())),
+                }
+            }
+            (opened, _) => opened,
+        };
         match opened {
             Ok(mut stream) => {
                 let token = if self.http {
@@ -479,6 +535,7 @@ impl Connector {
     /// answer in time): blacklist the server and forget the socket.
     fn fail(&mut self, why: &io::Error, cx: &mut Ctx) {
         self.resolving = false;
+        self.tls_pending = false;
         self.socket = None;
         if let Some(id) = self.conn.take() {
             cx.conns.forget(id);

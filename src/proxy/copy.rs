@@ -228,6 +228,9 @@ pub(crate) struct Direction {
     /// The last pump stopped on its budget with the source still readable: the worker must drive
     /// this direction again without waiting for an event (edge-triggered: none would come).
     pub yielded: bool,
+    /// After the last pump, the destination still held records it took but could not send (TLS):
+    /// the bytes count as pending until they are out.
+    backlog: bool,
 }
 
 impl Default for Direction {
@@ -240,6 +243,7 @@ impl Default for Direction {
             bulk: false,
             bytes: 0,
             yielded: false,
+            backlog: false,
         }
     }
 }
@@ -271,7 +275,7 @@ impl Direction {
     }
 
     pub(crate) fn has_pending(&self) -> bool {
-        !matches!(self.pending, Pending::Empty)
+        self.backlog || !matches!(self.pending, Pending::Empty)
     }
 
     /// How many bytes the next read may take, at most `max`.
@@ -297,11 +301,27 @@ impl Direction {
         dr: &mut Ready,
         pools: &mut Pools,
     ) -> Result<bool, Failure> {
+        let moved = self.pump_some(other_done, src, dst, sr, dr, pools);
+        self.backlog = dst.has_backlog();
+        moved
+    }
+
+    fn pump_some(
+        &mut self,
+        other_done: bool,
+        src: &Stream,
+        dst: &Stream,
+        sr: &mut Ready,
+        dr: &mut Ready,
+        pools: &mut Pools,
+    ) -> Result<bool, Failure> {
         let mut progress = false;
         let mut reads = 0;
         self.yielded = false;
+        // Splicing moves the socket's bytes: TLS records are not the session's bytes.
+        let splice = src.can_splice() && dst.can_splice();
         loop {
-            if self.has_pending() {
+            if !matches!(self.pending, Pending::Empty) || dst.has_backlog() {
                 if !dr.writable {
                     return Ok(progress);
                 }
@@ -326,12 +346,18 @@ impl Direction {
             }
             if self.eof {
                 if !self.shut {
+                    if !other_done {
+                        // ENOTCONN when the peer is already gone: nothing left to tell it. A TLS
+                        // destination sends close_notify first; its FIN waits for the records.
+                        if let Err(e) = dst.shutdown_write() {
+                            if e.kind() == io::ErrorKind::WouldBlock {
+                                dr.writable = false;
+                                return Ok(true);
+                            }
+                        }
+                    }
                     self.shut = true;
                     progress = true;
-                    if !other_done {
-                        // ENOTCONN when the peer is already gone: nothing left to tell it.
-                        let _ = dst.shutdown_write();
-                    }
                 }
                 return Ok(progress);
             }
@@ -347,7 +373,7 @@ impl Direction {
                 return Ok(progress);
             }
             reads += 1;
-            match self.fill(src, sr, pools) {
+            match self.fill(src, sr, pools, splice) {
                 Ok(true) => progress = true,
                 Ok(false) => return Ok(progress),
                 Err(e) => return Err(Failure::Read(e)),
@@ -358,7 +384,10 @@ impl Direction {
     /// Writes pending data, releasing the buffer or pipe once all of it went.
     fn flush(&mut self, dst: &Stream, pools: &mut Pools) -> io::Result<Flushed> {
         match &mut self.pending {
-            Pending::Empty => Ok(Flushed::All),
+            Pending::Empty => match dst.tls() {
+                Some(t) if !t.flush_backlog()? => Ok(Flushed::DestinationFull),
+                _ => Ok(Flushed::All),
+            },
             Pending::Buf { buf, start, end } => {
                 let bytes = &buf[*start as usize..*end as usize];
                 // With EOF already read, a shutdown() or close() always follows the last write.
@@ -375,6 +404,10 @@ impl Direction {
                 }
                 if let Pending::Buf { buf, .. } = std::mem::take(&mut self.pending) {
                     pools.give_buffer(buf);
+                }
+                if dst.has_backlog() {
+                    // TLS took the bytes but the socket did not take all the records.
+                    return Ok(Flushed::DestinationFull);
                 }
                 Ok(Flushed::All)
             }
@@ -396,12 +429,18 @@ impl Direction {
 
     /// Reads from the source into a buffer or pipe. Ok(true) when data or EOF arrived, Ok(false)
     /// when the source had nothing (its readable flag is then cleared).
-    fn fill(&mut self, src: &Stream, sr: &mut Ready, pools: &mut Pools) -> io::Result<bool> {
+    fn fill(
+        &mut self,
+        src: &Stream,
+        sr: &mut Ready,
+        pools: &mut Pools,
+        splice: bool,
+    ) -> io::Result<bool> {
         debug_assert!(
-            !self.has_pending(),
+            matches!(self.pending, Pending::Empty),
             "reading over pending data would lose it"
         );
-        if self.bulk && pools.splice {
+        if self.bulk && splice && pools.splice {
             if let Some(pipe) = pools.pipe() {
                 return self.fill_pipe(pipe, src, sr, pools);
             }
@@ -423,8 +462,9 @@ impl Direction {
                 } else if sr.error {
                     // A reset also reads as "closed": keep reading so the next read reports it
                     // instead of passing a clean EOF on.
-                } else if sr.read_closed {
-                    // Short read after the peer's FIN: the queue is drained, EOF is next.
+                } else if sr.read_closed || src.ended() {
+                    // Short read after the peer's FIN (or TLS close_notify): the queue is
+                    // drained, EOF is next.
                     self.eof = true;
                 } else {
                     // Short read: the queue is empty; new data brings a new edge.

@@ -131,7 +131,7 @@ impl Input {
             }
             Ok(n) => {
                 self.end += n as u32;
-                if n < space && !sr.read_closed && !sr.error {
+                if n < space && !sr.read_closed && !sr.error && !src.ended() {
                     sr.readable = false;
                 }
                 Ok(Filled::Data)
@@ -253,6 +253,10 @@ impl Leg {
             };
             let body = input.pending();
             if head.is_empty() && body.is_empty() {
+                // TLS: what the stream took counts as written once its records are out.
+                if !dst.flush_backlog(dr)? {
+                    return Ok(false);
+                }
                 if let Some(b) = self.out.take() {
                     pools.give_buffer(b);
                 }
@@ -449,7 +453,25 @@ pub(crate) struct HttpSession {
     /// X-Request-ID; lengths in `log_lens`), kept to reuse its allocation.
     log_text: Vec<u8>,
     log_lens: [u16; 5],
+    /// TLS with a verified client certificate: `X-Client-Cert-Subject: SUBJECT`, the edit every
+    /// request of the connection gets (None: the field is only removed).
+    cert_edit: Option<Box<[HeaderEdit; 1]>>,
 }
+
+/// The edit that removes a client-sent `X-Client-Cert-Subject` (always: only Quill says which
+/// certificate a client showed).
+fn strip_cert_subject() -> &'static [HeaderEdit] {
+    static STRIP: std::sync::OnceLock<[HeaderEdit; 1]> = std::sync::OnceLock::new();
+    STRIP.get_or_init(|| {
+        [HeaderEdit {
+            op: rewrite::EditOp::Remove,
+            name: CERT_SUBJECT.into(),
+            value: "".into(),
+        }]
+    })
+}
+
+const CERT_SUBJECT: &str = "X-Client-Cert-Subject";
 
 fn settings(pool: &Pool) -> &HttpSettings {
     static DEFAULT: std::sync::OnceLock<HttpSettings> = std::sync::OnceLock::new();
@@ -572,6 +594,7 @@ impl HttpSession {
             draining: false,
             log_text: Vec::new(),
             log_lens: [0; 5],
+            cert_edit: None,
         }
     }
 
@@ -588,6 +611,43 @@ impl HttpSession {
             tracing::warn!("cannot register client socket: {e}");
             return Step::Close(End::Error);
         }
+        self.step(cx)
+    }
+
+    /// A request on a TLS connection whose Host the handshake's server name would not have been
+    /// served the same certificate for (RFC 9110 §15.5.20: 421): the client reused a connection
+    /// for another site.
+    fn misdirected(&self, pool: &Pool, host: Option<&[u8]>) -> bool {
+        let (Some(tls), Some(server), Some(host)) = (self.client.tls(), &pool.tls, host) else {
+            return false;
+        };
+        let conn = tls.conn();
+        let sni = match &*conn {
+            rustls::Connection::Server(c) => c.server_name(),
+            rustls::Connection::Client(_) => None,
+        };
+        let (Some(sni), Ok(host)) = (sni, std::str::from_utf8(route::host_name(host))) else {
+            return false;
+        };
+        !server.certs.serves_alike(sni, host)
+    }
+
+    /// Starts reading requests from a client whose socket is registered already, with the
+    /// readiness known of it (after a TLS handshake: request bytes may have come with it).
+    pub(crate) fn start_registered(&mut self, ready: Ready, cx: &mut Ctx) -> Step {
+        self.client_ready = ready;
+        let subject = self.client.tls().and_then(|t| {
+            let conn = t.conn();
+            let der = conn.peer_certificates()?.first()?.to_vec();
+            crate::tls::certs::subject_of(&der)
+        });
+        self.cert_edit = subject.map(|s| {
+            Box::new([HeaderEdit {
+                op: rewrite::EditOp::Set,
+                name: CERT_SUBJECT.into(),
+                value: s.into(),
+            }])
+        });
         self.step(cx)
     }
 
@@ -835,6 +895,9 @@ impl HttpSession {
             if n > max {
                 return Err(self.refuse(413, cx));
             }
+        }
+        if self.misdirected(&pool, head.host.map(|h| h.of(self.input.unparsed()))) {
+            return self.answer_locally(&head, Local::Status(421, None, None), cx);
         }
         // Routing: the first route that matches, else the listener's own servers.
         let client_ip = self.addr.ip();
@@ -1155,7 +1218,11 @@ impl HttpSession {
             client: client_ip,
             trusted,
             forwarded_for: s.forwarded_for,
-            proto: "http",
+            proto: if self.client.tls().is_some() {
+                "https"
+            } else {
+                "http"
+            },
             x_forwarded_proto: s.x_forwarded_proto,
             x_forwarded_host: s.x_forwarded_host,
             forwarded: s.forwarded,
@@ -1164,7 +1231,10 @@ impl HttpSession {
             edits: [
                 &s.request_headers,
                 route.map_or(&[][..], |r| &r.request_headers),
-                &[],
+                match self.cert_edit.as_deref() {
+                    Some(e) => e,
+                    None => strip_cert_subject(),
+                },
             ],
             rewrite_path: route
                 .and_then(|r| r.rewrite_path.as_ref())
@@ -1692,6 +1762,7 @@ impl HttpSession {
             first_byte_us: ex.and_then(|ex| ex.first_byte_us),
             total_us: ex.map_or(0, |ex| ex.started_at.elapsed().as_micros() as u64),
             end,
+            client_cert: self.cert_edit.as_ref().map(|e| &*e[0].value),
         });
     }
 

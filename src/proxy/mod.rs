@@ -9,6 +9,7 @@
 
 pub(crate) mod connect;
 pub(crate) mod copy;
+pub(crate) mod handshake;
 pub(crate) mod http;
 pub(crate) mod tcp;
 
@@ -28,6 +29,7 @@ use crate::state::idle::ServerConns;
 use crate::state::shared::Listener;
 use crate::state::shared::SessionInfo;
 use copy::Pools;
+use handshake::{Handshaking, Next};
 use http::HttpSession;
 use tcp::TcpSession;
 
@@ -115,6 +117,8 @@ pub(crate) enum Session {
     Tcp(TcpSession),
     /// Boxed: an HTTP session is bigger, and TCP sessions stay small.
     Http(Box<HttpSession>),
+    /// A TLS listener's client during its handshake; becomes `Tcp` or `Http` once done.
+    Handshake(Box<Handshaking>),
 }
 
 impl Session {
@@ -142,6 +146,35 @@ impl Session {
         Session::Http(Box::new(HttpSession::new(listener, id, client, addr, now)))
     }
 
+    /// A client of a TLS listener: its handshake first. Err gives the client back when the
+    /// worker has `max_handshakes` in progress (the caller closes it).
+    pub(crate) fn tls(
+        listener: Arc<Listener>,
+        pool: Arc<Pool>,
+        id: u64,
+        client: Stream,
+        addr: ClientAddr,
+        now: u64,
+    ) -> Result<Session, Stream> {
+        Handshaking::new(listener, pool, id, client, addr, now)
+            .map(|h| Session::Handshake(Box::new(h)))
+    }
+
+    /// Follows the handshake phase: a finished handshake replaces it with the session it leads to.
+    fn after_handshake(&mut self, next: Next, cx: &mut Ctx) -> Step {
+        match next {
+            Next::Step(step) => step,
+            Next::Session(session, ready) => {
+                *self = *session;
+                match self {
+                    Session::Tcp(s) => s.start_registered(ready, cx),
+                    Session::Http(s) => s.start_registered(ready, cx),
+                    Session::Handshake(_) => Step::Close(End::Error),
+                }
+            }
+        }
+    }
+
     /// The worker starts draining: true when the session is idle and may be closed now (an
     /// HTTP client between requests); a busy HTTP session closes after its current exchange.
     /// TCP sessions carry on until they end or the drain deadline.
@@ -149,6 +182,9 @@ impl Session {
         match self {
             Session::Tcp(_) => false,
             Session::Http(s) => s.drain(),
+            // Its handshake finishes (bounded by the drain deadline), then it is an HTTP session
+            // that closes after one exchange, or a TCP session.
+            Session::Handshake(_) => false,
         }
     }
 
@@ -157,6 +193,7 @@ impl Session {
         match self {
             Session::Tcp(s) => s.start(cx),
             Session::Http(s) => s.start(cx),
+            Session::Handshake(s) => s.start(cx),
         }
     }
 
@@ -165,6 +202,10 @@ impl Session {
         match self {
             Session::Tcp(s) => s.on_ready(side, ev, cx),
             Session::Http(s) => s.on_ready(side, ev, cx),
+            Session::Handshake(s) => {
+                let next = s.on_ready(side, ev, cx);
+                self.after_handshake(next, cx)
+            }
         }
     }
 
@@ -173,6 +214,7 @@ impl Session {
         match self {
             Session::Tcp(s) => s.on_resolved(answer, cx),
             Session::Http(s) => s.on_resolved(answer, cx),
+            Session::Handshake(s) => s.on_deadline(cx),
         }
     }
 
@@ -181,6 +223,7 @@ impl Session {
         match self {
             Session::Tcp(s) => s.on_deadline(cx),
             Session::Http(s) => s.on_deadline(cx),
+            Session::Handshake(s) => s.on_deadline(cx),
         }
     }
 
@@ -189,6 +232,10 @@ impl Session {
         match self {
             Session::Tcp(s) => s.resume(cx),
             Session::Http(s) => s.resume(cx),
+            Session::Handshake(s) => {
+                let next = s.drive(cx);
+                self.after_handshake(next, cx)
+            }
         }
     }
 
@@ -197,6 +244,7 @@ impl Session {
         match self {
             Session::Tcp(s) => s.id(),
             Session::Http(s) => s.id(),
+            Session::Handshake(s) => s.id(),
         }
     }
 
@@ -205,6 +253,7 @@ impl Session {
         match self {
             Session::Tcp(s) => s.info(now),
             Session::Http(s) => s.info(now),
+            Session::Handshake(s) => s.info(now),
         }
     }
 
@@ -220,6 +269,7 @@ impl Session {
         match self {
             Session::Tcp(s) => s.close(end, pools),
             Session::Http(s) => s.close(end, pools, conns),
+            Session::Handshake(s) => s.close(end),
         }
     }
 }

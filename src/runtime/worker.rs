@@ -500,11 +500,27 @@ impl Worker {
         let gen = self.slots[idx].gen;
         let id = self.next_session * self.shared.counters.len() as u64 + self.id as u64;
         self.next_session += 1;
-        self.slots[idx].session = Some(if pool.http.is_some() && !denied {
+        let session = if pool.tls.is_some() && !denied {
+            match Session::tls(listener.clone(), pool, id, stream, peer, now) {
+                Ok(s) => s,
+                Err(_closed) => {
+                    // Over `max_handshakes` in progress on this worker: closed at once.
+                    crate::proxy::handshake::overloaded(self.counters());
+                    self.slots[idx].source = None;
+                    self.live -= 1;
+                    self.free.push(idx as u32);
+                    self.shared.active.fetch_sub(1, Ordering::Relaxed);
+                    self.counters().ended(End::Refused);
+                    self.log_refused(&peer, End::Refused, http);
+                    return;
+                }
+            }
+        } else if pool.http.is_some() && !denied {
             Session::http(listener.clone(), id, stream, peer, now)
         } else {
             Session::tcp(pool, id, stream, peer, denied, now)
-        });
+        };
+        self.slots[idx].session = Some(session);
         if let Some((s, mut cx)) = self.session(idx, gen, now) {
             let step = s.start(&mut cx);
             self.follow(idx, step, now);
@@ -781,6 +797,7 @@ impl Worker {
                 bytes_out: 0,
                 server: None,
                 route: None,
+                client_cert: None,
                 connect_us: None,
                 first_byte_us: None,
                 total_us: 0,

@@ -98,15 +98,42 @@ fn set_inherited_options(socket: &ListenSocket, o: &BindOptions) {
 
 /// Builds the named pools of `config`, each keeping the state of the old pool of its name (its
 /// servers by address, as a listener's pool does across a reload).
-fn named_pools(config: &Config, acls: &Arc<Acls>, old: &[Arc<Pool>], now: u64) -> Vec<Arc<Pool>> {
+fn named_pools(
+    config: &Config,
+    acls: &Arc<Acls>,
+    old: &[Arc<Pool>],
+    now: u64,
+) -> Result<Vec<Arc<Pool>>, String> {
     config
         .pools
         .iter()
         .map(|p| {
             let was = old.iter().find(|o| o.name == p.name);
-            Arc::new(Pool::build(p, acls.clone(), was.map(|o| &**o), now))
+            let mut pool = Pool::build(p, acls.clone(), was.map(|o| &**o), now);
+            pool.server_tls = server_tls(p, was.map(|o| &**o), true)?;
+            Ok(Arc::new(pool))
         })
         .collect()
+}
+
+/// A pool's TLS to its servers: the old pool's while the settings are the same (keeping the
+/// sessions rustls remembers for resumption), else built anew.
+fn server_tls(
+    l: &ListenerConfig,
+    old: Option<&Pool>,
+    http: bool,
+) -> Result<Option<Arc<crate::tls::client::ClientTls>>, String> {
+    let Some(settings) = &l.server_tls else {
+        return Ok(None);
+    };
+    if let Some(was) = old.and_then(|o| o.server_tls.as_ref()) {
+        if was.settings == *settings {
+            return Ok(Some(was.clone()));
+        }
+    }
+    crate::tls::client::build_client(settings, http)
+        .map(|c| Some(Arc::new(c)))
+        .map_err(|e| format!("{}: {e}", l.what()))
 }
 
 /// A listener's pool with its routes, which point at `named` (the pools just built) and keep the
@@ -121,6 +148,7 @@ fn listener_pool(
     workers: usize,
 ) -> Result<Pool, String> {
     let mut pool = Pool::build(l, acls.clone(), old, now);
+    pool.server_tls = server_tls(l, old, l.http.is_some())?;
     if !l.routes.is_empty() {
         let routes = Routes::build(
             &l.name,
@@ -158,7 +186,7 @@ impl Controller {
     ) -> Result<Controller, RunError> {
         let now = clock.now_ms();
         let acls = Arc::new(config.global.acls.clone());
-        let named = named_pools(&config, &acls, &[], now);
+        let named = named_pools(&config, &acls, &[], now).map_err(RunError)?;
         let mut listeners = Vec::new();
         for (id, l) in config.listeners.iter().enumerate() {
             let socket = open_socket(l, &config.global, inherited).map_err(RunError)?;
@@ -343,7 +371,7 @@ impl Controller {
                 notes.push(format!("pool '{}' removed", o.name));
             }
         }
-        let named = named_pools(&next, &acls, &old_named, now);
+        let named = named_pools(&next, &acls, &old_named, now)?;
         // Every route is compiled before anything is swapped: a failure changes nothing.
         let mut built = Vec::with_capacity(next.listeners.len());
         for l in &next.listeners {

@@ -1,6 +1,9 @@
 //! Socket primitives under every session and probe: a connected stream ([`Stream`]), what the
 //! event loop knows of its readiness ([`Ready`]), the client's address ([`ClientAddr`]), and
-//! nonblocking connects to a server ([`connect`], [`connect_tcp`]).
+//! nonblocking connects to a server ([`connect`], [`connect_tcp`]), and TLS over a socket
+//! ([`tls::TlsStream`]).
+
+pub(crate) mod tls;
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -14,11 +17,13 @@ use socket2::SockRef;
 use crate::addr::BackendAddr;
 use crate::config::Tuning;
 
-/// A connected socket: TCP or Unix stream.
+/// A connected socket: TCP or Unix stream, or TLS over one of them.
 #[derive(Debug)]
 pub(crate) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// Boxed: a TLS connection is large and most streams are plain.
+    Tls(Box<tls::TlsStream>),
 }
 
 impl Stream {
@@ -26,6 +31,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => (&*s).read(buf),
             Stream::Unix(s) => (&*s).read(buf),
+            Stream::Tls(t) => t.read(buf),
         }
     }
 
@@ -33,6 +39,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => (&*s).write(buf),
             Stream::Unix(s) => (&*s).write(buf),
+            Stream::Tls(t) => t.write(buf),
         }
     }
 
@@ -41,6 +48,56 @@ impl Stream {
         match self {
             Stream::Tcp(s) => (&*s).write_vectored(bufs),
             Stream::Unix(s) => (&*s).write_vectored(bufs),
+            Stream::Tls(t) => t.write_vectored(bufs),
+        }
+    }
+
+    /// Whether bytes may move by `splice(2)`: not through TLS, whose socket carries records.
+    pub(crate) fn can_splice(&self) -> bool {
+        !matches!(self, Stream::Tls(_))
+    }
+
+    /// Whether the stream holds bytes it took but the socket did not (TLS records); a plain
+    /// socket never does.
+    pub(crate) fn has_backlog(&self) -> bool {
+        match self {
+            Stream::Tls(t) => t.has_backlog(),
+            _ => false,
+        }
+    }
+
+    /// Sends the backlog if the socket is writable: Ok(true) when none is left. A full socket
+    /// clears `ready.writable`. No syscall on a plain socket.
+    pub(crate) fn flush_backlog(&self, ready: &mut Ready) -> io::Result<bool> {
+        match self {
+            Stream::Tls(t) if t.has_backlog() => {
+                if !ready.writable {
+                    return Ok(false);
+                }
+                let done = t.flush_backlog()?;
+                if !done {
+                    ready.writable = false;
+                }
+                Ok(done)
+            }
+            _ => Ok(true),
+        }
+    }
+
+    /// Whether the peer's data has ended where the socket cannot say so (TLS close_notify): a
+    /// short read is then followed by EOF, not by an edge.
+    pub(crate) fn ended(&self) -> bool {
+        match self {
+            Stream::Tls(t) => t.ended(),
+            _ => false,
+        }
+    }
+
+    /// The TLS connection, when this is one.
+    pub(crate) fn tls(&self) -> Option<&tls::TlsStream> {
+        match self {
+            Stream::Tls(t) => Some(t),
+            _ => None,
         }
     }
 
@@ -51,14 +108,18 @@ impl Stream {
         match self {
             Stream::Tcp(s) => SockRef::from(s).send_with_flags(buf, libc::MSG_MORE),
             Stream::Unix(s) => (&*s).write(buf),
+            Stream::Tls(t) => t.write(buf),
         }
     }
 
-    /// Sends EOF to the peer (half-close); the other direction stays open.
+    /// Sends EOF to the peer (half-close); the other direction stays open. TLS: close_notify,
+    /// then the FIN; `WouldBlock` while records still wait for the socket (the FIN follows them:
+    /// see [`Stream::flush_backlog`]).
     pub(crate) fn shutdown_write(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.shutdown(Shutdown::Write),
             Stream::Unix(s) => s.shutdown(Shutdown::Write),
+            Stream::Tls(t) => t.shutdown_write(),
         }
     }
 
@@ -66,6 +127,9 @@ impl Stream {
     /// sees the stream cut as a reset rather than a clean end. Unix sockets have no reset: they
     /// close as usual.
     pub(crate) fn reset_on_close(&self) {
+        if let Stream::Tls(t) = self {
+            return t.sock().reset_on_close();
+        }
         if let Stream::Tcp(s) = self {
             // Best effort: if it fails the peer gets a FIN, as before.
             let _ = SockRef::from(s).set_linger(Some(std::time::Duration::ZERO));
@@ -76,6 +140,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.take_error(),
             Stream::Unix(s) => s.take_error(),
+            Stream::Tls(t) => t.sock().take_error(),
         }
     }
 
@@ -83,6 +148,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s,
             Stream::Unix(s) => s,
+            Stream::Tls(t) => t.sock_mut().source(),
         }
     }
 }
@@ -92,6 +158,7 @@ impl AsFd for Stream {
         match self {
             Stream::Tcp(s) => s.as_fd(),
             Stream::Unix(s) => s.as_fd(),
+            Stream::Tls(t) => t.sock().as_fd(),
         }
     }
 }

@@ -1,0 +1,183 @@
+//! TLS on HTTP listeners (issue 12, points 5 and 7): a verified client certificate's subject goes
+//! to servers as `X-Client-Cert-Subject` and into the access log, a client-sent field of that
+//! name never reaches a server, and a request whose Host names another certificate's site than
+//! the handshake's server name is answered 421.
+
+#[path = "support/http.rs"]
+mod http_support;
+mod support;
+#[path = "support/tls.rs"]
+mod tls_support;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use http_support::Backend;
+use support::*;
+use tls_support::{toml_path, write, Ca, ClientOpts, KeyAlg, TlsClient};
+
+/// Reads one response with a Content-Length body (bounded).
+fn response(c: &mut TlsClient) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + IO_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if got.len() >= end + 4 + len {
+                break;
+            }
+        }
+        let n = c.stream.read(&mut buf).unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+fn get(c: &mut TlsClient, host: &str, extra: &str) -> String {
+    write!(c.stream, "GET / HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n").unwrap();
+    c.stream.flush().unwrap();
+    response(c)
+}
+
+/// Quill with an HTTP listener whose TLS is `tls` (lines of `[listener.tls]`), in front of
+/// `backend`, with an access log.
+fn start(backend: &Backend, tls: impl Fn(&Path) -> String) -> QuillProcess {
+    let addr = backend.addr();
+    Quill::start_with(|dir, port| {
+        let cfg = dir.join("quill.toml");
+        let text = format!(
+            "log = \"{}\"\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\nservers = [\"{addr}\"]\n[listener.tls]\n{}\n",
+            toml_path(&dir.join("access.log")),
+            tls(dir)
+        );
+        std::fs::write(&cfg, text).unwrap();
+        vec!["--config".into(), cfg.display().to_string()]
+    })
+}
+
+#[test]
+fn tls_client_certificate_subject_goes_to_servers_and_a_client_sent_one_is_removed() {
+    let backend = Backend::fixed(2);
+    let ca = Ca::new("Site CA");
+    let server = ca.server("site", &["site.test"], KeyAlg::EcdsaP256);
+    let clients = Ca::new("Client CA");
+    let alice = clients.client("alice");
+    let q = start(&backend, |dir| {
+        let (c, k) = server.write(dir, "site");
+        let ca_file = write(dir, "clients.pem", &clients.cert_pem);
+        format!(
+            "cert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\nclient_verify = \"optional\"",
+            toml_path(&c),
+            toml_path(&k),
+            toml_path(&ca_file)
+        )
+    });
+    let addr = q.addr();
+    let with = ClientOpts {
+        sni: Some("site.test"),
+        cert: Some(&alice),
+        ..ClientOpts::default()
+    };
+    let mut a = TlsClient::connect(addr, &with).unwrap();
+    let r = get(&mut a, "site.test", "X-Client-Cert-Subject: CN=mallory\r\n");
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    let without = ClientOpts {
+        sni: Some("site.test"),
+        ..ClientOpts::default()
+    };
+    let mut b = TlsClient::connect(addr, &without).unwrap();
+    let r = get(&mut b, "site.test", "X-Client-Cert-Subject: CN=mallory\r\n");
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    let reqs = backend.wait_requests(2, IO_TIMEOUT);
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(
+        reqs[0].header_all("x-client-cert-subject"),
+        vec!["CN=alice,O=Quill tests"],
+        "the verified subject, and only it"
+    );
+    assert!(
+        !reqs[1].has("x-client-cert-subject"),
+        "a client without a certificate cannot claim one"
+    );
+    // The access log names the subject on the first request's line.
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let log = loop {
+        let text = std::fs::read_to_string(q.path("access.log")).unwrap_or_default();
+        if text.lines().count() >= 2 || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        log.lines()
+            .any(|l| l.ends_with("\"CN=alice,O=Quill tests\"")),
+        "the subject in the access log: {log}"
+    );
+}
+
+#[test]
+fn tls_plain_http_listener_removes_a_client_sent_certificate_subject() {
+    let backend = Backend::fixed(2);
+    let addr = backend.addr();
+    let q = Quill::start_with(|dir, port| {
+        let cfg = dir.join("quill.toml");
+        std::fs::write(
+            &cfg,
+            format!("[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\nservers = [\"{addr}\"]\n"),
+        )
+        .unwrap();
+        vec!["--config".into(), cfg.display().to_string()]
+    });
+    let mut c = connect_port(q.port);
+    set_timeouts(&c, IO_TIMEOUT);
+    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nX-Client-Cert-Subject: CN=admin\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let got = read_until_eof(&mut c, IO_TIMEOUT);
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+    let reqs = backend.wait_requests(1, IO_TIMEOUT);
+    assert!(!reqs[0].has("x-client-cert-subject"));
+}
+
+#[test]
+fn tls_host_naming_another_certificates_site_than_the_sni_gets_421() {
+    let backend = Backend::fixed(2);
+    let ca = Ca::new("Site CA");
+    let a = ca.server("a", &["a.test"], KeyAlg::EcdsaP256);
+    let b = ca.server("b", &["b.test", "*.b.test"], KeyAlg::EcdsaP256);
+    let q = start(&backend, |dir| {
+        let (ac, ak) = a.write(dir, "a");
+        let (bc, bk) = b.write(dir, "b");
+        format!(
+            "certs = [ {{ cert = \"{}\", key = \"{}\" }}, {{ cert = \"{}\", key = \"{}\" }} ]",
+            toml_path(&ac),
+            toml_path(&ak),
+            toml_path(&bc),
+            toml_path(&bk)
+        )
+    });
+    let opts = ClientOpts {
+        sni: Some("b.test"),
+        ..ClientOpts::default()
+    };
+    let mut c = TlsClient::connect(q.addr(), &opts).unwrap();
+    // Same certificate (the wildcard covers it, a port does not matter): served.
+    let r = get(&mut c, "www.b.test:443", "");
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    let r = get(&mut c, "B.TEST", "");
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    // Another certificate's site on this connection: misdirected.
+    let r = get(&mut c, "a.test", "");
+    assert!(r.starts_with("HTTP/1.1 421"), "{r}");
+    assert_eq!(
+        backend.wait_requests(2, IO_TIMEOUT).len(),
+        2,
+        "the 421 reached no server"
+    );
+}

@@ -1,0 +1,472 @@
+//! TLS termination on the data path (issue 12, points 1, 8 and 9): a TCP listener forwards the
+//! clear bytes (half-close included: close_notify both ways), an HTTP listener adds
+//! `X-Forwarded-Proto: https`, bulk transfers never splice raw records, slow or silent clients
+//! are timed out, handshakes in progress are bounded per worker, garbage never harms the process,
+//! and the handshake metrics count what happened. Certificates are made by the test (rcgen).
+
+mod admin_support;
+#[path = "support/http.rs"]
+mod http_support;
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_support::Backend;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
+use support::*;
+
+/// A CA and a leaf for `localhost` and 127.0.0.1 signed by it, written as PEM into `dir`.
+struct Pki {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn pki(dir: &Path) -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "Quill test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.not_after = rcgen::date_time_ymd(2099, 1, 1);
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let p = Pki {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("cert.pem"),
+        key: dir.join("key.pem"),
+    };
+    std::fs::write(&p.ca, ca_cert.pem()).unwrap();
+    std::fs::write(&p.cert, cert.pem()).unwrap();
+    std::fs::write(&p.key, key.serialize_pem()).unwrap();
+    p
+}
+
+/// A rustls client configuration trusting the test CA.
+fn client_config(ca: &Path, alpn: &[&str]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    Arc::new(cfg)
+}
+
+type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A TLS connection to `port` on 127.0.0.1 with SNI `localhost`, handshake done.
+fn tls_connect(port: u16, cfg: &Arc<rustls::ClientConfig>) -> Tls {
+    let sock = connect_port(port);
+    set_timeouts(&sock, IO_TIMEOUT);
+    let conn =
+        rustls::ClientConnection::new(cfg.clone(), ServerName::try_from("localhost").unwrap())
+            .unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    while tls.conn.is_handshaking() {
+        tls.conn.complete_io(&mut tls.sock).expect("handshake");
+    }
+    tls
+}
+
+/// `[[listener]]` TOML with TLS on 127.0.0.1:PORT in front of `servers`; `extra` goes into
+/// `[listener.tls]`, `http` makes it an HTTP listener.
+fn tls_toml(port: u16, p: &Pki, servers: &[SocketAddr], http: bool, extra: &str) -> String {
+    let list: Vec<String> = servers.iter().map(|a| format!("\"{a}\"")).collect();
+    format!(
+        "workers = 1\n[[listener]]\nname = \"secure\"\nlisten = \"127.0.0.1:{port}\"\n{}servers = [{}]\n[listener.tls]\ncert = \"{}\"\nkey = \"{}\"\n{extra}\n",
+        if http { "protocol = \"http\"\n" } else { "" },
+        list.join(", "),
+        p.cert.display(),
+        p.key.display(),
+    )
+}
+
+/// A running quill with a TLS listener, its admin address and the test PKI.
+struct Started {
+    q: QuillProcess,
+    admin: SocketAddr,
+    pki: Pki,
+    _keep: tempfile::TempDir,
+}
+
+/// Starts quill with that configuration and `--admin`; the readiness probe (a plain connect,
+/// which fails its handshake as `closed`) is closed.
+fn start(servers: &[SocketAddr], http: bool, extra: &str) -> Started {
+    let keep = scratch_dir();
+    let pki = pki(keep.path());
+    let (q, admin) = admin_support::start_with_admin(|dir, port, admin| {
+        let cfg = dir.join("quill.toml");
+        std::fs::write(&cfg, tls_toml(port, &pki, servers, http, extra)).unwrap();
+        vec![
+            "--admin".into(),
+            admin.to_string(),
+            "--config".into(),
+            cfg.display().to_string(),
+        ]
+    });
+    Started {
+        q,
+        admin,
+        pki,
+        _keep: keep,
+    }
+}
+
+#[test]
+fn tls_tcp_listener_terminates_and_forwards_the_clear_bytes() {
+    let echo = echo();
+    let s = start(&[echo.addr()], false, "");
+    let (q, p) = (&s.q, &s.pki);
+    let cfg = client_config(&p.ca, &[]);
+    let mut tls = tls_connect(q.port, &cfg);
+    tls.write_all(b"hello through tls\n").unwrap();
+    let mut got = [0u8; 18];
+    tls.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"hello through tls\n");
+    assert_eq!(
+        tls.conn.protocol_version(),
+        Some(rustls::ProtocolVersion::TLSv1_3)
+    );
+}
+
+#[test]
+fn tls_tcp_half_close_sends_close_notify_both_ways() {
+    // The backend reads to EOF, then answers with what it read and closes: the client's
+    // close_notify must reach it as an EOF, and its FIN must come back as close_notify (a clean
+    // end, not a truncation).
+    let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = backend.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = backend.accept().unwrap();
+        set_timeouts(&s, IO_TIMEOUT);
+        let mut all = Vec::new();
+        s.read_to_end(&mut all).unwrap();
+        s.write_all(&all).unwrap();
+        s.write_all(b" and back").unwrap();
+        all
+    });
+    let s = start(&[addr], false, "");
+    let (q, p) = (&s.q, &s.pki);
+    let cfg = client_config(&p.ca, &[]);
+    let mut tls = tls_connect(q.port, &cfg);
+    tls.write_all(b"one way").unwrap();
+    tls.conn.send_close_notify();
+    tls.flush().unwrap();
+    while tls.conn.wants_write() {
+        tls.conn.write_tls(&mut tls.sock).unwrap();
+    }
+    let got = t.join().unwrap();
+    assert_eq!(got, b"one way", "the backend got the bytes, then EOF");
+    let mut back = Vec::new();
+    // read_to_end fails with UnexpectedEof if the stream ends without close_notify.
+    tls.read_to_end(&mut back).expect("a clean TLS end");
+    assert_eq!(back, b"one way and back");
+}
+
+#[test]
+fn tls_http_listener_adds_x_forwarded_proto_https() {
+    let backend = Backend::fixed(5);
+    let s = start(&[backend.addr()], true, "");
+    let (q, p) = (&s.q, &s.pki);
+    let cfg = client_config(&p.ca, &["http/1.1"]);
+    let mut tls = tls_connect(q.port, &cfg);
+    assert_eq!(tls.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+    for _ in 0..2 {
+        tls.write_all(b"GET /x HTTP/1.1\r\nHost: localhost\r\nX-Forwarded-Proto: gopher\r\n\r\n")
+            .unwrap();
+        let mut resp = Vec::new();
+        let mut buf = [0u8; 4096];
+        let deadline = Instant::now() + IO_TIMEOUT;
+        while !resp.ends_with(b"abcde") && Instant::now() < deadline {
+            let n = tls.read(&mut buf).unwrap();
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&resp));
+            resp.extend_from_slice(&buf[..n]);
+        }
+        assert!(
+            resp.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&resp)
+        );
+    }
+    let reqs = backend.wait_requests(2, IO_TIMEOUT);
+    for r in &reqs {
+        assert_eq!(r.header_all("x-forwarded-proto"), vec!["https"]);
+    }
+}
+
+#[test]
+fn tls_bulk_transfer_never_splices_raw_records() {
+    // Several MiB both ways: a direction that fills whole buffers would switch to splice(2) on a
+    // plain session; through TLS it must not, or the server would get records instead of bytes
+    // (and the client garbage). Byte-exact both ways proves it.
+    let echo = echo();
+    let s = start(&[echo.addr()], false, "");
+    let (q, p) = (&s.q, &s.pki);
+    let cfg = client_config(&p.ca, &[]);
+    let tls = tls_connect(q.port, &cfg);
+    let sent = pattern_bytes(7, 6 * 1024 * 1024);
+    let (conn, sock) = (tls.conn, tls.sock);
+    let sock2 = sock.try_clone().unwrap();
+    let conn = Arc::new(std::sync::Mutex::new(conn));
+    let writer = {
+        let conn = conn.clone();
+        let data = sent.clone();
+        std::thread::spawn(move || {
+            let mut sock = sock2;
+            for chunk in data.chunks(64 * 1024) {
+                let mut c = conn.lock().unwrap();
+                c.writer().write_all(chunk).unwrap();
+                while c.wants_write() {
+                    c.write_tls(&mut sock).unwrap();
+                }
+            }
+        })
+    };
+    let mut got = Vec::with_capacity(sent.len());
+    let mut sock = sock;
+    sock.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut buf = vec![0u8; 64 * 1024];
+    while got.len() < sent.len() && Instant::now() < deadline {
+        let n = match sock.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+            Err(e) => panic!("{e}"),
+        };
+        let mut c = conn.lock().unwrap();
+        let mut rd = &buf[..n];
+        let mut plain = [0u8; 64 * 1024];
+        while !rd.is_empty() {
+            c.read_tls(&mut rd).unwrap();
+            c.process_new_packets().expect("valid records from quill");
+            loop {
+                match c.reader().read(&mut plain) {
+                    Ok(0) => break,
+                    Ok(k) => got.extend_from_slice(&plain[..k]),
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(got.len(), sent.len(), "all the bytes came back");
+    assert!(got == sent, "byte-exact both ways");
+}
+
+/// A sample of `/metrics`.
+fn metric(s: &Started, name: &str, labels: &[(&str, &str)]) -> f64 {
+    admin_support::metrics(s.admin).value(name, labels)
+}
+
+#[test]
+fn tls_handshake_timeout_closes_a_silent_client() {
+    let echo = echo();
+    let s = start(&[echo.addr()], false, "handshake_timeout = \"1s\"");
+    let q = &s.q;
+    let mut silent = connect_port(q.port);
+    let started = Instant::now();
+    let (_, how) = wait_closed(&mut silent, Duration::from_secs(10));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900),
+        "closed after {took:?}, before the handshake timeout ({how:?})"
+    );
+    assert!(took < Duration::from_secs(8), "not timed out: {took:?}");
+    assert_eq!(
+        metric(
+            &s,
+            "quill_tls_handshake_failures_total",
+            &[("reason", "timeout")]
+        ),
+        1.0
+    );
+}
+
+#[test]
+fn tls_handshakes_in_progress_are_bounded_per_worker() {
+    let echo = echo();
+    let s = start(&[echo.addr()], false, "max_handshakes = 2");
+    let (q, p) = (&s.q, &s.pki);
+    // Two silent clients hold the two slots; a third is closed at once.
+    let _a = connect_port(q.port);
+    let _b = connect_port(q.port);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut c = connect_port(q.port);
+    let (_, how) = wait_closed(&mut c, Duration::from_secs(5));
+    assert!(
+        metric(
+            &s,
+            "quill_tls_handshake_failures_total",
+            &[("reason", "overload")]
+        ) >= 1.0,
+        "the third client was refused as overload ({how:?})"
+    );
+    // Once a slot is free, handshakes go through again.
+    drop(_a);
+    std::thread::sleep(Duration::from_millis(200));
+    let cfg = client_config(&p.ca, &[]);
+    let mut tls = tls_connect(q.port, &cfg);
+    tls.write_all(b"x").unwrap();
+    let mut one = [0u8; 1];
+    tls.read_exact(&mut one).unwrap();
+    assert_eq!(&one, b"x");
+}
+
+#[test]
+fn tls_garbage_and_plain_http_fail_the_handshake_and_the_listener_keeps_serving() {
+    let echo = echo();
+    let s = start(&[echo.addr()], false, "");
+    let (q, p) = (&s.q, &s.pki);
+    let mut g = connect_port(q.port);
+    g.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let _ = wait_closed(&mut g, Duration::from_secs(5));
+    let mut r = connect_port(q.port);
+    r.write_all(&pattern_bytes(3, 5000)).unwrap();
+    let _ = r.shutdown(Shutdown::Write);
+    let _ = wait_closed(&mut r, Duration::from_secs(5));
+    assert!(
+        metric(
+            &s,
+            "quill_tls_handshake_failures_total",
+            &[("reason", "protocol")]
+        ) >= 1.0
+    );
+    let cfg = client_config(&p.ca, &[]);
+    let mut tls = tls_connect(q.port, &cfg);
+    tls.write_all(b"still here").unwrap();
+    let mut got = [0u8; 10];
+    tls.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"still here");
+    assert!(
+        metric(
+            &s,
+            "quill_tls_handshakes_total",
+            &[("version", "1.3"), ("kind", "full")]
+        ) >= 1.0
+    );
+    assert!(q.stderr().lines().all(|l| !l.contains("panick")));
+}
+
+#[test]
+fn tls_interoperates_with_openssl_s_client_and_curl() {
+    let backend = Backend::fixed(5);
+    let s = start(&[backend.addr()], true, "");
+    let (q, p) = (&s.q, &s.pki);
+    // curl over https, verifying the chain against the test CA.
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(&p.ca)
+        .arg(format!("https://localhost:{}/curl", q.port))
+        .arg("--resolve")
+        .arg(format!("localhost:{}:127.0.0.1", q.port))
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"abcde");
+    // openssl s_client, TLS 1.2 then 1.3.
+    for v in ["-tls1_2", "-tls1_3"] {
+        let mut child = std::process::Command::new("openssl")
+            .args(["s_client", "-quiet", v, "-servername", "localhost"])
+            .arg("-connect")
+            .arg(format!("127.0.0.1:{}", q.port))
+            .arg("-CAfile")
+            .arg(&p.ca)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("openssl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"GET /ossl HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let out = wait_child(child, Duration::from_secs(10));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.starts_with("HTTP/1.1 200"),
+            "openssl {v}: {text} / {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Waits for a child at most `within`, killing it by PID past that.
+fn wait_child(mut child: std::process::Child, within: Duration) -> std::process::Output {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn tls_certificate_expiry_is_in_the_metrics_and_on_the_status_page() {
+    let echo = echo();
+    let s = start(&[echo.addr()], false, "");
+    // 2099-01-01T00:00:00Z, the test certificate's notAfter.
+    let not_after = 4_070_908_800_i64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let cert = s.pki.cert.display().to_string();
+    let got = metric(
+        &s,
+        "quill_tls_certificate_expiry_seconds",
+        &[("listener", "secure"), ("cert", &cert)],
+    ) as i64;
+    assert!(
+        (got - (not_after - now)).abs() < 120,
+        "expiry {got} s, expected about {}",
+        not_after - now
+    );
+    let dom = admin_support::chromium::dump_dom(&format!("http://{}/", s.admin), 3000);
+    let at = dom
+        .find(&format!("data-cert=\"{cert}\""))
+        .unwrap_or_else(|| panic!("no certificate line on the page: {dom}"));
+    let rest = &dom[at..];
+    let v = rest
+        .split("class=\"tls-expiry\" data-value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or_else(|| panic!("no expiry value: {rest}"));
+    assert!((v - (not_after - now)).abs() < 120, "page says {v}");
+    assert!(
+        rest.contains("localhost"),
+        "the certificate's name is shown"
+    );
+}
