@@ -51,18 +51,59 @@ def group_of(entry):
     return "other (libc, ld.so, unknown)"
 
 
-def annotate(out_file):
-    """callgrind_annotate's self cost per function: [(Ir, 'file:function')]."""
-    text = subprocess.run(["callgrind_annotate", "--threshold=100", "--inclusive=no", out_file],
-                          capture_output=True, text=True, timeout=300).stdout
-    rows = []
-    for line in text.splitlines():
-        m = re.match(r"^\s*([\d,]+)\s+(?:\([\s\d.%]+\)\s+)?(\S.*)$", line)
-        if not m or "PROGRAM TOTALS" in line:
-            continue
-        ir = int(m.group(1).replace(",", ""))
-        rows.append((ir, m.group(2).strip()))
-    return rows, text
+def self_costs(out_file):
+    """The self cost (Ir) of each function, read from the callgrind output file itself:
+    ([(Ir, 'file:function')], total Ir). callgrind_annotate 3.19 is not used: after
+    `callgrind_control -z` the calls in flight are written as `calls=0` with their whole inclusive
+    cost, which it books as the self cost of `clone`. Here the cost line that follows a `calls=`
+    line (a call's inclusive cost) is skipped; inlined code (fi=/fe=) is booked to its own file."""
+    names = {}
+
+    def name(space, value):
+        m = re.match(r"\((\d+)\)(?:\s+(.*))?$", value)
+        if not m:
+            return value
+        if m.group(2) is not None:
+            names[(space, m.group(1))] = m.group(2)
+        return names.get((space, m.group(1)), "?")
+
+    costs, total = {}, None
+    fl = fi = fn = "?"
+    after_call = False
+    with open(out_file, errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line or line.startswith("#"):
+                continue
+            c = line[0]
+            if c.isdigit() or c in "+-*":
+                if after_call:
+                    after_call = False
+                    continue
+                parts = line.split()
+                if len(parts) >= 2 and parts[1].isdigit():
+                    costs[(fi, fn)] = costs.get((fi, fn), 0) + int(parts[1])
+                continue
+            key, _, value = line.partition("=")
+            if key == "fl":
+                fl = fi = name("fl", value)
+            elif key in ("fi", "fe"):
+                fi = name("fl", value)
+            elif key == "fn":
+                fn = name("fn", value)
+                fi = fl
+            elif key in ("cfi", "cfl"):
+                name("fl", value)
+            elif key == "cfn":
+                name("fn", value)
+            elif key in ("ob", "cob"):
+                name("ob", value)
+            elif key == "calls":
+                after_call = True
+            elif line.startswith(("totals:", "summary:")) and total is None:
+                total = int(line.split()[1])
+    rows = [(ir, "%s:%s" % (file, fn)) for (file, fn), ir in costs.items() if ir]
+    return rows, total or sum(ir for ir, _ in rows)
 
 
 def main(argv):
@@ -121,10 +162,8 @@ def main(argv):
         secs = time.monotonic() - t0
         r = harness.parse_ab(about)
         procs.stop(q, (signal.SIGTERM,), wait=60)
-        rows, text = annotate(out)
+        rows, program_total = self_costs(out)
         total = sum(ir for ir, _ in rows)
-        m = re.search(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?PROGRAM TOTALS", text, re.M)
-        program_total = int(m.group(1).replace(",", "")) if m else total
         n = (r["requests"] or a.n) + (0 if zeroed else 2)
         groups = {}
         for ir, fn in rows:
@@ -133,8 +172,8 @@ def main(argv):
         lines = ["## Where Quill's instructions go (callgrind, %s, %d handshakes)" % (tls.KIND_NAMES[a.kind], n), "",
                  "`python3 bench/tls/callgrind.py --quill-bin QUILL --kind %s -n %d`: `%s` against Quill under "
                  "`valgrind --tool=callgrind` (2 workers; counters %s); negotiated %s; ab: %s requests, %s failed, "
-                 "%.0f s under valgrind. Self cost (Ir) of each function, grouped; a function under 0.01%% of the "
-                 "total is left out of the groups (%s%% of all Ir is in the listed functions)." % (
+                 "%.0f s under valgrind. Self cost (Ir) of each function (read from callgrind's output, "
+                 "inlined code booked to its own source file), grouped by source: %s%% of all Ir is accounted for." % (
                      a.kind, a.n, " ".join(cmd),
                      "zeroed after start-up and one GET" if zeroed else "NOT zeroed: start-up included",
                      negotiated, r["requests"], r["errors"], secs,
@@ -146,8 +185,7 @@ def main(argv):
         lines += ["", "Top functions (self Ir per handshake):", "", "| function | Ir per handshake | group |",
                   "|---|---:|---|"]
         for ir, fn in sorted(rows, reverse=True)[:20]:
-            short = re.sub(r"^.*?:", "", fn, count=1) if ":" in fn.split(" ")[0] else fn
-            short = re.sub(r"\s*\[.*\]$", "", short)
+            short = fn.split(":", 1)[1] if ":" in fn else fn
             if len(short) > 110:
                 short = short[:107] + "..."
             lines.append("| `%s` | %s | %s |" % (short.replace("|", "\\|"), "{:,.0f}".format(ir / n), group_of(fn)))
