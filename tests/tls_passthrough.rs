@@ -353,7 +353,7 @@ fn tls_passthrough_non_tls_bytes_are_closed() {
         ),
     );
     closed_after(&q, b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n");
-    assert_eq!(ended(&q, "denied").server, "-");
+    assert_eq!(ended(&q, "tls_failed").server, "-");
     // A handshake record that is not a ClientHello, and a malformed one.
     closed_after(&q, &[22, 3, 1, 0, 4, 2, 0, 0, 0]);
     let mut bad = client_hello("a.example", &ca);
@@ -385,7 +385,7 @@ fn tls_passthrough_slow_client_hello_is_timed_out() {
     );
     let (got, _) = wait_closed(&mut s, T);
     assert!(got.is_empty());
-    assert_eq!(ended(&q, "idle_timeout").server, "-");
+    assert_eq!(ended(&q, "tls_timeout").server, "-");
     assert_eq!(a.accepted(), 0);
     // A hello sent in pieces in time is routed.
     let mut s = connect(q.addr());

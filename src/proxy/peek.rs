@@ -8,8 +8,8 @@
 //!
 //! Bounded: at most [`MAX_WIRE`] bytes peeked (a 16 KiB hello in at most 32 records), and the
 //! listener's connect timeout (`-t`; 10 s when it is 0) for the whole hello to arrive. A client
-//! that sends something else than a ClientHello is closed (`denied`), one that names no route on a
-//! listener without servers too (`no_server`: strict SNI), one too slow `idle_timeout`.
+//! that sends something else than a ClientHello is closed (`tls_failed`), one that names no route
+//! on a listener without servers too (`no_server`: strict SNI), one too slow `tls_timeout`.
 
 use std::io;
 use std::sync::Arc;
@@ -122,7 +122,7 @@ impl PeekSession {
                 "{}: no whole TLS ClientHello in time",
                 self.addr.to_string_with_port()
             );
-            return Step::Close(End::IdleTimeout);
+            return Step::Close(End::TlsTimeout);
         }
         Step::Wait(self.deadline)
     }
@@ -159,7 +159,7 @@ impl PeekSession {
         let name = match tls_hello::parse(seen) {
             Ok(Some(hello)) => hello.server_name(),
             Ok(None) if eof || n == MAX_WIRE => {
-                return Peeked::Step(Step::Close(if eof { End::Done } else { End::Denied }));
+                return Peeked::Step(Step::Close(if eof { End::Done } else { End::TlsFailed }));
             }
             Ok(None) => return Peeked::Step(self.wait()),
             Err(e) => {
@@ -167,7 +167,7 @@ impl PeekSession {
                     "{}: not a TLS ClientHello: {e}",
                     self.addr.to_string_with_port()
                 );
-                return Peeked::Step(Step::Close(End::Denied));
+                return Peeked::Step(Step::Close(End::TlsFailed));
             }
         };
         let Some(pool) = self.pool_for(name.as_ref().map(|n| n.as_bytes())) else {

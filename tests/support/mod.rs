@@ -889,7 +889,7 @@ pub fn run_quill_expect_exit(args: &[&str]) -> (i32, String) {
 // ---------------------------------------------------------------------------------------------
 
 /// Every reason a session can end with, as the access log and the metrics name them.
-pub const END_REASONS: [&str; 12] = [
+pub const END_REASONS: [&str; 14] = [
     "done",
     "client_reset",
     "server_reset",
@@ -902,6 +902,8 @@ pub const END_REASONS: [&str; 12] = [
     "error",
     "denied",
     "closed",
+    "tls_failed",
+    "tls_timeout",
 ];
 
 /// One access log line: CLIENT_IP UNIX_TIME SERVER BYTES_IN BYTES_OUT DURATION END
