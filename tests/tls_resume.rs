@@ -2,7 +2,8 @@
 //! every worker, in every process reading the same `ticket_keys` file (HAProxy's format), and in
 //! the process that took over from the one that issued the ticket; a rotated key file keeps the
 //! previous key's sessions; no resumption where client certificates are asked for; a bad key file
-//! is refused with its file and line. `openssl s_client -sess_out` saves a session and
+//! is refused with its file and line. A takeover keeps an established TLS session (the old
+//! process drains it) and fails no handshake made while it happens. `openssl s_client -sess_out` saves a session and
 //! `-sess_in` offers it again; s_client says `Reused` or `New`.
 
 mod support;
@@ -272,4 +273,139 @@ fn tls_bad_ticket_key_file_is_refused_naming_file_and_line() {
     assert_eq!(reply.trim().lines().count(), 1, "{reply}");
     let out = offer_session(q.port, "-tls1_3", &file, "old keys kept");
     assert!(resumed(&out), "{out}");
+}
+
+/// A rustls client that trusts anything (the test checks continuity, not the chain).
+fn rustls_client() -> std::sync::Arc<rustls::ClientConfig> {
+    #[derive(Debug)]
+    struct Any;
+    impl rustls::client::danger::ServerCertVerifier for Any {
+        fn verify_server_cert(
+            &self,
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &[rustls::pki_types::CertificateDer<'_>],
+            _: &rustls::pki_types::ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            rustls::crypto::aws_lc_rs::default_provider()
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .dangerous()
+    .with_custom_certificate_verifier(std::sync::Arc::new(Any))
+    .with_no_client_auth();
+    std::sync::Arc::new(cfg)
+}
+
+type Tls = rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>;
+
+/// A TLS connection to 127.0.0.1:PORT, handshake done, or why not.
+fn tls_to(port: u16, cfg: &std::sync::Arc<rustls::ClientConfig>) -> Result<Tls, String> {
+    let sock = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    set_timeouts(&sock, CLIENT_TIMEOUT);
+    let name = rustls::pki_types::ServerName::try_from("quill-resume").unwrap();
+    let conn = rustls::ClientConnection::new(cfg.clone(), name).map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    while tls.conn.is_handshaking() {
+        tls.conn
+            .complete_io(&mut tls.sock)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(tls)
+}
+
+fn echo_tls(tls: &mut Tls, msg: &[u8]) -> Result<(), String> {
+    use std::io::{Read, Write};
+    tls.write_all(msg).map_err(|e| e.to_string())?;
+    let mut got = vec![0u8; msg.len()];
+    tls.read_exact(&mut got).map_err(|e| e.to_string())?;
+    if got == msg {
+        Ok(())
+    } else {
+        Err("echo differs".into())
+    }
+}
+
+#[test]
+fn tls_takeover_keeps_established_sessions_and_every_handshake_succeeds() {
+    let e = echo();
+    let mut old = start_tls(|dir, port| one_listener(dir, port, e.addr(), ""));
+    let cfg = rustls_client();
+    let mut open = tls_to(old.port, &cfg).expect("a session before the takeover");
+    echo_tls(&mut open, b"before").unwrap();
+    // Handshakes in a loop (bounded) while the new process takes over.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (port, stop2, cfg2) = (old.port, stop.clone(), cfg.clone());
+    let client = std::thread::spawn(move || {
+        let (mut ok, mut failed) = (0, Vec::new());
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed)
+            && std::time::Instant::now() < deadline
+            && ok + failed.len() < 2000
+        {
+            match tls_to(port, &cfg2).and_then(|mut t| echo_tls(&mut t, b"during")) {
+                Ok(()) => ok += 1,
+                Err(e) => failed.push(e),
+            }
+        }
+        (ok, failed)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let mut args = quill_args(old.dir.path());
+    args.extend([
+        "--takeover".into(),
+        old.path("c.sock").display().to_string(),
+    ]);
+    let new = QuillProcess::spawn_in(scratch_dir(), args, old.port);
+    assert!(
+        new.wait_stderr_contains("took over", Duration::from_secs(10)),
+        "new:\n{}\nold:\n{}",
+        new.stderr(),
+        old.stderr()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = client.join().unwrap();
+    // The session opened before is still served by the old process, which drains.
+    echo_tls(&mut open, b"after").expect("the established session survives the takeover");
+    drop(open);
+    let st = old.wait_exit(Duration::from_secs(10)).expect("old exits");
+    assert_eq!(st.code(), Some(0), "{}", old.stderr());
+    assert!(ok > 0, "no handshake ran during the takeover");
+    assert!(
+        failed.is_empty(),
+        "{} of {} handshakes failed during the takeover: {:?}",
+        failed.len(),
+        ok + failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    // And after it, the new process serves.
+    let mut t = tls_to(new.port, &cfg).expect("a session after the takeover");
+    echo_tls(&mut t, b"new").unwrap();
 }
