@@ -9,6 +9,8 @@
 mod support;
 #[path = "tls_local/mod.rs"]
 mod tls_local;
+#[path = "support/tls.rs"]
+mod tls_support;
 
 use std::fs;
 use std::path::Path;
@@ -16,6 +18,7 @@ use std::time::Duration;
 
 use support::*;
 use tls_local::*;
+use tls_support::{ClientOpts, TlsClient};
 
 /// The protocol versions every resumption test runs with.
 const VERSIONS: [&str; 2] = ["-tls1_3", "-tls1_2"];
@@ -275,80 +278,21 @@ fn tls_bad_ticket_key_file_is_refused_naming_file_and_line() {
     assert!(resumed(&out), "{out}");
 }
 
-/// A rustls client that trusts anything (the test checks continuity, not the chain).
-fn rustls_client() -> std::sync::Arc<rustls::ClientConfig> {
-    #[derive(Debug)]
-    struct Any;
-    impl rustls::client::danger::ServerCertVerifier for Any {
-        fn verify_server_cert(
-            &self,
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &[rustls::pki_types::CertificateDer<'_>],
-            _: &rustls::pki_types::ServerName<'_>,
-            _: &[u8],
-            _: rustls::pki_types::UnixTime,
-        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        }
-        fn verify_tls12_signature(
-            &self,
-            _: &[u8],
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-        }
-        fn verify_tls13_signature(
-            &self,
-            _: &[u8],
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-        }
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            rustls::crypto::aws_lc_rs::default_provider()
-                .signature_verification_algorithms
-                .supported_schemes()
-        }
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .dangerous()
-    .with_custom_certificate_verifier(std::sync::Arc::new(Any))
-    .with_no_client_auth();
-    std::sync::Arc::new(cfg)
+/// A TLS session to 127.0.0.1:PORT (any certificate accepted: the test checks continuity, not
+/// the chain), handshake done, or why not.
+fn tls_to(port: u16) -> Result<TlsClient, String> {
+    let opts = ClientOpts {
+        sni: Some("quill-resume"),
+        ..ClientOpts::default()
+    };
+    TlsClient::connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)), &opts)
 }
 
-type Tls = rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>;
-
-/// A TLS connection to 127.0.0.1:PORT, handshake done, or why not.
-fn tls_to(port: u16, cfg: &std::sync::Arc<rustls::ClientConfig>) -> Result<Tls, String> {
-    let sock = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    set_timeouts(&sock, CLIENT_TIMEOUT);
-    let name = rustls::pki_types::ServerName::try_from("quill-resume").unwrap();
-    let conn = rustls::ClientConnection::new(cfg.clone(), name).map_err(|e| e.to_string())?;
-    let mut tls = rustls::StreamOwned::new(conn, sock);
-    while tls.conn.is_handshaking() {
-        tls.conn
-            .complete_io(&mut tls.sock)
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(tls)
-}
-
-fn echo_tls(tls: &mut Tls, msg: &[u8]) -> Result<(), String> {
-    use std::io::{Read, Write};
-    tls.write_all(msg).map_err(|e| e.to_string())?;
-    let mut got = vec![0u8; msg.len()];
-    tls.read_exact(&mut got).map_err(|e| e.to_string())?;
-    if got == msg {
-        Ok(())
-    } else {
-        Err("echo differs".into())
+/// One echo round trip through a session.
+fn echo_tls(tls: &mut TlsClient, msg: &[u8]) -> Result<(), String> {
+    match tls.echo(msg)? {
+        got if got == msg => Ok(()),
+        _ => Err("echo differs".into()),
     }
 }
 
@@ -356,12 +300,11 @@ fn echo_tls(tls: &mut Tls, msg: &[u8]) -> Result<(), String> {
 fn tls_takeover_keeps_established_sessions_and_every_handshake_succeeds() {
     let e = echo();
     let mut old = start_tls(|dir, port| one_listener(dir, port, e.addr(), ""));
-    let cfg = rustls_client();
-    let mut open = tls_to(old.port, &cfg).expect("a session before the takeover");
+    let mut open = tls_to(old.port).expect("a session before the takeover");
     echo_tls(&mut open, b"before").unwrap();
     // Handshakes in a loop (bounded) while the new process takes over.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (port, stop2, cfg2) = (old.port, stop.clone(), cfg.clone());
+    let (port, stop2) = (old.port, stop.clone());
     let client = std::thread::spawn(move || {
         let (mut ok, mut failed) = (0, Vec::new());
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -369,7 +312,7 @@ fn tls_takeover_keeps_established_sessions_and_every_handshake_succeeds() {
             && std::time::Instant::now() < deadline
             && ok + failed.len() < 2000
         {
-            match tls_to(port, &cfg2).and_then(|mut t| echo_tls(&mut t, b"during")) {
+            match tls_to(port).and_then(|mut t| echo_tls(&mut t, b"during")) {
                 Ok(()) => ok += 1,
                 Err(e) => failed.push(e),
             }
@@ -406,6 +349,6 @@ fn tls_takeover_keeps_established_sessions_and_every_handshake_succeeds() {
         &failed[..failed.len().min(3)]
     );
     // And after it, the new process serves.
-    let mut t = tls_to(new.port, &cfg).expect("a session after the takeover");
+    let mut t = tls_to(new.port).expect("a session after the takeover");
     echo_tls(&mut t, b"new").unwrap();
 }

@@ -629,7 +629,8 @@ impl HttpSession {
         let (Some(sni), Ok(host)) = (sni, std::str::from_utf8(route::host_name(host))) else {
             return false;
         };
-        !server.certs.serves_alike(sni, host)
+        // The usual case, Host naming the SNI itself, needs no lookup.
+        !sni.eq_ignore_ascii_case(host) && !server.certs.serves_alike(sni, host)
     }
 
     /// Starts reading requests from a client whose socket is registered already, with the
@@ -638,8 +639,7 @@ impl HttpSession {
         self.client_ready = ready;
         let subject = self.client.tls().and_then(|t| {
             let conn = t.conn();
-            let der = conn.peer_certificates()?.first()?.to_vec();
-            crate::tls::certs::subject_of(&der)
+            crate::tls::certs::subject_of(conn.peer_certificates()?.first()?)
         });
         self.cert_edit = subject.map(|s| {
             Box::new([HeaderEdit {

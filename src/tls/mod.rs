@@ -123,28 +123,18 @@ pub(crate) struct CertFiles {
 }
 
 /// The lowest TLS version a listener accepts (rustls speaks 1.2 and 1.3 only).
-// The full loader (next commit) parses and writes it.
-#[allow(dead_code)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum TlsVersion {
     V1_2,
     V1_3,
 }
 
-#[allow(dead_code)]
 impl TlsVersion {
     pub(crate) fn parse(text: &str) -> Option<TlsVersion> {
         match text {
             "1.2" | "TLSv1.2" | "tls1.2" => Some(TlsVersion::V1_2),
             "1.3" | "TLSv1.3" | "tls1.3" => Some(TlsVersion::V1_3),
             _ => None,
-        }
-    }
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            TlsVersion::V1_2 => "1.2",
-            TlsVersion::V1_3 => "1.3",
         }
     }
 }
