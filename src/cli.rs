@@ -314,6 +314,7 @@ impl PenTls {
             settings.client_auth = Some(ClientAuth {
                 ca,
                 crls: Vec::new(),
+                ca_dir: self.ca_dir.clone(),
                 required: self.require,
             });
         }

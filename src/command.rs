@@ -82,6 +82,9 @@ pub(crate) enum SslCommand {
     NoTls12,
     /// `ssl_option cipher_server_preference`: the listener's suite order wins.
     ServerPreference,
+    /// `ssl_option client_cipher_preference` (Quill's; Pen has no way back): the client's suite
+    /// order wins, as `server_cipher_order = false`.
+    ClientPreference,
     /// `ssl_option no_sslv2`, `no_sslv3`, `no_tlsv1`, `no_tlsv1.1`: accepted, always so (rustls
     /// speaks TLS 1.2 and 1.3 only).
     AlwaysOff(String),
@@ -99,9 +102,10 @@ impl SslCommand {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             SslCommand::Ciphers(_) => "ssl_ciphers",
-            SslCommand::NoTls12 | SslCommand::ServerPreference | SslCommand::AlwaysOff(_) => {
-                "ssl_option"
-            }
+            SslCommand::NoTls12
+            | SslCommand::ServerPreference
+            | SslCommand::ClientPreference
+            | SslCommand::AlwaysOff(_) => "ssl_option",
             SslCommand::SniPath(_) => "ssl_sni_path",
             SslCommand::OcspResponse(_) => "ssl_ocsp_response",
             SslCommand::RenegotiationInterval(_) => "ssl_client_renegotiation_interval",
@@ -129,11 +133,12 @@ fn parse_ssl(name: &str, args: &[&str]) -> Option<Result<SslCommand, CommandErro
         "ssl_option" => one_arg(name, args).and_then(|option| match option {
             "no_tlsv1.2" => Ok(SslCommand::NoTls12),
             "cipher_server_preference" => Ok(SslCommand::ServerPreference),
+            "client_cipher_preference" => Ok(SslCommand::ClientPreference),
             "no_sslv2" | "no_sslv3" | "no_tlsv1" | "no_tlsv1.1" => {
                 Ok(SslCommand::AlwaysOff(option.to_string()))
             }
             other => err(format!(
-                "ssl_option: '{}' is not one Quill knows (no_sslv2, no_sslv3, no_tlsv1, no_tlsv1.1, no_tlsv1.2, cipher_server_preference)",
+                "ssl_option: '{}' is not one Quill knows (no_sslv2, no_sslv3, no_tlsv1, no_tlsv1.1, no_tlsv1.2, cipher_server_preference, client_cipher_preference)",
                 other.escape_debug()
             )),
         }),

@@ -535,3 +535,38 @@ fn tls_configured_ciphers_are_the_only_ones_offered() {
         }
     }
 }
+
+#[test]
+fn tls_write_saves_the_client_cipher_order_so_it_reloads_equal() {
+    let c = Certs::new();
+    let backend = LineBackend::start();
+    let (q, sock) = start_tls(&c, backend.addr, "");
+    ctl_ok(&sock, "ssl_option client_cipher_preference");
+    let saved = c.path("order.cmds");
+    ctl_ok(&sock, &format!("write {}", saved.display()));
+    let written = std::fs::read_to_string(&saved).unwrap();
+    assert!(
+        written.contains("ssl_option client_cipher_preference"),
+        "{written}"
+    );
+    // What a restart loads: the file (server order on by default), then the written commands.
+    let again = format!(
+        "command_file = \"{}\"\n{}",
+        saved.display(),
+        tls_listener(q.port, backend.addr, "")
+    );
+    let (code, out, err) = check(&c.config("again.toml", &again));
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(!out.contains("the listener's order wins"), "{out}");
+    // And back: the opposite command is saved as such.
+    ctl_ok(&sock, "ssl_option cipher_server_preference");
+    ctl_ok(&sock, &format!("write {}", saved.display()));
+    let written = std::fs::read_to_string(&saved).unwrap();
+    assert!(
+        written.contains("ssl_option cipher_server_preference"),
+        "{written}"
+    );
+    let (code, out, err) = check(&c.config("again.toml", &again));
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("the listener's order wins"), "{out}");
+}

@@ -193,3 +193,79 @@ fn tls_handshakes_during_a_reload_all_succeed() {
     assert!(total >= 20, "only {total} handshakes");
     assert_eq!(served_cn(port), "four");
 }
+
+/// A CA (CN `cn`) written to DIR/STEM.pem, and a client certificate it signs written to
+/// DIR/STEM-client.pem and .key; returns the client's two paths.
+fn ca_with_client(dir: &Path, stem: &str, cn: &str) -> (String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, cn);
+    replace_file(
+        &dir.join(format!("{stem}.pem")),
+        ca.self_signed(&ca_key).unwrap().pem().as_bytes(),
+    );
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
+    leaf.distinguished_name.push(DnType::CommonName, "client");
+    let cert = leaf.signed_by(&key, &issuer).unwrap();
+    let (c, k) = (
+        dir.join(format!("{stem}-client.pem")),
+        dir.join(format!("{stem}-client.key")),
+    );
+    replace_file(&c, cert.pem().as_bytes());
+    replace_file(&k, key.serialize_pem().as_bytes());
+    (c.display().to_string(), k.display().to_string())
+}
+
+#[test]
+fn tls_reload_takes_a_ca_added_to_the_client_ca_dir() {
+    let e = echo();
+    let q = start_tls(|dir, port| {
+        let cas = dir.join("cas");
+        fs_create(&cas);
+        ca_with_client(&cas, "first", "first CA");
+        let (cert, key) = write_cert(dir, "web", "one", 1);
+        tls_listener(
+            "web",
+            port,
+            e.addr(),
+            &cert,
+            &key,
+            &format!(
+                "client_ca_dir = \"{}\"\nclient_verify = \"required\"\n",
+                cas.display()
+            ),
+        )
+    });
+    // A client certificate of a CA that is not in the directory yet: refused. Its files are
+    // kept beside the directory until the CA is added.
+    let (cert, key) = ca_with_client(q.dir.path(), "second", "second CA");
+    let with_cert = ["-cert", cert.as_str(), "-key", key.as_str()];
+    assert!(session(q.port, &with_cert, "before").is_err());
+    let (first_cert, first_key) = (
+        q.path("cas/first-client.pem").display().to_string(),
+        q.path("cas/first-client.key").display().to_string(),
+    );
+    let first = ["-cert", first_cert.as_str(), "-key", first_key.as_str()];
+    session(q.port, &first, "first CA").unwrap();
+    // The operator adds the second CA to the directory; `tls reload` lists it again.
+    std::fs::copy(q.path("second.pem"), q.path("cas/second.pem")).unwrap();
+    let (ok, reply) = ctl(&q, &["tls", "reload", "web"]);
+    assert!(ok, "{reply}");
+    session(q.port, &with_cert, "after").unwrap();
+    session(q.port, &first, "first CA still").unwrap();
+    // And a CA removed from it is no longer trusted after the next one.
+    std::fs::remove_file(q.path("cas/second.pem")).unwrap();
+    let (ok, reply) = ctl(&q, &["tls", "reload", "web"]);
+    assert!(ok, "{reply}");
+    assert!(session(q.port, &with_cert, "removed").is_err());
+}
+
+fn fs_create(dir: &Path) {
+    if !dir.exists() {
+        std::fs::create_dir(dir).unwrap();
+    }
+}

@@ -374,6 +374,7 @@ impl ListenerConfig {
             SslCommand::Ciphers(list) => next.ciphers = list.clone(),
             SslCommand::NoTls12 => next.min_version = TlsVersion::V1_3,
             SslCommand::ServerPreference => next.server_cipher_order = true,
+            SslCommand::ClientPreference => next.server_cipher_order = false,
             SslCommand::AlwaysOff(_) | SslCommand::RenegotiationInterval(_) => return Ok(()),
             SslCommand::SniPath(dir) => {
                 // Again with the same directory (a command file applied on every reload) reads

@@ -81,8 +81,9 @@ impl Config {
 
 /// A TLS listener's settings that Pen's `ssl_*` commands change, each line after `prefix`. Its
 /// certificates, client CAs and the other keys come from their source (`-E`, `tls = { ... }`)
-/// on every start and reload, where the files are read again; none of these commands can turn
-/// what it sets off, so the file states only what is on.
+/// on every start and reload, where the files are read again. The commands cannot turn a suite
+/// list, TLS 1.3 only or a name directory off, so the file states those only when on; the cipher
+/// order is always stated, since either way can be set.
 fn write_tls(out: &mut String, prefix: &str, name: &str, t: &crate::tls::TlsSettings) {
     *out += &format!("# listener {name}: TLS (its certificates come from -E or the TOML file)\n");
     if !t.ciphers.is_empty() {
@@ -91,9 +92,12 @@ fn write_tls(out: &mut String, prefix: &str, name: &str, t: &crate::tls::TlsSett
     if t.min_version == crate::tls::TlsVersion::V1_3 {
         *out += &format!("{prefix}ssl_option no_tlsv1.2\n");
     }
-    if t.server_cipher_order {
-        *out += &format!("{prefix}ssl_option cipher_server_preference\n");
-    }
+    let order = if t.server_cipher_order {
+        "cipher_server_preference"
+    } else {
+        "client_cipher_preference"
+    };
+    *out += &format!("{prefix}ssl_option {order}\n");
     if let Some(dir) = &t.sni_path {
         *out += &format!("{prefix}ssl_sni_path {}\n", dir.display());
     }

@@ -598,8 +598,16 @@ fn reread_tls(
         }
     }
     if let Some(auth) = &mut out.client_auth {
+        // The directory is listed again (a CA added or removed there counts); the other files
+        // are re-read by path.
+        if let Some(dir) = &auth.ca_dir {
+            auth.ca.retain(|f| !f.path.starts_with(dir));
+        }
         for f in auth.ca.iter_mut().chain(auth.crls.iter_mut()) {
             *f = again(f)?;
+        }
+        if let Some(dir) = &auth.ca_dir {
+            auth.ca.extend(crate::tls::certs::read_ca_dir(dir)?);
         }
     }
     if let Some(keys) = &out.ticket_keys {

@@ -559,6 +559,7 @@ fn the_ca_dir_keeps_files_holding_certificates() {
         ca: cas,
         crls: Vec::new(),
         required: true,
+        ca_dir: None,
     };
     assert!(client_verifier(&auth).is_ok());
     let empty = tempfile::tempdir().unwrap();
@@ -592,6 +593,7 @@ fn crls_are_read_as_pem_or_der_and_bad_ones_named() {
             ca: vec![ca_file.clone()],
             crls: vec![crl_file],
             required: false,
+            ca_dir: None,
         };
         assert!(client_verifier(&auth).is_ok());
     }
@@ -599,6 +601,7 @@ fn crls_are_read_as_pem_or_der_and_bad_ones_named() {
         ca: vec![ca_file],
         crls: vec![data("bad.crl", "garbage")],
         required: false,
+        ca_dir: None,
     };
     let err = client_verifier(&auth).err().unwrap();
     assert_eq!(err.path.as_deref(), Some(Path::new("bad.crl")));
@@ -735,6 +738,7 @@ fn client_certificates_required_optional_and_revoked() {
             client_verifier(&crate::tls::ClientAuth {
                 ca: vec![data("ca.pem", &ca_pem)],
                 crls,
+                ca_dir: None,
                 required,
             })
             .unwrap(),

@@ -147,6 +147,9 @@ pub(crate) struct ClientAuth {
     pub ca: Vec<FileData>,
     /// Certificate revocation lists (PEM or DER).
     pub crls: Vec<FileData>,
+    /// The `ca_dir` directory its files came from (they are in `ca`): `tls reload` lists it
+    /// again, so a CA added there is taken.
+    pub ca_dir: Option<std::path::PathBuf>,
     /// A client without a certificate is refused (`-R`, `verify = "required"`); otherwise one
     /// is asked for, verified when given, and the session goes on without one.
     pub required: bool,

@@ -681,6 +681,7 @@ mod tests {
                 ca: vec![file(&ca.cert.pem())],
                 crls: Vec::new(),
                 required: false,
+                ca_dir: None,
             });
             let keys = TicketKeys::generate().unwrap();
             for v in VERSIONS {

@@ -80,6 +80,7 @@ pub(super) struct TlsDefaults {
 struct ClientKeys {
     ca: Vec<FileData>,
     ca_dir: Vec<FileData>,
+    ca_dir_path: Option<std::path::PathBuf>,
     crls: Vec<FileData>,
     verify: Option<(Verify, Range<usize>)>,
 }
@@ -411,6 +412,7 @@ impl RawTls {
             let path = path_in(v, "client_ca_dir", dir, at)?;
             client.ca_dir =
                 tls::certs::read_ca_dir(&path).map_err(|e| fail(at, v, "client_ca_dir", e))?;
+            client.ca_dir_path = Some(path);
         }
         if let Some(v) = &self.client_crl {
             let files: Vec<Spanned<toml::Value>> = match v.get_ref() {
@@ -471,6 +473,7 @@ impl ClientKeys {
             _ => Some(ClientAuth {
                 ca,
                 crls: self.crls,
+                ca_dir: self.ca_dir_path,
                 required: verify == Verify::Required,
             }),
         })
