@@ -247,6 +247,11 @@ impl Worker {
                 }
             }
             let now = self.shared.clock.now_ms();
+            // A drain begun while this worker slept is taken up before the turn's events, so
+            // a response that arrives in the same turn as the wake-up already says close.
+            if !self.draining && matches!(self.shared.phase(), Phase::Draining) {
+                self.start_drain(now);
+            }
             for ev in events.iter() {
                 self.dispatch(ev, now);
             }
