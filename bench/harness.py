@@ -260,7 +260,10 @@ def wait_ready(port, proc=None, timeout=15.0):
 
 # ---------------------------------------------------------------- configs
 
-def write_configs(work):
+def write_backends(work, ports=None):
+    """WORK/www with the 1k and 200k files, and one nginx backend config WORK/backendI.conf per
+    port of `ports` (BACKENDS by default): the backends every bench script puts behind the
+    candidates."""
     www = os.path.join(work, "www")
     os.makedirs(www, exist_ok=True)
     with open(os.path.join(www, "1k"), "wb") as f:
@@ -271,7 +274,7 @@ def write_configs(work):
         os.chmod(p, 0o755)
     for n in ("1k", "200k"):
         os.chmod(os.path.join(www, n), 0o644)
-    for i, port in enumerate(BACKENDS, 1):
+    for i, port in enumerate(ports or BACKENDS, 1):
         with open(os.path.join(work, "backend%d.conf" % i), "w") as f:
             f.write("""daemon off;
 worker_processes 1;
@@ -294,6 +297,37 @@ http {{
     }}
 }}
 """.format(w=work, i=i, port=port))
+
+
+def haproxy_http(workers, maxconn, port, servers, bind_extra=""):
+    """HAProxy 2.6 `mode http` with keep-alive both ways, X-Forwarded-For and connection reuse,
+    `nbthread workers`, listening on 127.0.0.1:port (`bind_extra` after it: `ssl crt ...`) in
+    front of `servers` (HOST:PORT strings)."""
+    lines = "".join("    server s%d %s\n" % (i, a) for i, a in enumerate(servers, 1))
+    return """global
+    nbthread {workers}
+    maxconn {mc}
+defaults
+    mode http
+    maxconn {mc}
+    option http-keep-alive
+    option forwardfor
+    http-reuse always
+    timeout connect 5s
+    timeout client 600s
+    timeout server 600s
+    timeout http-keep-alive 600s
+    timeout http-request 600s
+frontend fe
+    bind 127.0.0.1:{port}{extra}
+    default_backend be
+backend be
+    balance roundrobin
+{lines}""".format(workers=workers, mc=maxconn, port=port, extra=bind_extra, lines=lines)
+
+
+def write_configs(work):
+    write_backends(work)
     with open(os.path.join(work, "nginx-stream.conf"), "w") as f:
         f.write("""daemon off;
 load_module /usr/lib/nginx/modules/ngx_stream_module.so;

@@ -71,28 +71,8 @@ def write_configs(work, args):
             f.write(text)
     # Quill -H adds X-Forwarded-For to every request; the peers are asked to do the same.
     with open(os.path.join(work, "haproxy-http.cfg"), "w") as f:
-        f.write("""global
-    nbthread {workers}
-    maxconn {mc}
-defaults
-    mode http
-    maxconn {mc}
-    option http-keep-alive
-    option forwardfor
-    http-reuse always
-    timeout connect 5s
-    timeout client 600s
-    timeout server 600s
-    timeout http-keep-alive 600s
-    timeout http-request 600s
-frontend fe
-    bind 127.0.0.1:{port}
-    default_backend be
-backend be
-    balance roundrobin
-    server s1 127.0.0.1:9001
-    server s2 127.0.0.1:9002
-""".format(workers=WORKERS, mc=harness.MAXCONN, port=PORTS["haproxy-http"]))
+        f.write(harness.haproxy_http(WORKERS, harness.MAXCONN, PORTS["haproxy-http"],
+                                     ["127.0.0.1:9001", "127.0.0.1:9002"]))
     with open(os.path.join(work, "nginx-http.conf"), "w") as f:
         f.write("""daemon off;
 worker_processes {workers};

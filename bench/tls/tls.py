@@ -85,64 +85,14 @@ def make_certs(work):
 
 
 def write_configs(work, certs):
-    www = os.path.join(work, "www")
-    os.makedirs(www, exist_ok=True)
-    with open(os.path.join(www, "1k"), "wb") as f:
-        f.write(b"x" * 1024)
-    with open(os.path.join(www, "200k"), "wb") as f:
-        f.write(b"y" * 204800)
-    for p in (work, www):
-        os.chmod(p, 0o755)
-    for i, port in enumerate(BACKENDS, 1):
-        with open(os.path.join(work, "backend%d.conf" % i), "w") as f:
-            f.write("""daemon off;
-worker_processes 1;
-worker_rlimit_nofile 20000;
-pid {w}/backend{i}.pid;
-error_log {w}/backend{i}.err warn;
-events {{ worker_connections 19900; }}
-http {{
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_timeout 600s;
-    keepalive_requests 1000000;
-    client_header_timeout 600s;
-    default_type application/octet-stream;
-    server {{
-        listen 127.0.0.1:{port};
-        root {w}/www;
-        location / {{ }}
-    }}
-}}
-""".format(w=work, i=i, port=port))
+    harness.write_backends(work, BACKENDS)
     be = ["127.0.0.1:%d" % p for p in BACKENDS]
     for kind in KINDS:
         cert, key = os.path.join(certs, kind + ".pem"), os.path.join(certs, kind + ".key")
         with open(os.path.join(work, "haproxy-%s.cfg" % kind), "w") as f:
-            f.write("""global
-    nbthread {workers}
-    maxconn {mc}
-defaults
-    mode http
-    maxconn {mc}
-    option http-keep-alive
-    option forwardfor
-    http-reuse always
-    timeout connect 5s
-    timeout client 600s
-    timeout server 600s
-    timeout http-keep-alive 600s
-    timeout http-request 600s
-frontend fe
-    bind 127.0.0.1:{port} ssl crt {combined} alpn http/1.1
-    default_backend be
-backend be
-    balance roundrobin
-    server s1 {be0}
-    server s2 {be1}
-""".format(workers=WORKERS, mc=MAXCONN, port=PORTS["haproxy"], be0=be[0], be1=be[1],
-           combined=os.path.join(certs, kind + ".combined.pem")))
+            combined = os.path.join(certs, kind + ".combined.pem")
+            f.write(harness.haproxy_http(WORKERS, MAXCONN, PORTS["haproxy"], be,
+                                         " ssl crt %s alpn http/1.1" % combined))
         with open(os.path.join(work, "nginx-%s.conf" % kind), "w") as f:
             f.write("""daemon off;
 worker_processes {workers};
