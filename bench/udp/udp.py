@@ -69,8 +69,17 @@ NAMES = ["h%d.bench.test" % i for i in range(20)]
 DNSPERF_CLIENTS = 8
 ECHO_FLOWS = 64
 ECHO_SIZE = 512
-PEN_IDLE_MAX = 15000
+PEN_IDLE_MAX = 12000
 SOURCES = "127.0.0.1-127.0.0.20"
+# A connected UDP socket that is not bound first gets its port when it connects, bound to the
+# wildcard address, so its port must be free on every address: all such sockets of the host share
+# the ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 here: 28,232 ports), and the
+# client's sockets take ports from the same range. A balancer whose server sockets are bound that
+# way holds at most about 28,000 flows per host minus the client's (nginx logs `connect() … failed
+# (11: Resource temporarily unavailable)`). nginx's idle config therefore binds each server socket
+# to one of ten loopback addresses (`proxy_bind` by the last digit of the client's port): 10 x 28,232
+# ports. Pen has no such option: it gets PEN_IDLE_MAX flows (with the client's, under the range).
+BIND_SOURCES = ["127.0.1.%d" % (d + 1) for d in range(10)]
 
 
 # ---------------------------------------------------------------- configs
@@ -102,7 +111,11 @@ def nginx_conf(work, config, workers):
     ups = " ".join("server 127.0.0.1:%d;" % p for p in backends_of(config))
     opts = {"dns": "proxy_responses 1; proxy_timeout 10s;",
             "echo": "proxy_timeout 60s;",
-            "idle": "proxy_timeout 600s;"}[config]
+            "idle": "proxy_timeout 600s;\n        proxy_bind $bind_src;"}[config]
+    # The idle test's server sockets: bound to one of BIND_SOURCES by the client's port (see
+    # BIND_SOURCES), so more flows fit than the ephemeral port range.
+    bind_map = "" if config != "idle" else "    map $remote_port $bind_src {\n%s    }\n" % "".join(
+        "        ~%d$ %s;\n" % (d, BIND_SOURCES[d]) for d in range(10))
     path = os.path.join(work, "nginx-%s.conf" % config)
     with open(path, "w") as f:
         f.write("""load_module /usr/lib/nginx/modules/ngx_stream_module.so;
@@ -113,14 +126,15 @@ pid {w}/nginx-{c}.pid;
 error_log {w}/nginx-{c}.err warn;
 events {{ worker_connections 40000; }}
 stream {{
-    upstream be {{ {ups} }}
+{bind_map}    upstream be {{ {ups} }}
     server {{
         listen 127.0.0.1:{port} udp reuseport;
         proxy_pass be;
         {opts}
     }}
 }}
-""".format(workers=workers, w=work, c=config, ups=ups, port=PORTS["nginx"], opts=opts))
+""".format(workers=workers, w=work, c=config, ups=ups, port=PORTS["nginx"], opts=opts,
+           bind_map=bind_map))
     return path
 
 
@@ -454,7 +468,7 @@ class Bench:
             row["flows_before"] = udp_connected_to(ECHO_BACKENDS)
             active = 20
             cmd = [a.quill_bin, "bench", "--json", "--idle", str(n), "--active", str(active),
-                   "--requests", str(active * 10), "--timeout", "5s", "--sources", SOURCES,
+                   "--requests", str(active * 10), "--timeout", "1s", "--sources", SOURCES,
                    "udp://127.0.0.1:%d" % c.port]
             rc, out = harness.run_client(cmd, 300)
             row["cmd"], row["rc"] = " ".join(cmd), rc
