@@ -31,7 +31,8 @@ the load generator has exited (the flows live on in the balancer until their tim
 processes sharing the port (`reuseport = true`, 1 worker each, `flow_timeout = "600s"`,
 `max_flows` above the share), nginx: K workers (`reuseport`, `proxy_timeout 600s`); one process
 may hold at most 20,000 descriptors here and a flow costs each of them one (its server socket).
-Pen is one process: it is given min(N, 15,000) flows. Held flows are also counted from the
+Pen is one process and exits at about 10,000 UDP flows with 20,000 descriptors
+("Error opening socket: Too many open files"): it is given min(N, 9,000) flows. Held flows are also counted from the
 kernel's side: connected UDP sockets to the backend ports in /proc/net/udp.
 
 Until Quill has UDP, `quill check` refuses `protocol = "udp"`: Quill is then reported as NOT
@@ -69,7 +70,9 @@ NAMES = ["h%d.bench.test" % i for i in range(20)]
 DNSPERF_CLIENTS = 8
 ECHO_FLOWS = 64
 ECHO_SIZE = 512
-PEN_IDLE_MAX = 12000
+# Pen exits ("Error opening socket: Too many open files") near 10,000 UDP flows with 20,000
+# descriptors: two per flow. It is given 9,000.
+PEN_IDLE_MAX = 9000
 SOURCES = "127.0.0.1-127.0.0.20"
 # A connected UDP socket that is not bound first gets its port when it connects, bound to the
 # wildcard address, so its port must be free on every address: all such sockets of the host share
@@ -480,11 +483,12 @@ class Bench:
             row["anon_with_kib"], row["rss_with_kib"] = rss_anon_kib(pids), harness.rss_kib(pids)
             row["flows_held"] = udp_connected_to(ECHO_BACKENDS) - row["flows_before"]
             held = row["flows_held"]
-            if held and held > 0:
+            row["alive"] = c.alive()
+            if held and held > 0 and row["alive"]:
                 row["anon_kib_per_flow"] = (row["anon_with_kib"] - row["anon_before_kib"]) / held
                 row["rss_kib_per_flow"] = (row["rss_with_kib"] - row["rss_before_kib"]) / held
-            row["alive"] = c.alive()
-            if rc != 0 or r.get("idle_held") is None:
+            if rc != 0 or r.get("idle_held") is None or not row["alive"]:
+                row["log_tail"] = c.log_tail(0 if c.nprocs > 1 else None)[-800:]
                 row["output_tail"] = out[-1500:]
             log("  idle %-6s asked %d, answered %s, held at the backends %s  RssAnon %s -> %s KiB  %s KiB/flow" % (
                 name, n, r.get("idle_held"), held, row["anon_before_kib"], row["anon_with_kib"],
@@ -558,6 +562,11 @@ def total(results, cand, wl, key):
     return sum(vals) if vals else None
 
 
+def last_line(text):
+    lines = [l.strip() for l in (text or "").splitlines() if l.strip() and not l.startswith("=== ")]
+    return lines[-1] if lines else "no output"
+
+
 def render(results, cands, meta):
     out = ["# UDP: direct, Quill, nginx stream, Pen -U", "",
            "%s, `%s`; %s rounds of %s s runs; %s, %d CPUs (%s); load before %s." % (
@@ -570,7 +579,8 @@ def render(results, cands, meta):
     out += ["Versions: " + "; ".join("%s %s" % kv for kv in meta["versions"].items()), ""]
     out += ["Medians over rounds [range]. ×nginx: median of the per-round ratios to nginx. CPU: the",
             "candidate's utime+stime (all processes and threads) during the run / answers; for",
-            "`direct`, the first backend's own CPU.", ""]
+            "`direct`, the first backend's own CPU. `direct` is one backend (one dnsmasq, one echo",
+            "process), the proxies spread over two, so a proxy can pass more than `direct` does.", ""]
     out += ["## DNS, as fast as it goes (`dnsperf -c %d -q 100 -t 2`, dnsmasq backends)" % DNSPERF_CLIENTS, "",
             "| candidate | queries/s | ×nginx | CPU µs/query | CPU ×nginx | lost (sum) | avg latency ms |",
             "|---|---|---|---|---|---|---|"]
@@ -610,14 +620,19 @@ def render(results, cands, meta):
             shape = ("%d processes" % r["processes"]) if r["candidate"] == "quill" else (
                 "%s workers" % r["workers"] if r.get("workers") else "1 process")
             out.append("| %s | %s | %s | %s | %s | %s | %s → %s | %s | %s |" % (
-                r["candidate"], shape, fmt(r["asked"]), fmt(r.get("idle_held")),
+                r["candidate"] + ("" if r.get("alive") else " (**exited**: %s)" % last_line(r.get("log_tail"))),
+                shape, fmt(r["asked"]), fmt(r.get("idle_held")),
                 fmt((r.get("bench_failures") or {}).get("timeout")), fmt(r.get("flows_held")),
                 fmt(r.get("anon_before_kib")), fmt(r.get("anon_with_kib")), fmt(per, 3),
                 fmt(per * 1024 if per is not None else None)))
         out += ["", "Held = connected UDP sockets to the echo backends in /proc/net/udp (the %d active flows of the" % 20,
                 "load generator included; the memory delta includes them too). RssAnon before includes what",
                 "a candidate allocates at start: Pen its whole connection table (`-x`), nginx its",
-                "`worker_connections` arrays."]
+                "`worker_connections` arrays. A connected UDP socket not bound first takes its port on the",
+                "wildcard address, so all such sockets of the host (the client's included) share the 28,232",
+                "ephemeral ports: nginx binds its server sockets over ten loopback addresses (`proxy_bind`",
+                "by client port) to hold 100,000; a balancer that cannot stops near 28,000 flows minus the",
+                "client's, and its missing flows show as \"no answer\"."]
     out += ["", "## Targets (issue 13)", ""] + targets(results, cands, meta)
     if results["failures"]:
         out += ["", "## Failures", ""]
