@@ -1199,3 +1199,13 @@ fn bench_udp_bad_arguments_exit_2_naming_the_value() {
         assert!(first_line(&err).contains(needle), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn bench_help_documents_udp_targets_size_and_loss() {
+    let (code, out, _) = bench(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("udp://HOST:PORT"), "{out}");
+    assert!(out.contains("--size <BYTES>"), "{out}");
+    assert!(out.contains("lost"), "{out}");
+    assert!(out.contains("late"), "{out}");
+}
