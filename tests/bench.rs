@@ -987,3 +987,225 @@ fn bench_target_names_must_be_unique_and_not_mixed_with_a_positional_target() {
     assert_eq!(code, 2);
     assert!(err.contains("10:5:1"), "{err}");
 }
+
+// === UDP mode ===
+
+/// What a UDP echo server saw, counted on its side of the wire.
+#[derive(Default)]
+struct Echoed {
+    received: AtomicU64,
+    echoed: AtomicU64,
+    dropped: AtomicU64,
+    delayed: AtomicU64,
+    peers: Mutex<BTreeSet<SocketAddr>>,
+}
+
+/// A UDP echo server on loopback. Datagram number n (from 1) with n % drop_every == 0 gets no
+/// answer; otherwise, n % late_every == 0 is answered after `late_by`. 0 turns a fault off.
+fn udp_echo(drop_every: u64, late_every: u64, late_by: Duration) -> (SocketAddr, Arc<Echoed>) {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = sock.local_addr().unwrap();
+    let seen = Arc::new(Echoed::default());
+    let s = seen.clone();
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    thread::spawn(move || {
+        let mut buf = vec![0u8; 65_536];
+        // Bounded: at most this many datagrams over the server's life.
+        for _ in 0..200_000 {
+            let Ok((n, peer)) = sock.recv_from(&mut buf) else {
+                return;
+            };
+            let count = s.received.fetch_add(1, Ordering::SeqCst) + 1;
+            s.peers.lock().unwrap().insert(peer);
+            if drop_every > 0 && count % drop_every == 0 {
+                s.dropped.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
+            if late_every > 0 && count % late_every == 0 {
+                s.delayed.fetch_add(1, Ordering::SeqCst);
+                let (late, data) = (sock.try_clone().unwrap(), buf[..n].to_vec());
+                thread::spawn(move || {
+                    thread::sleep(late_by);
+                    let _ = late.send_to(&data, peer);
+                });
+                continue;
+            }
+            if sock.send_to(&buf[..n], peer).is_ok() {
+                s.echoed.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    (addr, seen)
+}
+
+#[test]
+fn bench_udp_counts_every_lost_datagram_exactly() {
+    let (addr, seen) = udp_echo(10, 0, Duration::ZERO);
+    let url = format!("udp://{addr}");
+    let v = bench_json(&[
+        "--active",
+        "8",
+        "--requests",
+        "500",
+        "--timeout",
+        "300ms",
+        "--size",
+        "200",
+        &url,
+    ]);
+    assert_eq!(seen.received.load(Ordering::SeqCst), 500);
+    assert_eq!(seen.dropped.load(Ordering::SeqCst), 50);
+    assert_eq!(num(&v, "datagrams_sent"), 500, "{v}");
+    assert_eq!(num(&v, "complete"), 450, "{v}");
+    assert_eq!(num(&v, "lost"), 50, "{v}");
+    assert_eq!(num(&v, "failures.timeout"), 50, "{v}");
+    assert_eq!(num(&v, "failed"), 50, "{v}");
+    assert_eq!(num(&v, "late"), 0, "{v}");
+    // Each answer is the whole datagram, echoed.
+    assert_eq!(num(&v, "total_bytes"), 450 * 200, "{v}");
+    // Eight flows: eight client sockets, each sending every one of its requests.
+    assert_eq!(seen.peers.lock().unwrap().len(), 8);
+    // The table shows the same counts.
+    let (code, table, err) = bench(&[
+        "--active",
+        "2",
+        "--requests",
+        "20",
+        "--timeout",
+        "300ms",
+        &url,
+    ]);
+    assert_eq!(code, 0, "stderr:\n{err}");
+    assert_eq!(table_value(&table, "Datagrams sent:"), "20");
+    assert!(
+        table_value(&table, "Lost datagrams:").starts_with('2'),
+        "{table}"
+    );
+}
+
+#[test]
+fn bench_udp_replies_after_the_timeout_count_late_and_lost_never_answered() {
+    // Every 5th datagram is answered 400 ms later; the client waits 150 ms.
+    let (addr, seen) = udp_echo(0, 5, Duration::from_millis(400));
+    let url = format!("udp://{addr}");
+    let v = bench_json(&[
+        "--active",
+        "2",
+        "--requests",
+        "50",
+        "--timeout",
+        "150ms",
+        &url,
+    ]);
+    assert_eq!(seen.delayed.load(Ordering::SeqCst), 10);
+    assert_eq!(num(&v, "complete"), 40, "{v}");
+    assert_eq!(num(&v, "lost"), 10, "{v}");
+    // The late replies that came before the run ended (the last ones may come after it) are
+    // counted as late, never as answers.
+    let late = num(&v, "late");
+    assert!((1..=10).contains(&late), "{v}");
+}
+
+#[test]
+fn bench_udp_idle_flows_get_one_reply_each_and_stay_silent() {
+    let (addr, seen) = udp_echo(0, 0, Duration::ZERO);
+    let url = format!("udp://{addr}");
+    let v = bench_json(&[
+        "--idle",
+        "300",
+        "--active",
+        "2",
+        "--requests",
+        "20",
+        "--sources",
+        "127.0.0.1-127.0.0.3",
+        &url,
+    ]);
+    assert_eq!(num(&v, "idle_held"), 300, "{v}");
+    assert_eq!(num(&v, "complete"), 20, "{v}");
+    assert_eq!(num(&v, "failed"), 0, "{v}");
+    // One datagram per idle flow, one per request; 302 flows, each its own address and port,
+    // spread over the three sources.
+    assert_eq!(seen.received.load(Ordering::SeqCst), 320);
+    let peers = seen.peers.lock().unwrap();
+    assert_eq!(peers.len(), 302);
+    let ips: BTreeSet<IpAddr> = peers.iter().map(SocketAddr::ip).collect();
+    assert_eq!(ips.len(), 3, "{ips:?}");
+}
+
+#[test]
+fn bench_udp_spreads_flows_over_child_processes_when_descriptors_run_short() {
+    let (addr, seen) = udp_echo(0, 0, Duration::ZERO);
+    // 100 descriptors per process (see the TCP test): 250 idle + 5 active flows need 3 processes.
+    let script = format!(
+        "ulimit -n 300 && exec {BIN} bench --json --idle 250 --active 5 --requests 50 --size 100 udp://{addr}"
+    );
+    let dir = scratch_dir();
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    let mut child = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("spawn sh");
+    let status = wait_or_kill(&mut child, Duration::from_secs(20), "quill bench");
+    let (out, err) = (
+        std::fs::read_to_string(out).unwrap(),
+        std::fs::read_to_string(err).unwrap(),
+    );
+    assert!(status.success(), "stderr:\n{err}");
+    assert!(
+        err.contains("spreading 255 connections over 3 processes"),
+        "stderr:\n{err}"
+    );
+    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(num(&v, "processes"), 3);
+    assert_eq!(num(&v, "complete"), 50, "{v}");
+    assert_eq!(num(&v, "datagrams_sent"), 50, "{v}");
+    assert_eq!(num(&v, "idle_held"), 250, "{v}");
+    assert_eq!(num(&v, "failed"), 0, "{v}");
+    // The children got --size: every answer is 100 bytes.
+    assert_eq!(num(&v, "total_bytes"), 50 * 100, "{v}");
+    assert_eq!(seen.received.load(Ordering::SeqCst), 300);
+    assert_eq!(seen.peers.lock().unwrap().len(), 255);
+}
+
+#[test]
+fn bench_udp_port_unreachable_counts_refused() {
+    // A port nobody listens on: the kernel answers each datagram with ICMP port unreachable.
+    let port = {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.local_addr().unwrap().port()
+    };
+    let url = format!("udp://127.0.0.1:{port}");
+    let v = bench_json(&["--active", "2", "--requests", "10", "--timeout", "2s", &url]);
+    assert_eq!(num(&v, "complete"), 0, "{v}");
+    assert_eq!(num(&v, "failures.refused"), 10, "{v}");
+    assert_eq!(num(&v, "lost"), 0, "{v}");
+}
+
+#[test]
+fn bench_udp_bad_arguments_exit_2_naming_the_value() {
+    for (args, needle) in [
+        (vec!["--size", "4", "udp://127.0.0.1:9"], "--size"),
+        (vec!["--size", "70000", "udp://127.0.0.1:9"], "--size"),
+        (vec!["--size", "64", "tcp://127.0.0.1:9"], "--size 64"),
+        (vec!["udp://127.0.0.1"], "udp://127.0.0.1"),
+    ] {
+        let (code, _, err) = bench(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(first_line(&err).contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bench_help_documents_udp_targets_size_and_loss() {
+    let (code, out, _) = bench(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("udp://HOST:PORT"), "{out}");
+    assert!(out.contains("--size <BYTES>"), "{out}");
+    assert!(out.contains("lost"), "{out}");
+    assert!(out.contains("late"), "{out}");
+}

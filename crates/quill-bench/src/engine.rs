@@ -37,6 +37,8 @@ use socket2::{Domain, Socket, Type};
 use super::{Options, Stop};
 use quill_core::http1::{self, Body, Framing, Limits, ResponseHead};
 
+mod udp;
+
 /// Receive buffer per active slot: a response head must fit in it; bodies stream through it.
 const RECV_BUF: usize = 16 * 1024;
 /// Response heads: the whole head must fit the receive buffer; 48 fields at most.
@@ -142,6 +144,14 @@ pub struct Tally {
     pub body_bytes: u64,
     /// Idle connections still open when they were checked at the end.
     pub idle_held: u64,
+    /// udp:// only: datagrams sent by the active flows (each one is answered, lost, refused or
+    /// bad, or was still in flight when a `--requests` run ended).
+    #[serde(default)]
+    pub sent: u64,
+    /// udp:// only: replies that matched no request in flight (late: after their request's
+    /// `--timeout`, already counted lost; or duplicates).
+    #[serde(default)]
+    pub late: u64,
     /// Seconds from the start of the active phase to its end.
     pub seconds: f64,
     /// Latency of every finished request (successful or not), in µs.
@@ -157,6 +167,8 @@ impl Default for Tally {
             bytes: 0,
             body_bytes: 0,
             idle_held: 0,
+            sent: 0,
+            late: 0,
             seconds: 0.0,
             latency: new_histogram(),
         }
@@ -171,6 +183,8 @@ impl Tally {
         self.bytes += o.bytes;
         self.body_bytes += o.body_bytes;
         self.idle_held += o.idle_held;
+        self.sent += o.sent;
+        self.late += o.late;
         self.seconds = self.seconds.max(o.seconds);
         // Both histograms have the same fixed bounds, so adding cannot fail.
         let _ = self.latency.add(&o.latency);
@@ -327,6 +341,9 @@ struct Plan {
     timeout: Duration,
     sources: Option<Arc<[IpAddr]>>,
     first_source: usize,
+    /// udp:// target, and its datagram size.
+    udp: bool,
+    size: usize,
 }
 
 /// `total / n`, the first `total % n` shares one more.
@@ -351,6 +368,8 @@ impl Plan {
             timeout: opts.timeout,
             sources: opts.sources.clone(),
             first_source: t,
+            udp: opts.target.is_udp(),
+            size: opts.size,
         }
     }
 
@@ -358,6 +377,9 @@ impl Plan {
     /// checks the idle connections. Returns the tally and when the active phase ended. The gates
     /// are passed even when something fails, so the other threads never wait forever.
     fn run(self, gate: &Gate, progress: &Progress) -> Result<(Tally, Instant), String> {
+        if self.udp {
+            return udp::run(self, gate, progress);
+        }
         let mut engine = match Engine::new(self, progress) {
             Ok(e) => e,
             Err(e) => {

@@ -33,12 +33,19 @@ pub use report::Summary;
 pub use target::{Sources, Target};
 
 const AFTER_HELP: &str = "\
-TARGET is http://HOST[:PORT]/PATH (HTTP/1.1 GET; a 2xx response is a success) or tcp://HOST:PORT
-(send a line, read a line). Durations: 500ms, 2s, 1m. Without --requests or --duration, every
+TARGET is http://HOST[:PORT]/PATH (HTTP/1.1 GET; a 2xx response is a success), tcp://HOST:PORT
+(send a line, read a line) or udp://HOST:PORT (send a datagram of --size bytes, wait for the same
+bytes back). Durations: 500ms, 2s, 1m. Without --requests or --duration, every
 active client makes one request.
 
 --sources A-B binds each connection to one of the addresses A..B in turn (e.g.
 127.0.0.1-127.0.0.50), so more connections fit than one source address has ports.
+
+udp://: each active client is one flow, one socket for the whole run (--keepalive changes nothing):
+it sends a datagram, waits for the echo, sends the next. A datagram carries a sequence number, so a
+reply is matched to its request: no reply within --timeout is a lost datagram (counted exactly,
+`lost`), a reply arriving after that is counted as `late`, never as an answer. --idle F opens F flows
+that each send one datagram, wait for its reply and then stay silent (the balancer's idle flows).
 
 --sweep START:END:STEP measures once per concurrency level (--active), END inclusive: it is always the
 last level, so 50:120:50 gives 50, 100, 120; also a single level (500) or a list (50,100,500).
@@ -52,6 +59,8 @@ Examples:
   quill bench --idle 5000 --active 200 --requests 20000 --watch 4242 http://127.0.0.1:8080/
   quill bench --idle 80000 --active 2000 --sources 127.0.0.1-127.0.0.20 http://127.0.0.1:8080/
   quill bench --active 10 --duration 2s --json tcp://127.0.0.1:9000
+  quill bench --active 64 --duration 5s --size 512 --timeout 1s udp://127.0.0.1:5300
+  quill bench --idle 100000 --active 10 --sources 127.0.0.1-127.0.0.10 udp://127.0.0.1:5300
   quill bench --idle 5000 --sweep 50:1000:190 --duration 5s --target quill=http://127.0.0.1:8080/ \\
       --target haproxy=http://127.0.0.1:8081/ --plot shootout.svg";
 
@@ -84,6 +93,9 @@ pub struct BenchArgs {
     /// Longest wait for one response (or one idle connect) before it counts as a timeout
     #[arg(long, value_name = "DUR", value_parser = duration, default_value = "10s")]
     pub timeout: Duration,
+    /// Datagram size in bytes, udp:// only (8 to 65507; the first 8 carry a sequence number)
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(8..=65507))]
+    pub size: Option<u32>,
     /// Event-loop threads
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
@@ -109,7 +121,8 @@ pub struct BenchArgs {
     /// and the chart show the median of each target and level
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rounds: u32,
-    /// What to load: http://HOST[:PORT]/PATH or tcp://HOST:PORT (or give --target NAME=URL)
+    /// What to load: http://HOST[:PORT]/PATH, tcp://HOST:PORT or udp://HOST:PORT (or give
+    /// --target NAME=URL)
     #[arg(value_name = "TARGET", value_parser = target::parse_target, required_unless_present = "targets")]
     pub target: Option<Target>,
 }
@@ -140,7 +153,12 @@ pub struct Options {
     pub timeout: Duration,
     pub threads: usize,
     pub watch: Vec<u32>,
+    /// Datagram size of udp:// targets.
+    pub size: usize,
 }
+
+/// Datagram size when `--size` is not given.
+pub const DEFAULT_UDP_SIZE: u32 = 64;
 
 /// When the active clients stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,18 +187,22 @@ impl Options {
                 return Err(format!("--watch {pid}: no such process"));
             }
         }
+        let target = a
+            .target
+            .clone()
+            .or_else(|| a.targets.first().map(|t| t.1.clone()))
+            .ok_or("no TARGET given (or --target NAME=URL)")?;
+        let any_udp = target.is_udp() || a.targets.iter().any(|t| t.1.is_udp());
+        if let (Some(size), false) = (a.size, any_udp) {
+            return Err(format!("--size {size}: only udp:// targets send datagrams"));
+        }
         let stop = match (a.requests, a.duration) {
             (_, Some(d)) => Stop::After(d),
             (Some(r), None) => Stop::Requests(r),
             (None, None) => Stop::Requests(a.active as u64),
         };
         Ok(Options {
-            target: Arc::new(
-                a.target
-                    .clone()
-                    .or_else(|| a.targets.first().map(|t| t.1.clone()))
-                    .ok_or("no TARGET given (or --target NAME=URL)")?,
-            ),
+            target: Arc::new(target),
             idle: a.idle,
             active: a.active,
             stop,
@@ -190,6 +212,7 @@ impl Options {
             timeout: a.timeout,
             threads: usize::from(a.threads),
             watch: a.watch.clone(),
+            size: a.size.unwrap_or(DEFAULT_UDP_SIZE) as usize,
         })
     }
 }

@@ -35,9 +35,20 @@ pub struct Summary {
     pub transfer_kib_per_second: f64,
     /// Idle connections still open at the end.
     pub idle_held: u64,
+    /// udp:// only (0 otherwise): datagrams the active flows sent, those lost (no reply within
+    /// --timeout; `failures.timeout`), and replies that matched no request in flight.
+    #[serde(default)]
+    pub datagrams_sent: u64,
+    #[serde(default)]
+    pub lost: u64,
+    #[serde(default)]
+    pub late: u64,
     pub latency_us: Latency,
     pub failures: Failures,
     pub watch: Vec<WatchReport>,
+    /// Whether the target was udp:// (the table then shows the datagram counts).
+    #[serde(default)]
+    pub udp: bool,
 }
 
 /// Latency percentiles over every finished request, in µs.
@@ -96,6 +107,14 @@ impl Summary {
             requests_per_second: t.complete as f64 / secs,
             transfer_kib_per_second: t.bytes as f64 / 1024.0 / secs,
             idle_held: t.idle_held,
+            datagrams_sent: t.sent,
+            lost: if opts.target.is_udp() {
+                t.failures.timeout
+            } else {
+                0
+            },
+            late: t.late,
+            udp: opts.target.is_udp(),
             latency_us: latency,
             failures: t.failures,
             watch: watched
@@ -148,6 +167,12 @@ impl Summary {
             );
         }
         row("Failures by kind:", failure_list(&self.failures));
+        if self.udp {
+            row("Datagrams sent:", self.datagrams_sent.to_string());
+            let share = self.lost as f64 * 100.0 / self.datagrams_sent.max(1) as f64;
+            row("Lost datagrams:", format!("{} ({share:.3}%)", self.lost));
+            row("Late replies:", self.late.to_string());
+        }
         for w in &self.watch {
             row(
                 &format!("Watch {} ({}):", w.pid, w.name),

@@ -54,6 +54,9 @@ fn child_args(opts: &Options, c: usize, n: usize) -> Vec<String> {
         format!("--timeout={}ms", opts.timeout.as_millis()),
         format!("--threads={}", opts.threads),
     ];
+    if opts.target.is_udp() {
+        args.push(format!("--size={}", opts.size));
+    }
     match opts.stop {
         Stop::Requests(r) => args.push(format!("--requests={}", share(r, c, n))),
         Stop::After(d) => args.push(format!("--duration={}ms", d.as_millis().max(1))),

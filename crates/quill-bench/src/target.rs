@@ -1,4 +1,4 @@
-//! What `quill bench` loads (`http://` or `tcp://` URLs) and from where (`--sources A-B`).
+//! What `quill bench` loads (`http://`, `tcp://` or `udp://` URLs) and from where (`--sources A-B`).
 //! Names are resolved here, once, before the run.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
@@ -18,6 +18,8 @@ pub enum Proto {
     Http { host: String, path: String },
     /// Send a line, read a line.
     Tcp,
+    /// Send a datagram, wait for the same datagram back (see `engine::udp`).
+    Udp,
 }
 
 /// The line sent in tcp mode.
@@ -37,21 +39,26 @@ impl Target {
                 };
                 format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{connection}\r\n").into_bytes()
             }
-            Proto::Tcp => TCP_LINE.to_vec(),
+            // UDP builds its own datagram (`--size`); the line is never sent.
+            Proto::Tcp | Proto::Udp => TCP_LINE.to_vec(),
         }
     }
 
     pub fn is_http(&self) -> bool {
         matches!(self.proto, Proto::Http { .. })
     }
+
+    pub fn is_udp(&self) -> bool {
+        self.proto == Proto::Udp
+    }
 }
 
-/// Parses and resolves `http://HOST[:PORT][/PATH]` or `tcp://HOST:PORT`.
+/// Parses and resolves `http://HOST[:PORT][/PATH]`, `tcp://HOST:PORT` or `udp://HOST:PORT`.
 pub(crate) fn parse_target(s: &str) -> Result<Target, String> {
     let bad = |why: &str| format!("invalid target '{s}': {why}");
     let (scheme, rest) = s
         .split_once("://")
-        .ok_or_else(|| bad("expected http://HOST:PORT/PATH or tcp://HOST:PORT"))?;
+        .ok_or_else(|| bad("expected http://HOST:PORT/PATH, tcp://HOST:PORT or udp://HOST:PORT"))?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -61,14 +68,14 @@ pub(crate) fn parse_target(s: &str) -> Result<Target, String> {
     }
     let default_port = match scheme {
         "http" => Some(80),
-        "tcp" => None,
+        "tcp" | "udp" => None,
         "https" => return Err(bad("https is not supported")),
-        _ => return Err(bad("the scheme must be http or tcp")),
+        _ => return Err(bad("the scheme must be http, tcp or udp")),
     };
     let with_port = if has_port(authority) {
         authority.to_string()
     } else {
-        let port = default_port.ok_or_else(|| bad("tcp:// needs a port"))?;
+        let port = default_port.ok_or_else(|| bad(&format!("{scheme}:// needs a port")))?;
         format!("{authority}:{port}")
     };
     let addr = with_port
@@ -87,7 +94,8 @@ pub(crate) fn parse_target(s: &str) -> Result<Target, String> {
             host: authority.to_string(),
             path: path.to_string(),
         },
-        _ if path != "/" => return Err(bad("tcp:// takes no path")),
+        _ if path != "/" => return Err(bad(&format!("{scheme}:// takes no path"))),
+        "udp" => Proto::Udp,
         _ => Proto::Tcp,
     };
     Ok(Target {
@@ -181,6 +189,8 @@ mod tests {
             "ftp://x:1",
             "tcp://127.0.0.1",
             "tcp://127.0.0.1:1/x",
+            "udp://127.0.0.1",
+            "udp://127.0.0.1:1/x",
             "http://",
         ] {
             let e = parse_target(s).unwrap_err();
@@ -191,6 +201,9 @@ mod tests {
     #[test]
     fn tcp_and_ipv6_targets() {
         assert_eq!(parse_target("tcp://127.0.0.1:9").unwrap().proto, Proto::Tcp);
+        let udp = parse_target("udp://127.0.0.1:53").unwrap();
+        assert!(udp.is_udp() && !udp.is_http());
+        assert_eq!(udp.addr, "127.0.0.1:53".parse().unwrap());
         assert_eq!(
             parse_target("tcp://[::1]:9").unwrap().addr,
             "[::1]:9".parse().unwrap()
