@@ -44,6 +44,10 @@ pub(crate) enum Command {
     TcpNodelay(bool),
     TcpFastclose(Fastclose),
     Keepalive(bool),
+    /// `transparent` / `no transparent`: server connections leave from the client's address.
+    Transparent(bool),
+    /// `source IP` / `no source`: the local address of server connections.
+    Source(Option<std::net::IpAddr>),
     IdleTimeout(Duration),
     Server(usize, ServerChange),
     /// `server add SPEC`: a new server at the end of the list.
@@ -247,6 +251,7 @@ pub(crate) enum Setting {
     MaxPerSource,
     IdleTimeout,
     TcpFastclose,
+    Source,
     Mode,
     ClientAcl,
     ControlAcl,
@@ -408,6 +413,15 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
         ("tcp_nodelay", _, _) => no_args(name, args).and(set(Command::TcpNodelay(!negated))),
         ("keepalive", _, _) => no_args(name, args).and(set(Command::Keepalive(!negated))),
         ("http", _, _) => no_args(name, args).and(set(Command::Http(!negated))),
+        ("transparent", _, _) => no_args(name, args).and(set(Command::Transparent(!negated))),
+        ("source", false, []) => show(Setting::Source),
+        ("source", false, [ip]) => {
+            set(Command::Source(Some(ip.parse().map_err(|_| {
+                CommandError(format!("source: '{ip}' is not an IP address"))
+            })?)))
+        }
+        ("source", false, _) => err("source needs one IP address"),
+        ("source", true, []) => set(Command::Source(None)),
         ("blacklist", false, []) => show(Setting::Blacklist),
         ("blacklist", false, _) => set(Command::Blacklist(duration_arg(name, args)?)),
         ("timeout", false, []) => show(Setting::Timeout),
@@ -627,6 +641,13 @@ mod tests {
         );
         check("tcp_fastclose both", Command::TcpFastclose(Fastclose::Both));
         check("no tcp_nodelay", Command::TcpNodelay(false));
+        check("transparent", Command::Transparent(true));
+        check("no transparent", Command::Transparent(false));
+        check(
+            "source 10.0.0.1",
+            Command::Source(Some("10.0.0.1".parse().unwrap())),
+        );
+        check("no source", Command::Source(None));
         check("max_per_source 10", Command::MaxPerSource(10));
         check("clients_max 1000000", Command::ClientsMax(1_000_000));
         check("http", Command::Http(true));

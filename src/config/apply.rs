@@ -48,6 +48,8 @@ impl ListenerConfig {
             Command::TcpNodelay(on) => t.tcp_nodelay = *on,
             Command::TcpFastclose(f) => t.tcp_fastclose = *f,
             Command::Keepalive(on) => t.keepalive = *on,
+            Command::Transparent(on) => t.transparent = *on,
+            Command::Source(ip) => t.source = *ip,
             Command::IdleTimeout(d) => t.idle_timeout = *d,
             Command::Server(index, change) => self.change_server(*index, change)?,
             Command::ServerAdd(spec) => {

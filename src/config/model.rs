@@ -118,6 +118,11 @@ pub(crate) struct Tuning {
     pub keepalive: bool,
     /// Sessions one client address may hold on this listener at once; 0 = no limit.
     pub max_per_source: u32,
+    /// Pen's `transparent`: server connections leave from the client's own address
+    /// (IP_TRANSPARENT; TCP listeners only).
+    pub transparent: bool,
+    /// Pen's `source IP`: the local address of server connections.
+    pub source: Option<IpAddr>,
 }
 
 impl Default for Tuning {
@@ -133,6 +138,8 @@ impl Default for Tuning {
             tcp_fastclose: Fastclose::Off,
             keepalive: false,
             max_per_source: 0,
+            transparent: false,
+            source: None,
         }
     }
 }
@@ -150,6 +157,8 @@ pub(crate) struct TuningPatch {
     pub tcp_fastclose: Option<Fastclose>,
     pub keepalive: Option<bool>,
     pub max_per_source: Option<u32>,
+    pub transparent: Option<bool>,
+    pub source: Option<IpAddr>,
 }
 
 impl Tuning {
@@ -192,6 +201,10 @@ impl Tuning {
         set(&mut self.tcp_fastclose, &p.tcp_fastclose);
         set(&mut self.keepalive, &p.keepalive);
         set(&mut self.max_per_source, &p.max_per_source);
+        set(&mut self.transparent, &p.transparent);
+        if p.source.is_some() {
+            self.source = p.source;
+        }
     }
 }
 
@@ -851,6 +864,35 @@ impl ListenerConfig {
     }
 
     /// Checks what can only be checked on the whole listener (or named pool).
+    /// `transparent` and `source`: where they apply, and a source address of every literal
+    /// server's family.
+    fn check_source(&self) -> Result<(), String> {
+        let t = &self.tuning;
+        if t.transparent && (self.http.is_some() || self.is_pool()) {
+            return Err("transparent: applies to a TCP listener only (an HTTP server connection serves many clients)".into());
+        }
+        if let (true, Some(ip)) = (t.transparent, t.source) {
+            return Err(format!(
+                "source {ip}: not with transparent (server connections leave from the client's address)"
+            ));
+        }
+        if let Some(ip) = t.source {
+            if ip.is_unspecified() || ip.is_multicast() {
+                return Err(format!("source {ip}: not a unicast address"));
+            }
+            for (i, s) in self.servers.iter().enumerate() {
+                if let BackendAddr::Tcp(a) = &s.addr {
+                    if a.is_ipv4() != ip.is_ipv4() {
+                        return Err(format!(
+                            "source {ip}: server {i} ({a}) is of the other address family"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         // An HTTP listener with routes may leave the rest to them: unmatched requests get 404.
         if self.servers.is_empty() && self.emergency.is_none() && self.routes.is_empty() {
@@ -901,6 +943,7 @@ impl ListenerConfig {
                 )));
             }
         }
+        self.check_source().map_err(named)?;
         for (i, s) in self.servers.iter().enumerate() {
             for (name, v, most) in [
                 ("max", s.max, MAX_SESSIONS),

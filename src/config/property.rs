@@ -37,6 +37,8 @@ const WORDS: &[&str] = &[
     "off",
     "tcp_nodelay",
     "keepalive",
+    "transparent",
+    "source",
     "hash",
     "roundrobin",
     "stubborn",

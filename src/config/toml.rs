@@ -407,6 +407,8 @@ fn build_listener(
     if is_http {
         // A file-wide `tcp_fastclose` is the default of its TCP listeners only.
         l.tuning.tcp_fastclose = Fastclose::Off;
+        // So is a file-wide `transparent` (an HTTP server connection serves many clients).
+        l.tuning.transparent = false;
         if let Some(f) = &rl.tcp_fastclose {
             return Err(ConfigError::usage(format!(
                 "{}tcp_fastclose: '{}' does not apply to HTTP listener '{name}' \
@@ -516,6 +518,8 @@ fn build_pool(
     }
     let mut l = ListenerConfig::new(name, pool_addr());
     l.tuning = tuning.clone();
+    // A file-wide `transparent` is for listeners: a named pool's connections may serve many.
+    l.tuning.transparent = false;
     l.tuning.apply(&rp.tuning(at)?);
     if let Some(t) = &rp.server_tls {
         l.server_tls = Some(t.get_ref().build(dir, at)?);
@@ -1179,6 +1183,8 @@ macro_rules! with_tuning_keys {
             tcp_fastclose: Option<Spanned<Fastclose>>,
             keepalive: Option<bool>,
             max_per_source: Option<Spanned<u32>>,
+            transparent: Option<bool>,
+            source: Option<std::net::IpAddr>,
         }
 
         impl $name {
@@ -1204,6 +1210,8 @@ macro_rules! with_tuning_keys {
                     tcp_fastclose: self.tcp_fastclose.as_ref().map(|f| *f.get_ref()),
                     keepalive: self.keepalive,
                     max_per_source: bounded(&self.max_per_source, "max_per_source", 0..=MAX_SESSIONS.into())?,
+                    transparent: self.transparent,
+                    source: self.source,
                 })
             }
         }

@@ -130,6 +130,12 @@ fn write_pool(out: &mut String, prefix: &str, l: &ListenerConfig) {
         "{prefix}{}keepalive\n",
         if t.keepalive { "" } else { "no " }
     );
+    if t.transparent {
+        *out += &format!("{prefix}transparent\n");
+    }
+    if let Some(ip) = t.source {
+        *out += &format!("{prefix}source {ip}\n");
+    }
     if !l.is_pool() {
         // A named pool has no clients of its own: the listener's `client_acl` checks them.
         *out += &match l.client_acl {

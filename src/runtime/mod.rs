@@ -93,6 +93,11 @@ pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2])
         .map_err(|e| RunError(format!("cannot handle signals: {e}")))?;
     let resolves_names = has_server_names(&config);
+    let transparent = config
+        .listeners
+        .iter()
+        .find(|l| l.tuning.transparent)
+        .map(|l| l.what());
     let nofile = sys::raise_nofile_limit().unwrap_or(1024);
     let servers = config
         .listeners
@@ -186,6 +191,11 @@ pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
         None => None,
     };
     drop_privileges(&g)?;
+    if let Some(what) = transparent {
+        // Every server connection sets IP_TRANSPARENT: find out now, not at the first client.
+        crate::net::check_transparent()
+            .map_err(|e| RunError(format!("{what}: transparent: {e}")))?;
+    }
 
     let resolver = if resolves_names {
         Some(
