@@ -48,6 +48,12 @@ pub(crate) enum Command {
     Transparent(bool),
     /// `source IP` / `no source`: the local address of server connections.
     Source(Option<std::net::IpAddr>),
+    /// `dsr_if IF` / `no dsr_if`: direct server return on interface IF.
+    DsrIf(Option<String>),
+    /// `dsr_ip IP` / `no dsr_ip`: the DSR virtual address.
+    DsrIp(Option<std::net::Ipv4Addr>),
+    /// `tarpit_acl N` / `no tarpit_acl`.
+    TarpitAcl(Option<AclId>),
     IdleTimeout(Duration),
     Server(usize, ServerChange),
     /// `server add SPEC`: a new server at the end of the list.
@@ -422,6 +428,19 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
         }
         ("source", false, _) => err("source needs one IP address"),
         ("source", true, []) => set(Command::Source(None)),
+        ("dsr_if", false, [ifname]) => set(Command::DsrIf(Some(ifname.to_string()))),
+        ("dsr_if", true, []) => set(Command::DsrIf(None)),
+        ("dsr_if", _, _) => err("dsr_if needs one interface name"),
+        ("dsr_ip", false, [ip]) => {
+            set(Command::DsrIp(Some(ip.parse().map_err(|_| {
+                CommandError(format!("dsr_ip: '{ip}' is not an IPv4 address"))
+            })?)))
+        }
+        ("dsr_ip", true, []) => set(Command::DsrIp(None)),
+        ("dsr_ip", _, _) => err("dsr_ip needs one IPv4 address"),
+        ("tarpit_acl", false, [n]) => set(Command::TarpitAcl(Some(list_arg(n)?))),
+        ("tarpit_acl", true, []) => set(Command::TarpitAcl(None)),
+        ("tarpit_acl", _, _) => err("tarpit_acl needs an ACL number"),
         ("blacklist", false, []) => show(Setting::Blacklist),
         ("blacklist", false, _) => set(Command::Blacklist(duration_arg(name, args)?)),
         ("timeout", false, []) => show(Setting::Timeout),

@@ -442,6 +442,11 @@ fn build_listener(
     if let Some(n) = &rl.client_acl {
         l.client_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
     }
+    l.dsr_if = rl.dsr_if.clone();
+    l.dsr_ip = rl.dsr_ip;
+    if let Some(n) = &rl.tarpit_acl {
+        l.tarpit_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
+    }
     if let Some(e) = &rl.abuse {
         l.abuse = Some(
             addr::parse_backend(e.get_ref())
@@ -1267,6 +1272,9 @@ with_tuning_keys! {
         emergency: Option<Spanned<String>>,
         abuse: Option<Spanned<String>>,
         client_acl: Option<Spanned<u8>>,
+        dsr_if: Option<String>,
+        dsr_ip: Option<std::net::Ipv4Addr>,
+        tarpit_acl: Option<Spanned<u8>>,
         health: Option<Spanned<RawHealth>>,
         slow_start: Option<Dur>,
         sticky_cookie: Option<Spanned<String>>,

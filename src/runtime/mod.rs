@@ -87,6 +87,10 @@ fn session_limit(asked: Option<u32>, nofile: u64, fit: u64) -> u64 {
 
 /// Runs Quill with `config` until it has stopped.
 pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
+    if config.listeners.iter().any(|l| l.dsr_if.is_some()) {
+        // Frames, not sessions: no listening socket, workers or control socket (see `dsr`).
+        return crate::dsr::run(&config);
+    }
     let g = config.global.clone();
     // Before anything can be reached from outside: a SIGHUP that arrives during start-up must
     // queue, not kill the process.

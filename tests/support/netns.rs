@@ -124,6 +124,28 @@ impl Lab {
         run(&all).expect("ip netns exec");
     }
 
+    /// `ip netns exec NS CMD...`'s standard output; panics on failure.
+    pub fn output(&self, ns: &str, cmd: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(cmd)
+            .stdin(Stdio::null())
+            .output()
+            .expect("ip netns exec");
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// An interface counter inside `ns` (`rx_bytes`, `tx_packets`, ...).
+    pub fn counter(&self, ns: &str, ifname: &str, name: &str) -> u64 {
+        let path = format!("/sys/class/net/{ifname}/statistics/{name}");
+        self.output(ns, &["cat", &path]).parse().expect("counter")
+    }
+
     /// A sysctl inside `ns` (`net.ipv4.ip_forward=1` style).
     pub fn sysctl(&self, ns: &str, setting: &str) {
         self.exec(ns, &["sysctl", "-qw", setting]);
@@ -145,15 +167,15 @@ impl Lab {
         }
     }
 
-    /// A bridge `br` in namespace `hub`, with one veth per member: `(ns, ifname, addr)`; the
+    /// A bridge `br0` in namespace `hub`, with one veth per member: `(ns, ifname, addr)`; the
     /// bridge end of member i is `p<i>` in `hub`.
     pub fn bridge(&self, hub: &str, members: &[(&str, &str, &str)]) {
-        self.ip(hub, &["link", "add", "br", "type", "bridge"]);
-        self.ip(hub, &["link", "set", "br", "up"]);
+        self.ip(hub, &["link", "add", "name", "br0", "type", "bridge"]);
+        self.ip(hub, &["link", "set", "br0", "up"]);
         for (i, (ns, ifname, addr)) in members.iter().enumerate() {
             let port = format!("p{i}");
             self.veth(ns, ifname, addr, hub, &port, "");
-            self.ip(hub, &["link", "set", &port, "master", "br"]);
+            self.ip(hub, &["link", "set", &port, "master", "br0"]);
         }
     }
 
