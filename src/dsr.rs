@@ -252,6 +252,12 @@ pub(crate) fn run(config: &Config) -> Result<(), RunError> {
         .iter()
         .map(|l| Engine::open(l, config))
         .collect::<Result<Vec<_>, _>>()?;
+    // The packet sockets are open: what follows needs no privilege.
+    if let Some(pid_file) = &config.global.pid_file {
+        std::fs::write(pid_file, format!("{}\n", std::process::id()))
+            .map_err(|e| RunError(format!("cannot write pid file {}: {e}", pid_file.display())))?;
+    }
+    crate::runtime::drop_privileges(&config.global)?;
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     for e in engines {

@@ -410,3 +410,74 @@ fn dsr_tarpit_acl_holds_denied_clients_and_reaches_no_server() {
     assert!(d.accepted[2].load(Ordering::Relaxed) > 0);
     let _ = &d.servers;
 }
+
+/// Runs `quill ARGS` to its end (it must exit at once); (status code, stderr).
+fn run_quill(args: &[&str]) -> (Option<i32>, String) {
+    let dir = support::scratch_dir();
+    let mut q =
+        support::QuillProcess::spawn_in(dir, args.iter().map(|s| s.to_string()).collect(), 0);
+    let st = q
+        .wait_exit(Duration::from_secs(10))
+        .expect("quill did not exit");
+    (st.code(), q.stderr())
+}
+
+#[test]
+fn dsr_configuration_errors_name_the_setting() {
+    let ctl = format!("127.0.0.1:{}", support::free_port());
+    for (args, expect) in [
+        (
+            vec!["-O", "dsr_ip 10.9.0.1", "10.9.0.1:80", "10.9.0.2:80"],
+            "dsr_ip and tarpit_acl need dsr_if",
+        ),
+        (
+            vec!["-O", "dsr_ip somewhere", "10.9.0.1:80", "10.9.0.2:80"],
+            "dsr_ip: 'somewhere' is not an IPv4 address",
+        ),
+        (
+            vec!["-O", "tarpit_acl 12", "10.9.0.1:80", "10.9.0.2:80"],
+            "tarpit_acl",
+        ),
+        (
+            vec!["-O", "dsr_if eth0", "10.9.0.1:80", "[fd00::2]:80"],
+            "server 0 ([fd00::2]:80) is not an IPv4 address",
+        ),
+        (
+            vec!["-O", "dsr_if eth0", "0.0.0.0:80", "10.9.0.2:80"],
+            "needs an IPv4 virtual address",
+        ),
+        (
+            vec!["-H", "-O", "dsr_if eth0", "10.9.0.1:80", "10.9.0.2:80"],
+            "not HTTP or TLS",
+        ),
+        (
+            vec![
+                "-C",
+                &ctl,
+                "-O",
+                "dsr_if eth0",
+                "10.9.0.1:80",
+                "10.9.0.2:80",
+            ],
+            "not supported yet in a DSR process",
+        ),
+    ] {
+        let (code, err) = run_quill(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(expect), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn dsr_on_a_missing_interface_stops_at_start() {
+    if !support::running_as_root() {
+        println!("skipped: dsr_on_a_missing_interface_stops_at_start: needs root");
+        return;
+    }
+    let (code, err) = run_quill(&["-O", "dsr_if qnosuch0", "10.9.0.1:80", "10.9.0.2:80"]);
+    assert!(code.is_some_and(|c| c != 0), "{err}");
+    assert!(
+        err.contains("dsr_if qnosuch0: cannot open a packet socket"),
+        "{err}"
+    );
+}

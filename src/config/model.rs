@@ -1173,6 +1173,11 @@ impl Config {
                 "dsr_if: a process doing direct server return runs DSR listeners only",
             ));
         }
+        if dsr > 0 && (self.global.control.is_some() || self.global.admin.is_some()) {
+            return Err(ConfigError::usage(
+                "dsr_if: the control socket and the admin listener are not supported yet in a DSR process",
+            ));
+        }
         if let Some(ListenAddr::Tcp(a)) = &self.global.control {
             if !a.ip().is_loopback() && self.global.control_acl.is_none() {
                 return Err(ConfigError::usage(format!(

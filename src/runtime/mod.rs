@@ -520,7 +520,7 @@ fn vet_handed_over(handed: Vec<Inherited>, config: &Config) -> Vec<Inherited> {
 }
 
 /// Chroot (`-j`) then change user (`-u`), after binding and opening files.
-fn drop_privileges(g: &crate::config::Global) -> Result<(), RunError> {
+pub(crate) fn drop_privileges(g: &crate::config::Global) -> Result<(), RunError> {
     let ids = match &g.user {
         Some(user) => Some(
             sys::lookup_user(user)
