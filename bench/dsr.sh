@@ -70,7 +70,8 @@ for s in s1 s2; do
 done
 
 TCK="$(getconf CLK_TCK)"
-cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+# "user system" clock ticks of a process.
+cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12, $13}'; }
 counter() { ip netns exec "${P}q" cat "/sys/class/net/eth0/statistics/$1"; }
 
 start_quill() {
@@ -79,21 +80,24 @@ start_quill() {
     PIDS+=("$QPID")
 }
 
-# One download through ADDR:PORT; prints "bytes cpu_seconds wall_seconds rx tx".
+# One download through ADDR:PORT; prints "bytes cpu_seconds wall_seconds rx tx user_s sys_s
+# rx_frames".
 measure() {
-    local addr="$1" c0 c1 t0 t1 rx0 tx0 got
-    c0="$(cpu_ticks "$QPID")"; rx0="$(counter rx_bytes)"; tx0="$(counter tx_bytes)"
+    local addr="$1" u0 s0 u1 s1 t0 t1 rx0 tx0 p0 got
+    read -r u0 s0 < <(cpu_ticks "$QPID")
+    rx0="$(counter rx_bytes)"; tx0="$(counter tx_bytes)"; p0="$(counter rx_packets)"
     t0="$(date +%s.%N)"
     got="$(ip netns exec "${P}c" timeout 300 socat -b 262144 -u "TCP:$addr" - | wc -c)"
     t1="$(date +%s.%N)"
-    c1="$(cpu_ticks "$QPID")"
-    echo "$got $(echo "($c1 - $c0) / $TCK" | bc -l) $(echo "$t1 - $t0" | bc -l) \
-$(( $(counter rx_bytes) - rx0 )) $(( $(counter tx_bytes) - tx0 ))"
+    read -r u1 s1 < <(cpu_ticks "$QPID")
+    echo "$got $(echo "($u1 + $s1 - $u0 - $s0) / $TCK" | bc -l) $(echo "$t1 - $t0" | bc -l) \
+$(( $(counter rx_bytes) - rx0 )) $(( $(counter tx_bytes) - tx0 )) \
+$(echo "($u1 - $u0) / $TCK" | bc -l) $(echo "($s1 - $s0) / $TCK" | bc -l) $(( $(counter rx_packets) - p0 ))"
 }
 
 wait_up() {
     for _ in $(seq 1 100); do
-        if ip netns exec "${P}c" timeout 1 socat -u "TCP:$1,connect-timeout=1" - 2>/dev/null | head -c 1 | grep -q .; then
+        if [ "$(ip netns exec "${P}c" timeout 2 socat -u "TCP:$1,connect-timeout=1" - 2>/dev/null | head -c 1 | wc -c)" = 1 ]; then
             return 0
         fi
         sleep 0.1
@@ -128,19 +132,24 @@ OUT="$REPO/bench/results/dsr.md"
     echo
     echo "\`bash bench/dsr.sh --rounds $ROUNDS --size $SIZE\`, $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -r), $(nproc) CPUs."
     echo "Namespaces joined by a bridge (veth); servers send zeros with socat; one download per row;"
-    echo "CPU = Quill's utime+stime around the download; rx/tx = bytes on Quill's eth0 meanwhile."
+    echo "CPU = Quill's utime+stime around the download (user and system apart; 10 ms ticks);"
+    echo "rx/tx = bytes (and frames in) on Quill's eth0 meanwhile."
     echo
-    echo "| round | mode | bytes | Quill CPU s | CPU s per GiB | wall s | MiB/s | Quill eth0 rx | Quill eth0 tx |"
-    echo "|---|---|---|---|---|---|---|---|---|"
+    echo "| round | mode | bytes | Quill CPU s | user s | system s | CPU s per GiB | wall s | MiB/s | eth0 rx bytes | eth0 tx bytes | eth0 rx frames |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
     for r in "${RESULTS[@]}"; do
         set -- $r
         perg="$(echo "$4 / ($3 / 1073741824)" | bc -l)"
         mibs="$(echo "$3 / 1048576 / $5" | bc -l)"
-        printf '| %s | %s | %s | %.3f | %.3f | %.2f | %.0f | %s | %s |\n' "$1" "$2" "$3" "$4" "$perg" "$5" "$mibs" "$6" "$7"
+        printf '| %s | %s | %s | %.2f | %.2f | %.2f | %.3f | %.2f | %.0f | %s | %s | %s |\n' \
+            "$1" "$2" "$3" "$4" "$8" "$9" "$perg" "$5" "$mibs" "$6" "$7" "${10}"
     done
     tcp="$(printf '%s\n' "${RESULTS[@]}" | awk '$2=="tcp"{c+=$4; b+=$3} END{printf "%.4f", c/(b/1073741824)}')"
     dsr="$(printf '%s\n' "${RESULTS[@]}" | awk '$2=="dsr"{c+=$4; b+=$3} END{printf "%.4f", c/(b/1073741824)}')"
     echo
+    tcpu="$(printf '%s\n' "${RESULTS[@]}" | awk '$2=="tcp"{c+=$8; b+=$3} END{printf "%.4f", c/(b/1073741824)}')"
+    dsru="$(printf '%s\n' "${RESULTS[@]}" | awk '$2=="dsr"{c+=$8; b+=$3} END{printf "%.4f", c/(b/1073741824)}')"
     echo "Over all rounds: TCP mode $tcp CPU s/GiB, DSR $dsr CPU s/GiB (ratio $(echo "$dsr / $tcp" | bc -l | cut -c1-6); target <= 0.1)."
+    echo "User CPU alone: TCP mode $tcpu s/GiB, DSR $dsru s/GiB."
 } > "$OUT"
 cat "$OUT"
