@@ -282,3 +282,61 @@ fn transparent_without_the_capability_stops_at_start() {
         "{err}"
     );
 }
+
+#[test]
+fn transparent_server_sees_client_ipv6_address() {
+    let Some(mut lab) = lab_or_skip("transparent_server_sees_client_ipv6_address") else {
+        return;
+    };
+    let (c, q, s) = (lab.ns("c"), lab.ns("q"), lab.ns("s"));
+    lab.veth(&c, "eth0", "", &q, "cl0", "");
+    lab.veth(&q, "sv0", "", &s, "eth0", "");
+    for (ns, ifname, addr) in [
+        (&c, "eth0", "fd00:71:1::2/64"),
+        (&q, "cl0", "fd00:71:1::1/64"),
+        (&q, "sv0", "fd00:71:2::1/64"),
+        (&s, "eth0", "fd00:71:2::2/64"),
+    ] {
+        lab.ip(ns, &["-6", "addr", "add", addr, "dev", ifname, "nodad"]);
+    }
+    lab.ip(
+        &c,
+        &["-6", "route", "add", "default", "via", "fd00:71:1::1"],
+    );
+    lab.ip(
+        &s,
+        &[
+            "-6",
+            "route",
+            "add",
+            "fd00:71:1::/64",
+            "via",
+            "fd00:71:2::1",
+        ],
+    );
+    lab.ip(&q, &["-6", "rule", "add", "iif", "sv0", "lookup", "100"]);
+    lab.ip(
+        &q,
+        &[
+            "-6", "route", "add", "local", "::/0", "dev", "lo", "table", "100",
+        ],
+    );
+    let server = lab.within(&s, || TcpListener::bind("[fd00:71:2::2]:7000").unwrap());
+    let done = peer_echo(server, 2);
+    let quill = lab.spawn(
+        &q,
+        &[
+            BIN,
+            "-O",
+            "transparent",
+            "[fd00:71:1::1]:8000",
+            "[fd00:71:2::2]:7000",
+        ],
+    );
+    let probe = lab.wait_listening(&c, "[fd00:71:1::1]:8000".parse().unwrap(), quill);
+    assert_eq!(read_peer(probe).ip().to_string(), "fd00:71:1::2");
+    let again = lab.within(&c, || TcpStream::connect("[fd00:71:1::1]:8000").unwrap());
+    assert_eq!(read_peer(again).ip().to_string(), "fd00:71:1::2");
+    lab.stop(quill);
+    done.join().unwrap();
+}

@@ -83,7 +83,7 @@ fn v4_at(b: &[u8], at: usize) -> Option<Ipv4Addr> {
     Some(Ipv4Addr::from(o))
 }
 
-/// Reads a frame; None when it is shorter than an Ethernet header.
+/// Reads a frame; None when it is shorter than an Ethernet header (and its 802.1Q tag).
 pub fn parse(frame: &[u8]) -> Option<Frame> {
     let dst = mac_at(frame, 0)?;
     let src = mac_at(frame, 6)?;
@@ -567,5 +567,89 @@ mod tests {
         let mut vlan = vec![0u8; 18];
         vlan[12..14].copy_from_slice(&ETH_VLAN.to_be_bytes());
         assert_eq!(parse(&vlan).unwrap().payload, Payload::Other);
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        const MAC: Mac = [2, 0, 0, 0, 0, 1];
+
+        /// Frames that are mostly well-formed: an Ethernet header with one of the ethertypes
+        /// DSR reads, then arbitrary bytes.
+        fn frames() -> impl Strategy<Value = Vec<u8>> {
+            (
+                prop_oneof![
+                    Just(ETH_ARP),
+                    Just(ETH_IPV4),
+                    Just(ETH_IPV6),
+                    Just(ETH_VLAN),
+                    any::<u16>()
+                ],
+                proptest::collection::vec(any::<u8>(), 0..120),
+                any::<u8>(),
+            )
+                .prop_map(|(ethertype, body, first)| {
+                    let mut f = vec![0u8; 12];
+                    f.extend_from_slice(&ethertype.to_be_bytes());
+                    let mut body = body;
+                    if let Some(b) = body.first_mut() {
+                        // Often a plausible IPv4/IPv6 version and header length.
+                        *b = match first % 3 {
+                            0 => 0x45,
+                            1 => 0x60,
+                            _ => *b,
+                        };
+                    }
+                    f.extend_from_slice(&body);
+                    f
+                })
+        }
+
+        proptest! {
+            /// The fuzz target's invariants (fuzz_targets/dsr_frame.rs), for a bounded time on
+            /// stable.
+            #[test]
+            fn frames_never_panic_and_answers_parse_back(data in frames()) {
+                let Some(frame) = parse(&data) else {
+                    prop_assert!(data.len() < 18);
+                    return Ok(());
+                };
+                match frame.payload {
+                    Payload::Arp(arp) => {
+                        let vip = Ipv4Addr::new(10, 0, 0, 100);
+                        if let Some(reply) = arp_reply(&arp, vip, MAC) {
+                            let Some(Payload::Arp(r)) = parse(&reply).map(|f| f.payload) else {
+                                panic!("reply is not ARP")
+                            };
+                            prop_assert_eq!((r.sender_ip, r.target_ip), (vip, arp.sender_ip));
+                        }
+                    }
+                    Payload::Ip(flow) => {
+                        let h = flow_hash(&flow, 7);
+                        prop_assert_eq!(h, flow_hash(&flow, 7));
+                        let servers = [(0, 1), (1, 3), (2, 0)];
+                        let a = choose(h, servers.into_iter());
+                        prop_assert_eq!(a, choose(h, servers.into_iter()));
+                        prop_assert_ne!(a, Some(2));
+                        if let Some(f) = tarpit_synack(&flow, frame.src, MAC, 1) {
+                            let Some(Payload::Ip(back)) = parse(&f).map(|f| f.payload) else {
+                                panic!("SYN-ACK does not parse")
+                            };
+                            prop_assert_eq!((back.src, back.dst), (flow.dst, flow.src));
+                        }
+                    }
+                    Payload::Other => {}
+                }
+                let mut copy = data.clone();
+                rewrite_macs(&mut copy, MAC, MAC);
+                prop_assert_eq!(&copy[12..], &data[12..]);
+                if fill_checksum(&mut copy) {
+                    let once = copy.clone();
+                    prop_assert!(fill_checksum(&mut copy));
+                    prop_assert_eq!(copy, once);
+                }
+            }
+        }
     }
 }

@@ -14,7 +14,7 @@ const MAC: dsr::Mac = [2, 0, 0, 0, 0, 1];
 
 fuzz_target!(|data: &[u8]| {
     let Some(frame) = dsr::parse(data) else {
-        assert!(data.len() < 14);
+        assert!(data.len() < 18);
         return;
     };
     match frame.payload {
