@@ -340,3 +340,37 @@ fn transparent_server_sees_client_ipv6_address() {
     lab.stop(quill);
     done.join().unwrap();
 }
+
+#[test]
+fn health_checks_leave_from_the_source_address() {
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().unwrap();
+    server.set_nonblocking(true).unwrap();
+    let port = free_port();
+    let dir = scratch_dir();
+    let _q = QuillProcess::spawn_in(
+        dir,
+        vec![
+            "--check".into(),
+            "tcp".into(),
+            "--check-interval".into(),
+            "100ms".into(),
+            "-O".into(),
+            "source 127.0.0.4".into(),
+            format!("127.0.0.1:{port}"),
+            addr.to_string(),
+        ],
+        port,
+    );
+    // No client: every connection the server sees is a probe.
+    let mut peers = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while peers.len() < 3 && Instant::now() < deadline {
+        match server.accept() {
+            Ok((_, peer)) => peers.push(peer.ip().to_string()),
+            Err(_) => thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    assert!(peers.len() >= 3, "only {} probes arrived", peers.len());
+    assert!(peers.iter().all(|p| p == "127.0.0.4"), "{peers:?}");
+}
