@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use quill_core::dsr::{self, Mac, Payload};
 use quill_core::sys::{self, PacketSocket};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::acl::Acl;
@@ -245,7 +245,7 @@ impl Engine {
 
 /// Runs a process whose listeners all do direct server return, until SIGTERM or SIGINT.
 pub(crate) fn run(config: &Config) -> Result<(), RunError> {
-    let mut signals = Signals::new([SIGTERM, SIGINT])
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| RunError(format!("cannot handle signals: {e}")))?;
     let engines = config
         .listeners
@@ -278,9 +278,13 @@ pub(crate) fn run(config: &Config) -> Result<(), RunError> {
             .map_err(|e| RunError(format!("cannot start DSR thread: {e}")))?;
         threads.push((t, name, stats));
     }
-    // Bounded: the loop ends at the first signal.
-    if let Some(sig) = signals.forever().next() {
+    for sig in signals.forever() {
+        if sig == SIGHUP {
+            tracing::warn!("SIGHUP: reload is not supported yet in a DSR process (restart it)");
+            continue;
+        }
         tracing::info!("signal {sig}: stopping");
+        break;
     }
     stop.store(true, Ordering::Relaxed);
     for (t, name, s) in threads {

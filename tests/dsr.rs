@@ -223,9 +223,74 @@ fn dsr_udp_exchange_completes() {
     let Some(mut d) = dsr_lab("dsr_udp_exchange_completes") else {
         return;
     };
-    d.start_quill(&[]);
+    let quill = d.start_quill(&[]);
+    // SIGHUP does not stop a DSR process (reload is not supported there: it says so).
+    let pid = d.lab.children[quill].pid().to_string();
+    let st = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    thread::sleep(Duration::from_millis(300));
     let who = udp_exchange(&d.lab, &d.c, 1, 50);
     assert_eq!(who[0].len(), 50);
+    assert!(
+        d.lab.children[quill].exited().is_none(),
+        "SIGHUP stopped quill"
+    );
+    assert!(
+        d.lab.children[quill]
+            .stderr()
+            .contains("reload is not supported yet"),
+        "{}",
+        d.lab.children[quill].stderr()
+    );
+}
+
+#[test]
+fn dsr_if_in_a_reload_is_refused_and_the_proxy_keeps_serving() {
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().unwrap();
+    server.set_nonblocking(true).unwrap();
+    let (mut q, probe, _) = support::Quill::spawn_first(|dir, port| {
+        let path = dir.join("q.toml");
+        std::fs::write(
+            &path,
+            format!("[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:{port}\"\nservers = [\"{addr}\"]\n"),
+        )
+        .unwrap();
+        vec!["--config".into(), path.display().to_string()]
+    });
+    drop(probe);
+    // The probe's server connection waits in the backlog: take it, so only a later one counts.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.accept().is_err() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let path = q.path("q.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("servers", "dsr_if = \"eth0\"\nservers")).unwrap();
+    q.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !q.stderr().contains("restart Quill") && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(q.stderr().contains("restart Quill"), "{}", q.stderr());
+    assert!(q.try_exit().is_none(), "quill stopped");
+    // Still a proxy: a new client reaches the server.
+    let _c = support::connect(q.addr());
+    let mut accepted = false;
+    for _ in 0..200 {
+        if server.accept().is_ok() {
+            accepted = true;
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        accepted,
+        "no connection reached the server after the refused reload"
+    );
 }
 
 #[test]

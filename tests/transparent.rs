@@ -6,6 +6,8 @@
 //! connection with the peer address it sees. The `source` test runs on loopback (127.0.0.2 is a
 //! local address there). The errors need no namespace.
 
+#[path = "support/ctl.rs"]
+mod ctl;
 #[path = "support/netns.rs"]
 mod netns;
 mod support;
@@ -373,4 +375,22 @@ fn health_checks_leave_from_the_source_address() {
     }
     assert!(peers.len() >= 3, "only {} probes arrived", peers.len());
     assert!(peers.iter().all(|p| p == "127.0.0.4"), "{peers:?}");
+}
+
+#[test]
+fn source_is_a_control_command_and_dsr_if_is_refused_at_run_time() {
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().unwrap();
+    // The readiness probe, then one connection per setting.
+    let done = peer_echo(server, 3);
+    let (q, sock) = ctl::start_ctl(&[], &[addr.to_string()]);
+    ctl::ctl_ok(&sock, "source 127.0.0.5");
+    assert_eq!(ctl::ctl(&sock, "source").trim(), "127.0.0.5");
+    assert_eq!(read_peer(connect(q.addr())).ip().to_string(), "127.0.0.5");
+    ctl::ctl_ok(&sock, "no source");
+    assert_eq!(read_peer(connect(q.addr())).ip().to_string(), "127.0.0.1");
+    ctl::ctl_err(&sock, "source ::1", "other address family");
+    // Refused: a running proxy does not become a frame forwarder.
+    ctl::ctl_err(&sock, "dsr_if eth0", "dsr_if: ");
+    done.join().unwrap();
 }
