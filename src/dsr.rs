@@ -243,21 +243,25 @@ impl Engine {
     }
 }
 
-/// Runs a process whose listeners all do direct server return, until SIGTERM or SIGINT.
-pub(crate) fn run(config: &Config) -> Result<(), RunError> {
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
+/// The DSR listeners of a configuration with their packet sockets open (the part that needs
+/// CAP_NET_RAW); [`serve`] runs them.
+pub(crate) struct Opened(Vec<Engine>, Signals);
+
+/// Opens the packet socket of every listener of `config` (all DSR listeners).
+pub(crate) fn open(config: &Config) -> Result<Opened, RunError> {
+    let signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| RunError(format!("cannot handle signals: {e}")))?;
     let engines = config
         .listeners
         .iter()
         .map(|l| Engine::open(l, config))
         .collect::<Result<Vec<_>, _>>()?;
-    // The packet sockets are open: what follows needs no privilege.
-    if let Some(pid_file) = &config.global.pid_file {
-        std::fs::write(pid_file, format!("{}\n", std::process::id()))
-            .map_err(|e| RunError(format!("cannot write pid file {}: {e}", pid_file.display())))?;
-    }
-    crate::runtime::drop_privileges(&config.global)?;
+    Ok(Opened(engines, signals))
+}
+
+/// Runs the opened DSR listeners, one thread each, until SIGTERM or SIGINT.
+pub(crate) fn serve(opened: Opened) -> Result<(), RunError> {
+    let Opened(engines, mut signals) = opened;
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     for e in engines {

@@ -89,7 +89,15 @@ fn session_limit(asked: Option<u32>, nofile: u64, fit: u64) -> u64 {
 pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
     if config.listeners.iter().any(|l| l.dsr_if.is_some()) {
         // Frames, not sessions: no listening socket, workers or control socket (see `dsr`).
-        return crate::dsr::run(&config);
+        let opened = crate::dsr::open(&config)?;
+        // The packet sockets are open: what follows needs no privilege.
+        if let Some(pid_file) = &config.global.pid_file {
+            std::fs::write(pid_file, format!("{}\n", std::process::id())).map_err(|e| {
+                RunError(format!("cannot write pid file {}: {e}", pid_file.display()))
+            })?;
+        }
+        drop_privileges(&config.global)?;
+        return crate::dsr::serve(opened);
     }
     let g = config.global.clone();
     // Before anything can be reached from outside: a SIGHUP that arrives during start-up must
@@ -520,7 +528,7 @@ fn vet_handed_over(handed: Vec<Inherited>, config: &Config) -> Vec<Inherited> {
 }
 
 /// Chroot (`-j`) then change user (`-u`), after binding and opening files.
-pub(crate) fn drop_privileges(g: &crate::config::Global) -> Result<(), RunError> {
+fn drop_privileges(g: &crate::config::Global) -> Result<(), RunError> {
     let ids = match &g.user {
         Some(user) => Some(
             sys::lookup_user(user)
