@@ -394,3 +394,32 @@ fn source_is_a_control_command_and_dsr_if_is_refused_at_run_time() {
     ctl::ctl_err(&sock, "dsr_if eth0", "dsr_if: ");
     done.join().unwrap();
 }
+
+#[test]
+fn toml_source_and_dsr_ip_errors_name_the_key_and_line() {
+    let dir = scratch_dir();
+    for (key, expect) in [
+        (
+            "source = \"nowhere\"",
+            "q.toml:4: source: 'nowhere' is not an IP address",
+        ),
+        (
+            "dsr_if = \"eth0\"\ndsr_ip = \"::1\"",
+            "q.toml:5: dsr_ip: '::1' is not an IPv4 address",
+        ),
+    ] {
+        let path = dir.path().join("q.toml");
+        std::fs::write(
+            &path,
+            format!("[[listener]]\nname = \"l\"\nlisten = \"10.9.0.1:80\"\n{key}\nservers = [\"10.9.0.2:80\"]\n"),
+        )
+        .unwrap();
+        let out = Command::new(BIN)
+            .args(["check", "--config", &path.display().to_string()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(expect), "{err}");
+    }
+}

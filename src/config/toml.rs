@@ -443,7 +443,15 @@ fn build_listener(
         l.client_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
     }
     l.dsr_if = rl.dsr_if.clone();
-    l.dsr_ip = rl.dsr_ip;
+    if let Some(ip) = &rl.dsr_ip {
+        l.dsr_ip = Some(ip.get_ref().parse().map_err(|_| {
+            ConfigError::usage(format!(
+                "{}dsr_ip: '{}' is not an IPv4 address",
+                at(ip.span()),
+                ip.get_ref().escape_debug()
+            ))
+        })?);
+    }
     if let Some(n) = &rl.tarpit_acl {
         l.tarpit_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
     }
@@ -1189,7 +1197,7 @@ macro_rules! with_tuning_keys {
             keepalive: Option<bool>,
             max_per_source: Option<Spanned<u32>>,
             transparent: Option<bool>,
-            source: Option<std::net::IpAddr>,
+            source: Option<Spanned<String>>,
         }
 
         impl $name {
@@ -1216,7 +1224,19 @@ macro_rules! with_tuning_keys {
                     keepalive: self.keepalive,
                     max_per_source: bounded(&self.max_per_source, "max_per_source", 0..=MAX_SESSIONS.into())?,
                     transparent: self.transparent,
-                    source: self.source,
+                    source: self
+                        .source
+                        .as_ref()
+                        .map(|s| {
+                            s.get_ref().parse().map_err(|_| {
+                                ConfigError::usage(format!(
+                                    "{}source: '{}' is not an IP address",
+                                    at(s.span()),
+                                    s.get_ref().escape_debug()
+                                ))
+                            })
+                        })
+                        .transpose()?,
                 })
             }
         }
@@ -1273,7 +1293,7 @@ with_tuning_keys! {
         abuse: Option<Spanned<String>>,
         client_acl: Option<Spanned<u8>>,
         dsr_if: Option<String>,
-        dsr_ip: Option<std::net::Ipv4Addr>,
+        dsr_ip: Option<Spanned<String>>,
         tarpit_acl: Option<Spanned<u8>>,
         health: Option<Spanned<RawHealth>>,
         slow_start: Option<Dur>,
