@@ -44,6 +44,16 @@ pub(crate) enum Command {
     TcpNodelay(bool),
     TcpFastclose(Fastclose),
     Keepalive(bool),
+    /// `transparent` / `no transparent`: server connections leave from the client's address.
+    Transparent(bool),
+    /// `source IP` / `no source`: the local address of server connections.
+    Source(Option<std::net::IpAddr>),
+    /// `dsr_if IF` / `no dsr_if`: direct server return on interface IF.
+    DsrIf(Option<String>),
+    /// `dsr_ip IP` / `no dsr_ip`: the DSR virtual address.
+    DsrIp(Option<std::net::Ipv4Addr>),
+    /// `tarpit_acl N` / `no tarpit_acl`.
+    TarpitAcl(Option<AclId>),
     IdleTimeout(Duration),
     Server(usize, ServerChange),
     /// `server add SPEC`: a new server at the end of the list.
@@ -252,6 +262,7 @@ pub(crate) enum Setting {
     MaxPerSource,
     IdleTimeout,
     TcpFastclose,
+    Source,
     Mode,
     ClientAcl,
     ControlAcl,
@@ -413,6 +424,28 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
         ("tcp_nodelay", _, _) => no_args(name, args).and(set(Command::TcpNodelay(!negated))),
         ("keepalive", _, _) => no_args(name, args).and(set(Command::Keepalive(!negated))),
         ("http", _, _) => no_args(name, args).and(set(Command::Http(!negated))),
+        ("transparent", _, _) => no_args(name, args).and(set(Command::Transparent(!negated))),
+        ("source", false, []) => show(Setting::Source),
+        ("source", false, [ip]) => {
+            set(Command::Source(Some(ip.parse().map_err(|_| {
+                CommandError(format!("source: '{ip}' is not an IP address"))
+            })?)))
+        }
+        ("source", false, _) => err("source needs one IP address"),
+        ("source", true, []) => set(Command::Source(None)),
+        ("dsr_if", false, [ifname]) => set(Command::DsrIf(Some(ifname.to_string()))),
+        ("dsr_if", true, []) => set(Command::DsrIf(None)),
+        ("dsr_if", _, _) => err("dsr_if needs one interface name"),
+        ("dsr_ip", false, [ip]) => {
+            set(Command::DsrIp(Some(ip.parse().map_err(|_| {
+                CommandError(format!("dsr_ip: '{ip}' is not an IPv4 address"))
+            })?)))
+        }
+        ("dsr_ip", true, []) => set(Command::DsrIp(None)),
+        ("dsr_ip", _, _) => err("dsr_ip needs one IPv4 address"),
+        ("tarpit_acl", false, [n]) => set(Command::TarpitAcl(Some(list_arg(n)?))),
+        ("tarpit_acl", true, []) => set(Command::TarpitAcl(None)),
+        ("tarpit_acl", _, _) => err("tarpit_acl needs an ACL number"),
         ("blacklist", false, []) => show(Setting::Blacklist),
         ("blacklist", false, _) => set(Command::Blacklist(duration_arg(name, args)?)),
         ("timeout", false, []) => show(Setting::Timeout),
@@ -632,6 +665,13 @@ mod tests {
         );
         check("tcp_fastclose both", Command::TcpFastclose(Fastclose::Both));
         check("no tcp_nodelay", Command::TcpNodelay(false));
+        check("transparent", Command::Transparent(true));
+        check("no transparent", Command::Transparent(false));
+        check(
+            "source 10.0.0.1",
+            Command::Source(Some("10.0.0.1".parse().unwrap())),
+        );
+        check("no source", Command::Source(None));
         check("max_per_source 10", Command::MaxPerSource(10));
         check("clients_max 1000000", Command::ClientsMax(1_000_000));
         check("http", Command::Http(true));

@@ -1195,6 +1195,10 @@ fn show(
             let n = controller.shared().max_sessions.load(Ordering::Relaxed);
             (n.to_string(), json!(n))
         }
+        Setting::Source => {
+            let s = pick()?.tuning.source.map(|ip| ip.to_string());
+            (s.clone().unwrap_or_else(|| "none".into()), json!(s))
+        }
         Setting::TcpFastclose => {
             let f = pick()?.tuning.tcp_fastclose.name();
             (f.to_string(), json!(f))

@@ -32,6 +32,7 @@ mod command;
 mod config;
 mod control;
 pub mod demo;
+mod dsr;
 mod generate;
 mod health;
 mod listener;

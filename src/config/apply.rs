@@ -48,6 +48,11 @@ impl ListenerConfig {
             Command::TcpNodelay(on) => t.tcp_nodelay = *on,
             Command::TcpFastclose(f) => t.tcp_fastclose = *f,
             Command::Keepalive(on) => t.keepalive = *on,
+            Command::Transparent(on) => t.transparent = *on,
+            Command::Source(ip) => t.source = *ip,
+            Command::DsrIf(name) => self.dsr_if = name.clone(),
+            Command::DsrIp(ip) => self.dsr_ip = *ip,
+            Command::TarpitAcl(n) => self.tarpit_acl = *n,
             Command::IdleTimeout(d) => t.idle_timeout = *d,
             Command::Server(index, change) => self.change_server(*index, change)?,
             Command::ServerAdd(spec) => {

@@ -80,6 +80,21 @@ impl Config {
                     n => n.to_string(),
                 }
             );
+            if t.transparent {
+                out += "  transparent: server connections leave from the client's address\n";
+            }
+            if let Some(ip) = t.source {
+                out += &format!("  server connections leave from {ip} (source)\n");
+            }
+            if let (Some(ifname), Some((vip, port))) = (&l.dsr_if, l.dsr_vip()) {
+                out += &format!(
+                    "  direct server return on {ifname}: frames for {vip}:{port} go to the servers, replies bypass Quill{}\n",
+                    match l.tarpit_acl {
+                        Some(n) => format!("; clients ACL {n} denies are tarpitted"),
+                        None => String::new(),
+                    }
+                );
+            }
             if let Some(h) = &l.http {
                 let changed = h.differences();
                 out += &if changed.is_empty() {

@@ -118,6 +118,11 @@ pub(crate) struct Tuning {
     pub keepalive: bool,
     /// Sessions one client address may hold on this listener at once; 0 = no limit.
     pub max_per_source: u32,
+    /// Pen's `transparent`: server connections leave from the client's own address
+    /// (IP_TRANSPARENT; TCP listeners only).
+    pub transparent: bool,
+    /// Pen's `source IP`: the local address of server connections.
+    pub source: Option<IpAddr>,
 }
 
 impl Default for Tuning {
@@ -133,6 +138,8 @@ impl Default for Tuning {
             tcp_fastclose: Fastclose::Off,
             keepalive: false,
             max_per_source: 0,
+            transparent: false,
+            source: None,
         }
     }
 }
@@ -150,6 +157,8 @@ pub(crate) struct TuningPatch {
     pub tcp_fastclose: Option<Fastclose>,
     pub keepalive: Option<bool>,
     pub max_per_source: Option<u32>,
+    pub transparent: Option<bool>,
+    pub source: Option<IpAddr>,
 }
 
 impl Tuning {
@@ -192,6 +201,10 @@ impl Tuning {
         set(&mut self.tcp_fastclose, &p.tcp_fastclose);
         set(&mut self.keepalive, &p.keepalive);
         set(&mut self.max_per_source, &p.max_per_source);
+        set(&mut self.transparent, &p.transparent);
+        if p.source.is_some() {
+            self.source = p.source;
+        }
     }
 }
 
@@ -476,6 +489,12 @@ pub(crate) struct ListenerConfig {
     pub tls: Option<crate::tls::TlsSettings>,
     /// TLS to this pool's servers (`server_tls = { ... }`).
     pub server_tls: Option<crate::tls::ClientSettings>,
+    /// Pen's `dsr_if`: direct server return on this interface (see `crate::dsr`).
+    pub dsr_if: Option<String>,
+    /// Pen's `dsr_ip`: the virtual address (default: the listen address).
+    pub dsr_ip: Option<std::net::Ipv4Addr>,
+    /// Pen's `tarpit_acl N` (DSR): clients that ACL N denies get a tarpit instead of a server.
+    pub tarpit_acl: Option<AclId>,
 }
 
 /// The most routes one listener may have.
@@ -837,6 +856,9 @@ impl ListenerConfig {
             routes: Vec::new(),
             tls: None,
             server_tls: None,
+            dsr_if: None,
+            dsr_ip: None,
+            tarpit_acl: None,
         }
     }
     /// Whether this is a named pool (`[[pool]]`) rather than a listener.
@@ -851,6 +873,78 @@ impl ListenerConfig {
     }
 
     /// Checks what can only be checked on the whole listener (or named pool).
+    /// The virtual address and port of a DSR listener (`dsr_if`), None for any other.
+    pub(crate) fn dsr_vip(&self) -> Option<(std::net::Ipv4Addr, u16)> {
+        self.dsr_if.as_ref()?;
+        let (ip, port) = match &self.listen {
+            ListenAddr::Tcp(a) => (a.ip(), a.port()),
+            _ => return None,
+        };
+        match (self.dsr_ip, ip) {
+            (Some(vip), _) => Some((vip, port)),
+            (None, IpAddr::V4(v4)) if !v4.is_unspecified() => Some((v4, port)),
+            _ => None,
+        }
+    }
+
+    /// `dsr_if`, `dsr_ip` and `tarpit_acl`: a DSR listener forwards frames to IPv4 servers on
+    /// the interface's network, by address.
+    fn check_dsr(&self) -> Result<(), String> {
+        let Some(ifname) = &self.dsr_if else {
+            if self.dsr_ip.is_some() || self.tarpit_acl.is_some() {
+                return Err("dsr_ip and tarpit_acl need dsr_if".into());
+            }
+            return Ok(());
+        };
+        if ifname.is_empty() || ifname.len() > 15 || ifname.contains(['/', ' ', '\0']) {
+            return Err(format!("dsr_if '{ifname}': not an interface name"));
+        }
+        if self.http.is_some() || self.tls.is_some() || self.is_pool() {
+            return Err("dsr_if: direct server return forwards frames, not HTTP or TLS".into());
+        }
+        if self.dsr_vip().is_none() {
+            return Err("dsr_if: needs an IPv4 virtual address (dsr_ip, or an IPv4 listen address that is not 0.0.0.0)".into());
+        }
+        for (i, s) in self.servers.iter().enumerate() {
+            if !matches!(&s.addr, BackendAddr::Tcp(a) if a.is_ipv4()) {
+                return Err(format!(
+                    "dsr_if: server {i} ({}) is not an IPv4 address (DSR finds servers on the interface by ARP)",
+                    s.addr
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `transparent` and `source`: where they apply, and a source address of every literal
+    /// server's family.
+    fn check_source(&self) -> Result<(), String> {
+        let t = &self.tuning;
+        if t.transparent && (self.http.is_some() || self.is_pool()) {
+            return Err("transparent: applies to a TCP listener only (an HTTP server connection serves many clients)".into());
+        }
+        if let (true, Some(ip)) = (t.transparent, t.source) {
+            return Err(format!(
+                "source {ip}: not with transparent (server connections leave from the client's address)"
+            ));
+        }
+        if let Some(ip) = t.source {
+            if ip.is_unspecified() || ip.is_multicast() {
+                return Err(format!("source {ip}: not a unicast address"));
+            }
+            for (i, s) in self.servers.iter().enumerate() {
+                if let BackendAddr::Tcp(a) = &s.addr {
+                    if a.is_ipv4() != ip.is_ipv4() {
+                        return Err(format!(
+                            "source {ip}: server {i} ({a}) is of the other address family"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         // An HTTP listener with routes may leave the rest to them: unmatched requests get 404.
         if self.servers.is_empty() && self.emergency.is_none() && self.routes.is_empty() {
@@ -901,6 +995,8 @@ impl ListenerConfig {
                 )));
             }
         }
+        self.check_source().map_err(named)?;
+        self.check_dsr().map_err(named)?;
         for (i, s) in self.servers.iter().enumerate() {
             for (name, v, most) in [
                 ("max", s.max, MAX_SESSIONS),
@@ -1071,6 +1167,17 @@ impl Config {
     /// Validates the whole configuration.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.global.check().map_err(ConfigError::usage)?;
+        let dsr = self.listeners.iter().filter(|l| l.dsr_if.is_some()).count();
+        if dsr > 0 && dsr < self.listeners.len() {
+            return Err(ConfigError::usage(
+                "dsr_if: a process doing direct server return runs DSR listeners only",
+            ));
+        }
+        if dsr > 0 && (self.global.control.is_some() || self.global.admin.is_some()) {
+            return Err(ConfigError::usage(
+                "dsr_if: the control socket and the admin listener are not supported yet in a DSR process",
+            ));
+        }
         if let Some(ListenAddr::Tcp(a)) = &self.global.control {
             if !a.ip().is_loopback() && self.global.control_acl.is_none() {
                 return Err(ConfigError::usage(format!(

@@ -407,6 +407,8 @@ fn build_listener(
     if is_http {
         // A file-wide `tcp_fastclose` is the default of its TCP listeners only.
         l.tuning.tcp_fastclose = Fastclose::Off;
+        // So is a file-wide `transparent` (an HTTP server connection serves many clients).
+        l.tuning.transparent = false;
         if let Some(f) = &rl.tcp_fastclose {
             return Err(ConfigError::usage(format!(
                 "{}tcp_fastclose: '{}' does not apply to HTTP listener '{name}' \
@@ -439,6 +441,19 @@ fn build_listener(
     }
     if let Some(n) = &rl.client_acl {
         l.client_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
+    }
+    l.dsr_if = rl.dsr_if.clone();
+    if let Some(ip) = &rl.dsr_ip {
+        l.dsr_ip = Some(ip.get_ref().parse().map_err(|_| {
+            ConfigError::usage(format!(
+                "{}dsr_ip: '{}' is not an IPv4 address",
+                at(ip.span()),
+                ip.get_ref().escape_debug()
+            ))
+        })?);
+    }
+    if let Some(n) = &rl.tarpit_acl {
+        l.tarpit_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
     }
     if let Some(e) = &rl.abuse {
         l.abuse = Some(
@@ -516,6 +531,8 @@ fn build_pool(
     }
     let mut l = ListenerConfig::new(name, pool_addr());
     l.tuning = tuning.clone();
+    // A file-wide `transparent` is for listeners: a named pool's connections may serve many.
+    l.tuning.transparent = false;
     l.tuning.apply(&rp.tuning(at)?);
     if let Some(t) = &rp.server_tls {
         l.server_tls = Some(t.get_ref().build(dir, at)?);
@@ -1179,6 +1196,8 @@ macro_rules! with_tuning_keys {
             tcp_fastclose: Option<Spanned<Fastclose>>,
             keepalive: Option<bool>,
             max_per_source: Option<Spanned<u32>>,
+            transparent: Option<bool>,
+            source: Option<Spanned<String>>,
         }
 
         impl $name {
@@ -1204,6 +1223,20 @@ macro_rules! with_tuning_keys {
                     tcp_fastclose: self.tcp_fastclose.as_ref().map(|f| *f.get_ref()),
                     keepalive: self.keepalive,
                     max_per_source: bounded(&self.max_per_source, "max_per_source", 0..=MAX_SESSIONS.into())?,
+                    transparent: self.transparent,
+                    source: self
+                        .source
+                        .as_ref()
+                        .map(|s| {
+                            s.get_ref().parse().map_err(|_| {
+                                ConfigError::usage(format!(
+                                    "{}source: '{}' is not an IP address",
+                                    at(s.span()),
+                                    s.get_ref().escape_debug()
+                                ))
+                            })
+                        })
+                        .transpose()?,
                 })
             }
         }
@@ -1259,6 +1292,9 @@ with_tuning_keys! {
         emergency: Option<Spanned<String>>,
         abuse: Option<Spanned<String>>,
         client_acl: Option<Spanned<u8>>,
+        dsr_if: Option<String>,
+        dsr_ip: Option<Spanned<String>>,
+        tarpit_acl: Option<Spanned<u8>>,
         health: Option<Spanned<RawHealth>>,
         slow_start: Option<Dur>,
         sticky_cookie: Option<Spanned<String>>,

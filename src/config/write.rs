@@ -134,6 +134,21 @@ fn write_pool(out: &mut String, prefix: &str, l: &ListenerConfig) {
         "{prefix}{}keepalive\n",
         if t.keepalive { "" } else { "no " }
     );
+    if t.transparent {
+        *out += &format!("{prefix}transparent\n");
+    }
+    if let Some(ip) = t.source {
+        *out += &format!("{prefix}source {ip}\n");
+    }
+    if let Some(name) = &l.dsr_if {
+        *out += &format!("{prefix}dsr_if {name}\n");
+    }
+    if let Some(ip) = l.dsr_ip {
+        *out += &format!("{prefix}dsr_ip {ip}\n");
+    }
+    if let Some(n) = l.tarpit_acl {
+        *out += &format!("{prefix}tarpit_acl {n}\n");
+    }
     if !l.is_pool() {
         // A named pool has no clients of its own: the listener's `client_acl` checks them.
         *out += &match l.client_acl {

@@ -53,6 +53,8 @@ struct Watched {
     check: HealthCheck,
     /// The pool's TLS to its servers (`server_tls`): probes speak TLS too.
     tls: Option<Arc<crate::tls::client::ClientTls>>,
+    /// The pool's `source`: probes leave from it as the pool's connections do.
+    source: Option<std::net::IpAddr>,
     streak: Streak,
     /// Clock ms when the next probe is due (while none is in flight).
     due_ms: u64,
@@ -250,6 +252,7 @@ impl Checker {
                     w.pool = pool.name.clone();
                 }
                 w.tls = pool.server_tls.clone();
+                w.source = pool.tuning.source;
             }
             Entry::Vacant(e) => {
                 // A server that starts down (added to a running pool) is checked at once: it
@@ -264,6 +267,7 @@ impl Checker {
                     pool: pool.name.clone(),
                     check: check.clone(),
                     tls: pool.server_tls.clone(),
+                    source: pool.tuning.source,
                     streak: Streak::default(),
                     due_ms: first,
                     probe: None,
@@ -323,6 +327,7 @@ fn start(w: &mut Watched, registry: &Registry, token: Token, now_ms: u64) -> io:
         w.server.addr(),
         &w.check,
         w.tls.as_deref(),
+        w.source,
         registry,
         token,
         now_ms,

@@ -65,11 +65,12 @@ impl Probe {
         addr: &BackendAddr,
         check: &HealthCheck,
         tls: Option<&crate::tls::client::ClientTls>,
+        source: Option<std::net::IpAddr>,
         registry: &Registry,
         token: Token,
         now_ms: u64,
     ) -> Result<Probe, StartError> {
-        let mut stream = open(addr).map_err(|e| {
+        let mut stream = open(addr, source).map_err(|e| {
             if crate::net::is_local_error(&e) {
                 StartError::Local(e)
             } else {
@@ -258,10 +259,16 @@ fn request(path: &str, addr: &BackendAddr, host: Option<&str>) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Opens a nonblocking connection (in progress for TCP; done or failed for Unix sockets).
-fn open(addr: &BackendAddr) -> io::Result<Stream> {
+/// Opens a nonblocking connection (in progress for TCP; done or failed for Unix sockets), from
+/// `source` when the pool pins one.
+fn open(addr: &BackendAddr, source: Option<std::net::IpAddr>) -> io::Result<Stream> {
     match addr {
-        BackendAddr::Tcp(a) => TcpStream::connect(*a).map(Stream::Tcp),
+        BackendAddr::Tcp(a) => match source {
+            Some(ip) => {
+                crate::net::connect_tcp(*a, &crate::config::Tuning::default(), Some((ip, false)))
+            }
+            None => TcpStream::connect(*a).map(Stream::Tcp),
+        },
         BackendAddr::Unix(p) => UnixStream::connect(p).map(Stream::Unix),
         BackendAddr::Abstract(name) => {
             use std::os::linux::net::SocketAddrExt;

@@ -234,14 +234,101 @@ pub(crate) fn is_local_error(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EADDRNOTAVAIL)
-    )
+    ) || e.get_ref().is_some_and(|inner| inner.is::<BindError>())
+}
+
+/// Setting up the local end of a server connection failed (`transparent`, `source`): Quill's
+/// set-up, not the server's fault.
+#[derive(Debug)]
+pub(crate) struct BindError(String);
+
+impl fmt::Display for BindError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BindError {}
+
+fn bind_error(what: fmt::Arguments<'_>, e: &io::Error) -> io::Error {
+    let hint = match e.raw_os_error() {
+        Some(libc::EPERM) => " (transparent needs CAP_NET_ADMIN or CAP_NET_RAW)",
+        Some(libc::EINVAL | libc::EAFNOSUPPORT) => {
+            " (the client's and the server's address families differ)"
+        }
+        _ => "",
+    };
+    io::Error::other(BindError(format!("{what}: {e}{hint}")))
+}
+
+/// Whether this process may set IP_TRANSPARENT (CAP_NET_ADMIN or CAP_NET_RAW), on a socket of
+/// its own that is closed at once.
+pub(crate) fn check_transparent() -> io::Result<()> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM.cloexec(), None)?;
+    socket.set_ip_transparent_v4(true).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EPERM) {
+            io::Error::new(
+                e.kind(),
+                format!("{e}: needs CAP_NET_ADMIN or CAP_NET_RAW (the `user` option drops them; systemd's AmbientCapabilities= keeps them)"),
+            )
+        } else {
+            e
+        }
+    })
+}
+
+/// Where a server connection leaves from: the pool's `source`, or with `transparent` the
+/// client's address; None when neither applies (the kernel picks, as for any connect).
+pub(crate) fn local_end(t: &Tuning, client: &ClientAddr) -> Option<(IpAddr, bool)> {
+    match (t.transparent, client) {
+        // A client on a dual-stack listener has an IPv4-mapped address: bind the IPv4 one.
+        (true, ClientAddr::Ip(a)) => Some((a.ip().to_canonical(), true)),
+        _ => t.source.map(|ip| (ip, false)),
+    }
+}
+
+/// Opens a TCP socket bound to `ip` (port 0: the kernel picks one at connect time, so one
+/// address serves any number of destinations) and starts a nonblocking connect. `transparent`
+/// sets IP_TRANSPARENT/IPV6_TRANSPARENT first, which lets the bind use an address this host does
+/// not own (the client's).
+fn connect_from(addr: SocketAddr, ip: IpAddr, transparent: bool) -> io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking().cloexec(),
+        None,
+    )?;
+    if transparent {
+        let set = if addr.is_ipv4() {
+            socket.set_ip_transparent_v4(true)
+        } else {
+            socket.set_ip_transparent_v6(true)
+        };
+        set.map_err(|e| bind_error(format_args!("transparent"), &e))?;
+    }
+    // Only an optimisation (ports shared between destinations): a kernel without it still works.
+    let _ = quill_core::sys::set_bind_address_no_port(socket.as_fd());
+    socket
+        .bind(&SocketAddr::new(ip, 0).into())
+        .map_err(|e| bind_error(format_args!("bind to {ip}"), &e))?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(TcpStream::from_std(std::net::TcpStream::from(socket)))
 }
 
 /// Opens a nonblocking connection (connect in progress for TCP). A `Name` must have been resolved
 /// by the caller (`connect_tcp`): resolving here would block the worker.
-pub(crate) fn connect(addr: &BackendAddr, t: &Tuning) -> io::Result<Stream> {
+pub(crate) fn connect(
+    addr: &BackendAddr,
+    t: &Tuning,
+    from: Option<(IpAddr, bool)>,
+) -> io::Result<Stream> {
     match addr {
-        BackendAddr::Tcp(a) => connect_tcp(*a, t),
+        BackendAddr::Tcp(a) => connect_tcp(*a, t, from),
         BackendAddr::Unix(p) => UnixStream::connect(p).map(Stream::Unix),
         BackendAddr::Abstract(name) => {
             use std::os::linux::net::SocketAddrExt;
@@ -256,8 +343,16 @@ pub(crate) fn connect(addr: &BackendAddr, t: &Tuning) -> io::Result<Stream> {
 }
 
 /// Opens a nonblocking TCP connection with the pool's socket options (`tcp_nodelay`, `keepalive`).
-pub(crate) fn connect_tcp(addr: SocketAddr, t: &Tuning) -> io::Result<Stream> {
-    let s = TcpStream::connect(addr)?;
+/// `from`: the local address (and whether it is the client's, bound transparently).
+pub(crate) fn connect_tcp(
+    addr: SocketAddr,
+    t: &Tuning,
+    from: Option<(IpAddr, bool)>,
+) -> io::Result<Stream> {
+    let s = match from {
+        Some((ip, transparent)) => connect_from(addr, ip, transparent)?,
+        None => TcpStream::connect(addr)?,
+    };
     if t.tcp_nodelay {
         s.set_nodelay(true)?;
     }

@@ -253,7 +253,7 @@ impl Connector {
                     return Progress::Connected;
                 }
             }
-            match self.start_connect(lease, None, cx) {
+            match self.start_connect(lease, None, client, cx) {
                 Started::Connecting => return Progress::Waiting(self.deadline),
                 Started::FailedTryNext => continue,
                 Started::LocalError => return Progress::Failed(End::Error),
@@ -352,7 +352,7 @@ impl Connector {
             return Progress::Failed(End::Error);
         };
         match answer {
-            Ok(addr) => match self.start_connect(lease, Some(addr), cx) {
+            Ok(addr) => match self.start_connect(lease, Some(addr), client, cx) {
                 Started::Connecting => return Progress::Waiting(self.deadline),
                 Started::FailedTryNext => {}
                 Started::LocalError => return Progress::Failed(End::Error),
@@ -467,12 +467,14 @@ impl Connector {
         &mut self,
         lease: ServerLease,
         resolved: Option<SocketAddr>,
+        client: &ClientAddr,
         cx: &mut Ctx,
     ) -> Started {
         let t = &self.pool.tuning;
+        let from = net::local_end(t, client);
         let opened = match resolved {
-            Some(addr) => net::connect_tcp(addr, t),
-            None => net::connect(lease.server().addr(), t),
+            Some(addr) => net::connect_tcp(addr, t, from),
+            None => net::connect(lease.server().addr(), t, from),
         };
         let opened = match (opened, &self.pool.server_tls) {
             (Ok(stream), Some(tls)) => {

@@ -87,12 +87,29 @@ fn session_limit(asked: Option<u32>, nofile: u64, fit: u64) -> u64 {
 
 /// Runs Quill with `config` until it has stopped.
 pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
+    if config.listeners.iter().any(|l| l.dsr_if.is_some()) {
+        // Frames, not sessions: no listening socket, workers or control socket (see `dsr`).
+        let opened = crate::dsr::open(&config)?;
+        // The packet sockets are open: what follows needs no privilege.
+        if let Some(pid_file) = &config.global.pid_file {
+            std::fs::write(pid_file, format!("{}\n", std::process::id())).map_err(|e| {
+                RunError(format!("cannot write pid file {}: {e}", pid_file.display()))
+            })?;
+        }
+        drop_privileges(&config.global)?;
+        return crate::dsr::serve(opened);
+    }
     let g = config.global.clone();
     // Before anything can be reached from outside: a SIGHUP that arrives during start-up must
     // queue, not kill the process.
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2])
         .map_err(|e| RunError(format!("cannot handle signals: {e}")))?;
     let resolves_names = has_server_names(&config);
+    let transparent = config
+        .listeners
+        .iter()
+        .find(|l| l.tuning.transparent)
+        .map(|l| l.what());
     let nofile = sys::raise_nofile_limit().unwrap_or(1024);
     let servers = config
         .listeners
@@ -186,6 +203,11 @@ pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
         None => None,
     };
     drop_privileges(&g)?;
+    if let Some(what) = transparent {
+        // Every server connection sets IP_TRANSPARENT: find out now, not at the first client.
+        crate::net::check_transparent()
+            .map_err(|e| RunError(format!("{what}: transparent: {e}")))?;
+    }
 
     let resolver = if resolves_names {
         Some(

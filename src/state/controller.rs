@@ -318,6 +318,12 @@ impl Controller {
             // Draining has emptied the listener list: a change now would bind them all again.
             return Err("stopping: the configuration no longer changes".into());
         }
+        if let Some(l) = next.listeners.iter().find(|l| l.dsr_if.is_some()) {
+            return Err(format!(
+                "{}: dsr_if: direct server return starts with the process, not in a running proxy (restart Quill)",
+                l.what()
+            ));
+        }
         let old = &st.config;
         if old.global.log != next.global.log {
             if let Some(path) = &next.global.log {

@@ -1,6 +1,7 @@
 //! What the product (`quill`) and its load generator (`quill-bench`) share, below both: the
 //! `sys` wrappers (the workspace's only `unsafe`), the duration grammar and, pure and fuzzed,
-//! the HTTP/1 module and the TLS ClientHello reader (`tls_hello`, SNI routing without termination).
+//! the HTTP/1 module, the TLS ClientHello reader (`tls_hello`, SNI routing without termination)
+//! and the frames of direct server return (`dsr`).
 
 // An item is `pub` only when another crate can reach it (the binary, the tests, the other
 // crates of the workspace); the rest is `pub(crate)`, so the compiler finds what is dead.
@@ -8,6 +9,7 @@
 // Only `sys` may contain unsafe code; the compiler enforces it for every other module.
 #![deny(unsafe_code)]
 
+pub mod dsr;
 pub mod duration;
 pub mod http1;
 #[allow(unsafe_code)]

@@ -6,7 +6,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -209,6 +209,134 @@ pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
 /// socket holds its own ephemeral port, and one source address runs out after about 28,000.
 pub fn set_bind_address_no_port(fd: BorrowedFd<'_>) -> io::Result<()> {
     setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1)
+}
+
+/// Moves the calling thread into the network namespace `ns` (an open `/run/netns/NAME` or
+/// `/proc/PID/ns/net`): sockets it creates from then on belong to that namespace, and keep it
+/// wherever they are used. Other threads are not affected. For tests and benchmarks that build
+/// several hosts out of namespaces; needs CAP_SYS_ADMIN.
+pub fn enter_netns(ns: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: setns takes a descriptor borrowed for the call and a constant; it changes only the
+    // calling thread's namespace.
+    check(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }).map(|_| ())
+}
+
+/// A raw packet socket (AF_PACKET, every protocol) bound to one interface, for direct server
+/// return: it reads every frame the interface receives and sends whole frames out of it.
+#[derive(Debug)]
+pub struct PacketSocket {
+    pub fd: OwnedFd,
+    pub ifindex: i32,
+    /// The interface's hardware address.
+    pub mac: [u8; 6],
+}
+
+/// Opens a packet socket on interface `ifname` (needs CAP_NET_RAW). Frames this socket sends
+/// are not read back by it (PACKET_IGNORE_OUTGOING, where the kernel has it), and each read
+/// frame says whether its checksum is still to be computed (PACKET_AUXDATA).
+pub fn packet_socket(ifname: &str) -> io::Result<PacketSocket> {
+    let name = CString::new(ifname).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    if name.as_bytes().len() >= libc::IFNAMSIZ {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    // SAFETY: the name is a NUL-terminated string that outlives the call.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if ifindex == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let proto = (libc::ETH_P_ALL as u16).to_be();
+    // SAFETY: plain socket(2) with constant arguments; the result is checked before use.
+    let raw = check(unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::c_int::from(proto),
+        )
+    })?;
+    // SAFETY: socket(2) just returned this descriptor and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: ifreq is plain data; zeroed is a valid value for it.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFHWADDR reads the name from and writes the address into the ifreq, which
+    // lives on the stack for the call; the descriptor is open.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) })?;
+    let mut mac = [0u8; 6];
+    // SAFETY: after a successful SIOCGIFHWADDR the union holds ifru_hwaddr.
+    let hw = unsafe { req.ifr_ifru.ifru_hwaddr };
+    for (dst, src) in mac.iter_mut().zip(hw.sa_data.iter()) {
+        *dst = *src as u8;
+    }
+    // SAFETY: sockaddr_ll is plain data; zeroed is valid, and the fields set below are its own.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_protocol = proto;
+    addr.sll_ifindex = ifindex as i32;
+    // SAFETY: the address is a sockaddr_ll on the stack, its size passed with it.
+    check(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    })?;
+    setsockopt_int(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_AUXDATA, 1)?;
+    // Older kernels lack it: the loop then also sees its own frames and skips them by MAC.
+    let _ = setsockopt_int(
+        fd.as_fd(),
+        libc::SOL_PACKET,
+        libc::PACKET_IGNORE_OUTGOING,
+        1,
+    );
+    Ok(PacketSocket {
+        fd,
+        ifindex: ifindex as i32,
+        mac,
+    })
+}
+
+/// Reads one frame into `buf`: its length (cut to `buf`'s) and whether its TCP/UDP checksum is
+/// still to be filled in (TP_STATUS_CSUMNOTREADY: a frame from a local or virtual interface
+/// that left its checksum to hardware).
+pub fn packet_recv(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, bool)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Room for one tpacket_auxdata control message (u64s: aligned for cmsghdr).
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; zeroed is valid, and the fields set below point at the
+    // iovec and control buffer above, which outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: recvmsg writes at most iov_len bytes into buf and msg_controllen into control.
+    let n = check_size(unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, 0) })?;
+    let mut csum_not_ready = false;
+    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, within
+    // msg_controllen; a tpacket_auxdata is read unaligned from the message's data.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_PACKET && (*c).cmsg_type == libc::PACKET_AUXDATA {
+                let aux: libc::tpacket_auxdata =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                csum_not_ready = aux.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0;
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n.min(buf.len()), csum_not_ready))
+}
+
+/// Sends one whole frame out of the packet socket's interface.
+pub fn packet_send(fd: BorrowedFd<'_>, frame: &[u8]) -> io::Result<usize> {
+    // SAFETY: send reads frame.len() bytes from the slice; the descriptor is borrowed, so open.
+    check_size(unsafe { libc::send(fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) })
 }
 
 /// Sets SO_RCVLOWAT: the socket reads as ready (and wakes a waiter) only once this many bytes

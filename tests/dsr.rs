@@ -1,0 +1,548 @@
+//! Direct server return (Pen's `dsr_if`, `dsr_ip`, `tarpit_acl`) over the real binary, in network
+//! namespaces joined by a bridge: a client (10.72.0.2), Quill (10.72.0.1, its interface `eth0`)
+//! and two servers (10.72.0.11 and .12) holding the virtual address 10.72.0.100 on their loopback
+//! with `arp_ignore=1`/`arp_announce=2`. Quill answers ARP for the virtual address and forwards
+//! the clients' frames; the servers answer the clients straight. The tests read Quill's
+//! interface counters to show that the replies never cross it, and a packet socket in the
+//! client's namespace to see Quill's ARP frames.
+
+#[path = "support/netns.rs"]
+mod netns;
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use netns::{lab_or_skip, Lab};
+use quill_core::dsr::{self, Payload};
+use support::BIN;
+
+const VIP: &str = "10.72.0.100";
+const PORT: u16 = 8000;
+
+fn vip() -> SocketAddr {
+    format!("{VIP}:{PORT}").parse().unwrap()
+}
+
+/// The bytes a server sends for a download of `n` bytes.
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8).collect()
+}
+
+struct Dsr {
+    lab: Lab,
+    c: String,
+    q: String,
+    servers: [String; 2],
+    /// TCP connections each server accepted, by peer IP (10.72.0.x → x).
+    accepted: Arc<[AtomicUsize; 256]>,
+}
+
+/// The bridge, the four hosts and the servers' TCP ("N\n" → N pattern bytes) and UDP ("sK:" +
+/// the datagram) services; Quill not started yet.
+fn dsr_lab(test: &str) -> Option<Dsr> {
+    let mut lab = lab_or_skip(test)?;
+    let h = lab.ns("h");
+    let c = lab.ns("c");
+    let q = lab.ns("q");
+    let s1 = lab.ns("s1");
+    let s2 = lab.ns("s2");
+    lab.bridge(
+        &h,
+        &[
+            (&c, "eth0", "10.72.0.2/24"),
+            (&q, "eth0", "10.72.0.1/24"),
+            (&s1, "eth0", "10.72.0.11/24"),
+            (&s2, "eth0", "10.72.0.12/24"),
+        ],
+    );
+    let accepted: Arc<[AtomicUsize; 256]> = Arc::new(std::array::from_fn(|_| AtomicUsize::new(0)));
+    for (k, s) in [&s1, &s2].into_iter().enumerate() {
+        lab.ip(s, &["addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
+        for scope in ["all", "eth0"] {
+            lab.sysctl(s, &format!("net.ipv4.conf.{scope}.arp_ignore=1"));
+            lab.sysctl(s, &format!("net.ipv4.conf.{scope}.arp_announce=2"));
+        }
+        let tcp = lab.within(s, || TcpListener::bind(vip()).unwrap());
+        let udp = lab.within(s, || UdpSocket::bind(vip()).unwrap());
+        let accepted = accepted.clone();
+        thread::spawn(move || tcp_service(tcp, &accepted));
+        thread::spawn(move || udp_service(udp, k + 1));
+    }
+    Some(Dsr {
+        lab,
+        c,
+        q,
+        servers: [s1, s2],
+        accepted,
+    })
+}
+
+/// Accepts for at most 60 s; each connection asks for N bytes with "N\n".
+fn tcp_service(l: TcpListener, accepted: &[AtomicUsize; 256]) {
+    l.set_nonblocking(true).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        match l.accept() {
+            Ok((s, peer)) => {
+                if let SocketAddr::V4(p) = peer {
+                    accepted[usize::from(p.ip().octets()[3])].fetch_add(1, Ordering::Relaxed);
+                }
+                thread::spawn(move || {
+                    s.set_nonblocking(false).unwrap();
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    let mut line = String::new();
+                    let mut r = BufReader::new(&s);
+                    if r.read_line(&mut line).is_ok() {
+                        if let Ok(n) = line.trim().parse::<usize>() {
+                            let _ = (&s).write_all(&pattern(n.min(64 << 20)));
+                        }
+                    }
+                });
+            }
+            Err(_) => thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// Answers datagrams for at most 60 s.
+fn udp_service(u: UdpSocket, k: usize) {
+    u.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut buf = [0u8; 2048];
+    while Instant::now() < deadline {
+        if let Ok((n, from)) = u.recv_from(&mut buf) {
+            let mut reply = format!("s{k}:").into_bytes();
+            reply.extend_from_slice(&buf[..n]);
+            let _ = u.send_to(&reply, from);
+        }
+    }
+}
+
+impl Dsr {
+    /// Starts Quill in its namespace with `extra` options; its child index.
+    fn start_quill(&mut self, extra: &[&str]) -> usize {
+        let mut args = vec![BIN, "-O", "dsr_if eth0"];
+        args.extend_from_slice(extra);
+        let listen = format!("{VIP}:{PORT}");
+        args.extend_from_slice(&[&listen, "10.72.0.11:8000", "10.72.0.12:8000"]);
+        let q = self.q.clone();
+        let i = self.lab.spawn(&q, &args);
+        // Ready once a client gets through (ARP answered, both servers' MACs learnt or not).
+        let c = self.c.clone();
+        let probe = self.lab.wait_listening(&c, vip(), i);
+        drop(probe);
+        // Both servers answer probes within a second.
+        thread::sleep(Duration::from_millis(1500));
+        i
+    }
+
+    fn quill_mac(&self) -> [u8; 6] {
+        let text = self
+            .lab
+            .output(&self.q, &["cat", "/sys/class/net/eth0/address"]);
+        let mut mac = [0u8; 6];
+        for (m, part) in mac.iter_mut().zip(text.split(':')) {
+            *m = u8::from_str_radix(part, 16).unwrap();
+        }
+        mac
+    }
+}
+
+fn download(lab: &Lab, ns: &str, n: usize) -> Vec<u8> {
+    lab.within(ns, move || {
+        let mut s = TcpStream::connect_timeout(&vip(), Duration::from_secs(5)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(format!("{n}\n").as_bytes()).unwrap();
+        let mut got = Vec::with_capacity(n);
+        s.read_to_end(&mut got).unwrap();
+        got
+    })
+}
+
+#[test]
+fn dsr_tcp_download_completes_and_replies_bypass_quill() {
+    let Some(mut d) = dsr_lab("dsr_tcp_download_completes_and_replies_bypass_quill") else {
+        return;
+    };
+    let quill = d.start_quill(&[]);
+    let (rx0, tx0) = (
+        d.lab.counter(&d.q, "eth0", "rx_bytes"),
+        d.lab.counter(&d.q, "eth0", "tx_bytes"),
+    );
+    const N: usize = 8 << 20;
+    for _ in 0..2 {
+        let got = download(&d.lab, &d.c, N);
+        assert_eq!(got.len(), N, "download cut short");
+        assert!(got == pattern(N), "download corrupted");
+    }
+    let rx = d.lab.counter(&d.q, "eth0", "rx_bytes") - rx0;
+    let tx = d.lab.counter(&d.q, "eth0", "tx_bytes") - tx0;
+    // 16 MiB went to the client; Quill's interface carried the client's side only (requests and
+    // ACKs, each once in and once out).
+    assert!(
+        rx < 2 << 20 && tx < 2 << 20,
+        "Quill's interface moved rx {rx} / tx {tx} bytes for a 16 MiB download"
+    );
+    assert!(rx > 0 && tx > 0, "nothing crossed Quill (rx {rx}, tx {tx})");
+    assert!(d.lab.children[quill].exited().is_none());
+}
+
+fn udp_exchange(lab: &Lab, ns: &str, sockets: usize, each: usize) -> Vec<Vec<String>> {
+    lab.within(ns, move || {
+        (0..sockets)
+            .map(|k| {
+                let u = UdpSocket::bind("10.72.0.2:0").unwrap();
+                u.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                u.connect(vip()).unwrap();
+                let mut who = Vec::new();
+                let mut buf = [0u8; 2048];
+                for i in 0..each {
+                    let msg = format!("flow {k} datagram {i}");
+                    u.send(msg.as_bytes()).unwrap();
+                    let n = u.recv(&mut buf).expect("no reply");
+                    let reply = String::from_utf8_lossy(&buf[..n]).to_string();
+                    let (server, echoed) = reply.split_once(':').unwrap();
+                    assert_eq!(echoed, msg, "wrong bytes back");
+                    who.push(server.to_string());
+                }
+                who
+            })
+            .collect()
+    })
+}
+
+#[test]
+fn dsr_udp_exchange_completes() {
+    let Some(mut d) = dsr_lab("dsr_udp_exchange_completes") else {
+        return;
+    };
+    let quill = d.start_quill(&[]);
+    // SIGHUP does not stop a DSR process (reload is not supported there: it says so).
+    let pid = d.lab.children[quill].pid().to_string();
+    let st = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    thread::sleep(Duration::from_millis(300));
+    let who = udp_exchange(&d.lab, &d.c, 1, 50);
+    assert_eq!(who[0].len(), 50);
+    assert!(
+        d.lab.children[quill].exited().is_none(),
+        "SIGHUP stopped quill"
+    );
+    assert!(
+        d.lab.children[quill]
+            .stderr()
+            .contains("reload is not supported yet"),
+        "{}",
+        d.lab.children[quill].stderr()
+    );
+}
+
+#[test]
+fn dsr_if_in_a_reload_is_refused_and_the_proxy_keeps_serving() {
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().unwrap();
+    server.set_nonblocking(true).unwrap();
+    let (mut q, probe, _) = support::Quill::spawn_first(|dir, port| {
+        let path = dir.join("q.toml");
+        std::fs::write(
+            &path,
+            format!("[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:{port}\"\nservers = [\"{addr}\"]\n"),
+        )
+        .unwrap();
+        vec!["--config".into(), path.display().to_string()]
+    });
+    drop(probe);
+    // The probe's server connection waits in the backlog: take it, so only a later one counts.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.accept().is_err() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let path = q.path("q.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("servers", "dsr_if = \"eth0\"\nservers")).unwrap();
+    q.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !q.stderr().contains("restart Quill") && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(q.stderr().contains("restart Quill"), "{}", q.stderr());
+    assert!(q.try_exit().is_none(), "quill stopped");
+    // Still a proxy: a new client reaches the server.
+    let _c = support::connect(q.addr());
+    let mut accepted = false;
+    for _ in 0..200 {
+        if server.accept().is_ok() {
+            accepted = true;
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        accepted,
+        "no connection reached the server after the refused reload"
+    );
+}
+
+#[test]
+fn dsr_flow_packets_all_reach_one_server() {
+    let Some(mut d) = dsr_lab("dsr_flow_packets_all_reach_one_server") else {
+        return;
+    };
+    d.start_quill(&[]);
+    let flows = udp_exchange(&d.lab, &d.c, 16, 20);
+    for (k, who) in flows.iter().enumerate() {
+        assert!(
+            who.iter().all(|s| s == &who[0]),
+            "flow {k} was split: {who:?}"
+        );
+    }
+    let on_s1 = flows.iter().filter(|w| w[0] == "s1").count();
+    // 16 flows over two equal servers: both get some (all on one: p = 2^-15).
+    assert!(on_s1 > 0 && on_s1 < 16, "{on_s1} of 16 flows on s1");
+}
+
+/// Reads ARP frames in namespace `ns` on `eth0` (after sending `send_first`, with this socket's
+/// MAC as sender) until `want` accepts one or `within` passes; `started` is called once the
+/// socket is open. Runs on its own thread (inside `ns`): join the handle.
+fn watch_arp(
+    ns: &str,
+    within: Duration,
+    send_first: Option<[u8; dsr::ARP_FRAME_LEN]>,
+    started: impl FnOnce() + Send + 'static,
+    want: impl Fn(&dsr::Arp) -> bool + Send + 'static,
+) -> thread::JoinHandle<bool> {
+    let path = format!("/run/netns/{ns}");
+    thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap();
+        quill_core::sys::enter_netns(file.as_fd()).unwrap();
+        let sock = quill_core::sys::packet_socket("eth0").unwrap();
+        socket2::SockRef::from(&sock.fd)
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        started();
+        if let Some(mut f) = send_first {
+            dsr::rewrite_macs(&mut f, dsr::BROADCAST, sock.mac);
+            f[22..28].copy_from_slice(&sock.mac);
+            quill_core::sys::packet_send(sock.fd.as_fd(), &f).unwrap();
+        }
+        let deadline = Instant::now() + within;
+        let mut buf = [0u8; 2048];
+        while Instant::now() < deadline {
+            if let Ok((n, _)) = quill_core::sys::packet_recv(sock.fd.as_fd(), &mut buf) {
+                if let Some(Payload::Arp(a)) = dsr::parse(&buf[..n]).map(|f| f.payload) {
+                    if want(&a) {
+                        return true;
+                    }
+                }
+            }
+        }
+        false
+    })
+}
+
+#[test]
+fn dsr_sends_gratuitous_arp_at_start() {
+    let Some(mut d) = dsr_lab("dsr_sends_gratuitous_arp_at_start") else {
+        return;
+    };
+    let mac = d.quill_mac();
+    let vip: Ipv4Addr = VIP.parse().unwrap();
+    // Quill starts once the packet socket in the client's namespace is open; nothing sends
+    // traffic to the virtual address, so only the announcement can be seen.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let watcher = watch_arp(
+        &d.c,
+        Duration::from_secs(5),
+        None,
+        move || tx.send(()).unwrap(),
+        move |a| {
+            a.op == dsr::ARP_REQUEST
+                && a.sender_ip == vip
+                && a.target_ip == vip
+                && a.sender_mac == mac
+        },
+    );
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    let q = d.q.clone();
+    d.lab.spawn(
+        &q,
+        &[
+            BIN,
+            "-O",
+            "dsr_if eth0",
+            "10.72.0.100:8000",
+            "10.72.0.11:8000",
+        ],
+    );
+    assert!(
+        watcher.join().unwrap(),
+        "no gratuitous ARP for {VIP} from {mac:02x?}"
+    );
+}
+
+#[test]
+fn dsr_answers_arp_for_virtual_ip() {
+    let Some(mut d) = dsr_lab("dsr_answers_arp_for_virtual_ip") else {
+        return;
+    };
+    d.start_quill(&[]);
+    let mac = d.quill_mac();
+    let vip: Ipv4Addr = VIP.parse().unwrap();
+    let mut ask = [0u8; dsr::ARP_FRAME_LEN];
+    dsr::write_arp(
+        &mut ask,
+        dsr::BROADCAST,
+        [0; 6],
+        &dsr::Arp {
+            op: dsr::ARP_REQUEST,
+            sender_mac: [0; 6],
+            sender_ip: "10.72.0.2".parse().unwrap(),
+            target_mac: [0; 6],
+            target_ip: vip,
+        },
+    );
+    let answered = watch_arp(
+        &d.c,
+        Duration::from_secs(3),
+        Some(ask),
+        || {},
+        move |a| a.op == dsr::ARP_REPLY && a.sender_ip == vip && a.sender_mac == mac,
+    );
+    assert!(
+        answered.join().unwrap(),
+        "no ARP reply for {VIP} from Quill"
+    );
+    // The servers hold the address too, but say nothing (arp_ignore): only Quill answers.
+    let other = watch_arp(
+        &d.c,
+        Duration::from_secs(2),
+        Some(ask),
+        || {},
+        move |a| a.op == dsr::ARP_REPLY && a.sender_ip == vip && a.sender_mac != mac,
+    );
+    assert!(
+        !other.join().unwrap(),
+        "a server answered ARP for the virtual address"
+    );
+}
+
+#[test]
+fn dsr_tarpit_acl_holds_denied_clients_and_reaches_no_server() {
+    let Some(mut d) = dsr_lab("dsr_tarpit_acl_holds_denied_clients_and_reaches_no_server") else {
+        return;
+    };
+    let c = d.c.clone();
+    d.lab
+        .ip(&c, &["addr", "add", "10.72.0.3/24", "dev", "eth0"]);
+    d.start_quill(&["-O", "acl 1 deny 10.72.0.3", "-O", "tarpit_acl 1"]);
+    // The permitted client is served.
+    assert_eq!(download(&d.lab, &d.c, 1000), pattern(1000));
+    // The denied one: the handshake completes (the tarpit's SYN-ACK), nothing more comes.
+    let (connected, got) = d.lab.within(&c, || {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.bind(&"10.72.0.3:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        let connected = sock
+            .connect_timeout(&vip().into(), Duration::from_secs(3))
+            .is_ok();
+        let mut s = TcpStream::from(sock);
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let _ = s.write_all(b"1000\n");
+        let mut buf = [0u8; 100];
+        (connected, s.read(&mut buf))
+    });
+    assert!(connected, "the tarpit did not answer the handshake");
+    assert!(
+        !matches!(got, Ok(n) if n > 0),
+        "a tarpitted client got data: {got:?}"
+    );
+    assert_eq!(
+        d.accepted[3].load(Ordering::Relaxed),
+        0,
+        "a server accepted the tarpitted client"
+    );
+    assert!(d.accepted[2].load(Ordering::Relaxed) > 0);
+    let _ = &d.servers;
+}
+
+/// Runs `quill ARGS` to its end (it must exit at once); (status code, stderr).
+fn run_quill(args: &[&str]) -> (Option<i32>, String) {
+    let dir = support::scratch_dir();
+    let mut q =
+        support::QuillProcess::spawn_in(dir, args.iter().map(|s| s.to_string()).collect(), 0);
+    let st = q
+        .wait_exit(Duration::from_secs(10))
+        .expect("quill did not exit");
+    (st.code(), q.stderr())
+}
+
+#[test]
+fn dsr_configuration_errors_name_the_setting() {
+    let ctl = format!("127.0.0.1:{}", support::free_port());
+    for (args, expect) in [
+        (
+            vec!["-O", "dsr_ip 10.9.0.1", "10.9.0.1:80", "10.9.0.2:80"],
+            "dsr_ip and tarpit_acl need dsr_if",
+        ),
+        (
+            vec!["-O", "dsr_ip somewhere", "10.9.0.1:80", "10.9.0.2:80"],
+            "dsr_ip: 'somewhere' is not an IPv4 address",
+        ),
+        (
+            vec!["-O", "tarpit_acl 12", "10.9.0.1:80", "10.9.0.2:80"],
+            "tarpit_acl",
+        ),
+        (
+            vec!["-O", "dsr_if eth0", "10.9.0.1:80", "[fd00::2]:80"],
+            "server 0 ([fd00::2]:80) is not an IPv4 address",
+        ),
+        (
+            vec!["-O", "dsr_if eth0", "0.0.0.0:80", "10.9.0.2:80"],
+            "needs an IPv4 virtual address",
+        ),
+        (
+            vec!["-H", "-O", "dsr_if eth0", "10.9.0.1:80", "10.9.0.2:80"],
+            "not HTTP or TLS",
+        ),
+        (
+            vec![
+                "-C",
+                &ctl,
+                "-O",
+                "dsr_if eth0",
+                "10.9.0.1:80",
+                "10.9.0.2:80",
+            ],
+            "not supported yet in a DSR process",
+        ),
+    ] {
+        let (code, err) = run_quill(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(expect), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn dsr_on_a_missing_interface_stops_at_start() {
+    if !support::running_as_root() {
+        println!("skipped: dsr_on_a_missing_interface_stops_at_start: needs root");
+        return;
+    }
+    let (code, err) = run_quill(&["-O", "dsr_if qnosuch0", "10.9.0.1:80", "10.9.0.2:80"]);
+    assert!(code.is_some_and(|c| c != 0), "{err}");
+    assert!(
+        err.contains("dsr_if qnosuch0: cannot open a packet socket"),
+        "{err}"
+    );
+}
