@@ -48,3 +48,4 @@ mod state;
 mod systemd;
 mod takeover;
 mod tls;
+mod udp;

@@ -476,6 +476,37 @@ pub(crate) struct ListenerConfig {
     pub tls: Option<crate::tls::TlsSettings>,
     /// TLS to this pool's servers (`server_tls = { ... }`).
     pub server_tls: Option<crate::tls::ClientSettings>,
+    /// Some for a UDP listener (`-U`, `protocol = "udp"`): its flow settings.
+    pub udp: Option<UdpSettings>,
+}
+
+/// A UDP listener's flows (`udp = { ... }`): a flow is one client address and port, relayed to one
+/// server through a connected socket of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct UdpSettings {
+    /// A flow with no datagram either way for this long ends (`flow_timeout`).
+    pub flow_timeout: Duration,
+    /// Flows open at once in this process for this listener (`max_flows`); a new client past it
+    /// evicts the flow idle for longest.
+    pub max_flows: u32,
+    /// A flow ends after this many replies from its server (`flow_responses`; 0 = never).
+    pub flow_responses: u32,
+}
+
+/// The default `max_flows`: each flow holds one descriptor (its server socket); past the
+/// open-file limit the process caps it at what the limit leaves (see `runtime`).
+pub(crate) const DEFAULT_MAX_FLOWS: u32 = 65_536;
+/// The most `max_flows` one listener may ask for.
+pub(crate) const MAX_FLOWS: u32 = 16_777_216;
+
+impl Default for UdpSettings {
+    fn default() -> Self {
+        UdpSettings {
+            flow_timeout: Duration::from_secs(30),
+            max_flows: DEFAULT_MAX_FLOWS,
+            flow_responses: 0,
+        }
+    }
 }
 
 /// The most routes one listener may have.
@@ -837,6 +868,7 @@ impl ListenerConfig {
             routes: Vec::new(),
             tls: None,
             server_tls: None,
+            udp: None,
         }
     }
     /// Whether this is a named pool (`[[pool]]`) rather than a listener.

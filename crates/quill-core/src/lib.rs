@@ -9,6 +9,7 @@
 #![deny(unsafe_code)]
 
 pub mod duration;
+pub mod flows;
 pub mod http1;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -271,3 +271,217 @@ mod tests {
         drop(pin);
     }
 }
+
+/// Asks the kernel to report each datagram's destination address (IP_PKTINFO, and
+/// IPV6_RECVPKTINFO on an IPv6 socket), read by [`recv_from_to`]: a wildcard UDP listener then
+/// answers from the address the client wrote to.
+pub fn set_recv_pktinfo(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    let (level, name) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_PKTINFO)
+    };
+    // SAFETY: the option value is a valid int whose size is passed; the fd is borrowed.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// Room for one IPv4 or IPv6 packet-info control message.
+const PKTINFO_SPACE: usize = 64;
+
+fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which it is large enough for.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6, which it is large enough for.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+fn std_to_sockaddr(addr: &std::net::SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        std::net::SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in.
+            let sin = unsafe {
+                &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>()
+            };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in6.
+            let sin6 = unsafe {
+                &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_scope_id = a.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+/// Where a datagram read by [`recv_from_to`] came from and went to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Datagram {
+    pub len: usize,
+    /// The datagram did not fit the buffer and was cut (MSG_TRUNC).
+    pub truncated: bool,
+    pub from: std::net::SocketAddr,
+    /// The address the sender wrote to (None without packet info), and the interface index.
+    pub to: Option<(std::net::IpAddr, u32)>,
+}
+
+/// Reads one datagram (nonblocking: `WouldBlock` when none is queued) with its source and, after
+/// [`set_recv_pktinfo`], its destination address.
+pub fn recv_from_to(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Datagram> {
+    // SAFETY: plain old data, all zeroes is valid.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut control = [0u64; PKTINFO_SPACE / 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: plain old data, all zeroes is valid; the pointers are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut ss as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: every pointer in `msg` points to live, writable memory of the length it gives
+    // (the buffer, the address storage, the control area), all outliving the call.
+    let n = check_size(unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) })?;
+    let from = sockaddr_to_std(&ss)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "datagram from no IP address"))?;
+    let mut to = None;
+    // SAFETY: `msg` was filled by recvmsg; CMSG_FIRSTHDR/NXTHDR walk its control area within
+    // msg_controllen, and each header's data is read as the type its level and type announce.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let h = &*c;
+            if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_PKTINFO {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>());
+                let ip = std::net::Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr));
+                to = Some((std::net::IpAddr::V4(ip), info.ipi_ifindex as u32));
+            } else if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_PKTINFO {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>());
+                let ip = std::net::Ipv6Addr::from(info.ipi6_addr.s6_addr);
+                to = Some((std::net::IpAddr::V6(ip), info.ipi6_ifindex));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(Datagram {
+        len: n.min(buf.len()),
+        truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
+        from,
+        to,
+    })
+}
+
+/// Sends one datagram to `to` from the local address `from` (packet info: IP_PKTINFO or
+/// IPV6_PKTINFO with the interface index it came in on), or from the socket's own address when
+/// `from` is None. Nonblocking.
+pub fn send_from_to(
+    fd: BorrowedFd<'_>,
+    buf: &[u8],
+    to: &std::net::SocketAddr,
+    from: Option<(std::net::IpAddr, u32)>,
+) -> io::Result<usize> {
+    let (mut ss, len) = std_to_sockaddr(to);
+    let mut control = [0u64; PKTINFO_SPACE / 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: plain old data, all zeroes is valid; the pointers are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut ss as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = len;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some((ip, ifindex)) = from {
+        msg.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE only computes a size; the header written is inside `control`
+        // (64 bytes, larger than either packet-info message's space), aligned for cmsghdr (u64
+        // array), and its data is written unaligned-safe as the type its level/type announce.
+        unsafe {
+            let (level, kind, data_len) = match ip {
+                std::net::IpAddr::V4(_) => (
+                    libc::IPPROTO_IP,
+                    libc::IP_PKTINFO,
+                    std::mem::size_of::<libc::in_pktinfo>(),
+                ),
+                std::net::IpAddr::V6(_) => (
+                    libc::IPPROTO_IPV6,
+                    libc::IPV6_PKTINFO,
+                    std::mem::size_of::<libc::in6_pktinfo>(),
+                ),
+            };
+            msg.msg_controllen = libc::CMSG_SPACE(data_len as u32) as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = level;
+            (*c).cmsg_type = kind;
+            (*c).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
+            match ip {
+                std::net::IpAddr::V4(v4) => {
+                    let info = libc::in_pktinfo {
+                        ipi_ifindex: 0,
+                        ipi_spec_dst: libc::in_addr {
+                            s_addr: u32::from(v4).to_be(),
+                        },
+                        ipi_addr: libc::in_addr { s_addr: 0 },
+                    };
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>(), info);
+                }
+                std::net::IpAddr::V6(v6) => {
+                    let info = libc::in6_pktinfo {
+                        ipi6_addr: libc::in6_addr {
+                            s6_addr: v6.octets(),
+                        },
+                        ipi6_ifindex: ifindex,
+                    };
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>(), info);
+                }
+            }
+        }
+    }
+    // SAFETY: every pointer in `msg` points to live memory of the length it gives (the data, the
+    // address, the control area), all outliving the call; sendmsg only reads them.
+    check_size(unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) })
+}
