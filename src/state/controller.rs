@@ -44,11 +44,7 @@ fn bind_options(g: &Global, l: &ListenerConfig) -> BindOptions {
         tfo: g.tfo,
         nodelay: l.tuning.tcp_nodelay,
         keepalive: l.tuning.keepalive,
-        udp_sockets: if l.udp.is_some() {
-            g.workers.max(1)
-        } else {
-            0
-        },
+        udp_sockets: if l.udp.is_some() { g.workers.max(1) } else { 0 },
     }
 }
 

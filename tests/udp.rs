@@ -1,0 +1,595 @@
+//! UDP balancing (issue 13, point 1): `-U` and `protocol = "udp"`, per-client flows relayed to
+//! real UDP echo servers the tests start on loopback, through the real `quill` binary.
+
+#[path = "support/ctl.rs"]
+mod ctl;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ctl::*;
+use support::*;
+
+/// How long a reply may take on loopback before the test calls it lost.
+const REPLY: Duration = Duration::from_secs(2);
+
+/// A UDP server on loopback: answers each datagram with `NAME:` and the datagram, `replies`
+/// times (0: silent), and remembers which client addresses wrote to it.
+struct UdpServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Vec<SocketAddr>>>,
+    datagrams: Arc<AtomicUsize>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl UdpServer {
+    fn start(name: &str) -> UdpServer {
+        UdpServer::start_at(IpAddr::V4(Ipv4Addr::LOCALHOST), name, 1)
+    }
+
+    fn start_at(ip: IpAddr, name: &str, replies: usize) -> UdpServer {
+        let socket = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        let addr = socket.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let datagrams = Arc::new(AtomicUsize::new(0));
+        let (st, se, dg) = (stop.clone(), seen.clone(), datagrams.clone());
+        let prefix = format!("{name}:").into_bytes();
+        let thread = thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            // Bounded: a test lasts well under this many 20 ms waits.
+            for _ in 0..30_000 {
+                if st.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok((n, from)) = socket.recv_from(&mut buf) else {
+                    continue;
+                };
+                dg.fetch_add(1, Ordering::Relaxed);
+                se.lock().unwrap().push(from);
+                let mut answer = prefix.clone();
+                answer.extend_from_slice(&buf[..n]);
+                for _ in 0..replies {
+                    let _ = socket.send_to(&answer, from);
+                }
+            }
+        });
+        UdpServer {
+            addr,
+            stop,
+            seen,
+            datagrams,
+            thread: Some(thread),
+        }
+    }
+
+    /// Distinct client addresses (Quill's flow sockets) that wrote to this server.
+    fn flows(&self) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
+    fn datagrams(&self) -> usize {
+        self.datagrams.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for UdpServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A free UDP port on `ip`.
+fn free_udp_port(ip: IpAddr) -> u16 {
+    UdpSocket::bind(SocketAddr::new(ip, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts quill with `args` and waits (bounded) until it says it is ready.
+fn start(dir: tempfile::TempDir, args: Vec<String>, port: u16) -> QuillProcess {
+    let q = QuillProcess::spawn_in(dir, args, port);
+    assert!(
+        q.wait_stderr_contains("ready: ", READY_TIMEOUT)
+            && q.wait_stderr_contains(" worker(s)", READY_TIMEOUT),
+        "quill not ready; stderr:\n{}",
+        q.stderr()
+    );
+    q
+}
+
+/// `quill -U OPTS -l DIR/access.log 127.0.0.1:PORT SERVERS...`
+fn start_pen(opts: &[&str], servers: &[&UdpServer]) -> QuillProcess {
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let servers: Vec<String> = servers.iter().map(|s| s.addr.to_string()).collect();
+    let mut o = vec!["-U"];
+    o.extend_from_slice(opts);
+    let args = pen_args(dir.path(), port, &o, &servers);
+    start(dir, args, port)
+}
+
+/// Quill with the TOML `body` (which names `{PORT}`, `{LOG}` and `{CTL}`) at DIR/q.toml.
+fn start_toml(body: &str) -> QuillProcess {
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let text = body
+        .replace("{PORT}", &port.to_string())
+        .replace(
+            "{LOG}",
+            &dir.path().join("access.log").display().to_string(),
+        )
+        .replace("{CTL}", &dir.path().join("ctl.sock").display().to_string());
+    let path = dir.path().join("q.toml");
+    fs::write(&path, text).unwrap();
+    let args = vec!["--config".to_string(), path.display().to_string()];
+    start(dir, args, port)
+}
+
+/// A client socket on `ip` (any 127.0.0.0/8 address works on Linux loopback).
+fn client_on(ip: IpAddr) -> UdpSocket {
+    let c = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+    c.set_read_timeout(Some(REPLY)).unwrap();
+    c
+}
+
+fn client() -> UdpSocket {
+    client_on(Ipv4Addr::LOCALHOST.into())
+}
+
+/// Sends `msg` to `to` and waits for one reply: (reply, where it came from).
+fn ask(c: &UdpSocket, to: SocketAddr, msg: &str) -> Option<(String, SocketAddr)> {
+    c.send_to(msg.as_bytes(), to).unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, from) = c.recv_from(&mut buf).ok()?;
+    Some((String::from_utf8_lossy(&buf[..n]).into_owned(), from))
+}
+
+/// Like [`ask`], but retried (bounded) until a reply comes: a first datagram may be lost to a
+/// dead server before the flow moves on.
+fn ask_until_answered(c: &UdpSocket, to: SocketAddr, msg: &str) -> String {
+    c.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    for _ in 0..20 {
+        if let Some((r, _)) = ask(c, to, msg) {
+            c.set_read_timeout(Some(REPLY)).unwrap();
+            return r;
+        }
+    }
+    panic!("no reply to {msg:?} from {to}");
+}
+
+fn reply_of(c: &UdpSocket, to: SocketAddr, msg: &str) -> String {
+    ask(c, to, msg)
+        .unwrap_or_else(|| panic!("no reply to {msg:?} from {to}"))
+        .0
+}
+
+fn server_name(reply: &str) -> &str {
+    reply.split(':').next().unwrap_or_default()
+}
+
+#[test]
+fn udp_datagrams_reach_server_and_replies_come_back() {
+    let a = UdpServer::start("a");
+    let q = start_pen(&[], &[&a]);
+    let c = client();
+    for i in 0..5 {
+        let (reply, from) = ask(&c, q.addr(), &format!("hello {i}")).expect("a reply");
+        assert_eq!(reply, format!("a:hello {i}"));
+        assert_eq!(from, q.addr(), "the reply comes from the listening address");
+    }
+    // A datagram bigger than a TCP-ish buffer still goes through whole.
+    let big = "x".repeat(1400);
+    assert_eq!(reply_of(&c, q.addr(), &big), format!("a:{big}"));
+    assert_eq!(a.flows(), 1, "one client, one flow socket at the server");
+    assert_eq!(a.datagrams(), 6);
+}
+
+#[test]
+fn udp_client_flow_sticks_to_one_server() {
+    let (a, b) = (UdpServer::start("a"), UdpServer::start("b"));
+    let q = start_pen(&["-r"], &[&a, &b]);
+    for _ in 0..4 {
+        let c = client();
+        let first = reply_of(&c, q.addr(), "0");
+        let name = server_name(&first).to_string();
+        for i in 1..10 {
+            let r = reply_of(&c, q.addr(), &i.to_string());
+            assert_eq!(
+                server_name(&r),
+                name,
+                "a flow's datagrams all reach one server"
+            );
+        }
+    }
+}
+
+#[test]
+fn udp_round_robin_spreads_flows_evenly() {
+    // Pen's -rU is known to spread UDP clients unevenly; here every new flow takes the next
+    // server of the shared round-robin cursor, whichever worker holds it.
+    let (a, b, c3) = (
+        UdpServer::start("a"),
+        UdpServer::start("b"),
+        UdpServer::start("c"),
+    );
+    let q = start_pen(&["-r", "--workers", "2"], &[&a, &b, &c3]);
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let clients: Vec<UdpSocket> = (0..30).map(|_| client()).collect();
+    for c in &clients {
+        let r = reply_of(c, q.addr(), "hi");
+        *counts.entry(server_name(&r).to_string()).or_default() += 1;
+    }
+    assert_eq!(
+        counts.values().copied().collect::<Vec<_>>(),
+        vec![10, 10, 10],
+        "{counts:?}"
+    );
+    assert_eq!((a.flows(), b.flows(), c3.flows()), (10, 10, 10));
+}
+
+#[test]
+fn udp_weights_and_priorities_apply_per_flow() {
+    // Priorities: every flow goes to the best (lowest) priority while it is available.
+    let (a, b) = (UdpServer::start("a"), UdpServer::start("b"));
+    let servers = [spec_full(a.addr, 0, 0, 1, 2), spec_full(b.addr, 0, 0, 1, 1)];
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let args = pen_args(dir.path(), port, &["-U", "-O", "prio"], &servers);
+    let q = start(dir, args, port);
+    let held: Vec<UdpSocket> = (0..6).map(|_| client()).collect();
+    for c in &held {
+        assert_eq!(server_name(&reply_of(c, q.addr(), "p")), "b");
+    }
+    drop(q);
+    // Weights: open flows count as the server's sessions, shared 3 to 1.
+    let (a, b) = (UdpServer::start("a"), UdpServer::start("b"));
+    let servers = [spec_full(a.addr, 0, 0, 3, 0), spec_full(b.addr, 0, 0, 1, 0)];
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    // -r: no client tracking (every client here is 127.0.0.1, which tracking keeps on one server).
+    let args = pen_args(dir.path(), port, &["-U", "-r", "-W"], &servers);
+    let q = start(dir, args, port);
+    let held: Vec<UdpSocket> = (0..8).map(|_| client()).collect();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for c in &held {
+        let r = reply_of(c, q.addr(), "w");
+        *counts.entry(server_name(&r).to_string()).or_default() += 1;
+    }
+    assert_eq!(counts.get("a"), Some(&6), "{counts:?}");
+    assert_eq!(counts.get("b"), Some(&2), "{counts:?}");
+}
+
+const ONE_WORKER: &str = "workers = 1\nlog = \"{LOG}\"\ncontrol = \"{CTL}\"\n";
+
+fn udp_listener(servers: &[&UdpServer], udp: &str) -> String {
+    let list: Vec<String> = servers.iter().map(|s| format!("\"{}\"", s.addr)).collect();
+    format!(
+        "[[listener]]\nname = \"dns\"\nlisten = \"127.0.0.1:{{PORT}}\"\nprotocol = \"udp\"\nservers = [{}]\nudp = {{ {udp} }}\n",
+        list.join(", ")
+    )
+}
+
+#[test]
+fn udp_flow_timeout_ends_idle_flow() {
+    let a = UdpServer::start("a");
+    let q = start_toml(&format!(
+        "{ONE_WORKER}{}",
+        udp_listener(&[&a], "flow_timeout = \"300ms\"")
+    ));
+    let c = client();
+    let started = Instant::now();
+    assert_eq!(reply_of(&c, q.addr(), "one"), "a:one");
+    let line = q.wait_line_at(0, Duration::from_secs(5));
+    let waited = started.elapsed();
+    assert_eq!(line.end, "idle_timeout", "{line:?}");
+    assert!(
+        waited >= Duration::from_millis(250),
+        "ended after {waited:?}, before its 300ms timeout"
+    );
+    assert_eq!((line.bytes_in, line.bytes_out), (3, 5), "{line:?}");
+    // The client's next datagram makes a new flow (a new socket at the server).
+    assert_eq!(reply_of(&c, q.addr(), "two"), "a:two");
+    assert_eq!(a.flows(), 2);
+}
+
+#[test]
+fn udp_max_flows_evicts_oldest_idle_flow() {
+    let a = UdpServer::start("a");
+    let q = start_toml(&format!(
+        "{ONE_WORKER}{}",
+        udp_listener(&[&a], "max_flows = 2, flow_timeout = \"1m\"")
+    ));
+    let ip = |n: u8| IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
+    let (c1, c2, c3) = (client_on(ip(1)), client_on(ip(2)), client_on(ip(3)));
+    assert_eq!(reply_of(&c1, q.addr(), "1"), "a:1");
+    assert_eq!(reply_of(&c2, q.addr(), "2"), "a:2");
+    // c1 is active again: c2 is now the flow idle for longest.
+    assert_eq!(reply_of(&c1, q.addr(), "1"), "a:1");
+    assert_eq!(reply_of(&c3, q.addr(), "3"), "a:3");
+    let line = q.wait_line_at(0, Duration::from_secs(5));
+    assert_eq!(
+        (line.client.as_str(), line.end.as_str()),
+        ("127.0.0.2", "evicted")
+    );
+    // c1 keeps its flow (no new socket at the server); c2 comes back with a new one.
+    let before = a.flows();
+    assert_eq!(reply_of(&c1, q.addr(), "1"), "a:1");
+    assert_eq!(a.flows(), before, "c1's flow was kept");
+    assert_eq!(reply_of(&c2, q.addr(), "2"), "a:2");
+    assert_eq!(a.flows(), before + 1, "c2 got a new flow");
+    // Room for c2: c3 has been idle for longest now (c1 spoke after it).
+    let line = q.wait_line_at(1, Duration::from_secs(5));
+    assert_eq!(
+        (line.client.as_str(), line.end.as_str()),
+        ("127.0.0.3", "evicted")
+    );
+}
+
+#[test]
+fn udp_flow_responses_ends_flow_after_n_replies() {
+    // The server answers every datagram twice; with flow_responses = 1 the flow ends after the
+    // first answer, so the client sees one.
+    let a = UdpServer::start_at(Ipv4Addr::LOCALHOST.into(), "a", 2);
+    let q = start_toml(&format!(
+        "{ONE_WORKER}{}",
+        udp_listener(&[&a], "flow_responses = 1")
+    ));
+    let c = client();
+    assert_eq!(reply_of(&c, q.addr(), "q1"), "a:q1");
+    let line = q.wait_line_at(0, Duration::from_secs(5));
+    assert_eq!(line.end, "responses", "{line:?}");
+    c.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert!(
+        c.recv_from(&mut buf).is_err(),
+        "the second answer went nowhere"
+    );
+    // The next query is a new flow.
+    c.set_read_timeout(Some(REPLY)).unwrap();
+    assert_eq!(reply_of(&c, q.addr(), "q2"), "a:q2");
+    assert_eq!(q.wait_line_at(1, Duration::from_secs(5)).end, "responses");
+    assert_eq!(a.flows(), 2);
+}
+
+#[test]
+fn udp_reply_comes_from_address_client_wrote_to_on_wildcard_listener() {
+    let a = UdpServer::start("a");
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::UNSPECIFIED.into());
+    let args = vec![
+        "-U".to_string(),
+        format!("0.0.0.0:{port}"),
+        a.addr.to_string(),
+    ];
+    let _q = start(dir, args, port);
+    for last in [1u8, 2] {
+        let to = SocketAddr::new(Ipv4Addr::new(127, 0, 0, last).into(), port);
+        let c = client();
+        let (reply, from) = ask(&c, to, "where").expect("a reply");
+        assert_eq!(reply, "a:where");
+        assert_eq!(
+            from, to,
+            "the reply leaves from the address the client wrote to"
+        );
+    }
+}
+
+#[test]
+fn udp_ipv6_flows_work() {
+    let v6 = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+    if UdpSocket::bind(SocketAddr::new(v6, 0)).is_err() {
+        eprintln!("skipped: no IPv6 loopback on this machine");
+        return;
+    }
+    let a = UdpServer::start_at(v6, "a", 1);
+    let dir = scratch_dir();
+    let port = free_udp_port(v6);
+    let args = vec![
+        "-U".to_string(),
+        format!("[::1]:{port}"),
+        a.addr.to_string(),
+    ];
+    let _q = start(dir, args, port);
+    let c = client_on(v6);
+    let to = SocketAddr::new(v6, port);
+    let (reply, from) = ask(&c, to, "six").expect("a reply over IPv6");
+    assert_eq!((reply.as_str(), from), ("a:six", to));
+    // An IPv4 client of an IPv4 server behind an IPv6 wildcard is not this test's business;
+    // an IPv6 client to an IPv4 server is: the flow's socket has the server's family.
+    let b = UdpServer::start("b");
+    let dir = scratch_dir();
+    let port = free_udp_port(v6);
+    let args = vec!["-U".to_string(), format!("[::]:{port}"), b.addr.to_string()];
+    let _q = start(dir, args, port);
+    let to = SocketAddr::new(v6, port);
+    let (reply, from) = ask(&c, to, "mixed").expect("a reply");
+    assert_eq!((reply.as_str(), from), ("b:mixed", to));
+}
+
+#[test]
+fn udp_dead_server_is_blacklisted_by_icmp_unreachable() {
+    let a = UdpServer::start("a");
+    // Nothing listens here: the kernel answers ICMP port unreachable.
+    let dead = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let sock = dir.path().join("ctl.sock").display().to_string();
+    let args = pen_args(
+        dir.path(),
+        port,
+        &["-U", "-r", "-b", "60", "-C", &sock],
+        &[dead.to_string(), a.addr.to_string()],
+    );
+    let q = start(dir, args, port);
+    wait_ctl(&q, &q.path("ctl.sock"));
+    // The first flow goes to the dead server (round robin starts there); its datagram draws the
+    // ICMP error, the flow moves to `a`, and the client's retry is answered.
+    let c = client();
+    assert_eq!(server_name(&ask_until_answered(&c, q.addr(), "x")), "a");
+    let servers = ctl(&q.path("ctl.sock"), "servers");
+    let first = servers.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("blacklisted") || first.contains("blacklist"),
+        "{servers}"
+    );
+    // Every new flow now skips the dead server.
+    for _ in 0..6 {
+        let c = client();
+        assert_eq!(server_name(&reply_of(&c, q.addr(), "y")), "a");
+    }
+    let m = ctl(&q.path("ctl.sock"), "servers");
+    assert!(m.lines().count() >= 2, "{m}");
+}
+
+#[test]
+fn udp_access_log_has_one_line_per_flow() {
+    let a = UdpServer::start("a");
+    let q = start_toml(&format!(
+        "{ONE_WORKER}{}",
+        udp_listener(&[&a], "flow_timeout = \"200ms\"")
+    ));
+    let ip = |n: u8| IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
+    for n in 1..=3u8 {
+        let c = client_on(ip(n));
+        for _ in 0..n {
+            assert_eq!(reply_of(&c, q.addr(), "abcd"), "a:abcd");
+        }
+    }
+    let lines = q.wait_log_lines(3, Duration::from_secs(5));
+    thread::sleep(Duration::from_millis(400));
+    let lines_after = q.log_lines();
+    assert_eq!(lines_after.len(), 3, "{lines_after:#?}");
+    let mut by_client: Vec<_> = lines
+        .iter()
+        .map(|l| {
+            (
+                l.client.clone(),
+                l.server.clone(),
+                l.bytes_in,
+                l.bytes_out,
+                l.end.clone(),
+            )
+        })
+        .collect();
+    by_client.sort();
+    let server = a.addr.to_string();
+    assert_eq!(
+        by_client,
+        vec![
+            (
+                "127.0.0.1".into(),
+                server.clone(),
+                4,
+                6,
+                "idle_timeout".into()
+            ),
+            (
+                "127.0.0.2".into(),
+                server.clone(),
+                8,
+                12,
+                "idle_timeout".into()
+            ),
+            ("127.0.0.3".into(), server, 12, 18, "idle_timeout".into()),
+        ]
+    );
+}
+
+#[test]
+fn udp_pen_command_line_dash_u_works() {
+    let (a, b) = (UdpServer::start("a"), UdpServer::start("b"));
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    // `quill -U 127.0.0.1:PORT a:p b:p`, as with Pen.
+    let args = vec![
+        "-U".to_string(),
+        format!("127.0.0.1:{port}"),
+        a.addr.to_string(),
+        b.addr.to_string(),
+    ];
+    let q = start(dir, args, port);
+    // Pen tracks clients by address by default: each address keeps its server, and new
+    // addresses are spread.
+    let mut names = BTreeSet::new();
+    for n in 1..=4u8 {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
+        let name = server_name(&reply_of(&client_on(ip), q.addr(), "pen")).to_string();
+        let again = server_name(&reply_of(&client_on(ip), q.addr(), "pen")).to_string();
+        assert_eq!(
+            name, again,
+            "a tracked client address returns to its server"
+        );
+        names.insert(name);
+    }
+    assert_eq!(names.len(), 2, "both servers serve flows: {names:?}");
+    // `quill check` agrees, and -U with --config says where UDP goes instead.
+    let (code, out, err) = run_quill_output(&["check", "-U", "127.0.0.1:9", &a.addr.to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, err) = run_quill_expect_exit(&["-U", "--config", "/nonexistent.toml"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("protocol = \"udp\""), "{err}");
+}
+
+#[test]
+fn udp_config_errors_name_file_and_line() {
+    let dir = scratch_dir();
+    let cases = [
+        (
+            "[[listener]]\nname = \"d\"\nlisten = \"127.0.0.1:5353\"\nprotocol = \"udp\"\nservers = [\"127.0.0.1:53\"]\nudp = { max_flows = 0 }\n",
+            6,
+            "udp: max_flows: 0 is out of range",
+        ),
+        (
+            "[[listener]]\nname = \"d\"\nlisten = \"127.0.0.1:5353\"\nprotocol = \"udp\"\nservers = [\"127.0.0.1:53\"]\nudp = { flow_timeout = \"later\" }\n",
+            6,
+            "udp: flow_timeout:",
+        ),
+        (
+            "[[listener]]\nname = \"d\"\nlisten = \"127.0.0.1:5353\"\nservers = [\"127.0.0.1:53\"]\nudp = { flow_responses = 1 }\n",
+            5,
+            "[listener.udp] needs protocol = \"udp\"",
+        ),
+        (
+            "[[listener]]\nname = \"d\"\nlisten = \"127.0.0.1:5353\"\nprotocol = \"udp\"\nservers = [\"127.0.0.1:53\"]\nudp = { flow_timeouts = 3 }\n",
+            6,
+            "flow_timeouts",
+        ),
+    ];
+    for (i, (text, line, needle)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("c{i}.toml"));
+        fs::write(&path, text).unwrap();
+        let p = path.display().to_string();
+        let (code, _out, err) = run_quill_output(&["check", "--config", &p]);
+        assert_eq!(code, 2, "{text}: {err}");
+        let want = format!("{p}:{line}:");
+        assert!(err.contains(&want), "{err:?} should name {want}");
+        assert!(err.contains(needle), "{err:?} should contain {needle:?}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err:?}");
+    }
+}
