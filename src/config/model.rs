@@ -897,6 +897,11 @@ impl ListenerConfig {
             )));
         }
         let named = |e: String| ConfigError::usage(format!("{}: {e}", self.what()));
+        if self.udp.is_some() && self.health.is_some() {
+            return Err(named(
+                "active health checks of UDP servers are not supported yet (ICMP port unreachable blacklists a dead server)".into(),
+            ));
+        }
         // A TCP listener's routes pick a pool by TLS server name (`sni`), and only that.
         if self.http.is_none() && self.routes.iter().any(|r| r.sni.is_empty()) {
             return Err(named(

@@ -266,7 +266,8 @@ fn from_toml_with(
     let mut listeners: Vec<ListenerConfig> = Vec::new();
     for rl in &raw.listener {
         let mut l = build_listener(rl, &file, &at)?;
-        if l.health.is_none() {
+        // The file-wide checks connect over TCP: a UDP listener's servers have no such port.
+        if l.health.is_none() && l.udp.is_none() {
             l.health = default_health.clone();
         }
         if rl.slow_start.is_none() {
@@ -389,6 +390,12 @@ fn build_listener(
         .as_ref()
         .is_some_and(|p| p.get_ref().as_str() == "udp");
     if is_udp {
+        if let Some(h) = &rl.health {
+            return Err(ConfigError::usage(format!(
+                "{}listener '{name}': active health checks of UDP servers are not supported yet (ICMP port unreachable blacklists a dead server)",
+                at(h.span())
+            )));
+        }
         if let Some(e) = udp_misfit(rl) {
             return Err(ConfigError::usage(format!(
                 "{}listener '{name}': {e} (not with protocol = \"udp\")",

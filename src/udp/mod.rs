@@ -48,6 +48,8 @@ const LISTEN_SLOT: usize = 0xffff_ffff;
 /// Datagrams read from one socket per event before others get their turn (listening sockets are
 /// level-triggered: what is left wakes the worker again; server sockets are driven again).
 const BUDGET: usize = 64;
+/// The first flow id: sessions and flows share `connections` and `close N`.
+pub(crate) const FLOW_IDS: u64 = 1 << 40;
 /// The largest UDP payload (IPv4: 65,535 - 20 - 8).
 const BUF: usize = 65_536;
 
@@ -369,7 +371,8 @@ impl UdpWorker {
             cx.rand,
             cx.now,
         );
-        let id = self.next_flow * self.workers as u64 + self.worker as u64;
+        // Flow ids start at FLOW_IDS, apart from session ids (`connections`, `close N`).
+        let id = FLOW_IDS + self.next_flow * self.workers as u64 + self.worker as u64;
         self.next_flow += 1;
         // The flow first, then its socket: the socket's token needs the flow's slot and generation.
         let mut flow = Flow {
