@@ -654,13 +654,16 @@ impl Cli {
             ));
         }
         if let Some(e) = &self.check_expect {
-            let range = config::parse_status_range(e)
-                .map_err(|e| ConfigError::usage(format!("--check-expect: {e}")))?;
             match &mut h.kind {
-                config::CheckKind::Http { expect, .. } => *expect = range,
+                // A UDP check expects text in the answer (`--check udp:PING --check-expect PONG`).
+                config::CheckKind::Udp { expect, .. } => *expect = e.clone(),
+                config::CheckKind::Http { expect, .. } => {
+                    *expect = config::parse_status_range(e)
+                        .map_err(|e| ConfigError::usage(format!("--check-expect: {e}")))?
+                }
                 config::CheckKind::Tcp => {
                     return Err(ConfigError::usage(
-                        "--check-expect: needs --check http:/PATH",
+                        "--check-expect: needs --check http:/PATH or udp:DATAGRAM",
                     ))
                 }
             }

@@ -97,13 +97,28 @@ impl Drop for UdpServer {
     }
 }
 
-/// A free UDP port on `ip`.
+/// A free UDP port on `ip`, below the ephemeral range (32768 and up on Linux): a port the kernel
+/// handed out as ephemeral could be taken again by any socket (a flow's, a benchmark's) before
+/// Quill binds it.
 fn free_udp_port(ip: IpAddr) -> u16 {
-    UdpSocket::bind(SocketAddr::new(ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::AtomicU64;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let seed = u64::from(std::process::id())
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    for _ in 0..1000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000
+            + ((seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(n * 7919))
+                % 12_000) as u16;
+        if UdpSocket::bind(SocketAddr::new(ip, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free UDP port in 20000-31999");
 }
 
 /// Starts quill with `args` and waits (bounded) until it says it is ready.
@@ -813,21 +828,61 @@ fn udp_idle_flows_cost_at_most_half_a_kib_each() {
 }
 
 #[test]
-fn udp_health_checks_are_refused_not_supported_yet() {
-    // Active checks of UDP servers (a datagram sent, an answer expected) are not built yet: a
-    // TCP check would fail every UDP server, so a UDP listener refuses one, naming where.
+fn udp_health_check_marks_silent_server_down() {
+    // `a` answers, `b` takes datagrams and never answers: the UDP check (a datagram sent, an
+    // answer holding the text expected) takes b down, and every new flow goes to a.
+    let a = UdpServer::start("a");
+    let b = UdpServer::start_at(Ipv4Addr::LOCALHOST.into(), "b", 0);
+    let q = start_toml(&format!(
+        "{ONE_WORKER}{}health = {{ type = \"udp\", send = \"ping\", expect = \":ping\", interval = \"100ms\", timeout = \"200ms\", rise = 1, fall = 1 }}\nmode = [\"roundrobin\"]\n",
+        udp_listener(&[&a, &b], "")
+    ));
+    let sock = q.path("ctl.sock");
+    wait_ctl(&q, &sock);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let servers = ctl(&sock, "servers");
+        let lines: Vec<&str> = servers.lines().collect();
+        if lines.len() >= 2 && lines[1].contains("down") && !lines[0].contains("down") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "b never went down:\n{servers}");
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(a.datagrams() > 0 && b.datagrams() > 0, "both were probed");
+    for _ in 0..6 {
+        assert_eq!(server_name(&reply_of(&client(), q.addr(), "q")), "a");
+    }
+}
+
+#[test]
+fn udp_health_checks_must_be_udp_on_a_udp_listener() {
     let dir = scratch_dir();
     let path = dir.path().join("h.toml");
-    fs::write(
-        &path,
-        "[[listener]]\nname = \"d\"\nlisten = \"127.0.0.1:5353\"\nprotocol = \"udp\"\nservers = [\"127.0.0.1:53\"]\nhealth = { type = \"tcp\" }\n",
-    )
-    .unwrap();
     let p = path.display().to_string();
-    let (code, _out, err) = run_quill_output(&["check", "--config", &p]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains(&format!("{p}:6:")), "{err}");
-    assert!(err.contains("not supported yet"), "{err}");
+    let udp = "[[listener]]\nname = \"d\"\nlisten = \"127.0.0.1:5353\"\nprotocol = \"udp\"\nservers = [\"127.0.0.1:53\"]\n";
+    let tcp =
+        "[[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:5354\"\nservers = [\"127.0.0.1:53\"]\n";
+    for (text, needle) in [
+        (
+            format!("{udp}health = {{ type = \"tcp\" }}\n"),
+            "a UDP listener's health check must be type udp",
+        ),
+        (
+            format!("{tcp}health = {{ type = \"udp\", send = \"x\" }}\n"),
+            "a udp health check needs a UDP listener",
+        ),
+        (
+            format!("{udp}health = {{ type = \"udp\", path = \"/\" }}\n"),
+            "health: path and host need type = \"http\"",
+        ),
+    ] {
+        fs::write(&path, &text).unwrap();
+        let (code, _out, err) = run_quill_output(&["check", "--config", &p]);
+        assert_eq!(code, 2, "{text}: {err}");
+        assert!(err.contains(&format!("{p}:")), "{err}");
+        assert!(err.contains(needle), "{err:?} should contain {needle:?}");
+    }
     let (code, err) = run_quill_expect_exit(&[
         "check",
         "-U",
@@ -837,13 +892,24 @@ fn udp_health_checks_are_refused_not_supported_yet() {
         "127.0.0.1:53",
     ]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("not supported yet"), "{err}");
+    assert!(err.contains("must be type udp"), "{err}");
+    let (code, out, err) = run_quill_output(&[
+        "check",
+        "-U",
+        "--check",
+        "udp:PING",
+        "--check-expect",
+        "PONG",
+        "127.0.0.1:5353",
+        "127.0.0.1:53",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("udp sending \"PING\" expecting \"PONG\""),
+        "{out}"
+    );
     // A file-wide [health] is for the TCP listeners: the UDP one loads without it.
-    fs::write(
-        &path,
-        "[health]\ntype = \"tcp\"\n[[listener]]\nname = \"d\"\nlisten = \"127.0.0.1:5353\"\nprotocol = \"udp\"\nservers = [\"127.0.0.1:53\"]\n",
-    )
-    .unwrap();
+    fs::write(&path, format!("[health]\ntype = \"tcp\"\n{udp}")).unwrap();
     let (code, out, err) = run_quill_output(&["check", "--config", &p]);
     assert_eq!(code, 0, "{out}{err}");
 }

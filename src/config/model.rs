@@ -318,6 +318,8 @@ pub(crate) enum CheckKind {
     Tcp,
     /// `GET path HTTP/1.0` answers with a status in `expect` (inclusive).
     Http { path: String, expect: (u16, u16) },
+    /// UDP servers: the datagram `send` draws an answer containing `expect` (any answer when empty).
+    Udp { send: String, expect: String },
 }
 
 impl HealthCheck {
@@ -355,6 +357,12 @@ impl fmt::Display for HealthCheck {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
             CheckKind::Tcp => f.write_str("tcp")?,
+            CheckKind::Udp { send, expect } => {
+                write!(f, "udp sending {send:?}")?;
+                if !expect.is_empty() {
+                    write!(f, " expecting {expect:?}")?;
+                }
+            }
             CheckKind::Http { path, expect } => {
                 write!(f, "http GET {path} expecting {}-{}", expect.0, expect.1)?;
                 if let Some(host) = &self.host {
@@ -377,6 +385,14 @@ impl fmt::Display for HealthCheck {
 pub(crate) fn parse_check_kind(s: &str) -> Result<CheckKind, String> {
     match s {
         "tcp" => Ok(CheckKind::Tcp),
+        "udp" => Ok(CheckKind::Udp {
+            send: String::new(),
+            expect: String::new(),
+        }),
+        _ if s.starts_with("udp:") => Ok(CheckKind::Udp {
+            send: s["udp:".len()..].to_string(),
+            expect: String::new(),
+        }),
         _ => match s.strip_prefix("http:").or(s.strip_prefix("http")) {
             Some(path) => {
                 let path = if path.is_empty() { "/" } else { path };
@@ -386,7 +402,9 @@ pub(crate) fn parse_check_kind(s: &str) -> Result<CheckKind, String> {
                     expect: (200, 399),
                 })
             }
-            None => Err(format!("invalid check '{s}' (expected tcp or http:/path)")),
+            None => Err(format!(
+                "invalid check '{s}' (expected tcp, http:/path or udp:DATAGRAM)"
+            )),
         },
     }
 }
@@ -897,9 +915,18 @@ impl ListenerConfig {
             )));
         }
         let named = |e: String| ConfigError::usage(format!("{}: {e}", self.what()));
-        if self.udp.is_some() && self.health.is_some() {
+        let udp_check = matches!(
+            self.health.as_ref().map(|h| &h.kind),
+            Some(CheckKind::Udp { .. })
+        );
+        if self.udp.is_some() && self.health.is_some() && !udp_check {
             return Err(named(
-                "active health checks of UDP servers are not supported yet (ICMP port unreachable blacklists a dead server)".into(),
+                "a UDP listener's health check must be type udp (a datagram sent, an answer expected)".into(),
+            ));
+        }
+        if self.udp.is_none() && udp_check {
+            return Err(named(
+                "a udp health check needs a UDP listener (protocol = \"udp\")".into(),
             ));
         }
         // A TCP listener's routes pick a pool by TLS server name (`sni`), and only that.

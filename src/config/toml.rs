@@ -390,12 +390,6 @@ fn build_listener(
         .as_ref()
         .is_some_and(|p| p.get_ref().as_str() == "udp");
     if is_udp {
-        if let Some(h) = &rl.health {
-            return Err(ConfigError::usage(format!(
-                "{}listener '{name}': active health checks of UDP servers are not supported yet (ICMP port unreachable blacklists a dead server)",
-                at(h.span())
-            )));
-        }
         if let Some(e) = udp_misfit(rl) {
             return Err(ConfigError::usage(format!(
                 "{}listener '{name}': {e} (not with protocol = \"udp\")",
@@ -783,6 +777,8 @@ struct RawHealth {
     kind: Option<String>,
     path: Option<String>,
     expect: Option<String>,
+    /// The datagram of a `udp` check.
+    send: Option<String>,
     interval: Option<Dur>,
     timeout: Option<Dur>,
     rise: Option<u32>,
@@ -799,13 +795,30 @@ impl RawHealth {
             .as_deref()
             .unwrap_or(if self.path.is_some() { "http" } else { "tcp" });
         h.kind = match kind {
+            "udp" => {
+                if self.path.is_some() || self.host.is_some() {
+                    return Err("health: path and host need type = \"http\"".into());
+                }
+                let send = self.send.clone().unwrap_or_default();
+                let expect = self.expect.clone().unwrap_or_default();
+                if send.len() > 1024 || expect.len() > 1024 {
+                    return Err("health: send and expect are at most 1024 bytes".into());
+                }
+                CheckKind::Udp { send, expect }
+            }
             "tcp" => {
                 if self.path.is_some() || self.expect.is_some() || self.host.is_some() {
                     return Err("health: path, expect and host need type = \"http\"".into());
                 }
+                if self.send.is_some() {
+                    return Err("health: send needs type = \"udp\"".into());
+                }
                 CheckKind::Tcp
             }
             "http" => {
+                if self.send.is_some() {
+                    return Err("health: send needs type = \"udp\"".into());
+                }
                 // An empty path is `/`, as `--check http:` says.
                 let path = match self.path.as_deref() {
                     None | Some("") => "/",
@@ -821,7 +834,7 @@ impl RawHealth {
             }
             other => {
                 return Err(format!(
-                    "health: unknown type '{other}' (expected tcp or http)"
+                    "health: unknown type '{other}' (expected tcp, http or udp)"
                 ))
             }
         };
