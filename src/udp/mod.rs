@@ -18,7 +18,9 @@
 //!   idle for longest goes: `evicted`), or at the drain deadline (`shutdown`). Each end writes one
 //!   access-log line: client, server, bytes each way, duration, end.
 //!
-//! Nothing is allocated per datagram: one 64 KiB buffer per worker carries every datagram.
+//! Nothing is allocated per datagram: client datagrams are read up to 16 per `recvmmsg` into one
+//! batch of buffers per worker (`sys::RecvBatch`, 16 x 64 KiB, only the pages datagrams touch are
+//! resident), servers' replies through one 64 KiB buffer per worker.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -113,6 +115,8 @@ pub(crate) struct UdpWorker {
     workers: usize,
     tables: Vec<Option<Table>>,
     buf: Box<[u8]>,
+    /// Client datagrams, read up to `sys::BATCH_MAX` per `recvmmsg` (made with the first table).
+    batch: Option<sys::RecvBatch>,
     /// Server sockets that stopped on their budget: read again after this turn.
     again: Vec<(usize, FlowId)>,
     next_flow: u64,
@@ -126,6 +130,7 @@ impl UdpWorker {
             workers: workers.max(1),
             tables: Vec::new(),
             buf: Box::new([]),
+            batch: None,
             again: Vec::new(),
             next_flow: 0,
             draining: false,
@@ -186,6 +191,7 @@ impl UdpWorker {
             }
             if self.buf.is_empty() {
                 self.buf = vec![0u8; BUF].into_boxed_slice();
+                self.batch = Some(sys::RecvBatch::new(sys::BATCH_MAX, BUF));
             }
             self.tables[slot] = Some(Table {
                 listener: l.clone(),
@@ -254,31 +260,55 @@ impl UdpWorker {
     }
 
     fn read_clients(&mut self, ti: usize, j: usize, cx: &mut Cx<'_>) {
-        for _ in 0..BUDGET {
+        // Taken out while its datagrams are handled (they borrow it), put back after.
+        let Some(mut batch) = self.batch.take() else {
+            return;
+        };
+        let mut read = 0;
+        while read < BUDGET {
             let Some(Some(t)) = self.tables.get(ti) else {
-                return;
+                break;
             };
             let Some(sock) = t.listener.socket.udp().and_then(|s| s.get(j)) else {
-                return;
+                break;
             };
-            let dg = match sys::recv_from_to(sock.as_fd(), &mut self.buf) {
-                Ok(dg) => dg,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            let got = match batch.recv(sock.as_fd()) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     tracing::debug!("UDP listener '{}': {e}", t.listener.name);
-                    return;
+                    break;
                 }
             };
-            if dg.truncated {
-                Counters::add(&cx.counters.udp_drops, 1);
-                continue;
+            for i in 0..got {
+                let Some((dg, data)) = batch.get(i) else {
+                    Counters::add(&cx.counters.udp_drops, 1);
+                    continue;
+                };
+                if dg.truncated {
+                    Counters::add(&cx.counters.udp_drops, 1);
+                    continue;
+                }
+                self.client_datagram(ti, j, dg, data, cx);
             }
-            self.client_datagram(ti, j, dg, cx);
+            read += got;
+            if got < sys::BATCH_MAX {
+                // The queue is drained (a short batch): the next datagram brings a new event.
+                break;
+            }
         }
+        self.batch = Some(batch);
     }
 
-    fn client_datagram(&mut self, ti: usize, j: usize, dg: sys::Datagram, cx: &mut Cx<'_>) {
+    fn client_datagram(
+        &mut self,
+        ti: usize,
+        j: usize,
+        dg: sys::Datagram,
+        data: &[u8],
+        cx: &mut Cx<'_>,
+    ) {
         let Some(Some(t)) = self.tables.get_mut(ti) else {
             return;
         };
@@ -299,7 +329,6 @@ impl UdpWorker {
         let Some((_, flow)) = t.flows.get_mut(id) else {
             return;
         };
-        let data = &self.buf[..dg.len];
         let mut sent = send(flow, data);
         if matches!(&sent, Err(e) if e.kind() == io::ErrorKind::ConnectionRefused) {
             // An earlier datagram met ICMP port unreachable: move on and send this one there.

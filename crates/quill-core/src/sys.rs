@@ -485,3 +485,195 @@ pub fn send_from_to(
     // address, the control area), all outliving the call; sendmsg only reads them.
     check_size(unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) })
 }
+
+/// The most datagrams one [`RecvBatch::recv`] reads.
+pub const BATCH_MAX: usize = 16;
+
+/// Buffers for reading up to [`BATCH_MAX`] datagrams with one `recvmmsg`, each with its source and
+/// (after [`set_recv_pktinfo`]) its destination. Made once per worker and reused: reading
+/// allocates nothing. Plain data only (the kernel's pointer arrays are built on the stack per call).
+pub struct RecvBatch {
+    size: usize,
+    bufs: Box<[u8]>,
+    names: Box<[libc::sockaddr_storage]>,
+    controls: Box<[[u64; PKTINFO_SPACE / 8]]>,
+    /// Per datagram read: length, flags, control length.
+    got: Box<[(usize, libc::c_int, usize)]>,
+    count: usize,
+}
+
+impl RecvBatch {
+    /// `count` datagrams (at most [`BATCH_MAX`]) of at most `size` bytes each.
+    pub fn new(count: usize, size: usize) -> RecvBatch {
+        let count = count.clamp(1, BATCH_MAX);
+        // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
+        let zero: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        RecvBatch {
+            size,
+            bufs: vec![0u8; count * size].into_boxed_slice(),
+            names: vec![zero; count].into_boxed_slice(),
+            controls: vec![[0u64; PKTINFO_SPACE / 8]; count].into_boxed_slice(),
+            got: vec![(0, 0, 0); count].into_boxed_slice(),
+            count: 0,
+        }
+    }
+
+    /// Reads what is queued, up to the batch's size (nonblocking: `WouldBlock` when nothing is).
+    pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
+        let n = self.names.len();
+        // SAFETY: iovec and mmsghdr are plain old data; all zeroes is valid, pointers set below.
+        let mut iovs: [libc::iovec; BATCH_MAX] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut hdrs: [libc::mmsghdr; BATCH_MAX] = unsafe { std::mem::zeroed() };
+        let base = self.bufs.as_mut_ptr();
+        for i in 0..n {
+            // SAFETY: `i * size` is inside `bufs` (count * size bytes long).
+            iovs[i].iov_base = unsafe { base.add(i * self.size) }.cast();
+            iovs[i].iov_len = self.size;
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = self.controls[i].as_mut_ptr().cast();
+            h.msg_controllen = PKTINFO_SPACE as _;
+        }
+        // SAFETY: the first `n` headers point to live, writable memory of the lengths they give
+        // (each datagram's slice of `bufs`, its address storage, its control area), all of which
+        // outlive the call; the kernel writes at most those lengths.
+        let got = unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        let got = check(got)? as usize;
+        // msg_controllen is size_t with glibc and socklen_t with musl: the cast is for the latter.
+        #[allow(clippy::unnecessary_cast)]
+        for (slot, h) in self.got.iter_mut().zip(&hdrs[..got]) {
+            *slot = (
+                h.msg_len as usize,
+                h.msg_hdr.msg_flags,
+                h.msg_hdr.msg_controllen as usize,
+            );
+        }
+        self.count = got;
+        Ok(got)
+    }
+
+    /// Datagram `i` of the last read: where it came from and went to, and its bytes.
+    pub fn get(&self, i: usize) -> Option<(Datagram, &[u8])> {
+        if i >= self.count {
+            return None;
+        }
+        let (len, flags, controllen) = self.got[i];
+        let from = sockaddr_to_std(&self.names[i])?;
+        let to = parse_pktinfo(&self.controls[i], controllen);
+        let len = len.min(self.size);
+        let data = &self.bufs[i * self.size..i * self.size + len];
+        Some((
+            Datagram {
+                len,
+                truncated: flags & libc::MSG_TRUNC != 0,
+                from,
+                to,
+            },
+            data,
+        ))
+    }
+}
+
+/// The destination address in a control area filled by the kernel (`controllen` bytes of it).
+fn parse_pktinfo(
+    control: &[u64; PKTINFO_SPACE / 8],
+    controllen: usize,
+) -> Option<(std::net::IpAddr, u32)> {
+    // SAFETY: plain old data, all zeroes is valid; only the control fields are set, so the
+    // CMSG macros walk `control` within `controllen` (capped at its size).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_control = control.as_ptr() as *mut libc::c_void;
+    msg.msg_controllen = controllen.min(PKTINFO_SPACE) as _;
+    let mut to = None;
+    // SAFETY: the kernel wrote well-formed control messages into `control`; CMSG_FIRSTHDR and
+    // CMSG_NXTHDR stay within msg_controllen, and each message's data is read unaligned as the type
+    // its level and type announce.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let h = &*c;
+            if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_PKTINFO {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>());
+                let ip = std::net::Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr));
+                to = Some((std::net::IpAddr::V4(ip), info.ipi_ifindex as u32));
+            } else if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_PKTINFO {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>());
+                let ip = std::net::Ipv6Addr::from(info.ipi6_addr.s6_addr);
+                to = Some((std::net::IpAddr::V6(ip), info.ipi6_ifindex));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    to
+}
+
+#[cfg(test)]
+mod udp_tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_batch_reads_queued_datagrams_with_their_source_and_destination() {
+        let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+        set_recv_pktinfo(server.as_fd(), false).unwrap();
+        let to = server.local_addr().unwrap();
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for msg in [&b"one"[..], b"two", b"three"] {
+            client.send_to(msg, to).unwrap();
+        }
+        let mut batch = RecvBatch::new(BATCH_MAX, 2048);
+        let mut seen = Vec::new();
+        // Loopback delivers at once, but give the kernel a few tries (bounded).
+        for _ in 0..100 {
+            match batch.recv(server.as_fd()) {
+                Ok(n) => {
+                    for i in 0..n {
+                        let (dg, data) = batch.get(i).unwrap();
+                        assert_eq!(dg.from, client.local_addr().unwrap());
+                        assert_eq!(dg.to.map(|(ip, _)| ip), Some(to.ip()));
+                        assert!(!dg.truncated);
+                        seen.push(data.to_vec());
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+            if seen.len() == 3 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(
+            seen,
+            vec![b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]
+        );
+        assert!(batch.get(3).is_none());
+        // A reply leaves from the address the datagram went to.
+        send_from_to(
+            server.as_fd(),
+            b"back",
+            &client.local_addr().unwrap(),
+            Some((to.ip(), 0)),
+        )
+        .unwrap();
+        let mut buf = [0u8; 16];
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        let (n, from) = client.recv_from(&mut buf).unwrap();
+        assert_eq!((&buf[..n], from), (&b"back"[..], to));
+    }
+}
