@@ -913,3 +913,75 @@ fn udp_health_checks_must_be_udp_on_a_udp_listener() {
     let (code, out, err) = run_quill_output(&["check", "--config", &p]);
     assert_eq!(code, 0, "{out}{err}");
 }
+
+/// The socket-activating parent for a datagram socket: binds it (SO_REUSEPORT, as
+/// `ReusePort=yes` does), moves it to descriptor 3, sets the LISTEN_ variables naming it, and
+/// execs quill (same pid, so LISTEN_PID names quill).
+const ACTIVATE_UDP_PY: &str = r#"
+import os, socket, sys
+host, port, name, inode_file = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+s.bind((host, port))
+open(inode_file, "w").write(str(os.fstat(s.fileno()).st_ino))
+high = os.dup(s.fileno())
+s.close()
+os.dup2(high, 3)
+os.close(high)
+env = dict(os.environ)
+env["LISTEN_FDS"] = "1"
+env["LISTEN_PID"] = str(os.getpid())
+env["LISTEN_FDNAMES"] = name
+os.execve(sys.argv[5], sys.argv[5:], env)
+"#;
+
+#[test]
+fn udp_socket_activation_takes_the_named_datagram_socket() {
+    let a = UdpServer::start("a");
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let cfg = dir.path().join("q.toml");
+    fs::write(
+        &cfg,
+        format!(
+            "workers = 2\n[[listener]]\nname = \"dns\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"udp\"\nservers = [\"{}\"]\n",
+            a.addr
+        ),
+    )
+    .unwrap();
+    let script = dir.path().join("activate.py");
+    fs::write(&script, ACTIVATE_UDP_PY).unwrap();
+    let inode_file = dir.path().join("inode");
+    let args = vec![
+        script.display().to_string(),
+        "127.0.0.1".into(),
+        port.to_string(),
+        "dns".into(),
+        inode_file.display().to_string(),
+        BIN.to_string(),
+        "--config".into(),
+        cfg.display().to_string(),
+    ];
+    let q = QuillProcess::spawn_in_cmd("python3", dir, args, port);
+    assert!(
+        q.wait_stderr_contains("inherited 1 listening socket(s)", READY_TIMEOUT),
+        "{}",
+        q.stderr()
+    );
+    assert!(
+        q.wait_stderr_contains(" worker(s)", READY_TIMEOUT),
+        "{}",
+        q.stderr()
+    );
+    // Quill holds the passed socket (its inode among quill's descriptors) and serves on it and
+    // the socket it bound beside it for its second worker.
+    let inode = fs::read_to_string(&inode_file).unwrap();
+    let held = fs::read_dir(format!("/proc/{}/fd", q.pid))
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .any(|l| l.to_string_lossy() == format!("socket:[{}]", inode.trim()));
+    assert!(held, "quill keeps the socket systemd passed");
+    for _ in 0..6 {
+        assert_eq!(server_name(&reply_of(&client(), q.addr(), "s")), "a");
+    }
+}

@@ -329,6 +329,10 @@ impl UdpWorker {
         let Some((_, flow)) = t.flows.get_mut(id) else {
             return;
         };
+        // PROXY protocol v2 for UDP (issue 13, point 2) plugs in here: with the pool's
+        // `proxy_protocol = "v2"`, quill_core's DGRAM encoder writes the header for (dg.from,
+        // flow.local) into a per-worker buffer ahead of `data`, and the two go out in one
+        // `send` on the flow's socket (a header per datagram, as the protocol asks for DGRAM).
         let mut sent = send(flow, data);
         if matches!(&sent, Err(e) if e.kind() == io::ErrorKind::ConnectionRefused) {
             // An earlier datagram met ICMP port unreachable: move on and send this one there.

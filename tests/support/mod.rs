@@ -569,9 +569,20 @@ pub fn scratch_dir() -> tempfile::TempDir {
 impl QuillProcess {
     /// Spawns quill with `args` (no readiness wait), stdout/stderr to files in `dir`.
     pub fn spawn_in(dir: tempfile::TempDir, args: Vec<String>, port: u16) -> QuillProcess {
+        QuillProcess::spawn_in_cmd(BIN, dir, args, port)
+    }
+
+    /// Like [`QuillProcess::spawn_in`] through `program` (a parent that execs quill, keeping its
+    /// pid: a socket-activating one).
+    pub fn spawn_in_cmd(
+        program: &str,
+        dir: tempfile::TempDir,
+        args: Vec<String>,
+        port: u16,
+    ) -> QuillProcess {
         let stdout_path = dir.path().join("stdout.txt");
         let stderr_path = dir.path().join("stderr.txt");
-        let child = Command::new(BIN)
+        let child = Command::new(program)
             .args(&args)
             .stdin(Stdio::null())
             .stdout(fs::File::create(&stdout_path).unwrap())

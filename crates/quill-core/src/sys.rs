@@ -273,7 +273,7 @@ mod tests {
 }
 
 /// Asks the kernel to report each datagram's destination address (IP_PKTINFO, and
-/// IPV6_RECVPKTINFO on an IPv6 socket), read by [`recv_from_to`]: a wildcard UDP listener then
+/// IPV6_RECVPKTINFO on an IPv6 socket), read by [`RecvBatch`]: a wildcard UDP listener then
 /// answers from the address the client wrote to.
 pub fn set_recv_pktinfo(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
     let on: libc::c_int = 1;
@@ -353,7 +353,7 @@ fn std_to_sockaddr(addr: &std::net::SocketAddr) -> (libc::sockaddr_storage, libc
     (ss, len as libc::socklen_t)
 }
 
-/// Where a datagram read by [`recv_from_to`] came from and went to.
+/// Where a datagram read by [`RecvBatch`] came from and went to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Datagram {
     pub len: usize,
@@ -362,56 +362,6 @@ pub struct Datagram {
     pub from: std::net::SocketAddr,
     /// The address the sender wrote to (None without packet info), and the interface index.
     pub to: Option<(std::net::IpAddr, u32)>,
-}
-
-/// Reads one datagram (nonblocking: `WouldBlock` when none is queued) with its source and, after
-/// [`set_recv_pktinfo`], its destination address.
-pub fn recv_from_to(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Datagram> {
-    // SAFETY: plain old data, all zeroes is valid.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut control = [0u64; PKTINFO_SPACE / 8];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: plain old data, all zeroes is valid; the pointers are set below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = (&mut ss as *mut libc::sockaddr_storage).cast();
-    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: every pointer in `msg` points to live, writable memory of the length it gives
-    // (the buffer, the address storage, the control area), all outliving the call.
-    let n = check_size(unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) })?;
-    let from = sockaddr_to_std(&ss)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "datagram from no IP address"))?;
-    let mut to = None;
-    // SAFETY: `msg` was filled by recvmsg; CMSG_FIRSTHDR/NXTHDR walk its control area within
-    // msg_controllen, and each header's data is read as the type its level and type announce.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            let h = &*c;
-            if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_PKTINFO {
-                let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>());
-                let ip = std::net::Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr));
-                to = Some((std::net::IpAddr::V4(ip), info.ipi_ifindex as u32));
-            } else if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_PKTINFO {
-                let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>());
-                let ip = std::net::Ipv6Addr::from(info.ipi6_addr.s6_addr);
-                to = Some((std::net::IpAddr::V6(ip), info.ipi6_ifindex));
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    Ok(Datagram {
-        len: n.min(buf.len()),
-        truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
-        from,
-        to,
-    })
 }
 
 /// Sends one datagram to `to` from the local address `from` (packet info: IP_PKTINFO or
