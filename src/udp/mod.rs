@@ -336,8 +336,8 @@ impl UdpWorker {
         let mut sent = send(flow, data);
         if matches!(&sent, Err(e) if e.kind() == io::ErrorKind::ConnectionRefused) {
             // An earlier datagram met ICMP port unreachable: move on and send this one there.
-            if !move_on(flow, &dg.from, token_of(ti, id), cx) {
-                self.end(ti, id, End::Refused, cx);
+            if let Err(end) = move_on(flow, &dg.from, token_of(ti, id), cx) {
+                self.end(ti, id, refused(end), cx);
                 return;
             }
             sent = send(flow, data);
@@ -440,11 +440,15 @@ impl UdpWorker {
         let tok = token_of(ti, fid);
         let (_, flow) = t.flows.get_mut(fid)?;
         let ok = match flow.lease.as_ref() {
-            Some(_) => connect_server(flow, &dg.from, tok, cx) || move_on(flow, &dg.from, tok, cx),
-            None => false,
+            Some(_) => match connect_server(flow, &dg.from, tok, cx) {
+                Connect::Done => Ok(()),
+                Connect::TryNext => move_on(flow, &dg.from, tok, cx),
+                Connect::Local => Err(End::Error),
+            },
+            None => Err(End::NoServer),
         };
-        if !ok {
-            self.end(ti, fid, End::NoServer, cx);
+        if let Err(end) = ok {
+            self.end(ti, fid, end, cx);
             return None;
         }
         Some(fid)
@@ -466,8 +470,8 @@ impl UdpWorker {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                    if !move_on(flow, &client, token_of(ti, id), cx) {
-                        self.end(ti, id, End::Refused, cx);
+                    if let Err(end) = move_on(flow, &client, token_of(ti, id), cx) {
+                        self.end(ti, id, refused(end), cx);
                         return;
                     }
                     continue;
@@ -631,6 +635,14 @@ impl UdpWorker {
     }
 }
 
+/// How a flow ends after ICMP port unreachable: `refused` when no server is left.
+fn refused(end: End) -> End {
+    match end {
+        End::NoServer => End::Refused,
+        other => other,
+    }
+}
+
 fn flow_responses(t: &Table, id: FlowId) -> u32 {
     t.flows.get(id).map_or(0, |(_, f)| f.responses)
 }
@@ -662,13 +674,13 @@ fn stop_listening(t: &mut Table, epfd: i32) {
 /// Opens the flow's socket to its leased server: connected, registered under `tok`. False when
 /// the server cannot be used (a Unix or named address, or the connect failed at once: then it is
 /// blacklisted); a local failure is false too, without blame.
-fn connect_server(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<'_>) -> bool {
+fn connect_server(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<'_>) -> Connect {
     let Some(lease) = &flow.lease else {
-        return false;
+        return Connect::TryNext;
     };
     let server = lease.server().clone();
     let BackendAddr::Tcp(addr) = server.addr() else {
-        return false;
+        return Connect::TryNext;
     };
     let made = Socket::new(
         Domain::for_address(*addr),
@@ -679,19 +691,18 @@ fn connect_server(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<
     let socket = match made {
         Ok(s) => mio::net::UdpSocket::from_std(s.into()),
         Err(e) => {
-            if !crate::net::is_local_error(&e) {
-                server.blacklist(cx.now, flow.pool.tuning.blacklist);
-                server.failures.fetch_add(1, Ordering::Relaxed);
-                Counters::add(&cx.counters.connect_failures, 1);
-            }
             tracing::debug!("UDP flow {}: cannot connect to {addr}: {e}", flow.id);
-            return false;
+            if crate::net::is_local_error(&e) {
+                // Out of descriptors, ports or memory: no server is to blame.
+                return Connect::Local;
+            }
+            return Connect::TryNext;
         }
     };
     let mut socket = socket;
     if let Err(e) = cx.registry.register(&mut socket, tok, Interest::READABLE) {
         tracing::debug!("UDP flow {}: cannot register: {e}", flow.id);
-        return false;
+        return Connect::Local;
     }
     // The old socket, if any, closes here (and leaves the epoll set with it).
     flow.socket = Some(socket);
@@ -702,7 +713,16 @@ fn connect_server(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<
                 .store(client.ip(), i, (cx.now / 1000) as u32);
         }
     }
-    true
+    Connect::Done
+}
+
+/// What opening a flow's socket to its server gave.
+enum Connect {
+    Done,
+    /// The server cannot be used: blacklist it and try the next ([`move_on`]).
+    TryNext,
+    /// A local failure (descriptors, ports, memory): the flow ends, no server blamed.
+    Local,
 }
 
 fn send(flow: &Flow, data: &[u8]) -> io::Result<usize> {
@@ -724,9 +744,9 @@ impl Flow {
 }
 
 /// The flow's server refused (ICMP port unreachable) or could not be used: blacklist it and move
-/// the flow to the next server in Pen's failover order, then the emergency server. False when no
-/// server is left (the flow ends `refused`).
-fn move_on(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<'_>) -> bool {
+/// the flow to the next server in Pen's failover order, then the emergency server. Err(NoServer)
+/// when none is left (after ICMP the flow ends `refused`), Err(Error) on a local failure.
+fn move_on(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<'_>) -> Result<(), End> {
     loop {
         if let Some(lease) = flow.lease.take() {
             let server = lease.end();
@@ -734,14 +754,17 @@ fn move_on(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<'_>) ->
                 server.blacklist(cx.now, flow.pool.tuning.blacklist);
                 server.failures.fetch_add(1, Ordering::Relaxed);
                 Counters::add(&cx.counters.connect_failures, 1);
-                tracing::info!("UDP server {} refused (ICMP unreachable)", server.addr());
+                tracing::info!(
+                    "UDP server {} failed (ICMP unreachable or no socket to it)",
+                    server.addr()
+                );
             }
         }
         flow.socket = None;
         let pool = flow.pool.clone();
         let stubborn_failed = pool.mode.stubborn && flow.first != u32::MAX;
         let next = if flow.emergency || stubborn_failed {
-            return false;
+            return Err(End::NoServer);
         } else if flow.first != u32::MAX {
             let mut tried = flow.tried as usize;
             let next = balancer::failover(
@@ -761,12 +784,14 @@ fn move_on(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<'_>) ->
                 flow.emergency = true;
                 match pool.emergency.clone() {
                     Some(s) => flow.lease = Some(ServerLease::new(s)),
-                    None => return false,
+                    None => return Err(End::NoServer),
                 }
             }
         }
-        if connect_server(flow, client, tok, cx) {
-            return true;
+        match connect_server(flow, client, tok, cx) {
+            Connect::Done => return Ok(()),
+            Connect::TryNext => {}
+            Connect::Local => return Err(End::Error),
         }
     }
 }
