@@ -665,8 +665,7 @@ fn udp_metrics_count_flows_and_datagrams() {
         assert_eq!(reply_of(&c, q.addr(), "12345"), "a:12345");
         assert_eq!(reply_of(&c, q.addr(), "12345"), "a:12345");
     }
-    let text = http_get(admin, "/metrics");
-    let value = |name: &str| -> u64 {
+    let read = |text: &str, name: &str| -> u64 {
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("{name} ")))
             .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
@@ -674,6 +673,16 @@ fn udp_metrics_count_flows_and_datagrams() {
             .parse()
             .unwrap()
     };
+    // The worker counts a reply just after sending it: the client may ask before that.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let text = loop {
+        let text = http_get(admin, "/metrics");
+        if read(&text, "quill_udp_datagrams_sent_total") >= 6 || Instant::now() > deadline {
+            break text;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let value = |name: &str| read(&text, name);
     assert_eq!(value("quill_udp_flows_total"), 3);
     assert_eq!(value("quill_udp_flows_active"), 2);
     assert_eq!(value("quill_udp_flow_evictions_total"), 1);
