@@ -328,6 +328,8 @@ pub(crate) struct Pool {
     /// TLS to the pool's servers (`server_tls`), kept from the previous pool while its settings
     /// are unchanged.
     pub server_tls: Option<Arc<crate::tls::client::ClientTls>>,
+    /// A UDP listener's flow settings; None for TCP and HTTP.
+    pub udp: Option<crate::config::model::UdpSettings>,
 }
 
 /// A listener's routes, whose pool actions hold named pools.
@@ -489,6 +491,7 @@ impl Pool {
             sticky,
             acls,
             health: l.health.clone(),
+            udp: l.udp.clone(),
         }
     }
 

@@ -342,7 +342,8 @@ fn pen_protocol(proto: &str) -> Result<TlsVersion, ConfigError> {
 /// Pen options that later issues implement, and obsolete ones: parsed so the message is precise.
 #[derive(Debug, clap::Args)]
 struct Later {
-    #[arg(short = 'U', hide = true)]
+    /// UDP: balance datagrams per client flow (Pen's -U)
+    #[arg(short = 'U')]
     udp: bool,
     #[arg(long, hide = true)]
     proxy_protocol: bool,
@@ -363,10 +364,7 @@ struct Later {
 impl Later {
     /// The first option given that is not supported yet.
     fn unsupported(&self) -> Option<&'static str> {
-        let set = [
-            (self.udp, "-U (UDP)"),
-            (self.proxy_protocol, "--proxy-protocol"),
-        ];
+        let set = [(self.proxy_protocol, "--proxy-protocol")];
         set.into_iter()
             .find(|(given, _)| *given)
             .map(|(_, name)| name)
@@ -657,13 +655,16 @@ impl Cli {
             ));
         }
         if let Some(e) = &self.check_expect {
-            let range = config::parse_status_range(e)
-                .map_err(|e| ConfigError::usage(format!("--check-expect: {e}")))?;
             match &mut h.kind {
-                config::CheckKind::Http { expect, .. } => *expect = range,
+                // A UDP check expects text in the answer (`--check udp:PING --check-expect PONG`).
+                config::CheckKind::Udp { expect, .. } => *expect = e.clone(),
+                config::CheckKind::Http { expect, .. } => {
+                    *expect = config::parse_status_range(e)
+                        .map_err(|e| ConfigError::usage(format!("--check-expect: {e}")))?
+                }
                 config::CheckKind::Tcp => {
                     return Err(ConfigError::usage(
-                        "--check-expect: needs --check http:/PATH",
+                        "--check-expect: needs --check http:/PATH or udp:DATAGRAM",
                     ))
                 }
             }
@@ -750,6 +751,11 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
                 "-E, -K, -G, -A, -R and -L are for the Pen command line: with --config, give the listener tls = { cert = ..., key = ... } in the file",
             ));
         }
+        (Some(_), None) if cli.later.udp => {
+            return Err(ConfigError::usage(
+                "-U is for the Pen command line: with --config, give the listener protocol = \"udp\" in the file",
+            ));
+        }
         (Some(path), None) => {
             let mut config = config::load_file(path, &cli.tuning_patch(), cli.http)?;
             let mut global = config.global.clone();
@@ -767,6 +773,15 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
                 l.http = Some(config::HttpSettings::default());
             }
             l.tls = cli.tls.settings()?;
+            if cli.later.udp {
+                if cli.http || l.tls.is_some() {
+                    return Err(ConfigError::usage("-U (UDP) cannot be combined with -H or TLS (-E, -K)"));
+                }
+                if let addr::ListenAddr::Unix(_) = l.listen {
+                    return Err(ConfigError::usage("-U (UDP) needs an IP address and port, not a Unix socket path"));
+                }
+                l.udp = Some(config::model::UdpSettings::default());
+            }
             for s in &cli.servers {
                 l.servers.push(addr::parse_server(s, l.listen.port()).map_err(|e| addr_error(e, ""))?);
             }

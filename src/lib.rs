@@ -49,3 +49,4 @@ mod state;
 mod systemd;
 mod takeover;
 mod tls;
+mod udp;

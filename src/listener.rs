@@ -24,6 +24,8 @@ pub(crate) struct BindOptions {
     pub tfo: bool,
     pub nodelay: bool,
     pub keepalive: bool,
+    /// A UDP listener with this many SO_REUSEPORT sockets (one per worker); 0 = TCP or Unix.
+    pub udp_sockets: usize,
 }
 
 /// A bound, listening, nonblocking socket.
@@ -31,6 +33,10 @@ pub(crate) struct BindOptions {
 pub(crate) enum ListenSocket {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
+    /// A UDP listener: SO_REUSEPORT sockets bound to one address, worker `i` reading those whose
+    /// index is `i` modulo the worker count. The kernel hashes a client's address and port to one
+    /// of them, so all of a client's datagrams reach one worker, which keeps its flow.
+    Udp(Vec<mio::net::UdpSocket>),
 }
 
 impl ListenSocket {
@@ -41,13 +47,30 @@ impl ListenSocket {
             ListenSocket::Unix(l, _) => {
                 l.accept().map(|(s, _)| (Stream::Unix(s), ClientAddr::Unix))
             }
+            ListenSocket::Udp(_) => Err(io::Error::from(io::ErrorKind::Unsupported)),
+        }
+    }
+
+    /// The UDP sockets, if this is a UDP listener.
+    pub(crate) fn udp(&self) -> Option<&[mio::net::UdpSocket]> {
+        match self {
+            ListenSocket::Udp(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Every descriptor of the listener (several for UDP), to hand over on takeover.
+    pub(crate) fn fds(&self) -> Vec<BorrowedFd<'_>> {
+        match self {
+            ListenSocket::Udp(s) => s.iter().map(AsFd::as_fd).collect(),
+            other => vec![other.as_fd()],
         }
     }
 
     /// The Unix socket file, removed when Quill stops.
     pub(crate) fn path(&self) -> Option<&Path> {
         match self {
-            ListenSocket::Tcp(_) => None,
+            ListenSocket::Tcp(_) | ListenSocket::Udp(_) => None,
             ListenSocket::Unix(_, p) => Some(p),
         }
     }
@@ -65,6 +88,7 @@ impl ListenSocket {
     pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
         match self {
             ListenSocket::Tcp(l) => l.local_addr().ok(),
+            ListenSocket::Udp(s) => s.first().and_then(|s| s.local_addr().ok()),
             ListenSocket::Unix(..) => None,
         }
     }
@@ -75,6 +99,8 @@ impl AsFd for ListenSocket {
         match self {
             ListenSocket::Tcp(l) => l.as_fd(),
             ListenSocket::Unix(l, _) => l.as_fd(),
+            // A UDP listener has one socket per worker (never none: `bind_udp` makes at least one).
+            ListenSocket::Udp(s) => s[0].as_fd(),
         }
     }
 }
@@ -140,6 +166,7 @@ pub(crate) fn same_address(actual: &ListenAddr, configured: &ListenAddr) -> bool
 /// Binds and listens. A port in use is an error unless `reuseport` (shared with other processes).
 pub(crate) fn bind(addr: &ListenAddr, o: &BindOptions) -> io::Result<ListenSocket> {
     match addr {
+        ListenAddr::Tcp(a) if o.udp_sockets > 0 => bind_udp(*a, o.udp_sockets, &[]),
         ListenAddr::Tcp(a) => bind_tcp(*a, o),
         ListenAddr::Unix(p) => bind_unix(p, o),
     }
@@ -165,6 +192,57 @@ fn bind_tcp(addr: SocketAddr, o: &BindOptions) -> io::Result<ListenSocket> {
         }
     }
     Ok(ListenSocket::Tcp(TcpListener::from_std(socket.into())))
+}
+
+/// A UDP listener of `count` sockets at `addr`: those `inherited` (from the process we take over
+/// from) first, then new ones bound beside them with SO_REUSEPORT. Each reports the destination
+/// address of what it receives (packet info), so replies leave from the address the client wrote
+/// to even on a wildcard address.
+pub(crate) fn bind_udp(
+    addr: SocketAddr,
+    count: usize,
+    inherited: &[OwnedFd],
+) -> io::Result<ListenSocket> {
+    let mut sockets = Vec::with_capacity(count.max(inherited.len()).max(1));
+    for fd in inherited {
+        let socket = Socket::from(fd.try_clone()?);
+        socket.set_nonblocking(true)?;
+        sys::set_recv_pktinfo(socket.as_fd(), addr.is_ipv6())?;
+        sockets.push(mio::net::UdpSocket::from_std(socket.into()));
+    }
+    while sockets.len() < count.max(1) {
+        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM.nonblocking(), None)?;
+        // Every socket of the group, ours and those of a process taking over, shares the port.
+        socket.set_reuse_port(true)?;
+        if addr.is_ipv6() {
+            socket.set_only_v6(true)?;
+        }
+        sys::set_recv_pktinfo(socket.as_fd(), addr.is_ipv6())?;
+        // The address we bound, not the configured one: port 0 binds the rest to the first's port.
+        let at = sockets
+            .first()
+            .and_then(|s: &mio::net::UdpSocket| s.local_addr().ok())
+            .unwrap_or(addr);
+        socket.bind(&at.into())?;
+        sockets.push(mio::net::UdpSocket::from_std(socket.into()));
+    }
+    Ok(ListenSocket::Udp(sockets))
+}
+
+/// Where a UDP socket someone else handed over is bound; an error unless it is a datagram socket
+/// bound to an IP address.
+pub(crate) fn udp_addr(fd: BorrowedFd<'_>) -> io::Result<SocketAddr> {
+    let socket = socket2::SockRef::from(&fd);
+    if socket.r#type()? != Type::DGRAM {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a datagram socket",
+        ));
+    }
+    socket
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not bound to an IP address"))
 }
 
 fn bind_unix(path: &Path, o: &BindOptions) -> io::Result<ListenSocket> {

@@ -32,10 +32,14 @@ pub(crate) enum End {
     TlsFailed,
     /// The TLS handshake took longer than `handshake_timeout`.
     TlsTimeout,
+    /// A UDP flow made room for a new one at `max_flows` (the flow idle for longest).
+    Evicted,
+    /// A UDP flow had its `flow_responses` replies.
+    Responses,
 }
 
 impl End {
-    pub(crate) const ALL: [End; 14] = [
+    pub(crate) const ALL: [End; 16] = [
         End::Done,
         End::ClientReset,
         End::ServerReset,
@@ -50,6 +54,8 @@ impl End {
         End::Closed,
         End::TlsFailed,
         End::TlsTimeout,
+        End::Evicted,
+        End::Responses,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -68,6 +74,8 @@ impl End {
             End::Closed => "closed",
             End::TlsFailed => "tls_failed",
             End::TlsTimeout => "tls_timeout",
+            End::Evicted => "evicted",
+            End::Responses => "responses",
         }
     }
 }
@@ -105,6 +113,18 @@ pub(crate) struct Counters {
     tls_handshakes: [AtomicU64; TlsKind::ALL.len()],
     /// TLS handshakes failed, by [`TlsFailure`].
     tls_failures: [AtomicU64; TlsFailure::ALL.len()],
+    /// UDP: flows this worker has open, and opened since the start.
+    pub udp_flows_open: AtomicU64,
+    pub udp_flows_total: AtomicU64,
+    /// UDP: datagrams and bytes from clients to servers, and back.
+    pub udp_datagrams_in: AtomicU64,
+    pub udp_datagrams_out: AtomicU64,
+    pub udp_bytes_in: AtomicU64,
+    pub udp_bytes_out: AtomicU64,
+    /// UDP: flows evicted at `max_flows`, and datagrams dropped (no server, cut short, a full
+    /// socket buffer, a client over the limit with nothing to evict).
+    pub udp_evictions: AtomicU64,
+    pub udp_drops: AtomicU64,
 }
 
 /// What a completed TLS handshake was: its version, and full or resumed.

@@ -121,6 +121,20 @@ pub(crate) struct Totals {
     pub bytes_out: u64,
     pub connect_failures: u64,
     pub accept_errors: u64,
+    pub udp: UdpTotals,
+}
+
+/// UDP flow counters summed over the workers.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct UdpTotals {
+    pub flows_open: u64,
+    pub flows_total: u64,
+    pub datagrams_in: u64,
+    pub datagrams_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub evictions: u64,
+    pub drops: u64,
 }
 
 /// Durations: upper bounds in microseconds (the last bucket has none) and counts per bucket.
@@ -287,6 +301,16 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
             bytes_out: sum(&|c| c.bytes_out.load(Ordering::Relaxed)),
             connect_failures: sum(&|c| c.connect_failures.load(Ordering::Relaxed)),
             accept_errors: sum(&|c| c.accept_errors.load(Ordering::Relaxed)),
+            udp: UdpTotals {
+                flows_open: sum(&|c| c.udp_flows_open.load(Ordering::Relaxed)),
+                flows_total: sum(&|c| c.udp_flows_total.load(Ordering::Relaxed)),
+                datagrams_in: sum(&|c| c.udp_datagrams_in.load(Ordering::Relaxed)),
+                datagrams_out: sum(&|c| c.udp_datagrams_out.load(Ordering::Relaxed)),
+                bytes_in: sum(&|c| c.udp_bytes_in.load(Ordering::Relaxed)),
+                bytes_out: sum(&|c| c.udp_bytes_out.load(Ordering::Relaxed)),
+                evictions: sum(&|c| c.udp_evictions.load(Ordering::Relaxed)),
+                drops: sum(&|c| c.udp_drops.load(Ordering::Relaxed)),
+            },
         },
         connect_time: Histogram {
             bounds_us: CONNECT_BUCKETS_US.to_vec(),

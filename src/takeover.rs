@@ -66,8 +66,15 @@ pub(crate) fn hand_over(
     waker: &Waker,
 ) -> io::Result<()> {
     let listeners = controller.shared().listeners.load_full();
-    let mut names: Vec<String> = listeners.iter().map(|l| l.name.clone()).collect();
-    let mut fds: Vec<BorrowedFd<'_>> = listeners.iter().map(|l| l.socket.as_fd()).collect();
+    // A UDP listener has one socket per worker: each goes under the listener's name.
+    let mut names: Vec<String> = Vec::new();
+    let mut fds: Vec<BorrowedFd<'_>> = Vec::new();
+    for l in listeners.iter() {
+        for fd in l.socket.fds() {
+            names.push(l.name.clone());
+            fds.push(fd);
+        }
+    }
     names.push(CONTROL_NAME.to_string());
     fds.push(control_socket);
     if let Some(admin) = controller.shared().admin_socket.get() {

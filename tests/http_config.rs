@@ -262,16 +262,17 @@ fn bad_size_is_refused_with_the_key() {
 }
 
 #[test]
-fn protocol_udp_is_not_supported_yet() {
+fn protocols_other_than_tcp_http_and_udp_are_refused() {
+    // protocol = "udp" is supported since issue 13 (tests/udp.rs), but not with HTTP settings.
     expect_refused(
-        &format!("{WEB}protocol = \"udp\"\n"),
-        "protocol",
-        &["protocol 'udp' is not supported yet"],
+        &format!("{WEB}protocol = \"udp\"\n[listener.http]\nmax_headers = 5\n"),
+        "name",
+        &["[listener.http] (not with protocol = \"udp\")"],
     );
     expect_refused(
         &format!("{WEB}protocol = \"quic\"\n"),
         "protocol",
-        &["invalid protocol 'quic' (expected tcp or http)"],
+        &["invalid protocol 'quic' (expected tcp, http or udp)"],
     );
 }
 

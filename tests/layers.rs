@@ -48,7 +48,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "services",
         &[
-            "proxy", "takeover", "health", "status", "admin", "control", "demo", "dsr",
+            "proxy", "udp", "takeover", "health", "status", "admin", "control", "demo", "dsr",
         ],
     ),
     // Assembly: start-up, threads, the main loop, the command line (`generate`: man pages and

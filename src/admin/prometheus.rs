@@ -191,7 +191,7 @@ fn process(out: &mut Exposition, snap: &Snapshot) {
 
 fn sessions(out: &mut Exposition, snap: &Snapshot) {
     let t = &snap.totals;
-    let plain: [(&str, Kind, &str, u64); 8] = [
+    let plain: [(&str, Kind, &str, u64); 16] = [
         (
             "quill_sessions_accepted_total",
             Kind::Counter,
@@ -233,6 +233,54 @@ fn sessions(out: &mut Exposition, snap: &Snapshot) {
             Kind::Counter,
             "accept() calls that failed (for example out of file descriptors).",
             t.accept_errors,
+        ),
+        (
+            "quill_udp_flows_active",
+            Kind::Gauge,
+            "UDP flows open now.",
+            t.udp.flows_open,
+        ),
+        (
+            "quill_udp_flows_total",
+            Kind::Counter,
+            "UDP flows opened (one per client address and port on a listener).",
+            t.udp.flows_total,
+        ),
+        (
+            "quill_udp_datagrams_received_total",
+            Kind::Counter,
+            "UDP datagrams from clients forwarded to servers.",
+            t.udp.datagrams_in,
+        ),
+        (
+            "quill_udp_datagrams_sent_total",
+            Kind::Counter,
+            "UDP datagrams from servers relayed to clients.",
+            t.udp.datagrams_out,
+        ),
+        (
+            "quill_udp_bytes_received_total",
+            Kind::Counter,
+            "UDP payload bytes from clients forwarded to servers.",
+            t.udp.bytes_in,
+        ),
+        (
+            "quill_udp_bytes_sent_total",
+            Kind::Counter,
+            "UDP payload bytes from servers relayed to clients.",
+            t.udp.bytes_out,
+        ),
+        (
+            "quill_udp_flow_evictions_total",
+            Kind::Counter,
+            "UDP flows ended to make room at max_flows (the flow idle for longest).",
+            t.udp.evictions,
+        ),
+        (
+            "quill_udp_datagrams_dropped_total",
+            Kind::Counter,
+            "UDP datagrams dropped: denied, no server, cut short, no room, or a full socket buffer.",
+            t.udp.drops,
         ),
         (
             "quill_listeners",
@@ -593,6 +641,7 @@ mod tests {
                 bytes_out: 0,
                 connect_failures: 0,
                 accept_errors: 0,
+                udp: Default::default(),
             },
             connect_time: Histogram {
                 bounds_us: vec![100],

@@ -107,6 +107,17 @@ impl Config {
                     )
                 };
             }
+            if let Some(u) = &l.udp {
+                out += &format!(
+                    "  UDP listener (protocol udp): a flow per client address and port; flow_timeout {}, max_flows {}, flow_responses {}\n",
+                    crate::config::format_duration(u.flow_timeout),
+                    u.max_flows,
+                    match u.flow_responses {
+                        0 => "never".to_string(),
+                        n => n.to_string(),
+                    }
+                );
+            }
             if let Some(t) = &l.tls {
                 explain_tls(t, l.http.is_some(), &mut out);
             }

@@ -331,6 +331,8 @@ pub(crate) enum CheckKind {
     Tcp,
     /// `GET path HTTP/1.0` answers with a status in `expect` (inclusive).
     Http { path: String, expect: (u16, u16) },
+    /// UDP servers: the datagram `send` draws an answer containing `expect` (any answer when empty).
+    Udp { send: String, expect: String },
 }
 
 impl HealthCheck {
@@ -368,6 +370,12 @@ impl fmt::Display for HealthCheck {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
             CheckKind::Tcp => f.write_str("tcp")?,
+            CheckKind::Udp { send, expect } => {
+                write!(f, "udp sending {send:?}")?;
+                if !expect.is_empty() {
+                    write!(f, " expecting {expect:?}")?;
+                }
+            }
             CheckKind::Http { path, expect } => {
                 write!(f, "http GET {path} expecting {}-{}", expect.0, expect.1)?;
                 if let Some(host) = &self.host {
@@ -390,6 +398,14 @@ impl fmt::Display for HealthCheck {
 pub(crate) fn parse_check_kind(s: &str) -> Result<CheckKind, String> {
     match s {
         "tcp" => Ok(CheckKind::Tcp),
+        "udp" => Ok(CheckKind::Udp {
+            send: String::new(),
+            expect: String::new(),
+        }),
+        _ if s.starts_with("udp:") => Ok(CheckKind::Udp {
+            send: s["udp:".len()..].to_string(),
+            expect: String::new(),
+        }),
         _ => match s.strip_prefix("http:").or(s.strip_prefix("http")) {
             Some(path) => {
                 let path = if path.is_empty() { "/" } else { path };
@@ -399,7 +415,9 @@ pub(crate) fn parse_check_kind(s: &str) -> Result<CheckKind, String> {
                     expect: (200, 399),
                 })
             }
-            None => Err(format!("invalid check '{s}' (expected tcp or http:/path)")),
+            None => Err(format!(
+                "invalid check '{s}' (expected tcp, http:/path or udp:DATAGRAM)"
+            )),
         },
     }
 }
@@ -495,6 +513,37 @@ pub(crate) struct ListenerConfig {
     pub dsr_ip: Option<std::net::Ipv4Addr>,
     /// Pen's `tarpit_acl N` (DSR): clients that ACL N denies get a tarpit instead of a server.
     pub tarpit_acl: Option<AclId>,
+    /// Some for a UDP listener (`-U`, `protocol = "udp"`): its flow settings.
+    pub udp: Option<UdpSettings>,
+}
+
+/// A UDP listener's flows (`udp = { ... }`): a flow is one client address and port, relayed to one
+/// server through a connected socket of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct UdpSettings {
+    /// A flow with no datagram either way for this long ends (`flow_timeout`).
+    pub flow_timeout: Duration,
+    /// Flows open at once in this process for this listener (`max_flows`); a new client past it
+    /// evicts the flow idle for longest.
+    pub max_flows: u32,
+    /// A flow ends after this many replies from its server (`flow_responses`; 0 = never).
+    pub flow_responses: u32,
+}
+
+/// The default `max_flows`: each flow holds one descriptor (its server socket); past the
+/// open-file limit the process caps it at what the limit leaves (see `runtime`).
+pub(crate) const DEFAULT_MAX_FLOWS: u32 = 65_536;
+/// The most `max_flows` one listener may ask for.
+pub(crate) const MAX_FLOWS: u32 = 16_777_216;
+
+impl Default for UdpSettings {
+    fn default() -> Self {
+        UdpSettings {
+            flow_timeout: Duration::from_secs(30),
+            max_flows: DEFAULT_MAX_FLOWS,
+            flow_responses: 0,
+        }
+    }
 }
 
 /// The most routes one listener may have.
@@ -859,6 +908,7 @@ impl ListenerConfig {
             dsr_if: None,
             dsr_ip: None,
             tarpit_acl: None,
+            udp: None,
         }
     }
     /// Whether this is a named pool (`[[pool]]`) rather than a listener.
@@ -959,6 +1009,20 @@ impl ListenerConfig {
             )));
         }
         let named = |e: String| ConfigError::usage(format!("{}: {e}", self.what()));
+        let udp_check = matches!(
+            self.health.as_ref().map(|h| &h.kind),
+            Some(CheckKind::Udp { .. })
+        );
+        if self.udp.is_some() && self.health.is_some() && !udp_check {
+            return Err(named(
+                "a UDP listener's health check must be type udp (a datagram sent, an answer expected)".into(),
+            ));
+        }
+        if self.udp.is_none() && udp_check {
+            return Err(named(
+                "a udp health check needs a UDP listener (protocol = \"udp\")".into(),
+            ));
+        }
         // A TCP listener's routes pick a pool by TLS server name (`sni`), and only that.
         if self.http.is_none() && self.routes.iter().any(|r| r.sni.is_empty()) {
             return Err(named(

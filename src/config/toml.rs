@@ -29,6 +29,7 @@ use super::model::{
 use super::routes::RawRoute;
 
 mod tls_table;
+mod udp_table;
 pub(crate) use tls_table::check_certificates;
 use tls_table::{RawServerTls, RawTls, TlsDefaults};
 #[cfg(test)]
@@ -265,7 +266,8 @@ fn from_toml_with(
     let mut listeners: Vec<ListenerConfig> = Vec::new();
     for rl in &raw.listener {
         let mut l = build_listener(rl, &file, &at)?;
-        if l.health.is_none() {
+        // The file-wide checks connect over TCP: a UDP listener's servers have no such port.
+        if l.health.is_none() && l.udp.is_none() {
             l.health = default_health.clone();
         }
         if rl.slow_start.is_none() {
@@ -383,20 +385,42 @@ fn build_listener(
     let listen = addr::parse_listen(rl.listen.get_ref())
         .map_err(|e| ConfigError::from_addr(e, &at(rl.listen.span())))?;
     let mut l = ListenerConfig::new(name, listen);
+    let is_udp = rl
+        .protocol
+        .as_ref()
+        .is_some_and(|p| p.get_ref().as_str() == "udp");
+    if is_udp {
+        if let Some(e) = udp_misfit(rl) {
+            return Err(ConfigError::usage(format!(
+                "{}listener '{name}': {e} (not with protocol = \"udp\")",
+                at(rl.name.span())
+            )));
+        }
+        if let crate::addr::ListenAddr::Unix(_) = &l.listen {
+            return Err(ConfigError::usage(format!(
+                "{}protocol 'udp' needs an IP address and port, not a Unix socket path",
+                at(rl.listen.span())
+            )));
+        }
+        l.udp = Some(match &rl.udp {
+            Some(u) => u.get_ref().build(at)?,
+            None => crate::config::model::UdpSettings::default(),
+        });
+    } else if let Some(u) = &rl.udp {
+        return Err(ConfigError::usage(format!(
+            "{}listener '{name}': [listener.udp] needs protocol = \"udp\"",
+            at(u.span())
+        )));
+    }
     let is_http = match &rl.protocol {
         None => defaults.all_http,
         Some(p) => match p.get_ref().as_str() {
             "tcp" => defaults.all_http,
             "http" => true,
-            "udp" => {
-                return Err(ConfigError::usage(format!(
-                    "{}protocol 'udp' is not supported yet (expected tcp or http)",
-                    at(p.span())
-                )))
-            }
+            "udp" => false,
             other => {
                 return Err(ConfigError::usage(format!(
-                    "{}invalid protocol '{}' (expected tcp or http)",
+                    "{}invalid protocol '{}' (expected tcp, http or udp)",
                     at(p.span()),
                     other.escape_debug()
                 )))
@@ -502,6 +526,26 @@ fn build_listener(
         ..e
     })?;
     Ok(l)
+}
+
+/// What a UDP listener cannot have: TLS, HTTP and routes are about streams.
+fn udp_misfit(rl: &RawListener) -> Option<&'static str> {
+    if rl.tls.is_some() {
+        return Some("tls");
+    }
+    if rl.server_tls.is_some() {
+        return Some("server_tls");
+    }
+    if rl.http.is_some() {
+        return Some("[listener.http]");
+    }
+    if !rl.route.is_empty() {
+        return Some("[[listener.route]]");
+    }
+    if rl.sticky_cookie.is_some() {
+        return Some("sticky_cookie");
+    }
+    None
 }
 
 /// The keys a listener and a `[[pool]]` share.
@@ -750,6 +794,8 @@ struct RawHealth {
     kind: Option<String>,
     path: Option<String>,
     expect: Option<String>,
+    /// The datagram of a `udp` check.
+    send: Option<String>,
     interval: Option<Dur>,
     timeout: Option<Dur>,
     rise: Option<u32>,
@@ -766,13 +812,30 @@ impl RawHealth {
             .as_deref()
             .unwrap_or(if self.path.is_some() { "http" } else { "tcp" });
         h.kind = match kind {
+            "udp" => {
+                if self.path.is_some() || self.host.is_some() {
+                    return Err("health: path and host need type = \"http\"".into());
+                }
+                let send = self.send.clone().unwrap_or_default();
+                let expect = self.expect.clone().unwrap_or_default();
+                if send.len() > 1024 || expect.len() > 1024 {
+                    return Err("health: send and expect are at most 1024 bytes".into());
+                }
+                CheckKind::Udp { send, expect }
+            }
             "tcp" => {
                 if self.path.is_some() || self.expect.is_some() || self.host.is_some() {
                     return Err("health: path, expect and host need type = \"http\"".into());
                 }
+                if self.send.is_some() {
+                    return Err("health: send needs type = \"udp\"".into());
+                }
                 CheckKind::Tcp
             }
             "http" => {
+                if self.send.is_some() {
+                    return Err("health: send needs type = \"udp\"".into());
+                }
                 // An empty path is `/`, as `--check http:` says.
                 let path = match self.path.as_deref() {
                     None | Some("") => "/",
@@ -788,7 +851,7 @@ impl RawHealth {
             }
             other => {
                 return Err(format!(
-                    "health: unknown type '{other}' (expected tcp or http)"
+                    "health: unknown type '{other}' (expected tcp, http or udp)"
                 ))
             }
         };
@@ -1299,6 +1362,7 @@ with_tuning_keys! {
         slow_start: Option<Dur>,
         sticky_cookie: Option<Spanned<String>>,
         protocol: Option<Spanned<String>>,
+        udp: Option<Spanned<udp_table::RawUdp>>,
         http: Option<Spanned<RawHttp>>,
         tls: Option<Spanned<RawTls>>,
         server_tls: Option<Spanned<RawServerTls>>,
@@ -1518,16 +1582,38 @@ servers = ["127.0.0.1:9001"]
     }
 
     #[test]
-    fn protocols_other_than_tcp_and_http_are_refused() {
+    fn protocols_other_than_tcp_http_and_udp_are_refused() {
+        let c = load(&format!("{LISTENER}protocol = \"udp\"\n")).unwrap();
+        let udp = c.listeners[0].udp.clone().unwrap();
+        assert_eq!(udp, crate::config::model::UdpSettings::default());
+        let c = load(&format!(
+            "{LISTENER}protocol = \"udp\"\nudp = {{ flow_timeout = \"5s\", max_flows = 10, flow_responses = 1 }}\n"
+        ))
+        .unwrap();
+        let udp = c.listeners[0].udp.clone().unwrap();
+        assert_eq!(
+            (udp.flow_timeout, udp.max_flows, udp.flow_responses),
+            (std::time::Duration::from_secs(5), 10, 1)
+        );
         refused(
-            &format!("{LISTENER}protocol = \"udp\"\n"),
+            &format!("{LISTENER}protocol = \"udp\"\nudp = {{ max_flows = 0 }}\n"),
+            6,
+            "udp: max_flows: 0 is out of range",
+        );
+        refused(
+            &format!("{LISTENER}protocol = \"udp\"\nudp = {{ flow_timeout = \"soon\" }}\n"),
+            6,
+            "udp: flow_timeout:",
+        );
+        refused(
+            &format!("{LISTENER}udp = {{ max_flows = 5 }}\n"),
             5,
-            "protocol 'udp' is not supported yet",
+            "[listener.udp] needs protocol = \"udp\"",
         );
         refused(
             &format!("{LISTENER}protocol = \"HTTP/2\"\n"),
             5,
-            "invalid protocol 'HTTP/2' (expected tcp or http)",
+            "invalid protocol 'HTTP/2' (expected tcp, http or udp)",
         );
     }
 

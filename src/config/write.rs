@@ -62,6 +62,12 @@ impl Config {
                     "# listener {}: HTTP (its HTTP settings come from -H or the TOML file)\n{prefix}http\n",
                     l.name
                 );
+            } else if l.udp.is_some() {
+                // A UDP listener stays UDP: `-U` or `protocol = "udp"` says so at every start.
+                out += &format!(
+                    "# listener {}: UDP (its flow settings come from -U or the TOML file)\n",
+                    l.name
+                );
             } else {
                 out += &format!("{prefix}no http\n");
             }

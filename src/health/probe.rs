@@ -38,7 +38,10 @@ enum Phase {
 /// A probe in flight.
 #[derive(Debug)]
 pub(super) struct Probe {
-    stream: Stream,
+    /// The connection of a TCP or HTTP check; None for a UDP check.
+    stream: Option<Stream>,
+    /// A UDP check: its socket, connected to the server, and the text the answer must hold.
+    udp: Option<(mio::net::UdpSocket, Vec<u8>)>,
     /// The socket's readiness (for the TLS handshake).
     ready: crate::net::Ready,
     phase: Phase,
@@ -70,6 +73,19 @@ impl Probe {
         token: Token,
         now_ms: u64,
     ) -> Result<Probe, StartError> {
+        if let CheckKind::Udp { send, expect } = &check.kind {
+            let udp = open_udp(addr, send.as_bytes(), registry, token)?;
+            return Ok(Probe {
+                stream: None,
+                udp: Some((udp, expect.as_bytes().to_vec())),
+                ready: crate::net::Ready::default(),
+                phase: Phase::Reading { answer: Vec::new() },
+                request: None,
+                expect: (0, 0),
+                started_ms: now_ms,
+                deadline_ms: now_ms.saturating_add(crate::clock::millis(check.timeout).max(1)),
+            });
+        }
         let mut stream = open(addr, source).map_err(|e| {
             if crate::net::is_local_error(&e) {
                 StartError::Local(e)
@@ -98,13 +114,14 @@ impl Probe {
             )
             .map_err(StartError::Local)?;
         let (request, expect) = match &check.kind {
-            CheckKind::Tcp => (None, (0, 0)),
+            CheckKind::Tcp | CheckKind::Udp { .. } => (None, (0, 0)),
             CheckKind::Http { path, expect } => {
                 (Some(request(path, addr, check.host.as_deref())), *expect)
             }
         };
         Ok(Probe {
-            stream,
+            stream: Some(stream),
+            udp: None,
             ready: crate::net::Ready::default(),
             phase: Phase::Connecting,
             request,
@@ -116,6 +133,12 @@ impl Probe {
 
     /// Makes what progress the socket allows after `event`. None = not finished yet.
     pub(super) fn advance(&mut self, event: &Event) -> Option<Outcome> {
+        if let Some((socket, expect)) = &self.udp {
+            return udp_answer(socket, expect);
+        }
+        let Some(stream) = &self.stream else {
+            return Some(Outcome::Fail("no connection".into()));
+        };
         self.ready.update(event);
         if let Phase::Connecting = self.phase {
             if !(event.is_writable() || event.is_error() || event.is_write_closed()) {
@@ -129,7 +152,7 @@ impl Probe {
             self.phase = Phase::Handshaking;
         }
         if let Phase::Handshaking = self.phase {
-            if let Stream::Tls(tls) = &self.stream {
+            if let Stream::Tls(tls) = stream {
                 use crate::net::tls::{Handshake, HandshakeError};
                 match tls.handshake(&mut self.ready) {
                     Ok(Handshake::Pending) => return None,
@@ -153,7 +176,7 @@ impl Probe {
         if let Phase::Sending { sent } = &mut self.phase {
             let request = self.request.as_deref().unwrap_or_default();
             while *sent < request.len() {
-                match self.stream.write(&request[*sent..]) {
+                match stream.write(&request[*sent..]) {
                     Ok(n) => *sent += n,
                     Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -165,13 +188,16 @@ impl Probe {
             };
         }
         match &mut self.phase {
-            Phase::Reading { answer } => read_status(&self.stream, answer, self.expect),
+            Phase::Reading { answer } => read_status(stream, answer, self.expect),
             _ => None,
         }
     }
 
     /// Why the probe failed when its deadline passed.
     pub(super) fn timeout_reason(&self, timeout_ms: u64) -> String {
+        if self.udp.is_some() {
+            return format!("no answer within {timeout_ms}ms");
+        }
         match self.phase {
             Phase::Connecting => format!("connect timed out after {timeout_ms}ms"),
             Phase::Handshaking => format!("TLS handshake timed out after {timeout_ms}ms"),
@@ -181,10 +207,13 @@ impl Probe {
 
     /// Whether the connect has completed: Err with its error if it failed.
     fn connected(&self) -> io::Result<bool> {
-        if let Some(e) = self.stream.take_error()? {
+        let Some(stream) = &self.stream else {
+            return Ok(false);
+        };
+        if let Some(e) = stream.take_error()? {
             return Err(e);
         }
-        match &self.stream {
+        match stream {
             Stream::Tcp(s) => match s.peer_addr() {
                 Ok(_) => Ok(true),
                 Err(e) if e.kind() == ErrorKind::NotConnected => Ok(false),
@@ -298,6 +327,73 @@ fn answer_reason(e: &io::Error) -> String {
     match e.kind() {
         ErrorKind::ConnectionReset => "connection reset before a status line".into(),
         _ => format!("cannot read the answer: {e}"),
+    }
+}
+
+/// Opens a UDP socket connected to the server, registers it and sends the check's datagram.
+fn open_udp(
+    addr: &BackendAddr,
+    send: &[u8],
+    registry: &Registry,
+    token: Token,
+) -> Result<mio::net::UdpSocket, StartError> {
+    let BackendAddr::Tcp(addr) = addr else {
+        return Err(StartError::Server(Outcome::Fail(
+            "a UDP check needs an IP address and port".into(),
+        )));
+    };
+    let local: std::net::SocketAddr = if addr.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let mut socket = mio::net::UdpSocket::bind(local).map_err(StartError::Local)?;
+    socket.connect(*addr).map_err(|e| {
+        if crate::net::is_local_error(&e) {
+            StartError::Local(e)
+        } else {
+            StartError::Server(Outcome::Fail(format!("connect failed: {e}")))
+        }
+    })?;
+    registry
+        .register(&mut socket, token, Interest::READABLE)
+        .map_err(StartError::Local)?;
+    match socket.send(send) {
+        Ok(_) => Ok(socket),
+        Err(e) if e.kind() == ErrorKind::ConnectionRefused => Err(StartError::Server(
+            Outcome::Fail("port unreachable (ICMP)".into()),
+        )),
+        Err(e) if crate::net::is_local_error(&e) => Err(StartError::Local(e)),
+        Err(e) => Err(StartError::Server(Outcome::Fail(format!(
+            "cannot send the check datagram: {e}"
+        )))),
+    }
+}
+
+/// Reads the answers to a UDP check (to EAGAIN): passes on one holding `expect` (any answer when
+/// empty); ICMP port unreachable fails it.
+fn udp_answer(socket: &mio::net::UdpSocket, expect: &[u8]) -> Option<Outcome> {
+    let mut buf = [0u8; 2048];
+    loop {
+        match socket.recv(&mut buf) {
+            Ok(n) => {
+                let answer = &buf[..n];
+                if expect.is_empty() || answer.windows(expect.len()).any(|w| w == expect) {
+                    return Some(Outcome::Pass);
+                }
+                return Some(Outcome::Fail(format!(
+                    "answer \"{}\" does not contain \"{}\"",
+                    quote(answer),
+                    quote(expect)
+                )));
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                return Some(Outcome::Fail("port unreachable (ICMP)".into()))
+            }
+            Err(e) => return Some(Outcome::Fail(format!("cannot read the answer: {e}"))),
+        }
     }
 }
 

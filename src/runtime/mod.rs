@@ -496,6 +496,22 @@ fn vet_handed_over(handed: Vec<Inherited>, config: &Config) -> Vec<Inherited> {
     let mut kept = Vec::new();
     for mut socket in handed {
         let name = socket.name.clone().unwrap_or_default();
+        let udp = config
+            .listeners
+            .iter()
+            .find(|l| l.name == name && l.udp.is_some());
+        if let Some(l) = udp {
+            // One of a UDP listener's sockets: kept when it is bound where the listener is.
+            match crate::listener::udp_addr(socket.fd.as_fd()) {
+                Ok(at) if crate::addr::ListenAddr::Tcp(at) == l.listen => kept.push(socket),
+                Ok(at) => tracing::warn!(
+                    "takeover: UDP listener '{name}' moved from {at} to {}: bound anew",
+                    l.listen
+                ),
+                Err(e) => tracing::warn!("takeover: socket '{name}': {e}; closing it"),
+            }
+            continue;
+        }
         let actual = match crate::listener::listening_addr(socket.fd.as_fd()) {
             Ok(a) => a,
             Err(e) => {

@@ -27,6 +27,25 @@ use crate::proxy::{Ctx, Session, Side, Step};
 use crate::state::idle::{Owner, ServerConns};
 use crate::state::shared::{Listener, Phase, Report, Request, Shared, SourceSlot};
 use crate::sys;
+use crate::udp::UdpWorker;
+
+/// What the worker lends its UDP flows for one call (a macro: the fields borrowed apart).
+macro_rules! udp_cx {
+    ($w:ident, $now:expr) => {
+        crate::udp::Cx {
+            registry: $w.poll.registry(),
+            now: $now,
+            rand: {
+                $w.rng ^= $w.rng << 13;
+                $w.rng ^= $w.rng >> 7;
+                $w.rng ^= $w.rng << 17;
+                $w.rng
+            },
+            counters: &$w.shared.counters[$w.id],
+            log: $w.log.as_mut(),
+        }
+    };
+}
 
 /// Token of the waker that tells a worker to look at the shared phase.
 pub(crate) const WAKER: Token = Token(usize::MAX);
@@ -110,6 +129,8 @@ pub(crate) struct Worker {
     resolver: Option<Arc<Resolver>>,
     /// The resolver's answers being handled (kept to reuse its allocation).
     answers: Vec<resolver::Answer>,
+    /// UDP listeners and their flows on this worker.
+    udp: UdpWorker,
 }
 
 impl Worker {
@@ -157,6 +178,7 @@ impl Worker {
             emfile_warned_ms: None,
             resolver,
             answers: Vec::new(),
+            udp: UdpWorker::new(id, shared.counters.len()),
             shared,
         };
         w.sync_listeners()?;
@@ -192,6 +214,7 @@ impl Worker {
             return Ok(());
         }
         self.listeners_seen = seen;
+        self.udp.sync(&current, self.poll.as_raw_fd());
         let mut i = 0;
         while i < self.listeners.len() {
             let id = self.listeners[i].listener.id;
@@ -205,7 +228,7 @@ impl Worker {
             self.listeners.swap_remove(i);
         }
         for l in current.iter() {
-            if self.listeners.iter().any(|w| w.listener.id == l.id) {
+            if self.listeners.iter().any(|w| w.listener.id == l.id) || l.socket.udp().is_some() {
                 continue;
             }
             self.listeners.push(WorkerListener {
@@ -256,7 +279,15 @@ impl Worker {
                 self.dispatch(ev, now);
             }
             self.drive_again(now);
+            if self.udp.has_again() {
+                let mut cx = udp_cx!(self, now);
+                self.udp.drive_again(&mut cx);
+            }
             self.expire(now);
+            {
+                let mut cx = udp_cx!(self, now);
+                self.udp.expire(&mut cx);
+            }
             self.conns.expire(now);
             self.pools.after_turn(now);
             if self.draining && now >= self.next_sweep {
@@ -274,7 +305,7 @@ impl Worker {
     }
 
     fn next_wakeup(&self, now: u64) -> Option<u64> {
-        if !self.again.is_empty() {
+        if !self.again.is_empty() || self.udp.has_again() {
             return Some(now);
         }
         let timers = self.timers.next().into_iter();
@@ -290,7 +321,9 @@ impl Worker {
         };
         let idle = self.conns.next_expiry();
         let trim = self.pools.trim_due();
+        let flows = self.udp.next_expiry();
         timers
+            .chain(flows)
             .chain(pauses)
             .chain(sweep)
             .chain(idle)
@@ -302,6 +335,11 @@ impl Worker {
         let t = ev.token();
         if t == WAKER {
             self.woken = true;
+            return;
+        }
+        if crate::udp::is_udp_token(t) {
+            let mut cx = udp_cx!(self, now);
+            self.udp.on_event(t, &mut cx);
             return;
         }
         if t.0 >= LISTENER_BASE {
@@ -622,7 +660,7 @@ impl Worker {
                 if !self.draining {
                     self.start_drain(now);
                 }
-                self.live == 0
+                self.live == 0 && self.udp.flows() == 0
             }
             Phase::Stopping => {
                 self.close_all(End::Shutdown, now);
@@ -673,12 +711,13 @@ impl Worker {
         for r in requests {
             match r {
                 Request::Report(reply) => {
-                    let sessions = self
+                    let mut sessions: Vec<_> = self
                         .slots
                         .iter()
                         .filter_map(|slot| slot.session.as_ref())
                         .map(|s| s.info(now))
                         .collect();
+                    self.udp.report(now, &mut sessions);
                     // Clock milliseconds to Unix seconds (the clock started with the process).
                     let started = self.shared.started_unix;
                     let recent = self
@@ -696,7 +735,11 @@ impl Worker {
                     if let Some(idx) = found {
                         self.close(idx, End::Closed, now);
                     }
-                    let _ = reply.send(found.is_some());
+                    let flow = found.is_none() && {
+                        let mut cx = udp_cx!(self, now);
+                        self.udp.close_id(id, &mut cx)
+                    };
+                    let _ = reply.send(found.is_some() || flow);
                 }
             }
         }
@@ -704,6 +747,7 @@ impl Worker {
 
     fn start_drain(&mut self, now: u64) {
         self.draining = true;
+        self.udp.start_drain(self.poll.as_raw_fd());
         for i in 0..self.listeners.len() {
             if self.listeners[i].paused_until == 0 {
                 self.deregister_listener(i);
@@ -735,6 +779,8 @@ impl Worker {
         for idx in 0..self.slots.len() {
             self.close(idx, end, now);
         }
+        let mut cx = udp_cx!(self, now);
+        self.udp.close_all(end, &mut cx);
     }
 
     fn close(&mut self, idx: usize, end: End, now: u64) {

@@ -44,6 +44,7 @@ fn bind_options(g: &Global, l: &ListenerConfig) -> BindOptions {
         tfo: g.tfo,
         nodelay: l.tuning.tcp_nodelay,
         keepalive: l.tuning.keepalive,
+        udp_sockets: if l.udp.is_some() { g.workers.max(1) } else { 0 },
     }
 }
 
@@ -53,6 +54,21 @@ fn open_socket(
     g: &Global,
     inherited: &mut Vec<Inherited>,
 ) -> Result<ListenSocket, String> {
+    if let (Some(_), crate::addr::ListenAddr::Tcp(at)) = (&l.udp, &l.listen) {
+        // A UDP listener takes every socket handed over under its name (vetted to be bound at
+        // its address), then binds the rest of its sockets beside them.
+        let mut taken = Vec::new();
+        let mut i = 0;
+        while i < inherited.len() {
+            if inherited[i].name.as_deref() == Some(l.name.as_str()) {
+                taken.push(inherited.remove(i).fd);
+            } else {
+                i += 1;
+            }
+        }
+        return listener::bind_udp(*at, bind_options(g, l).udp_sockets, &taken)
+            .map_err(|e| format!("cannot bind UDP {}: {e}", l.listen));
+    }
     let mut i = 0;
     while i < inherited.len() {
         let by_name = inherited[i].name.as_deref() == Some(l.name.as_str());
@@ -199,6 +215,7 @@ impl Controller {
                 socket,
                 pool: ArcSwap::from_pointee(pool),
                 http: Arc::new(HttpStats::new(config.global.workers)),
+                flows: Default::default(),
             }));
         }
         let shared = Arc::new(Shared::new(clock, listeners, max_sessions, &config.global));
@@ -354,9 +371,11 @@ impl Controller {
         let current = self.shared.listeners.load_full();
         let mut fresh: Vec<(usize, ListenSocket)> = Vec::new();
         for (i, l) in next.listeners.iter().enumerate() {
-            let kept = current
-                .iter()
-                .any(|c| c.name == l.name && c.addr == l.listen);
+            let kept = current.iter().any(|c| {
+                c.name == l.name
+                    && c.addr == l.listen
+                    && c.socket.udp().is_some() == l.udp.is_some()
+            });
             if !kept {
                 let socket = open_socket(l, &next.global, &mut Vec::new())?;
                 fresh.push((i, socket));
@@ -397,9 +416,11 @@ impl Controller {
         let mut list = Vec::new();
         let mut listeners_changed = false;
         for (i, l) in next.listeners.iter().enumerate() {
-            let same = current
-                .iter()
-                .find(|c| c.name == l.name && c.addr == l.listen);
+            let same = current.iter().find(|c| {
+                c.name == l.name
+                    && c.addr == l.listen
+                    && c.socket.udp().is_some() == l.udp.is_some()
+            });
             if let Some(was) = old.listeners.iter().find(|o| o.name == l.name) {
                 describe_pool_change(was, l, &mut notes);
             }
@@ -437,6 +458,7 @@ impl Controller {
                         socket,
                         pool: ArcSwap::from_pointee(pool),
                         http: Arc::new(HttpStats::new(self.shared.counters.len())),
+                        flows: Default::default(),
                     }));
                     st.next_listener_id += 1;
                     listeners_changed = true;

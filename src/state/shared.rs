@@ -41,6 +41,8 @@ pub(crate) struct Listener {
     pub pool: ArcSwap<Pool>,
     /// Its HTTP requests by status class and duration, per worker (HTTP listeners only count).
     pub http: Arc<HttpStats>,
+    /// UDP flows open on it in all workers (held to its pool's `max_flows`).
+    pub flows: AtomicU64,
 }
 
 /// One open session, as `connections` and `connection N` show it.

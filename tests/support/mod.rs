@@ -569,9 +569,20 @@ pub fn scratch_dir() -> tempfile::TempDir {
 impl QuillProcess {
     /// Spawns quill with `args` (no readiness wait), stdout/stderr to files in `dir`.
     pub fn spawn_in(dir: tempfile::TempDir, args: Vec<String>, port: u16) -> QuillProcess {
+        QuillProcess::spawn_in_cmd(BIN, dir, args, port)
+    }
+
+    /// Like [`QuillProcess::spawn_in`] through `program` (a parent that execs quill, keeping its
+    /// pid: a socket-activating one).
+    pub fn spawn_in_cmd(
+        program: &str,
+        dir: tempfile::TempDir,
+        args: Vec<String>,
+        port: u16,
+    ) -> QuillProcess {
         let stdout_path = dir.path().join("stdout.txt");
         let stderr_path = dir.path().join("stderr.txt");
-        let child = Command::new(BIN)
+        let child = Command::new(program)
             .args(&args)
             .stdin(Stdio::null())
             .stdout(fs::File::create(&stdout_path).unwrap())
@@ -889,7 +900,7 @@ pub fn run_quill_expect_exit(args: &[&str]) -> (i32, String) {
 // ---------------------------------------------------------------------------------------------
 
 /// Every reason a session can end with, as the access log and the metrics name them.
-pub const END_REASONS: [&str; 14] = [
+pub const END_REASONS: [&str; 16] = [
     "done",
     "client_reset",
     "server_reset",
@@ -904,6 +915,8 @@ pub const END_REASONS: [&str; 14] = [
     "closed",
     "tls_failed",
     "tls_timeout",
+    "evicted",
+    "responses",
 ];
 
 /// One access log line: CLIENT_IP UNIX_TIME SERVER BYTES_IN BYTES_OUT DURATION END

@@ -11,6 +11,7 @@
 
 pub mod dsr;
 pub mod duration;
+pub mod flows;
 pub mod http1;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -399,3 +399,359 @@ mod tests {
         drop(pin);
     }
 }
+
+/// Asks the kernel to report each datagram's destination address (IP_PKTINFO, and
+/// IPV6_RECVPKTINFO on an IPv6 socket), read by [`RecvBatch`]: a wildcard UDP listener then
+/// answers from the address the client wrote to.
+pub fn set_recv_pktinfo(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    let (level, name) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_PKTINFO)
+    };
+    // SAFETY: the option value is a valid int whose size is passed; the fd is borrowed.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// Room for one IPv4 or IPv6 packet-info control message.
+const PKTINFO_SPACE: usize = 64;
+
+fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which it is large enough for.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6, which it is large enough for.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+fn std_to_sockaddr(addr: &std::net::SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        std::net::SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in.
+            let sin = unsafe {
+                &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>()
+            };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in6.
+            let sin6 = unsafe {
+                &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_scope_id = a.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+/// Where a datagram read by [`RecvBatch`] came from and went to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Datagram {
+    pub len: usize,
+    /// The datagram did not fit the buffer and was cut (MSG_TRUNC).
+    pub truncated: bool,
+    pub from: std::net::SocketAddr,
+    /// The address the sender wrote to (None without packet info), and the interface index.
+    pub to: Option<(std::net::IpAddr, u32)>,
+}
+
+/// Sends one datagram to `to` from the local address `from` (packet info: IP_PKTINFO or
+/// IPV6_PKTINFO with the interface index it came in on), or from the socket's own address when
+/// `from` is None. Nonblocking.
+pub fn send_from_to(
+    fd: BorrowedFd<'_>,
+    buf: &[u8],
+    to: &std::net::SocketAddr,
+    from: Option<(std::net::IpAddr, u32)>,
+) -> io::Result<usize> {
+    let (mut ss, len) = std_to_sockaddr(to);
+    let mut control = [0u64; PKTINFO_SPACE / 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: plain old data, all zeroes is valid; the pointers are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut ss as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = len;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some((ip, ifindex)) = from {
+        msg.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE only computes a size; the header written is inside `control`
+        // (64 bytes, larger than either packet-info message's space), aligned for cmsghdr (u64
+        // array), and its data is written unaligned-safe as the type its level/type announce.
+        unsafe {
+            let (level, kind, data_len) = match ip {
+                std::net::IpAddr::V4(_) => (
+                    libc::IPPROTO_IP,
+                    libc::IP_PKTINFO,
+                    std::mem::size_of::<libc::in_pktinfo>(),
+                ),
+                std::net::IpAddr::V6(_) => (
+                    libc::IPPROTO_IPV6,
+                    libc::IPV6_PKTINFO,
+                    std::mem::size_of::<libc::in6_pktinfo>(),
+                ),
+            };
+            msg.msg_controllen = libc::CMSG_SPACE(data_len as u32) as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = level;
+            (*c).cmsg_type = kind;
+            (*c).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
+            match ip {
+                std::net::IpAddr::V4(v4) => {
+                    let info = libc::in_pktinfo {
+                        ipi_ifindex: 0,
+                        ipi_spec_dst: libc::in_addr {
+                            s_addr: u32::from(v4).to_be(),
+                        },
+                        ipi_addr: libc::in_addr { s_addr: 0 },
+                    };
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>(), info);
+                }
+                std::net::IpAddr::V6(v6) => {
+                    let info = libc::in6_pktinfo {
+                        ipi6_addr: libc::in6_addr {
+                            s6_addr: v6.octets(),
+                        },
+                        ipi6_ifindex: ifindex,
+                    };
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>(), info);
+                }
+            }
+        }
+    }
+    // SAFETY: every pointer in `msg` points to live memory of the length it gives (the data, the
+    // address, the control area), all outliving the call; sendmsg only reads them.
+    check_size(unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) })
+}
+
+/// The most datagrams one [`RecvBatch::recv`] reads.
+pub const BATCH_MAX: usize = 16;
+
+/// Buffers for reading up to [`BATCH_MAX`] datagrams with one `recvmmsg`, each with its source and
+/// (after [`set_recv_pktinfo`]) its destination. Made once per worker and reused: reading
+/// allocates nothing. Plain data only (the kernel's pointer arrays are built on the stack per call).
+pub struct RecvBatch {
+    size: usize,
+    bufs: Box<[u8]>,
+    names: Box<[libc::sockaddr_storage]>,
+    controls: Box<[[u64; PKTINFO_SPACE / 8]]>,
+    /// Per datagram read: length, flags, control length.
+    got: Box<[(usize, libc::c_int, usize)]>,
+    count: usize,
+}
+
+impl RecvBatch {
+    /// `count` datagrams (at most [`BATCH_MAX`]) of at most `size` bytes each.
+    pub fn new(count: usize, size: usize) -> RecvBatch {
+        let count = count.clamp(1, BATCH_MAX);
+        // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
+        let zero: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        RecvBatch {
+            size,
+            bufs: vec![0u8; count * size].into_boxed_slice(),
+            names: vec![zero; count].into_boxed_slice(),
+            controls: vec![[0u64; PKTINFO_SPACE / 8]; count].into_boxed_slice(),
+            got: vec![(0, 0, 0); count].into_boxed_slice(),
+            count: 0,
+        }
+    }
+
+    /// Reads what is queued, up to the batch's size (nonblocking: `WouldBlock` when nothing is).
+    pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
+        let n = self.names.len();
+        // SAFETY: iovec and mmsghdr are plain old data; all zeroes is valid, pointers set below.
+        let mut iovs: [libc::iovec; BATCH_MAX] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut hdrs: [libc::mmsghdr; BATCH_MAX] = unsafe { std::mem::zeroed() };
+        let base = self.bufs.as_mut_ptr();
+        for i in 0..n {
+            // SAFETY: `i * size` is inside `bufs` (count * size bytes long).
+            iovs[i].iov_base = unsafe { base.add(i * self.size) }.cast();
+            iovs[i].iov_len = self.size;
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = self.controls[i].as_mut_ptr().cast();
+            h.msg_controllen = PKTINFO_SPACE as _;
+        }
+        // SAFETY: the first `n` headers point to live, writable memory of the lengths they give
+        // (each datagram's slice of `bufs`, its address storage, its control area), all of which
+        // outlive the call; the kernel writes at most those lengths.
+        let got = unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        let got = check(got)? as usize;
+        // msg_controllen is size_t with glibc and socklen_t with musl: the cast is for the latter.
+        #[allow(clippy::unnecessary_cast)]
+        for (slot, h) in self.got.iter_mut().zip(&hdrs[..got]) {
+            *slot = (
+                h.msg_len as usize,
+                h.msg_hdr.msg_flags,
+                h.msg_hdr.msg_controllen as usize,
+            );
+        }
+        self.count = got;
+        Ok(got)
+    }
+
+    /// Datagram `i` of the last read: where it came from and went to, and its bytes.
+    pub fn get(&self, i: usize) -> Option<(Datagram, &[u8])> {
+        if i >= self.count {
+            return None;
+        }
+        let (len, flags, controllen) = self.got[i];
+        let from = sockaddr_to_std(&self.names[i])?;
+        let to = parse_pktinfo(&self.controls[i], controllen);
+        let len = len.min(self.size);
+        let data = &self.bufs[i * self.size..i * self.size + len];
+        Some((
+            Datagram {
+                len,
+                truncated: flags & libc::MSG_TRUNC != 0,
+                from,
+                to,
+            },
+            data,
+        ))
+    }
+}
+
+/// The destination address in a control area filled by the kernel (`controllen` bytes of it).
+fn parse_pktinfo(
+    control: &[u64; PKTINFO_SPACE / 8],
+    controllen: usize,
+) -> Option<(std::net::IpAddr, u32)> {
+    // SAFETY: plain old data, all zeroes is valid; only the control fields are set, so the
+    // CMSG macros walk `control` within `controllen` (capped at its size).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_control = control.as_ptr() as *mut libc::c_void;
+    msg.msg_controllen = controllen.min(PKTINFO_SPACE) as _;
+    let mut to = None;
+    // SAFETY: the kernel wrote well-formed control messages into `control`; CMSG_FIRSTHDR and
+    // CMSG_NXTHDR stay within msg_controllen, and each message's data is read unaligned as the type
+    // its level and type announce.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let h = &*c;
+            if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_PKTINFO {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>());
+                let ip = std::net::Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr));
+                to = Some((std::net::IpAddr::V4(ip), info.ipi_ifindex as u32));
+            } else if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_PKTINFO {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>());
+                let ip = std::net::Ipv6Addr::from(info.ipi6_addr.s6_addr);
+                to = Some((std::net::IpAddr::V6(ip), info.ipi6_ifindex));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    to
+}
+
+#[cfg(test)]
+mod udp_tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_batch_reads_queued_datagrams_with_their_source_and_destination() {
+        let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+        set_recv_pktinfo(server.as_fd(), false).unwrap();
+        let to = server.local_addr().unwrap();
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for msg in [&b"one"[..], b"two", b"three"] {
+            client.send_to(msg, to).unwrap();
+        }
+        let mut batch = RecvBatch::new(BATCH_MAX, 2048);
+        let mut seen = Vec::new();
+        // Loopback delivers at once, but give the kernel a few tries (bounded).
+        for _ in 0..100 {
+            match batch.recv(server.as_fd()) {
+                Ok(n) => {
+                    for i in 0..n {
+                        let (dg, data) = batch.get(i).unwrap();
+                        assert_eq!(dg.from, client.local_addr().unwrap());
+                        assert_eq!(dg.to.map(|(ip, _)| ip), Some(to.ip()));
+                        assert!(!dg.truncated);
+                        seen.push(data.to_vec());
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+            if seen.len() == 3 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(
+            seen,
+            vec![b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]
+        );
+        assert!(batch.get(3).is_none());
+        // A reply leaves from the address the datagram went to.
+        send_from_to(
+            server.as_fd(),
+            b"back",
+            &client.local_addr().unwrap(),
+            Some((to.ip(), 0)),
+        )
+        .unwrap();
+        let mut buf = [0u8; 16];
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        let (n, from) = client.recv_from(&mut buf).unwrap();
+        assert_eq!((&buf[..n], from), (&b"back"[..], to));
+    }
+}

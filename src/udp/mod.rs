@@ -1,0 +1,797 @@
+//! UDP balancing: the I/O edge around `quill_core::flows`. A *flow* is one client address and
+//! port on one listener, relayed to one server through a connected UDP socket of its own, and it
+//! lives on one worker: a UDP listener is one SO_REUSEPORT socket per worker (`listener::bind_udp`),
+//! and the kernel hashes each client's address to one socket, so all of a client's datagrams
+//! reach the worker that holds its flow.
+//!
+//! - A client's first datagram makes the flow: Pen's selection (`balancer::pick`: tracking,
+//!   priorities, weights, hash, the base policy, slow start, ACLs) on the listener's current pool
+//!   snapshot, then a socket connected to the server, registered in the worker's epoll.
+//! - Datagrams from the client go out on that socket; replies come back on it and leave from the
+//!   listening socket with the source address the client wrote to (packet info), so a wildcard
+//!   listener answers from the right address.
+//! - A server whose host answers ICMP port unreachable makes its socket report ECONNREFUSED: the
+//!   server is blacklisted like a refused TCP connect and the flow moves to the next server in
+//!   Pen's failover order (the emergency server last), or ends `refused` when none is left.
+//! - A flow ends after `flow_timeout` with no datagram either way (`idle_timeout`), after
+//!   `flow_responses` replies (`responses`), when `max_flows` needs room for a new client (the flow
+//!   idle for longest goes: `evicted`), or at the drain deadline (`shutdown`). Each end writes one
+//!   access-log line: client, server, bytes each way, duration, end.
+//!
+//! Nothing is allocated per datagram: client datagrams are read up to 16 per `recvmmsg` into one
+//! batch of buffers per worker (`sys::RecvBatch`, 16 x 64 KiB, only the pages datagrams touch are
+//! resident), servers' replies through one 64 KiB buffer per worker.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use mio::{Interest, Registry, Token};
+use quill_core::flows::{FlowId, FlowTable};
+use socket2::{Domain, Socket, Type};
+
+use crate::addr::BackendAddr;
+use crate::backend::{Pool, ServerLease};
+use crate::balancer::{self, Client};
+use crate::clock::millis;
+use crate::log::{AccessLog, Entry};
+use crate::metrics::{Counters, End};
+use crate::state::shared::{Listener, SessionInfo};
+use crate::sys;
+
+/// Tokens of UDP sockets: `UDP_BASE | table << 48 | x << 32 | slot`, where a flow's server socket
+/// has its flow's slot and generation (16 bits) and a listening socket the slot `LISTEN_SLOT` and
+/// its index in the listener's sockets.
+pub(crate) const UDP_BASE: usize = 1 << 58;
+const TABLE_BITS: u32 = 10;
+const LISTEN_SLOT: usize = 0xffff_ffff;
+/// Datagrams read from one socket per event before others get their turn (listening sockets are
+/// level-triggered: what is left wakes the worker again; server sockets are driven again).
+const BUDGET: usize = 64;
+/// The first flow id: sessions and flows share `connections` and `close N`.
+pub(crate) const FLOW_IDS: u64 = 1 << 40;
+/// The largest UDP payload (IPv4: 65,535 - 20 - 8).
+const BUF: usize = 65_536;
+
+/// Whether `t` is a UDP token.
+pub(crate) fn is_udp_token(t: Token) -> bool {
+    t.0 & UDP_BASE != 0 && t.0 < UDP_BASE << 1
+}
+
+fn token(table: usize, x: usize, slot: usize) -> Token {
+    Token(UDP_BASE | (table << 48) | ((x & 0xffff) << 32) | slot)
+}
+
+/// One flow: its server socket and what it carried. Kept small (memory per idle flow counts).
+#[derive(Debug)]
+struct Flow {
+    id: u64,
+    /// Connected to the server (None only while the flow moves to another server).
+    socket: Option<mio::net::UdpSocket>,
+    /// The server's claim (counted in its sessions), None only between two servers.
+    lease: Option<ServerLease>,
+    /// The pool snapshot the flow picked from (a reload applies to new flows).
+    pool: Arc<Pool>,
+    /// Pen's failover order: the first choice, how many after it were tried, the emergency
+    /// server taken (`u32::MAX`: none).
+    first: u32,
+    tried: u32,
+    emergency: bool,
+    /// The listening socket the client wrote to, and the address it wrote to.
+    via: u16,
+    local: Option<(IpAddr, u32)>,
+    started_ms: u64,
+    datagrams_in: u32,
+    datagrams_out: u32,
+    responses: u32,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+/// A UDP listener as one worker sees it.
+#[derive(Debug)]
+struct Table {
+    listener: Arc<Listener>,
+    /// The listener's socket indexes this worker reads (registered while `listening`).
+    sockets: Vec<usize>,
+    listening: bool,
+    flows: FlowTable<SocketAddr, Flow>,
+}
+
+/// What the worker lends for one call.
+pub(crate) struct Cx<'a> {
+    pub registry: &'a Registry,
+    pub now: u64,
+    pub rand: u64,
+    pub counters: &'a Counters,
+    pub log: Option<&'a mut AccessLog>,
+}
+
+/// A worker's UDP listeners and their flows.
+pub(crate) struct UdpWorker {
+    worker: usize,
+    workers: usize,
+    tables: Vec<Option<Table>>,
+    buf: Box<[u8]>,
+    /// Client datagrams, read up to `sys::BATCH_MAX` per `recvmmsg` (made with the first table).
+    batch: Option<sys::RecvBatch>,
+    /// Server sockets that stopped on their budget: read again after this turn.
+    again: Vec<(usize, FlowId)>,
+    next_flow: u64,
+    draining: bool,
+}
+
+impl UdpWorker {
+    pub(crate) fn new(worker: usize, workers: usize) -> UdpWorker {
+        UdpWorker {
+            worker,
+            workers: workers.max(1),
+            tables: Vec::new(),
+            buf: Box::new([]),
+            batch: None,
+            again: Vec::new(),
+            next_flow: 0,
+            draining: false,
+        }
+    }
+
+    /// Open flows on this worker.
+    pub(crate) fn flows(&self) -> usize {
+        self.tables.iter().flatten().map(|t| t.flows.len()).sum()
+    }
+
+    /// Follows the shared listener list: registers the sockets of new UDP listeners, stops
+    /// reading those that left it (their flows carry on until they end).
+    pub(crate) fn sync(&mut self, current: &[Arc<Listener>], epfd: i32) {
+        for i in 0..self.tables.len() {
+            let Some(t) = &mut self.tables[i] else {
+                continue;
+            };
+            let kept = current.iter().any(|l| Arc::ptr_eq(l, &t.listener));
+            if !kept && t.listening {
+                stop_listening(t, epfd);
+            }
+        }
+        if self.draining {
+            return;
+        }
+        for l in current {
+            let Some(sockets) = l.socket.udp() else {
+                continue;
+            };
+            if self
+                .tables
+                .iter()
+                .flatten()
+                .any(|t| Arc::ptr_eq(&t.listener, l))
+            {
+                continue;
+            }
+            let mine: Vec<usize> = (0..sockets.len())
+                .filter(|j| j % self.workers == self.worker)
+                .collect();
+            let slot = match self.tables.iter().position(Option::is_none) {
+                Some(i) => i,
+                None if self.tables.len() < 1 << TABLE_BITS => {
+                    self.tables.push(None);
+                    self.tables.len() - 1
+                }
+                None => {
+                    tracing::warn!("worker {}: too many UDP listeners", self.worker);
+                    continue;
+                }
+            };
+            for &j in &mine {
+                let t = token(slot, j, LISTEN_SLOT);
+                if let Err(e) = sys::epoll_add_exclusive(epfd, sockets[j].as_fd(), t.0 as u64) {
+                    tracing::warn!("UDP listener '{}': cannot register: {e}", l.name);
+                }
+            }
+            if self.buf.is_empty() {
+                self.buf = vec![0u8; BUF].into_boxed_slice();
+                self.batch = Some(sys::RecvBatch::new(sys::BATCH_MAX, BUF));
+            }
+            self.tables[slot] = Some(Table {
+                listener: l.clone(),
+                sockets: mine,
+                listening: true,
+                flows: FlowTable::new(),
+            });
+        }
+    }
+
+    /// The process drains: stop reading clients; flows relay their servers' replies until they
+    /// end (timeout, responses) or the drain deadline cuts them.
+    pub(crate) fn start_drain(&mut self, epfd: i32) {
+        self.draining = true;
+        for t in self.tables.iter_mut().flatten() {
+            if t.listening {
+                stop_listening(t, epfd);
+            }
+        }
+        self.retire();
+    }
+
+    /// Drops the tables of listeners no longer read once their last flow ended.
+    fn retire(&mut self) {
+        for t in &mut self.tables {
+            if t.as_ref()
+                .is_some_and(|t| !t.listening && t.flows.is_empty())
+            {
+                *t = None;
+            }
+        }
+    }
+
+    /// An event on a UDP token.
+    pub(crate) fn on_event(&mut self, tok: Token, cx: &mut Cx<'_>) {
+        let table = (tok.0 >> 48) & ((1 << TABLE_BITS) - 1);
+        let x = (tok.0 >> 32) & 0xffff;
+        let slot = tok.0 & 0xffff_ffff;
+        if slot == LISTEN_SLOT {
+            self.read_clients(table, x, cx);
+            return;
+        }
+        let Some(Some(t)) = self.tables.get(table) else {
+            return;
+        };
+        let Some(id) = t
+            .flows
+            .id_at(slot as u32)
+            .filter(|id| id.gen & 0xffff == x as u32)
+        else {
+            return;
+        };
+        self.read_server(table, id, cx);
+    }
+
+    /// Drives the server sockets that stopped on their budget.
+    pub(crate) fn drive_again(&mut self, cx: &mut Cx<'_>) {
+        let again = std::mem::take(&mut self.again);
+        for (table, id) in again {
+            self.read_server(table, id, cx);
+        }
+    }
+
+    pub(crate) fn has_again(&self) -> bool {
+        !self.again.is_empty()
+    }
+
+    fn read_clients(&mut self, ti: usize, j: usize, cx: &mut Cx<'_>) {
+        // Taken out while its datagrams are handled (they borrow it), put back after.
+        let Some(mut batch) = self.batch.take() else {
+            return;
+        };
+        let mut read = 0;
+        while read < BUDGET {
+            let Some(Some(t)) = self.tables.get(ti) else {
+                break;
+            };
+            let Some(sock) = t.listener.socket.udp().and_then(|s| s.get(j)) else {
+                break;
+            };
+            let got = match batch.recv(sock.as_fd()) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::debug!("UDP listener '{}': {e}", t.listener.name);
+                    break;
+                }
+            };
+            for i in 0..got {
+                let Some((dg, data)) = batch.get(i) else {
+                    Counters::add(&cx.counters.udp_drops, 1);
+                    continue;
+                };
+                if dg.truncated {
+                    Counters::add(&cx.counters.udp_drops, 1);
+                    continue;
+                }
+                self.client_datagram(ti, j, dg, data, cx);
+            }
+            read += got;
+            if got < sys::BATCH_MAX {
+                // The queue is drained (a short batch): the next datagram brings a new event.
+                break;
+            }
+        }
+        self.batch = Some(batch);
+    }
+
+    fn client_datagram(
+        &mut self,
+        ti: usize,
+        j: usize,
+        dg: sys::Datagram,
+        data: &[u8],
+        cx: &mut Cx<'_>,
+    ) {
+        let Some(Some(t)) = self.tables.get_mut(ti) else {
+            return;
+        };
+        let id = match t.flows.find(&dg.from) {
+            Some(id) => id,
+            None => match self.new_flow(ti, j, &dg, cx) {
+                Some(id) => id,
+                None => {
+                    Counters::add(&cx.counters.udp_drops, 1);
+                    return;
+                }
+            },
+        };
+        let Some(Some(t)) = self.tables.get_mut(ti) else {
+            return;
+        };
+        t.flows.touch(id, cx.now);
+        let Some((_, flow)) = t.flows.get_mut(id) else {
+            return;
+        };
+        // PROXY protocol v2 for UDP (issue 13, point 2) plugs in here: with the pool's
+        // `proxy_protocol = "v2"`, quill_core's DGRAM encoder writes the header for (dg.from,
+        // flow.local) into a per-worker buffer ahead of `data`, and the two go out in one
+        // `send` on the flow's socket (a header per datagram, as the protocol asks for DGRAM).
+        let mut sent = send(flow, data);
+        if matches!(&sent, Err(e) if e.kind() == io::ErrorKind::ConnectionRefused) {
+            // An earlier datagram met ICMP port unreachable: move on and send this one there.
+            if let Err(end) = move_on(flow, &dg.from, token_of(ti, id), cx) {
+                self.end(ti, id, refused(end), cx);
+                return;
+            }
+            sent = send(flow, data);
+        }
+        match sent {
+            Ok(n) => {
+                flow.datagrams_in = flow.datagrams_in.saturating_add(1);
+                flow.bytes_in += n as u64;
+                Counters::add(&cx.counters.udp_datagrams_in, 1);
+                Counters::add(&cx.counters.udp_bytes_in, n as u64);
+            }
+            Err(e) => {
+                tracing::debug!("UDP flow {}: send to server: {e}", flow.id);
+                Counters::add(&cx.counters.udp_drops, 1);
+            }
+        }
+    }
+
+    /// Makes the flow of a new client, evicting the flow idle for longest at `max_flows`.
+    /// None when the datagram is dropped (denied, no server, no room, a local error).
+    fn new_flow(
+        &mut self,
+        ti: usize,
+        j: usize,
+        dg: &sys::Datagram,
+        cx: &mut Cx<'_>,
+    ) -> Option<FlowId> {
+        let t = self.tables.get(ti)?.as_ref()?;
+        let listener = t.listener.clone();
+        let pool = listener.pool.load_full();
+        if !pool.admits(Some(dg.from.ip())) {
+            cx.counters.ended(End::Denied);
+            return None;
+        }
+        let max = pool
+            .udp
+            .as_ref()
+            .map_or(u64::MAX, |u| u64::from(u.max_flows));
+        if listener.flows.load(Ordering::Relaxed) >= max {
+            let oldest = t.flows.oldest().map(|(id, _)| id)?;
+            Counters::add(&cx.counters.udp_evictions, 1);
+            self.end(ti, oldest, End::Evicted, cx);
+        }
+        let t = self.tables.get_mut(ti)?.as_mut()?;
+        let client = Client {
+            ip: Some(dg.from.ip()),
+            port: dg.from.port(),
+        };
+        let tracked = if pool.mode.tracking() {
+            pool.clients.lookup(
+                dg.from.ip(),
+                (cx.now / 1000) as u32,
+                pool.tuning.tracking_time.as_secs() as u32,
+            )
+        } else {
+            None
+        };
+        let first = balancer::pick(
+            &pool.view(client.ip),
+            &pool.mode,
+            &client,
+            tracked,
+            &pool.cursor,
+            cx.rand,
+            cx.now,
+        );
+        // Flow ids start at FLOW_IDS, apart from session ids (`connections`, `close N`).
+        let id = FLOW_IDS + self.next_flow * self.workers as u64 + self.worker as u64;
+        self.next_flow += 1;
+        // The flow first, then its socket: the socket's token needs the flow's slot and generation.
+        let mut flow = Flow {
+            id,
+            socket: None,
+            lease: None,
+            pool: pool.clone(),
+            first: first.map_or(u32::MAX, |i| i as u32),
+            tried: 0,
+            emergency: false,
+            via: j as u16,
+            local: dg.to,
+            started_ms: cx.now,
+            datagrams_in: 0,
+            datagrams_out: 0,
+            responses: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+        };
+        let lease = match first {
+            Some(i) => Some(ServerLease::new(pool.servers[i].clone())),
+            None => {
+                flow.emergency = true;
+                pool.emergency.clone().map(ServerLease::new)
+            }
+        };
+        flow.lease = lease;
+        let fid = t.flows.insert(dg.from, flow, cx.now);
+        listener.flows.fetch_add(1, Ordering::Relaxed);
+        Counters::add(&cx.counters.udp_flows_open, 1);
+        Counters::add(&cx.counters.udp_flows_total, 1);
+        let tok = token_of(ti, fid);
+        let (_, flow) = t.flows.get_mut(fid)?;
+        let ok = match flow.lease.as_ref() {
+            Some(_) => match connect_server(flow, &dg.from, tok, cx) {
+                Connect::Done => Ok(()),
+                Connect::TryNext => move_on(flow, &dg.from, tok, cx),
+                Connect::Local => Err(End::Error),
+            },
+            None => Err(End::NoServer),
+        };
+        if let Err(end) = ok {
+            self.end(ti, fid, end, cx);
+            return None;
+        }
+        Some(fid)
+    }
+
+    fn read_server(&mut self, ti: usize, id: FlowId, cx: &mut Cx<'_>) {
+        for _ in 0..BUDGET {
+            let Some(Some(t)) = self.tables.get_mut(ti) else {
+                return;
+            };
+            let Some((&client, flow)) = t.flows.get_mut(id) else {
+                return;
+            };
+            let Some(socket) = &flow.socket else {
+                return;
+            };
+            let n = match socket.recv(&mut self.buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                    if let Err(end) = move_on(flow, &client, token_of(ti, id), cx) {
+                        self.end(ti, id, refused(end), cx);
+                        return;
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!("UDP flow {}: from server: {e}", flow.id);
+                    Counters::add(&cx.counters.udp_drops, 1);
+                    return;
+                }
+            };
+            let Some(sock) = t
+                .listener
+                .socket
+                .udp()
+                .and_then(|s| s.get(usize::from(flow.via)))
+            else {
+                return;
+            };
+            match sys::send_from_to(sock.as_fd(), &self.buf[..n], &client, flow.local) {
+                Ok(n) => {
+                    flow.datagrams_out = flow.datagrams_out.saturating_add(1);
+                    flow.bytes_out += n as u64;
+                    Counters::add(&cx.counters.udp_datagrams_out, 1);
+                    Counters::add(&cx.counters.udp_bytes_out, n as u64);
+                }
+                Err(e) => {
+                    tracing::debug!("UDP flow {}: to client {client}: {e}", flow.id);
+                    Counters::add(&cx.counters.udp_drops, 1);
+                }
+            }
+            flow.responses = flow.responses.saturating_add(1);
+            let limit = flow.pool.udp.as_ref().map_or(0, |u| u.flow_responses);
+            t.flows.touch(id, cx.now);
+            if limit > 0 && flow_responses(t, id) >= limit {
+                self.end(ti, id, End::Responses, cx);
+                return;
+            }
+        }
+        self.again.push((ti, id));
+    }
+
+    /// When the next flow times out (clock ms).
+    pub(crate) fn next_expiry(&self) -> Option<u64> {
+        self.tables
+            .iter()
+            .flatten()
+            .filter_map(|t| {
+                let (_, last) = t.flows.oldest()?;
+                Some(last.saturating_add(timeout_ms(t)))
+            })
+            .min()
+    }
+
+    /// Ends the flows idle for their listener's `flow_timeout`.
+    pub(crate) fn expire(&mut self, cx: &mut Cx<'_>) {
+        for ti in 0..self.tables.len() {
+            while let Some(Some(t)) = self.tables.get(ti) {
+                let Some((id, last)) = t.flows.oldest() else {
+                    break;
+                };
+                if last.saturating_add(timeout_ms(t)) > cx.now {
+                    break;
+                }
+                self.end(ti, id, End::IdleTimeout, cx);
+            }
+        }
+        if self.draining || self.tables.iter().flatten().any(|t| !t.listening) {
+            self.retire();
+        }
+    }
+
+    /// Ends every flow (the drain deadline, a stop).
+    pub(crate) fn close_all(&mut self, end: End, cx: &mut Cx<'_>) {
+        for ti in 0..self.tables.len() {
+            let ids = match &self.tables[ti] {
+                Some(t) => t.flows.ids(),
+                None => continue,
+            };
+            for id in ids {
+                self.end(ti, id, end, cx);
+            }
+        }
+        self.retire();
+    }
+
+    /// Ends flow `id` if this worker has it (`close N`).
+    pub(crate) fn close_id(&mut self, flow_id: u64, cx: &mut Cx<'_>) -> bool {
+        for ti in 0..self.tables.len() {
+            let found = self.tables[ti].as_ref().and_then(|t| {
+                t.flows
+                    .iter()
+                    .find(|(_, _, f, _)| f.id == flow_id)
+                    .map(|(id, ..)| id)
+            });
+            if let Some(id) = found {
+                self.end(ti, id, End::Closed, cx);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The open flows, as `connections` shows them.
+    pub(crate) fn report(&self, now: u64, out: &mut Vec<SessionInfo>) {
+        for t in self.tables.iter().flatten() {
+            for (_, client, f, _) in t.flows.iter() {
+                out.push(SessionInfo {
+                    id: f.id,
+                    listener: t.listener.name.clone(),
+                    client: client.to_string(),
+                    server: f.lease.as_ref().map(|l| l.server().addr().to_string()),
+                    age_ms: now.saturating_sub(f.started_ms),
+                    bytes_in: f.bytes_in,
+                    bytes_out: f.bytes_out,
+                    state: "flow",
+                });
+            }
+        }
+    }
+
+    fn end(&mut self, ti: usize, id: FlowId, end: End, cx: &mut Cx<'_>) {
+        let Some(Some(t)) = self.tables.get_mut(ti) else {
+            return;
+        };
+        let Some((client, flow)) = t.flows.remove(id) else {
+            return;
+        };
+        t.listener.flows.fetch_sub(1, Ordering::Relaxed);
+        cx.counters.udp_flows_open.fetch_sub(1, Ordering::Relaxed);
+        cx.counters.ended(end);
+        Counters::add(&cx.counters.bytes_in, flow.bytes_in);
+        Counters::add(&cx.counters.bytes_out, flow.bytes_out);
+        let server = flow.lease.as_ref().map(|l| l.server().clone());
+        if let Some(s) = &server {
+            s.count_bytes(flow.bytes_in, flow.bytes_out);
+        }
+        let server_addr = server.as_ref().map(|s| s.addr() as &dyn std::fmt::Display);
+        tracing::debug!(
+            "UDP flow {} {client} -> {}: {} datagrams ({} bytes) in, {} datagrams ({} bytes) out, {}",
+            flow.id,
+            server_addr.unwrap_or(&"-"),
+            flow.datagrams_in,
+            flow.bytes_in,
+            flow.datagrams_out,
+            flow.bytes_out,
+            end.name()
+        );
+        if let Some(log) = cx.log.as_deref_mut() {
+            log.write(&Entry {
+                client_ip: &client.ip(),
+                unix_time: crate::clock::unix_time(),
+                server: server_addr,
+                bytes_in: flow.bytes_in,
+                bytes_out: flow.bytes_out,
+                duration_ms: cx.now.saturating_sub(flow.started_ms),
+                end,
+            });
+        }
+        // The socket closes here, which also takes it out of the epoll set.
+        drop(flow);
+    }
+}
+
+/// How a flow ends after ICMP port unreachable: `refused` when no server is left.
+fn refused(end: End) -> End {
+    match end {
+        End::NoServer => End::Refused,
+        other => other,
+    }
+}
+
+fn flow_responses(t: &Table, id: FlowId) -> u32 {
+    t.flows.get(id).map_or(0, |(_, f)| f.responses)
+}
+
+fn timeout_ms(t: &Table) -> u64 {
+    let pool = t.listener.pool.load();
+    millis(
+        pool.udp
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(30), |u| u.flow_timeout),
+    )
+}
+
+fn token_of(ti: usize, id: FlowId) -> Token {
+    token(ti, id.gen as usize, id.slot as usize)
+}
+
+fn stop_listening(t: &mut Table, epfd: i32) {
+    if let Some(sockets) = t.listener.socket.udp() {
+        for &j in &t.sockets {
+            if let Some(s) = sockets.get(j) {
+                let _ = sys::epoll_del(epfd, s.as_fd());
+            }
+        }
+    }
+    t.listening = false;
+}
+
+/// Opens the flow's socket to its leased server: connected, registered under `tok`. False when
+/// the server cannot be used (a Unix or named address, or the connect failed at once: then it is
+/// blacklisted); a local failure is false too, without blame.
+fn connect_server(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<'_>) -> Connect {
+    let Some(lease) = &flow.lease else {
+        return Connect::TryNext;
+    };
+    let server = lease.server().clone();
+    let BackendAddr::Tcp(addr) = server.addr() else {
+        return Connect::TryNext;
+    };
+    let made = Socket::new(
+        Domain::for_address(*addr),
+        Type::DGRAM.nonblocking().cloexec(),
+        None,
+    )
+    .and_then(|s| s.connect(&(*addr).into()).map(|()| s));
+    let socket = match made {
+        Ok(s) => mio::net::UdpSocket::from_std(s.into()),
+        Err(e) => {
+            tracing::debug!("UDP flow {}: cannot connect to {addr}: {e}", flow.id);
+            if crate::net::is_local_error(&e) {
+                // Out of descriptors, ports or memory: no server is to blame.
+                return Connect::Local;
+            }
+            return Connect::TryNext;
+        }
+    };
+    let mut socket = socket;
+    if let Err(e) = cx.registry.register(&mut socket, tok, Interest::READABLE) {
+        tracing::debug!("UDP flow {}: cannot register: {e}", flow.id);
+        return Connect::Local;
+    }
+    // The old socket, if any, closes here (and leaves the epoll set with it).
+    flow.socket = Some(socket);
+    if flow.pool.mode.tracking() && !flow.emergency {
+        if let Some(i) = flow.current_index() {
+            flow.pool
+                .clients
+                .store(client.ip(), i, (cx.now / 1000) as u32);
+        }
+    }
+    Connect::Done
+}
+
+/// What opening a flow's socket to its server gave.
+enum Connect {
+    Done,
+    /// The server cannot be used: blacklist it and try the next ([`move_on`]).
+    TryNext,
+    /// A local failure (descriptors, ports, memory): the flow ends, no server blamed.
+    Local,
+}
+
+fn send(flow: &Flow, data: &[u8]) -> io::Result<usize> {
+    match &flow.socket {
+        Some(s) => s.send(data),
+        None => Err(io::Error::from(io::ErrorKind::NotConnected)),
+    }
+}
+
+impl Flow {
+    /// The index in the pool of the server the flow is leased to (None for the emergency).
+    fn current_index(&self) -> Option<usize> {
+        let lease = self.lease.as_ref()?;
+        self.pool
+            .servers
+            .iter()
+            .position(|s| Arc::ptr_eq(s, lease.server()))
+    }
+}
+
+/// The flow's server refused (ICMP port unreachable) or could not be used: blacklist it and move
+/// the flow to the next server in Pen's failover order, then the emergency server. Err(NoServer)
+/// when none is left (after ICMP the flow ends `refused`), Err(Error) on a local failure.
+fn move_on(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<'_>) -> Result<(), End> {
+    loop {
+        if let Some(lease) = flow.lease.take() {
+            let server = lease.end();
+            if !server.is_blacklisted(cx.now) {
+                server.blacklist(cx.now, flow.pool.tuning.blacklist);
+                server.failures.fetch_add(1, Ordering::Relaxed);
+                Counters::add(&cx.counters.connect_failures, 1);
+                tracing::info!(
+                    "UDP server {} failed (ICMP unreachable or no socket to it)",
+                    server.addr()
+                );
+            }
+        }
+        flow.socket = None;
+        let pool = flow.pool.clone();
+        let stubborn_failed = pool.mode.stubborn && flow.first != u32::MAX;
+        let next = if flow.emergency || stubborn_failed {
+            return Err(End::NoServer);
+        } else if flow.first != u32::MAX {
+            let mut tried = flow.tried as usize;
+            let next = balancer::failover(
+                &pool.view(Some(client.ip())),
+                flow.first as usize,
+                &mut tried,
+                cx.now,
+            );
+            flow.tried = tried as u32;
+            next
+        } else {
+            None
+        };
+        match next {
+            Some(i) => flow.lease = Some(ServerLease::new(pool.servers[i].clone())),
+            None => {
+                flow.emergency = true;
+                match pool.emergency.clone() {
+                    Some(s) => flow.lease = Some(ServerLease::new(s)),
+                    None => return Err(End::NoServer),
+                }
+            }
+        }
+        match connect_server(flow, client, tok, cx) {
+            Connect::Done => return Ok(()),
+            Connect::TryNext => {}
+            Connect::Local => return Err(End::Error),
+        }
+    }
+}

@@ -1,0 +1,996 @@
+//! UDP balancing (issue 13, point 1): `-U` and `protocol = "udp"`, per-client flows relayed to
+//! real UDP echo servers the tests start on loopback, through the real `quill` binary.
+
+#[path = "support/ctl.rs"]
+mod ctl;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ctl::*;
+use support::*;
+
+/// How long a reply may take on loopback before the test calls it lost.
+const REPLY: Duration = Duration::from_secs(2);
+
+/// A UDP server on loopback: answers each datagram with `NAME:` and the datagram, `replies`
+/// times (0: silent), and remembers which client addresses wrote to it.
+struct UdpServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Vec<SocketAddr>>>,
+    datagrams: Arc<AtomicUsize>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl UdpServer {
+    fn start(name: &str) -> UdpServer {
+        UdpServer::start_at(IpAddr::V4(Ipv4Addr::LOCALHOST), name, 1)
+    }
+
+    fn start_at(ip: IpAddr, name: &str, replies: usize) -> UdpServer {
+        let socket = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        let addr = socket.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let datagrams = Arc::new(AtomicUsize::new(0));
+        let (st, se, dg) = (stop.clone(), seen.clone(), datagrams.clone());
+        let prefix = format!("{name}:").into_bytes();
+        let thread = thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            // Bounded: a test lasts well under this many 20 ms waits.
+            for _ in 0..30_000 {
+                if st.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok((n, from)) = socket.recv_from(&mut buf) else {
+                    continue;
+                };
+                dg.fetch_add(1, Ordering::Relaxed);
+                se.lock().unwrap().push(from);
+                let mut answer = prefix.clone();
+                answer.extend_from_slice(&buf[..n]);
+                for _ in 0..replies {
+                    let _ = socket.send_to(&answer, from);
+                }
+            }
+        });
+        UdpServer {
+            addr,
+            stop,
+            seen,
+            datagrams,
+            thread: Some(thread),
+        }
+    }
+
+    /// Distinct client addresses (Quill's flow sockets) that wrote to this server.
+    fn flows(&self) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
+    fn datagrams(&self) -> usize {
+        self.datagrams.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for UdpServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A free UDP port on `ip`, below the ephemeral range (32768 and up on Linux): a port the kernel
+/// handed out as ephemeral could be taken again by any socket (a flow's, a benchmark's) before
+/// Quill binds it.
+fn free_udp_port(ip: IpAddr) -> u16 {
+    use std::sync::atomic::AtomicU64;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let seed = u64::from(std::process::id())
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    for _ in 0..1000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000
+            + ((seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(n * 7919))
+                % 12_000) as u16;
+        if UdpSocket::bind(SocketAddr::new(ip, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free UDP port in 20000-31999");
+}
+
+/// Starts quill with `args` and waits (bounded) until it says it is ready.
+fn start(dir: tempfile::TempDir, args: Vec<String>, port: u16) -> QuillProcess {
+    let q = QuillProcess::spawn_in(dir, args, port);
+    assert!(
+        q.wait_stderr_contains("ready: ", READY_TIMEOUT)
+            && q.wait_stderr_contains(" worker(s)", READY_TIMEOUT),
+        "quill not ready; stderr:\n{}",
+        q.stderr()
+    );
+    q
+}
+
+/// `quill -U OPTS -l DIR/access.log 127.0.0.1:PORT SERVERS...`
+fn start_pen(opts: &[&str], servers: &[&UdpServer]) -> QuillProcess {
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let servers: Vec<String> = servers.iter().map(|s| s.addr.to_string()).collect();
+    let mut o = vec!["-U"];
+    o.extend_from_slice(opts);
+    let args = pen_args(dir.path(), port, &o, &servers);
+    start(dir, args, port)
+}
+
+/// Quill with the TOML `body` (which names `{PORT}`, `{LOG}` and `{CTL}`) at DIR/q.toml.
+fn start_toml(body: &str) -> QuillProcess {
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let text = body
+        .replace("{PORT}", &port.to_string())
+        .replace(
+            "{LOG}",
+            &dir.path().join("access.log").display().to_string(),
+        )
+        .replace("{CTL}", &dir.path().join("ctl.sock").display().to_string());
+    let path = dir.path().join("q.toml");
+    fs::write(&path, text).unwrap();
+    let args = vec!["--config".to_string(), path.display().to_string()];
+    start(dir, args, port)
+}
+
+/// A client socket on `ip` (any 127.0.0.0/8 address works on Linux loopback).
+fn client_on(ip: IpAddr) -> UdpSocket {
+    let c = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+    c.set_read_timeout(Some(REPLY)).unwrap();
+    c
+}
+
+fn client() -> UdpSocket {
+    client_on(Ipv4Addr::LOCALHOST.into())
+}
+
+/// Sends `msg` to `to` and waits for one reply: (reply, where it came from).
+fn ask(c: &UdpSocket, to: SocketAddr, msg: &str) -> Option<(String, SocketAddr)> {
+    c.send_to(msg.as_bytes(), to).unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, from) = c.recv_from(&mut buf).ok()?;
+    Some((String::from_utf8_lossy(&buf[..n]).into_owned(), from))
+}
+
+/// Like [`ask`], but retried (bounded) until a reply comes: a first datagram may be lost to a
+/// dead server before the flow moves on.
+fn ask_until_answered(c: &UdpSocket, to: SocketAddr, msg: &str) -> String {
+    c.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    for _ in 0..20 {
+        if let Some((r, _)) = ask(c, to, msg) {
+            c.set_read_timeout(Some(REPLY)).unwrap();
+            return r;
+        }
+    }
+    panic!("no reply to {msg:?} from {to}");
+}
+
+fn reply_of(c: &UdpSocket, to: SocketAddr, msg: &str) -> String {
+    ask(c, to, msg)
+        .unwrap_or_else(|| panic!("no reply to {msg:?} from {to}"))
+        .0
+}
+
+fn server_name(reply: &str) -> &str {
+    reply.split(':').next().unwrap_or_default()
+}
+
+#[test]
+fn udp_datagrams_reach_server_and_replies_come_back() {
+    let a = UdpServer::start("a");
+    let q = start_pen(&[], &[&a]);
+    let c = client();
+    for i in 0..5 {
+        let (reply, from) = ask(&c, q.addr(), &format!("hello {i}")).expect("a reply");
+        assert_eq!(reply, format!("a:hello {i}"));
+        assert_eq!(from, q.addr(), "the reply comes from the listening address");
+    }
+    // A datagram bigger than a TCP-ish buffer still goes through whole.
+    let big = "x".repeat(1400);
+    assert_eq!(reply_of(&c, q.addr(), &big), format!("a:{big}"));
+    assert_eq!(a.flows(), 1, "one client, one flow socket at the server");
+    assert_eq!(a.datagrams(), 6);
+}
+
+#[test]
+fn udp_client_flow_sticks_to_one_server() {
+    let (a, b) = (UdpServer::start("a"), UdpServer::start("b"));
+    let q = start_pen(&["-r"], &[&a, &b]);
+    for _ in 0..4 {
+        let c = client();
+        let first = reply_of(&c, q.addr(), "0");
+        let name = server_name(&first).to_string();
+        for i in 1..10 {
+            let r = reply_of(&c, q.addr(), &i.to_string());
+            assert_eq!(
+                server_name(&r),
+                name,
+                "a flow's datagrams all reach one server"
+            );
+        }
+    }
+}
+
+#[test]
+fn udp_round_robin_spreads_flows_evenly() {
+    // Pen's -rU is known to spread UDP clients unevenly; here every new flow takes the next
+    // server of the shared round-robin cursor, whichever worker holds it.
+    let (a, b, c3) = (
+        UdpServer::start("a"),
+        UdpServer::start("b"),
+        UdpServer::start("c"),
+    );
+    let q = start_pen(&["-r", "--workers", "2"], &[&a, &b, &c3]);
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let clients: Vec<UdpSocket> = (0..30).map(|_| client()).collect();
+    for c in &clients {
+        let r = reply_of(c, q.addr(), "hi");
+        *counts.entry(server_name(&r).to_string()).or_default() += 1;
+    }
+    assert_eq!(
+        counts.values().copied().collect::<Vec<_>>(),
+        vec![10, 10, 10],
+        "{counts:?}"
+    );
+    assert_eq!((a.flows(), b.flows(), c3.flows()), (10, 10, 10));
+}
+
+#[test]
+fn udp_weights_and_priorities_apply_per_flow() {
+    // Priorities: every flow goes to the best (lowest) priority while it is available.
+    let (a, b) = (UdpServer::start("a"), UdpServer::start("b"));
+    let servers = [spec_full(a.addr, 0, 0, 1, 2), spec_full(b.addr, 0, 0, 1, 1)];
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let args = pen_args(dir.path(), port, &["-U", "-O", "prio"], &servers);
+    let q = start(dir, args, port);
+    let held: Vec<UdpSocket> = (0..6).map(|_| client()).collect();
+    for c in &held {
+        assert_eq!(server_name(&reply_of(c, q.addr(), "p")), "b");
+    }
+    drop(q);
+    // Weights: open flows count as the server's sessions, shared 3 to 1.
+    let (a, b) = (UdpServer::start("a"), UdpServer::start("b"));
+    let servers = [spec_full(a.addr, 0, 0, 3, 0), spec_full(b.addr, 0, 0, 1, 0)];
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    // -r: no client tracking (every client here is 127.0.0.1, which tracking keeps on one server).
+    let args = pen_args(dir.path(), port, &["-U", "-r", "-W"], &servers);
+    let q = start(dir, args, port);
+    let held: Vec<UdpSocket> = (0..8).map(|_| client()).collect();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for c in &held {
+        let r = reply_of(c, q.addr(), "w");
+        *counts.entry(server_name(&r).to_string()).or_default() += 1;
+    }
+    assert_eq!(counts.get("a"), Some(&6), "{counts:?}");
+    assert_eq!(counts.get("b"), Some(&2), "{counts:?}");
+}
+
+const ONE_WORKER: &str = "workers = 1\nlog = \"{LOG}\"\ncontrol = \"{CTL}\"\n";
+
+fn udp_listener(servers: &[&UdpServer], udp: &str) -> String {
+    let list: Vec<String> = servers.iter().map(|s| format!("\"{}\"", s.addr)).collect();
+    format!(
+        "[[listener]]\nname = \"dns\"\nlisten = \"127.0.0.1:{{PORT}}\"\nprotocol = \"udp\"\nservers = [{}]\nudp = {{ {udp} }}\n",
+        list.join(", ")
+    )
+}
+
+#[test]
+fn udp_flow_timeout_ends_idle_flow() {
+    let a = UdpServer::start("a");
+    let q = start_toml(&format!(
+        "{ONE_WORKER}{}",
+        udp_listener(&[&a], "flow_timeout = \"300ms\"")
+    ));
+    let c = client();
+    let started = Instant::now();
+    assert_eq!(reply_of(&c, q.addr(), "one"), "a:one");
+    let line = q.wait_line_at(0, Duration::from_secs(5));
+    let waited = started.elapsed();
+    assert_eq!(line.end, "idle_timeout", "{line:?}");
+    assert!(
+        waited >= Duration::from_millis(250),
+        "ended after {waited:?}, before its 300ms timeout"
+    );
+    assert_eq!((line.bytes_in, line.bytes_out), (3, 5), "{line:?}");
+    // The client's next datagram makes a new flow (a new socket at the server).
+    assert_eq!(reply_of(&c, q.addr(), "two"), "a:two");
+    assert_eq!(a.flows(), 2);
+}
+
+#[test]
+fn udp_max_flows_evicts_oldest_idle_flow() {
+    let a = UdpServer::start("a");
+    let q = start_toml(&format!(
+        "{ONE_WORKER}{}",
+        udp_listener(&[&a], "max_flows = 2, flow_timeout = \"1m\"")
+    ));
+    let ip = |n: u8| IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
+    let (c1, c2, c3) = (client_on(ip(1)), client_on(ip(2)), client_on(ip(3)));
+    assert_eq!(reply_of(&c1, q.addr(), "1"), "a:1");
+    assert_eq!(reply_of(&c2, q.addr(), "2"), "a:2");
+    // c1 is active again: c2 is now the flow idle for longest.
+    assert_eq!(reply_of(&c1, q.addr(), "1"), "a:1");
+    assert_eq!(reply_of(&c3, q.addr(), "3"), "a:3");
+    let line = q.wait_line_at(0, Duration::from_secs(5));
+    assert_eq!(
+        (line.client.as_str(), line.end.as_str()),
+        ("127.0.0.2", "evicted")
+    );
+    // c1 keeps its flow (no new socket at the server); c2 comes back with a new one.
+    let before = a.flows();
+    assert_eq!(reply_of(&c1, q.addr(), "1"), "a:1");
+    assert_eq!(a.flows(), before, "c1's flow was kept");
+    assert_eq!(reply_of(&c2, q.addr(), "2"), "a:2");
+    assert_eq!(a.flows(), before + 1, "c2 got a new flow");
+    // Room for c2: c3 has been idle for longest now (c1 spoke after it).
+    let line = q.wait_line_at(1, Duration::from_secs(5));
+    assert_eq!(
+        (line.client.as_str(), line.end.as_str()),
+        ("127.0.0.3", "evicted")
+    );
+}
+
+#[test]
+fn udp_flow_responses_ends_flow_after_n_replies() {
+    // The server answers every datagram twice; with flow_responses = 1 the flow ends after the
+    // first answer, so the client sees one.
+    let a = UdpServer::start_at(Ipv4Addr::LOCALHOST.into(), "a", 2);
+    let q = start_toml(&format!(
+        "{ONE_WORKER}{}",
+        udp_listener(&[&a], "flow_responses = 1")
+    ));
+    let c = client();
+    assert_eq!(reply_of(&c, q.addr(), "q1"), "a:q1");
+    let line = q.wait_line_at(0, Duration::from_secs(5));
+    assert_eq!(line.end, "responses", "{line:?}");
+    c.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert!(
+        c.recv_from(&mut buf).is_err(),
+        "the second answer went nowhere"
+    );
+    // The next query is a new flow.
+    c.set_read_timeout(Some(REPLY)).unwrap();
+    assert_eq!(reply_of(&c, q.addr(), "q2"), "a:q2");
+    assert_eq!(q.wait_line_at(1, Duration::from_secs(5)).end, "responses");
+    assert_eq!(a.flows(), 2);
+}
+
+#[test]
+fn udp_reply_comes_from_address_client_wrote_to_on_wildcard_listener() {
+    let a = UdpServer::start("a");
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::UNSPECIFIED.into());
+    let args = vec![
+        "-U".to_string(),
+        format!("0.0.0.0:{port}"),
+        a.addr.to_string(),
+    ];
+    let _q = start(dir, args, port);
+    for last in [1u8, 2] {
+        let to = SocketAddr::new(Ipv4Addr::new(127, 0, 0, last).into(), port);
+        let c = client();
+        let (reply, from) = ask(&c, to, "where").expect("a reply");
+        assert_eq!(reply, "a:where");
+        assert_eq!(
+            from, to,
+            "the reply leaves from the address the client wrote to"
+        );
+    }
+}
+
+#[test]
+fn udp_ipv6_flows_work() {
+    let v6 = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+    if UdpSocket::bind(SocketAddr::new(v6, 0)).is_err() {
+        eprintln!("skipped: no IPv6 loopback on this machine");
+        return;
+    }
+    let a = UdpServer::start_at(v6, "a", 1);
+    let dir = scratch_dir();
+    let port = free_udp_port(v6);
+    let args = vec![
+        "-U".to_string(),
+        format!("[::1]:{port}"),
+        a.addr.to_string(),
+    ];
+    let _q = start(dir, args, port);
+    let c = client_on(v6);
+    let to = SocketAddr::new(v6, port);
+    let (reply, from) = ask(&c, to, "six").expect("a reply over IPv6");
+    assert_eq!((reply.as_str(), from), ("a:six", to));
+    // An IPv4 client of an IPv4 server behind an IPv6 wildcard is not this test's business;
+    // an IPv6 client to an IPv4 server is: the flow's socket has the server's family.
+    let b = UdpServer::start("b");
+    let dir = scratch_dir();
+    let port = free_udp_port(v6);
+    let args = vec!["-U".to_string(), format!("[::]:{port}"), b.addr.to_string()];
+    let _q = start(dir, args, port);
+    let to = SocketAddr::new(v6, port);
+    let (reply, from) = ask(&c, to, "mixed").expect("a reply");
+    assert_eq!((reply.as_str(), from), ("b:mixed", to));
+}
+
+#[test]
+fn udp_dead_server_is_blacklisted_by_icmp_unreachable() {
+    let a = UdpServer::start("a");
+    // Nothing listens here: the kernel answers ICMP port unreachable.
+    let dead = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let sock = dir.path().join("ctl.sock").display().to_string();
+    let args = pen_args(
+        dir.path(),
+        port,
+        &["-U", "-r", "-b", "60", "-C", &sock],
+        &[dead.to_string(), a.addr.to_string()],
+    );
+    let q = start(dir, args, port);
+    wait_ctl(&q, &q.path("ctl.sock"));
+    // The first flow goes to the dead server (round robin starts there); its datagram draws the
+    // ICMP error, the flow moves to `a`, and the client's retry is answered.
+    let c = client();
+    assert_eq!(server_name(&ask_until_answered(&c, q.addr(), "x")), "a");
+    let servers = ctl(&q.path("ctl.sock"), "servers");
+    let first = servers.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("blacklisted") || first.contains("blacklist"),
+        "{servers}"
+    );
+    // Every new flow now skips the dead server.
+    for _ in 0..6 {
+        let c = client();
+        assert_eq!(server_name(&reply_of(&c, q.addr(), "y")), "a");
+    }
+    let m = ctl(&q.path("ctl.sock"), "servers");
+    assert!(m.lines().count() >= 2, "{m}");
+}
+
+#[test]
+fn udp_access_log_has_one_line_per_flow() {
+    let a = UdpServer::start("a");
+    let q = start_toml(&format!(
+        "{ONE_WORKER}{}",
+        udp_listener(&[&a], "flow_timeout = \"200ms\"")
+    ));
+    let ip = |n: u8| IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
+    for n in 1..=3u8 {
+        let c = client_on(ip(n));
+        for _ in 0..n {
+            assert_eq!(reply_of(&c, q.addr(), "abcd"), "a:abcd");
+        }
+    }
+    let lines = q.wait_log_lines(3, Duration::from_secs(5));
+    thread::sleep(Duration::from_millis(400));
+    let lines_after = q.log_lines();
+    assert_eq!(lines_after.len(), 3, "{lines_after:#?}");
+    let mut by_client: Vec<_> = lines
+        .iter()
+        .map(|l| {
+            (
+                l.client.clone(),
+                l.server.clone(),
+                l.bytes_in,
+                l.bytes_out,
+                l.end.clone(),
+            )
+        })
+        .collect();
+    by_client.sort();
+    let server = a.addr.to_string();
+    assert_eq!(
+        by_client,
+        vec![
+            (
+                "127.0.0.1".into(),
+                server.clone(),
+                4,
+                6,
+                "idle_timeout".into()
+            ),
+            (
+                "127.0.0.2".into(),
+                server.clone(),
+                8,
+                12,
+                "idle_timeout".into()
+            ),
+            ("127.0.0.3".into(), server, 12, 18, "idle_timeout".into()),
+        ]
+    );
+}
+
+#[test]
+fn udp_pen_command_line_dash_u_works() {
+    let (a, b) = (UdpServer::start("a"), UdpServer::start("b"));
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    // `quill -U 127.0.0.1:PORT a:p b:p`, as with Pen.
+    let args = vec![
+        "-U".to_string(),
+        format!("127.0.0.1:{port}"),
+        a.addr.to_string(),
+        b.addr.to_string(),
+    ];
+    let q = start(dir, args, port);
+    // Pen tracks clients by address by default: each address keeps its server, and new
+    // addresses are spread.
+    let mut names = BTreeSet::new();
+    for n in 1..=4u8 {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
+        let name = server_name(&reply_of(&client_on(ip), q.addr(), "pen")).to_string();
+        let again = server_name(&reply_of(&client_on(ip), q.addr(), "pen")).to_string();
+        assert_eq!(
+            name, again,
+            "a tracked client address returns to its server"
+        );
+        names.insert(name);
+    }
+    assert_eq!(names.len(), 2, "both servers serve flows: {names:?}");
+    // `quill check` agrees, and -U with --config says where UDP goes instead.
+    let (code, out, err) = run_quill_output(&["check", "-U", "127.0.0.1:9", &a.addr.to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, err) = run_quill_expect_exit(&["-U", "--config", "/nonexistent.toml"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("protocol = \"udp\""), "{err}");
+}
+
+#[test]
+fn udp_config_errors_name_file_and_line() {
+    let dir = scratch_dir();
+    let cases = [
+        (
+            "[[listener]]\nname = \"d\"\nlisten = \"127.0.0.1:5353\"\nprotocol = \"udp\"\nservers = [\"127.0.0.1:53\"]\nudp = { max_flows = 0 }\n",
+            6,
+            "udp: max_flows: 0 is out of range",
+        ),
+        (
+            "[[listener]]\nname = \"d\"\nlisten = \"127.0.0.1:5353\"\nprotocol = \"udp\"\nservers = [\"127.0.0.1:53\"]\nudp = { flow_timeout = \"later\" }\n",
+            6,
+            "udp: flow_timeout:",
+        ),
+        (
+            "[[listener]]\nname = \"d\"\nlisten = \"127.0.0.1:5353\"\nservers = [\"127.0.0.1:53\"]\nudp = { flow_responses = 1 }\n",
+            5,
+            "[listener.udp] needs protocol = \"udp\"",
+        ),
+        (
+            "[[listener]]\nname = \"d\"\nlisten = \"127.0.0.1:5353\"\nprotocol = \"udp\"\nservers = [\"127.0.0.1:53\"]\nudp = { flow_timeouts = 3 }\n",
+            6,
+            "flow_timeouts",
+        ),
+    ];
+    for (i, (text, line, needle)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("c{i}.toml"));
+        fs::write(&path, text).unwrap();
+        let p = path.display().to_string();
+        let (code, _out, err) = run_quill_output(&["check", "--config", &p]);
+        assert_eq!(code, 2, "{text}: {err}");
+        let want = format!("{p}:{line}:");
+        assert!(err.contains(&want), "{err:?} should name {want}");
+        assert!(err.contains(needle), "{err:?} should contain {needle:?}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err:?}");
+    }
+}
+
+#[test]
+fn udp_control_connections_show_flows_and_close_ends_one() {
+    let a = UdpServer::start("a");
+    let q = start_toml(&format!("{ONE_WORKER}{}", udp_listener(&[&a], "")));
+    let sock = q.path("ctl.sock");
+    wait_ctl(&q, &sock);
+    let c = client();
+    assert_eq!(reply_of(&c, q.addr(), "hello"), "a:hello");
+    let me = c.local_addr().unwrap().to_string();
+    let list = ctl(&sock, "connections");
+    let line = list
+        .lines()
+        .find(|l| l.contains(&format!("client {me} ")))
+        .unwrap_or_else(|| panic!("no flow of {me} in:\n{list}"));
+    assert!(line.contains(&format!("server {} ", a.addr)), "{line}");
+    assert!(line.contains("in 5 out 7 flow"), "{line}");
+    let id = line.split_whitespace().next().unwrap();
+    ctl_ok(&sock, &format!("close {id}"));
+    let ended = q.wait_line_at(0, Duration::from_secs(5));
+    assert_eq!(ended.end, "closed", "{ended:?}");
+    assert!(!ctl(&sock, "connections").contains(&me));
+    // `server N drain` applies to new flows: the next client goes elsewhere.
+    let b = UdpServer::start("b");
+    drop(q);
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let csock = dir.path().join("ctl.sock");
+    let cs = csock.display().to_string();
+    let args = pen_args(
+        dir.path(),
+        port,
+        &["-U", "-r", "-C", &cs],
+        &[a.addr.to_string(), b.addr.to_string()],
+    );
+    let q = start(dir, args, port);
+    wait_ctl(&q, &csock);
+    ctl_ok(&csock, "server 0 drain");
+    for _ in 0..4 {
+        assert_eq!(server_name(&reply_of(&client(), q.addr(), "d")), "b");
+    }
+}
+
+#[test]
+fn udp_metrics_count_flows_and_datagrams() {
+    let a = UdpServer::start("a");
+    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let q = start_toml(&format!(
+        "admin = \"{admin}\"\n{ONE_WORKER}{}",
+        udp_listener(&[&a], "max_flows = 2")
+    ));
+    let ip = |n: u8| IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
+    for n in 1..=3u8 {
+        let c = client_on(ip(n));
+        assert_eq!(reply_of(&c, q.addr(), "12345"), "a:12345");
+        assert_eq!(reply_of(&c, q.addr(), "12345"), "a:12345");
+    }
+    let read = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // The worker counts a reply just after sending it: the client may ask before that.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let text = loop {
+        let text = http_get(admin, "/metrics");
+        if read(&text, "quill_udp_datagrams_sent_total") >= 6 || Instant::now() > deadline {
+            break text;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let value = |name: &str| read(&text, name);
+    assert_eq!(value("quill_udp_flows_total"), 3);
+    assert_eq!(value("quill_udp_flows_active"), 2);
+    assert_eq!(value("quill_udp_flow_evictions_total"), 1);
+    assert_eq!(value("quill_udp_datagrams_received_total"), 6);
+    assert_eq!(value("quill_udp_datagrams_sent_total"), 6);
+    assert_eq!(value("quill_udp_bytes_received_total"), 30);
+    assert_eq!(value("quill_udp_bytes_sent_total"), 42);
+    assert_eq!(value("quill_udp_datagrams_dropped_total"), 0);
+    assert!(
+        text.contains("quill_sessions_ended_total{reason=\"evicted\"} 1"),
+        "{text}"
+    );
+}
+
+/// `GET path` from the admin listener (bounded), the body.
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            if let Some(i) = out.find("\r\n\r\n") {
+                return out[i + 4..].to_string();
+            }
+        }
+        assert!(Instant::now() < deadline, "admin {addr} not answering");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn udp_reload_keeps_flows() {
+    let (a, b) = (UdpServer::start("a"), UdpServer::start("b"));
+    let q = start_toml(&format!("{ONE_WORKER}{}", udp_listener(&[&a], "")));
+    let kept = client();
+    assert_eq!(reply_of(&kept, q.addr(), "1"), "a:1");
+    // The listener now lists only b: SIGHUP applies it to new flows; the open flow stays on a.
+    let path = q.path("q.toml");
+    let text = fs::read_to_string(&path).unwrap();
+    fs::write(
+        &path,
+        text.replace(&a.addr.to_string(), &b.addr.to_string()),
+    )
+    .unwrap();
+    q.signal("HUP");
+    assert!(
+        q.wait_stderr_contains("SIGHUP: reloaded", Duration::from_secs(5)),
+        "{}",
+        q.stderr()
+    );
+    for i in 2..5 {
+        assert_eq!(reply_of(&kept, q.addr(), &i.to_string()), format!("a:{i}"));
+    }
+    assert_eq!(reply_of(&client(), q.addr(), "new"), "b:new");
+    assert_eq!(a.flows(), 1, "the open flow kept its socket");
+}
+
+#[test]
+fn udp_takeover_keeps_serving() {
+    let a = UdpServer::start("a");
+    let old = start_toml(&format!(
+        "drain_timeout = \"10s\"\n{ONE_WORKER}{}",
+        udp_listener(&[&a], "flow_timeout = \"1s\"")
+    ));
+    let old_sock = old.path("ctl.sock");
+    wait_ctl(&old, &old_sock);
+    let c = client();
+    assert_eq!(reply_of(&c, old.addr(), "before"), "a:before");
+    let dir = scratch_dir();
+    let args = vec![
+        "--config".to_string(),
+        old.path("q.toml").display().to_string(),
+        "--workers".into(),
+        "2".into(),
+        "--takeover".into(),
+        old_sock.display().to_string(),
+    ];
+    let mut new = QuillProcess::spawn_in(dir, args, old.port);
+    assert!(
+        new.wait_stderr_contains("took over", Duration::from_secs(10)),
+        "new:\n{}\nold:\n{}",
+        new.stderr(),
+        old.stderr()
+    );
+    // Every datagram is answered across the handover: the sockets are the same.
+    for i in 0..20 {
+        assert_eq!(reply_of(&c, old.addr(), &i.to_string()), format!("a:{i}"));
+        assert_eq!(reply_of(&client(), old.addr(), "x"), "a:x");
+    }
+    let mut old = old;
+    let st = old
+        .wait_exit(Duration::from_secs(10))
+        .expect("the old process exits once its flows timed out");
+    assert_eq!(st.code(), Some(0), "{}", old.stderr());
+    assert_eq!(reply_of(&c, old.addr(), "after"), "a:after");
+    assert!(new.try_exit().is_none(), "{}", new.stderr());
+}
+
+/// RssAnon of a process in KiB (heap and stacks, not the binary's pages).
+fn rss_anon_kib(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Opens `n` flows, each from a client socket of its own, kept open (a closed one's port could
+/// come back for the next client, which would then reuse its flow).
+fn open_flows(to: SocketAddr, n: usize, held: &mut Vec<UdpSocket>) {
+    for i in 0..n {
+        let c = client();
+        let r = reply_of(&c, to, &format!("{i}"));
+        assert!(r.starts_with("a:"), "{r}");
+        held.push(c);
+    }
+}
+
+#[test]
+fn udp_idle_flows_cost_at_most_half_a_kib_each() {
+    const N: usize = 5_000;
+    let a = UdpServer::start("a");
+    let q = start_toml(&format!(
+        "{ONE_WORKER}{}",
+        udp_listener(&[&a], "flow_timeout = \"10m\", max_flows = 20000")
+    ));
+    // The test holds a socket per client: room for them.
+    let nofile = quill_core::sys::raise_nofile_limit().unwrap_or(1024);
+    if nofile < (N as u64 + 1000) {
+        eprintln!("skipped: {nofile} open files allowed, {N} client sockets needed");
+        return;
+    }
+    let mut held = Vec::with_capacity(N + 200);
+    // Warm up (the datagram buffer, the first table growth), then measure N more idle flows.
+    open_flows(q.addr(), 200, &mut held);
+    let before = rss_anon_kib(q.pid);
+    open_flows(q.addr(), N, &mut held);
+    let after = rss_anon_kib(q.pid);
+    let per_flow = (after.saturating_sub(before)) * 1024 / N as u64;
+    eprintln!(
+        "RssAnon {before} KiB -> {after} KiB with {N} more idle UDP flows ({per_flow} B each)"
+    );
+    assert!(
+        per_flow <= 512,
+        "each idle flow costs {per_flow} bytes of quill's anonymous RSS ({before} -> {after} KiB)"
+    );
+    assert_eq!(a.flows(), N + 200, "every client got a flow of its own");
+}
+
+#[test]
+fn udp_health_check_marks_silent_server_down() {
+    // `a` answers, `b` takes datagrams and never answers: the UDP check (a datagram sent, an
+    // answer holding the text expected) takes b down, and every new flow goes to a.
+    let a = UdpServer::start("a");
+    let b = UdpServer::start_at(Ipv4Addr::LOCALHOST.into(), "b", 0);
+    let q = start_toml(&format!(
+        "{ONE_WORKER}{}health = {{ type = \"udp\", send = \"ping\", expect = \":ping\", interval = \"100ms\", timeout = \"200ms\", rise = 1, fall = 1 }}\nmode = [\"roundrobin\"]\n",
+        udp_listener(&[&a, &b], "")
+    ));
+    let sock = q.path("ctl.sock");
+    wait_ctl(&q, &sock);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let servers = ctl(&sock, "servers");
+        let lines: Vec<&str> = servers.lines().collect();
+        if lines.len() >= 2 && lines[1].contains("down") && !lines[0].contains("down") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "b never went down:\n{servers}");
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(a.datagrams() > 0 && b.datagrams() > 0, "both were probed");
+    for _ in 0..6 {
+        assert_eq!(server_name(&reply_of(&client(), q.addr(), "q")), "a");
+    }
+}
+
+#[test]
+fn udp_health_checks_must_be_udp_on_a_udp_listener() {
+    let dir = scratch_dir();
+    let path = dir.path().join("h.toml");
+    let p = path.display().to_string();
+    let udp = "[[listener]]\nname = \"d\"\nlisten = \"127.0.0.1:5353\"\nprotocol = \"udp\"\nservers = [\"127.0.0.1:53\"]\n";
+    let tcp =
+        "[[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:5354\"\nservers = [\"127.0.0.1:53\"]\n";
+    for (text, needle) in [
+        (
+            format!("{udp}health = {{ type = \"tcp\" }}\n"),
+            "a UDP listener's health check must be type udp",
+        ),
+        (
+            format!("{tcp}health = {{ type = \"udp\", send = \"x\" }}\n"),
+            "a udp health check needs a UDP listener",
+        ),
+        (
+            format!("{udp}health = {{ type = \"udp\", path = \"/\" }}\n"),
+            "health: path and host need type = \"http\"",
+        ),
+    ] {
+        fs::write(&path, &text).unwrap();
+        let (code, _out, err) = run_quill_output(&["check", "--config", &p]);
+        assert_eq!(code, 2, "{text}: {err}");
+        assert!(err.contains(&format!("{p}:")), "{err}");
+        assert!(err.contains(needle), "{err:?} should contain {needle:?}");
+    }
+    let (code, err) = run_quill_expect_exit(&[
+        "check",
+        "-U",
+        "--check",
+        "tcp",
+        "127.0.0.1:5353",
+        "127.0.0.1:53",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("must be type udp"), "{err}");
+    let (code, out, err) = run_quill_output(&[
+        "check",
+        "-U",
+        "--check",
+        "udp:PING",
+        "--check-expect",
+        "PONG",
+        "127.0.0.1:5353",
+        "127.0.0.1:53",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("udp sending \"PING\" expecting \"PONG\""),
+        "{out}"
+    );
+    // A file-wide [health] is for the TCP listeners: the UDP one loads without it.
+    fs::write(&path, format!("[health]\ntype = \"tcp\"\n{udp}")).unwrap();
+    let (code, out, err) = run_quill_output(&["check", "--config", &p]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+/// The socket-activating parent for a datagram socket: binds it (SO_REUSEPORT, as
+/// `ReusePort=yes` does), moves it to descriptor 3, sets the LISTEN_ variables naming it, and
+/// execs quill (same pid, so LISTEN_PID names quill).
+const ACTIVATE_UDP_PY: &str = r#"
+import os, socket, sys
+host, port, name, inode_file = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+s.bind((host, port))
+open(inode_file, "w").write(str(os.fstat(s.fileno()).st_ino))
+high = os.dup(s.fileno())
+s.close()
+os.dup2(high, 3)
+os.close(high)
+env = dict(os.environ)
+env["LISTEN_FDS"] = "1"
+env["LISTEN_PID"] = str(os.getpid())
+env["LISTEN_FDNAMES"] = name
+os.execve(sys.argv[5], sys.argv[5:], env)
+"#;
+
+#[test]
+fn udp_socket_activation_takes_the_named_datagram_socket() {
+    let a = UdpServer::start("a");
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let cfg = dir.path().join("q.toml");
+    fs::write(
+        &cfg,
+        format!(
+            "workers = 2\n[[listener]]\nname = \"dns\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"udp\"\nservers = [\"{}\"]\n",
+            a.addr
+        ),
+    )
+    .unwrap();
+    let script = dir.path().join("activate.py");
+    fs::write(&script, ACTIVATE_UDP_PY).unwrap();
+    let inode_file = dir.path().join("inode");
+    let args = vec![
+        script.display().to_string(),
+        "127.0.0.1".into(),
+        port.to_string(),
+        "dns".into(),
+        inode_file.display().to_string(),
+        BIN.to_string(),
+        "--config".into(),
+        cfg.display().to_string(),
+    ];
+    let q = QuillProcess::spawn_in_cmd("python3", dir, args, port);
+    assert!(
+        q.wait_stderr_contains("inherited 1 listening socket(s)", READY_TIMEOUT),
+        "{}",
+        q.stderr()
+    );
+    assert!(
+        q.wait_stderr_contains(" worker(s)", READY_TIMEOUT),
+        "{}",
+        q.stderr()
+    );
+    // Quill holds the passed socket (its inode among quill's descriptors) and serves on it and
+    // the socket it bound beside it for its second worker.
+    let inode = fs::read_to_string(&inode_file).unwrap();
+    let held = fs::read_dir(format!("/proc/{}/fd", q.pid))
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .any(|l| l.to_string_lossy() == format!("socket:[{}]", inode.trim()));
+    assert!(held, "quill keeps the socket systemd passed");
+    for _ in 0..6 {
+        assert_eq!(server_name(&reply_of(&client(), q.addr(), "s")), "a");
+    }
+}
