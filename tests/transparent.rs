@@ -13,7 +13,7 @@ mod netns;
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -195,6 +195,64 @@ fn source_address_from_a_toml_listener() {
     });
     assert_eq!(read_peer(probe).ip().to_string(), "127.0.0.3");
     done.join().unwrap();
+}
+
+#[test]
+fn transparent_udp_server_sees_client_address() {
+    let Some((mut lab, c, q, s)) = transparent_lab("transparent_udp_server_sees_client_address")
+    else {
+        return;
+    };
+    // The server answers each datagram with the address it came from.
+    let server = lab.within(&s, || UdpSocket::bind("10.71.2.2:7000").unwrap());
+    server
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let answering = thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        // Bounded: at most 20 s of 50 ms waits.
+        for _ in 0..400 {
+            if let Ok((_, from)) = server.recv_from(&mut buf) {
+                let _ = server.send_to(from.to_string().as_bytes(), from);
+                if &buf[..4] == b"last" {
+                    return;
+                }
+            }
+        }
+    });
+    let quill = lab.spawn(
+        &q,
+        &[
+            BIN,
+            "-U",
+            "-O",
+            "transparent",
+            "10.71.1.1:8000",
+            "10.71.2.2:7000",
+        ],
+    );
+    let client = lab.within(&c, || UdpSocket::bind("10.71.1.2:0").unwrap());
+    client
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    // Quill may still be starting: ask again until it answers (bounded).
+    let mut seen = None;
+    for _ in 0..50 {
+        client.send_to(b"last", "10.71.1.1:8000").unwrap();
+        let mut buf = [0u8; 128];
+        if let Ok((n, from)) = client.recv_from(&mut buf) {
+            assert_eq!(from.to_string(), "10.71.1.1:8000", "the reply's source");
+            seen = Some(String::from_utf8_lossy(&buf[..n]).into_owned());
+            break;
+        }
+    }
+    let seen: SocketAddr = seen
+        .expect("an answer through Quill")
+        .parse()
+        .expect("an address");
+    assert_eq!(seen.ip().to_string(), "10.71.1.2", "server saw {seen}");
+    lab.stop(quill);
+    answering.join().unwrap();
 }
 
 /// Runs `quill ARGS` to its end (it must exit at once); (status code, stderr).

@@ -994,3 +994,31 @@ fn udp_socket_activation_takes_the_named_datagram_socket() {
         assert_eq!(server_name(&reply_of(&client(), q.addr(), "s")), "a");
     }
 }
+
+#[test]
+fn udp_flows_and_health_checks_leave_from_the_source_address() {
+    // `source` pins the local address of every flow's socket (and of the UDP checks), as for
+    // TCP: with several addresses, a host is no longer held to one address's ephemeral ports.
+    let a = UdpServer::start("a");
+    let q = start_toml(&format!(
+        "{ONE_WORKER}{}source = \"127.0.0.3\"\nhealth = {{ type = \"udp\", send = \"ping\", expect = \":ping\", interval = \"100ms\", timeout = \"500ms\" }}\n",
+        udp_listener(&[&a], "")
+    ));
+    for i in 0..3 {
+        assert_eq!(
+            reply_of(&client(), q.addr(), &format!("q{i}")),
+            format!("a:q{i}")
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.datagrams() < 5 {
+        assert!(Instant::now() < deadline, "no health check reached a");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let seen = a.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter()
+            .all(|s| s.ip() == IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3))),
+        "every datagram from 127.0.0.3: {seen:?}"
+    );
+}

@@ -74,7 +74,7 @@ impl Probe {
         now_ms: u64,
     ) -> Result<Probe, StartError> {
         if let CheckKind::Udp { send, expect } = &check.kind {
-            let udp = open_udp(addr, send.as_bytes(), registry, token)?;
+            let udp = open_udp(addr, source, send.as_bytes(), registry, token)?;
             return Ok(Probe {
                 stream: None,
                 udp: Some((udp, expect.as_bytes().to_vec())),
@@ -333,6 +333,7 @@ fn answer_reason(e: &io::Error) -> String {
 /// Opens a UDP socket connected to the server, registers it and sends the check's datagram.
 fn open_udp(
     addr: &BackendAddr,
+    source: Option<std::net::IpAddr>,
     send: &[u8],
     registry: &Registry,
     token: Token,
@@ -342,12 +343,10 @@ fn open_udp(
             "a UDP check needs an IP address and port".into(),
         )));
     };
-    let local: std::net::SocketAddr = if addr.is_ipv6() {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    } else {
-        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
-    };
-    let mut socket = mio::net::UdpSocket::bind(local).map_err(StartError::Local)?;
+    // From the pool's `source` when it has one, as its flows leave.
+    let socket = crate::net::socket_from(*addr, socket2::Type::DGRAM, source.map(|ip| (ip, false)))
+        .map_err(StartError::Local)?;
+    let mut socket = mio::net::UdpSocket::from_std(socket.into());
     socket.connect(*addr).map_err(|e| {
         if crate::net::is_local_error(&e) {
             StartError::Local(e)

@@ -288,17 +288,24 @@ pub(crate) fn local_end(t: &Tuning, client: &ClientAddr) -> Option<(IpAddr, bool
     }
 }
 
-/// Opens a TCP socket bound to `ip` (port 0: the kernel picks one at connect time, so one
-/// address serves any number of destinations) and starts a nonblocking connect. `transparent`
-/// sets IP_TRANSPARENT/IPV6_TRANSPARENT first, which lets the bind use an address this host does
-/// not own (the client's).
-fn connect_from(addr: SocketAddr, ip: IpAddr, transparent: bool) -> io::Result<TcpStream> {
-    use socket2::{Domain, Socket, Type};
+/// A nonblocking socket of `kind` for a connection to `addr`, its local end set up: bound to
+/// `ip` (port 0: the kernel picks one, so one address serves any number of destinations) when
+/// `from` gives one. `transparent` sets IP_TRANSPARENT/IPV6_TRANSPARENT first, which lets the
+/// bind use an address this host does not own (the client's).
+pub(crate) fn socket_from(
+    addr: SocketAddr,
+    kind: socket2::Type,
+    from: Option<(IpAddr, bool)>,
+) -> io::Result<socket2::Socket> {
+    use socket2::{Domain, Socket};
     let socket = Socket::new(
         Domain::for_address(addr),
-        Type::STREAM.nonblocking().cloexec(),
+        kind.nonblocking().cloexec(),
         None,
     )?;
+    let Some((ip, transparent)) = from else {
+        return Ok(socket);
+    };
     if transparent {
         let set = if addr.is_ipv4() {
             socket.set_ip_transparent_v4(true)
@@ -312,6 +319,13 @@ fn connect_from(addr: SocketAddr, ip: IpAddr, transparent: bool) -> io::Result<T
     socket
         .bind(&SocketAddr::new(ip, 0).into())
         .map_err(|e| bind_error(format_args!("bind to {ip}"), &e))?;
+    Ok(socket)
+}
+
+/// Opens a TCP socket whose local end `from` sets up ([`socket_from`]) and starts a nonblocking
+/// connect.
+fn connect_from(addr: SocketAddr, ip: IpAddr, transparent: bool) -> io::Result<TcpStream> {
+    let socket = socket_from(addr, socket2::Type::STREAM, Some((ip, transparent)))?;
     match socket.connect(&addr.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use mio::{Interest, Registry, Token};
 use quill_core::flows::{FlowId, FlowTable};
-use socket2::{Domain, Socket, Type};
+use socket2::Type;
 
 use crate::addr::BackendAddr;
 use crate::backend::{Pool, ServerLease};
@@ -682,12 +682,10 @@ fn connect_server(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<
     let BackendAddr::Tcp(addr) = server.addr() else {
         return Connect::TryNext;
     };
-    let made = Socket::new(
-        Domain::for_address(*addr),
-        Type::DGRAM.nonblocking().cloexec(),
-        None,
-    )
-    .and_then(|s| s.connect(&(*addr).into()).map(|()| s));
+    // The pool's `source`, or with `transparent` the client's own address, as for TCP.
+    let from = crate::net::local_end(&flow.pool.tuning, &crate::net::ClientAddr::Ip(*client));
+    let made = crate::net::socket_from(*addr, Type::DGRAM, from)
+        .and_then(|s| s.connect(&(*addr).into()).map(|()| s));
     let socket = match made {
         Ok(s) => mio::net::UdpSocket::from_std(s.into()),
         Err(e) => {
