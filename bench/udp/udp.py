@@ -91,20 +91,22 @@ def backends_of(config):
     return DNS_BACKENDS if config in ("dns", "base") else ECHO_BACKENDS
 
 
-def quill_toml(work, config, extra_at="listener"):
-    """Quill's TOML for `config` (dns, echo, idle, or base: UDP with no UDP-only key); `extra_at`
-    places the idle test's flow keys (in the listener or at the top level)."""
+def quill_toml(work, config, source=None):
+    """Quill's TOML for `config` (dns, echo, idle, or base: UDP with no UDP-only key). `source`
+    binds the flow sockets to that address: the idle test gives each process one of
+    BIND_SOURCES, as nginx's `proxy_bind`, so more flows fit than one address's ephemeral ports."""
     servers = ", ".join('"127.0.0.1:%d"' % p for p in backends_of(config))
     top = ["workers = %d" % (1 if config == "idle" else WORKERS)]
     listener = ['name = "udp"', 'listen = "127.0.0.1:%d"' % PORTS["quill"], 'protocol = "udp"',
                 "servers = [%s]" % servers, 'mode = ["roundrobin"]']
     if config == "dns":
-        listener.append("flow_responses = 1")
+        listener.append("udp = { flow_responses = 1 }")
     if config == "idle":
         top.append("reuseport = true")
-        keys = ['flow_timeout = "600s"', "max_flows = %d" % 50000]
-        (listener if extra_at == "listener" else top).extend(keys)
-    path = os.path.join(work, "quill-%s%s.toml" % (config, "" if extra_at == "listener" else "-top"))
+        listener.append('udp = { flow_timeout = "600s", max_flows = 50000 }')
+    if source:
+        listener.append('source = "%s"' % source)
+    path = os.path.join(work, "quill-%s%s.toml" % (config, "-" + source if source else ""))
     with open(path, "w") as f:
         f.write("\n".join(top) + "\n\n[[listener]]\n" + "\n".join(listener) + "\n")
     return path
@@ -249,6 +251,10 @@ class Candidate:
     def cmds(self):
         work, a = self.bench.work, self.bench.args
         if self.name == "quill":
+            if self.config == "idle":
+                return [[a.quill_bin, "-f", "--config",
+                         quill_toml(work, "idle", BIND_SOURCES[i % len(BIND_SOURCES)])]
+                        for i in range(self.nprocs)]
             path = self.bench.quill_configs[self.config]
             return [[a.quill_bin, "-f", "--config", path]] * self.nprocs
         if self.name == "nginx":
@@ -328,14 +334,12 @@ class Bench:
     def check_quill(self):
         """`quill check` on each config. First a listener with `protocol = "udp"` and nothing else
         new: a binary without UDP refuses it, and that refusal is what the report shows. Then the
-        configs with the UDP keys (`flow_responses`, `flow_timeout`, `max_flows`)."""
+        configs with the UDP keys (`udp = { flow_responses, flow_timeout, max_flows }`)."""
         a = self.args
         if "quill" not in a.only:
             return
         for config in ("base", "dns", "echo", "idle"):
-            tries = [quill_toml(self.work, config)]
-            if config == "idle":
-                tries.append(quill_toml(self.work, config, extra_at="top"))
+            tries = [quill_toml(self.work, config, BIND_SOURCES[0] if config == "idle" else None)]
             errors = []
             for path in tries:
                 cp = subprocess.run([a.quill_bin, "check", "--config", path], capture_output=True,
