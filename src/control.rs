@@ -1199,6 +1199,10 @@ fn show(
             let f = pick()?.tuning.tcp_fastclose.name();
             (f.to_string(), json!(f))
         }
+        Setting::ProxyProtocol => {
+            let v = crate::config::proxy_protocol_name(pick()?.tuning.proxy_protocol);
+            (v.to_string(), json!(v))
+        }
         Setting::Mode => {
             // Pen's flags; `http` after them on an HTTP listener, as Pen's `http` sets it.
             let l = pick()?;

@@ -47,6 +47,7 @@ impl ListenerConfig {
             }
             Command::TcpNodelay(on) => t.tcp_nodelay = *on,
             Command::TcpFastclose(f) => t.tcp_fastclose = *f,
+            Command::ProxyProtocol(v) => t.proxy_protocol = *v,
             Command::Keepalive(on) => t.keepalive = *on,
             Command::IdleTimeout(d) => t.idle_timeout = *d,
             Command::Server(index, change) => self.change_server(*index, change)?,

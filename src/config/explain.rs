@@ -143,6 +143,12 @@ fn explain_pool(l: &ListenerConfig, out: &mut String) {
     if !l.slow_start.is_zero() {
         *out += &format!("  slow start: {}\n", format_duration(l.slow_start));
     }
+    if let Some(v) = l.tuning.proxy_protocol {
+        *out += &format!(
+            "  PROXY protocol {} header sent to servers first\n",
+            v.as_str()
+        );
+    }
 }
 
 /// A listener's TLS termination: its certificates (file, names, expiry), versions, suites,

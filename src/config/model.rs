@@ -97,6 +97,22 @@ impl Fastclose {
     }
 }
 
+pub(crate) use quill_core::proxy_header::Version as ProxyVersion;
+
+/// The name of a `proxy_protocol` setting: `v1`, `v2` or `off`.
+pub(crate) fn proxy_protocol_name(v: Option<ProxyVersion>) -> &'static str {
+    v.map_or("off", ProxyVersion::as_str)
+}
+
+/// Reads `v1`, `v2` or `off` (a `proxy_protocol` value).
+pub(crate) fn parse_proxy_protocol(s: &str) -> Option<Option<ProxyVersion>> {
+    if s.eq_ignore_ascii_case("off") {
+        Some(None)
+    } else {
+        ProxyVersion::from_name(s).map(Some)
+    }
+}
+
 /// Per-listener timeouts and socket settings. Top-level values in a file are the defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Tuning {
@@ -118,6 +134,9 @@ pub(crate) struct Tuning {
     pub keepalive: bool,
     /// Sessions one client address may hold on this listener at once; 0 = no limit.
     pub max_per_source: u32,
+    /// PROXY protocol header sent to this pool's servers before the client's bytes
+    /// (`proxy_protocol = "v1" | "v2"`); None = none.
+    pub proxy_protocol: Option<ProxyVersion>,
 }
 
 impl Default for Tuning {
@@ -133,6 +152,7 @@ impl Default for Tuning {
             tcp_fastclose: Fastclose::Off,
             keepalive: false,
             max_per_source: 0,
+            proxy_protocol: None,
         }
     }
 }
@@ -150,6 +170,8 @@ pub(crate) struct TuningPatch {
     pub tcp_fastclose: Option<Fastclose>,
     pub keepalive: Option<bool>,
     pub max_per_source: Option<u32>,
+    /// `Some(None)`: `off`.
+    pub proxy_protocol: Option<Option<ProxyVersion>>,
 }
 
 impl Tuning {
@@ -192,6 +214,7 @@ impl Tuning {
         set(&mut self.tcp_fastclose, &p.tcp_fastclose);
         set(&mut self.keepalive, &p.keepalive);
         set(&mut self.max_per_source, &p.max_per_source);
+        set(&mut self.proxy_protocol, &p.proxy_protocol);
     }
 }
 
@@ -885,6 +908,21 @@ impl ListenerConfig {
             )));
         }
         self.tuning.check().map_err(named)?;
+        if let Some(v) = self.tuning.proxy_protocol {
+            // The header would have to go before the TLS handshake, outside the TLS stream.
+            if self.server_tls.is_some() {
+                return Err(named(format!(
+                    "proxy_protocol {} with server_tls is not supported yet",
+                    v.as_str()
+                )));
+            }
+            if self.http.is_some() {
+                return Err(named(format!(
+                    "proxy_protocol {} on an HTTP listener is not supported yet (TCP mode only)",
+                    v.as_str()
+                )));
+            }
+        }
         check_duration("slow_start", self.slow_start).map_err(named)?;
         for (i, d) in &self.initial_blacklist {
             check_duration(&format!("server {i} blacklist"), *d).map_err(named)?;

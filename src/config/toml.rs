@@ -1179,6 +1179,7 @@ macro_rules! with_tuning_keys {
             tcp_fastclose: Option<Spanned<Fastclose>>,
             keepalive: Option<bool>,
             max_per_source: Option<Spanned<u32>>,
+            proxy_protocol: Option<Spanned<String>>,
         }
 
         impl $name {
@@ -1204,6 +1205,19 @@ macro_rules! with_tuning_keys {
                     tcp_fastclose: self.tcp_fastclose.as_ref().map(|f| *f.get_ref()),
                     keepalive: self.keepalive,
                     max_per_source: bounded(&self.max_per_source, "max_per_source", 0..=MAX_SESSIONS.into())?,
+                    proxy_protocol: self
+                        .proxy_protocol
+                        .as_ref()
+                        .map(|p| {
+                            crate::config::model::parse_proxy_protocol(p.get_ref()).ok_or_else(|| {
+                                ConfigError::usage(format!(
+                                    "{}invalid proxy_protocol '{}' (expected v1, v2 or off)",
+                                    at(p.span()),
+                                    p.get_ref().escape_debug()
+                                ))
+                            })
+                        })
+                        .transpose()?,
                 })
             }
         }

@@ -53,6 +53,8 @@ struct Watched {
     check: HealthCheck,
     /// The pool's TLS to its servers (`server_tls`): probes speak TLS too.
     tls: Option<Arc<crate::tls::client::ClientTls>>,
+    /// The pool's `proxy_protocol`: probes send the header first too.
+    proxy: Option<crate::config::ProxyVersion>,
     streak: Streak,
     /// Clock ms when the next probe is due (while none is in flight).
     due_ms: u64,
@@ -250,6 +252,7 @@ impl Checker {
                     w.pool = pool.name.clone();
                 }
                 w.tls = pool.server_tls.clone();
+                w.proxy = pool.tuning.proxy_protocol;
             }
             Entry::Vacant(e) => {
                 // A server that starts down (added to a running pool) is checked at once: it
@@ -264,6 +267,7 @@ impl Checker {
                     pool: pool.name.clone(),
                     check: check.clone(),
                     tls: pool.server_tls.clone(),
+                    proxy: pool.tuning.proxy_protocol,
                     streak: Streak::default(),
                     due_ms: first,
                     probe: None,
@@ -323,6 +327,7 @@ fn start(w: &mut Watched, registry: &Registry, token: Token, now_ms: u64) -> io:
         w.server.addr(),
         &w.check,
         w.tls.as_deref(),
+        w.proxy,
         registry,
         token,
         now_ms,

@@ -42,8 +42,11 @@ pub(super) struct Probe {
     /// The socket's readiness (for the TLS handshake).
     ready: crate::net::Ready,
     phase: Phase,
-    /// The HTTP request to send, or None for a TCP check (connecting is the whole check).
+    /// What to send once connected: the PROXY header (`proxy_protocol`) and the HTTP request;
+    /// None for a TCP check without a header (connecting is the whole check).
     request: Option<Vec<u8>>,
+    /// An HTTP check: the answer's status decides (else sending is the end of it).
+    answer: bool,
     /// Statuses that pass an HTTP check.
     expect: (u16, u16),
     /// Clock ms when the probe started, and when it fails if still unfinished.
@@ -65,6 +68,7 @@ impl Probe {
         addr: &BackendAddr,
         check: &HealthCheck,
         tls: Option<&crate::tls::client::ClientTls>,
+        proxy: Option<crate::config::ProxyVersion>,
         registry: &Registry,
         token: Token,
         now_ms: u64,
@@ -96,17 +100,27 @@ impl Probe {
                 Interest::READABLE | Interest::WRITABLE,
             )
             .map_err(StartError::Local)?;
-        let (request, expect) = match &check.kind {
+        let (mut request, expect) = match &check.kind {
             CheckKind::Tcp => (None, (0, 0)),
             CheckKind::Http { path, expect } => {
                 (Some(request(path, addr, check.host.as_deref())), *expect)
             }
         };
+        let answer = request.is_some();
+        if let Some(version) = proxy {
+            // A connection of Quill's own: v1 UNKNOWN or v2 LOCAL, so the server keeps the
+            // probe's real addresses (config validation keeps `server_tls` out of this).
+            let header = quill_core::proxy_header::encode_unknown(version);
+            let mut bytes = header.as_bytes().to_vec();
+            bytes.extend_from_slice(request.as_deref().unwrap_or_default());
+            request = Some(bytes);
+        }
         Ok(Probe {
             stream,
             ready: crate::net::Ready::default(),
             phase: Phase::Connecting,
             request,
+            answer,
             expect,
             started_ms: now_ms,
             deadline_ms: now_ms.saturating_add(crate::clock::millis(check.timeout).max(1)),
@@ -158,6 +172,9 @@ impl Probe {
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) => return Some(Outcome::Fail(format!("cannot send request: {e}"))),
                 }
+            }
+            if !self.answer {
+                return Some(Outcome::Pass);
             }
             self.phase = Phase::Reading {
                 answer: Vec::with_capacity(256),

@@ -37,6 +37,27 @@ use http::HttpSession;
 use peek::{PeekSession, Peeked};
 use tcp::TcpSession;
 
+/// The PROXY protocol header of `version` for a client: its address and the address it reached
+/// (the client socket's local address, one `getsockname`); `UNKNOWN`/LOCAL for a Unix-socket
+/// client or when the local address cannot be had.
+pub(crate) fn proxy_header(
+    version: crate::config::ProxyVersion,
+    client: &ClientAddr,
+    socket: &Stream,
+) -> quill_core::proxy_header::Encoded {
+    use quill_core::proxy_header::{encode, encode_unknown};
+    let local = || {
+        socket2::SockRef::from(socket)
+            .local_addr()
+            .ok()?
+            .as_socket()
+    };
+    match (client, local()) {
+        (ClientAddr::Ip(src), Some(dst)) => encode(version, *src, dst),
+        _ => encode_unknown(version),
+    }
+}
+
 /// No deadline: the session waits for events only.
 pub(crate) const NEVER: u64 = u64::MAX;
 

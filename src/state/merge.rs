@@ -122,7 +122,7 @@ fn merge_tuning(base: &Tuning, ours: &Tuning, theirs: &Tuning) -> Tuning {
     let mut out = theirs.clone();
     merge_fields!(Tuning, base, ours, theirs, out;
         connect_timeout, blacklist, tracking_time, clients_max, idle_timeout, fin_timeout,
-        tcp_nodelay, tcp_fastclose, keepalive, max_per_source;);
+        tcp_nodelay, tcp_fastclose, keepalive, max_per_source, proxy_protocol;);
     out
 }
 

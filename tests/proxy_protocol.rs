@@ -1,0 +1,312 @@
+//! PROXY protocol (issue 13, point 2): headers sent to servers per pool (`proxy_protocol = "v1" |
+//! "v2"`, the `proxy_protocol` control command, health checks) and the configuration errors
+//! around it. The servers here are real TCP servers written for the test: each reads the header
+//! its own way (not with Quill's parser: a v1 line up to its CRLF, or the v2 fixed part and the
+//! length it gives), records it, and echoes what follows.
+
+#[path = "support/ctl.rs"]
+mod ctl;
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use ctl::*;
+use support::*;
+
+const T: Duration = Duration::from_secs(10);
+
+/// What a PROXY-aware server saw on each connection: the header bytes exactly as they came.
+struct ProxyServer {
+    addr: SocketAddr,
+    headers: Arc<Mutex<Vec<Vec<u8>>>>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Reads one PROXY header (v1 or v2) from `s`, byte-exact; None if the bytes are not one.
+fn read_header(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut first = [0u8; 16];
+    s.read_exact(&mut first[..5]).ok()?;
+    if &first[..5] == b"PROXY" {
+        // v1: up to CRLF, 107 bytes at most.
+        let mut line = first[..5].to_vec();
+        let mut b = [0u8; 1];
+        while !line.ends_with(b"\r\n") && line.len() < 107 {
+            s.read_exact(&mut b).ok()?;
+            line.push(b[0]);
+        }
+        return line.ends_with(b"\r\n").then_some(line);
+    }
+    s.read_exact(&mut first[5..]).ok()?;
+    if &first[..12] != b"\r\n\r\n\0\r\nQUIT\n" {
+        return None;
+    }
+    let len = u16::from_be_bytes([first[14], first[15]]) as usize;
+    let mut all = first.to_vec();
+    let mut rest = vec![0u8; len];
+    s.read_exact(&mut rest).ok()?;
+    all.extend_from_slice(&rest);
+    Some(all)
+}
+
+impl ProxyServer {
+    fn start() -> ProxyServer {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let addr = l.local_addr().unwrap();
+        let headers = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (h, st) = (headers.clone(), stop.clone());
+        thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((mut s, _)) => {
+                        let h = h.clone();
+                        thread::spawn(move || {
+                            s.set_nonblocking(false).unwrap();
+                            set_timeouts(&s, T);
+                            let Some(header) = read_header(&mut s) else {
+                                h.lock().unwrap().push(b"<not a PROXY header>".to_vec());
+                                return;
+                            };
+                            h.lock().unwrap().push(header);
+                            let mut buf = [0u8; 4096];
+                            while let Ok(n) = s.read(&mut buf) {
+                                if n == 0 || s.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        });
+                    }
+                    Err(_) => thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        ProxyServer {
+            addr,
+            headers,
+            stop,
+        }
+    }
+
+    fn headers(&self) -> Vec<Vec<u8>> {
+        self.headers.lock().unwrap().clone()
+    }
+
+    /// Waits until `n` headers came; returns them.
+    fn wait_headers(&self, n: usize) -> Vec<Vec<u8>> {
+        assert!(
+            wait_until(T, || self.headers().len() >= n),
+            "expected {n} headers, got {:?}",
+            self.headers()
+        );
+        self.headers()
+    }
+}
+
+impl Drop for ProxyServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + within;
+    while std::time::Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
+/// Starts quill from a TOML file whose `[[listener]]` (named "l", on the port quill picks) gets
+/// `listener_keys`; `top` goes before it. Returns quill and the config path.
+fn start_toml(top: &str, listener_keys: &str) -> (QuillProcess, PathBuf) {
+    let path = Arc::new(Mutex::new(PathBuf::new()));
+    let q = Quill::start_with(|dir: &Path, port| {
+        let cfg = dir.join("quill.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "log = \"{}\"\ncontrol = \"{}\"\n{top}\n[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:{port}\"\n{listener_keys}\n",
+                dir.join("access.log").display(),
+                dir.join("ctl.sock").display(),
+            ),
+        )
+        .unwrap();
+        *path.lock().unwrap() = cfg.clone();
+        vec!["--config".into(), cfg.display().to_string()]
+    });
+    let p = path.lock().unwrap().clone();
+    (q, p)
+}
+
+/// One echo exchange through quill; returns the client's own address.
+fn exchange(q: &QuillProcess, msg: &[u8]) -> SocketAddr {
+    let mut c = connect(q.addr());
+    echo_roundtrip(&mut c, msg);
+    c.local_addr().unwrap()
+}
+
+fn v2_inet(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
+    let (SocketAddr::V4(s), SocketAddr::V4(d)) = (src, dst) else {
+        panic!("IPv4 only here")
+    };
+    let mut v = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    v.extend_from_slice(&[0x21, 0x11, 0, 12]);
+    v.extend_from_slice(&s.ip().octets());
+    v.extend_from_slice(&d.ip().octets());
+    v.extend_from_slice(&s.port().to_be_bytes());
+    v.extend_from_slice(&d.port().to_be_bytes());
+    v
+}
+
+#[test]
+fn proxy_protocol_v1_header_reaches_tcp_server() {
+    let srv = ProxyServer::start();
+    let (q, _) = start_toml(
+        "",
+        &format!("servers = [\"{}\"]\nproxy_protocol = \"v1\"", srv.addr),
+    );
+    let base = srv.headers().len(); // the readiness probe's connection may have come first
+    let client = exchange(&q, b"hello through v1");
+    let headers = srv.wait_headers(base + 1);
+    let want = format!(
+        "PROXY TCP4 127.0.0.1 127.0.0.1 {} {}\r\n",
+        client.port(),
+        q.addr().port()
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&headers[base]),
+        want,
+        "all: {headers:?}"
+    );
+    // The access log counts the client's bytes only, not the header's.
+    // (The readiness probe's session is logged too, with no bytes.)
+    let lines = q.wait_log_lines(2, T);
+    assert!(lines.iter().any(|l| l.bytes_in == 16), "{lines:#?}");
+    assert!(lines.iter().all(|l| l.bytes_in <= 16), "{lines:#?}");
+}
+
+#[test]
+fn proxy_protocol_v2_header_reaches_tcp_server() {
+    let srv = ProxyServer::start();
+    let (q, _) = start_toml(
+        "",
+        &format!("servers = [\"{}\"]\nproxy_protocol = \"v2\"", srv.addr),
+    );
+    let base = srv.headers().len();
+    let client = exchange(&q, b"hello through v2");
+    let headers = srv.wait_headers(base + 1);
+    assert_eq!(headers[base], v2_inet(client, q.addr()));
+}
+
+#[test]
+fn proxy_protocol_header_goes_out_when_the_server_speaks_first() {
+    // The client sends nothing until the server's bytes arrive: the header alone must go.
+    let srv = ProxyServer::start();
+    let (q, _) = start_toml(
+        "",
+        &format!("servers = [\"{}\"]\nproxy_protocol = \"v2\"", srv.addr),
+    );
+    let base = srv.headers().len();
+    let c = connect(q.addr());
+    let headers = srv.wait_headers(base + 1);
+    assert_eq!(headers[base], v2_inet(c.local_addr().unwrap(), q.addr()));
+}
+
+#[test]
+fn proxy_protocol_control_command_sets_and_write_saves_it() {
+    let srv = ProxyServer::start();
+    let (q, _) = start_toml("", &format!("servers = [\"{}\"]", srv.addr));
+    let sock = q.path("ctl.sock");
+    assert_eq!(ctl(&sock, "proxy_protocol").trim(), "off");
+    ctl_ok(&sock, "proxy_protocol v1");
+    assert_eq!(ctl(&sock, "proxy_protocol").trim(), "v1");
+    let base = srv.headers().len();
+    let client = exchange(&q, b"after the command");
+    let headers = srv.wait_headers(base + 1);
+    assert!(
+        headers[base]
+            .starts_with(format!("PROXY TCP4 127.0.0.1 127.0.0.1 {} ", client.port()).as_bytes()),
+        "{:?}",
+        String::from_utf8_lossy(&headers[base])
+    );
+    ctl_err(&sock, "proxy_protocol v3", "v3");
+    let saved = q.path("saved.cfg");
+    ctl_ok(&sock, &format!("write {}", saved.display()));
+    let text = std::fs::read_to_string(&saved).unwrap();
+    assert!(text.contains("proxy_protocol v1"), "{text}");
+}
+
+#[test]
+fn health_check_sends_proxy_header() {
+    let srv = ProxyServer::start();
+    let (_q, _) = start_toml(
+        "",
+        &format!(
+            "servers = [\"{}\"]\nproxy_protocol = \"v2\"\n[listener.health]\ntype = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"500ms\"\n",
+            srv.addr
+        ),
+    );
+    // Checks are connections of Quill's own: a v2 LOCAL header, no addresses.
+    let local = b"\r\n\r\n\0\r\nQUIT\n\x20\x00\x00\x00".to_vec();
+    assert!(
+        wait_until(T, || srv.headers().iter().filter(|h| **h == local).count()
+            >= 2),
+        "{:?}",
+        srv.headers()
+    );
+}
+
+#[test]
+fn health_check_sends_proxy_v1_unknown_before_its_http_request() {
+    let srv = ProxyServer::start();
+    let (_q, _) = start_toml(
+        "",
+        &format!(
+            "servers = [\"{}\"]\nproxy_protocol = \"v1\"\n[listener.health]\ntype = \"http\"\npath = \"/\"\ninterval = \"100ms\"\ntimeout = \"500ms\"\n",
+            srv.addr
+        ),
+    );
+    assert!(
+        wait_until(T, || srv
+            .headers()
+            .iter()
+            .any(|h| h == b"PROXY UNKNOWN\r\n")),
+        "{:?}",
+        srv.headers()
+    );
+}
+
+fn check_refused(keys: &str, needle: &str) {
+    let dir = scratch_dir();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        format!("[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:1\"\nservers = [\"127.0.0.1:2\"]\n{keys}\n"),
+    )
+    .unwrap();
+    let (code, _out, err) = run_quill_output(&["check", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(needle), "{needle:?} not in {err}");
+}
+
+#[test]
+fn proxy_protocol_config_errors_name_the_line() {
+    check_refused(
+        "proxy_protocol = \"v3\"",
+        "bad.toml:5: invalid proxy_protocol 'v3'",
+    );
+    check_refused(
+        "protocol = \"http\"\nproxy_protocol = \"v1\"",
+        "proxy_protocol v1 on an HTTP listener is not supported yet",
+    );
+}
