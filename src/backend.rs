@@ -328,6 +328,8 @@ pub(crate) struct Pool {
     /// TLS to the pool's servers (`server_tls`), kept from the previous pool while its settings
     /// are unchanged.
     pub server_tls: Option<Arc<crate::tls::client::ClientTls>>,
+    /// The listener's trusted upstream proxies (`accept_proxy`); empty: none.
+    pub accept_proxy: Vec<crate::acl::Net>,
 }
 
 /// A listener's routes, whose pool actions hold named pools.
@@ -486,6 +488,7 @@ impl Pool {
             routes: None,
             tls: None,
             server_tls: None,
+            accept_proxy: l.accept_proxy.clone(),
             sticky,
             acls,
             health: l.health.clone(),

@@ -44,7 +44,7 @@ pub(crate) enum Command {
     TcpNodelay(bool),
     TcpFastclose(Fastclose),
     /// `proxy_protocol v1|v2|off`: the PROXY header sent to the listener's servers.
-    ProxyProtocol(Option<crate::config::ProxyVersion>),
+    ProxyProtocol(Option<crate::config::model::ProxyVersion>),
     Keepalive(bool),
     IdleTimeout(Duration),
     Server(usize, ServerChange),
@@ -446,7 +446,7 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
         ("tcp_fastclose", false, _) => err("tcp_fastclose needs one of up|down|both|off"),
         ("proxy_protocol", false, []) => show(Setting::ProxyProtocol),
         ("proxy_protocol", false, [value]) => set(Command::ProxyProtocol(
-            crate::config::parse_proxy_protocol(value).ok_or_else(|| {
+            crate::config::model::parse_proxy_protocol(value).ok_or_else(|| {
                 CommandError(format!("proxy_protocol: '{value}' is not v1|v2|off"))
             })?,
         )),
@@ -638,7 +638,7 @@ mod tests {
         check("tcp_fastclose both", Command::TcpFastclose(Fastclose::Both));
         check(
             "proxy_protocol v2",
-            Command::ProxyProtocol(Some(crate::config::ProxyVersion::V2)),
+            Command::ProxyProtocol(Some(crate::config::model::ProxyVersion::V2)),
         );
         check("proxy_protocol off", Command::ProxyProtocol(None));
         check("no tcp_nodelay", Command::TcpNodelay(false));

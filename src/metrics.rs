@@ -32,10 +32,16 @@ pub(crate) enum End {
     TlsFailed,
     /// The TLS handshake took longer than `handshake_timeout`.
     TlsTimeout,
+    /// A listener with `accept_proxy`: the client's source is not one of its trusted networks,
+    /// closed at accept.
+    ProxyUntrusted,
+    /// A listener with `accept_proxy`: a trusted source sent no valid PROXY header (bad bytes,
+    /// EOF or the deadline first).
+    ProxyInvalid,
 }
 
 impl End {
-    pub(crate) const ALL: [End; 14] = [
+    pub(crate) const ALL: [End; 16] = [
         End::Done,
         End::ClientReset,
         End::ServerReset,
@@ -50,6 +56,8 @@ impl End {
         End::Closed,
         End::TlsFailed,
         End::TlsTimeout,
+        End::ProxyUntrusted,
+        End::ProxyInvalid,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -68,6 +76,8 @@ impl End {
             End::Closed => "closed",
             End::TlsFailed => "tls_failed",
             End::TlsTimeout => "tls_timeout",
+            End::ProxyUntrusted => "proxy_untrusted",
+            End::ProxyInvalid => "proxy_invalid",
         }
     }
 }

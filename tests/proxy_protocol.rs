@@ -6,7 +6,11 @@
 
 #[path = "support/ctl.rs"]
 mod ctl;
+#[path = "support/http.rs"]
+mod http_support;
 mod support;
+#[path = "support/tls.rs"]
+mod tls_support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -128,7 +132,14 @@ fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
 
 /// Starts quill from a TOML file whose `[[listener]]` (named "l", on the port quill picks) gets
 /// `listener_keys`; `top` goes before it. Returns quill and the config path.
+/// An HTTP listener logs to `http.log` instead (combined format, which the support code's
+/// access-log reader does not take).
 fn start_toml(top: &str, listener_keys: &str) -> (QuillProcess, PathBuf) {
+    let log = if listener_keys.contains("protocol = \"http\"") {
+        "http.log"
+    } else {
+        "access.log"
+    };
     let path = Arc::new(Mutex::new(PathBuf::new()));
     let q = Quill::start_with(|dir: &Path, port| {
         let cfg = dir.join("quill.toml");
@@ -136,7 +147,7 @@ fn start_toml(top: &str, listener_keys: &str) -> (QuillProcess, PathBuf) {
             &cfg,
             format!(
                 "log = \"{}\"\ncontrol = \"{}\"\n{top}\n[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:{port}\"\n{listener_keys}\n",
-                dir.join("access.log").display(),
+                dir.join(log).display(),
                 dir.join("ctl.sock").display(),
             ),
         )
@@ -309,4 +320,239 @@ fn proxy_protocol_config_errors_name_the_line() {
         "protocol = \"http\"\nproxy_protocol = \"v1\"",
         "proxy_protocol v1 on an HTTP listener is not supported yet",
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// accept_proxy: reading headers from trusted upstream proxies
+// ---------------------------------------------------------------------------------------------
+
+/// The second loopback address: the "upstream load balancer" the tests trust.
+const TRUSTED: &str = "127.0.0.2";
+
+fn trusted() -> std::net::IpAddr {
+    TRUSTED.parse().unwrap()
+}
+
+/// A v1 header claiming `src` connected to quill.
+fn v1_from(src: &str, sport: u16, q: &QuillProcess) -> Vec<u8> {
+    format!("PROXY TCP4 {src} 127.0.0.1 {sport} {}\r\n", q.addr().port()).into_bytes()
+}
+
+/// Waits for an access log line whose end is `end`; returns it.
+fn wait_end(q: &QuillProcess, end: &str) -> LogLine {
+    let mut found = None;
+    assert!(
+        wait_until(T, || {
+            found = q.log_lines().into_iter().find(|l| l.end == end);
+            found.is_some()
+        }),
+        "no '{end}' line: {:#?}\nstderr:\n{}",
+        q.log_lines(),
+        q.stderr()
+    );
+    found.unwrap()
+}
+
+#[test]
+fn accept_proxy_from_untrusted_source_is_closed_at_accept() {
+    let srv = ProxyServer::start();
+    let (q, _) = start_toml(
+        "",
+        &format!(
+            "servers = [\"{}\"]\nproxy_protocol = \"v1\"\naccept_proxy = [\"{TRUSTED}/32\"]",
+            srv.addr
+        ),
+    );
+    let base = srv.headers().len();
+    // 127.0.0.1 is not trusted: even with a well-formed header it is closed, unread.
+    let mut c = connect(q.addr());
+    let _ = c.write_all(&v1_from("192.0.2.1", 1000, &q));
+    let (got, _) = wait_closed(&mut c, T);
+    assert!(got.is_empty(), "{got:?}");
+    let line = wait_end(&q, "proxy_untrusted");
+    assert_eq!(line.client, "127.0.0.1");
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(srv.headers().len(), base, "nothing reached the server");
+}
+
+#[test]
+fn accept_proxy_bad_header_closes_connection() {
+    let srv = ProxyServer::start();
+    let (q, _) = start_toml(
+        "",
+        &format!(
+            "servers = [\"{}\"]\naccept_proxy = [\"{TRUSTED}/32\"]\nconnect_timeout = \"500ms\"",
+            srv.addr
+        ),
+    );
+    let base = srv.headers().len();
+    let mut c = connect_from(trusted(), q.addr()).unwrap();
+    c.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let (got, _) = wait_closed(&mut c, T);
+    assert!(got.is_empty(), "{got:?}");
+    let line = wait_end(&q, "proxy_invalid");
+    assert_eq!(line.client, TRUSTED);
+    assert!(
+        q.wait_stderr_contains("not a PROXY protocol header", T),
+        "{}",
+        q.stderr()
+    );
+    // A trusted client that sends nothing is closed at the deadline (the connect timeout).
+    let mut slow = connect_from(trusted(), q.addr()).unwrap();
+    slow.write_all(b"PROXY TCP4 ").unwrap();
+    let (got, _) = wait_closed(&mut slow, T);
+    assert!(got.is_empty());
+    assert!(q.wait_stderr_contains("no whole PROXY header in time", T));
+    assert_eq!(srv.headers().len(), base, "nothing reached the server");
+}
+
+#[test]
+fn accept_proxy_address_is_passed_on_in_the_proxy_header_sent_to_servers() {
+    // Quill between two PROXY-speaking hops: what it got from the upstream proxy is what its
+    // server gets, the client's own address; the data follows untouched.
+    let srv = ProxyServer::start();
+    let (q, _) = start_toml(
+        "",
+        &format!(
+            "servers = [\"{}\"]\nproxy_protocol = \"v1\"\naccept_proxy = [\"{TRUSTED}/32\", \"::1/128\"]",
+            srv.addr
+        ),
+    );
+    let base = srv.headers().len();
+    let mut c = connect_from(trusted(), q.addr()).unwrap();
+    let mut first = v1_from("198.51.100.7", 40000, &q);
+    first.extend_from_slice(b"payload after the header");
+    c.write_all(&first).unwrap();
+    let echoed = read_exact_within(&mut c, 24, T);
+    assert_eq!(echoed, b"payload after the header");
+    let headers = srv.wait_headers(base + 1);
+    let h = String::from_utf8_lossy(&headers[base]).to_string();
+    assert!(
+        h.starts_with("PROXY TCP4 198.51.100.7 127.0.0.1 40000 "),
+        "{h:?}"
+    );
+    drop(c);
+    let line = wait_end(&q, "done");
+    assert_eq!(line.client, "198.51.100.7");
+
+    // v2 LOCAL (a health check of the upstream proxy's own): the real peer address stands.
+    let mut c = connect_from(trusted(), q.addr()).unwrap();
+    let mut local = b"\r\n\r\n\0\r\nQUIT\n\x20\x00\x00\x00".to_vec();
+    local.extend_from_slice(b"ping");
+    c.write_all(&local).unwrap();
+    assert_eq!(read_exact_within(&mut c, 4, T), b"ping");
+    let headers = srv.wait_headers(base + 2);
+    let h = String::from_utf8_lossy(&headers[base + 1]).to_string();
+    assert!(h.starts_with("PROXY TCP4 127.0.0.2 127.0.0.1 "), "{h:?}");
+}
+
+#[test]
+fn accept_proxy_address_is_used_for_acl_tracking_log_and_xff() {
+    let backend = http_support::Backend::echo();
+    let (q, _) = start_toml(
+        "[acl]\n1 = [\"deny 192.0.2.66\", \"permit 0.0.0.0/0\"]",
+        &format!(
+            "protocol = \"http\"\nservers = [\"{}\"]\nclient_acl = 1\nmax_per_source = 1\naccept_proxy = [\"{TRUSTED}/32\"]",
+            backend.addr()
+        ),
+    );
+    let get = |src: &str, port: u16| {
+        let mut c = connect_from(trusted(), q.addr()).unwrap();
+        let mut req = v1_from(src, port, &q);
+        req.extend_from_slice(b"GET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        c.write_all(&req).unwrap();
+        // A denied client is closed unanswered (a reset: its request was never read).
+        String::from_utf8_lossy(&wait_closed(&mut c, T).0).to_string()
+    };
+    let ok = get("198.51.100.7", 1234);
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    let reqs = backend.wait_requests(1, T);
+    let xff: Vec<&str> = reqs[0].header_all("x-forwarded-for");
+    assert_eq!(xff, ["198.51.100.7"], "{:?}", reqs[0]);
+    // The ACL sees the carried address (the upstream proxy itself is permitted): closed at
+    // once, as a denied client accepted directly is.
+    let denied = get("192.0.2.66", 1235);
+    assert!(denied.is_empty(), "{denied}");
+    assert_eq!(backend.requests().len(), 1);
+    // The access log names the carried addresses.
+    // (HTTP listeners log one combined-format line per request, client first.)
+    let log = || std::fs::read_to_string(q.path("http.log")).unwrap_or_default();
+    assert!(
+        wait_until(T, || log().lines().any(
+            |l| l.starts_with("198.51.100.7 ") && l.contains("\"GET /x HTTP/1.1\" 200")
+        )),
+        "{}",
+        log()
+    );
+    assert!(
+        wait_until(T, || log()
+            .lines()
+            .any(|l| l.starts_with("192.0.2.66 ") && l.contains(" denied "))),
+        "{}",
+        log()
+    );
+    // max_per_source counts the carried address: a second open connection from the same
+    // carried client is refused, one from another carried client is not.
+    let mut held = connect_from(trusted(), q.addr()).unwrap();
+    held.write_all(&v1_from("203.0.113.5", 1, &q)).unwrap();
+    thread::sleep(Duration::from_millis(200));
+    let mut second = connect_from(trusted(), q.addr()).unwrap();
+    second.write_all(&v1_from("203.0.113.5", 2, &q)).unwrap();
+    let (got, _) = wait_closed(&mut second, T);
+    assert!(got.is_empty(), "{got:?}");
+    assert!(
+        wait_until(T, || log()
+            .lines()
+            .any(|l| l.starts_with("203.0.113.5 ") && l.contains(" refused "))),
+        "{}",
+        log()
+    );
+    let other = get("203.0.113.6", 3);
+    assert!(other.starts_with("HTTP/1.1 200"), "{other}");
+    drop(held);
+}
+
+#[test]
+fn accept_proxy_before_tls() {
+    let srv = ProxyServer::start();
+    let ca = tls_support::Ca::new("test CA");
+    let cert = ca.server("quill", &["quill.test"], tls_support::KeyAlg::EcdsaP256);
+    let dir = scratch_dir();
+    let (crt, key) = cert.write(dir.path(), "srv");
+    let (q, _) = start_toml(
+        "",
+        &format!(
+            "servers = [\"{}\"]\nproxy_protocol = \"v2\"\naccept_proxy = [\"{TRUSTED}/32\"]\n[listener.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            srv.addr,
+            crt.display(),
+            key.display()
+        ),
+    );
+    let base = srv.headers().len();
+    let mut c = connect_from(trusted(), q.addr()).unwrap();
+    c.write_all(&v1_from("198.51.100.9", 4321, &q)).unwrap();
+    let opts = tls_support::ClientOpts {
+        sni: Some("quill.test"),
+        ..Default::default()
+    };
+    let mut tls = tls_support::TlsClient::over(c, &opts).expect("handshake after the header");
+    assert_eq!(tls.echo(b"secret").unwrap(), b"secret");
+    let headers = srv.wait_headers(base + 1);
+    // v2 to the server, carrying the address of the v1 header read before TLS.
+    assert_eq!(
+        &headers[base][16..20],
+        &[198, 51, 100, 9],
+        "{:?}",
+        headers[base]
+    );
+    assert_eq!(&headers[base][24..26], &4321u16.to_be_bytes());
+}
+
+#[test]
+fn accept_proxy_config_errors_name_the_line() {
+    check_refused(
+        "accept_proxy = [\"10.0.0.0/33\"]",
+        "bad.toml:5: accept_proxy: '/33' is not a prefix length",
+    );
+    check_refused("accept_proxy = []", "bad.toml:5: accept_proxy: empty");
 }

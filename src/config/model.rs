@@ -499,6 +499,10 @@ pub(crate) struct ListenerConfig {
     pub tls: Option<crate::tls::TlsSettings>,
     /// TLS to this pool's servers (`server_tls = { ... }`).
     pub server_tls: Option<crate::tls::ClientSettings>,
+    /// Trusted upstream proxies (`accept_proxy = ["CIDR", ...]`): a client from one of these
+    /// networks must start with a PROXY header, whose address then stands for the client; any
+    /// other client is closed at accept. Empty: no PROXY header is read.
+    pub accept_proxy: Vec<crate::acl::Net>,
 }
 
 /// The most routes one listener may have.
@@ -860,6 +864,7 @@ impl ListenerConfig {
             routes: Vec::new(),
             tls: None,
             server_tls: None,
+            accept_proxy: Vec::new(),
         }
     }
     /// Whether this is a named pool (`[[pool]]`) rather than a listener.

@@ -440,6 +440,26 @@ fn build_listener(
     if let Some(n) = &rl.client_acl {
         l.client_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
     }
+    if let Some(list) = &rl.accept_proxy {
+        if !matches!(l.listen, addr::ListenAddr::Tcp(_)) {
+            return Err(ConfigError::usage(format!(
+                "{}accept_proxy: listener '{name}' is not a TCP listener",
+                at(list.span())
+            )));
+        }
+        if list.get_ref().is_empty() {
+            return Err(ConfigError::usage(format!(
+                "{}accept_proxy: empty (list the trusted networks, or leave the key out)",
+                at(list.span())
+            )));
+        }
+        for cidr in list.get_ref() {
+            l.accept_proxy
+                .push(acl::parse_net(cidr.trim(), None).map_err(|e| {
+                    ConfigError::usage(format!("{}accept_proxy: {e}", at(list.span())))
+                })?);
+        }
+    }
     if let Some(e) = &rl.abuse {
         l.abuse = Some(
             addr::parse_backend(e.get_ref())
@@ -1280,6 +1300,7 @@ with_tuning_keys! {
         http: Option<Spanned<RawHttp>>,
         tls: Option<Spanned<RawTls>>,
         server_tls: Option<Spanned<RawServerTls>>,
+        accept_proxy: Option<Spanned<Vec<String>>>,
         #[serde(default)]
         servers: Vec<Spanned<RawServer>>,
         #[serde(default)]

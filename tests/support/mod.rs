@@ -889,7 +889,7 @@ pub fn run_quill_expect_exit(args: &[&str]) -> (i32, String) {
 // ---------------------------------------------------------------------------------------------
 
 /// Every reason a session can end with, as the access log and the metrics name them.
-pub const END_REASONS: [&str; 14] = [
+pub const END_REASONS: [&str; 16] = [
     "done",
     "client_reset",
     "server_reset",
@@ -904,6 +904,8 @@ pub const END_REASONS: [&str; 14] = [
     "closed",
     "tls_failed",
     "tls_timeout",
+    "proxy_untrusted",
+    "proxy_invalid",
 ];
 
 /// One access log line: CLIENT_IP UNIX_TIME SERVER BYTES_IN BYTES_OUT DURATION END
