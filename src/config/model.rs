@@ -921,12 +921,6 @@ impl ListenerConfig {
                     v.as_str()
                 )));
             }
-            if self.http.is_some() {
-                return Err(named(format!(
-                    "proxy_protocol {} on an HTTP listener is not supported yet (TCP mode only)",
-                    v.as_str()
-                )));
-            }
         }
         check_duration("slow_start", self.slow_start).map_err(named)?;
         for (i, d) in &self.initial_blacklist {
