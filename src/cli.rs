@@ -201,6 +201,10 @@ pub struct Cli {
     /// time spans ("5min", "1h 30s", "infinity")
     #[arg(long, value_name = "DUR", value_parser = crate::systemd::parse_timespan)]
     exit_idle_time: Option<Duration>,
+    /// Send a PROXY protocol v1 header to the servers before the client's bytes (as
+    /// systemd-socket-proxyd's --proxy-protocol; `proxy_protocol` in TOML also takes v2)
+    #[arg(long)]
+    proxy_protocol: bool,
 
     #[command(flatten)]
     tls: PenTls,
@@ -343,8 +347,6 @@ fn pen_protocol(proto: &str) -> Result<TlsVersion, ConfigError> {
 struct Later {
     #[arg(short = 'U', hide = true)]
     udp: bool,
-    #[arg(long, hide = true)]
-    proxy_protocol: bool,
     #[arg(short = 'D', hide = true)]
     obsolete_delayed_forward: bool,
     #[arg(short = 'n', hide = true)]
@@ -362,10 +364,7 @@ struct Later {
 impl Later {
     /// The first option given that is not supported yet.
     fn unsupported(&self) -> Option<&'static str> {
-        let set = [
-            (self.udp, "-U (UDP)"),
-            (self.proxy_protocol, "--proxy-protocol"),
-        ];
+        let set = [(self.udp, "-U (UDP)")];
         set.into_iter()
             .find(|(given, _)| *given)
             .map(|(_, name)| name)
@@ -581,6 +580,9 @@ impl Cli {
             clients_max: self.clients_max,
             idle_timeout: self.idle_timeout,
             fin_timeout: self.fin_timeout,
+            proxy_protocol: self
+                .proxy_protocol
+                .then_some(Some(config::ProxyVersion::V1)),
             ..TuningPatch::default()
         }
     }

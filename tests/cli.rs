@@ -99,7 +99,8 @@ fn cli_config_together_with_positional_args_exits_2() {
 fn cli_unsupported_pen_options_exit_2_not_supported_yet() {
     // -H (HTTP mode) is supported since issue 11: tests/http_config.rs; -R (TLS client
     // certificates) since issue 12: tests/tls_config.rs.
-    for flag in ["-U", "--proxy-protocol"] {
+    // --proxy-protocol since issue 13: tests/systemd.rs, tests/proxy_protocol.rs.
+    for flag in ["-U"] {
         let (l, s) = (listen(), server());
         let err = expect_usage_error(&[flag, &l, &s], flag);
         assert!(
