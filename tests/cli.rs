@@ -100,14 +100,13 @@ fn cli_unsupported_pen_options_exit_2_not_supported_yet() {
     // -H (HTTP mode) is supported since issue 11: tests/http_config.rs; -R (TLS client
     // certificates) since issue 12: tests/tls_config.rs.
     // --proxy-protocol since issue 13: tests/systemd.rs, tests/proxy_protocol.rs.
-    for flag in ["-U"] {
-        let (l, s) = (listen(), server());
-        let err = expect_usage_error(&[flag, &l, &s], flag);
-        assert!(
-            err.contains("not supported yet"),
-            "{flag}: stderr should say 'not supported yet':\n{err}"
-        );
-    }
+    let flag = "-U";
+    let (l, s) = (listen(), server());
+    let err = expect_usage_error(&[flag, &l, &s], flag);
+    assert!(
+        err.contains("not supported yet"),
+        "{flag}: stderr should say 'not supported yet':\n{err}"
+    );
 }
 
 #[test]
