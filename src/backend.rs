@@ -498,7 +498,7 @@ impl Pool {
     /// Whether `client_acl` lets this client in (Unix-socket clients always pass).
     pub(crate) fn admits(&self, ip: Option<IpAddr>) -> bool {
         match (self.client_acl, ip) {
-            (Some(n), Some(ip)) => self.acls[n].permits(ip),
+            (Some(n), Some(ip)) => self.acls.permits(n, ip),
             _ => true,
         }
     }
@@ -526,7 +526,7 @@ impl ServerSet for PoolView<'_> {
             return false;
         }
         match (s.acl(), self.client) {
-            (Some(n), Some(ip)) => self.pool.acls[n].permits(ip),
+            (Some(n), Some(ip)) => self.pool.acls.permits(n, ip),
             _ => true,
         }
     }

@@ -874,7 +874,7 @@ impl<T: Read + Write> ReadWrite for T {}
 fn tcp_client_allowed(ip: IpAddr, controller: &Controller) -> bool {
     let config = controller.config();
     match config.global.control_acl {
-        Some(n) => config.global.acls[n].permits(ip),
+        Some(n) => config.global.acls.permits(n, ip),
         None => ip.is_loopback(),
     }
 }

@@ -1108,6 +1108,11 @@ impl Config {
     /// Validates the whole configuration.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.global.check().map_err(ConfigError::usage)?;
+        if let (Some(n), None) = (self.global.acls.with_country(), &self.global.acls.geo) {
+            return Err(ConfigError::usage(format!(
+                "acl {n}: country entries need a GeoIP database (geoip = \"FILE.mmdb\" in the configuration file)"
+            )));
+        }
         if let Some(ListenAddr::Tcp(a)) = &self.global.control {
             if !a.ip().is_loopback() && self.global.control_acl.is_none() {
                 return Err(ConfigError::usage(format!(

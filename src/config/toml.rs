@@ -28,6 +28,7 @@ use super::model::{
 };
 use super::routes::RawRoute;
 
+mod geoip;
 mod tls_table;
 pub(crate) use tls_table::check_certificates;
 use tls_table::{RawServerTls, RawTls, TlsDefaults};
@@ -191,6 +192,10 @@ fn from_toml_with(
             None => f.clone(),
         });
     global.status_file = raw.status_file.clone();
+    if let Some(g) = &raw.geoip {
+        let dir = Path::new(origin).parent().unwrap_or(Path::new("."));
+        global.acls.geo = Some(geoip::load(g, dir, &at)?);
+    }
     for (n, lines) in &raw.acl {
         let prefix = at(lines.span());
         let list =
@@ -202,6 +207,16 @@ fn from_toml_with(
             global.acls[list].entries.push(entry);
         }
     }
+    geoip::check(
+        &global.acls,
+        &|id| {
+            raw.acl
+                .iter()
+                .find(|(n, _)| acl::parse_list(n).ok() == Some(id))
+                .map(|(_, l)| l.span())
+        },
+        &at,
+    )?;
     let default_health = match &raw.health {
         Some(h) => Some(
             h.get_ref()
@@ -1270,6 +1285,7 @@ with_tuning_keys! {
         allow_exit: Option<bool>,
         command_file: Option<PathBuf>,
         status_file: Option<PathBuf>,
+        geoip: Option<Spanned<PathBuf>>,
         #[serde(default)]
         acl: std::collections::BTreeMap<String, Spanned<Vec<String>>>,
         health: Option<Spanned<RawHealth>>,
