@@ -330,6 +330,9 @@ pub(crate) struct Pool {
     pub server_tls: Option<Arc<crate::tls::client::ClientTls>>,
     /// The listener's trusted upstream proxies (`accept_proxy`); empty: none.
     pub accept_proxy: Vec<crate::acl::Net>,
+    /// The listener's address when it is one IP's (not a wildcard): every client reached it, so
+    /// the PROXY header sent to servers names it without a `getsockname`.
+    pub local: Option<std::net::SocketAddr>,
 }
 
 /// A listener's routes, whose pool actions hold named pools.
@@ -489,6 +492,10 @@ impl Pool {
             tls: None,
             server_tls: None,
             accept_proxy: l.accept_proxy.clone(),
+            local: match &l.listen {
+                crate::addr::ListenAddr::Tcp(a) if !a.ip().is_unspecified() => Some(*a),
+                _ => None,
+            },
             sticky,
             acls,
             health: l.health.clone(),

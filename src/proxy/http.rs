@@ -1252,7 +1252,8 @@ impl HttpSession {
         ex.proxied = false;
         if let Some(version) = ex.connector.pool().tuning.proxy_protocol {
             if !ex.connector.is_reused() {
-                let header = super::proxy_header(version, &self.addr, &self.client);
+                let local = self.pool.local;
+                let header = super::proxy_header(version, &self.addr, &self.client, local);
                 at = header.as_bytes().len();
                 out[..at].copy_from_slice(header.as_bytes());
                 ex.proxied = true;

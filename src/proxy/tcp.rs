@@ -194,7 +194,8 @@ impl TcpSession {
             Progress::Failed(end) => Step::Close(end),
             Progress::Connected => {
                 if let Some(version) = self.connector.pool().tuning.proxy_protocol {
-                    let header = super::proxy_header(version, &self.addr, &self.client);
+                    let local = self.connector.pool().local;
+                    let header = super::proxy_header(version, &self.addr, &self.client, local);
                     self.up.preload(header.as_bytes(), cx.pools);
                 }
                 self.active_ms = cx.now;
