@@ -176,6 +176,11 @@ fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// An HTTP listener logs to `http.log` instead (combined format, which the support code's
 /// access-log reader does not take).
 fn start_toml(top: &str, listener_keys: &str) -> (QuillProcess, PathBuf) {
+    start_toml_on("127.0.0.1", top, listener_keys)
+}
+
+/// Like [`start_toml`] with the listener bound to `ip` (readiness is still polled on 127.0.0.1).
+fn start_toml_on(ip: &str, top: &str, listener_keys: &str) -> (QuillProcess, PathBuf) {
     let log = if listener_keys.contains("protocol = \"http\"") {
         "http.log"
     } else {
@@ -187,7 +192,7 @@ fn start_toml(top: &str, listener_keys: &str) -> (QuillProcess, PathBuf) {
         std::fs::write(
             &cfg,
             format!(
-                "log = \"{}\"\ncontrol = \"{}\"\n{top}\n[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:{port}\"\n{listener_keys}\n",
+                "log = \"{}\"\ncontrol = \"{}\"\n{top}\n[[listener]]\nname = \"l\"\nlisten = \"{ip}:{port}\"\n{listener_keys}\n",
                 dir.join(log).display(),
                 dir.join("ctl.sock").display(),
             ),
@@ -258,6 +263,28 @@ fn proxy_protocol_v2_header_reaches_tcp_server() {
     let client = exchange(&q, b"hello through v2");
     let headers = srv.wait_headers(base + 1);
     assert_eq!(headers[base], v2_inet(client, q.addr()));
+}
+
+#[test]
+fn proxy_protocol_header_names_the_address_reached_on_a_wildcard_listener() {
+    // Bound to 0.0.0.0: the address the client reached comes from its socket.
+    let srv = ProxyServer::start();
+    let (q, _) = start_toml_on(
+        "0.0.0.0",
+        "",
+        &format!("servers = [\"{}\"]\nproxy_protocol = \"v1\"", srv.addr),
+    );
+    let base = srv.headers().len();
+    let dst: SocketAddr = format!("127.0.0.3:{}", q.addr().port()).parse().unwrap();
+    let mut c = connect(dst);
+    echo_roundtrip(&mut c, b"via 127.0.0.3");
+    let headers = srv.wait_headers(base + 1);
+    let want = format!(
+        "PROXY TCP4 127.0.0.1 127.0.0.3 {} {}\r\n",
+        c.local_addr().unwrap().port(),
+        q.addr().port()
+    );
+    assert_eq!(String::from_utf8_lossy(&headers[base]), want);
 }
 
 #[test]
