@@ -188,6 +188,27 @@ fn geoip_config_errors_name_file_and_line() {
 }
 
 #[test]
+fn geoip_is_explained_by_check() {
+    let dir = scratch_dir();
+    let cfg = dir.path().join("g.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "geoip = \"{}\"\n[acl]\n1 = [\"deny country GB\"]\n[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:1\"\nservers = [\"127.0.0.1:2\"]\nclient_acl = 1\n",
+            test_db().display()
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = run_quill_output(&["check", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("(GeoIP2-Country), for country entries"),
+        "{out}"
+    );
+    assert!(out.contains("acl 1: deny country GB"), "{out}");
+}
+
+#[test]
 fn geoip_control_command_adds_a_country_entry_and_write_saves_it() {
     let e = echo();
     let (q, _) = start("\"permit 0.0.0.0/0\"", e.addr());

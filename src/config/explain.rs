@@ -51,6 +51,13 @@ impl Config {
                 }
             );
         }
+        if let Some(geo) = &g.acls.geo {
+            out += &format!(
+                "geoip: {} ({}), for country entries\n",
+                geo.path.display(),
+                geo.db.database_type()
+            );
+        }
         for (n, acl) in g.acls.iter().filter(|(_, a)| !a.entries.is_empty()) {
             let entries: Vec<String> = acl.entries.iter().map(|e| e.to_string()).collect();
             out += &format!("acl {n}: {}\n", entries.join(", "));
