@@ -697,6 +697,39 @@ mod tests {
     }
 
     #[test]
+    fn preloaded_bytes_leave_first_in_one_write_with_the_first_read_and_are_not_counted() {
+        let mut r = rig();
+        let mut p = pools(false);
+        let mut d = Direction::default();
+        d.preload(b"HEADER|", &mut p);
+        // The client's bytes are already there: one pump appends them to the header.
+        r.feed.write_all(b"first").unwrap();
+        r.sr.readable = true;
+        r.dr.writable = true;
+        d.pump(false, &r.src, &r.dst, &mut r.sr, &mut r.dr, &mut p)
+            .unwrap();
+        let mut got = Vec::new();
+        drain(&mut r.out, &mut got);
+        assert_eq!(got, b"HEADER|first");
+        assert_eq!(d.bytes, 5, "the header is not the client's");
+        let (rest, eof) = r.run(&mut d, &mut p, b" and more", true);
+        assert_eq!(rest, b" and more");
+        assert!(eof);
+        assert_eq!(d.bytes, 14);
+
+        // Nothing from the client yet: the header goes alone.
+        let mut r = rig();
+        let mut d = Direction::default();
+        d.preload(b"H", &mut p);
+        r.dr.writable = true;
+        d.pump(false, &r.src, &r.dst, &mut r.sr, &mut r.dr, &mut p)
+            .unwrap();
+        let mut got = Vec::new();
+        drain(&mut r.out, &mut got);
+        assert_eq!((got.as_slice(), d.bytes), (&b"H"[..], 0));
+    }
+
+    #[test]
     fn a_burst_of_dropped_buffers_trims_the_heap_once_quiet() {
         let mut p = pools(false);
         let burst: Vec<Buf> = (0..4 + TRIM_AFTER_BUFFERS).map(|_| p.buffer()).collect();
