@@ -10,20 +10,28 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::{Index, IndexMut};
+use std::sync::Arc;
+
+use quill_core::mmdb::Db;
 
 use serde::Serialize;
 
 /// How many lists there are (numbered 0 to 9, as in Pen).
 pub(crate) const LISTS: usize = 10;
 
-/// One network: an address and a prefix length.
+/// One network: an address and a prefix length; or, in an ACL entry, a country (Pen's
+/// `country CC`, matched through the GeoIP database).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Net {
     V4(u32, u8),
     V6(u128, u8),
+    /// An ISO 3166-1 alpha-2 code, upper case.
+    Country([u8; 2]),
 }
 
 impl Net {
+    /// Whether `ip` is in this network (a country is never matched here: see
+    /// [`Acl::permits_with`]).
     pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         match (self, canonical(ip)) {
             (Net::V4(net, len), IpAddr::V4(a)) => {
@@ -53,6 +61,7 @@ impl fmt::Display for Net {
         match self {
             Net::V4(a, len) => write!(f, "{}/{len}", Ipv4Addr::from(*a)),
             Net::V6(a, len) => write!(f, "{}/{len}", Ipv6Addr::from(*a)),
+            Net::Country([a, b]) => write!(f, "country {}{}", char::from(*a), char::from(*b)),
         }
     }
 }
@@ -85,12 +94,35 @@ pub(crate) struct Acl {
 }
 
 impl Acl {
-    /// Whether the list lets `ip` through (Pen's rule; see the module notes).
+    /// Whether the list lets `ip` through (Pen's rule; see the module notes); country entries
+    /// match nothing (no GeoIP database).
+    #[cfg(test)]
     pub(crate) fn permits(&self, ip: IpAddr) -> bool {
-        match self.entries.iter().find(|e| e.net.contains(ip)) {
+        self.permits_with(ip, None)
+    }
+
+    /// Whether the list lets `ip` through, its country (looked up at most once, only when a
+    /// country entry is reached) from `geo`. An address the database has no country for
+    /// matches no country entry.
+    pub(crate) fn permits_with(&self, ip: IpAddr, geo: Option<&Db>) -> bool {
+        let mut country: Option<Option<[u8; 2]>> = None;
+        let mut matches = |net: &Net| match net {
+            Net::Country(cc) => {
+                *country.get_or_insert_with(|| geo.and_then(|g| g.country(ip))) == Some(*cc)
+            }
+            n => n.contains(ip),
+        };
+        match self.entries.iter().find(|e| matches(&e.net)) {
             Some(e) => e.permit,
             None => self.entries.last().is_none_or(|last| !last.permit),
         }
+    }
+
+    /// Whether a country entry is in the list.
+    pub(crate) fn has_country(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| matches!(e.net, Net::Country(_)))
     }
 }
 
@@ -118,14 +150,45 @@ impl fmt::Display for AclId {
     }
 }
 
-/// The ten lists, as configured, indexed by [`AclId`].
+/// The GeoIP database country entries are checked against (`geoip = "FILE"`), read with the
+/// configuration: a reload reads it again, so two loads differ even when the file did not change
+/// (the pools are rebuilt with the database just read).
+#[derive(Clone, Debug)]
+pub(crate) struct GeoDb {
+    pub path: std::path::PathBuf,
+    pub db: Arc<Db>,
+}
+
+impl PartialEq for GeoDb {
+    fn eq(&self, other: &GeoDb) -> bool {
+        self.path == other.path && Arc::ptr_eq(&self.db, &other.db)
+    }
+}
+
+impl Eq for GeoDb {}
+
+/// The ten lists, as configured, indexed by [`AclId`], and the GeoIP database their country
+/// entries need.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Acls([Acl; LISTS]);
+pub(crate) struct Acls {
+    lists: [Acl; LISTS],
+    pub geo: Option<GeoDb>,
+}
 
 impl Acls {
+    /// Whether list `n` lets `ip` through, countries looked up in the GeoIP database.
+    pub(crate) fn permits(&self, n: AclId, ip: IpAddr) -> bool {
+        self[n].permits_with(ip, self.geo.as_ref().map(|g| &*g.db))
+    }
+
+    /// The first list with a country entry.
+    pub(crate) fn with_country(&self) -> Option<AclId> {
+        self.iter().find(|(_, l)| l.has_country()).map(|(n, _)| n)
+    }
+
     /// Every list with its number, in order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (AclId, &Acl)> {
-        (0u8..).map(AclId).zip(self.0.iter())
+        (0u8..).map(AclId).zip(self.lists.iter())
     }
 
     /// Every list number, in order.
@@ -138,13 +201,13 @@ impl Index<AclId> for Acls {
     type Output = Acl;
 
     fn index(&self, id: AclId) -> &Acl {
-        &self.0[usize::from(id.0)]
+        &self.lists[usize::from(id.0)]
     }
 }
 
 impl IndexMut<AclId> for Acls {
     fn index_mut(&mut self, id: AclId) -> &mut Acl {
-        &mut self.0[usize::from(id.0)]
+        &mut self.lists[usize::from(id.0)]
     }
 }
 
@@ -165,12 +228,25 @@ pub(crate) fn parse_entry(words: &[&str]) -> Result<Entry, String> {
         None => return Err("needs permit or deny and an address".into()),
     };
     let net = match rest {
+        ["country", cc] => parse_country(cc)?,
+        ["country", ..] => return Err("country needs one two-letter code (e.g. GB)".into()),
         [addr] => parse_net(addr, None)?,
         [addr, mask] => parse_net(addr, Some(mask))?,
         [] => return Err("needs an address".into()),
         [_, _, extra, ..] => return Err(format!("unexpected '{extra}'")),
     };
     Ok(Entry { permit, net })
+}
+
+/// A country code: two ASCII letters (ISO 3166-1 alpha-2), either case.
+fn parse_country(cc: &str) -> Result<Net, String> {
+    match cc.as_bytes() {
+        [a, b] if a.is_ascii_alphabetic() && b.is_ascii_alphabetic() => Ok(Net::Country([
+            a.to_ascii_uppercase(),
+            b.to_ascii_uppercase(),
+        ])),
+        _ => Err(format!("'{cc}' is not a two-letter country code")),
+    }
 }
 
 /// `ADDR`, `ADDR/LEN` or (IPv4) `ADDR MASK`: an ACL entry's network, and a `trusted_proxies` entry.

@@ -330,6 +330,11 @@ pub(crate) struct Pool {
     pub server_tls: Option<Arc<crate::tls::client::ClientTls>>,
     /// A UDP listener's flow settings; None for TCP and HTTP.
     pub udp: Option<crate::config::model::UdpSettings>,
+    /// The listener's trusted upstream proxies (`accept_proxy`); empty: none.
+    pub accept_proxy: Vec<crate::acl::Net>,
+    /// The listener's address when it is one IP's (not a wildcard): every client reached it, so
+    /// the PROXY header sent to servers names it without a `getsockname`.
+    pub local: Option<std::net::SocketAddr>,
 }
 
 /// A listener's routes, whose pool actions hold named pools.
@@ -488,6 +493,11 @@ impl Pool {
             routes: None,
             tls: None,
             server_tls: None,
+            accept_proxy: l.accept_proxy.clone(),
+            local: match &l.listen {
+                crate::addr::ListenAddr::Tcp(a) if !a.ip().is_unspecified() => Some(*a),
+                _ => None,
+            },
             sticky,
             acls,
             health: l.health.clone(),
@@ -498,7 +508,7 @@ impl Pool {
     /// Whether `client_acl` lets this client in (Unix-socket clients always pass).
     pub(crate) fn admits(&self, ip: Option<IpAddr>) -> bool {
         match (self.client_acl, ip) {
-            (Some(n), Some(ip)) => self.acls[n].permits(ip),
+            (Some(n), Some(ip)) => self.acls.permits(n, ip),
             _ => true,
         }
     }
@@ -526,7 +536,7 @@ impl ServerSet for PoolView<'_> {
             return false;
         }
         match (s.acl(), self.client) {
-            (Some(n), Some(ip)) => self.pool.acls[n].permits(ip),
+            (Some(n), Some(ip)) => self.pool.acls.permits(n, ip),
             _ => true,
         }
     }

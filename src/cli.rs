@@ -201,6 +201,10 @@ pub struct Cli {
     /// time spans ("5min", "1h 30s", "infinity")
     #[arg(long, value_name = "DUR", value_parser = crate::systemd::parse_timespan)]
     exit_idle_time: Option<Duration>,
+    /// Send a PROXY protocol v1 header to the servers before the client's bytes (as
+    /// systemd-socket-proxyd's --proxy-protocol; `proxy_protocol` in TOML also takes v2)
+    #[arg(long)]
+    proxy_protocol: bool,
 
     #[command(flatten)]
     tls: PenTls,
@@ -345,8 +349,6 @@ struct Later {
     /// UDP: balance datagrams per client flow (Pen's -U)
     #[arg(short = 'U')]
     udp: bool,
-    #[arg(long, hide = true)]
-    proxy_protocol: bool,
     #[arg(short = 'D', hide = true)]
     obsolete_delayed_forward: bool,
     #[arg(short = 'n', hide = true)]
@@ -362,14 +364,6 @@ struct Later {
 }
 
 impl Later {
-    /// The first option given that is not supported yet.
-    fn unsupported(&self) -> Option<&'static str> {
-        let set = [(self.proxy_protocol, "--proxy-protocol")];
-        set.into_iter()
-            .find(|(given, _)| *given)
-            .map(|(_, name)| name)
-    }
-
     fn obsolete(&self) -> Vec<&'static str> {
         let set = [
             (self.obsolete_delayed_forward, "-D"),
@@ -511,12 +505,6 @@ pub fn main() -> ExitCode {
         }
         None => {}
     }
-    if let Some(name) = cli.later.unsupported() {
-        return fail(
-            ErrorKind::Usage,
-            &format!("option {name} is not supported yet"),
-        );
-    }
     for name in cli.later.obsolete() {
         eprintln!("quill: notice: option {name} is obsolete in Pen and has no effect");
     }
@@ -580,6 +568,9 @@ impl Cli {
             clients_max: self.clients_max,
             idle_timeout: self.idle_timeout,
             fin_timeout: self.fin_timeout,
+            proxy_protocol: self
+                .proxy_protocol
+                .then_some(Some(config::ProxyVersion::V1)),
             ..TuningPatch::default()
         }
     }
@@ -913,12 +904,6 @@ fn check_command_line(config: Option<&std::path::Path>, args: &[String]) -> Exit
         return fail(
             ErrorKind::Usage,
             "check: a subcommand is not a command line to check",
-        );
-    }
-    if let Some(name) = cli.later.unsupported() {
-        return fail(
-            ErrorKind::Usage,
-            &format!("option {name} is not supported yet"),
         );
     }
     match build_config(&cli) {

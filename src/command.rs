@@ -43,6 +43,8 @@ pub(crate) enum Command {
     MaxPerSource(u32),
     TcpNodelay(bool),
     TcpFastclose(Fastclose),
+    /// `proxy_protocol v1|v2|off`: the PROXY header sent to the listener's servers.
+    ProxyProtocol(Option<crate::config::model::ProxyVersion>),
     Keepalive(bool),
     /// `transparent` / `no transparent`: server connections leave from the client's address.
     Transparent(bool),
@@ -263,6 +265,7 @@ pub(crate) enum Setting {
     IdleTimeout,
     TcpFastclose,
     Source,
+    ProxyProtocol,
     Mode,
     ClientAcl,
     ControlAcl,
@@ -479,6 +482,13 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
             )?))
         }
         ("tcp_fastclose", false, _) => err("tcp_fastclose needs one of up|down|both|off"),
+        ("proxy_protocol", false, []) => show(Setting::ProxyProtocol),
+        ("proxy_protocol", false, [value]) => set(Command::ProxyProtocol(
+            crate::config::model::parse_proxy_protocol(value).ok_or_else(|| {
+                CommandError(format!("proxy_protocol: '{value}' is not v1|v2|off"))
+            })?,
+        )),
+        ("proxy_protocol", false, _) => err("proxy_protocol needs one of v1|v2|off"),
         ("mode", false, []) => show(Setting::Mode),
         ("server", false, ["add", spec]) => set(Command::ServerAdd(spec.to_string())),
         ("server", false, ["add", ..]) => {
@@ -664,6 +674,11 @@ mod tests {
             Command::Timeout(Duration::from_millis(500)),
         );
         check("tcp_fastclose both", Command::TcpFastclose(Fastclose::Both));
+        check(
+            "proxy_protocol v2",
+            Command::ProxyProtocol(Some(crate::config::model::ProxyVersion::V2)),
+        );
+        check("proxy_protocol off", Command::ProxyProtocol(None));
         check("no tcp_nodelay", Command::TcpNodelay(false));
         check("transparent", Command::Transparent(true));
         check("no transparent", Command::Transparent(false));
@@ -730,6 +745,7 @@ mod tests {
             ("server x", "x"),
             ("server 1 colour red", "colour"),
             ("tcp_fastclose sideways", "sideways"),
+            ("proxy_protocol v3", "v3"),
             ("no blacklist", "blacklist"),
             ("clients_max 4294967295", "4294967295"),
             ("conn_max 0", "conn_max"),

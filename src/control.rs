@@ -874,7 +874,7 @@ impl<T: Read + Write> ReadWrite for T {}
 fn tcp_client_allowed(ip: IpAddr, controller: &Controller) -> bool {
     let config = controller.config();
     match config.global.control_acl {
-        Some(n) => config.global.acls[n].permits(ip),
+        Some(n) => config.global.acls.permits(n, ip),
         None => ip.is_loopback(),
     }
 }
@@ -1202,6 +1202,10 @@ fn show(
         Setting::TcpFastclose => {
             let f = pick()?.tuning.tcp_fastclose.name();
             (f.to_string(), json!(f))
+        }
+        Setting::ProxyProtocol => {
+            let v = crate::config::proxy_protocol_name(pick()?.tuning.proxy_protocol);
+            (v.to_string(), json!(v))
         }
         Setting::Mode => {
             // Pen's flags; `http` after them on an HTTP listener, as Pen's `http` sets it.

@@ -28,7 +28,7 @@ use quill_core::sys::{self, PacketSocket};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::acl::Acl;
+use crate::acl::{AclId, Acls};
 use crate::addr::BackendAddr;
 use crate::config::{Config, ListenerConfig};
 use crate::state::RunError;
@@ -66,7 +66,8 @@ struct Engine {
     vip: Ipv4Addr,
     port: u16,
     servers: Vec<Server>,
-    tarpit: Option<Acl>,
+    /// `tarpit_acl`: the lists (with the GeoIP database their country entries need) and which.
+    tarpit: Option<(Acls, AclId)>,
     key: u64,
     stats: Arc<Stats>,
 }
@@ -119,7 +120,7 @@ impl Engine {
             vip,
             port,
             servers,
-            tarpit: l.tarpit_acl.map(|n| config.global.acls[n].clone()),
+            tarpit: l.tarpit_acl.map(|n| (config.global.acls.clone(), n)),
             key: random_u64(),
             stats: Arc::default(),
         })
@@ -206,7 +207,7 @@ impl Engine {
                 if self
                     .tarpit
                     .as_ref()
-                    .is_some_and(|acl| !acl.permits(flow.src))
+                    .is_some_and(|(acls, n)| !acls.permits(*n, flow.src))
                 {
                     let isn = dsr::flow_hash(&flow, self.key) as u32;
                     if let Some(synack) = dsr::tarpit_synack(&flow, parsed.src, mac, isn) {

@@ -36,10 +36,16 @@ pub(crate) enum End {
     Evicted,
     /// A UDP flow had its `flow_responses` replies.
     Responses,
+    /// A listener with `accept_proxy`: the client's source is not one of its trusted networks,
+    /// closed at accept.
+    ProxyUntrusted,
+    /// A listener with `accept_proxy`: a trusted source sent no valid PROXY header (bad bytes,
+    /// EOF or the deadline first).
+    ProxyInvalid,
 }
 
 impl End {
-    pub(crate) const ALL: [End; 16] = [
+    pub(crate) const ALL: [End; 18] = [
         End::Done,
         End::ClientReset,
         End::ServerReset,
@@ -56,6 +62,8 @@ impl End {
         End::TlsTimeout,
         End::Evicted,
         End::Responses,
+        End::ProxyUntrusted,
+        End::ProxyInvalid,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -76,6 +84,8 @@ impl End {
             End::TlsTimeout => "tls_timeout",
             End::Evicted => "evicted",
             End::Responses => "responses",
+            End::ProxyUntrusted => "proxy_untrusted",
+            End::ProxyInvalid => "proxy_invalid",
         }
     }
 }

@@ -269,7 +269,7 @@ impl<P> Routes<P> {
     /// always passes, as Pen's `client_acl` does). A client it refuses gets 403.
     pub(crate) fn permits(&self, route: &Route<P>, client: Option<IpAddr>) -> bool {
         match (route.client_acl, client) {
-            (Some(n), Some(ip)) => self.acls[n].permits(ip),
+            (Some(n), Some(ip)) => self.acls.permits(n, ip),
             _ => true,
         }
     }

@@ -96,19 +96,6 @@ fn cli_config_together_with_positional_args_exits_2() {
 }
 
 #[test]
-fn cli_unsupported_pen_options_exit_2_not_supported_yet() {
-    // -H (HTTP mode) is supported since issue 11: tests/http_config.rs; -R (TLS client
-    // certificates) since issue 12: tests/tls_config.rs; -U (UDP) since issue 13: tests/udp.rs.
-    let flag = "--proxy-protocol";
-    let (l, s) = (listen(), server());
-    let err = expect_usage_error(&[flag, &l, &s], flag);
-    assert!(
-        err.contains("not supported yet"),
-        "{flag}: stderr should say 'not supported yet':\n{err}"
-    );
-}
-
-#[test]
 fn cli_obsolete_dash_d_is_accepted_with_a_notice() {
     let g = greet("g");
     let servers = [spec(g.addr())];

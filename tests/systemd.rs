@@ -981,12 +981,35 @@ fn proxyd_follows_a_renamed_server_between_sessions() {
 }
 
 #[test]
-fn proxyd_rejects_proxy_protocol_option() {
-    let env = [("LISTEN_FDS", "1"), ("LISTEN_PID", "1")];
-    let (code, err) = run_with_env(&["--proxy-protocol", "127.0.0.1:8080"], &env);
-    assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("--proxy-protocol is not supported yet"),
-        "{err}"
+fn proxyd_form_sends_proxy_v1() {
+    // As systemd-socket-proxyd --proxy-protocol: a v1 line naming the client and the address
+    // it reached, then the client's bytes. The server reads the line itself.
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().unwrap();
+    let reader = thread::spawn(move || {
+        let (mut s, _) = server.accept().unwrap();
+        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        let mut got = Vec::new();
+        let mut b = [0u8; 1];
+        while got.iter().filter(|&&c| c == b'\n').count() < 2 && got.len() < 300 {
+            match s.read(&mut b) {
+                Ok(1) => got.push(b[0]),
+                _ => break,
+            }
+        }
+        String::from_utf8_lossy(&got).to_string()
+    });
+    let port = free_port();
+    let _q = proxyd(port, &["--proxy-protocol"], &addr.to_string());
+    let mut c = connect_port(port);
+    let me = c.local_addr().unwrap();
+    c.write_all(b"first line\n").unwrap();
+    let got = reader.join().unwrap();
+    assert_eq!(
+        got,
+        format!(
+            "PROXY TCP4 127.0.0.1 127.0.0.1 {} {port}\r\nfirst line\n",
+            me.port()
+        )
     );
 }

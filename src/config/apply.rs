@@ -47,6 +47,7 @@ impl ListenerConfig {
             }
             Command::TcpNodelay(on) => t.tcp_nodelay = *on,
             Command::TcpFastclose(f) => t.tcp_fastclose = *f,
+            Command::ProxyProtocol(v) => t.proxy_protocol = *v,
             Command::Keepalive(on) => t.keepalive = *on,
             Command::Transparent(on) => t.transparent = *on,
             Command::Source(ip) => t.source = *ip,

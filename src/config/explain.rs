@@ -51,6 +51,13 @@ impl Config {
                 }
             );
         }
+        if let Some(geo) = &g.acls.geo {
+            out += &format!(
+                "geoip: {} ({}), for country entries\n",
+                geo.path.display(),
+                geo.db.database_type()
+            );
+        }
         for (n, acl) in g.acls.iter().filter(|(_, a)| !a.entries.is_empty()) {
             let entries: Vec<String> = acl.entries.iter().map(|e| e.to_string()).collect();
             out += &format!("acl {n}: {}\n", entries.join(", "));
@@ -168,6 +175,12 @@ fn explain_pool(l: &ListenerConfig, out: &mut String) {
     }
     if !l.slow_start.is_zero() {
         *out += &format!("  slow start: {}\n", format_duration(l.slow_start));
+    }
+    if let Some(v) = l.tuning.proxy_protocol {
+        *out += &format!(
+            "  PROXY protocol {} header sent to servers first\n",
+            v.as_str()
+        );
     }
 }
 

@@ -97,6 +97,22 @@ impl Fastclose {
     }
 }
 
+pub(crate) use quill_core::proxy_header::Version as ProxyVersion;
+
+/// The name of a `proxy_protocol` setting: `v1`, `v2` or `off`.
+pub(crate) fn proxy_protocol_name(v: Option<ProxyVersion>) -> &'static str {
+    v.map_or("off", ProxyVersion::as_str)
+}
+
+/// Reads `v1`, `v2` or `off` (a `proxy_protocol` value).
+pub(crate) fn parse_proxy_protocol(s: &str) -> Option<Option<ProxyVersion>> {
+    if s.eq_ignore_ascii_case("off") {
+        Some(None)
+    } else {
+        ProxyVersion::from_name(s).map(Some)
+    }
+}
+
 /// Per-listener timeouts and socket settings. Top-level values in a file are the defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Tuning {
@@ -123,6 +139,9 @@ pub(crate) struct Tuning {
     pub transparent: bool,
     /// Pen's `source IP`: the local address of server connections.
     pub source: Option<IpAddr>,
+    /// PROXY protocol header sent to this pool's servers before the client's bytes
+    /// (`proxy_protocol = "v1" | "v2"`); None = none.
+    pub proxy_protocol: Option<ProxyVersion>,
 }
 
 impl Default for Tuning {
@@ -140,6 +159,7 @@ impl Default for Tuning {
             max_per_source: 0,
             transparent: false,
             source: None,
+            proxy_protocol: None,
         }
     }
 }
@@ -159,6 +179,8 @@ pub(crate) struct TuningPatch {
     pub max_per_source: Option<u32>,
     pub transparent: Option<bool>,
     pub source: Option<IpAddr>,
+    /// `Some(None)`: `off`.
+    pub proxy_protocol: Option<Option<ProxyVersion>>,
 }
 
 impl Tuning {
@@ -205,6 +227,7 @@ impl Tuning {
         if p.source.is_some() {
             self.source = p.source;
         }
+        set(&mut self.proxy_protocol, &p.proxy_protocol);
     }
 }
 
@@ -507,6 +530,10 @@ pub(crate) struct ListenerConfig {
     pub tls: Option<crate::tls::TlsSettings>,
     /// TLS to this pool's servers (`server_tls = { ... }`).
     pub server_tls: Option<crate::tls::ClientSettings>,
+    /// Trusted upstream proxies (`accept_proxy = ["CIDR", ...]`): a client from one of these
+    /// networks must start with a PROXY header, whose address then stands for the client; any
+    /// other client is closed at accept. Empty: no PROXY header is read.
+    pub accept_proxy: Vec<crate::acl::Net>,
     /// Pen's `dsr_if`: direct server return on this interface (see `crate::dsr`).
     pub dsr_if: Option<String>,
     /// Pen's `dsr_ip`: the virtual address (default: the listen address).
@@ -909,6 +936,7 @@ impl ListenerConfig {
             dsr_ip: None,
             tarpit_acl: None,
             udp: None,
+            accept_proxy: Vec::new(),
         }
     }
     /// Whether this is a named pool (`[[pool]]`) rather than a listener.
@@ -1043,6 +1071,15 @@ impl ListenerConfig {
             )));
         }
         self.tuning.check().map_err(named)?;
+        if let Some(v) = self.tuning.proxy_protocol {
+            // The header would have to go before the TLS handshake, outside the TLS stream.
+            if self.server_tls.is_some() {
+                return Err(named(format!(
+                    "proxy_protocol {} with server_tls is not supported yet",
+                    v.as_str()
+                )));
+            }
+        }
         check_duration("slow_start", self.slow_start).map_err(named)?;
         for (i, d) in &self.initial_blacklist {
             check_duration(&format!("server {i} blacklist"), *d).map_err(named)?;
@@ -1241,6 +1278,11 @@ impl Config {
             return Err(ConfigError::usage(
                 "dsr_if: the control socket and the admin listener are not supported yet in a DSR process",
             ));
+        }
+        if let (Some(n), None) = (self.global.acls.with_country(), &self.global.acls.geo) {
+            return Err(ConfigError::usage(format!(
+                "acl {n}: country entries need a GeoIP database (geoip = \"FILE.mmdb\" in the configuration file)"
+            )));
         }
         if let Some(ListenAddr::Tcp(a)) = &self.global.control {
             if !a.ip().is_loopback() && self.global.control_acl.is_none() {

@@ -28,6 +28,7 @@ use super::model::{
 };
 use super::routes::RawRoute;
 
+mod geoip;
 mod tls_table;
 mod udp_table;
 pub(crate) use tls_table::check_certificates;
@@ -192,6 +193,10 @@ fn from_toml_with(
             None => f.clone(),
         });
     global.status_file = raw.status_file.clone();
+    if let Some(g) = &raw.geoip {
+        let dir = Path::new(origin).parent().unwrap_or(Path::new("."));
+        global.acls.geo = Some(geoip::load(g, dir, &at)?);
+    }
     for (n, lines) in &raw.acl {
         let prefix = at(lines.span());
         let list =
@@ -203,6 +208,16 @@ fn from_toml_with(
             global.acls[list].entries.push(entry);
         }
     }
+    geoip::check(
+        &global.acls,
+        &|id| {
+            raw.acl
+                .iter()
+                .find(|(n, _)| acl::parse_list(n).ok() == Some(id))
+                .map(|(_, l)| l.span())
+        },
+        &at,
+    )?;
     let default_health = match &raw.health {
         Some(h) => Some(
             h.get_ref()
@@ -478,6 +493,26 @@ fn build_listener(
     }
     if let Some(n) = &rl.tarpit_acl {
         l.tarpit_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
+    }
+    if let Some(list) = &rl.accept_proxy {
+        if !matches!(l.listen, addr::ListenAddr::Tcp(_)) {
+            return Err(ConfigError::usage(format!(
+                "{}accept_proxy: listener '{name}' is not a TCP listener",
+                at(list.span())
+            )));
+        }
+        if list.get_ref().is_empty() {
+            return Err(ConfigError::usage(format!(
+                "{}accept_proxy: empty (list the trusted networks, or leave the key out)",
+                at(list.span())
+            )));
+        }
+        for cidr in list.get_ref() {
+            l.accept_proxy
+                .push(acl::parse_net(cidr.trim(), None).map_err(|e| {
+                    ConfigError::usage(format!("{}accept_proxy: {e}", at(list.span())))
+                })?);
+        }
     }
     if let Some(e) = &rl.abuse {
         l.abuse = Some(
@@ -1261,6 +1296,7 @@ macro_rules! with_tuning_keys {
             max_per_source: Option<Spanned<u32>>,
             transparent: Option<bool>,
             source: Option<Spanned<String>>,
+            proxy_protocol: Option<Spanned<String>>,
         }
 
         impl $name {
@@ -1300,6 +1336,19 @@ macro_rules! with_tuning_keys {
                             })
                         })
                         .transpose()?,
+                    proxy_protocol: self
+                        .proxy_protocol
+                        .as_ref()
+                        .map(|p| {
+                            crate::config::model::parse_proxy_protocol(p.get_ref()).ok_or_else(|| {
+                                ConfigError::usage(format!(
+                                    "{}invalid proxy_protocol '{}' (expected v1, v2 or off)",
+                                    at(p.span()),
+                                    p.get_ref().escape_debug()
+                                ))
+                            })
+                        })
+                        .transpose()?,
                 })
             }
         }
@@ -1332,6 +1381,7 @@ with_tuning_keys! {
         allow_exit: Option<bool>,
         command_file: Option<PathBuf>,
         status_file: Option<PathBuf>,
+        geoip: Option<Spanned<PathBuf>>,
         #[serde(default)]
         acl: std::collections::BTreeMap<String, Spanned<Vec<String>>>,
         health: Option<Spanned<RawHealth>>,
@@ -1366,6 +1416,7 @@ with_tuning_keys! {
         http: Option<Spanned<RawHttp>>,
         tls: Option<Spanned<RawTls>>,
         server_tls: Option<Spanned<RawServerTls>>,
+        accept_proxy: Option<Spanned<Vec<String>>>,
         #[serde(default)]
         servers: Vec<Spanned<RawServer>>,
         #[serde(default)]

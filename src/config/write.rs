@@ -133,6 +133,10 @@ fn write_pool(out: &mut String, prefix: &str, l: &ListenerConfig) {
     *out += &format!("{prefix}idle_timeout {}\n", format_duration(t.idle_timeout));
     *out += &format!("{prefix}tcp_fastclose {}\n", t.tcp_fastclose.name());
     *out += &format!(
+        "{prefix}proxy_protocol {}\n",
+        crate::config::proxy_protocol_name(t.proxy_protocol)
+    );
+    *out += &format!(
         "{prefix}{}tcp_nodelay\n",
         if t.tcp_nodelay { "" } else { "no " }
     );

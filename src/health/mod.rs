@@ -53,8 +53,9 @@ struct Watched {
     check: HealthCheck,
     /// The pool's TLS to its servers (`server_tls`): probes speak TLS too.
     tls: Option<Arc<crate::tls::client::ClientTls>>,
-    /// The pool's `source`: probes leave from it as the pool's connections do.
-    source: Option<std::net::IpAddr>,
+    /// The pool's `source` and `proxy_protocol`: probes leave from that address and send the
+    /// header first, as the pool's connections do.
+    how: probe::Leave,
     streak: Streak,
     /// Clock ms when the next probe is due (while none is in flight).
     due_ms: u64,
@@ -252,7 +253,7 @@ impl Checker {
                     w.pool = pool.name.clone();
                 }
                 w.tls = pool.server_tls.clone();
-                w.source = pool.tuning.source;
+                w.how = probe::Leave::of(&pool.tuning);
             }
             Entry::Vacant(e) => {
                 // A server that starts down (added to a running pool) is checked at once: it
@@ -267,7 +268,7 @@ impl Checker {
                     pool: pool.name.clone(),
                     check: check.clone(),
                     tls: pool.server_tls.clone(),
-                    source: pool.tuning.source,
+                    how: probe::Leave::of(&pool.tuning),
                     streak: Streak::default(),
                     due_ms: first,
                     probe: None,
@@ -327,7 +328,7 @@ fn start(w: &mut Watched, registry: &Registry, token: Token, now_ms: u64) -> io:
         w.server.addr(),
         &w.check,
         w.tls.as_deref(),
-        w.source,
+        w.how,
         registry,
         token,
         now_ms,

@@ -45,8 +45,11 @@ pub(super) struct Probe {
     /// The socket's readiness (for the TLS handshake).
     ready: crate::net::Ready,
     phase: Phase,
-    /// The HTTP request to send, or None for a TCP check (connecting is the whole check).
+    /// What to send once connected: the PROXY header (`proxy_protocol`) and the HTTP request;
+    /// None for a TCP check without a header (connecting is the whole check).
     request: Option<Vec<u8>>,
+    /// An HTTP check: the answer's status decides (else sending is the end of it).
+    answer: bool,
     /// Statuses that pass an HTTP check.
     expect: (u16, u16),
     /// Clock ms when the probe started, and when it fails if still unfinished.
@@ -62,17 +65,34 @@ pub(super) enum StartError {
     Local(io::Error),
 }
 
+/// How a pool's probes leave: from its `source` address, with its `proxy_protocol` header first.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Leave {
+    pub source: Option<std::net::IpAddr>,
+    pub proxy: Option<crate::config::ProxyVersion>,
+}
+
+impl Leave {
+    pub(super) fn of(t: &crate::config::Tuning) -> Leave {
+        Leave {
+            source: t.source,
+            proxy: t.proxy_protocol,
+        }
+    }
+}
+
 impl Probe {
     /// Starts a probe of `addr` for `check`, registered under `token`.
     pub(super) fn start(
         addr: &BackendAddr,
         check: &HealthCheck,
         tls: Option<&crate::tls::client::ClientTls>,
-        source: Option<std::net::IpAddr>,
+        how: Leave,
         registry: &Registry,
         token: Token,
         now_ms: u64,
     ) -> Result<Probe, StartError> {
+        let Leave { source, proxy } = how;
         if let CheckKind::Udp { send, expect } = &check.kind {
             let udp = open_udp(addr, source, send.as_bytes(), registry, token)?;
             return Ok(Probe {
@@ -81,6 +101,7 @@ impl Probe {
                 ready: crate::net::Ready::default(),
                 phase: Phase::Reading { answer: Vec::new() },
                 request: None,
+                answer: true,
                 expect: (0, 0),
                 started_ms: now_ms,
                 deadline_ms: now_ms.saturating_add(crate::clock::millis(check.timeout).max(1)),
@@ -113,18 +134,28 @@ impl Probe {
                 Interest::READABLE | Interest::WRITABLE,
             )
             .map_err(StartError::Local)?;
-        let (request, expect) = match &check.kind {
+        let (mut request, expect) = match &check.kind {
             CheckKind::Tcp | CheckKind::Udp { .. } => (None, (0, 0)),
             CheckKind::Http { path, expect } => {
                 (Some(request(path, addr, check.host.as_deref())), *expect)
             }
         };
+        let answer = request.is_some();
+        if let Some(version) = proxy {
+            // A connection of Quill's own: v1 UNKNOWN or v2 LOCAL, so the server keeps the
+            // probe's real addresses (config validation keeps `server_tls` out of this).
+            let header = quill_core::proxy_header::encode_unknown(version);
+            let mut bytes = header.as_bytes().to_vec();
+            bytes.extend_from_slice(request.as_deref().unwrap_or_default());
+            request = Some(bytes);
+        }
         Ok(Probe {
             stream: Some(stream),
             udp: None,
             ready: crate::net::Ready::default(),
             phase: Phase::Connecting,
             request,
+            answer,
             expect,
             started_ms: now_ms,
             deadline_ms: now_ms.saturating_add(crate::clock::millis(check.timeout).max(1)),
@@ -182,6 +213,9 @@ impl Probe {
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) => return Some(Outcome::Fail(format!("cannot send request: {e}"))),
                 }
+            }
+            if !self.answer {
+                return Some(Outcome::Pass);
             }
             self.phase = Phase::Reading {
                 answer: Vec::with_capacity(256),

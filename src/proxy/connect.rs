@@ -234,7 +234,9 @@ impl Connector {
                 self.deadline = self.deadline_from(cx.now);
                 return Progress::Resolve(server, self.deadline);
             }
-            if self.http && !self.fresh {
+            // A pool that sends PROXY headers keeps no idle connections (each one named its
+            // client): none to take.
+            if self.http && !self.fresh && self.pool.tuning.proxy_protocol.is_none() {
                 if let Some((id, socket)) =
                     cx.conns
                         .checkout(lease.server(), cx.client_token, cx.registry)

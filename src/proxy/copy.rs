@@ -231,6 +231,9 @@ pub(crate) struct Direction {
     /// After the last pump, the destination still held records it took but could not send (TLS):
     /// the bytes count as pending until they are out.
     backlog: bool,
+    /// Bytes at the start of the pending buffer put there by [`Direction::preload`] (a PROXY
+    /// header) and not written yet: not the source's bytes, so not counted in `bytes`.
+    prefix: u8,
 }
 
 impl Default for Direction {
@@ -244,6 +247,7 @@ impl Default for Direction {
             bytes: 0,
             yielded: false,
             backlog: false,
+            prefix: 0,
         }
     }
 }
@@ -255,6 +259,54 @@ impl Direction {
         Direction {
             remaining: limit,
             ..Direction::default()
+        }
+    }
+
+    /// Puts `bytes` (a PROXY protocol header, at most 255 bytes) before anything read from the
+    /// source: the first read appends to them, so they leave with the source's first bytes in
+    /// one write when those are already there. Call before the first pump.
+    pub(crate) fn preload(&mut self, bytes: &[u8], pools: &mut Pools) {
+        debug_assert!(matches!(self.pending, Pending::Empty) && bytes.len() <= 255);
+        let mut buf = pools.buffer();
+        buf[..bytes.len()].copy_from_slice(bytes);
+        self.pending = Pending::Buf {
+            buf,
+            start: 0,
+            end: bytes.len() as u32,
+        };
+        self.prefix = bytes.len() as u8;
+    }
+
+    /// Before the preloaded bytes are written: reads what the source has after them, so both go
+    /// in one write. Ok(false) when nothing was appended.
+    fn append_to_prefix(&mut self, src: &Stream, sr: &mut Ready) -> io::Result<bool> {
+        let Pending::Buf { buf, start: 0, end } = &mut self.pending else {
+            return Ok(false);
+        };
+        if *end != u32::from(self.prefix) || self.eof || !sr.readable || self.remaining == 0 {
+            return Ok(false);
+        }
+        let at = *end as usize;
+        let want = (BUF_SIZE - at).min(self.remaining.min(BUF_SIZE as u64) as usize);
+        match src.read(&mut buf[at..at + want]) {
+            Ok(0) => end_of_data(&mut self.eof, sr).map(|_| false),
+            Ok(n) => {
+                *end += n as u32;
+                self.take_budget(n);
+                if n < want && !sr.error {
+                    if sr.read_closed || src.ended() {
+                        self.eof = true;
+                    } else {
+                        sr.readable = false;
+                    }
+                }
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                sr.readable = false;
+                Ok(false)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -320,6 +372,12 @@ impl Direction {
         self.yielded = false;
         // Splicing moves the socket's bytes: TLS records are not the session's bytes.
         let splice = src.can_splice() && dst.can_splice();
+        if self.prefix > 0 {
+            match self.append_to_prefix(src, sr) {
+                Ok(appended) => progress |= appended,
+                Err(e) => return Err(Failure::Read(e)),
+            }
+        }
         loop {
             if !matches!(self.pending, Pending::Empty) || dst.has_backlog() {
                 if !dr.writable {
@@ -396,7 +454,9 @@ impl Direction {
                 } else {
                     dst.write(bytes)?
                 };
-                self.bytes += n as u64;
+                let preloaded = n.min(usize::from(self.prefix));
+                self.prefix -= preloaded as u8;
+                self.bytes += (n - preloaded) as u64;
                 *start += n as u32;
                 if start < end {
                     // A short write means the socket buffer is full: wait for the next edge.
@@ -634,6 +694,39 @@ mod tests {
 
     fn pattern(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn preloaded_bytes_leave_first_in_one_write_with_the_first_read_and_are_not_counted() {
+        let mut r = rig();
+        let mut p = pools(false);
+        let mut d = Direction::default();
+        d.preload(b"HEADER|", &mut p);
+        // The client's bytes are already there: one pump appends them to the header.
+        r.feed.write_all(b"first").unwrap();
+        r.sr.readable = true;
+        r.dr.writable = true;
+        d.pump(false, &r.src, &r.dst, &mut r.sr, &mut r.dr, &mut p)
+            .unwrap();
+        let mut got = Vec::new();
+        drain(&mut r.out, &mut got);
+        assert_eq!(got, b"HEADER|first");
+        assert_eq!(d.bytes, 5, "the header is not the client's");
+        let (rest, eof) = r.run(&mut d, &mut p, b" and more", true);
+        assert_eq!(rest, b" and more");
+        assert!(eof);
+        assert_eq!(d.bytes, 14);
+
+        // Nothing from the client yet: the header goes alone.
+        let mut r = rig();
+        let mut d = Direction::default();
+        d.preload(b"H", &mut p);
+        r.dr.writable = true;
+        d.pump(false, &r.src, &r.dst, &mut r.sr, &mut r.dr, &mut p)
+            .unwrap();
+        let mut got = Vec::new();
+        drain(&mut r.out, &mut got);
+        assert_eq!((got.as_slice(), d.bytes), (&b"H"[..], 0));
     }
 
     #[test]

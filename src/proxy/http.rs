@@ -407,6 +407,9 @@ struct Exchange {
     close: bool,
     /// The server connection may take another request once this exchange is over.
     server_keeps: bool,
+    /// The server connection began with a PROXY header naming this client (`proxy_protocol`):
+    /// it serves no other client, so it is closed after the exchange instead of kept idle.
+    proxied: bool,
     /// Some response byte came from the server.
     answered: bool,
     /// Some response byte went to the client.
@@ -969,6 +972,7 @@ impl HttpSession {
             status: 0,
             close: false,
             server_keeps: false,
+            proxied: false,
             answered: false,
             replied: false,
             sent_ms: cx.now,
@@ -1242,8 +1246,21 @@ impl HttpSession {
             upgrade: ex.upgrade,
         };
         let mut out = cx.pools.buffer();
-        let n = match rewrite::write_request_indexed(msg, &head, &ex.fields, &rw, &mut out[..]) {
-            Ok(n) => n,
+        // A new connection to a pool with `proxy_protocol` starts with the header, in the same
+        // write as the head (never an idle one: the connector takes none for such a pool).
+        let mut at = 0;
+        ex.proxied = false;
+        if let Some(version) = ex.connector.pool().tuning.proxy_protocol {
+            if !ex.connector.is_reused() {
+                let local = self.pool.local;
+                let header = super::proxy_header(version, &self.addr, &self.client, local);
+                at = header.as_bytes().len();
+                out[..at].copy_from_slice(header.as_bytes());
+                ex.proxied = true;
+            }
+        }
+        let n = match rewrite::write_request_indexed(msg, &head, &ex.fields, &rw, &mut out[at..]) {
+            Ok(n) => n + at,
             Err(rewrite::Overflow) => {
                 cx.pools.give_buffer(out);
                 return Err(self.fault(431, cx));
@@ -1679,6 +1696,7 @@ impl HttpSession {
         let keep = end == End::Done
             && !s.server_idle_timeout.is_zero()
             && ex.server_keeps
+            && !ex.proxied
             && ex.up_done
             && !ex.sinput.has_unparsed()
             && ex.sinput.pending().is_empty();

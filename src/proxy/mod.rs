@@ -9,6 +9,7 @@
 //! which reads the TLS ClientHello without consuming it and becomes the TCP session of the pool
 //! the server name picks.
 
+pub(crate) mod accept_proxy;
 pub(crate) mod connect;
 pub(crate) mod copy;
 pub(crate) mod handshake;
@@ -31,11 +32,36 @@ use crate::route::RateTable;
 use crate::state::idle::ServerConns;
 use crate::state::shared::Listener;
 use crate::state::shared::SessionInfo;
+use accept_proxy::ProxyWait;
 use copy::Pools;
 use handshake::{Handshaking, Next};
 use http::HttpSession;
 use peek::{PeekSession, Peeked};
 use tcp::TcpSession;
+
+/// The PROXY protocol header of `version` for a client: its address and the address it reached
+/// (`listener`: the listener's own when it is not a wildcard, else the client socket's local
+/// address, one `getsockname`); `UNKNOWN`/LOCAL for a Unix-socket client or when the local
+/// address cannot be had.
+pub(crate) fn proxy_header(
+    version: crate::config::ProxyVersion,
+    client: &ClientAddr,
+    socket: &Stream,
+    listener: Option<SocketAddr>,
+) -> quill_core::proxy_header::Encoded {
+    use quill_core::proxy_header::{encode, encode_unknown};
+    let local = || match listener {
+        Some(a) => Some(a),
+        None => socket2::SockRef::from(socket)
+            .local_addr()
+            .ok()?
+            .as_socket(),
+    };
+    match (client, local()) {
+        (ClientAddr::Ip(src), Some(dst)) => encode(version, *src, dst),
+        _ => encode_unknown(version),
+    }
+}
 
 /// No deadline: the session waits for events only.
 pub(crate) const NEVER: u64 = u64::MAX;
@@ -62,6 +88,9 @@ pub(crate) enum Step {
     Again,
     /// The session is over: call [`Session::close`] and drop it.
     Close(End),
+    /// A trusted client's PROXY header is read (`accept_proxy`): take its socket
+    /// ([`Session::take_proxied`], off epoll already) and admit it as a client from this address.
+    Admit(ClientAddr),
 }
 
 /// What a session may use while handling one call: the worker's registry and this session's
@@ -125,6 +154,9 @@ pub(crate) enum Session {
     Peek(PeekSession),
     /// A TLS listener's client during its handshake; becomes `Tcp` or `Http` once done.
     Handshake(Box<Handshaking>),
+    /// A client from a trusted upstream proxy (`accept_proxy`) until its PROXY header is read;
+    /// the worker then admits it anew with the header's address.
+    ProxyHeader(Box<ProxyWait>),
 }
 
 impl Session {
@@ -193,6 +225,32 @@ impl Session {
             .map(|h| Session::Handshake(Box::new(h)))
     }
 
+    /// A client of a listener with `accept_proxy`, from one of its trusted networks: its PROXY
+    /// header first.
+    pub(crate) fn proxy_header(
+        listener: Arc<Listener>,
+        id: u64,
+        client: Stream,
+        peer: ClientAddr,
+        now: u64,
+    ) -> Session {
+        Session::ProxyHeader(Box::new(ProxyWait::new(listener, id, client, peer, now)))
+    }
+
+    /// After [`Step::Admit`]: the listener and the client's socket, off epoll.
+    pub(crate) fn take_proxied(&mut self) -> Option<(Arc<Listener>, Stream)> {
+        match self {
+            Session::ProxyHeader(w) => w.take(),
+            _ => None,
+        }
+    }
+
+    /// Whether the session's access log lines are HTTP ones written by the worker at close (a
+    /// client still before its PROXY header on an HTTP listener).
+    pub(crate) fn logs_http_at_close(&self) -> bool {
+        matches!(self, Session::ProxyHeader(w) if w.http)
+    }
+
     /// Follows the handshake phase: a finished handshake replaces it with the session it leads to.
     fn after_handshake(&mut self, next: Next, cx: &mut Ctx) -> Step {
         match next {
@@ -202,7 +260,9 @@ impl Session {
                 match self {
                     Session::Tcp(s) => s.start_registered(ready, cx),
                     Session::Http(s) => s.start_registered(ready, cx),
-                    Session::Handshake(_) | Session::Peek(_) => Step::Close(End::Error),
+                    Session::Handshake(_) | Session::Peek(_) | Session::ProxyHeader(_) => {
+                        Step::Close(End::Error)
+                    }
                 }
             }
         }
@@ -214,6 +274,8 @@ impl Session {
     pub(crate) fn drain(&mut self) -> bool {
         match self {
             Session::Tcp(_) | Session::Peek(_) => false,
+            // No work of the client's started yet.
+            Session::ProxyHeader(_) => true,
             Session::Http(s) => s.drain(),
             // Its handshake finishes (bounded by the drain deadline), then it is an HTTP session
             // that closes after one exchange, or a TCP session.
@@ -231,6 +293,7 @@ impl Session {
                 self.peeked(outcome, cx)
             }
             Session::Handshake(s) => s.start(cx),
+            Session::ProxyHeader(s) => s.start(cx),
         }
     }
 
@@ -247,6 +310,7 @@ impl Session {
                 let next = s.on_ready(side, ev, cx);
                 self.after_handshake(next, cx)
             }
+            Session::ProxyHeader(s) => s.on_ready(ev, cx),
         }
     }
 
@@ -257,6 +321,7 @@ impl Session {
             Session::Http(s) => s.on_resolved(answer, cx),
             Session::Peek(s) => s.wait(),
             Session::Handshake(s) => s.on_deadline(cx),
+            Session::ProxyHeader(s) => s.wait(),
         }
     }
 
@@ -267,6 +332,7 @@ impl Session {
             Session::Http(s) => s.on_deadline(cx),
             Session::Peek(s) => s.on_deadline(cx),
             Session::Handshake(s) => s.on_deadline(cx),
+            Session::ProxyHeader(s) => s.on_deadline(cx),
         }
     }
 
@@ -280,6 +346,7 @@ impl Session {
                 let next = s.drive(cx);
                 self.after_handshake(next, cx)
             }
+            Session::ProxyHeader(s) => s.wait(),
         }
     }
 
@@ -290,6 +357,7 @@ impl Session {
             Session::Http(s) => s.id(),
             Session::Peek(s) => s.id(),
             Session::Handshake(s) => s.id(),
+            Session::ProxyHeader(s) => s.id(),
         }
     }
 
@@ -300,6 +368,7 @@ impl Session {
             Session::Http(s) => s.info(now),
             Session::Peek(s) => s.info(now),
             Session::Handshake(s) => s.info(now),
+            Session::ProxyHeader(s) => s.info(now),
         }
     }
 
@@ -317,6 +386,7 @@ impl Session {
             Session::Http(s) => s.close(end, pools, conns),
             Session::Peek(s) => s.close(),
             Session::Handshake(s) => s.close(end),
+            Session::ProxyHeader(s) => s.close(),
         }
     }
 }

@@ -193,6 +193,11 @@ impl TcpSession {
             Progress::Resolve(server, deadline) => Step::Resolve(server, deadline),
             Progress::Failed(end) => Step::Close(end),
             Progress::Connected => {
+                if let Some(version) = self.connector.pool().tuning.proxy_protocol {
+                    let local = self.connector.pool().local;
+                    let header = super::proxy_header(version, &self.addr, &self.client, local);
+                    self.up.preload(header.as_bytes(), cx.pools);
+                }
                 self.active_ms = cx.now;
                 cx.counters
                     .connected(self.accepted_at.elapsed().as_micros() as u64);

@@ -417,6 +417,25 @@ impl Worker {
             }
             Step::Again => self.again.push((idx as u32, self.slots[idx].gen)),
             Step::Close(end) => self.close(idx, end, now),
+            Step::Admit(addr) => self.admit_proxied(idx, addr, now),
+        }
+    }
+
+    /// A trusted client's PROXY header was read: its slot is freed without an end (it is the
+    /// same client) and it is admitted as a client from `addr`.
+    fn admit_proxied(&mut self, idx: usize, addr: ClientAddr, now: u64) {
+        let slot = &mut self.slots[idx];
+        let Some(mut s) = slot.session.take() else {
+            return;
+        };
+        slot.gen = (slot.gen + 1) & GEN_MASK;
+        slot.source = None;
+        slot.timer.clear();
+        self.free.push(idx as u32);
+        self.live -= 1;
+        self.shared.active.fetch_sub(1, Ordering::Relaxed);
+        if let Some((listener, stream)) = s.take_proxied() {
+            self.admit(&listener, stream, addr, now);
         }
     }
 
@@ -485,6 +504,71 @@ impl Worker {
 
     fn open(&mut self, listener: &Arc<Listener>, stream: Stream, peer: ClientAddr, now: u64) {
         Counters::add(&self.counters().accepted, 1);
+        let pool = listener.pool.load();
+        if pool.accept_proxy.is_empty() {
+            return self.admit(listener, stream, peer, now);
+        }
+        let http = pool.http.is_some();
+        let trusted = peer
+            .ip()
+            .is_some_and(|ip| pool.accept_proxy.iter().any(|n| n.contains(ip)));
+        drop(pool);
+        if !trusted {
+            // Not one of the listener's upstream proxies: closed at accept.
+            self.counters().ended(End::ProxyUntrusted);
+            self.log_refused(&peer, End::ProxyUntrusted, http);
+            return;
+        }
+        let max = self
+            .shared
+            .max_sessions
+            .load(Ordering::Relaxed)
+            .min(self.shared.fd_sessions.load(Ordering::Relaxed));
+        if self.shared.active.fetch_add(1, Ordering::Relaxed) >= max {
+            self.shared.active.fetch_sub(1, Ordering::Relaxed);
+            self.counters().ended(End::Refused);
+            self.log_refused(&peer, End::Refused, http);
+            return;
+        }
+        let id = self.next_id();
+        let session = Session::proxy_header(listener.clone(), id, stream, peer, now);
+        self.install(session, None, now);
+    }
+
+    /// The next session id: unique in the process (worker number in the low part).
+    fn next_id(&mut self) -> u64 {
+        let id = self.next_session * self.shared.counters.len() as u64 + self.id as u64;
+        self.next_session += 1;
+        id
+    }
+
+    /// Puts a new session in a free slot and starts it.
+    fn install(&mut self, session: Session, source: Option<SourceSlot>, now: u64) {
+        let idx = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.slots.push(Slot {
+                    gen: 0,
+                    session: None,
+                    source: None,
+                    timer: Armed::default(),
+                });
+                self.slots.len() - 1
+            }
+        };
+        self.slots[idx].source = source;
+        self.live += 1;
+        let gen = self.slots[idx].gen;
+        self.slots[idx].session = Some(session);
+        if let Some((s, mut cx)) = self.session(idx, gen, now) {
+            let step = s.start(&mut cx);
+            self.follow(idx, step, now);
+        }
+    }
+
+    /// Admits a client from `peer` (its own address, or the one its PROXY header carried):
+    /// `-x`, `client_acl`, `max_per_source`, then the session its listener calls for.
+    fn admit(&mut self, listener: &Arc<Listener>, stream: Stream, peer: ClientAddr, now: u64) {
         let pool = listener.pool.load_full();
         let http = pool.http.is_some();
         if let Some(ip) = peer.ip() {
@@ -526,32 +610,14 @@ impl Worker {
             }
             _ => None,
         };
-        let idx = match self.free.pop() {
-            Some(i) => i as usize,
-            None => {
-                self.slots.push(Slot {
-                    gen: 0,
-                    session: None,
-                    source: None,
-                    timer: Armed::default(),
-                });
-                self.slots.len() - 1
-            }
-        };
-        self.slots[idx].source = source;
-        self.live += 1;
-        let gen = self.slots[idx].gen;
-        let id = self.next_session * self.shared.counters.len() as u64 + self.id as u64;
-        self.next_session += 1;
+        let id = self.next_id();
         let session = if pool.tls.is_some() && !denied {
             match Session::tls(listener.clone(), pool, id, stream, peer, now) {
                 Ok(s) => s,
                 Err(_closed) => {
                     // Over `max_handshakes` in progress on this worker: closed at once.
                     crate::proxy::handshake::overloaded(self.counters());
-                    self.slots[idx].source = None;
-                    self.live -= 1;
-                    self.free.push(idx as u32);
+                    drop(source);
                     self.shared.active.fetch_sub(1, Ordering::Relaxed);
                     self.counters().ended(End::Refused);
                     self.log_refused(&peer, End::Refused, http);
@@ -566,11 +632,7 @@ impl Worker {
         } else {
             Session::tcp(pool, id, stream, peer, denied, now)
         };
-        self.slots[idx].session = Some(session);
-        if let Some((s, mut cx)) = self.session(idx, gen, now) {
-            let step = s.start(&mut cx);
-            self.follow(idx, step, now);
-        }
+        self.install(session, source, now);
     }
 
     /// Hands the resolver's answers to the sessions still waiting for them.
@@ -794,6 +856,7 @@ impl Worker {
         self.free.push(idx as u32);
         self.live -= 1;
         let http = matches!(s, Session::Http(_));
+        let http_at_close = s.logs_http_at_close();
         let c = s.close(end, &mut self.pools, &mut self.conns);
         // The lease (the server's count of this session) lives to the end of this call, since the
         // log line below names its server; dropping it there instead of ending it first saves an
@@ -819,7 +882,9 @@ impl Worker {
             c.bytes_out,
             end.name()
         );
-        if !http {
+        if http_at_close {
+            self.log_refused(&c.client, end, true);
+        } else if !http {
             // HTTP sessions log each request instead.
             self.log_line(
                 &c.client,

@@ -90,7 +90,7 @@ fn merge_listener(
     let mut out = theirs.clone();
     merge_fields!(ListenerConfig, base, ours, theirs, out;
         name, listen, emergency, health, slow_start, client_acl, abuse, http, routes, sticky_cookie,
-        tls, server_tls, dsr_if, dsr_ip, tarpit_acl, udp;
+        tls, server_tls, dsr_if, dsr_ip, tarpit_acl, udp, accept_proxy;
         mode, tuning, servers, initial_blacklist);
     out.mode = merge_mode(base, ours, theirs);
     out.tuning = merge_tuning(&base.tuning, &ours.tuning, &theirs.tuning);
@@ -122,7 +122,7 @@ fn merge_tuning(base: &Tuning, ours: &Tuning, theirs: &Tuning) -> Tuning {
     let mut out = theirs.clone();
     merge_fields!(Tuning, base, ours, theirs, out;
         connect_timeout, blacklist, tracking_time, clients_max, idle_timeout, fin_timeout,
-        tcp_nodelay, tcp_fastclose, keepalive, max_per_source, transparent, source;);
+        tcp_nodelay, tcp_fastclose, keepalive, max_per_source, transparent, source, proxy_protocol;);
     out
 }
 

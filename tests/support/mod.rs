@@ -900,7 +900,7 @@ pub fn run_quill_expect_exit(args: &[&str]) -> (i32, String) {
 // ---------------------------------------------------------------------------------------------
 
 /// Every reason a session can end with, as the access log and the metrics name them.
-pub const END_REASONS: [&str; 16] = [
+pub const END_REASONS: [&str; 18] = [
     "done",
     "client_reset",
     "server_reset",
@@ -917,6 +917,8 @@ pub const END_REASONS: [&str; 16] = [
     "tls_timeout",
     "evicted",
     "responses",
+    "proxy_untrusted",
+    "proxy_invalid",
 ];
 
 /// One access log line: CLIENT_IP UNIX_TIME SERVER BYTES_IN BYTES_OUT DURATION END

@@ -289,6 +289,13 @@ impl TlsClient {
     /// Connects to `addr` and completes the handshake (bounded by [`TLS_TIMEOUT`]); Err with
     /// rustls' or the socket's error otherwise.
     pub fn connect(addr: SocketAddr, opts: &ClientOpts<'_>) -> Result<TlsClient, String> {
+        let tcp = TcpStream::connect_timeout(&addr, TLS_TIMEOUT).map_err(|e| e.to_string())?;
+        TlsClient::over(tcp, opts)
+    }
+
+    /// Like [`TlsClient::connect`] over a connection already open (bytes may have gone before
+    /// the handshake: a PROXY protocol header).
+    pub fn over(tcp: TcpStream, opts: &ClientOpts<'_>) -> Result<TlsClient, String> {
         let schemes = if opts.schemes.is_empty() {
             all_schemes()
         } else {
@@ -312,7 +319,6 @@ impl TlsClient {
         config.enable_sni = opts.sni.is_some();
         let name = ServerName::try_from(opts.sni.unwrap_or("no-sni.invalid").to_owned()).unwrap();
         let conn = ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
-        let tcp = TcpStream::connect_timeout(&addr, TLS_TIMEOUT).map_err(|e| e.to_string())?;
         tcp.set_read_timeout(Some(TLS_TIMEOUT)).unwrap();
         tcp.set_write_timeout(Some(TLS_TIMEOUT)).unwrap();
         let mut stream = StreamOwned::new(conn, tcp);

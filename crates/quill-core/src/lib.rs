@@ -1,7 +1,8 @@
 //! What the product (`quill`) and its load generator (`quill-bench`) share, below both: the
 //! `sys` wrappers (the workspace's only `unsafe`), the duration grammar and, pure and fuzzed,
 //! the HTTP/1 module, the TLS ClientHello reader (`tls_hello`, SNI routing without termination)
-//! and the frames of direct server return (`dsr`).
+//! the frames of direct server return (`dsr`), the PROXY protocol header (`proxy_header`) and a
+//! MaxMind DB country reader (`mmdb`).
 
 // An item is `pub` only when another crate can reach it (the binary, the tests, the other
 // crates of the workspace); the rest is `pub(crate)`, so the compiler finds what is dead.
@@ -13,6 +14,8 @@ pub mod dsr;
 pub mod duration;
 pub mod flows;
 pub mod http1;
+pub mod mmdb;
+pub mod proxy_header;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod tls_hello;
