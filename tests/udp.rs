@@ -1022,3 +1022,78 @@ fn udp_flows_and_health_checks_leave_from_the_source_address() {
         "every datagram from 127.0.0.3: {seen:?}"
     );
 }
+
+/// The v2 header of a UDP datagram from `src` to `dst` (IPv4), written out by hand from the
+/// specification (not with Quill's encoder).
+fn v2_dgram_v4(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
+    let mut h = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    h.extend_from_slice(&[0x21, 0x12, 0, 12]);
+    for a in [src, dst] {
+        let IpAddr::V4(ip) = a.ip() else {
+            panic!("{a} is not IPv4")
+        };
+        h.extend_from_slice(&ip.octets());
+    }
+    h.extend_from_slice(&src.port().to_be_bytes());
+    h.extend_from_slice(&dst.port().to_be_bytes());
+    h
+}
+
+#[test]
+fn udp_proxy_protocol_v2_header_precedes_each_datagram() {
+    // A server that keeps every datagram whole and answers "ok".
+    let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    let got = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (g, st) = (got.clone(), stop.clone());
+    let t = thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        // Bounded: at most 20 s of 50 ms waits.
+        for _ in 0..400 {
+            if st.load(Ordering::Relaxed) {
+                return;
+            }
+            if let Ok((n, from)) = server.recv_from(&mut buf) {
+                g.lock().unwrap().push(buf[..n].to_vec());
+                let _ = server.send_to(b"ok", from);
+            }
+        }
+    });
+    let q = start_toml(&format!(
+        "workers = 1\n[[listener]]\nname = \"dns\"\nlisten = \"0.0.0.0:{{PORT}}\"\nprotocol = \"udp\"\nservers = [\"{addr}\"]\nproxy_protocol = \"v2\"\n"
+    ));
+    // The wildcard listener: the header names the address the client wrote to (127.0.0.2).
+    let to = SocketAddr::new(Ipv4Addr::new(127, 0, 0, 2).into(), q.addr().port());
+    let c = client();
+    for msg in ["first", "second"] {
+        let (reply, from) = ask(&c, to, msg).expect("an answer");
+        assert_eq!((reply.as_str(), from), ("ok", to));
+    }
+    stop.store(true, Ordering::Relaxed);
+    t.join().unwrap();
+    let want = v2_dgram_v4(c.local_addr().unwrap(), to);
+    let got = got.lock().unwrap().clone();
+    assert_eq!(got.len(), 2, "{got:?}");
+    for (d, msg) in got.iter().zip(["first", "second"]) {
+        assert_eq!(d[..want.len()], want[..], "header of {msg:?}");
+        assert_eq!(&d[want.len()..], msg.as_bytes());
+    }
+    // v1 has no datagram form: refused with the line.
+    let dir = scratch_dir();
+    let path = dir.path().join("v1.toml");
+    fs::write(
+        &path,
+        format!("[[listener]]\nname = \"dns\"\nlisten = \"127.0.0.1:5353\"\nprotocol = \"udp\"\nservers = [\"{addr}\"]\nproxy_protocol = \"v1\"\n"),
+    )
+    .unwrap();
+    let (code, _, err) = run_quill_output(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("proxy_protocol v1 has no datagram form"),
+        "{err}"
+    );
+}

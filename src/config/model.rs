@@ -1079,6 +1079,12 @@ impl ListenerConfig {
                     v.as_str()
                 )));
             }
+            // v1 is text for a stream: a datagram has only v2's DGRAM form.
+            if self.udp.is_some() && v == ProxyVersion::V1 {
+                return Err(named(
+                    "proxy_protocol v1 has no datagram form: a UDP listener takes v2".into(),
+                ));
+            }
         }
         check_duration("slow_start", self.slow_start).map_err(named)?;
         for (i, d) in &self.initial_blacklist {

@@ -94,7 +94,7 @@ impl Probe {
     ) -> Result<Probe, StartError> {
         let Leave { source, proxy } = how;
         if let CheckKind::Udp { send, expect } = &check.kind {
-            let udp = open_udp(addr, source, send.as_bytes(), registry, token)?;
+            let udp = open_udp(addr, source, proxy, send.as_bytes(), registry, token)?;
             return Ok(Probe {
                 stream: None,
                 udp: Some((udp, expect.as_bytes().to_vec())),
@@ -368,6 +368,7 @@ fn answer_reason(e: &io::Error) -> String {
 fn open_udp(
     addr: &BackendAddr,
     source: Option<std::net::IpAddr>,
+    proxy: Option<crate::config::ProxyVersion>,
     send: &[u8],
     registry: &Registry,
     token: Token,
@@ -391,6 +392,17 @@ fn open_udp(
     registry
         .register(&mut socket, token, Interest::READABLE)
         .map_err(StartError::Local)?;
+    // A pool with `proxy_protocol` (v2 on UDP) gets the check with a LOCAL header in front, as
+    // its flows' datagrams carry one: the server keeps the probe's real addresses.
+    let mut with_header = Vec::new();
+    let send = match proxy {
+        Some(_) => {
+            with_header.extend_from_slice(quill_core::proxy_header::encode_local().as_bytes());
+            with_header.extend_from_slice(send);
+            &with_header[..]
+        }
+        None => send,
+    };
     match socket.send(send) {
         Ok(_) => Ok(socket),
         Err(e) if e.kind() == ErrorKind::ConnectionRefused => Err(StartError::Server(

@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use mio::{Interest, Registry, Token};
 use quill_core::flows::{FlowId, FlowTable};
+use quill_core::proxy_header;
 use socket2::Type;
 
 use crate::addr::BackendAddr;
@@ -94,6 +95,8 @@ struct Flow {
 #[derive(Debug)]
 struct Table {
     listener: Arc<Listener>,
+    /// The port the listener's sockets are bound to (what clients wrote to, for PROXY headers).
+    port: u16,
     /// The listener's socket indexes this worker reads (registered while `listening`).
     sockets: Vec<usize>,
     listening: bool,
@@ -193,8 +196,13 @@ impl UdpWorker {
                 self.buf = vec![0u8; BUF].into_boxed_slice();
                 self.batch = Some(sys::RecvBatch::new(sys::BATCH_MAX, BUF));
             }
+            let port = sockets
+                .first()
+                .and_then(|s| s.local_addr().ok())
+                .map_or(0, |a| a.port());
             self.tables[slot] = Some(Table {
                 listener: l.clone(),
+                port,
                 sockets: mine,
                 listening: true,
                 flows: FlowTable::new(),
@@ -326,21 +334,38 @@ impl UdpWorker {
             return;
         };
         t.flows.touch(id, cx.now);
+        let port = t.port;
         let Some((_, flow)) = t.flows.get_mut(id) else {
             return;
         };
-        // PROXY protocol v2 for UDP (issue 13, point 2) plugs in here: with the pool's
-        // `proxy_protocol = "v2"`, quill_core's DGRAM encoder writes the header for (dg.from,
-        // flow.local) into a per-worker buffer ahead of `data`, and the two go out in one
-        // `send` on the flow's socket (a header per datagram, as the protocol asks for DGRAM).
-        let mut sent = send(flow, data);
+        // With `proxy_protocol = "v2"` every datagram carries a DGRAM header naming the client
+        // and the address it wrote to, made on the stack and sent with the payload in one
+        // `sendmsg` (two iovecs: the payload is not copied).
+        let header = flow.pool.tuning.proxy_protocol.map(|_| {
+            // Packet info names the address; without it, the listener's own (bound to one).
+            let to = flow
+                .local
+                .map(|(ip, _)| ip)
+                .or(flow.pool.local.map(|a| a.ip()))
+                .unwrap_or(match dg.from {
+                    SocketAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                    SocketAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                });
+            proxy_header::encode_v2(
+                proxy_header::Transport::Dgram,
+                dg.from,
+                SocketAddr::new(to, port),
+            )
+        });
+        let header = header.as_ref().map_or(&[][..], |h| h.as_bytes());
+        let mut sent = send(flow, header, data);
         if matches!(&sent, Err(e) if e.kind() == io::ErrorKind::ConnectionRefused) {
             // An earlier datagram met ICMP port unreachable: move on and send this one there.
             if let Err(end) = move_on(flow, &dg.from, token_of(ti, id), cx) {
                 self.end(ti, id, refused(end), cx);
                 return;
             }
-            sent = send(flow, data);
+            sent = send(flow, header, data);
         }
         match sent {
             Ok(n) => {
@@ -723,11 +748,20 @@ enum Connect {
     Local,
 }
 
-fn send(flow: &Flow, data: &[u8]) -> io::Result<usize> {
-    match &flow.socket {
-        Some(s) => s.send(data),
-        None => Err(io::Error::from(io::ErrorKind::NotConnected)),
+/// Sends `header` (a PROXY header, or nothing) and `data` as one datagram on the flow's socket;
+/// Ok(the payload's length).
+fn send(flow: &Flow, header: &[u8], data: &[u8]) -> io::Result<usize> {
+    let Some(s) = &flow.socket else {
+        return Err(io::Error::from(io::ErrorKind::NotConnected));
+    };
+    if header.is_empty() {
+        return s.send(data);
     }
+    let parts = [io::IoSlice::new(header), io::IoSlice::new(data)];
+    let mut no_cmsg = rustix::net::SendAncillaryBuffer::default();
+    rustix::net::sendmsg(s, &parts, &mut no_cmsg, rustix::net::SendFlags::empty())
+        .map(|n| n.saturating_sub(header.len()))
+        .map_err(io::Error::from)
 }
 
 impl Flow {
