@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::{Index, IndexMut};
 use std::sync::Arc;
 
-use quill_core::mmdb::Db;
+use crate::geoip::Db;
 
 use serde::Serialize;
 

@@ -34,6 +34,7 @@ mod control;
 pub mod demo;
 mod dsr;
 mod generate;
+mod geoip;
 mod health;
 mod listener;
 mod log;

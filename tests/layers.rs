@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 /// not import each other in a circle either); any other submodule counts as its top module.
 const LAYERS: &[(&str, &[&str])] = &[
     // Leaves: the vocabulary everything shares, no state (`sys` is quill-core's syscall wrappers).
-    ("leaf", &["sys", "addr", "acl", "clock", "metrics"]),
+    ("leaf", &["sys", "addr", "acl", "geoip", "clock", "metrics"]),
     // Pure model: the configuration and what selects and counts servers. No sockets.
     (
         "model",

@@ -1,8 +1,7 @@
 //! What the product (`quill`) and its load generator (`quill-bench`) share, below both: the
 //! `sys` wrappers (the workspace's only `unsafe`), the duration grammar and, pure and fuzzed,
 //! the HTTP/1 module, the TLS ClientHello reader (`tls_hello`, SNI routing without termination)
-//! the frames of direct server return (`dsr`), the PROXY protocol header (`proxy_header`) and a
-//! MaxMind DB country reader (`mmdb`).
+//! the frames of direct server return (`dsr`) and the PROXY protocol header (`proxy_header`).
 
 // An item is `pub` only when another crate can reach it (the binary, the tests, the other
 // crates of the workspace); the rest is `pub(crate)`, so the compiler finds what is dead.
@@ -14,7 +13,6 @@ pub mod dsr;
 pub mod duration;
 pub mod flows;
 pub mod http1;
-pub mod mmdb;
 pub mod proxy_header;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -1,5 +1,5 @@
 //! `geoip = "FILE"` (issue 13, point 5): the MaxMind DB that `acl N permit|deny country CC`
-//! entries are checked against, read (and checked: `quill_core::mmdb`) with the configuration, so
+//! entries are checked against, read (and checked: `crate::geoip`) with the configuration, so
 //! a reload reads it again and a bad file fails the reload, naming the file, while the running
 //! configuration keeps the database it has. A relative path is taken from the file's directory.
 
@@ -36,7 +36,7 @@ pub(super) fn load(
         return Err(fail(format!("{len} bytes (at most {MAX_DB})")));
     }
     let bytes = std::fs::read(&path).map_err(|e| fail(e.to_string()))?;
-    let db = quill_core::mmdb::Db::new(bytes).map_err(|e| fail(e.to_string()))?;
+    let db = crate::geoip::Db::new(bytes).map_err(fail)?;
     Ok(GeoDb {
         path,
         db: Arc::new(db),
