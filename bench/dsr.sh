@@ -9,8 +9,13 @@
 # Quill's interface counters show what crossed it. Everything started is stopped by PID and the
 # namespaces are deleted on exit.
 #
-#   bash bench/dsr.sh [--rounds N] [--size BYTES]        (defaults: 3 rounds of 1 GiB each way)
-# Usage: bash bench/dsr.sh [--rounds N] [--size BYTES]
+# With two CPUs or more (the default, --no-steer to turn it off) Quill is pinned to CPU 0 and
+# every veth's receive processing is steered to CPU 1 (RPS, rps_cpus): a frame Quill sends into a
+# veth is otherwise received, bridged and handled by the server's and the client's TCP stacks
+# inside Quill's own send() (softirq on the sending CPU, charged to Quill), which a real NIC does
+# on other hosts. Both modes run under the same steering.
+#
+# Usage: bash bench/dsr.sh [--rounds N] [--size BYTES] [--no-steer]   (defaults: 3 rounds, 1 GiB)
 # Writes bench/results/dsr.md. Needs root, iproute2 and socat.
 set -euo pipefail
 
@@ -21,10 +26,12 @@ source "$REPO/bench/lib.sh"
 
 ROUNDS=3
 SIZE=$((1024 * 1024 * 1024))
+STEER=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
         --size) SIZE="$2"; shift 2 ;;
+        --no-steer) STEER=0; shift ;;
         *) say "unknown option $1"; exit 2 ;;
     esac
 done
@@ -69,13 +76,28 @@ for s in s1 s2; do
     PIDS+=($!)
 done
 
+if [ "$STEER" = 1 ] && [ "$(nproc)" -lt 2 ]; then
+    say "one CPU: no steering"; STEER=0
+fi
+PIN=()
+if [ "$STEER" = 1 ]; then
+    # Every veth end's receive work to CPU 1 (mask 2); Quill on CPU 0.
+    for ns in c q s1 s2; do
+        ip netns exec "$P$ns" sh -c 'echo 2 > /sys/class/net/eth0/queues/rx-0/rps_cpus'
+    done
+    for j in 0 1 2 3; do
+        ip netns exec "${P}h" sh -c "echo 2 > /sys/class/net/p$j/queues/rx-0/rps_cpus"
+    done
+    PIN=(taskset -c 0)
+fi
+
 TCK="$(getconf CLK_TCK)"
 # "user system" clock ticks of a process.
 cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12, $13}'; }
 counter() { ip netns exec "${P}q" cat "/sys/class/net/eth0/statistics/$1"; }
 
 start_quill() {
-    ip netns exec "${P}q" "$QUILL" "$@" 2>"$WORKLOG" &
+    ip netns exec "${P}q" "${PIN[@]}" "$QUILL" "$@" 2>"$WORKLOG" &
     QPID=$!
     PIDS+=("$QPID")
 }
@@ -130,7 +152,13 @@ OUT="$REPO/bench/results/dsr.md"
 {
     echo "# DSR against TCP mode: Quill's CPU per GiB downloaded"
     echo
-    echo "\`bash bench/dsr.sh --rounds $ROUNDS --size $SIZE\`, $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -r), $(nproc) CPUs."
+    echo "\`bash bench/dsr.sh --rounds $ROUNDS --size $SIZE$([ "$STEER" = 1 ] || echo ' --no-steer')\`, $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -r), $(nproc) CPUs."
+    if [ "$STEER" = 1 ]; then
+        echo "Quill pinned to CPU 0; every veth's receive processing steered to CPU 1 (RPS), so the"
+        echo "bridge's, the servers' and the client's packet work is not run inside Quill's send()."
+    else
+        echo "No steering: veth runs the receivers' packet work inside the sender's send() (charged to Quill)."
+    fi
     echo "Namespaces joined by a bridge (veth); servers send zeros with socat; one download per row;"
     echo "CPU = Quill's utime+stime around the download (user and system apart; 10 ms ticks);"
     echo "rx/tx = bytes (and frames in) on Quill's eth0 meanwhile."

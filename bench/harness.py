@@ -122,21 +122,28 @@ def thread_count(pids):
     return n
 
 
-def established_to(ports):
-    """Number of ESTABLISHED TCP sockets whose local port is one of `ports` (server side)."""
+def sockets_to(ports, paths=("/proc/net/tcp", "/proc/net/tcp6"), remote=False):
+    """Sockets in state 01 (TCP ESTABLISHED; for /proc/net/udp*: connected) whose local port
+    (`remote`: remote port) is one of `ports`."""
     want = {"%04X" % p for p in ports}
+    field = 2 if remote else 1
     n = 0
-    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for path in paths:
         try:
             with open(path) as f:
                 next(f)
                 for line in f:
                     parts = line.split(None, 4)
-                    if parts[3] == "01" and parts[1].rsplit(":", 1)[1] in want:
+                    if parts[3] == "01" and parts[field].rsplit(":", 1)[1] in want:
                         n += 1
         except OSError:
             pass
     return n
+
+
+def established_to(ports):
+    """Number of ESTABLISHED TCP sockets whose local port is one of `ports` (server side)."""
+    return sockets_to(ports)
 
 
 class RssSampler:

@@ -209,19 +209,7 @@ def rss_anon_kib(pids):
 
 def udp_connected_to(ports):
     """Connected UDP sockets (state 01) whose remote port is one of `ports`."""
-    want = {"%04X" % p for p in ports}
-    n = 0
-    for path in ("/proc/net/udp", "/proc/net/udp6"):
-        try:
-            with open(path) as f:
-                next(f)
-                for line in f:
-                    parts = line.split(None, 4)
-                    if parts[3] == "01" and parts[2].rsplit(":", 1)[1] in want:
-                        n += 1
-        except OSError:
-            pass
-    return n
+    return harness.sockets_to(ports, ("/proc/net/udp", "/proc/net/udp6"), remote=True)
 
 
 def parse_dnsperf(out):

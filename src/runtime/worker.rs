@@ -424,15 +424,9 @@ impl Worker {
     /// A trusted client's PROXY header was read: its slot is freed without an end (it is the
     /// same client) and it is admitted as a client from `addr`.
     fn admit_proxied(&mut self, idx: usize, addr: ClientAddr, now: u64) {
-        let slot = &mut self.slots[idx];
-        let Some(mut s) = slot.session.take() else {
+        let Some(mut s) = self.free_slot(idx) else {
             return;
         };
-        slot.gen = (slot.gen + 1) & GEN_MASK;
-        slot.source = None;
-        slot.timer.clear();
-        self.free.push(idx as u32);
-        self.live -= 1;
         self.shared.active.fetch_sub(1, Ordering::Relaxed);
         if let Some((listener, stream)) = s.take_proxied() {
             self.admit(&listener, stream, addr, now);
@@ -845,16 +839,23 @@ impl Worker {
         self.udp.close_all(end, &mut cx);
     }
 
-    fn close(&mut self, idx: usize, end: End, now: u64) {
+    /// Takes slot `idx`'s session out and frees the slot (a new generation, its source count
+    /// and timer given back); None when it held none.
+    fn free_slot(&mut self, idx: usize) -> Option<Session> {
         let slot = &mut self.slots[idx];
-        let Some(mut s) = slot.session.take() else {
-            return;
-        };
+        let s = slot.session.take()?;
         slot.gen = (slot.gen + 1) & GEN_MASK;
         slot.source = None;
         slot.timer.clear();
         self.free.push(idx as u32);
         self.live -= 1;
+        Some(s)
+    }
+
+    fn close(&mut self, idx: usize, end: End, now: u64) {
+        let Some(mut s) = self.free_slot(idx) else {
+            return;
+        };
         let http = matches!(s, Session::Http(_));
         let http_at_close = s.logs_http_at_close();
         let c = s.close(end, &mut self.pools, &mut self.conns);
