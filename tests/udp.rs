@@ -1097,3 +1097,48 @@ fn udp_proxy_protocol_v2_header_precedes_each_datagram() {
         "{err}"
     );
 }
+
+#[test]
+fn udp_flow_responses_waits_for_every_query_of_a_pipelining_client() {
+    // A client that sends three queries before any answer (as a DNS client does on one socket)
+    // gets three answers: with flow_responses = 1 the flow ends once each query has had its
+    // one, not at the first. The server holds its answers until all three arrived.
+    let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    let t = thread::spawn(move || {
+        let mut held = Vec::new();
+        let mut buf = [0u8; 512];
+        // Bounded: at most 10 s of 50 ms waits.
+        for _ in 0..200 {
+            if let Ok((n, from)) = server.recv_from(&mut buf) {
+                held.push((buf[..n].to_vec(), from));
+                if held.len() == 3 {
+                    for (d, to) in &held {
+                        let _ = server.send_to(d, to);
+                    }
+                    return;
+                }
+            }
+        }
+    });
+    let q = start_toml(&format!(
+        "{ONE_WORKER}[[listener]]\nname = \"dns\"\nlisten = \"127.0.0.1:{{PORT}}\"\nprotocol = \"udp\"\nservers = [\"{addr}\"]\nudp = {{ flow_responses = 1 }}\n"
+    ));
+    let c = client();
+    for m in ["q1", "q2", "q3"] {
+        c.send_to(m.as_bytes(), q.addr()).unwrap();
+    }
+    let mut got = BTreeSet::new();
+    let mut buf = [0u8; 64];
+    for _ in 0..3 {
+        let (n, _) = c.recv_from(&mut buf).expect("every query answered");
+        got.insert(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert_eq!(got, BTreeSet::from(["q1".into(), "q2".into(), "q3".into()]));
+    t.join().unwrap();
+    let line = q.wait_line_at(0, Duration::from_secs(5));
+    assert_eq!(line.end, "responses", "{line:?}");
+}

@@ -14,7 +14,7 @@
 //!   server is blacklisted like a refused TCP connect and the flow moves to the next server in
 //!   Pen's failover order (the emergency server last), or ends `refused` when none is left.
 //! - A flow ends after `flow_timeout` with no datagram either way (`idle_timeout`), after
-//!   `flow_responses` replies (`responses`), when `max_flows` needs room for a new client (the flow
+//!   `flow_responses` replies to each datagram the client sent (`responses`), when `max_flows` needs room for a new client (the flow
 //!   idle for longest goes: `evicted`), or at the drain deadline (`shutdown`). Each end writes one
 //!   access-log line: client, server, bytes each way, duration, end.
 //!
@@ -528,9 +528,14 @@ impl UdpWorker {
                 }
             }
             flow.responses = flow.responses.saturating_add(1);
-            let limit = flow.pool.udp.as_ref().map_or(0, |u| u.flow_responses);
+            // `flow_responses` replies per datagram the client sent: the flow ends once every
+            // datagram has had its replies (a client that sends its next query before the
+            // first answer, as DNS clients do on one socket, keeps its flow until both are
+            // answered).
+            let per = flow.pool.udp.as_ref().map_or(0, |u| u.flow_responses);
+            let owed = per.saturating_mul(flow.datagrams_in.max(1));
             t.flows.touch(id, cx.now);
-            if limit > 0 && flow_responses(t, id) >= limit {
+            if per > 0 && flow_responses(t, id) >= owed {
                 self.end(ti, id, End::Responses, cx);
                 return;
             }
