@@ -43,13 +43,15 @@ pub(crate) const TLS_BUF: usize = 16 * 1024 + 2048 + 5 + 123;
 const MAX_HANDSHAKE_BUF: usize = 0xffff + 4 * TLS_BUF;
 /// Free record buffers a worker keeps (the rest of a burst's go back to the heap).
 const POOL_MAX: usize = 64;
+/// Free record buffers a worker keeps once a burst is over.
+const POOL_KEEP: usize = 4;
 /// Plaintext up to this size, given in several slices (a head and a short body), is gathered
 /// into one record rather than one record a slice.
 const GATHER: usize = 4096;
 
 thread_local! {
     /// This worker's free record buffers, each `TLS_BUF` long.
-    static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
     /// Buffers freed because the pool was full, plus handshakes finished, since the worker's
     /// pools last looked ([`take_churn`]): a burst of either leaves free memory in the heap for
     /// the worker's trim.
@@ -57,17 +59,26 @@ thread_local! {
 }
 
 /// A record buffer from this worker's pool (or a new one).
-fn lend() -> Vec<u8> {
+fn lend() -> Box<[u8]> {
     POOL.with_borrow_mut(Vec::pop)
-        .unwrap_or_else(|| vec![0u8; TLS_BUF])
+        .unwrap_or_else(|| vec![0u8; TLS_BUF].into_boxed_slice())
+}
+
+/// `buf` made `len` long, its first `keep` bytes kept (for the rare record or handshake message
+/// larger than a pooled buffer).
+fn grow(buf: &mut Box<[u8]>, keep: usize, len: usize) {
+    let mut bigger = vec![0u8; len].into_boxed_slice();
+    bigger[..keep].copy_from_slice(&buf[..keep]);
+    let mut old = std::mem::replace(buf, bigger);
+    give_back(&mut old);
 }
 
 /// Gives `buf` back (when it is the pool's size: one grown for a large handshake message is
 /// freed). `buf` is left empty, holding no memory.
-fn give_back(buf: &mut Vec<u8>) {
+fn give_back(buf: &mut Box<[u8]>) {
     let buf = std::mem::take(buf);
     if buf.len() != TLS_BUF {
-        if buf.capacity() > 0 {
+        if !buf.is_empty() {
             churn(1);
         }
         return;
@@ -91,10 +102,11 @@ pub(crate) fn take_churn() -> usize {
     CHURN.with(|c| c.replace(0))
 }
 
-/// Keeps a quarter of this worker's free record buffers (after a burst).
+/// Keeps a few of this worker's free record buffers (after a burst: each connection that
+/// becomes busy again takes one only while it holds bytes).
 pub(crate) fn trim_pool() {
     POOL.with_borrow_mut(|pool| {
-        pool.truncate(POOL_MAX / 4);
+        pool.truncate(POOL_KEEP);
         pool.shrink_to_fit();
     });
 }
@@ -181,7 +193,7 @@ fn tls_error(e: rustls::Error) -> io::Error {
 /// released).
 #[derive(Default)]
 struct Span {
-    buf: Vec<u8>,
+    buf: Box<[u8]>,
     start: usize,
     end: usize,
 }
@@ -210,7 +222,7 @@ impl Span {
             self.start = 0;
         }
         if self.buf.len() - self.end < need {
-            self.buf.resize(self.end + need, 0);
+            grow(&mut self.buf, self.end, self.end + need);
         }
         &mut self.buf[self.end..]
     }
@@ -261,7 +273,7 @@ impl Span {
 struct Server {
     conn: UnbufferedServerConnection,
     /// Records read from the socket, not yet processed: `inb[..in_used]`.
-    inb: Vec<u8>,
+    inb: Box<[u8]>,
     in_used: usize,
     /// Records made, not yet taken by the socket (the backlog).
     out: Span,
@@ -316,7 +328,7 @@ impl Server {
     fn new(conn: UnbufferedServerConnection) -> Server {
         Server {
             conn,
-            inb: Vec::new(),
+            inb: Box::default(),
             in_used: 0,
             out: Span::default(),
             plain: Span::default(),
@@ -357,7 +369,7 @@ impl Server {
                 ));
             }
             let len = (self.inb.len() * 2).min(MAX_HANDSHAKE_BUF);
-            self.inb.resize(len, 0);
+            grow(&mut self.inb, self.in_used, len);
         }
         loop {
             match sock.read(&mut self.inb[self.in_used..]) {
