@@ -305,8 +305,8 @@ enum Goal<'a> {
     Handshake,
     /// Decrypt into this buffer (filled up to `.1`).
     Read(&'a mut [u8], usize),
-    /// Encrypt this plaintext (one write's worth).
-    Write(&'a [u8]),
+    /// Encrypt this plaintext (one write's worth, a record: several slices are gathered).
+    Write(&'a [IoSlice<'a>]),
     /// Encrypt a close_notify alert.
     CloseNotify,
 }
@@ -489,10 +489,26 @@ impl Server {
                             Pass::NeedInput
                         });
                     }
-                    Goal::Write(plain) => {
-                        let mut need = plain.len() + 64;
+                    Goal::Write(bufs) => {
+                        // Several slices (a head and a short body) are gathered into one record:
+                        // copied after the room the record takes in `out`, encrypted from there.
+                        let total: usize = bufs.iter().map(|b| b.len()).sum();
+                        let gather = bufs.len() > 1;
+                        let mut need = total + 64;
                         loop {
-                            match w.encrypt(plain, self.out.room(need)) {
+                            let room = self.out.room(need + if gather { total } else { 0 });
+                            let (dst, src) = room.split_at_mut(need);
+                            let plain: &[u8] = if gather {
+                                let mut at = 0;
+                                for b in bufs.iter() {
+                                    src[at..at + b.len()].copy_from_slice(b);
+                                    at += b.len();
+                                }
+                                &src[..total]
+                            } else {
+                                bufs.first().map_or(&[][..], |b| &b[..])
+                            };
+                            match w.encrypt(plain, dst) {
                                 Ok(n) => {
                                     self.out.end += n;
                                     outcome = Some(Pass::Met);
@@ -950,17 +966,11 @@ impl TlsStream {
     fn server_write(&self, s: &mut Server, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         if bufs.len() > 1 && total <= GATHER {
-            let mut gathered = [0u8; GATHER];
-            let mut at = 0;
-            for b in bufs {
-                gathered[at..at + b.len()].copy_from_slice(b);
-                at += b.len();
-            }
-            return self.server_encrypt(s, &gathered[..at]).map(|()| at);
+            return self.server_encrypt(s, bufs).map(|()| total);
         }
         let mut n = 0;
         for b in bufs {
-            if let Err(e) = self.server_encrypt(s, b) {
+            if let Err(e) = self.server_encrypt(s, std::slice::from_ref(b)) {
                 return if n > 0 { Ok(n) } else { Err(e) };
             }
             n += b.len();
@@ -968,8 +978,8 @@ impl TlsStream {
         Ok(n)
     }
 
-    fn server_encrypt(&self, s: &mut Server, plain: &[u8]) -> io::Result<()> {
-        match s.pass(&self.sock, &mut Goal::Write(plain)) {
+    fn server_encrypt(&self, s: &mut Server, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        match s.pass(&self.sock, &mut Goal::Write(bufs)) {
             Ok(Pass::Met) => Ok(()),
             Ok(Pass::Closed) => Err(io::ErrorKind::BrokenPipe.into()),
             Ok(_) => Err(io::ErrorKind::WouldBlock.into()),
