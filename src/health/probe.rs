@@ -122,10 +122,7 @@ impl Probe {
             let conn = tls
                 .connect(ip)
                 .map_err(|e| StartError::Server(Outcome::Fail(e.to_string())))?;
-            stream = Stream::Tls(Box::new(crate::net::tls::TlsStream::new(
-                stream,
-                conn.into(),
-            )));
+            stream = Stream::Tls(Box::new(crate::net::tls::TlsStream::client(stream, conn)));
         }
         registry
             .register(

@@ -1,37 +1,125 @@
-//! A TLS connection over a nonblocking socket, driven by the event loop (rustls' buffered API, no
-//! runtime). To a session it behaves like the socket it wraps, edge-triggered included: `read`
-//! gives plaintext and returns short only once the socket is drained (EAGAIN) or closed, so a
-//! short read still means "wait for the next edge"; `write` takes plaintext and sends records.
+//! A TLS connection over a nonblocking socket, driven by the event loop (no runtime). To a session
+//! it behaves like the socket it wraps, edge-triggered included: `read` gives plaintext and
+//! returns short only once the socket is drained (EAGAIN) or closed, so a short read still means
+//! "wait for the next edge"; `write` takes plaintext and sends records.
 //!
-//! The one difference is the *backlog*: records rustls has made but the socket did not take
-//! (it was full). A write first sends the backlog and fails with `WouldBlock` while any is left, so
-//! a writer that keeps writing never loses order; a writer that has nothing more to say calls
+//! The one difference is the *backlog*: records made but not taken by the socket (it was full). A
+//! write first sends the backlog and fails with `WouldBlock` while any is left, so a writer that
+//! keeps writing never loses order; a writer that has nothing more to say calls
 //! [`TlsStream::flush_backlog`] (through `Stream::flush_backlog`) on the next writable edge, and a
 //! direction or exchange counts as written only once the backlog is empty. `shutdown_write` sends
 //! close_notify, then the TCP FIN once the backlog is out.
 //!
-//! Copies: the socket's bytes go into rustls' buffer (`read_tls`), are decrypted in place, and
-//! copied once into the session's pooled buffer; plaintext is encrypted from the pooled buffer
-//! into rustls' send buffer and written from there. A TLS stream never splices: the kernel holds
-//! records, not the session's bytes (kTLS would change that: see ARCHITECTURE.md).
+//! Terminated TLS (the server side, what a listener accepts) uses rustls' *unbuffered* API: the
+//! records read from the socket and the records made for it live in buffers this module lends
+//! from a per-worker (thread-local) pool only while they hold bytes, so an idle connection owns
+//! no buffer at all, only rustls' state (keys, sequence numbers). rustls' buffered connection
+//! keeps a 4 KiB receive buffer (and its queues' capacity) for the connection's whole life.
+//! Originated TLS (to servers, [`TlsStream::client`]) keeps rustls' buffered `ClientConnection`:
+//! few of those are open at once, and idle ones are pooled by HTTP mode.
+//!
+//! Copies (server side): the socket's bytes are read into the pooled record buffer, decrypted by
+//! rustls into its own chunk and copied once into the session's buffer (a record that does not
+//! fit waits in a pooled plaintext buffer); plaintext is copied by rustls into the pooled outgoing
+//! buffer, encrypted there in place and written from there. A TLS stream never splices: the kernel
+//! holds records, not the session's bytes (kTLS would change that: see ARCHITECTURE.md).
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::io::{self, IoSlice, Read, Write};
 
-use rustls::Connection;
+use rustls::server::UnbufferedServerConnection;
+use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
+use rustls::{ClientConnection, CommonState};
 
 use super::{Ready, Stream};
 
 /// The most plaintext encrypted per write: one full record.
 const CHUNK: usize = 16 * 1024;
+/// Size of a pooled record buffer: one record of the largest size on the wire (16 KiB of
+/// plaintext, 2 KiB of expansion TLS 1.2 allows, the header) fits.
+pub(crate) const TLS_BUF: usize = 16 * 1024 + 2048 + 5 + 123;
+/// A handshake message may be larger than a record (a client's certificate chain): the incoming
+/// buffer grows up to this while one is joined, as rustls' own limit (64 KiB) allows.
+const MAX_HANDSHAKE_BUF: usize = 0xffff + 4 * TLS_BUF;
+/// Free record buffers a worker keeps (the rest of a burst's go back to the heap).
+const POOL_MAX: usize = 64;
+/// Free record buffers a worker keeps once a burst is over.
+const POOL_KEEP: usize = 4;
+/// Plaintext up to this size, given in several slices (a head and a short body), is gathered
+/// into one record rather than one record a slice.
+const GATHER: usize = 4096;
+
+thread_local! {
+    /// This worker's free record buffers, each `TLS_BUF` long.
+    static POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+    /// Buffers freed because the pool was full, plus handshakes finished, since the worker's
+    /// pools last looked ([`take_churn`]): a burst of either leaves free memory in the heap for
+    /// the worker's trim.
+    static CHURN: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A record buffer from this worker's pool (or a new one).
+fn lend() -> Box<[u8]> {
+    POOL.with_borrow_mut(Vec::pop)
+        .unwrap_or_else(|| vec![0u8; TLS_BUF].into_boxed_slice())
+}
+
+/// `buf` made `len` long, its first `keep` bytes kept (for the rare record or handshake message
+/// larger than a pooled buffer).
+fn grow(buf: &mut Box<[u8]>, keep: usize, len: usize) {
+    let mut bigger = vec![0u8; len].into_boxed_slice();
+    bigger[..keep].copy_from_slice(&buf[..keep]);
+    let mut old = std::mem::replace(buf, bigger);
+    give_back(&mut old);
+}
+
+/// Gives `buf` back (when it is the pool's size: one grown for a large handshake message is
+/// freed). `buf` is left empty, holding no memory.
+fn give_back(buf: &mut Box<[u8]>) {
+    let buf = std::mem::take(buf);
+    if buf.len() != TLS_BUF {
+        if !buf.is_empty() {
+            churn(1);
+        }
+        return;
+    }
+    POOL.with_borrow_mut(|pool| {
+        if pool.len() < POOL_MAX {
+            pool.push(buf);
+        } else {
+            churn(1);
+        }
+    });
+}
+
+fn churn(n: usize) {
+    CHURN.with(|c| c.set(c.get().saturating_add(n)));
+}
+
+/// Record buffers freed and handshakes finished on this worker since the last call (for
+/// `Pools::after_turn`, which trims the heap once such a burst is over).
+pub(crate) fn take_churn() -> usize {
+    CHURN.with(|c| c.replace(0))
+}
+
+/// Keeps a few of this worker's free record buffers (after a burst: each connection that
+/// becomes busy again takes one only while it holds bytes).
+pub(crate) fn trim_pool() {
+    POOL.with_borrow_mut(|pool| {
+        pool.truncate(POOL_KEEP);
+        pool.shrink_to_fit();
+    });
+}
 
 /// A TLS connection and its socket.
 #[derive(Debug)]
 pub(crate) struct TlsStream {
     /// The socket: `Stream::Tcp` or `Stream::Unix`, never `Stream::Tls`.
     sock: Stream,
-    conn: RefCell<Connection>,
-    /// The socket reported EOF: rustls knows, nothing more will be read from it.
+    conn: RefCell<Conn>,
+    /// The server name the client asked for (server side; from its ClientHello).
+    sni: OnceCell<Box<str>>,
+    /// The socket reported EOF: nothing more will be read from it.
     eof: Cell<bool>,
     /// The peer's plaintext ended (close_notify, or the socket's EOF without one): the next read
     /// returns 0 once what came before is read.
@@ -40,6 +128,18 @@ pub(crate) struct TlsStream {
     notified: Cell<bool>,
     /// The FIN is owed once the backlog is out.
     shut_pending: Cell<bool>,
+}
+
+/// The side of a TLS connection. The server side is held inline (the `TlsStream` is boxed already:
+/// one allocation per accepted client); the rarer client side is boxed.
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "the large variant is the common one, inside a box already"
+)]
+enum Conn {
+    Client(Box<ClientConnection>),
+    Server(Server),
 }
 
 /// Where a handshake is.
@@ -89,16 +189,416 @@ fn tls_error(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
+/// Bytes held in a pooled buffer: `buf[start..end]`. Holds no memory while empty (once
+/// released).
+#[derive(Default)]
+struct Span {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl Span {
+    fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Room for `need` more bytes after the held ones (lent, moved down or grown as needed).
+    fn room(&mut self, need: usize) -> &mut [u8] {
+        if self.buf.is_empty() {
+            self.buf = lend();
+        }
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.buf.len() - self.end < need && self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buf.len() - self.end < need {
+            grow(&mut self.buf, self.end, self.end + need);
+        }
+        &mut self.buf[self.end..]
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.room(bytes.len())[..bytes.len()].copy_from_slice(bytes);
+        self.end += bytes.len();
+    }
+
+    /// Copies held bytes into `out`: how many.
+    fn take(&mut self, out: &mut [u8]) -> usize {
+        let n = out.len().min(self.len());
+        out[..n].copy_from_slice(&self.buf[self.start..self.start + n]);
+        self.start += n;
+        self.release();
+        n
+    }
+
+    /// Gives the buffer back when it holds nothing.
+    fn release(&mut self) {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            if !self.buf.is_empty() {
+                give_back(&mut self.buf);
+            }
+        }
+    }
+
+    /// Writes the held bytes to `sock` as far as it takes them: Ok(true) when none is left.
+    fn send(&mut self, sock: &Stream) -> io::Result<bool> {
+        while self.start < self.end {
+            match sock.write(self.bytes()) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.start += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.release();
+        Ok(true)
+    }
+}
+
+/// The server side on rustls' unbuffered API. Every buffer is empty (no memory) unless it holds
+/// bytes.
+struct Server {
+    conn: UnbufferedServerConnection,
+    /// Records read from the socket, not yet processed: `inb[..in_used]`.
+    inb: Box<[u8]>,
+    in_used: usize,
+    /// Records made, not yet taken by the socket (the backlog).
+    out: Span,
+    /// Plaintext decrypted but not yet read (a record larger than the reader's room, or records
+    /// that came while only writing).
+    plain: Span,
+    /// The client's close_notify came: the plaintext ends after `plain`.
+    peer_closed: bool,
+    /// The ClientHello was looked at for its server name.
+    hello_seen: bool,
+    /// rustls failed (and its alert was sent): the connection is over.
+    failed: bool,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("in_used", &self.in_used)
+            .field("out", &self.out.len())
+            .field("plain", &self.plain.len())
+            .field("peer_closed", &self.peer_closed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a pass over rustls' states is for.
+enum Goal<'a> {
+    /// Finish the handshake.
+    Handshake,
+    /// Decrypt into this buffer (filled up to `.1`).
+    Read(&'a mut [u8], usize),
+    /// Encrypt this plaintext (one write's worth, a record: several slices are gathered).
+    Write(&'a [IoSlice<'a>]),
+    /// Encrypt a close_notify alert.
+    CloseNotify,
+}
+
+/// How a pass ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Pass {
+    /// The goal is met (read: the buffer is full; write: the plaintext or alert is in `out`).
+    Met,
+    /// rustls needs more bytes from the peer.
+    NeedInput,
+    /// The peer's plaintext has ended (close_notify).
+    PeerClosed,
+    /// Both sides sent close_notify: nothing more can be written.
+    Closed,
+}
+
+impl Server {
+    fn new(conn: UnbufferedServerConnection) -> Server {
+        Server {
+            conn,
+            inb: Box::default(),
+            in_used: 0,
+            out: Span::default(),
+            plain: Span::default(),
+            peer_closed: false,
+            hello_seen: false,
+            failed: false,
+        }
+    }
+
+    fn has_backlog(&self) -> bool {
+        self.out.len() > 0
+    }
+
+    fn has_plain(&self) -> bool {
+        self.plain.len() > 0
+    }
+
+    /// Returns the buffers that hold nothing to the pool.
+    fn release(&mut self) {
+        if self.in_used == 0 && !self.inb.is_empty() {
+            give_back(&mut self.inb);
+        }
+        self.out.release();
+        self.plain.release();
+    }
+
+    /// Reads the socket into `inb`: Ok(0) at EOF, `WouldBlock` when drained.
+    fn fill(&mut self, sock: &Stream) -> io::Result<usize> {
+        if self.inb.is_empty() {
+            self.inb = lend();
+        }
+        if self.in_used == self.inb.len() {
+            // Only a handshake message being joined can fill a buffer made for a whole record.
+            if self.inb.len() >= MAX_HANDSHAKE_BUF || !self.conn.is_handshaking() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "TLS message larger than allowed",
+                ));
+            }
+            let len = (self.inb.len() * 2).min(MAX_HANDSHAKE_BUF);
+            grow(&mut self.inb, self.in_used, len);
+        }
+        loop {
+            match sock.read(&mut self.inb[self.in_used..]) {
+                Ok(n) => {
+                    self.in_used += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Drops `discard` processed bytes from the front of `inb`.
+    fn discard(&mut self, discard: usize) {
+        if discard == 0 {
+            return;
+        }
+        let discard = discard.min(self.in_used);
+        self.inb.copy_within(discard..self.in_used, 0);
+        self.in_used -= discard;
+    }
+
+    /// Runs rustls' states over what `inb` holds until `goal` is met or rustls needs more input.
+    /// Handshake records are encoded into `out` and sent when the socket takes them; application
+    /// data beyond the goal's room is kept in `plain`.
+    fn pass(&mut self, sock: &Stream, goal: &mut Goal<'_>) -> Result<Pass, rustls::Error> {
+        // Each round consumes a record, a handshake message or a state change, so what `inb`
+        // holds bounds it; the bound only guards against a state that would not move.
+        if self.failed {
+            return Err(rustls::Error::General("the TLS connection failed".into()));
+        }
+        for _ in 0..1024 {
+            let status = self.conn.process_tls_records(&mut self.inb[..self.in_used]);
+            let mut discard = status.discard;
+            let mut outcome = None;
+            let mut failed = None;
+            match status.state {
+                Err(e) => failed = Some(e),
+                Ok(ConnectionState::ReadTraffic(mut r)) => {
+                    while let Some(record) = r.next_record() {
+                        let record = match record {
+                            Ok(r) => r,
+                            Err(e) => {
+                                failed = Some(e);
+                                break;
+                            }
+                        };
+                        discard += record.discard;
+                        let payload = record.payload;
+                        let taken = match goal {
+                            Goal::Read(buf, n) => {
+                                let k = payload.len().min(buf.len() - *n);
+                                buf[*n..*n + k].copy_from_slice(&payload[..k]);
+                                *n += k;
+                                k
+                            }
+                            _ => 0,
+                        };
+                        if taken < payload.len() {
+                            self.plain.push(&payload[taken..]);
+                        }
+                    }
+                    if let Goal::Read(buf, n) = goal {
+                        if *n == buf.len() {
+                            outcome = Some(Pass::Met);
+                        }
+                    }
+                }
+                Ok(ConnectionState::ReadEarlyData(mut r)) => {
+                    // 0-RTT is off: none is accepted, none should come; dropped if it does.
+                    while let Some(record) = r.next_record() {
+                        match record {
+                            Ok(record) => discard += record.discard,
+                            Err(e) => {
+                                failed = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                }
+                Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                    let mut need = 0;
+                    loop {
+                        match e.encode(self.out.room(need)) {
+                            Ok(n) => {
+                                self.out.end += n;
+                                break;
+                            }
+                            Err(EncodeError::InsufficientSize(InsufficientSizeError {
+                                required_size,
+                            })) if need < required_size => need = required_size,
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Ok(ConnectionState::TransmitTlsData(t)) => {
+                    // The records are ours to send now: what the socket does not take stays in
+                    // `out`, the backlog, sent before anything made later.
+                    t.done();
+                    if self.out.send(sock).is_err() {
+                        // The socket failed: the next read or write reports it.
+                        self.out.start = self.out.end;
+                    }
+                }
+                Ok(ConnectionState::BlockedHandshake) => outcome = Some(Pass::NeedInput),
+                Ok(ConnectionState::PeerClosed) => self.peer_closed = true,
+                Ok(ConnectionState::Closed) => {
+                    self.peer_closed = true;
+                    outcome = Some(Pass::Closed);
+                }
+                Ok(ConnectionState::WriteTraffic(mut w)) => match goal {
+                    Goal::Handshake | Goal::Read(..) => {
+                        outcome = Some(if self.peer_closed {
+                            Pass::PeerClosed
+                        } else {
+                            Pass::NeedInput
+                        });
+                    }
+                    Goal::Write(bufs) => {
+                        // Several slices (a head and a short body) are gathered into one record:
+                        // copied after the room the record takes in `out`, encrypted from there.
+                        let total: usize = bufs.iter().map(|b| b.len()).sum();
+                        let gather = bufs.len() > 1;
+                        let mut need = total + 64;
+                        loop {
+                            let room = self.out.room(need + if gather { total } else { 0 });
+                            let (dst, src) = room.split_at_mut(need);
+                            let plain: &[u8] = if gather {
+                                let mut at = 0;
+                                for b in bufs.iter() {
+                                    src[at..at + b.len()].copy_from_slice(b);
+                                    at += b.len();
+                                }
+                                &src[..total]
+                            } else {
+                                bufs.first().map_or(&[][..], |b| &b[..])
+                            };
+                            match w.encrypt(plain, dst) {
+                                Ok(n) => {
+                                    self.out.end += n;
+                                    outcome = Some(Pass::Met);
+                                    break;
+                                }
+                                Err(EncryptError::InsufficientSize(InsufficientSizeError {
+                                    required_size,
+                                })) if need < required_size => need = required_size,
+                                Err(_) => {
+                                    failed = Some(rustls::Error::EncryptError);
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    Goal::CloseNotify => {
+                        let mut need = 64;
+                        loop {
+                            match w.queue_close_notify(self.out.room(need)) {
+                                Ok(n) => {
+                                    self.out.end += n;
+                                    break;
+                                }
+                                Err(EncryptError::InsufficientSize(InsufficientSizeError {
+                                    required_size,
+                                })) if need < required_size => need = required_size,
+                                Err(_) => break,
+                            }
+                        }
+                        outcome = Some(Pass::Met);
+                    }
+                },
+                Ok(_) => outcome = Some(Pass::NeedInput),
+            }
+            self.discard(discard);
+            if let Some(e) = failed {
+                self.send_alert(sock);
+                return Err(e);
+            }
+            if let Some(o) = outcome {
+                return Ok(o);
+            }
+        }
+        Ok(Pass::NeedInput)
+    }
+
+    /// After an error: sends the alert rustls queued (best effort: the client learns why). Only
+    /// queued records are asked for: another pass would process the failed bytes again.
+    fn send_alert(&mut self, sock: &Stream) {
+        self.failed = true;
+        for _ in 0..4 {
+            if !self.conn.wants_write() {
+                break;
+            }
+            // rustls hands out queued records before it looks at the input: none is given.
+            let status = self.conn.process_tls_records(&mut []);
+            match status.state {
+                Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                    if let Ok(n) = e.encode(self.out.room(64)) {
+                        self.out.end += n;
+                    }
+                }
+                _ => break,
+            }
+        }
+        let _ = self.out.send(sock);
+    }
+}
+
 impl TlsStream {
-    pub(crate) fn new(sock: Stream, conn: Connection) -> TlsStream {
+    fn with(sock: Stream, conn: Conn) -> TlsStream {
         TlsStream {
             sock,
             conn: RefCell::new(conn),
+            sni: OnceCell::new(),
             eof: Cell::new(false),
             ended: Cell::new(false),
             notified: Cell::new(false),
             shut_pending: Cell::new(false),
         }
+    }
+
+    /// A connection to a server (origination), on rustls' buffered API.
+    pub(crate) fn client(sock: Stream, conn: ClientConnection) -> TlsStream {
+        TlsStream::with(sock, Conn::Client(Box::new(conn)))
+    }
+
+    /// A client's connection to a TLS listener (termination), on rustls' unbuffered API.
+    pub(crate) fn server(sock: Stream, conn: UnbufferedServerConnection) -> TlsStream {
+        TlsStream::with(sock, Conn::Server(Server::new(conn)))
     }
 
     pub(crate) fn sock(&self) -> &Stream {
@@ -109,10 +609,19 @@ impl TlsStream {
         &mut self.sock
     }
 
-    /// The rustls connection, for what the handshake decided (version, SNI, ALPN, peer
-    /// certificates).
-    pub(crate) fn conn(&self) -> std::cell::Ref<'_, Connection> {
-        self.conn.borrow()
+    /// What the handshake decided (version, resumption, ALPN, peer certificates).
+    pub(crate) fn common(&self) -> std::cell::Ref<'_, CommonState> {
+        std::cell::Ref::map(self.conn.borrow(), |c| -> &CommonState {
+            match c {
+                Conn::Client(c) => c,
+                Conn::Server(s) => &s.conn,
+            }
+        })
+    }
+
+    /// The server name the client asked for (server side), in lower case.
+    pub(crate) fn server_name(&self) -> Option<&str> {
+        self.sni.get().map(|s| &**s)
     }
 
     /// Moves the handshake on as far as the socket allows. On `Done`, `ready.readable` is set when
@@ -120,6 +629,102 @@ impl TlsStream {
     /// announce it).
     pub(crate) fn handshake(&self, ready: &mut Ready) -> Result<Handshake, HandshakeError> {
         let mut conn = self.conn.borrow_mut();
+        match &mut *conn {
+            Conn::Client(c) => self.client_handshake(c, ready),
+            Conn::Server(s) => {
+                let r = self.server_handshake(s, ready);
+                match &r {
+                    Ok(Handshake::Done) => {
+                        churn(1);
+                        s.release();
+                    }
+                    Ok(Handshake::Pending) => {}
+                    Err(_) => s.release(),
+                }
+                r
+            }
+        }
+    }
+
+    fn server_handshake(
+        &self,
+        s: &mut Server,
+        ready: &mut Ready,
+    ) -> Result<Handshake, HandshakeError> {
+        for _ in 0..64 {
+            if s.has_backlog() && ready.writable {
+                match s.out.send(&self.sock) {
+                    Ok(true) => {}
+                    Ok(false) => ready.writable = false,
+                    Err(e) => return Err(HandshakeError::Io(e)),
+                }
+            }
+            if !s.hello_seen && s.in_used > 0 {
+                match quill_core::tls_hello::parse(&s.inb[..s.in_used]) {
+                    Ok(None) => {}
+                    Ok(Some(hello)) => {
+                        s.hello_seen = true;
+                        if let Some(name) = hello.server_name() {
+                            let name = String::from_utf8_lossy(name.as_bytes()).to_lowercase();
+                            let _ = self.sni.set(name.into_boxed_str());
+                        }
+                    }
+                    // rustls says why (its alert and error).
+                    Err(_) => s.hello_seen = true,
+                }
+            }
+            let pass = s.pass(&self.sock, &mut Goal::Handshake);
+            match pass {
+                Err(e) => return Err(HandshakeError::Tls(e)),
+                Ok(Pass::PeerClosed | Pass::Closed) => return Err(HandshakeError::Closed),
+                Ok(Pass::Met | Pass::NeedInput) => {}
+            }
+            if !s.conn.is_handshaking() {
+                if s.has_backlog() {
+                    if ready.writable {
+                        continue;
+                    }
+                    return Ok(Handshake::Pending);
+                }
+                if s.has_plain() || s.in_used > 0 || self.eof.get() {
+                    ready.readable = true;
+                }
+                return Ok(Handshake::Done);
+            }
+            if s.has_backlog() && ready.writable {
+                continue;
+            }
+            if !ready.readable {
+                return Ok(Handshake::Pending);
+            }
+            match s.fill(&self.sock) {
+                Ok(0) => {
+                    self.eof.set(true);
+                    return Err(HandshakeError::Closed);
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    ready.readable = false;
+                    if s.in_used == 0 {
+                        give_back(&mut s.inb);
+                    }
+                }
+                Err(e) => {
+                    if ready.error || e.kind() == io::ErrorKind::ConnectionReset {
+                        return Err(HandshakeError::Closed);
+                    }
+                    return Err(HandshakeError::Io(e));
+                }
+            }
+        }
+        Ok(Handshake::Pending)
+    }
+
+    fn client_handshake(
+        &self,
+        conn: &mut ClientConnection,
+        ready: &mut Ready,
+    ) -> Result<Handshake, HandshakeError> {
         let mut plaintext = false;
         for _ in 0..64 {
             while conn.wants_write() && ready.writable {
@@ -163,7 +768,7 @@ impl TlsStream {
             match conn.process_new_packets() {
                 Ok(state) => plaintext = state.plaintext_bytes_to_read() > 0,
                 Err(e) => {
-                    // The alert rustls queued, best effort: the client learns why.
+                    // The alert rustls queued, best effort: the server learns why.
                     let _ = conn.write_tls(&mut Io(&self.sock));
                     return Err(HandshakeError::Tls(e));
                 }
@@ -179,6 +784,60 @@ impl TlsStream {
             return Ok(0);
         }
         let mut conn = self.conn.borrow_mut();
+        match &mut *conn {
+            Conn::Client(c) => self.client_read(c, buf),
+            Conn::Server(s) => {
+                let r = self.server_read(s, buf);
+                s.release();
+                r
+            }
+        }
+    }
+
+    fn server_read(&self, s: &mut Server, buf: &mut [u8]) -> io::Result<usize> {
+        let mut n = s.plain.take(buf);
+        if n == buf.len() {
+            return Ok(n);
+        }
+        loop {
+            let mut goal = Goal::Read(buf, n);
+            let pass = s.pass(&self.sock, &mut goal);
+            if let Goal::Read(_, got) = goal {
+                n = got;
+            }
+            match pass {
+                Err(e) => return if n > 0 { Ok(n) } else { Err(tls_error(e)) },
+                Ok(Pass::Met) => return Ok(n),
+                Ok(Pass::PeerClosed | Pass::Closed) => {
+                    if !s.has_plain() {
+                        self.ended.set(true);
+                    }
+                    return Ok(n);
+                }
+                Ok(Pass::NeedInput) => {}
+            }
+            if s.peer_closed {
+                self.ended.set(true);
+                return Ok(n);
+            }
+            if self.eof.get() {
+                // The socket closed without close_notify: an end all the same (many clients do
+                // it); what was sent before it is delivered.
+                self.ended.set(true);
+                return Ok(n);
+            }
+            match s.fill(&self.sock) {
+                Ok(0) => self.eof.set(true),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return if n > 0 { Ok(n) } else { Err(e) };
+                }
+                Err(e) => return if n > 0 { Ok(n) } else { Err(e) },
+            }
+        }
+    }
+
+    fn client_read(&self, conn: &mut ClientConnection, buf: &mut [u8]) -> io::Result<usize> {
         let mut n = 0;
         loop {
             match conn.reader().read(&mut buf[n..]) {
@@ -233,13 +892,22 @@ impl TlsStream {
     }
 
     /// Sends the backlog. Ok(true) when none is left (and the FIN owed, if any, was sent).
-    fn send_backlog(&self, conn: &mut Connection) -> io::Result<bool> {
-        while conn.wants_write() {
-            match conn.write_tls(&mut Io(&self.sock)) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+    fn send_backlog(&self, conn: &mut Conn) -> io::Result<bool> {
+        match conn {
+            Conn::Client(c) => {
+                while c.wants_write() {
+                    match c.write_tls(&mut Io(&self.sock)) {
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            Conn::Server(s) => {
+                if !s.out.send(&self.sock)? {
+                    return Ok(false);
+                }
             }
         }
         if self.shut_pending.replace(false) {
@@ -259,7 +927,7 @@ impl TlsStream {
         if !self.send_backlog(&mut conn)? {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        // At most one record's worth per call keeps rustls' send buffer (and the backlog) small.
+        // At most one record's worth per call keeps the backlog small.
         let mut taken = [IoSlice::new(&[]); 4];
         let mut room = CHUNK;
         let mut count = 0;
@@ -275,15 +943,57 @@ impl TlsStream {
         if count == 0 {
             return Ok(0);
         }
-        let n = conn.writer().write_vectored(&taken[..count])?;
+        let n = match &mut *conn {
+            Conn::Client(c) => c.writer().write_vectored(&taken[..count])?,
+            Conn::Server(s) => {
+                let r = self.server_write(s, &taken[..count]);
+                if r.is_err() {
+                    s.release();
+                }
+                r?
+            }
+        };
         // Out now if the socket takes it; what it does not is the backlog.
         self.send_backlog(&mut conn)?;
+        if let Conn::Server(s) = &mut *conn {
+            s.release();
+        }
         Ok(n)
+    }
+
+    /// Encrypts `bufs` (at most a record's worth) into the server's outgoing buffer: a few short
+    /// slices together as one record, longer ones a record each.
+    fn server_write(&self, s: &mut Server, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if bufs.len() > 1 && total <= GATHER {
+            return self.server_encrypt(s, bufs).map(|()| total);
+        }
+        let mut n = 0;
+        for b in bufs {
+            if let Err(e) = self.server_encrypt(s, std::slice::from_ref(b)) {
+                return if n > 0 { Ok(n) } else { Err(e) };
+            }
+            n += b.len();
+        }
+        Ok(n)
+    }
+
+    fn server_encrypt(&self, s: &mut Server, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        match s.pass(&self.sock, &mut Goal::Write(bufs)) {
+            Ok(Pass::Met) => Ok(()),
+            Ok(Pass::Closed) => Err(io::ErrorKind::BrokenPipe.into()),
+            Ok(_) => Err(io::ErrorKind::WouldBlock.into()),
+            Err(e) => Err(tls_error(e)),
+        }
     }
 
     /// Whether records wait for the socket.
     pub(crate) fn has_backlog(&self) -> bool {
-        self.conn.borrow().wants_write() || self.shut_pending.get()
+        let pending = match &*self.conn.borrow() {
+            Conn::Client(c) => c.wants_write(),
+            Conn::Server(s) => s.has_backlog(),
+        };
+        pending || self.shut_pending.get()
     }
 
     /// Sends what waits; Ok(true) when nothing is left.
@@ -292,15 +1002,32 @@ impl TlsStream {
         self.send_backlog(&mut conn)
     }
 
+    /// Queues close_notify (once).
+    fn notify(&self, conn: &mut Conn) {
+        if self.notified.replace(true) {
+            return;
+        }
+        match conn {
+            Conn::Client(c) => c.send_close_notify(),
+            Conn::Server(s) => {
+                let _ = s.pass(&self.sock, &mut Goal::CloseNotify);
+            }
+        }
+    }
+
     /// Half-close: close_notify, then the socket's FIN once every record is out (`WouldBlock`
     /// while some wait: the FIN goes with the backlog's last byte).
     pub(crate) fn shutdown_write(&self) -> io::Result<()> {
         let mut conn = self.conn.borrow_mut();
-        if !self.notified.replace(true) {
-            conn.send_close_notify();
+        if !self.notified.get() {
+            self.notify(&mut conn);
             self.shut_pending.set(true);
         }
-        if self.send_backlog(&mut conn)? {
+        let done = self.send_backlog(&mut conn);
+        if let Conn::Server(s) = &mut *conn {
+            s.release();
+        }
+        if done? {
             Ok(())
         } else {
             Err(io::ErrorKind::WouldBlock.into())
@@ -310,14 +1037,34 @@ impl TlsStream {
 
 impl Drop for TlsStream {
     /// A session ending without a half-close still tells the peer it was a clean end, when the
-    /// socket takes the alert now.
+    /// socket takes the alert now. The buffers go back to the worker's pool.
     fn drop(&mut self) {
-        if !self.notified.get() {
-            let conn = self.conn.get_mut();
-            if !conn.is_handshaking() {
-                conn.send_close_notify();
-                let _ = conn.write_tls(&mut Io(&self.sock));
+        let conn = self.conn.get_mut();
+        let handshaking = match conn {
+            Conn::Client(c) => c.is_handshaking(),
+            Conn::Server(s) => s.conn.is_handshaking(),
+        };
+        if !self.notified.get() && !handshaking {
+            self.notified.set(true);
+            match conn {
+                Conn::Client(c) => {
+                    c.send_close_notify();
+                    let _ = c.write_tls(&mut Io(&self.sock));
+                }
+                Conn::Server(s) => {
+                    // Only if nothing waits before it: the alert must not jump the queue.
+                    if !s.has_backlog() {
+                        let _ = s.pass(&self.sock, &mut Goal::CloseNotify);
+                        let _ = s.out.send(&self.sock);
+                    }
+                }
             }
+        }
+        if let Conn::Server(s) = conn {
+            s.in_used = 0;
+            s.out.start = s.out.end;
+            s.plain.start = s.plain.end;
+            s.release();
         }
     }
 }

@@ -488,7 +488,7 @@ impl Connector {
                     },
                 };
                 match tls.connect(ip) {
-                    Ok(conn) => Ok(Stream::Tls(Box::new(TlsStream::new(stream, conn.into())))),
+                    Ok(conn) => Ok(Stream::Tls(Box::new(TlsStream::client(stream, conn)))),
                     Err(e) => Err(io::Error::other(e.to_string())),
                 }
             }

@@ -98,6 +98,9 @@ impl Pools {
     /// heap's free pages back to the OS ([`sys::trim_heap`]). Returns whether it trimmed. Nothing
     /// but two compares in a turn without a trim due.
     pub(crate) fn after_turn(&mut self, now: u64) -> bool {
+        // TLS record buffers freed and handshakes finished count like dropped copy buffers: a
+        // burst of handshakes leaves the heap as full of free memory as a burst of copies.
+        self.dropped = self.dropped.saturating_add(crate::net::tls::take_churn());
         if self.dropped != self.dropped_seen {
             self.dropped_seen = self.dropped;
             if self.dropped >= TRIM_AFTER_BUFFERS {
@@ -113,10 +116,11 @@ impl Pools {
                 // The burst is over: the pool need not stay full either (the next burst
                 // allocates again; steady traffic never gets here).
                 self.buffers.truncate(self.max_buffers / 4);
+                crate::net::tls::trim_pool();
                 let started = std::time::Instant::now();
                 let released = sys::trim_heap();
                 tracing::debug!(
-                    "heap trimmed after {dropped} copy buffers were freed, in {} µs (memory \
+                    "heap trimmed after {dropped} copy buffers were freed (or TLS handshakes done), in {} µs (memory \
                      released: {released})",
                     started.elapsed().as_micros()
                 );

@@ -109,14 +109,14 @@ impl Handshaking {
         let Some(slot) = Slot::take(tls.max_handshakes) else {
             return Err(client);
         };
-        let conn = match rustls::ServerConnection::new(tls.config.clone()) {
+        let conn = match rustls::server::UnbufferedServerConnection::new(tls.config.clone()) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("tls: cannot start a handshake: {e}");
                 return Err(client);
             }
         };
-        let stream = Stream::Tls(Box::new(TlsStream::new(client, conn.into())));
+        let stream = Stream::Tls(Box::new(TlsStream::server(client, conn)));
         Ok(Handshaking {
             id,
             client: Some(stream),
@@ -172,7 +172,7 @@ impl Handshaking {
             Ok(Handshake::Pending) => Next::Step(Step::Wait(self.deadline)),
             Ok(Handshake::Done) => {
                 let kind = {
-                    let conn = tls.conn();
+                    let conn = tls.common();
                     let v13 = conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
                     let resumed = conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
                     match (v13, resumed) {

@@ -624,11 +624,7 @@ impl HttpSession {
         let (Some(tls), Some(server), Some(host)) = (self.client.tls(), &pool.tls, host) else {
             return false;
         };
-        let conn = tls.conn();
-        let sni = match &*conn {
-            rustls::Connection::Server(c) => c.server_name(),
-            rustls::Connection::Client(_) => None,
-        };
+        let sni = tls.server_name();
         let (Some(sni), Ok(host)) = (sni, std::str::from_utf8(route::host_name(host))) else {
             return false;
         };
@@ -641,7 +637,7 @@ impl HttpSession {
     pub(crate) fn start_registered(&mut self, ready: Ready, cx: &mut Ctx) -> Step {
         self.client_ready = ready;
         let subject = self.client.tls().and_then(|t| {
-            let conn = t.conn();
+            let conn = t.common();
             crate::tls::certs::subject_of(conn.peer_certificates()?.first()?)
         });
         self.cert_edit = subject.map(|s| {

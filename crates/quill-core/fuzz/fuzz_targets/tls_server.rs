@@ -1,17 +1,21 @@
 //! Fuzz target on the TLS record path: arbitrary bytes from a client fed to a rustls
-//! `ServerConnection` the way Quill's sessions feed it (`read_tls`, `process_new_packets`, the
-//! plaintext `reader`, and `write_tls` for what it answers), with a real certificate made once by
-//! rcgen and the provider Quill uses (aws-lc-rs). Nothing may panic; an error ends the input as
-//! it ends a session.
+//! `UnbufferedServerConnection` the way Quill's TLS streams (src/net/tls.rs) feed it: the bytes
+//! read so far in one buffer, `process_tls_records` over them, each state handled (records
+//! encoded and "sent", plaintext read, close_notify seen), `discard` applied before the next call;
+//! after an error only the queued alert is taken, the failed bytes are never processed again. The
+//! ClientHello is also read by `quill_core::tls_hello` for its server name, as Quill does. A real
+//! certificate made once by rcgen and the provider Quill uses (aws-lc-rs). Nothing may panic; an
+//! error ends the input as it ends a session.
 
 #![no_main]
 
-use std::io::{self, Read};
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::{ServerConfig, ServerConnection};
+use rustls::server::UnbufferedServerConnection;
+use rustls::unbuffered::{ConnectionState, EncodeError, InsufficientSizeError};
+use rustls::ServerConfig;
 
 fn config() -> Arc<ServerConfig> {
     static CONFIG: OnceLock<Arc<ServerConfig>> = OnceLock::new();
@@ -35,44 +39,104 @@ fn config() -> Arc<ServerConfig> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(mut conn) = ServerConnection::new(config()) else {
+    let Ok(mut conn) = UnbufferedServerConnection::new(config()) else {
         return;
     };
     // The input arrives in pieces whose sizes its first byte chooses, as reads from a socket.
     let piece = usize::from(data.first().copied().unwrap_or(0)).max(1) * 7;
-    let mut plain = [0u8; 4096];
-    let mut out = Vec::new();
+    let mut inb = vec![0u8; 0x10000 + 4 * 18560];
+    let mut used = 0;
+    let mut out = vec![0u8; 18560];
+    let mut plain = 0usize;
+    let mut hello_seen = false;
     for chunk in data.chunks(piece) {
-        let mut rd = chunk;
-        while !rd.is_empty() {
-            match conn.read_tls(&mut rd) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+        let take = chunk.len().min(inb.len() - used);
+        if take == 0 {
+            return;
+        }
+        inb[used..used + take].copy_from_slice(&chunk[..take]);
+        used += take;
+        if !hello_seen {
+            match quill_core::tls_hello::parse(&inb[..used]) {
+                Ok(None) => {}
+                Ok(Some(h)) => {
+                    hello_seen = true;
+                    let _ = h.server_name().map(|n| n.as_bytes().len());
+                }
+                Err(_) => hello_seen = true,
             }
-            if conn.process_new_packets().is_err() {
-                // What a session does on a TLS error: send the alert, then close.
-                let _ = conn.write_tls(&mut out);
+        }
+        for _ in 0..1024 {
+            let status = conn.process_tls_records(&mut inb[..used]);
+            let mut discard = status.discard;
+            let mut failed = false;
+            let mut wait = false;
+            match status.state {
+                Err(_) => failed = true,
+                Ok(ConnectionState::ReadTraffic(mut r)) => {
+                    while let Some(rec) = r.next_record() {
+                        match rec {
+                            Ok(rec) => {
+                                discard += rec.discard;
+                                plain += rec.payload.len();
+                            }
+                            Err(_) => {
+                                failed = true;
+                                break;
+                            }
+                        }
+                    }
+                }
+                Ok(ConnectionState::ReadEarlyData(mut r)) => {
+                    while let Some(rec) = r.next_record() {
+                        match rec {
+                            Ok(rec) => discard += rec.discard,
+                            Err(_) => {
+                                failed = true;
+                                break;
+                            }
+                        }
+                    }
+                }
+                Ok(ConnectionState::EncodeTlsData(mut e)) => match e.encode(&mut out) {
+                    Ok(_) => {}
+                    Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size })) => {
+                        out.resize(required_size, 0);
+                        let _ = e.encode(&mut out);
+                    }
+                    Err(_) => {}
+                },
+                Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
+                Ok(ConnectionState::WriteTraffic(mut w)) => {
+                    // What a session would answer: a few bytes back, then wait for input.
+                    let _ = w.encrypt(b"HTTP/1.1 200 OK\r\n\r\n", &mut out);
+                    wait = true;
+                }
+                Ok(ConnectionState::PeerClosed) => {}
+                Ok(_) => wait = true,
+            }
+            let discard = discard.min(used);
+            inb.copy_within(discard..used, 0);
+            used -= discard;
+            if failed {
+                // The alert rustls queued, and nothing more from this input.
+                for _ in 0..4 {
+                    if !conn.wants_write() {
+                        break;
+                    }
+                    match conn.process_tls_records(&mut []).state {
+                        Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                            let _ = e.encode(&mut out);
+                        }
+                        _ => break,
+                    }
+                }
                 return;
             }
-            loop {
-                match conn.reader().read(&mut plain) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(_) => return,
-                }
-            }
-            while conn.wants_write() {
-                out.clear();
-                if conn.write_tls(&mut out).is_err() {
-                    return;
-                }
+            if wait {
+                break;
             }
         }
     }
-    let _ = (
-        conn.is_handshaking(),
-        conn.server_name(),
-        conn.alpn_protocol(),
-    );
+    let _ = (conn.is_handshaking(), conn.alpn_protocol(), plain);
 });
