@@ -301,8 +301,11 @@ class Candidate:
         return sorted(set(out))
 
     def stop(self):
+        # Quill's first SIGTERM drains: its open UDP flows relay replies until they time out or
+        # the drain deadline (30 s); the second stops at once, as the operator's second signal.
+        signals = (signal.SIGTERM, signal.SIGTERM) if self.name == "quill" else (signal.SIGTERM,)
         for p in self.ps:
-            self.bench.procs.stop(p, (signal.SIGTERM,), wait=10)
+            self.bench.procs.stop(p, signals, wait=4 if self.name == "quill" else 10)
         self.ps = []
 
 
