@@ -98,18 +98,23 @@ def cpu_ticks(pids):
     return total
 
 
-def rss_kib(pids):
+def status_kib(pids, field="VmRSS"):
+    """The sum of one /proc/PID/status field (in KiB: VmRSS, RssAnon, ...) over `pids`."""
     total = 0
     for p in pids:
         try:
             with open("/proc/%d/status" % p) as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
+                    if line.startswith(field + ":"):
                         total += int(line.split()[1])
                         break
         except OSError:
             pass
     return total
+
+
+def rss_kib(pids):
+    return status_kib(pids)
 
 
 def thread_count(pids):

@@ -183,17 +183,7 @@ def tls_get(port, path="/1k", timeout=5.0):
 
 
 def rss_anon_kib(pids):
-    total = 0
-    for p in pids:
-        try:
-            with open("/proc/%d/status" % p) as f:
-                for line in f:
-                    if line.startswith("RssAnon:"):
-                        total += int(line.split()[1])
-                        break
-        except OSError:
-            pass
-    return total
+    return harness.status_kib(pids, "RssAnon")
 
 
 def parse_s_time(out):

@@ -194,17 +194,7 @@ def wait_answering(port, config, proc=None, timeout=10.0):
 
 
 def rss_anon_kib(pids):
-    total = 0
-    for p in pids:
-        try:
-            with open("/proc/%d/status" % p) as f:
-                for line in f:
-                    if line.startswith("RssAnon:"):
-                        total += int(line.split()[1])
-                        break
-        except OSError:
-            pass
-    return total
+    return harness.status_kib(pids, "RssAnon")
 
 
 def udp_connected_to(ports):

@@ -513,15 +513,7 @@ impl Worker {
             self.log_refused(&peer, End::ProxyUntrusted, http);
             return;
         }
-        let max = self
-            .shared
-            .max_sessions
-            .load(Ordering::Relaxed)
-            .min(self.shared.fd_sessions.load(Ordering::Relaxed));
-        if self.shared.active.fetch_add(1, Ordering::Relaxed) >= max {
-            self.shared.active.fetch_sub(1, Ordering::Relaxed);
-            self.counters().ended(End::Refused);
-            self.log_refused(&peer, End::Refused, http);
+        if self.over_max(&peer, http) {
             return;
         }
         let id = self.next_id();
@@ -571,15 +563,7 @@ impl Worker {
             }
             self.recent.push_back((ip, now));
         }
-        let max = self
-            .shared
-            .max_sessions
-            .load(Ordering::Relaxed)
-            .min(self.shared.fd_sessions.load(Ordering::Relaxed));
-        if self.shared.active.fetch_add(1, Ordering::Relaxed) >= max {
-            self.shared.active.fetch_sub(1, Ordering::Relaxed);
-            self.counters().ended(End::Refused);
-            self.log_refused(&peer, End::Refused, http);
+        if self.over_max(&peer, http) {
             return;
         }
         let denied = !pool.admits(peer.ip());
@@ -837,6 +821,23 @@ impl Worker {
         }
         let mut cx = udp_cx!(self, now);
         self.udp.close_all(end, &mut cx);
+    }
+
+    /// Counts a new session against `-x` (and what the open-file limit allows); true when
+    /// there is no room: the client was refused (counted and logged), and must be closed.
+    fn over_max(&mut self, peer: &ClientAddr, http: bool) -> bool {
+        let max = self
+            .shared
+            .max_sessions
+            .load(Ordering::Relaxed)
+            .min(self.shared.fd_sessions.load(Ordering::Relaxed));
+        if self.shared.active.fetch_add(1, Ordering::Relaxed) < max {
+            return false;
+        }
+        self.shared.active.fetch_sub(1, Ordering::Relaxed);
+        self.counters().ended(End::Refused);
+        self.log_refused(peer, End::Refused, http);
+        true
     }
 
     /// Takes slot `idx`'s session out and frees the slot (a new generation, its source count
