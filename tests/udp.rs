@@ -1142,3 +1142,47 @@ fn udp_flow_responses_waits_for_every_query_of_a_pipelining_client() {
     let line = q.wait_line_at(0, Duration::from_secs(5));
     assert_eq!(line.end, "responses", "{line:?}");
 }
+
+#[test]
+fn udp_open_flow_keeps_exit_idle_time_from_exiting() {
+    // --exit-idle-time counts an open UDP flow as a session: Quill stays while the flow lives
+    // (3 s of flow_timeout), then exits once it has been idle for the limit (1 s).
+    let a = UdpServer::start("a");
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let path = dir.path().join("q.toml");
+    fs::write(
+        &path,
+        format!(
+            "workers = 1\n[[listener]]\nname = \"dns\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"udp\"\nservers = [\"{}\"]\nudp = {{ flow_timeout = \"3s\" }}\n",
+            a.addr
+        ),
+    )
+    .unwrap();
+    let args = vec![
+        "--config".to_string(),
+        path.display().to_string(),
+        "--exit-idle-time".to_string(),
+        "1".to_string(),
+    ];
+    let mut q = start(dir, args, port);
+    let c = client();
+    assert_eq!(reply_of(&c, q.addr(), "hi"), "a:hi");
+    let opened = Instant::now();
+    // Well past the 1 s limit, the flow (3 s) is still open: Quill must still be there.
+    thread::sleep(Duration::from_millis(2000));
+    assert_eq!(reply_of(&c, q.addr(), "still"), "a:still");
+    let last = Instant::now();
+    // The flow times out 3 s after its last datagram, then 1 s of idle: Quill exits.
+    assert!(
+        q.wait_exit(Duration::from_secs(10)).is_some(),
+        "quill did not exit after the flow ended:\n{}",
+        q.stderr()
+    );
+    assert!(
+        last.elapsed() >= Duration::from_millis(3500),
+        "exited {:?} after the last datagram, before its flow timed out ({:?} since the first)",
+        last.elapsed(),
+        opened.elapsed()
+    );
+}

@@ -344,6 +344,17 @@ pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
             }
         }
         if let (Some(limit), Phase::Running) = (exit_idle, shared.phase()) {
+            // An open UDP flow is a session too: idle counts from the last tick that saw one.
+            if shared
+                .listeners
+                .load()
+                .iter()
+                .any(|l| l.flows.load(Ordering::Relaxed) > 0)
+            {
+                shared
+                    .last_busy_ms
+                    .store(shared.clock.now_ms(), Ordering::Relaxed);
+            }
             let idle_ms = shared
                 .clock
                 .now_ms()
