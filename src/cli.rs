@@ -197,7 +197,7 @@ pub struct Cli {
     /// A server coming back ramps its share up over this time [default: 0 = at once]
     #[arg(long, value_name = "DUR", value_parser = duration)]
     slow_start: Option<Duration>,
-    /// Exit once no session has been open for this long (with socket activation); also systemd
+    /// Exit once no session (nor UDP flow) has been open for this long (with socket activation); also systemd
     /// time spans ("5min", "1h 30s", "infinity")
     #[arg(long, value_name = "DUR", value_parser = crate::systemd::parse_timespan)]
     exit_idle_time: Option<Duration>,
