@@ -1119,6 +1119,33 @@ def versions(quill_bin, cands, quill_base_bin=None):
     return v
 
 
+def run_guarded(bench):
+    """bench.run(), then every process it started stopped. True when it was interrupted or its
+    set-up failed (the failure recorded in bench.results): the results are partial."""
+    try:
+        bench.run()
+    except KeyboardInterrupt as e:
+        log("interrupted (%s): writing partial results" % e)
+        return True
+    except RuntimeError as e:
+        log("error: %s" % e)
+        bench.results["failures"].append({"phase": "setup", "error": str(e)})
+        return True
+    finally:
+        bench.procs.stop_all()
+    return False
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
 def main(argv):
     p = argparse.ArgumentParser()
     p.add_argument("--work", required=True)
@@ -1160,18 +1187,7 @@ def main(argv):
             "ab_n": bench.ab_n, "idle_connections": IDLE_N, "maxconn": MAXCONN,
             "versions": versions(a.quill_bin, names, a.quill_base_bin), "ports": {n: PORTS[n] for n in names},
             "quill_src": a.quill_src or a.quill_bin, "quill_base_src": a.quill_base_src or a.quill_base_bin}
-    interrupted = False
-    try:
-        bench.run()
-    except KeyboardInterrupt as e:
-        log("interrupted (%s): writing partial results" % e)
-        interrupted = True
-    except RuntimeError as e:
-        log("error: %s" % e)
-        bench.results["failures"].append({"phase": "setup", "error": str(e)})
-        interrupted = True
-    finally:
-        bench.procs.stop_all()
+    interrupted = run_guarded(bench)
     meta["interrupted"] = interrupted
     md, summ = render(bench.results, names, meta)
     os.makedirs(a.results, exist_ok=True)

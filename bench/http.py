@@ -819,18 +819,7 @@ def main(argv):
             "quill_http_cmd": " ".join(["quill"] + qcmd[1:]).replace(a.work, "WORK"),
             "versions": vers, "ports": {n: PORTS[n] for n in names}}
     meta["load_before"] = " ".join(meta["load_before"])
-    interrupted = False
-    try:
-        bench.run()
-    except KeyboardInterrupt as e:
-        log("interrupted (%s): writing partial results" % e)
-        interrupted = True
-    except RuntimeError as e:
-        log("error: %s" % e)
-        bench.results["failures"].append({"phase": "setup", "error": str(e)})
-        interrupted = True
-    finally:
-        bench.procs.stop_all()
+    interrupted = harness.run_guarded(bench)
     meta["interrupted"] = interrupted
     meta["refused"] = bench.refused
     md, summ = render(bench.results, names, meta, bench.refused)

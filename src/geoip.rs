@@ -1,7 +1,7 @@
 //! The country of a client address, for ACL entries `country CC`, from a MaxMind DB file
 //! (`geoip = "FILE.mmdb"`). The `maxminddb` crate reads the file; a lookup walks the tree and
-//! decodes only `country.iso_code`, borrowed from the database's bytes, so a check on the accept
-//! path allocates nothing.
+//! decodes only `country.iso_code`, borrowed from the database's bytes (as read in the crate's code,
+//! not measured: it allocates only to describe a damaged record).
 
 use std::fmt;
 use std::net::IpAddr;

@@ -671,16 +671,6 @@ def versions(quill_bin, cands):
     return v
 
 
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "?"
-
-
 def main(argv):
     p = argparse.ArgumentParser()
     p.add_argument("--work", required=True)
@@ -715,21 +705,10 @@ def main(argv):
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": a.command, "rounds": a.rounds, "duration": a.duration, "idle": a.idle,
             "procs": a.procs, "kernel": "Linux " + platform.release(), "cpus": os.cpu_count(),
-            "cpu_model": cpu_model(), "load_before": " ".join(open("/proc/loadavg").read().split()[:3]),
+            "cpu_model": harness.cpu_model(), "load_before": " ".join(open("/proc/loadavg").read().split()[:3]),
             "versions": versions(a.quill_bin, names),
             "ports": {n: PORTS[n] for n in names if n in PORTS}}
-    interrupted = False
-    try:
-        bench.run()
-    except KeyboardInterrupt as e:
-        log("interrupted (%s): writing partial results" % e)
-        interrupted = True
-    except RuntimeError as e:
-        log("error: %s" % e)
-        bench.results["failures"].append({"phase": "setup", "error": str(e)})
-        interrupted = True
-    finally:
-        bench.procs.stop_all()
+    interrupted = harness.run_guarded(bench)
     refused.update(bench.refused)
     meta["refused"] = refused
     meta["interrupted"] = interrupted
