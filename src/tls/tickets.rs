@@ -255,7 +255,11 @@ impl KeySet {
         let (&len, rest) = rest.split_first()?;
         let (&count, rest) = rest.split_first()?;
         let (len, count) = (usize::from(len), usize::from(count));
-        if count == 0 || usize::from(enc) >= count || rest.len() != len.checked_mul(count)? {
+        if count == 0
+            || len == 0
+            || usize::from(enc) >= count
+            || rest.len() != len.checked_mul(count)?
+        {
             return None;
         }
         let keys = rest

@@ -179,16 +179,17 @@ fn parse_v1(bytes: &[u8]) -> Parse {
         return Parse::Invalid(Invalid::NotProxy);
     }
     let window = &bytes[..bytes.len().min(MAX_V1)];
-    let Some(cr) = window.iter().position(|&b| b == b'\r') else {
+    // The line ends at its first CR or LF; a LF without a CR before it
+    // cannot be fixed by more bytes.
+    let Some(cr) = window.iter().position(|&b| b == b'\r' || b == b'\n') else {
         if window.len() == MAX_V1 {
             return Parse::Invalid(Invalid::V1TooLong);
         }
-        // A LF without CR cannot be fixed by more bytes.
-        if window.contains(&b'\n') {
-            return Parse::Invalid(Invalid::V1Fields);
-        }
         return Parse::Incomplete;
     };
+    if window[cr] == b'\n' {
+        return Parse::Invalid(Invalid::V1Fields);
+    }
     match window.get(cr + 1) {
         None if cr + 1 >= MAX_V1 => return Parse::Invalid(Invalid::V1TooLong),
         None => return Parse::Incomplete,

@@ -641,11 +641,13 @@ proptest! {
             let _ = (hello.server_name(), hello.alpn().count(), hello.max_version());
             prop_assert!(hello.len <= split.len());
         }
-        // A prefix is incomplete or already wrong the same way.
+        // A prefix is incomplete, already wrong the same way, or (when a
+        // flipped length ends the hello early) already holds the same hello.
         for end in (0..split.len()).step_by(13) {
             match (parse(&split[..end]), &whole) {
                 (Ok(None), _) => {}
                 (Err(e), Err(w)) => prop_assert_eq!(e, *w),
+                (Ok(Some(p)), Ok(Some(w))) if p.len == w.len && p.len <= end => {}
                 (part, _) => prop_assert!(false, "prefix {}: {:?}, whole {:?}", end, part.map(|h| h.map(|h| h.len)), whole.map(|h| h.map(|h| h.len))),
             }
         }
