@@ -7,11 +7,13 @@
 #   bash bench/tls.sh [--rounds N] [--quick] [--duration S] [--hs-secs S] [--idle N] [--only a,b,...]
 #                     [--callgrind N]
 #
-# Candidates: quill haproxy nginx (the default: all three). --quick = 1 round, 3 s runs.
+# Candidates: quill haproxy nginx (the default: all three), and quill-base: a second Quill binary
+# (QUILL_BASE_BIN, e.g. the build before a change) run with quill's configuration in the same rounds. --quick = 1 round, 3 s runs.
 # --duration S: each wrk run (4); --hs-secs S: each ab / s_time run (4); --idle N: idle TLS
 # connections held per candidate (9000; 0 skips the idle test). --callgrind N: then N handshakes
 # through Quill under callgrind (bench/tls/callgrind.py, ECDSA; a few minutes), appended to tls.md.
 # Env: QUILL_BIN=path  use this binary instead of building (cargo build --release)
+#      QUILL_BASE_BIN=path  the candidate quill-base (needed when --only names it)
 #      KEEP_WORK=1     keep the temp work dir (certificates, configs, logs)
 #      RESULTS_DIR=dir write the results there instead of bench/results
 # Writes bench/results/tls.md and bench/results/tls.json. About 8 minutes with the defaults.
@@ -55,7 +57,13 @@ fi
 for name in ${ONLY//,/ }; do
     case "$name" in
         quill|haproxy|nginx) ;;
-        *) echo "tls.sh: unknown candidate '$name' (quill haproxy nginx)" >&2; exit 2 ;;
+        quill-base)
+            if [ -z "${QUILL_BASE_BIN:-}" ] || ! timeout 10 "$QUILL_BASE_BIN" --version >/dev/null 2>&1; then
+                echo "tls.sh: quill-base needs QUILL_BASE_BIN=/path/to/quill (a binary that answers --version)" >&2
+                exit 2
+            fi
+            ;;
+        *) echo "tls.sh: unknown candidate '$name' (quill quill-base haproxy nginx)" >&2; exit 2 ;;
     esac
 done
 
@@ -64,6 +72,7 @@ REPO="$(dirname "$BENCH_DIR")"
 RESULTS="${RESULTS_DIR:-$BENCH_DIR/results}"
 COMMAND="bash bench/tls.sh --rounds $ROUNDS --duration $DURATION --hs-secs $HS_SECS --idle $IDLE --only $ONLY"
 [ -n "$CALLGRIND" ] && COMMAND="$COMMAND --callgrind $CALLGRIND"
+case ",$ONLY," in *,quill-base,*) COMMAND="QUILL_BASE_BIN=$QUILL_BASE_BIN $COMMAND" ;; esac
 
 say() { echo "[tls.sh] $*" >&2; }
 . "$BENCH_DIR/lib.sh"
@@ -105,10 +114,18 @@ if [ -n "$QUILL" ]; then
     cp "$QUILL" "$WORK/quill" && QUILL="$WORK/quill"
     say "quill: $("$QUILL" --version 2>&1 | head -1) ($QUILL_SRC)"
 fi
+QUILL_BASE=
+case ",$ONLY," in
+    *,quill-base,*)
+        cp "$QUILL_BASE_BIN" "$WORK/quill-base" && QUILL_BASE="$WORK/quill-base"
+        say "quill-base: $("$QUILL_BASE" --version 2>&1 | head -1) ($QUILL_BASE_BIN)"
+        ;;
+esac
 
 say "work dir $WORK; candidates: $ONLY; rounds: $ROUNDS; wrk ${DURATION}s; ab/s_time ${HS_SECS}s; idle $IDLE"
 set +e
 python3 "$BENCH_DIR/tls/tls.py" --work "$WORK" ${QUILL:+--quill-bin "$QUILL"} \
+    ${QUILL_BASE:+--quill-base-bin "$QUILL_BASE"} \
     --rounds "$ROUNDS" --duration "$DURATION" --hs-secs "$HS_SECS" --idle "$IDLE" --only "$ONLY" \
     --results "$RESULTS" --command "$COMMAND" >/dev/null &
 DRIVER=$!

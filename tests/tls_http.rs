@@ -1,7 +1,8 @@
 //! TLS on HTTP listeners (issue 12, points 5 and 7): a verified client certificate's subject goes
 //! to servers as `X-Client-Cert-Subject` and into the access log, a client-sent field of that
 //! name never reaches a server, and a request whose Host names another certificate's site than
-//! the handshake's server name is answered 421.
+//! the handshake's server name is answered 421. And the 1 KiB keep-alive target's path: a kept-alive
+//! request reads the client's socket once (no read spent on EAGAIN).
 
 #[path = "support/http.rs"]
 mod http_support;
@@ -9,13 +10,14 @@ mod support;
 #[path = "support/tls.rs"]
 mod tls_support;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use http_support::Backend;
 use support::*;
-use tls_support::{toml_path, write, Ca, ClientOpts, KeyAlg, TlsClient};
+use tls_support::{self_signed, toml_path, write, Ca, ClientOpts, KeyAlg, TlsClient};
 
 /// Reads one response with a Content-Length body (bounded).
 fn response(c: &mut TlsClient) -> String {
@@ -179,5 +181,84 @@ fn tls_host_naming_another_certificates_site_than_the_sni_gets_421() {
         backend.wait_requests(2, IO_TIMEOUT).len(),
         2,
         "the 421 reached no server"
+    );
+}
+
+#[test]
+fn tls_keep_alive_request_reads_the_client_socket_once() {
+    // A TLS read ends at a socket read that took less than it was offered (the socket is
+    // drained) instead of reading again for EAGAIN: per kept-alive request, one recvfrom on the
+    // client's socket and one on the server's. strace counts them in the running binary.
+    const N: usize = 100;
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!(
+            "strace is not installed: tls_keep_alive_request_reads_the_client_socket_once skipped"
+        );
+        return;
+    }
+    let backend = Backend::fixed(1024);
+    let cert = self_signed("site", &["site.test"], KeyAlg::EcdsaP256);
+    let q = start(&backend, |dir| {
+        let (c, k) = cert.write(dir, "site");
+        format!("cert = \"{}\"\nkey = \"{}\"", toml_path(&c), toml_path(&k))
+    });
+    let opts = ClientOpts {
+        sni: Some("site.test"),
+        ..ClientOpts::default()
+    };
+    let mut c = TlsClient::connect(q.addr(), &opts).unwrap();
+    // The first request opens the server connection; the counted ones reuse it.
+    assert!(get(&mut c, "site.test", "").starts_with("HTTP/1.1 200"));
+    let out = q.path("strace.txt");
+    let mut st = Command::new("strace")
+        .args(["-f", "-c", "-e", "trace=recvfrom,read,recvmsg", "-o"])
+        .arg(&out)
+        .args(["-p", &q.pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run strace");
+    // strace says "Process N attached" per thread; all are attached before it says anything else.
+    let mut err = BufReader::new(st.stderr.take().unwrap());
+    let mut first = String::new();
+    let _ = err.read_line(&mut first);
+    if !first.contains("attached") {
+        let _ = st.kill();
+        let _ = st.wait();
+        eprintln!("strace cannot attach here ({}): tls_keep_alive_request_reads_the_client_socket_once skipped", first.trim());
+        return;
+    }
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = err.read_to_string(&mut rest);
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // One write per request: one record in one segment (`write!` would send a record per piece).
+    let request = b"GET / HTTP/1.1\r\nHost: site.test\r\n\r\n";
+    for i in 0..N {
+        c.stream.write_all(request).unwrap();
+        c.stream.flush().unwrap();
+        let r = response(&mut c);
+        assert!(r.starts_with("HTTP/1.1 200"), "request {i}: {r}");
+    }
+    let stopped = Command::new("kill")
+        .args(["-INT", &st.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(stopped.success());
+    let _ = st.wait();
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let calls = |name: &str| -> usize {
+        text.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.len() >= 5 && f.last() == Some(&name))
+            .map_or(0, |f| f[3].parse().unwrap_or(0))
+    };
+    let reads = calls("recvfrom") + calls("read") + calls("recvmsg");
+    assert!(
+        (2 * N..=2 * N + N / 10).contains(&reads),
+        "{reads} reads for {N} kept-alive TLS requests (2 per request: the client's record, the \
+         server's response):\n{text}"
     );
 }

@@ -1,12 +1,62 @@
 //! Worker threads and SO_REUSEPORT: many concurrent sessions, two processes on one port.
 
+#[path = "support/ctl.rs"]
+mod ctl;
 mod support;
 
+use ctl::*;
 use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::*;
+
+/// Open sessions per worker, from `connections` (a session id's remainder by the worker count is
+/// its worker's index).
+fn sessions_per_worker(sock: &std::path::Path, workers: u64) -> Vec<usize> {
+    let mut per = vec![0; workers as usize];
+    for line in ctl(sock, "connections").lines() {
+        let id: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
+        per[(id % workers) as usize] += 1;
+    }
+    per
+}
+
+#[test]
+fn a_burst_of_clients_is_spread_over_the_workers() {
+    // The kernel wakes the first waiting worker for each connect of a burst; the worker that
+    // accepts hands a client to the other one while it holds clearly more (a few plus an eighth).
+    const N: usize = 40;
+    let e = echo();
+    let (q, sock) = start_ctl(&["--workers", "2"], &[spec(e.addr())]);
+    let mut conns: Vec<TcpStream> = (0..N).map(|_| connect_port(q.port)).collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let per = loop {
+        let per = sessions_per_worker(&sock, 2);
+        if per.iter().sum::<usize>() == N {
+            break per;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{per:?} sessions listed, not {N}:\n{}",
+            q.stderr()
+        );
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        per.iter().all(|&n| n >= N / 2 - N / 8),
+        "sessions per worker {per:?}: each should hold about half of {N}"
+    );
+    // Every client handed over is served like any other.
+    for (i, c) in conns.iter_mut().enumerate() {
+        let msg = format!("hello {i}\n");
+        c.write_all(msg.as_bytes()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut got = vec![0u8; msg.len()];
+        std::io::Read::read_exact(c, &mut got).unwrap();
+        assert_eq!(got, msg.as_bytes(), "client {i}");
+    }
+}
 
 #[test]
 fn workers_serve_200_concurrent_echo_sessions_byte_exact() {

@@ -51,8 +51,10 @@ import harness  # noqa: E402  (bench/harness.py: /proc helpers, Procs, wrk/ab pa
 from harness import CLK_TCK, fmt, log, median  # noqa: E402
 
 BACKENDS = (9051, 9052)
-PORTS = {"quill": 9261, "haproxy": 9262, "nginx": 9263}
-ALL_CANDIDATES = ["quill", "haproxy", "nginx"]
+PORTS = {"quill": 9261, "haproxy": 9262, "nginx": 9263, "quill-base": 9264}
+# quill-base: a second Quill binary (--quill-base-bin, e.g. the build before a change) with quill's
+# configuration, in the same rounds: a before/after comparison on the same machine at the same time.
+ALL_CANDIDATES = ["quill", "haproxy", "nginx", "quill-base"]
 PEERS = ("haproxy", "nginx")
 KINDS = ("ecdsa", "rsa")
 KIND_NAMES = {"ecdsa": "ECDSA P-256", "rsa": "RSA 2048"}
@@ -123,8 +125,14 @@ http {{
 }}
 """.format(workers=WORKERS, w=work, kind=kind, port=PORTS["nginx"], be0=be[0], be1=be[1],
            cert=cert, key=key))
-        with open(os.path.join(work, "quill-%s.toml" % kind), "w") as f:
-            f.write("""# written by bench/tls/tls.py
+        for quill in ("quill", "quill-base"):
+            write_quill_config(work, kind, quill, PORTS[quill], be, cert, key)
+
+
+def write_quill_config(work, kind, name, port, be, cert, key):
+    """WORK/NAME-KIND.toml: quill's (or quill-base's) configuration."""
+    with open(os.path.join(work, "%s-%s.toml" % (name, kind)), "w") as f:
+        f.write("""# written by bench/tls/tls.py
 workers = {workers}
 max_connections = {mc}
 [[listener]]
@@ -140,13 +148,14 @@ header_timeout = "600s"
 cert = "{cert}"
 key = "{key}"
 tickets = true
-""".format(workers=WORKERS, mc=MAXCONN, port=PORTS["quill"], be0=be[0], be1=be[1],
+""".format(workers=WORKERS, mc=MAXCONN, port=port, be0=be[0], be1=be[1],
            cert=cert, key=key))
 
 
-def candidate_cmd(name, kind, work, quill_bin):
-    if name == "quill":
-        return [quill_bin, "-f", "--config", os.path.join(work, "quill-%s.toml" % kind)]
+def candidate_cmd(name, kind, work, quill_bin, quill_base_bin=None):
+    if name in ("quill", "quill-base"):
+        binary = quill_bin if name == "quill" else quill_base_bin
+        return [binary, "-f", "--config", os.path.join(work, "%s-%s.toml" % (name, kind))]
     if name == "haproxy":
         return ["haproxy", "-db", "-f", os.path.join(work, "haproxy-%s.cfg" % kind)]
     if name == "nginx":
@@ -208,7 +217,8 @@ class Candidate:
     def start(self):
         if harness.port_open(self.port):
             raise RuntimeError("port %d already in use before starting %s" % (self.port, self.name))
-        cmd = candidate_cmd(self.name, self.kind, self.bench.work, self.bench.args.quill_bin)
+        cmd = candidate_cmd(self.name, self.kind, self.bench.work, self.bench.args.quill_bin,
+                            self.bench.args.quill_base_bin)
         self.proc = self.bench.procs.start(self.name, cmd)
         if not harness.wait_ready(self.port, self.proc):
             exited = self.proc.poll()
@@ -606,6 +616,26 @@ def render(results, cands, meta):
                 r.get("open_s", "–")))
         w("")
 
+    if "quill" in cands and "quill-base" in cands:
+        w("## quill against quill-base (the same configuration, the same rounds)")
+        w("")
+        w("Median over rounds of the per-round ratio quill / quill-base (req/s or handshakes per "
+          "CPU-second: above 1 is better; CPU µs per request or handshake: below 1 is better).")
+        w("")
+        w("| workload | quill | quill-base | ratio | CPU µs quill | CPU µs quill-base | CPU ratio |")
+        w("|---|---:|---:|---:|---:|---:|---:|")
+        for kind, wl in PLAN:
+            key = "rps" if wl.startswith("wrk") else "per_cpu_s"
+            q, b = stat(results, "quill", kind, wl, key), stat(results, "quill-base", kind, wl, key)
+            cq = stat(results, "quill", kind, wl, "cpu_us_per_req")
+            cb = stat(results, "quill-base", kind, wl, "cpu_us_per_req")
+            x = per_round_ratio(results, "quill", "quill-base", kind, wl, key)
+            xc = per_round_ratio(results, "quill", "quill-base", kind, wl, "cpu_us_per_req")
+            w("| %s %s (%s) | %s | %s | %s | %s | %s | %s |" % (
+                KIND_NAMES[kind], wl, "req/s" if key == "rps" else "per CPU-s", rng(*q), rng(*b),
+                fmt(x, 3), rng(*cq, nd=1), rng(*cb, nd=1), fmt(xc, 3)))
+        w("")
+
     verdicts = targets(results, cands)
     if verdicts:
         w("## Quill against the issue's targets")
@@ -684,6 +714,7 @@ def main(argv):
     p = argparse.ArgumentParser()
     p.add_argument("--work", required=True)
     p.add_argument("--quill-bin")
+    p.add_argument("--quill-base-bin")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=int, default=4, help="seconds of each wrk run")
     p.add_argument("--hs-secs", type=int, default=4, help="seconds of each ab / s_time run")
@@ -700,6 +731,9 @@ def main(argv):
     if "quill" in names and not a.quill_bin:
         refused["quill"] = "no working quill binary (the build or `quill --version` failed)"
         names.remove("quill")
+    if "quill-base" in names and not a.quill_base_bin:
+        refused["quill-base"] = "no --quill-base-bin"
+        names.remove("quill-base")
     a.only = names
     if not 1 <= a.rounds <= 20:
         p.error("--rounds must be 1..20")

@@ -1,6 +1,7 @@
 //! A TLS connection over a nonblocking socket, driven by the event loop (no runtime). To a session
 //! it behaves like the socket it wraps, edge-triggered included: `read` gives plaintext and
-//! returns short only once the socket is drained (EAGAIN) or closed, so a short read still means
+//! returns short only once the socket is drained (a socket read that took less than it was
+//! offered, or EAGAIN) or closed, so a short read still means
 //! "wait for the next edge"; `write` takes plaintext and sends records.
 //!
 //! The one difference is the *backlog*: records made but not taken by the socket (it was full). A
@@ -286,6 +287,8 @@ struct Server {
     hello_seen: bool,
     /// rustls failed (and its alert was sent): the connection is over.
     failed: bool,
+    /// The last `fill` read less than the room it offered: the socket was drained then.
+    short_fill: bool,
 }
 
 impl std::fmt::Debug for Server {
@@ -335,6 +338,7 @@ impl Server {
             peer_closed: false,
             hello_seen: false,
             failed: false,
+            short_fill: false,
         }
     }
 
@@ -355,7 +359,8 @@ impl Server {
         self.plain.release();
     }
 
-    /// Reads the socket into `inb`: Ok(0) at EOF, `WouldBlock` when drained.
+    /// Reads the socket into `inb`: Ok(0) at EOF, `WouldBlock` when drained (`short_fill` says
+    /// whether the read took less than it was offered).
     fn fill(&mut self, sock: &Stream) -> io::Result<usize> {
         if self.inb.is_empty() {
             self.inb = lend();
@@ -372,9 +377,11 @@ impl Server {
             grow(&mut self.inb, self.in_used, len);
         }
         loop {
+            let room = self.inb.len() - self.in_used;
             match sock.read(&mut self.inb[self.in_used..]) {
                 Ok(n) => {
                     self.in_used += n;
+                    self.short_fill = n < room;
                     return Ok(n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -799,6 +806,10 @@ impl TlsStream {
         if n == buf.len() {
             return Ok(n);
         }
+        // A socket read that did not fill the room it was given drained the socket: once its
+        // records are processed, the read ends there instead of spending a read on EAGAIN (bytes
+        // that come later bring a new edge). Only within this call: an edge may come after it.
+        let mut drained = false;
         loop {
             let mut goal = Goal::Read(buf, n);
             let pass = s.pass(&self.sock, &mut goal);
@@ -826,9 +837,16 @@ impl TlsStream {
                 self.ended.set(true);
                 return Ok(n);
             }
+            if drained {
+                return if n > 0 {
+                    Ok(n)
+                } else {
+                    Err(io::ErrorKind::WouldBlock.into())
+                };
+            }
             match s.fill(&self.sock) {
                 Ok(0) => self.eof.set(true),
-                Ok(_) => {}
+                Ok(_) => drained = s.short_fill,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     return if n > 0 { Ok(n) } else { Err(e) };
                 }

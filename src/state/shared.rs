@@ -73,6 +73,26 @@ pub(crate) enum Request {
     Report(mpsc::Sender<Report>),
     /// Close session `id` if this worker has it; answers whether it did.
     Close(u64, mpsc::Sender<bool>),
+    /// A client another worker accepted and handed over, being the busier one
+    /// (`runtime::worker`'s accept spreads clients by [`Load`]): open it as if accepted here.
+    Adopt(Arc<Listener>, crate::net::Stream, crate::net::ClientAddr),
+}
+
+/// A worker's load, by which a worker that accepts a client decides to keep it or hand it to the
+/// least loaded worker: its sessions open (stored by the worker), plus the clients handed to it
+/// that it has not opened yet (counted by the sender, taken off by the worker). Aligned so that
+/// two workers never share a cache line.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Load {
+    pub live: AtomicU64,
+    pub pending: AtomicU64,
+}
+
+impl Load {
+    pub(crate) fn get(&self) -> u64 {
+        self.live.load(Ordering::Relaxed) + self.pending.load(Ordering::Relaxed)
+    }
 }
 
 pub(crate) struct Shared {
@@ -98,6 +118,8 @@ pub(crate) struct Shared {
     pub counters: Vec<Counters>,
     /// One per worker: requests from the control thread; None once the worker has stopped.
     pub inboxes: Vec<Mutex<Option<Vec<Request>>>>,
+    /// One per worker: its load, for spreading accepted clients.
+    pub loads: Vec<Load>,
     /// The workers' pools of idle server connections (HTTP), one per worker: a worker takes from
     /// another's when its own has none to the server it needs.
     pub idle: Arc<IdlePools>,
@@ -164,6 +186,7 @@ impl Shared {
             inboxes: (0..g.workers)
                 .map(|_| Mutex::new(Some(Vec::new())))
                 .collect(),
+            loads: (0..g.workers).map(|_| Load::default()).collect(),
             idle: Arc::new(IdlePools::new(g.workers)),
             wakers: OnceLock::new(),
             handed_over: AtomicBool::new(false),
