@@ -20,7 +20,11 @@
 //!
 //! Nothing is allocated per datagram: client datagrams are read up to 16 per `recvmmsg` into one
 //! batch of buffers per worker (`sys::RecvBatch`, 16 x 64 KiB, only the pages datagrams touch are
-//! resident), servers' replies through one 64 KiB buffer per worker.
+//! resident), and servers' replies are read straight into a second batch (`sys::SendBatch`,
+//! 32 x 64 KiB) that goes to the clients with one `sendmmsg` at the end of the worker's turn, or
+//! sooner when it is full or the next reply leaves from another listening socket. A reply is
+//! counted for its flow (bytes, datagrams, drops) once the batch is sent; a flow that ends with
+//! a queued reply (`flow_responses`) leaves its table at once and is counted and logged then.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -117,7 +121,12 @@ pub(crate) struct UdpWorker {
     worker: usize,
     workers: usize,
     tables: Vec<Option<Table>>,
-    buf: Box<[u8]>,
+    /// Servers' replies, sent to the clients with one `sendmmsg` (made with the first table).
+    replies: Option<sys::SendBatch>,
+    /// What each queued reply counts for, in the batch's order, and the listening socket they
+    /// all leave from (table, socket index).
+    pending: Vec<Pending>,
+    reply_via: (usize, u16),
     /// Client datagrams, read up to `sys::BATCH_MAX` per `recvmmsg` (made with the first table).
     batch: Option<sys::RecvBatch>,
     /// Server sockets that stopped on their budget: read again after this turn.
@@ -132,7 +141,9 @@ impl UdpWorker {
             worker,
             workers: workers.max(1),
             tables: Vec::new(),
-            buf: Box::new([]),
+            replies: None,
+            pending: Vec::new(),
+            reply_via: (0, 0),
             batch: None,
             again: Vec::new(),
             next_flow: 0,
@@ -192,9 +203,10 @@ impl UdpWorker {
                     tracing::warn!("UDP listener '{}': cannot register: {e}", l.name);
                 }
             }
-            if self.buf.is_empty() {
-                self.buf = vec![0u8; BUF].into_boxed_slice();
+            if self.batch.is_none() {
                 self.batch = Some(sys::RecvBatch::new(sys::BATCH_MAX, BUF));
+                self.replies = Some(sys::SendBatch::new(sys::SEND_BATCH_MAX, BUF));
+                self.pending = Vec::with_capacity(sys::SEND_BATCH_MAX);
             }
             let port = sockets
                 .first()
@@ -224,7 +236,11 @@ impl UdpWorker {
 
     /// Drops the tables of listeners no longer read once their last flow ended.
     fn retire(&mut self) {
-        for t in &mut self.tables {
+        for (i, t) in self.tables.iter_mut().enumerate() {
+            // Queued replies still need their listening socket.
+            if i == self.reply_via.0 && !self.pending.is_empty() {
+                continue;
+            }
             if t.as_ref()
                 .is_some_and(|t| !t.listening && t.flows.is_empty())
             {
@@ -481,6 +497,19 @@ impl UdpWorker {
 
     fn read_server(&mut self, ti: usize, id: FlowId, cx: &mut Cx<'_>) {
         for _ in 0..BUDGET {
+            let Some(Some(t)) = self.tables.get(ti) else {
+                return;
+            };
+            let Some((_, flow)) = t.flows.get(id) else {
+                return;
+            };
+            let via = (ti, flow.via);
+            // One batch leaves from one listening socket: send what is queued first when the
+            // batch is full or this reply leaves from another socket.
+            let full = self.replies.as_ref().is_none_or(sys::SendBatch::is_full);
+            if !self.pending.is_empty() && (full || self.reply_via != via) {
+                self.flush(cx);
+            }
             let Some(Some(t)) = self.tables.get_mut(ti) else {
                 return;
             };
@@ -490,7 +519,10 @@ impl UdpWorker {
             let Some(socket) = &flow.socket else {
                 return;
             };
-            let n = match socket.recv(&mut self.buf) {
+            let Some(buf) = self.replies.as_mut().and_then(sys::SendBatch::slot) else {
+                return;
+            };
+            let n = match socket.recv(buf) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -507,26 +539,11 @@ impl UdpWorker {
                     return;
                 }
             };
-            let Some(sock) = t
-                .listener
-                .socket
-                .udp()
-                .and_then(|s| s.get(usize::from(flow.via)))
-            else {
-                return;
-            };
-            match sys::send_from_to(sock.as_fd(), &self.buf[..n], &client, flow.local) {
-                Ok(n) => {
-                    flow.datagrams_out = flow.datagrams_out.saturating_add(1);
-                    flow.bytes_out += n as u64;
-                    Counters::add(&cx.counters.udp_datagrams_out, 1);
-                    Counters::add(&cx.counters.udp_bytes_out, n as u64);
-                }
-                Err(e) => {
-                    tracing::debug!("UDP flow {}: to client {client}: {e}", flow.id);
-                    Counters::add(&cx.counters.udp_drops, 1);
-                }
+            // Queued: counted for the flow once the batch is sent (`flush`).
+            if let Some(batch) = self.replies.as_mut() {
+                batch.push(n, &client, flow.local);
             }
+            self.reply_via = via;
             flow.responses = flow.responses.saturating_add(1);
             // `flow_responses` replies per datagram the client sent: the flow ends once every
             // datagram has had its replies (a client that sends its next query before the
@@ -534,13 +551,77 @@ impl UdpWorker {
             // answered).
             let per = flow.pool.udp.as_ref().map_or(0, |u| u.flow_responses);
             let owed = per.saturating_mul(flow.datagrams_in.max(1));
-            t.flows.touch(id, cx.now);
-            if per > 0 && flow_responses(t, id) >= owed {
-                self.end(ti, id, End::Responses, cx);
+            if per > 0 && flow.responses >= owed {
+                // Out of the table now (the client's next datagram makes a new flow); counted,
+                // logged and closed once its reply is sent.
+                if let Some((client, flow)) = t.flows.remove(id) {
+                    release(&t.listener, cx);
+                    self.pending.push(Pending::Ended {
+                        client,
+                        flow: Box::new(flow),
+                        end: End::Responses,
+                    });
+                }
                 return;
             }
+            t.flows.touch(id, cx.now);
+            self.pending.push(Pending::Live(id));
         }
         self.again.push((ti, id));
+    }
+
+    /// Sends the queued replies (one `sendmmsg`, more only after a failed datagram) and counts
+    /// each for its flow; the flows that ended with their reply are then logged and closed.
+    pub(crate) fn flush(&mut self, cx: &mut Cx<'_>) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let Some(mut batch) = self.replies.take() else {
+            return;
+        };
+        let (ti, via) = self.reply_via;
+        let sent = match self
+            .tables
+            .get(ti)
+            .and_then(Option::as_ref)
+            .and_then(|t| t.listener.socket.udp())
+            .and_then(|s| s.get(usize::from(via)))
+        {
+            Some(sock) => {
+                batch.send(sock.as_fd());
+                true
+            }
+            None => false,
+        };
+        let mut pending = std::mem::take(&mut self.pending);
+        for (i, p) in pending.drain(..).enumerate() {
+            let result = if sent { batch.result(i) } else { None };
+            match p {
+                Pending::Live(id) => {
+                    let flow = self
+                        .tables
+                        .get_mut(ti)
+                        .and_then(Option::as_mut)
+                        .and_then(|t| t.flows.get_mut(id));
+                    match flow {
+                        Some((client, flow)) => sent_to(flow, client, result, cx),
+                        // Not reached: a flow with a queued reply is ended only after a flush.
+                        None => Counters::add(&cx.counters.udp_drops, 1),
+                    }
+                }
+                Pending::Ended {
+                    client,
+                    mut flow,
+                    end,
+                } => {
+                    sent_to(&mut flow, &client, result, cx);
+                    finish(client, *flow, end, cx);
+                }
+            }
+        }
+        self.pending = pending;
+        batch.clear();
+        self.replies = Some(batch);
     }
 
     /// When the next flow times out (clock ms).
@@ -557,6 +638,7 @@ impl UdpWorker {
 
     /// Ends the flows idle for their listener's `flow_timeout`.
     pub(crate) fn expire(&mut self, cx: &mut Cx<'_>) {
+        self.flush(cx);
         for ti in 0..self.tables.len() {
             while let Some(Some(t)) = self.tables.get(ti) {
                 let Some((id, last)) = t.flows.oldest() else {
@@ -575,6 +657,7 @@ impl UdpWorker {
 
     /// Ends every flow (the drain deadline, a stop).
     pub(crate) fn close_all(&mut self, end: End, cx: &mut Cx<'_>) {
+        self.flush(cx);
         for ti in 0..self.tables.len() {
             let ids = match &self.tables[ti] {
                 Some(t) => t.flows.ids(),
@@ -623,46 +706,100 @@ impl UdpWorker {
     }
 
     fn end(&mut self, ti: usize, id: FlowId, end: End, cx: &mut Cx<'_>) {
+        // A queued reply of this flow is counted for it first (the access log gets its bytes).
+        if self.reply_via.0 == ti
+            && self
+                .pending
+                .iter()
+                .any(|p| matches!(p, Pending::Live(q) if *q == id))
+        {
+            self.flush(cx);
+        }
         let Some(Some(t)) = self.tables.get_mut(ti) else {
             return;
         };
         let Some((client, flow)) = t.flows.remove(id) else {
             return;
         };
-        t.listener.flows.fetch_sub(1, Ordering::Relaxed);
-        cx.counters.udp_flows_open.fetch_sub(1, Ordering::Relaxed);
-        cx.counters.ended(end);
-        Counters::add(&cx.counters.bytes_in, flow.bytes_in);
-        Counters::add(&cx.counters.bytes_out, flow.bytes_out);
-        let server = flow.lease.as_ref().map(|l| l.server().clone());
-        if let Some(s) = &server {
-            s.count_bytes(flow.bytes_in, flow.bytes_out);
-        }
-        let server_addr = server.as_ref().map(|s| s.addr() as &dyn std::fmt::Display);
-        tracing::debug!(
-            "UDP flow {} {client} -> {}: {} datagrams ({} bytes) in, {} datagrams ({} bytes) out, {}",
-            flow.id,
-            server_addr.unwrap_or(&"-"),
-            flow.datagrams_in,
-            flow.bytes_in,
-            flow.datagrams_out,
-            flow.bytes_out,
-            end.name()
-        );
-        if let Some(log) = cx.log.as_deref_mut() {
-            log.write(&Entry {
-                client_ip: &client.ip(),
-                unix_time: crate::clock::unix_time(),
-                server: server_addr,
-                bytes_in: flow.bytes_in,
-                bytes_out: flow.bytes_out,
-                duration_ms: cx.now.saturating_sub(flow.started_ms),
-                end,
-            });
-        }
-        // The socket closes here, which also takes it out of the epoll set.
-        drop(flow);
+        release(&t.listener, cx);
+        finish(client, flow, end, cx);
     }
+}
+
+/// A reply queued in the worker's batch: the flow it counts for, or the flow itself when it
+/// ended with this reply (out of its table, waiting to be counted and logged).
+#[derive(Debug)]
+enum Pending {
+    Live(FlowId),
+    Ended {
+        client: SocketAddr,
+        flow: Box<Flow>,
+        end: End,
+    },
+}
+
+/// A flow left its listener's table: it no longer counts against `max_flows`.
+fn release(listener: &Listener, cx: &Cx<'_>) {
+    listener.flows.fetch_sub(1, Ordering::Relaxed);
+    cx.counters.udp_flows_open.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Counts a reply for `flow` once the batch was sent: its bytes, or a drop.
+fn sent_to(flow: &mut Flow, client: &SocketAddr, result: Option<io::Result<usize>>, cx: &Cx<'_>) {
+    match result {
+        Some(Ok(n)) => {
+            flow.datagrams_out = flow.datagrams_out.saturating_add(1);
+            flow.bytes_out += n as u64;
+            Counters::add(&cx.counters.udp_datagrams_out, 1);
+            Counters::add(&cx.counters.udp_bytes_out, n as u64);
+        }
+        Some(Err(e)) => {
+            tracing::debug!("UDP flow {}: to client {client}: {e}", flow.id);
+            Counters::add(&cx.counters.udp_drops, 1);
+        }
+        None => {
+            tracing::debug!(
+                "UDP flow {}: to client {client}: no listening socket",
+                flow.id
+            );
+            Counters::add(&cx.counters.udp_drops, 1);
+        }
+    }
+}
+
+/// The end of a flow out of its table: counters, the server's bytes, the lease returned, one
+/// access-log line; its socket closes here, which also takes it out of the epoll set.
+fn finish(client: SocketAddr, flow: Flow, end: End, cx: &mut Cx<'_>) {
+    cx.counters.ended(end);
+    Counters::add(&cx.counters.bytes_in, flow.bytes_in);
+    Counters::add(&cx.counters.bytes_out, flow.bytes_out);
+    let server = flow.lease.as_ref().map(|l| l.server().clone());
+    if let Some(s) = &server {
+        s.count_bytes(flow.bytes_in, flow.bytes_out);
+    }
+    let server_addr = server.as_ref().map(|s| s.addr() as &dyn std::fmt::Display);
+    tracing::debug!(
+        "UDP flow {} {client} -> {}: {} datagrams ({} bytes) in, {} datagrams ({} bytes) out, {}",
+        flow.id,
+        server_addr.unwrap_or(&"-"),
+        flow.datagrams_in,
+        flow.bytes_in,
+        flow.datagrams_out,
+        flow.bytes_out,
+        end.name()
+    );
+    if let Some(log) = cx.log.as_deref_mut() {
+        log.write(&Entry {
+            client_ip: &client.ip(),
+            unix_time: crate::clock::unix_time(),
+            server: server_addr,
+            bytes_in: flow.bytes_in,
+            bytes_out: flow.bytes_out,
+            duration_ms: cx.now.saturating_sub(flow.started_ms),
+            end,
+        });
+    }
+    drop(flow);
 }
 
 /// How a flow ends after ICMP port unreachable: `refused` when no server is left.
@@ -671,10 +808,6 @@ fn refused(end: End) -> End {
         End::NoServer => End::Refused,
         other => other,
     }
-}
-
-fn flow_responses(t: &Table, id: FlowId) -> u32 {
-    t.flows.get(id).map_or(0, |(_, f)| f.responses)
 }
 
 fn timeout_ms(t: &Table) -> u64 {
