@@ -20,8 +20,9 @@
 //!
 //! Nothing is allocated per datagram: client datagrams are read up to 16 per `recvmmsg` into one
 //! batch of buffers per worker (`sys::RecvBatch`, 16 x 64 KiB, only the pages datagrams touch are
-//! resident), and servers' replies are read straight into a second batch (`sys::SendBatch`,
-//! 32 x 64 KiB) that goes to the clients with one `sendmmsg` at the end of the worker's turn, or
+//! resident), and servers' replies are read (one `recvmmsg` per flow socket and event, no more
+//! than `flow_responses` still owes) straight into a second batch (`sys::SendBatch`, 32 x 64 KiB)
+//! that goes to the clients with one `sendmmsg` at the end of the worker's turn, or
 //! sooner when it is full or the next reply leaves from another listening socket. A reply is
 //! counted for its flow (bytes, datagrams, drops) once the batch is sent; a flow that ends with
 //! a queued reply (`flow_responses`) leaves its table at once and is counted and logged then.
@@ -496,7 +497,8 @@ impl UdpWorker {
     }
 
     fn read_server(&mut self, ti: usize, id: FlowId, cx: &mut Cx<'_>) {
-        for _ in 0..BUDGET {
+        let mut budget = BUDGET;
+        while budget > 0 {
             let Some(Some(t)) = self.tables.get(ti) else {
                 return;
             };
@@ -519,10 +521,24 @@ impl UdpWorker {
             let Some(socket) = &flow.socket else {
                 return;
             };
-            let Some(buf) = self.replies.as_mut().and_then(sys::SendBatch::slot) else {
+            let Some(batch) = self.replies.as_mut() else {
                 return;
             };
-            let n = match socket.recv(buf) {
+            // `flow_responses` replies per datagram the client sent: the flow ends once every
+            // datagram has had its replies (a client that sends its next query before the
+            // first answer, as DNS clients do on one socket, keeps its flow until both are
+            // answered). No more than those are read: a later reply is not the client's.
+            let per = flow.pool.udp.as_ref().map_or(0, |u| u.flow_responses);
+            let owed = per.saturating_mul(flow.datagrams_in.max(1));
+            let want = if per > 0 {
+                owed.saturating_sub(flow.responses).max(1) as usize
+            } else {
+                usize::MAX
+            };
+            let asked = budget.min(want);
+            // Every reply queued on the socket, up to `asked`, straight into the batch's slots
+            // with one `recvmmsg`; counted for the flow once the batch is sent (`flush`).
+            let got = match batch.recv_queue(socket.as_fd(), asked, &client, flow.local) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -539,26 +555,25 @@ impl UdpWorker {
                     return;
                 }
             };
-            // Queued: counted for the flow once the batch is sent (`flush`).
-            if let Some(batch) = self.replies.as_mut() {
-                batch.push(n, &client, flow.local);
+            if got == 0 {
+                // Not reached: the batch had room and at least one was asked.
+                return;
             }
+            budget = budget.saturating_sub(got);
             self.reply_via = via;
-            flow.responses = flow.responses.saturating_add(1);
-            // `flow_responses` replies per datagram the client sent: the flow ends once every
-            // datagram has had its replies (a client that sends its next query before the
-            // first answer, as DNS clients do on one socket, keeps its flow until both are
-            // answered).
-            let per = flow.pool.udp.as_ref().map_or(0, |u| u.flow_responses);
-            let owed = per.saturating_mul(flow.datagrams_in.max(1));
+            flow.responses = flow.responses.saturating_add(got as u32);
+            for _ in 1..got {
+                self.pending.push(Pending::Live(id));
+            }
             if per > 0 && flow.responses >= owed {
                 // Out of the table now (the client's next datagram makes a new flow); counted,
                 // logged and closed once its reply is sent.
                 if let Some((client, flow)) = t.flows.remove(id) {
                     release(&t.listener, cx);
                     self.pending.push(Pending::Ended {
+                        id,
                         client,
-                        flow: Box::new(flow),
+                        flow,
                         end: End::Responses,
                     });
                 }
@@ -566,6 +581,10 @@ impl UdpWorker {
             }
             t.flows.touch(id, cx.now);
             self.pending.push(Pending::Live(id));
+            if got < asked {
+                // Fewer than asked: the socket's queue is empty (a new reply brings a new event).
+                return;
+            }
         }
         self.again.push((ti, id));
     }
@@ -594,29 +613,48 @@ impl UdpWorker {
             None => false,
         };
         let mut pending = std::mem::take(&mut self.pending);
-        for (i, p) in pending.drain(..).enumerate() {
+        for i in 0..pending.len() {
             let result = if sent { batch.result(i) } else { None };
-            match p {
-                Pending::Live(id) => {
-                    let flow = self
-                        .tables
-                        .get_mut(ti)
-                        .and_then(Option::as_mut)
-                        .and_then(|t| t.flows.get_mut(id));
-                    match flow {
-                        Some((client, flow)) => sent_to(flow, client, result, cx),
-                        // Not reached: a flow with a queued reply is ended only after a flush.
-                        None => Counters::add(&cx.counters.udp_drops, 1),
-                    }
+            let (done, later) = pending.split_at_mut(i + 1);
+            let id = match &mut done[i] {
+                Pending::Live(id) => *id,
+                Pending::Ended { client, flow, .. } => {
+                    sent_to(flow, client, result, cx);
+                    continue;
                 }
+            };
+            let open = self
+                .tables
+                .get_mut(ti)
+                .and_then(Option::as_mut)
+                .and_then(|t| t.flows.get_mut(id));
+            if let Some((client, flow)) = open {
+                sent_to(flow, client, result, cx);
+                continue;
+            }
+            // The flow ended with a later reply of this batch: counted for it.
+            let ended = later.iter_mut().find_map(|p| match p {
                 Pending::Ended {
+                    id: e,
                     client,
-                    mut flow,
-                    end,
-                } => {
-                    sent_to(&mut flow, &client, result, cx);
-                    finish(client, *flow, end, cx);
-                }
+                    flow,
+                    ..
+                } if *e == id => Some((client, flow)),
+                _ => None,
+            });
+            match ended {
+                Some((client, flow)) => sent_to(flow, client, result, cx),
+                // Not reached: a flow with a queued reply ends only after a flush, or with a
+                // queued reply of its own.
+                None => Counters::add(&cx.counters.udp_drops, 1),
+            }
+        }
+        for p in pending.drain(..) {
+            if let Pending::Ended {
+                client, flow, end, ..
+            } = p
+            {
+                finish(client, flow, end, cx);
             }
         }
         self.pending = pending;
@@ -732,8 +770,9 @@ impl UdpWorker {
 enum Pending {
     Live(FlowId),
     Ended {
+        id: FlowId,
         client: SocketAddr,
-        flow: Box<Flow>,
+        flow: Flow,
         end: End,
     },
 }

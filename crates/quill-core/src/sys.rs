@@ -677,6 +677,63 @@ impl SendBatch {
         self.push(n, to, from)
     }
 
+    /// Reads up to `max` datagrams queued on the connected socket `fd` straight into the next
+    /// slots with one `recvmmsg` (nonblocking: `WouldBlock` when none is), and queues each to `to`
+    /// from `from` ([`SendBatch::push`]). Fewer than asked means the socket's queue is empty.
+    /// Ok(0) only when the batch is full or `max` is 0.
+    pub fn recv_queue(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        max: usize,
+        to: &std::net::SocketAddr,
+        from: Option<(std::net::IpAddr, u32)>,
+    ) -> io::Result<usize> {
+        let first = self.count;
+        let n = max.min(self.names.len() - first);
+        if n == 0 {
+            return Ok(0);
+        }
+        // SAFETY: iovec and mmsghdr are plain old data; all zeroes is valid, pointers set below.
+        let mut iovs: [libc::iovec; SEND_BATCH_MAX] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut hdrs: [libc::mmsghdr; SEND_BATCH_MAX] = unsafe { std::mem::zeroed() };
+        let base = self.bufs.as_mut_ptr();
+        for k in 0..n {
+            // SAFETY: slot `first + k` is inside `bufs` (count * size bytes long).
+            iovs[k].iov_base = unsafe { base.add((first + k) * self.size) }.cast();
+            iovs[k].iov_len = self.size;
+            hdrs[k].msg_hdr.msg_iov = &mut iovs[k];
+            hdrs[k].msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: the first `n` headers point to live, writable slots of `size` bytes (no address,
+        // no control area: the socket is connected), which outlive the call; the kernel writes at
+        // most those lengths.
+        let got = unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        let got = (check(got)? as usize).min(n);
+        if got > 0 {
+            let (ss, namelen) = std_to_sockaddr(to);
+            let mut control = [0u64; PKTINFO_SPACE / 8];
+            let controllen = from.map_or(0, |from| write_pktinfo(&mut control, from));
+            for (k, h) in hdrs[..got].iter().enumerate() {
+                let i = first + k;
+                self.names[i] = ss;
+                self.controls[i] = control;
+                self.lens[i] = ((h.msg_len as usize).min(self.size), namelen, controllen);
+                self.results[i] = Ok(0);
+            }
+            self.count += got;
+        }
+        Ok(got)
+    }
+
     /// Sends every queued datagram on `fd` (nonblocking): one `sendmmsg`, and after a partial one
     /// (the kernel stops at the first datagram that fails) another for the rest, the failed
     /// datagram skipped. Each datagram's outcome is then [`SendBatch::result`]. Returns the
@@ -1006,6 +1063,56 @@ mod udp_tests {
         assert_eq!(batch.send(server.as_fd()), 1);
         for i in 0..6 {
             assert_eq!(batch.result(i).unwrap().unwrap(), 1);
+        }
+    }
+
+    #[test]
+    fn a_send_batch_reads_queued_replies_into_its_slots_at_most_as_many_as_asked() {
+        // A connected socket (a flow's) with three replies queued: read two, then the rest.
+        let flow = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        flow.connect(peer.local_addr().unwrap()).unwrap();
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let listen = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = client.local_addr().unwrap();
+        let mut batch = SendBatch::new(4, 2048);
+        assert_eq!(
+            batch
+                .recv_queue(flow.as_fd(), 2, &to, None)
+                .map_err(|e| e.kind()),
+            Err(io::ErrorKind::WouldBlock)
+        );
+        for msg in [&b"a1"[..], b"b22", b"c333"] {
+            peer.send_to(msg, flow.local_addr().unwrap()).unwrap();
+        }
+        let mut got = 0;
+        for _ in 0..100 {
+            match batch.recv_queue(
+                flow.as_fd(),
+                2 - got,
+                &to,
+                Some((listen.local_addr().unwrap().ip(), 0)),
+            ) {
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+            if got == 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch.recv_queue(flow.as_fd(), 5, &to, None).unwrap(), 1);
+        assert_eq!(batch.len(), 3);
+        assert_eq!(batch.send(listen.as_fd()), 1);
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        for want in [&b"a1"[..], b"b22", b"c333"] {
+            let (n, from) = client.recv_from(&mut buf).unwrap();
+            assert_eq!((&buf[..n], from), (want, listen.local_addr().unwrap()));
         }
     }
 }
