@@ -1141,6 +1141,8 @@ fn udp_flow_responses_waits_for_every_query_of_a_pipelining_client() {
     t.join().unwrap();
     let line = q.wait_line_at(0, Duration::from_secs(5));
     assert_eq!(line.end, "responses", "{line:?}");
+    // Every answer counted for the flow, the last one's too (all three may leave in one batch).
+    assert_eq!((line.bytes_in, line.bytes_out), (6, 6), "{line:?}");
 }
 
 #[test]
@@ -1185,4 +1187,112 @@ fn udp_open_flow_keeps_exit_idle_time_from_exiting() {
         last.elapsed(),
         opened.elapsed()
     );
+}
+
+/// A UDP server that holds its answers until `expect` datagrams have come (bounded: 10 s), then
+/// sends them all at once (`r:` and the datagram), so that Quill finds many flows' replies ready
+/// in one turn of its worker.
+fn burst_server(expect: usize) -> (SocketAddr, thread::JoinHandle<usize>) {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let addr = socket.local_addr().unwrap();
+    let handle = thread::spawn(move || {
+        let mut held: Vec<(Vec<u8>, SocketAddr)> = Vec::new();
+        let mut buf = [0u8; 2048];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while held.len() < expect && Instant::now() < deadline {
+            if let Ok((n, from)) = socket.recv_from(&mut buf) {
+                let mut answer = b"r:".to_vec();
+                answer.extend_from_slice(&buf[..n]);
+                held.push((answer, from));
+            }
+        }
+        for (answer, to) in &held {
+            socket.send_to(answer, to).unwrap();
+        }
+        held.len()
+    });
+    (addr, handle)
+}
+
+#[test]
+fn udp_replies_from_many_flows_in_one_turn_all_reach_their_clients() {
+    // 2 x 60 flows over two listeners on one worker (more replies than one sendmmsg batch holds,
+    // leaving from two listening sockets); the server answers them all in one burst.
+    const PER: usize = 60;
+    let (server, burst) = burst_server(2 * PER);
+    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let live_port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let q = start_toml(&format!(
+        "admin = \"{admin}\"\n{ONE_WORKER}\
+         [[listener]]\nname = \"dns\"\nlisten = \"127.0.0.1:{{PORT}}\"\nprotocol = \"udp\"\n\
+         servers = [\"{server}\"]\nudp = {{ flow_responses = 1 }}\n\
+         [[listener]]\nname = \"live\"\nlisten = \"127.0.0.1:{live_port}\"\nprotocol = \"udp\"\n\
+         servers = [\"{server}\"]\n"
+    ));
+    let live = SocketAddr::from(([127, 0, 0, 1], live_port));
+    let clients: Vec<(UdpSocket, Vec<u8>)> = (0..2 * PER)
+        .map(|i| {
+            (
+                client(),
+                format!("q{i}-{}", "x".repeat(i % 37)).into_bytes(),
+            )
+        })
+        .collect();
+    for (i, (c, msg)) in clients.iter().enumerate() {
+        let to = if i < PER { q.addr() } else { live };
+        c.send_to(msg, to).unwrap();
+    }
+    assert_eq!(
+        burst.join().unwrap(),
+        2 * PER,
+        "the server did not get every query"
+    );
+    let mut buf = [0u8; 2048];
+    for (i, (c, msg)) in clients.iter().enumerate() {
+        let (n, from) = c
+            .recv_from(&mut buf)
+            .unwrap_or_else(|e| panic!("client {i}: no reply: {e}"));
+        let mut want = b"r:".to_vec();
+        want.extend_from_slice(msg);
+        assert_eq!(&buf[..n], &want[..], "client {i} got another's reply");
+        assert_eq!(from, if i < PER { q.addr() } else { live }, "client {i}");
+    }
+    // Exactly one reply each: nothing else arrives.
+    thread::sleep(Duration::from_millis(300));
+    for (i, (c, _)) in clients.iter().enumerate() {
+        c.set_nonblocking(true).unwrap();
+        assert!(
+            c.recv_from(&mut buf).is_err(),
+            "client {i}: a second datagram"
+        );
+    }
+    // Every reply counted once, for its own flow: the access log of the ended flows has each
+    // one's reply bytes, and the metrics the sum of all.
+    let lines = q.wait_log_lines(PER, Duration::from_secs(5));
+    let mut logged: Vec<u64> = lines.iter().map(|l| l.bytes_out).collect();
+    let mut sent: Vec<u64> = clients[..PER]
+        .iter()
+        .map(|(_, m)| m.len() as u64 + 2)
+        .collect();
+    logged.sort_unstable();
+    sent.sort_unstable();
+    assert_eq!(logged, sent);
+    assert!(lines.iter().all(|l| l.end == "responses"), "{lines:?}");
+    let text = http_get(admin, "/metrics");
+    let value = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let bytes: u64 = clients.iter().map(|(_, m)| m.len() as u64 + 2).sum();
+    assert_eq!(value("quill_udp_datagrams_sent_total"), 2 * PER as u64);
+    assert_eq!(value("quill_udp_bytes_sent_total"), bytes);
+    assert_eq!(value("quill_udp_datagrams_dropped_total"), 0);
+    assert_eq!(value("quill_udp_flows_active"), PER as u64);
 }

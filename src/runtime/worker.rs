@@ -290,9 +290,13 @@ impl Worker {
                 self.dispatch(ev, now);
             }
             self.drive_again(now);
-            if self.udp.has_again() {
+            {
                 let mut cx = udp_cx!(self, now);
-                self.udp.drive_again(&mut cx);
+                if self.udp.has_again() {
+                    self.udp.drive_again(&mut cx);
+                }
+                // The turn's replies to UDP clients leave together (one sendmmsg).
+                self.udp.flush(&mut cx);
             }
             self.expire(now);
             {

@@ -20,7 +20,12 @@
 //!
 //! Nothing is allocated per datagram: client datagrams are read up to 16 per `recvmmsg` into one
 //! batch of buffers per worker (`sys::RecvBatch`, 16 x 64 KiB, only the pages datagrams touch are
-//! resident), servers' replies through one 64 KiB buffer per worker.
+//! resident), and servers' replies are read (one `recvmmsg` per flow socket and event, no more
+//! than `flow_responses` still owes) straight into a second batch (`sys::SendBatch`, 32 x 64 KiB)
+//! that goes to the clients with one `sendmmsg` at the end of the worker's turn, or
+//! sooner when it is full or the next reply leaves from another listening socket. A reply is
+//! counted for its flow (bytes, datagrams, drops) once the batch is sent; a flow that ends with
+//! a queued reply (`flow_responses`) leaves its table at once and is counted and logged then.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -117,7 +122,12 @@ pub(crate) struct UdpWorker {
     worker: usize,
     workers: usize,
     tables: Vec<Option<Table>>,
-    buf: Box<[u8]>,
+    /// Servers' replies, sent to the clients with one `sendmmsg` (made with the first table).
+    replies: Option<sys::SendBatch>,
+    /// What each queued reply counts for, in the batch's order, and the listening socket they
+    /// all leave from (table, socket index).
+    pending: Vec<Pending>,
+    reply_via: (usize, u16),
     /// Client datagrams, read up to `sys::BATCH_MAX` per `recvmmsg` (made with the first table).
     batch: Option<sys::RecvBatch>,
     /// Server sockets that stopped on their budget: read again after this turn.
@@ -132,7 +142,9 @@ impl UdpWorker {
             worker,
             workers: workers.max(1),
             tables: Vec::new(),
-            buf: Box::new([]),
+            replies: None,
+            pending: Vec::new(),
+            reply_via: (0, 0),
             batch: None,
             again: Vec::new(),
             next_flow: 0,
@@ -192,9 +204,10 @@ impl UdpWorker {
                     tracing::warn!("UDP listener '{}': cannot register: {e}", l.name);
                 }
             }
-            if self.buf.is_empty() {
-                self.buf = vec![0u8; BUF].into_boxed_slice();
+            if self.batch.is_none() {
                 self.batch = Some(sys::RecvBatch::new(sys::BATCH_MAX, BUF));
+                self.replies = Some(sys::SendBatch::new(sys::SEND_BATCH_MAX, BUF));
+                self.pending = Vec::with_capacity(sys::SEND_BATCH_MAX);
             }
             let port = sockets
                 .first()
@@ -224,7 +237,11 @@ impl UdpWorker {
 
     /// Drops the tables of listeners no longer read once their last flow ended.
     fn retire(&mut self) {
-        for t in &mut self.tables {
+        for (i, t) in self.tables.iter_mut().enumerate() {
+            // Queued replies still need their listening socket.
+            if i == self.reply_via.0 && !self.pending.is_empty() {
+                continue;
+            }
             if t.as_ref()
                 .is_some_and(|t| !t.listening && t.flows.is_empty())
             {
@@ -480,7 +497,21 @@ impl UdpWorker {
     }
 
     fn read_server(&mut self, ti: usize, id: FlowId, cx: &mut Cx<'_>) {
-        for _ in 0..BUDGET {
+        let mut budget = BUDGET;
+        while budget > 0 {
+            let Some(Some(t)) = self.tables.get(ti) else {
+                return;
+            };
+            let Some((_, flow)) = t.flows.get(id) else {
+                return;
+            };
+            let via = (ti, flow.via);
+            // One batch leaves from one listening socket: send what is queued first when the
+            // batch is full or this reply leaves from another socket.
+            let full = self.replies.as_ref().is_none_or(sys::SendBatch::is_full);
+            if !self.pending.is_empty() && (full || self.reply_via != via) {
+                self.flush(cx);
+            }
             let Some(Some(t)) = self.tables.get_mut(ti) else {
                 return;
             };
@@ -490,7 +521,24 @@ impl UdpWorker {
             let Some(socket) = &flow.socket else {
                 return;
             };
-            let n = match socket.recv(&mut self.buf) {
+            let Some(batch) = self.replies.as_mut() else {
+                return;
+            };
+            // `flow_responses` replies per datagram the client sent: the flow ends once every
+            // datagram has had its replies (a client that sends its next query before the
+            // first answer, as DNS clients do on one socket, keeps its flow until both are
+            // answered). No more than those are read: a later reply is not the client's.
+            let per = flow.pool.udp.as_ref().map_or(0, |u| u.flow_responses);
+            let owed = per.saturating_mul(flow.datagrams_in.max(1));
+            let want = if per > 0 {
+                owed.saturating_sub(flow.responses).max(1) as usize
+            } else {
+                usize::MAX
+            };
+            let asked = budget.min(want);
+            // Every reply queued on the socket, up to `asked`, straight into the batch's slots
+            // with one `recvmmsg`; counted for the flow once the batch is sent (`flush`).
+            let got = match batch.recv_queue(socket.as_fd(), asked, &client, flow.local) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -507,40 +555,111 @@ impl UdpWorker {
                     return;
                 }
             };
-            let Some(sock) = t
-                .listener
-                .socket
-                .udp()
-                .and_then(|s| s.get(usize::from(flow.via)))
-            else {
+            if got == 0 {
+                // Not reached: the batch had room and at least one was asked.
                 return;
-            };
-            match sys::send_from_to(sock.as_fd(), &self.buf[..n], &client, flow.local) {
-                Ok(n) => {
-                    flow.datagrams_out = flow.datagrams_out.saturating_add(1);
-                    flow.bytes_out += n as u64;
-                    Counters::add(&cx.counters.udp_datagrams_out, 1);
-                    Counters::add(&cx.counters.udp_bytes_out, n as u64);
-                }
-                Err(e) => {
-                    tracing::debug!("UDP flow {}: to client {client}: {e}", flow.id);
-                    Counters::add(&cx.counters.udp_drops, 1);
-                }
             }
-            flow.responses = flow.responses.saturating_add(1);
-            // `flow_responses` replies per datagram the client sent: the flow ends once every
-            // datagram has had its replies (a client that sends its next query before the
-            // first answer, as DNS clients do on one socket, keeps its flow until both are
-            // answered).
-            let per = flow.pool.udp.as_ref().map_or(0, |u| u.flow_responses);
-            let owed = per.saturating_mul(flow.datagrams_in.max(1));
+            budget = budget.saturating_sub(got);
+            self.reply_via = via;
+            flow.responses = flow.responses.saturating_add(got as u32);
+            for _ in 1..got {
+                self.pending.push(Pending::Live(id));
+            }
+            if per > 0 && flow.responses >= owed {
+                // Out of the table now (the client's next datagram makes a new flow); counted,
+                // logged and closed once its reply is sent.
+                if let Some((client, flow)) = t.flows.remove(id) {
+                    release(&t.listener, cx);
+                    self.pending.push(Pending::Ended {
+                        id,
+                        client,
+                        flow,
+                        end: End::Responses,
+                    });
+                }
+                return;
+            }
             t.flows.touch(id, cx.now);
-            if per > 0 && flow_responses(t, id) >= owed {
-                self.end(ti, id, End::Responses, cx);
+            self.pending.push(Pending::Live(id));
+            if got < asked {
+                // Fewer than asked: the socket's queue is empty (a new reply brings a new event).
                 return;
             }
         }
         self.again.push((ti, id));
+    }
+
+    /// Sends the queued replies (one `sendmmsg`, more only after a failed datagram) and counts
+    /// each for its flow; the flows that ended with their reply are then logged and closed.
+    pub(crate) fn flush(&mut self, cx: &mut Cx<'_>) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let Some(mut batch) = self.replies.take() else {
+            return;
+        };
+        let (ti, via) = self.reply_via;
+        let sent = match self
+            .tables
+            .get(ti)
+            .and_then(Option::as_ref)
+            .and_then(|t| t.listener.socket.udp())
+            .and_then(|s| s.get(usize::from(via)))
+        {
+            Some(sock) => {
+                batch.send(sock.as_fd());
+                true
+            }
+            None => false,
+        };
+        let mut pending = std::mem::take(&mut self.pending);
+        for i in 0..pending.len() {
+            let result = if sent { batch.result(i) } else { None };
+            let (done, later) = pending.split_at_mut(i + 1);
+            let id = match &mut done[i] {
+                Pending::Live(id) => *id,
+                Pending::Ended { client, flow, .. } => {
+                    sent_to(flow, client, result, cx);
+                    continue;
+                }
+            };
+            let open = self
+                .tables
+                .get_mut(ti)
+                .and_then(Option::as_mut)
+                .and_then(|t| t.flows.get_mut(id));
+            if let Some((client, flow)) = open {
+                sent_to(flow, client, result, cx);
+                continue;
+            }
+            // The flow ended with a later reply of this batch: counted for it.
+            let ended = later.iter_mut().find_map(|p| match p {
+                Pending::Ended {
+                    id: e,
+                    client,
+                    flow,
+                    ..
+                } if *e == id => Some((client, flow)),
+                _ => None,
+            });
+            match ended {
+                Some((client, flow)) => sent_to(flow, client, result, cx),
+                // Not reached: a flow with a queued reply ends only after a flush, or with a
+                // queued reply of its own.
+                None => Counters::add(&cx.counters.udp_drops, 1),
+            }
+        }
+        for p in pending.drain(..) {
+            if let Pending::Ended {
+                client, flow, end, ..
+            } = p
+            {
+                finish(client, flow, end, cx);
+            }
+        }
+        self.pending = pending;
+        batch.clear();
+        self.replies = Some(batch);
     }
 
     /// When the next flow times out (clock ms).
@@ -557,6 +676,7 @@ impl UdpWorker {
 
     /// Ends the flows idle for their listener's `flow_timeout`.
     pub(crate) fn expire(&mut self, cx: &mut Cx<'_>) {
+        self.flush(cx);
         for ti in 0..self.tables.len() {
             while let Some(Some(t)) = self.tables.get(ti) {
                 let Some((id, last)) = t.flows.oldest() else {
@@ -575,6 +695,7 @@ impl UdpWorker {
 
     /// Ends every flow (the drain deadline, a stop).
     pub(crate) fn close_all(&mut self, end: End, cx: &mut Cx<'_>) {
+        self.flush(cx);
         for ti in 0..self.tables.len() {
             let ids = match &self.tables[ti] {
                 Some(t) => t.flows.ids(),
@@ -623,46 +744,101 @@ impl UdpWorker {
     }
 
     fn end(&mut self, ti: usize, id: FlowId, end: End, cx: &mut Cx<'_>) {
+        // A queued reply of this flow is counted for it first (the access log gets its bytes).
+        if self.reply_via.0 == ti
+            && self
+                .pending
+                .iter()
+                .any(|p| matches!(p, Pending::Live(q) if *q == id))
+        {
+            self.flush(cx);
+        }
         let Some(Some(t)) = self.tables.get_mut(ti) else {
             return;
         };
         let Some((client, flow)) = t.flows.remove(id) else {
             return;
         };
-        t.listener.flows.fetch_sub(1, Ordering::Relaxed);
-        cx.counters.udp_flows_open.fetch_sub(1, Ordering::Relaxed);
-        cx.counters.ended(end);
-        Counters::add(&cx.counters.bytes_in, flow.bytes_in);
-        Counters::add(&cx.counters.bytes_out, flow.bytes_out);
-        let server = flow.lease.as_ref().map(|l| l.server().clone());
-        if let Some(s) = &server {
-            s.count_bytes(flow.bytes_in, flow.bytes_out);
-        }
-        let server_addr = server.as_ref().map(|s| s.addr() as &dyn std::fmt::Display);
-        tracing::debug!(
-            "UDP flow {} {client} -> {}: {} datagrams ({} bytes) in, {} datagrams ({} bytes) out, {}",
-            flow.id,
-            server_addr.unwrap_or(&"-"),
-            flow.datagrams_in,
-            flow.bytes_in,
-            flow.datagrams_out,
-            flow.bytes_out,
-            end.name()
-        );
-        if let Some(log) = cx.log.as_deref_mut() {
-            log.write(&Entry {
-                client_ip: &client.ip(),
-                unix_time: crate::clock::unix_time(),
-                server: server_addr,
-                bytes_in: flow.bytes_in,
-                bytes_out: flow.bytes_out,
-                duration_ms: cx.now.saturating_sub(flow.started_ms),
-                end,
-            });
-        }
-        // The socket closes here, which also takes it out of the epoll set.
-        drop(flow);
+        release(&t.listener, cx);
+        finish(client, flow, end, cx);
     }
+}
+
+/// A reply queued in the worker's batch: the flow it counts for, or the flow itself when it
+/// ended with this reply (out of its table, waiting to be counted and logged).
+#[derive(Debug)]
+enum Pending {
+    Live(FlowId),
+    Ended {
+        id: FlowId,
+        client: SocketAddr,
+        flow: Flow,
+        end: End,
+    },
+}
+
+/// A flow left its listener's table: it no longer counts against `max_flows`.
+fn release(listener: &Listener, cx: &Cx<'_>) {
+    listener.flows.fetch_sub(1, Ordering::Relaxed);
+    cx.counters.udp_flows_open.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Counts a reply for `flow` once the batch was sent: its bytes, or a drop.
+fn sent_to(flow: &mut Flow, client: &SocketAddr, result: Option<io::Result<usize>>, cx: &Cx<'_>) {
+    match result {
+        Some(Ok(n)) => {
+            flow.datagrams_out = flow.datagrams_out.saturating_add(1);
+            flow.bytes_out += n as u64;
+            Counters::add(&cx.counters.udp_datagrams_out, 1);
+            Counters::add(&cx.counters.udp_bytes_out, n as u64);
+        }
+        Some(Err(e)) => {
+            tracing::debug!("UDP flow {}: to client {client}: {e}", flow.id);
+            Counters::add(&cx.counters.udp_drops, 1);
+        }
+        None => {
+            tracing::debug!(
+                "UDP flow {}: to client {client}: no listening socket",
+                flow.id
+            );
+            Counters::add(&cx.counters.udp_drops, 1);
+        }
+    }
+}
+
+/// The end of a flow out of its table: counters, the server's bytes, the lease returned, one
+/// access-log line; its socket closes here, which also takes it out of the epoll set.
+fn finish(client: SocketAddr, flow: Flow, end: End, cx: &mut Cx<'_>) {
+    cx.counters.ended(end);
+    Counters::add(&cx.counters.bytes_in, flow.bytes_in);
+    Counters::add(&cx.counters.bytes_out, flow.bytes_out);
+    let server = flow.lease.as_ref().map(|l| l.server().clone());
+    if let Some(s) = &server {
+        s.count_bytes(flow.bytes_in, flow.bytes_out);
+    }
+    let server_addr = server.as_ref().map(|s| s.addr() as &dyn std::fmt::Display);
+    tracing::debug!(
+        "UDP flow {} {client} -> {}: {} datagrams ({} bytes) in, {} datagrams ({} bytes) out, {}",
+        flow.id,
+        server_addr.unwrap_or(&"-"),
+        flow.datagrams_in,
+        flow.bytes_in,
+        flow.datagrams_out,
+        flow.bytes_out,
+        end.name()
+    );
+    if let Some(log) = cx.log.as_deref_mut() {
+        log.write(&Entry {
+            client_ip: &client.ip(),
+            unix_time: crate::clock::unix_time(),
+            server: server_addr,
+            bytes_in: flow.bytes_in,
+            bytes_out: flow.bytes_out,
+            duration_ms: cx.now.saturating_sub(flow.started_ms),
+            end,
+        });
+    }
+    drop(flow);
 }
 
 /// How a flow ends after ICMP port unreachable: `refused` when no server is left.
@@ -671,10 +847,6 @@ fn refused(end: End) -> End {
         End::NoServer => End::Refused,
         other => other,
     }
-}
-
-fn flow_responses(t: &Table, id: FlowId) -> u32 {
-    t.flows.get(id).map_or(0, |(_, f)| f.responses)
 }
 
 fn timeout_ms(t: &Table) -> u64 {

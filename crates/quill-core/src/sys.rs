@@ -503,6 +503,7 @@ pub fn send_from_to(
 ) -> io::Result<usize> {
     let (mut ss, len) = std_to_sockaddr(to);
     let mut control = [0u64; PKTINFO_SPACE / 8];
+    let controllen = from.map_or(0, |from| write_pktinfo(&mut control, from));
     let mut iov = libc::iovec {
         iov_base: buf.as_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
@@ -513,55 +514,306 @@ pub fn send_from_to(
     msg.msg_namelen = len;
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    if let Some((ip, ifindex)) = from {
+    if controllen > 0 {
         msg.msg_control = control.as_mut_ptr().cast();
-        // SAFETY: CMSG_SPACE only computes a size; the header written is inside `control`
-        // (64 bytes, larger than either packet-info message's space), aligned for cmsghdr (u64
-        // array), and its data is written unaligned-safe as the type its level/type announce.
-        unsafe {
-            let (level, kind, data_len) = match ip {
-                std::net::IpAddr::V4(_) => (
-                    libc::IPPROTO_IP,
-                    libc::IP_PKTINFO,
-                    std::mem::size_of::<libc::in_pktinfo>(),
-                ),
-                std::net::IpAddr::V6(_) => (
-                    libc::IPPROTO_IPV6,
-                    libc::IPV6_PKTINFO,
-                    std::mem::size_of::<libc::in6_pktinfo>(),
-                ),
-            };
-            msg.msg_controllen = libc::CMSG_SPACE(data_len as u32) as _;
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = level;
-            (*c).cmsg_type = kind;
-            (*c).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
-            match ip {
-                std::net::IpAddr::V4(v4) => {
-                    let info = libc::in_pktinfo {
-                        ipi_ifindex: 0,
-                        ipi_spec_dst: libc::in_addr {
-                            s_addr: u32::from(v4).to_be(),
-                        },
-                        ipi_addr: libc::in_addr { s_addr: 0 },
-                    };
-                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>(), info);
-                }
-                std::net::IpAddr::V6(v6) => {
-                    let info = libc::in6_pktinfo {
-                        ipi6_addr: libc::in6_addr {
-                            s6_addr: v6.octets(),
-                        },
-                        ipi6_ifindex: ifindex,
-                    };
-                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>(), info);
-                }
-            }
-        }
+        msg.msg_controllen = controllen as _;
     }
     // SAFETY: every pointer in `msg` points to live memory of the length it gives (the data, the
     // address, the control area), all outliving the call; sendmsg only reads them.
     check_size(unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) })
+}
+
+/// Writes one packet-info control message (IP_PKTINFO or IPV6_PKTINFO) naming `from` as the
+/// source address (and, for IPv6, its interface) into `control`; returns the control length.
+fn write_pktinfo(
+    control: &mut [u64; PKTINFO_SPACE / 8],
+    (ip, ifindex): (std::net::IpAddr, u32),
+) -> usize {
+    // SAFETY: plain old data, all zeroes is valid; only the control fields are set, so that
+    // CMSG_FIRSTHDR points at the start of `control`.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE only computes a size; the header written is inside `control` (64 bytes,
+    // larger than either packet-info message's space), aligned for cmsghdr (u64 array), and its
+    // data is written unaligned-safe as the type its level/type announce.
+    unsafe {
+        let (level, kind, data_len) = match ip {
+            std::net::IpAddr::V4(_) => (
+                libc::IPPROTO_IP,
+                libc::IP_PKTINFO,
+                std::mem::size_of::<libc::in_pktinfo>(),
+            ),
+            std::net::IpAddr::V6(_) => (
+                libc::IPPROTO_IPV6,
+                libc::IPV6_PKTINFO,
+                std::mem::size_of::<libc::in6_pktinfo>(),
+            ),
+        };
+        let space = libc::CMSG_SPACE(data_len as u32) as usize;
+        msg.msg_controllen = space as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = level;
+        (*c).cmsg_type = kind;
+        (*c).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
+        match ip {
+            std::net::IpAddr::V4(v4) => {
+                let info = libc::in_pktinfo {
+                    ipi_ifindex: 0,
+                    ipi_spec_dst: libc::in_addr {
+                        s_addr: u32::from(v4).to_be(),
+                    },
+                    ipi_addr: libc::in_addr { s_addr: 0 },
+                };
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>(), info);
+            }
+            std::net::IpAddr::V6(v6) => {
+                let info = libc::in6_pktinfo {
+                    ipi6_addr: libc::in6_addr {
+                        s6_addr: v6.octets(),
+                    },
+                    ipi6_ifindex: ifindex,
+                };
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>(), info);
+            }
+        }
+        space
+    }
+}
+
+/// The most datagrams one [`SendBatch`] holds (one `sendmmsg`).
+pub const SEND_BATCH_MAX: usize = 32;
+
+/// Datagrams queued to be sent with one `sendmmsg` on one socket, each to its own destination
+/// and from its own source address (packet info, as [`send_from_to`]). Made once per worker and
+/// reused: each datagram is read straight into its slot ([`SendBatch::slot`]), then committed
+/// ([`SendBatch::push`]); nothing is allocated per datagram, and of each slot's buffer only the
+/// pages a datagram touches become resident. Plain data only (the kernel's arrays are built on
+/// the stack per call).
+pub struct SendBatch {
+    size: usize,
+    bufs: Box<[u8]>,
+    names: Box<[libc::sockaddr_storage]>,
+    /// Per datagram queued: payload length, address length, control length.
+    lens: Box<[(usize, libc::socklen_t, usize)]>,
+    controls: Box<[[u64; PKTINFO_SPACE / 8]]>,
+    /// Per datagram after [`SendBatch::send`]: bytes sent, or the errno it met.
+    results: Box<[Result<usize, i32>]>,
+    count: usize,
+}
+
+impl SendBatch {
+    /// Room for `count` datagrams (at most [`SEND_BATCH_MAX`]) of at most `size` bytes each.
+    pub fn new(count: usize, size: usize) -> SendBatch {
+        let count = count.clamp(1, SEND_BATCH_MAX);
+        // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
+        let zero: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        SendBatch {
+            size,
+            bufs: vec![0u8; count * size].into_boxed_slice(),
+            names: vec![zero; count].into_boxed_slice(),
+            lens: vec![(0, 0, 0); count].into_boxed_slice(),
+            controls: vec![[0u64; PKTINFO_SPACE / 8]; count].into_boxed_slice(),
+            results: vec![Ok(0); count].into_boxed_slice(),
+            count: 0,
+        }
+    }
+
+    /// Datagrams queued.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// No room for another datagram: send first.
+    pub fn is_full(&self) -> bool {
+        self.count == self.names.len()
+    }
+
+    /// The buffer of the next datagram (to read it into), None when the batch is full.
+    pub fn slot(&mut self) -> Option<&mut [u8]> {
+        if self.is_full() {
+            return None;
+        }
+        let at = self.count * self.size;
+        Some(&mut self.bufs[at..at + self.size])
+    }
+
+    /// Queues the next datagram: the first `len` bytes of its slot, to `to`, from `from` (None:
+    /// the socket's own address). False when the batch is full.
+    pub fn push(
+        &mut self,
+        len: usize,
+        to: &std::net::SocketAddr,
+        from: Option<(std::net::IpAddr, u32)>,
+    ) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        let i = self.count;
+        let (ss, namelen) = std_to_sockaddr(to);
+        self.names[i] = ss;
+        let controllen = from.map_or(0, |from| write_pktinfo(&mut self.controls[i], from));
+        self.lens[i] = (len.min(self.size), namelen, controllen);
+        self.results[i] = Ok(0);
+        self.count += 1;
+        true
+    }
+
+    /// Copies `data` into the next slot and queues it ([`SendBatch::push`]); false when full.
+    pub fn push_copy(
+        &mut self,
+        data: &[u8],
+        to: &std::net::SocketAddr,
+        from: Option<(std::net::IpAddr, u32)>,
+    ) -> bool {
+        let Some(buf) = self.slot() else {
+            return false;
+        };
+        let n = data.len().min(buf.len());
+        buf[..n].copy_from_slice(&data[..n]);
+        self.push(n, to, from)
+    }
+
+    /// Reads up to `max` datagrams queued on the connected socket `fd` straight into the next
+    /// slots with one `recvmmsg` (nonblocking: `WouldBlock` when none is), and queues each to `to`
+    /// from `from` ([`SendBatch::push`]). Fewer than asked means the socket's queue is empty.
+    /// Ok(0) only when the batch is full or `max` is 0.
+    pub fn recv_queue(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        max: usize,
+        to: &std::net::SocketAddr,
+        from: Option<(std::net::IpAddr, u32)>,
+    ) -> io::Result<usize> {
+        let first = self.count;
+        let n = max.min(self.names.len() - first);
+        if n == 0 {
+            return Ok(0);
+        }
+        // SAFETY: iovec and mmsghdr are plain old data; all zeroes is valid, pointers set below.
+        let mut iovs: [libc::iovec; SEND_BATCH_MAX] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut hdrs: [libc::mmsghdr; SEND_BATCH_MAX] = unsafe { std::mem::zeroed() };
+        let base = self.bufs.as_mut_ptr();
+        for k in 0..n {
+            // SAFETY: slot `first + k` is inside `bufs` (count * size bytes long).
+            iovs[k].iov_base = unsafe { base.add((first + k) * self.size) }.cast();
+            iovs[k].iov_len = self.size;
+            hdrs[k].msg_hdr.msg_iov = &mut iovs[k];
+            hdrs[k].msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: the first `n` headers point to live, writable slots of `size` bytes (no address,
+        // no control area: the socket is connected), which outlive the call; the kernel writes at
+        // most those lengths.
+        let got = unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        let got = (check(got)? as usize).min(n);
+        if got > 0 {
+            let (ss, namelen) = std_to_sockaddr(to);
+            let mut control = [0u64; PKTINFO_SPACE / 8];
+            let controllen = from.map_or(0, |from| write_pktinfo(&mut control, from));
+            for (k, h) in hdrs[..got].iter().enumerate() {
+                let i = first + k;
+                self.names[i] = ss;
+                self.controls[i] = control;
+                self.lens[i] = ((h.msg_len as usize).min(self.size), namelen, controllen);
+                self.results[i] = Ok(0);
+            }
+            self.count += got;
+        }
+        Ok(got)
+    }
+
+    /// Sends every queued datagram on `fd` (nonblocking): one `sendmmsg`, and after a partial one
+    /// (the kernel stops at the first datagram that fails) another for the rest, the failed
+    /// datagram skipped. Each datagram's outcome is then [`SendBatch::result`]. Returns the
+    /// `sendmmsg` calls made. The batch stays queued until [`SendBatch::clear`].
+    pub fn send(&mut self, fd: BorrowedFd<'_>) -> usize {
+        let n = self.count;
+        // SAFETY: iovec and mmsghdr are plain old data; all zeroes is valid, pointers set below.
+        let mut iovs: [libc::iovec; SEND_BATCH_MAX] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut hdrs: [libc::mmsghdr; SEND_BATCH_MAX] = unsafe { std::mem::zeroed() };
+        let base = self.bufs.as_mut_ptr();
+        for i in 0..n {
+            let (len, namelen, controllen) = self.lens[i];
+            // SAFETY: `i * size` is inside `bufs` (count * size bytes long), and `len <= size`.
+            iovs[i].iov_base = unsafe { base.add(i * self.size) }.cast();
+            iovs[i].iov_len = len;
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = namelen;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            if controllen > 0 {
+                h.msg_control = self.controls[i].as_mut_ptr().cast();
+                h.msg_controllen = controllen as _;
+            }
+        }
+        let mut start = 0;
+        let mut calls = 0;
+        while start < n {
+            calls += 1;
+            // SAFETY: headers `start..n` point to live memory of the lengths they give (each
+            // datagram's bytes, address and control area), all outliving the call; the kernel
+            // reads those and writes only each header's msg_len.
+            let sent = unsafe {
+                libc::sendmmsg(
+                    fd.as_raw_fd(),
+                    hdrs[start..n].as_mut_ptr(),
+                    (n - start) as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if sent < 0 {
+                let err = io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO);
+                if err == libc::EINTR {
+                    continue;
+                }
+                // The first datagram failed: skip it, send the rest.
+                self.results[start] = Err(err);
+                start += 1;
+                continue;
+            }
+            let sent = (sent as usize).min(n - start);
+            if sent == 0 {
+                self.results[start] = Err(libc::EIO);
+                start += 1;
+                continue;
+            }
+            let done = start..start + sent;
+            for (r, h) in self.results[done.clone()].iter_mut().zip(&hdrs[done]) {
+                *r = Ok(h.msg_len as usize);
+            }
+            start += sent;
+        }
+        calls
+    }
+
+    /// The outcome of datagram `i` of the last [`SendBatch::send`]: the bytes sent or the error.
+    pub fn result(&self, i: usize) -> Option<io::Result<usize>> {
+        if i >= self.count {
+            return None;
+        }
+        Some(self.results[i].map_err(io::Error::from_raw_os_error))
+    }
+
+    /// Empties the batch (after its results were read).
+    pub fn clear(&mut self) {
+        self.count = 0;
+    }
 }
 
 /// The most datagrams one [`RecvBatch::recv`] reads.
@@ -753,5 +1005,114 @@ mod udp_tests {
             .unwrap();
         let (n, from) = client.recv_from(&mut buf).unwrap();
         assert_eq!((&buf[..n], from), (&b"back"[..], to));
+    }
+
+    #[test]
+    fn a_send_batch_delivers_each_datagram_to_its_own_client_and_skips_a_failed_one() {
+        let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let from = server.local_addr().unwrap();
+        let clients: Vec<UdpSocket> = (0..5)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let mut batch = SendBatch::new(6, 2048);
+        assert!(batch.is_empty());
+        // Client 2's datagram goes to port 0, which the kernel refuses (EINVAL): the datagrams
+        // after it must still leave (a partial sendmmsg resumes after the failed one).
+        let bad: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        for (i, c) in clients.iter().enumerate() {
+            let to = if i == 2 { bad } else { c.local_addr().unwrap() };
+            let data = format!("reply {i}").into_bytes();
+            if i % 2 == 0 {
+                assert!(batch.push_copy(&data, &to, Some((from.ip(), 0))));
+            } else {
+                let slot = batch.slot().unwrap();
+                slot[..data.len()].copy_from_slice(&data);
+                assert!(batch.push(data.len(), &to, None));
+            }
+        }
+        assert_eq!(batch.len(), 5);
+        assert!(
+            batch.send(server.as_fd()) >= 2,
+            "a failure needs a second call"
+        );
+        for (i, c) in clients.iter().enumerate() {
+            let result = batch.result(i).unwrap();
+            if i == 2 {
+                assert!(result.is_err(), "port 0 was accepted");
+                continue;
+            }
+            assert_eq!(result.unwrap(), format!("reply {i}").len());
+            c.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                .unwrap();
+            let mut buf = [0u8; 64];
+            let (n, src) = c.recv_from(&mut buf).unwrap();
+            assert_eq!(src, from);
+            assert_eq!(&buf[..n], format!("reply {i}").as_bytes());
+        }
+        assert!(batch.result(5).is_none());
+        batch.clear();
+        assert!(batch.is_empty());
+        // Full at its size: a seventh datagram is refused until the batch is sent.
+        let to = clients[0].local_addr().unwrap();
+        for _ in 0..6 {
+            assert!(batch.push_copy(b"x", &to, None));
+        }
+        assert!(batch.is_full());
+        assert!(batch.slot().is_none());
+        assert!(!batch.push_copy(b"y", &to, None));
+        assert_eq!(batch.send(server.as_fd()), 1);
+        for i in 0..6 {
+            assert_eq!(batch.result(i).unwrap().unwrap(), 1);
+        }
+    }
+
+    #[test]
+    fn a_send_batch_reads_queued_replies_into_its_slots_at_most_as_many_as_asked() {
+        // A connected socket (a flow's) with three replies queued: read two, then the rest.
+        let flow = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        flow.connect(peer.local_addr().unwrap()).unwrap();
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let listen = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = client.local_addr().unwrap();
+        let mut batch = SendBatch::new(4, 2048);
+        assert_eq!(
+            batch
+                .recv_queue(flow.as_fd(), 2, &to, None)
+                .map_err(|e| e.kind()),
+            Err(io::ErrorKind::WouldBlock)
+        );
+        for msg in [&b"a1"[..], b"b22", b"c333"] {
+            peer.send_to(msg, flow.local_addr().unwrap()).unwrap();
+        }
+        let mut got = 0;
+        for _ in 0..100 {
+            match batch.recv_queue(
+                flow.as_fd(),
+                2 - got,
+                &to,
+                Some((listen.local_addr().unwrap().ip(), 0)),
+            ) {
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+            if got == 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch.recv_queue(flow.as_fd(), 5, &to, None).unwrap(), 1);
+        assert_eq!(batch.len(), 3);
+        assert_eq!(batch.send(listen.as_fd()), 1);
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        for want in [&b"a1"[..], b"b22", b"c333"] {
+            let (n, from) = client.recv_from(&mut buf).unwrap();
+            assert_eq!((&buf[..n], from), (want, listen.local_addr().unwrap()));
+        }
     }
 }
