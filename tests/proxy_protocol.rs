@@ -68,7 +68,7 @@ enum Serve {
     Http,
 }
 
-fn serve(mut s: TcpStream, header: &[u8], how: Serve) {
+fn serve<S: Read + Write>(mut s: S, header: &[u8], how: Serve) {
     let mut buf = [0u8; 4096];
     match how {
         Serve::Echo => {
@@ -581,6 +581,176 @@ fn http_proxy_protocol_private_connection_is_closed_when_a_request_goes_to_anoth
         == 4));
 }
 
+/// A PROXY-aware TLS server: on each connection it reads the PROXY header in plaintext first
+/// (as nginx's `listen ... ssl proxy_protocol` and HAProxy's `accept-proxy ssl` do), then does
+/// the TLS handshake (rustls) on the same connection, then serves like [`ProxyServer`].
+struct TlsProxyServer {
+    addr: SocketAddr,
+    /// Per connection: the header, or `<not a PROXY header>` when the first bytes were not one
+    /// (a TLS ClientHello sent first, or the header sent inside TLS).
+    headers: Arc<Mutex<Vec<Vec<u8>>>>,
+    /// Handshakes completed after a header.
+    handshakes: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl TlsProxyServer {
+    fn start(how: Serve) -> TlsProxyServer {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let ca = tls_support::Ca::new("backend CA");
+        let cert = ca.server("backend", &["backend.test"], tls_support::KeyAlg::EcdsaP256);
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes())
+                .map(|c| c.unwrap())
+                .collect();
+        let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let cfg = Arc::new(cfg);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let addr = l.local_addr().unwrap();
+        let headers = Arc::new(Mutex::new(Vec::new()));
+        let handshakes = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (h, hs, st) = (headers.clone(), handshakes.clone(), stop.clone());
+        thread::spawn(move || {
+            let end = std::time::Instant::now() + Duration::from_secs(120);
+            while !st.load(Ordering::Relaxed) && std::time::Instant::now() < end {
+                match l.accept() {
+                    Ok((mut s, _)) => {
+                        let (h, hs, cfg) = (h.clone(), hs.clone(), cfg.clone());
+                        thread::spawn(move || {
+                            s.set_nonblocking(false).unwrap();
+                            set_timeouts(&s, T);
+                            let Some(header) = read_header(&mut s) else {
+                                h.lock().unwrap().push(b"<not a PROXY header>".to_vec());
+                                return;
+                            };
+                            h.lock().unwrap().push(header.clone());
+                            let conn = rustls::ServerConnection::new(cfg).unwrap();
+                            let mut tls = rustls::StreamOwned::new(conn, s);
+                            while tls.conn.is_handshaking() {
+                                if tls.conn.complete_io(&mut tls.sock).is_err() {
+                                    return;
+                                }
+                            }
+                            hs.fetch_add(1, Ordering::Relaxed);
+                            serve(tls, &header, how);
+                        });
+                    }
+                    Err(_) => thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        TlsProxyServer {
+            addr,
+            headers,
+            handshakes,
+            stop,
+        }
+    }
+
+    fn headers(&self) -> Vec<Vec<u8>> {
+        self.headers.lock().unwrap().clone()
+    }
+
+    fn handshakes(&self) -> usize {
+        self.handshakes.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for TlsProxyServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn proxy_protocol_header_precedes_the_tls_handshake_to_the_server() {
+    // TCP mode, v2: the header in plaintext, then TLS, then the client's bytes inside it.
+    let srv = TlsProxyServer::start(Serve::Echo);
+    let (q, _) = start_toml(
+        "",
+        &format!(
+            "servers = [\"{}\"]\nproxy_protocol = \"v2\"\nserver_tls = {{ verify = false }}",
+            srv.addr
+        ),
+    );
+    let base = srv.headers().len();
+    let client = exchange(&q, b"hello over TLS after the header");
+    assert!(wait_until(T, || srv.headers().len() > base));
+    let headers = srv.headers();
+    assert_eq!(headers[base], v2_inet(client, q.addr()), "{headers:?}");
+    assert!(srv.handshakes() >= 1);
+    drop(q);
+
+    // HTTP mode, v1: the same, and the connection (private to its client) takes the client's
+    // second request inside the same TLS session: one header, one handshake.
+    let srv = TlsProxyServer::start(Serve::Http);
+    let (q, _) = start_toml(
+        "",
+        &format!(
+            "protocol = \"http\"\nservers = [\"{}\"]\nproxy_protocol = \"v1\"\nserver_tls = {{ verify = false }}",
+            srv.addr
+        ),
+    );
+    let base = srv.headers().len();
+    let hs = srv.handshakes();
+    let mut c = http_client("127.0.0.1", &q);
+    let want = format!(
+        "PROXY TCP4 127.0.0.1 127.0.0.1 {} {}\r\n",
+        c.local_addr().unwrap().port(),
+        q.addr().port()
+    );
+    for i in 0..2 {
+        assert_eq!(
+            String::from_utf8_lossy(&get_body(&mut c)),
+            want,
+            "request {i}"
+        );
+    }
+    let headers = srv.headers();
+    assert_eq!(headers.len() - base, 1, "{headers:?}");
+    assert_eq!(String::from_utf8_lossy(&headers[base]), want);
+    assert_eq!(srv.handshakes() - hs, 1);
+}
+
+#[test]
+fn health_check_sends_proxy_header_before_the_tls_handshake() {
+    let srv = TlsProxyServer::start(Serve::Echo);
+    let (_q, _) = start_toml(
+        "",
+        &format!(
+            "servers = [\"{}\"]\nproxy_protocol = \"v2\"\nserver_tls = {{ verify = false }}\n[listener.health]\ntype = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"1s\"\n",
+            srv.addr
+        ),
+    );
+    // A v2 LOCAL header in plaintext, then a TLS handshake that completes (a TCP check over
+    // TLS passes once its handshake does).
+    let local = b"\r\n\r\n\0\r\nQUIT\n\x20\x00\x00\x00".to_vec();
+    assert!(
+        wait_until(T, || srv.headers().iter().filter(|h| **h == local).count()
+            >= 2
+            && srv.handshakes() >= 2),
+        "{:?}, {} handshakes",
+        srv.headers(),
+        srv.handshakes()
+    );
+    // (The readiness probe's client session came with a header naming it.)
+    assert!(
+        srv.headers().iter().all(|h| h != b"<not a PROXY header>"),
+        "{:?}",
+        srv.headers()
+    );
+}
+
 fn check_refused(keys: &str, needle: &str) {
     let dir = scratch_dir();
     let cfg = dir.path().join("bad.toml");
@@ -599,10 +769,6 @@ fn proxy_protocol_config_errors_name_the_line() {
     check_refused(
         "proxy_protocol = \"v3\"",
         "bad.toml:5: invalid proxy_protocol 'v3'",
-    );
-    check_refused(
-        "proxy_protocol = \"v1\"\n[listener.server_tls]\nverify = false",
-        "proxy_protocol v1 with server_tls is not supported yet",
     );
 }
 

@@ -37,6 +37,10 @@ pub(crate) enum Progress {
     Resolve(Arc<Server>, u64),
     /// The server socket is connected: [`Connector::server_side`] gives it.
     Connected,
+    /// The TCP connect to a server of a pool with both `proxy_protocol` and `server_tls` is
+    /// done: the PROXY header goes now, in plaintext, before the TLS handshake. The session
+    /// builds it and calls [`Connector::send_preface`].
+    Preface,
     /// No server is left to try (`NoServer`), or a local failure (`Error`).
     Failed(End),
 }
@@ -392,12 +396,40 @@ impl Connector {
         }
         if matches!(socket, Stream::Tls(_)) {
             self.tls_pending = true;
+            if self.pool.tuning.proxy_protocol.is_some() {
+                return Progress::Preface;
+            }
             return self.drive_tls(client, cx);
         }
         self.connected = true;
         self.reused = false;
         self.remember(client, cx.now);
         Progress::Connected
+    }
+
+    /// After [`Progress::Preface`]: writes the PROXY `header` on the bare socket (the connect
+    /// just completed: its send buffer is empty and takes the header whole), then starts the TLS
+    /// handshake on the same connection, as HAProxy's `send-proxy` with `ssl` does. A server that
+    /// cannot take it fails like a refused connect.
+    pub(crate) fn send_preface(
+        &mut self,
+        header: &[u8],
+        client: &ClientAddr,
+        cx: &mut Ctx,
+    ) -> Progress {
+        let Some(Stream::Tls(tls)) = &self.socket else {
+            return Progress::Failed(End::Error);
+        };
+        let why = match tls.sock().write(header) {
+            Ok(n) if n == header.len() => return self.drive_tls(client, cx),
+            Ok(n) => io::Error::other(format!(
+                "PROXY header: {n} of {} bytes written",
+                header.len()
+            )),
+            Err(e) => io::Error::new(e.kind(), format!("PROXY header: {e}")),
+        };
+        self.fail(&why, cx);
+        self.connect_next(client, cx)
     }
 
     /// Moves the TLS handshake with the server on; done = connected. A failure (the server's

@@ -780,6 +780,16 @@ impl HttpSession {
             Progress::Waiting(deadline) => Some(Step::Wait(deadline)),
             Progress::Resolve(server, deadline) => Some(Step::Resolve(server, deadline)),
             Progress::Failed(_) => Some(self.fault(503, cx)),
+            Progress::Preface => {
+                let ex = self.ex.as_mut()?;
+                let Some(version) = ex.connector.pool().tuning.proxy_protocol else {
+                    return Some(Step::Close(End::Error));
+                };
+                let header =
+                    super::proxy_header(version, &self.addr, &self.client, self.pool.local);
+                let progress = ex.connector.send_preface(header.as_bytes(), &self.addr, cx);
+                self.follow(progress, cx)
+            }
             Progress::Connected => {
                 if let Some(ex) = &mut self.ex {
                     let us = ex.started_at.elapsed().as_micros() as u64;
@@ -1264,7 +1274,10 @@ impl HttpSession {
         let mut at = 0;
         ex.proxied = ex.connector.is_private();
         if let Some(version) = ex.connector.pool().tuning.proxy_protocol {
-            if !ex.connector.is_reused() {
+            if !ex.connector.is_reused() && ex.connector.pool().server_tls.is_some() {
+                // With `server_tls` the header went before the TLS handshake (`Preface`).
+                ex.proxied = true;
+            } else if !ex.connector.is_reused() {
                 let local = self.pool.local;
                 let header = super::proxy_header(version, &self.addr, &self.client, local);
                 at = header.as_bytes().len();
