@@ -66,6 +66,8 @@ fn read_header(s: &mut TcpStream) -> Option<Vec<u8>> {
 enum Serve {
     Echo,
     Http,
+    /// Like `Http`, but the connection is closed after the first answer (which does not say so).
+    HttpOnce,
 }
 
 fn serve<S: Read + Write>(mut s: S, header: &[u8], how: Serve) {
@@ -78,7 +80,7 @@ fn serve<S: Read + Write>(mut s: S, header: &[u8], how: Serve) {
                 }
             }
         }
-        Serve::Http => {
+        Serve::Http | Serve::HttpOnce => {
             let mut pending: Vec<u8> = Vec::new();
             for _ in 0..1000 {
                 while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -89,7 +91,7 @@ fn serve<S: Read + Write>(mut s: S, header: &[u8], how: Serve) {
                     )
                     .into_bytes();
                     answer.extend_from_slice(header);
-                    if s.write_all(&answer).is_err() {
+                    if s.write_all(&answer).is_err() || matches!(how, Serve::HttpOnce) {
                         return;
                     }
                 }
@@ -536,6 +538,33 @@ fn http_proxy_protocol_server_connection_is_never_given_to_another_client() {
     let want_c = v2_inet(c.local_addr().unwrap(), q.addr());
     assert_eq!(get_body(&mut c), want_c);
     assert_eq!(srv.headers().len() - base, 3);
+}
+
+#[test]
+fn http_proxy_protocol_private_connection_closed_by_the_server_is_not_reused() {
+    // The server closes each connection after one answer: the client's next request, made once
+    // that close reached Quill, goes on a new connection with a new header.
+    let srv = ProxyServer::start_serving(Serve::HttpOnce);
+    let (q, _) = start_toml(
+        "",
+        &format!(
+            "protocol = \"http\"\nservers = [\"{}\"]\nproxy_protocol = \"v1\"",
+            srv.addr
+        ),
+    );
+    let (base, closed) = (srv.headers().len(), srv.closed());
+    let mut c = http_client("127.0.0.1", &q);
+    let want = format!(
+        "PROXY TCP4 127.0.0.1 127.0.0.1 {} {}\r\n",
+        c.local_addr().unwrap().port(),
+        q.addr().port()
+    );
+    for i in 0..3 {
+        assert_eq!(String::from_utf8_lossy(&get_body(&mut c)), want, "request {i}");
+        assert!(wait_until(T, || srv.closed() == closed + i + 1));
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(srv.headers().len() - base, 3, "{:?}", srv.headers());
 }
 
 #[test]
