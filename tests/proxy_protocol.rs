@@ -560,7 +560,11 @@ fn http_proxy_protocol_private_connection_closed_by_the_server_is_not_reused() {
         q.addr().port()
     );
     for i in 0..3 {
-        assert_eq!(String::from_utf8_lossy(&get_body(&mut c)), want, "request {i}");
+        assert_eq!(
+            String::from_utf8_lossy(&get_body(&mut c)),
+            want,
+            "request {i}"
+        );
         assert!(wait_until(T, || srv.closed() == closed + i + 1));
         thread::sleep(Duration::from_millis(50));
     }

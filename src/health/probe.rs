@@ -190,7 +190,8 @@ impl Probe {
             if let (Some(header), Stream::Tls(tls)) = (self.preface.take(), stream) {
                 // Just connected: the send buffer is empty and takes the header whole.
                 let bytes = header.as_bytes();
-                match tls.sock().write(bytes) {
+                // MSG_MORE: it leaves with the ClientHello, in one segment.
+                match tls.sock().write_last(bytes) {
                     Ok(n) if n == bytes.len() => {}
                     Ok(n) => {
                         return Some(Outcome::Fail(format!(

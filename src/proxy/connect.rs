@@ -420,7 +420,9 @@ impl Connector {
         let Some(Stream::Tls(tls)) = &self.socket else {
             return Progress::Failed(End::Error);
         };
-        let why = match tls.sock().write(header) {
+        // MSG_MORE: the kernel holds the header until the ClientHello's write, so both leave
+        // in one segment (the extra syscall stays; a second segment does not).
+        let why = match tls.sock().write_last(header) {
             Ok(n) if n == header.len() => return self.drive_tls(client, cx),
             Ok(n) => io::Error::other(format!(
                 "PROXY header: {n} of {} bytes written",
