@@ -1072,13 +1072,7 @@ impl ListenerConfig {
         }
         self.tuning.check().map_err(named)?;
         if let Some(v) = self.tuning.proxy_protocol {
-            // The header would have to go before the TLS handshake, outside the TLS stream.
-            if self.server_tls.is_some() {
-                return Err(named(format!(
-                    "proxy_protocol {} with server_tls is not supported yet",
-                    v.as_str()
-                )));
-            }
+            // (With `server_tls` the header goes in plaintext before the TLS handshake.)
             // v1 is text for a stream: a datagram has only v2's DGRAM form.
             if self.udp.is_some() && v == ProxyVersion::V1 {
                 return Err(named(

@@ -48,6 +48,9 @@ pub(super) struct Probe {
     /// What to send once connected: the PROXY header (`proxy_protocol`) and the HTTP request;
     /// None for a TCP check without a header (connecting is the whole check).
     request: Option<Vec<u8>>,
+    /// With `server_tls`: the PROXY header, written on the bare socket once connected, before
+    /// the TLS handshake (without TLS it leads `request` instead).
+    preface: Option<quill_core::proxy_header::Encoded>,
     /// An HTTP check: the answer's status decides (else sending is the end of it).
     answer: bool,
     /// Statuses that pass an HTTP check.
@@ -101,6 +104,7 @@ impl Probe {
                 ready: crate::net::Ready::default(),
                 phase: Phase::Reading { answer: Vec::new() },
                 request: None,
+                preface: None,
                 answer: true,
                 expect: (0, 0),
                 started_ms: now_ms,
@@ -138,13 +142,18 @@ impl Probe {
             }
         };
         let answer = request.is_some();
+        let mut preface = None;
         if let Some(version) = proxy {
             // A connection of Quill's own: v1 UNKNOWN or v2 LOCAL, so the server keeps the
-            // probe's real addresses (config validation keeps `server_tls` out of this).
+            // probe's real addresses. Over TLS it goes before the handshake.
             let header = quill_core::proxy_header::encode_unknown(version);
-            let mut bytes = header.as_bytes().to_vec();
-            bytes.extend_from_slice(request.as_deref().unwrap_or_default());
-            request = Some(bytes);
+            if tls.is_some() {
+                preface = Some(header);
+            } else {
+                let mut bytes = header.as_bytes().to_vec();
+                bytes.extend_from_slice(request.as_deref().unwrap_or_default());
+                request = Some(bytes);
+            }
         }
         Ok(Probe {
             stream: Some(stream),
@@ -152,6 +161,7 @@ impl Probe {
             ready: crate::net::Ready::default(),
             phase: Phase::Connecting,
             request,
+            preface,
             answer,
             expect,
             started_ms: now_ms,
@@ -176,6 +186,21 @@ impl Probe {
                 Ok(false) => return None,
                 Ok(true) => {}
                 Err(e) => return Some(Outcome::Fail(connect_reason(&e))),
+            }
+            if let (Some(header), Stream::Tls(tls)) = (self.preface.take(), stream) {
+                // Just connected: the send buffer is empty and takes the header whole.
+                let bytes = header.as_bytes();
+                // MSG_MORE: it leaves with the ClientHello, in one segment.
+                match tls.sock().write_last(bytes) {
+                    Ok(n) if n == bytes.len() => {}
+                    Ok(n) => {
+                        return Some(Outcome::Fail(format!(
+                            "PROXY header: {n} of {} bytes written",
+                            bytes.len()
+                        )))
+                    }
+                    Err(e) => return Some(Outcome::Fail(format!("PROXY header: {e}"))),
+                }
             }
             self.phase = Phase::Handshaking;
         }

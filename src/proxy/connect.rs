@@ -37,6 +37,10 @@ pub(crate) enum Progress {
     Resolve(Arc<Server>, u64),
     /// The server socket is connected: [`Connector::server_side`] gives it.
     Connected,
+    /// The TCP connect to a server of a pool with both `proxy_protocol` and `server_tls` is
+    /// done: the PROXY header goes now, in plaintext, before the TLS handshake. The session
+    /// builds it and calls [`Connector::send_preface`].
+    Preface,
     /// No server is left to try (`NoServer`), or a local failure (`Error`).
     Failed(End),
 }
@@ -93,6 +97,27 @@ pub(crate) struct Connector {
     fresh: bool,
     /// HTTP: the server the request's stickiness cookie names, taken like a tracked client's.
     sticky: Option<u32>,
+    /// HTTP: the connection is the client session's private one (it carried a PROXY header
+    /// naming this client on an earlier request): it must never join the shared idle pool.
+    private: bool,
+}
+
+/// An HTTP client session's own server connection between its requests: it began with a PROXY
+/// header naming that client (`proxy_protocol`), so it serves no other client. Its slot in
+/// [`ServerConns`] stays lent to the session (events on it go to the session); the server's
+/// lease ended with the exchange, as for an idle connection.
+#[derive(Debug)]
+pub(crate) struct PrivateConn {
+    socket: Stream,
+    conn: u32,
+    server: Arc<Server>,
+}
+
+impl PrivateConn {
+    /// Closes the connection and frees its slot (its later events are stale).
+    pub(crate) fn close(self, conns: &mut ServerConns) {
+        conns.forget(self.conn);
+    }
 }
 
 impl Connector {
@@ -117,6 +142,7 @@ impl Connector {
             reused: false,
             fresh: false,
             sticky: None,
+            private: false,
         }
     }
 
@@ -140,6 +166,32 @@ impl Connector {
     /// Whether the connection is an idle one reused (HTTP).
     pub(crate) fn is_reused(&self) -> bool {
         self.connected && self.reused
+    }
+
+    /// Whether the connection is the client session's private one, reused (HTTP).
+    pub(crate) fn is_private(&self) -> bool {
+        self.connected && self.private
+    }
+
+    /// The exchange is over (HTTP) on a connection that carried this client's PROXY header and
+    /// may take another request: it stays with the client session instead of joining the
+    /// worker's idle pool. The lease ends. None (and the connection is left to
+    /// [`Connector::release`]) when it is not connected or in error.
+    pub(crate) fn keep_private(&mut self) -> Option<PrivateConn> {
+        if !self.connected || self.ready.error {
+            return None;
+        }
+        let (Some(socket), Some(lease), Some(conn)) =
+            (self.socket.take(), self.lease.take(), self.conn.take())
+        else {
+            return None;
+        };
+        self.connected = false;
+        Some(PrivateConn {
+            socket,
+            conn,
+            server: lease.end(),
+        })
     }
 
     /// The exchange is over (HTTP): hands the connection back to the worker's idle pool when
@@ -221,9 +273,61 @@ impl Connector {
     /// Starts a nonblocking connect to the next server that will take one, or asks for the
     /// server's name to be resolved first.
     pub(crate) fn connect_next(&mut self, client: &ClientAddr, cx: &mut Ctx) -> Progress {
+        self.connect_from(None, client, cx)
+    }
+
+    /// Like [`Connector::connect_next`] for an HTTP client session holding its private server
+    /// connection: the balancer picks as usual, and when it picks that connection's server the
+    /// connection serves the request (no syscall); else it is closed first (a session holds at
+    /// most one server connection, so the events of its server side are never ambiguous).
+    pub(crate) fn connect_private(
+        &mut self,
+        private: PrivateConn,
+        client: &ClientAddr,
+        cx: &mut Ctx,
+    ) -> Progress {
+        let rand = cx.rand();
+        let first = self.next_server(client, cx.now, rand);
+        match first {
+            Some(server) if !self.fresh && Arc::ptr_eq(&server, &private.server) => {
+                let PrivateConn { socket, conn, .. } = private;
+                self.socket = Some(socket);
+                self.conn = Some(conn);
+                self.lease = Some(ServerLease::new(server));
+                // Idle and connected: its send buffer is empty (any readable event while it
+                // was idle closed it).
+                self.ready = Ready {
+                    writable: true,
+                    ..Ready::default()
+                };
+                self.reused = true;
+                self.private = true;
+                self.connected = true;
+                cx.conns.reused += 1;
+                self.remember(client, cx.now);
+                Progress::Connected
+            }
+            first => {
+                private.close(cx.conns);
+                self.connect_from(Some(first), client, cx)
+            }
+        }
+    }
+
+    /// Connects to `first` (the balancer's pick already made) or to the next server.
+    fn connect_from(
+        &mut self,
+        mut first: Option<Option<Arc<Server>>>,
+        client: &ClientAddr,
+        cx: &mut Ctx,
+    ) -> Progress {
         let rand = cx.rand();
         loop {
-            let Some(server) = self.next_server(client, cx.now, rand) else {
+            let next = match first.take() {
+                Some(picked) => picked,
+                None => self.next_server(client, cx.now, rand),
+            };
+            let Some(server) = next else {
                 return Progress::Failed(End::NoServer);
             };
             let lease = ServerLease::new(server);
@@ -234,8 +338,8 @@ impl Connector {
                 self.deadline = self.deadline_from(cx.now);
                 return Progress::Resolve(server, self.deadline);
             }
-            // A pool that sends PROXY headers keeps no idle connections (each one named its
-            // client): none to take.
+            // A pool that sends PROXY headers takes no idle connection (each one named its
+            // client and stays private to it: see `connect_private`).
             if self.http && !self.fresh && self.pool.tuning.proxy_protocol.is_none() {
                 if let Some((id, socket)) =
                     cx.conns
@@ -292,12 +396,42 @@ impl Connector {
         }
         if matches!(socket, Stream::Tls(_)) {
             self.tls_pending = true;
+            if self.pool.tuning.proxy_protocol.is_some() {
+                return Progress::Preface;
+            }
             return self.drive_tls(client, cx);
         }
         self.connected = true;
         self.reused = false;
         self.remember(client, cx.now);
         Progress::Connected
+    }
+
+    /// After [`Progress::Preface`]: writes the PROXY `header` on the bare socket (the connect
+    /// just completed: its send buffer is empty and takes the header whole), then starts the TLS
+    /// handshake on the same connection, as HAProxy's `send-proxy` with `ssl` does. A server that
+    /// cannot take it fails like a refused connect.
+    pub(crate) fn send_preface(
+        &mut self,
+        header: &[u8],
+        client: &ClientAddr,
+        cx: &mut Ctx,
+    ) -> Progress {
+        let Some(Stream::Tls(tls)) = &self.socket else {
+            return Progress::Failed(End::Error);
+        };
+        // MSG_MORE: the kernel holds the header until the ClientHello's write, so both leave
+        // in one segment (the extra syscall stays; a second segment does not).
+        let why = match tls.sock().write_last(header) {
+            Ok(n) if n == header.len() => return self.drive_tls(client, cx),
+            Ok(n) => io::Error::other(format!(
+                "PROXY header: {n} of {} bytes written",
+                header.len()
+            )),
+            Err(e) => io::Error::new(e.kind(), format!("PROXY header: {e}")),
+        };
+        self.fail(&why, cx);
+        self.connect_next(client, cx)
     }
 
     /// Moves the TLS handshake with the server on; done = connected. A failure (the server's
@@ -516,6 +650,7 @@ impl Connector {
                 }
                 self.socket = Some(stream);
                 self.lease = Some(lease);
+                self.private = false;
                 self.ready = Ready::default();
                 self.deadline = self.deadline_from(cx.now);
                 Started::Connecting

@@ -25,7 +25,7 @@ use mio::Interest;
 use quill_core::http1::rewrite::{self, HeaderEdit, RequestRewrite, ResponseRewrite};
 use quill_core::http1::{self, Body, FieldIndex, Framing, Limits, Method, Version};
 
-use super::connect::{Connector, Progress};
+use super::connect::{Connector, PrivateConn, Progress};
 use super::copy::{Buf, Direction, Failure, Pools, BUF_SIZE};
 use super::{Closing, Ctx, Side, Step, NEVER};
 use crate::backend::{Pool, ServerLease};
@@ -408,7 +408,8 @@ struct Exchange {
     /// The server connection may take another request once this exchange is over.
     server_keeps: bool,
     /// The server connection began with a PROXY header naming this client (`proxy_protocol`):
-    /// it serves no other client, so it is closed after the exchange instead of kept idle.
+    /// it serves no other client, so after the exchange it stays with the session (its next
+    /// request to the same server takes it) instead of joining the worker's idle pool.
     proxied: bool,
     /// Some response byte came from the server.
     answered: bool,
@@ -459,6 +460,11 @@ pub(crate) struct HttpSession {
     /// TLS with a verified client certificate: `X-Client-Cert-Subject: SUBJECT`, the edit every
     /// request of the connection gets (None: the field is only removed).
     cert_edit: Option<Box<[HeaderEdit; 1]>>,
+    /// Between requests: the server connection that carried this client's PROXY header
+    /// (`proxy_protocol`), private to this session; closed with it, or when the server closes
+    /// it, or when a request goes to another server. Boxed: an idle session stays small, and
+    /// only sessions of PROXY pools pay for it.
+    private: Option<Box<PrivateConn>>,
 }
 
 /// The edit that removes a client-sent `X-Client-Cert-Subject` (always: only Quill says which
@@ -598,6 +604,7 @@ impl HttpSession {
             log_text: Vec::new(),
             log_lens: [0; 5],
             cert_edit: None,
+            private: None,
         }
     }
 
@@ -661,6 +668,12 @@ impl HttpSession {
                         if let Some(step) = self.follow(progress, cx) {
                             return step;
                         }
+                    }
+                } else if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    // The private server connection, idle: EOF, a reset or bytes nobody asked
+                    // for end it (as an idle pooled connection).
+                    if let Some(p) = self.private.take() {
+                        p.close(cx.conns);
                     }
                 }
             }
@@ -767,6 +780,16 @@ impl HttpSession {
             Progress::Waiting(deadline) => Some(Step::Wait(deadline)),
             Progress::Resolve(server, deadline) => Some(Step::Resolve(server, deadline)),
             Progress::Failed(_) => Some(self.fault(503, cx)),
+            Progress::Preface => {
+                let ex = self.ex.as_mut()?;
+                let Some(version) = ex.connector.pool().tuning.proxy_protocol else {
+                    return Some(Step::Close(End::Error));
+                };
+                let header =
+                    super::proxy_header(version, &self.addr, &self.client, self.pool.local);
+                let progress = ex.connector.send_preface(header.as_bytes(), &self.addr, cx);
+                self.follow(progress, cx)
+            }
             Progress::Connected => {
                 if let Some(ex) = &mut self.ex {
                     let us = ex.started_at.elapsed().as_micros() as u64;
@@ -1057,7 +1080,10 @@ impl HttpSession {
         let Some(ex) = &mut self.ex else {
             return Ok(());
         };
-        let progress = ex.connector.connect_next(&self.addr, cx);
+        let progress = match self.private.take() {
+            Some(p) => ex.connector.connect_private(*p, &self.addr, cx),
+            None => ex.connector.connect_next(&self.addr, cx),
+        };
         match self.follow(progress, cx) {
             None | Some(Step::Wait(_)) => Ok(()),
             Some(other) => Err(other),
@@ -1243,11 +1269,15 @@ impl HttpSession {
         };
         let mut out = cx.pools.buffer();
         // A new connection to a pool with `proxy_protocol` starts with the header, in the same
-        // write as the head (never an idle one: the connector takes none for such a pool).
+        // write as the head (never a shared idle one: the connector takes none for such a pool;
+        // the session's private one carried this client's header already).
         let mut at = 0;
-        ex.proxied = false;
+        ex.proxied = ex.connector.is_private();
         if let Some(version) = ex.connector.pool().tuning.proxy_protocol {
-            if !ex.connector.is_reused() {
+            if !ex.connector.is_reused() && ex.connector.pool().server_tls.is_some() {
+                // With `server_tls` the header went before the TLS handshake (`Preface`).
+                ex.proxied = true;
+            } else if !ex.connector.is_reused() {
                 let local = self.pool.local;
                 let header = super::proxy_header(version, &self.addr, &self.client, local);
                 at = header.as_bytes().len();
@@ -1689,13 +1719,19 @@ impl HttpSession {
             return Ok(());
         };
         let s = settings(&self.pool);
-        let keep = end == End::Done
+        let reusable = end == End::Done
             && !s.server_idle_timeout.is_zero()
+            && s.server_keepalive > 0
             && ex.server_keeps
-            && !ex.proxied
             && ex.up_done
             && !ex.sinput.has_unparsed()
             && ex.sinput.pending().is_empty();
+        // A connection that carried this client's PROXY header stays with this session (for
+        // its next request) and never joins the shared idle pool.
+        let keep = reusable && !ex.proxied;
+        if ex.proxied && reusable && !ex.close && !self.draining && !cx.draining {
+            self.private = ex.connector.keep_private().map(Box::new);
+        }
         let up_bytes = ex.up.as_ref().map_or(0, |l| l.bytes);
         let down_bytes = ex.down.as_ref().map_or(0, |l| l.bytes);
         if let Some(mut leg) = ex.up.take() {
@@ -1826,6 +1862,9 @@ impl HttpSession {
             }
             lease = ex.connector.take_lease();
             ex.connector.forget_conn(conns);
+        }
+        if let Some(p) = self.private.take() {
+            p.close(conns);
         }
         self.input.release(pools);
         Closing {

@@ -192,8 +192,21 @@ impl TcpSession {
             Progress::Waiting(deadline) => Step::Wait(deadline),
             Progress::Resolve(server, deadline) => Step::Resolve(server, deadline),
             Progress::Failed(end) => Step::Close(end),
+            Progress::Preface => {
+                let pool = self.connector.pool();
+                let (Some(version), local) = (pool.tuning.proxy_protocol, pool.local) else {
+                    return Step::Close(End::Error);
+                };
+                let header = super::proxy_header(version, &self.addr, &self.client, local);
+                let progress = self
+                    .connector
+                    .send_preface(header.as_bytes(), &self.addr, cx);
+                self.follow(progress, cx)
+            }
             Progress::Connected => {
-                if let Some(version) = self.connector.pool().tuning.proxy_protocol {
+                // With `server_tls` the header went before the handshake (`Preface`).
+                let pool = self.connector.pool();
+                if let (Some(version), None) = (pool.tuning.proxy_protocol, &pool.server_tls) {
                     let local = self.connector.pool().local;
                     let header = super::proxy_header(version, &self.addr, &self.client, local);
                     self.up.preload(header.as_bytes(), cx.pools);
