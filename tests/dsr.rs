@@ -349,7 +349,7 @@ fn dsr_forwards_every_frame_of_a_burst_larger_than_a_ring_block() {
         }
         got
     });
-    // Counters settle within a moment of the last frame (the ring hands a block over 1 ms
+    // Counters settle within a moment of the last frame (the ring hands a block over 2 ms
     // after its first frame at the latest).
     thread::sleep(Duration::from_millis(200));
     let rx = d.lab.counter(&d.q, "eth0", "rx_packets") - rx0;
@@ -364,7 +364,7 @@ fn dsr_forwards_every_frame_of_a_burst_larger_than_a_ring_block() {
     assert!(replies > 0, "no reply reached the client");
 }
 
-/// A block that does not fill is handed to Quill 1 ms after its first frame: on a quiet segment a
+/// A block that does not fill is handed to Quill 2 ms after its first frame: on a quiet segment a
 /// lone frame waits about that long, not the loop's 100 ms tick. Twenty lone exchanges, 20 ms
 /// apart: the median round trip through Quill stays under 20 ms.
 #[test]
