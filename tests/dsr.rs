@@ -397,6 +397,51 @@ fn dsr_lone_frame_on_a_quiet_segment_waits_milliseconds_not_a_tick() {
     );
 }
 
+/// Quill's CPU seconds so far (utime + stime from /proc, in clock ticks).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// Taking Quill's interface down makes its packet socket report an error (ENETDOWN): Quill logs
+/// it once and waits, without spinning on the error, and forwards again once the interface is
+/// up (the kernel re-attaches the socket).
+#[test]
+fn dsr_interface_down_then_up_waits_without_spinning_and_forwards_again() {
+    let Some(mut d) =
+        dsr_lab("dsr_interface_down_then_up_waits_without_spinning_and_forwards_again")
+    else {
+        return;
+    };
+    let quill = d.start_quill(&[]);
+    let pid = d.lab.children[quill].pid();
+    let q = d.q.clone();
+    d.lab.ip(&q, &["link", "set", "eth0", "down"]);
+    thread::sleep(Duration::from_millis(200));
+    let t0 = cpu_ticks(pid);
+    thread::sleep(Duration::from_millis(1500));
+    let spent = cpu_ticks(pid) - t0;
+    let tck = quill_core::sys::clock_ticks_per_second();
+    // Spinning on the error would take the whole 1.5 s of a CPU.
+    assert!(
+        spent * 10 < tck * 3,
+        "quill spent {spent} ticks (of {tck} a second) in 1.5 s with its interface down"
+    );
+    assert!(
+        d.lab.children[quill].stderr().contains("read failed"),
+        "{}",
+        d.lab.children[quill].stderr()
+    );
+    d.lab.ip(&q, &["link", "set", "eth0", "up"]);
+    // Up again: the bridge port and the servers' MACs (probed each second) come back.
+    thread::sleep(Duration::from_millis(1500));
+    let who = udp_exchange(&d.lab, &d.c, 1, 10);
+    assert_eq!(who[0].len(), 10);
+    assert!(d.lab.children[quill].exited().is_none());
+}
+
 /// Reads ARP frames in namespace `ns` on `eth0` (after sending `send_first`, with this socket's
 /// MAC as sender) until `want` accepts one or `within` passes; `started` is called once the
 /// socket is open. Runs on its own thread (inside `ns`): join the handle.

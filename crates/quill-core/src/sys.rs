@@ -1,8 +1,10 @@
 //! The only home of `unsafe`: thin wrappers over Linux syscalls that neither std, mio nor socket2
 //! expose (splice and pipes, exclusive epoll registration, resource limits, privilege drop, a
-//! socket's unacknowledged bytes), and over glibc's heap trim.
+//! socket's unacknowledged bytes, packet sockets and their receive ring), and over glibc's heap
+//! trim.
 //!
-//! Every wrapper returns `io::Result` and takes borrowed descriptors; nothing here keeps state.
+//! Every wrapper returns `io::Result` and takes borrowed descriptors; nothing here keeps state but
+//! [`PacketRing`], the mapping of a packet socket's receive ring.
 
 use std::ffi::CString;
 use std::io;
@@ -482,6 +484,9 @@ impl PacketRing {
                     std::ptr::read_volatile(std::ptr::addr_of!((*desc).hdr.bh1.block_status))
                 };
                 if status & libc::TP_STATUS_USER == 0 {
+                    if pfd.revents & libc::POLLERR != 0 {
+                        return Err(take_socket_error(fd));
+                    }
                     return Ok(0);
                 }
             }
@@ -553,6 +558,28 @@ impl Drop for PacketRing {
         unsafe {
             libc::munmap(self.map.as_ptr().cast(), self.block_size * self.block_nr);
         }
+    }
+}
+
+/// The error a socket reports (SO_ERROR, which also clears it), or the getsockopt's own failure.
+fn take_socket_error(fd: BorrowedFd<'_>) -> io::Error {
+    let mut err: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: SO_ERROR writes one int into `err`, whose size is passed in `len`; both live on the
+    // stack for the call.
+    let got = check(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&mut err as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    });
+    match got {
+        Err(e) => e,
+        Ok(_) if err != 0 => io::Error::from_raw_os_error(err),
+        Ok(_) => io::Error::other("packet socket reported an error"),
     }
 }
 
