@@ -15,8 +15,14 @@
 # inside Quill's own send() (softirq on the sending CPU, charged to Quill), which a real NIC does
 # on other hosts. Both modes run under the same steering.
 #
-# Usage: bash bench/dsr.sh [--rounds N] [--size BYTES] [--no-steer]   (defaults: 3 rounds, 1 GiB)
-# Writes bench/results/dsr.md. Needs root, iproute2 and socat.
+# With --profile DIR, each download also runs `perf stat` (Quill's syscalls, context switches,
+# CPU clock) and `perf record -g` (call graphs, CPU clock) attached to Quill, writing
+# DIR/ROUND-MODE.stat and DIR/ROUND-MODE.data (read with `perf report -i FILE`); perf's sampling
+# costs Quill a little CPU too, so profiled figures are not the benchmark's.
+#
+# Usage: bash bench/dsr.sh [--rounds N] [--size BYTES] [--no-steer] [--profile DIR]
+#   (defaults: 3 rounds, 1 GiB). Writes bench/results/dsr.md (not with --profile). Needs root,
+#   iproute2 and socat (and perf for --profile).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -27,11 +33,13 @@ source "$REPO/bench/lib.sh"
 ROUNDS=3
 SIZE=$((1024 * 1024 * 1024))
 STEER=1
+PROFILE=
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
         --size) SIZE="$2"; shift 2 ;;
         --no-steer) STEER=0; shift ;;
+        --profile) PROFILE="$2"; shift 2 ;;
         *) say "unknown option $1"; exit 2 ;;
     esac
 done
@@ -94,6 +102,9 @@ fi
 TCK="$(getconf CLK_TCK)"
 # "user system" clock ticks of a process.
 cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12, $13}'; }
+# Nanoseconds on a CPU of a process's threads (the scheduler's own count, /proc/PID/task/*/schedstat;
+# finer than the ticks above; the threads live as long as the process).
+cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{n += $1} END {printf "%d", n}'; }
 counter() { ip netns exec "${P}q" cat "/sys/class/net/eth0/statistics/$1"; }
 
 start_quill() {
@@ -103,18 +114,32 @@ start_quill() {
 }
 
 # One download through ADDR:PORT; prints "bytes cpu_seconds wall_seconds rx tx user_s sys_s
-# rx_frames".
+# rx_frames cpu_ns".
 measure() {
-    local addr="$1" u0 s0 u1 s1 t0 t1 rx0 tx0 p0 got
+    local addr="$1" u0 s0 u1 s1 t0 t1 rx0 tx0 p0 got n0 n1
     read -r u0 s0 < <(cpu_ticks "$QPID")
+    n0="$(cpu_ns "$QPID")"
     rx0="$(counter rx_bytes)"; tx0="$(counter tx_bytes)"; p0="$(counter rx_packets)"
+    local perfs=()
+    if [ -n "$PROFILE" ]; then
+        perf stat -e raw_syscalls:sys_enter,context-switches,cpu-clock -p "$QPID" \
+            -o "$PROFILE/$TAG.stat" 2>/dev/null &
+        perfs+=($!)
+        perf record -q -e cpu-clock -g -p "$QPID" -o "$PROFILE/$TAG.data" 2>/dev/null &
+        perfs+=($!)
+        sleep 0.5
+    fi
     t0="$(date +%s.%N)"
     got="$(ip netns exec "${P}c" timeout 300 socat -b 262144 -u "TCP:$addr" - | wc -c)"
     t1="$(date +%s.%N)"
     read -r u1 s1 < <(cpu_ticks "$QPID")
+    n1="$(cpu_ns "$QPID")"
+    for p in "${perfs[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+    for p in "${perfs[@]}"; do wait "$p" 2>/dev/null || true; done
     echo "$got $(echo "($u1 + $s1 - $u0 - $s0) / $TCK" | bc -l) $(echo "$t1 - $t0" | bc -l) \
 $(( $(counter rx_bytes) - rx0 )) $(( $(counter tx_bytes) - tx0 )) \
-$(echo "($u1 - $u0) / $TCK" | bc -l) $(echo "($s1 - $s0) / $TCK" | bc -l) $(( $(counter rx_packets) - p0 ))"
+$(echo "($u1 - $u0) / $TCK" | bc -l) $(echo "($s1 - $s0) / $TCK" | bc -l) $(( $(counter rx_packets) - p0 )) \
+$((n1 - n0))"
 }
 
 wait_up() {
@@ -140,6 +165,7 @@ for round in $(seq 1 "$ROUNDS"); do
         fi
         wait_up "$target"
         sleep 1.5
+        TAG="$round-$mode"
         line="$(measure "$target")"
         say "round $round $mode: $line"
         RESULTS+=("$round $mode $line")
@@ -147,6 +173,11 @@ for round in $(seq 1 "$ROUNDS"); do
     done
 done
 rm -f "$WORKLOG"
+if [ -n "$PROFILE" ]; then
+    printf '%s\n' "${RESULTS[@]}" > "$PROFILE/rows.txt"
+    say "profiles in $PROFILE (rows: round mode bytes cpu wall rx tx user sys rx_frames)"
+    exit 0
+fi
 
 OUT="$REPO/bench/results/dsr.md"
 {
@@ -161,16 +192,18 @@ OUT="$REPO/bench/results/dsr.md"
     fi
     echo "Namespaces joined by a bridge (veth); servers send zeros with socat; one download per row;"
     echo "CPU = Quill's utime+stime around the download (user and system apart; 10 ms ticks);"
-    echo "rx/tx = bytes (and frames in) on Quill's eth0 meanwhile."
+    echo "sched ms = the same from the scheduler's nanosecond count (/proc/PID/task/*/schedstat);"
+    echo "rx/tx = bytes (and frames in) on Quill's eth0 meanwhile; µs/frame = sched ms per frame in."
     echo
-    echo "| round | mode | bytes | Quill CPU s | user s | system s | CPU s per GiB | wall s | MiB/s | eth0 rx bytes | eth0 tx bytes | eth0 rx frames |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| round | mode | bytes | Quill CPU s | user s | system s | CPU s per GiB | sched ms | wall s | MiB/s | eth0 rx bytes | eth0 tx bytes | eth0 rx frames | µs/frame |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for r in "${RESULTS[@]}"; do
         set -- $r
         perg="$(echo "$4 / ($3 / 1073741824)" | bc -l)"
         mibs="$(echo "$3 / 1048576 / $5" | bc -l)"
-        printf '| %s | %s | %s | %.2f | %.2f | %.2f | %.3f | %.2f | %.0f | %s | %s | %s |\n' \
-            "$1" "$2" "$3" "$4" "$8" "$9" "$perg" "$5" "$mibs" "$6" "$7" "${10}"
+        printf '| %s | %s | %s | %.2f | %.2f | %.2f | %.3f | %.1f | %.2f | %.0f | %s | %s | %s | %.1f |\n' \
+            "$1" "$2" "$3" "$4" "$8" "$9" "$perg" "$(echo "${11} / 1000000" | bc -l)" "$5" "$mibs" \
+            "$6" "$7" "${10}" "$(awk -v n="${11}" -v f="${10}" 'BEGIN {printf "%f", n / 1000 / (f > 0 ? f : 1)}')"
     done
     tcp="$(printf '%s\n' "${RESULTS[@]}" | awk '$2=="tcp"{c+=$4; b+=$3} END{printf "%.4f", c/(b/1073741824)}')"
     dsr="$(printf '%s\n' "${RESULTS[@]}" | awk '$2=="dsr"{c+=$4; b+=$3} END{printf "%.4f", c/(b/1073741824)}')"
@@ -179,5 +212,9 @@ OUT="$REPO/bench/results/dsr.md"
     dsru="$(printf '%s\n' "${RESULTS[@]}" | awk '$2=="dsr"{c+=$8; b+=$3} END{printf "%.4f", c/(b/1073741824)}')"
     echo "Over all rounds: TCP mode $tcp CPU s/GiB, DSR $dsr CPU s/GiB (ratio $(echo "$dsr / $tcp" | bc -l | cut -c1-6); target <= 0.1)."
     echo "User CPU alone: TCP mode $tcpu s/GiB, DSR $dsru s/GiB."
+    tcpn="$(printf '%s\n' "${RESULTS[@]}" | awk '$2=="tcp"{c+=$11; b+=$3} END{printf "%.4f", c/1e9/(b/1073741824)}')"
+    dsrn="$(printf '%s\n' "${RESULTS[@]}" | awk '$2=="dsr"{c+=$11; b+=$3} END{printf "%.4f", c/1e9/(b/1073741824)}')"
+    echo "By the scheduler's count: TCP mode $tcpn s/GiB, DSR $dsrn s/GiB (ratio $(echo "$dsrn / $tcpn" | bc -l | cut -c1-6))."
+
 } > "$OUT"
 cat "$OUT"
