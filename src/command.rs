@@ -54,6 +54,8 @@ pub(crate) enum Command {
     DsrIf(Option<String>),
     /// `dsr_ip IP` / `no dsr_ip`: the DSR virtual address.
     DsrIp(Option<std::net::Ipv4Addr>),
+    /// `dsr_wait MS` / `no dsr_wait`: how long a ring block that does not fill waits (DSR).
+    DsrWait(Option<Duration>),
     /// `tarpit_acl N` / `no tarpit_acl`.
     TarpitAcl(Option<AclId>),
     IdleTimeout(Duration),
@@ -446,6 +448,11 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
         }
         ("dsr_ip", true, []) => set(Command::DsrIp(None)),
         ("dsr_ip", _, _) => err("dsr_ip needs one IPv4 address"),
+        ("dsr_wait", false, [ms]) => set(Command::DsrWait(Some(
+            crate::config::model::parse_dsr_wait(ms).map_err(CommandError)?,
+        ))),
+        ("dsr_wait", true, []) => set(Command::DsrWait(None)),
+        ("dsr_wait", _, _) => err("dsr_wait needs one number of milliseconds (1 to 1000)"),
         ("tarpit_acl", false, [n]) => set(Command::TarpitAcl(Some(list_arg(n)?))),
         ("tarpit_acl", true, []) => set(Command::TarpitAcl(None)),
         ("tarpit_acl", _, _) => err("tarpit_acl needs an ACL number"),

@@ -1,18 +1,18 @@
-//! Direct server return (Pen's `dsr_if`, `dsr_ip`, `tarpit_acl`): Quill owns a virtual address on
-//! an Ethernet segment without the kernel knowing it. It answers ARP for it (and announces it
-//! with a gratuitous ARP at start), reads the clients' frames for it on a packet socket bound to
-//! the interface, picks a server by a hash of the flow (so all of a connection's or a UDP
-//! exchange's frames reach one server), rewrites the destination MAC to the server's (learnt by
-//! ARP) and sends the frame out again. The servers hold the virtual address on their loopback and
-//! answer the clients straight: replies never reach Quill.
+//! Direct server return (Pen's `dsr_if`, `dsr_ip`, `tarpit_acl`; Quill's `dsr_wait`): Quill owns
+//! a virtual address on an Ethernet segment without the kernel knowing it. It answers ARP for it
+//! (and announces it with a gratuitous ARP at start), reads the clients' frames for it on a packet
+//! socket bound to the interface, picks a server by a hash of the flow (so all of a connection's
+//! or a UDP exchange's frames reach one server), rewrites the destination MAC to the server's
+//! (learnt by ARP) and sends the frame out again. The servers hold the virtual address on their
+//! loopback and answer the clients straight: replies never reach Quill.
 //!
 //! One thread per DSR listener, not the worker loop: there is nothing else to wait for (no
 //! sessions, no timers but the ARP probes, checked between blocks and at least every 100 ms), and
 //! a DSR process runs no proxy listeners (`Config::validate`). The frames arrive in a TPACKET_V3
 //! receive ring (`sys::PacketRing`): the kernel writes them into memory shared with Quill and
 //! wakes the thread once per block of frames (a block is handed over when full or about
-//! [`RING_WAIT_MS`] after its first frame), not once per frame; the frames are rewritten in place
-//! in the ring and sent on with one `sendmmsg` per block (up to 64 frames a call), with
+//! `dsr_wait`, default 2 ms, after its first frame), not once per frame; the frames are rewritten
+//! in place in the ring and sent on with one `sendmmsg` per block (up to 64 frames a call), with
 //! PACKET_QDISC_BYPASS. Measured in `bench/dsr.sh` (README, DSR): Quill's CPU per forwarded
 //! frame went from about 20 µs with one blocking `recvmsg` and one `send` per frame (a wake-up per
 //! frame) to 2-3 µs. What is left per frame is mostly the kernel's sending work (an skb, the
@@ -49,15 +49,14 @@ const TICK: Duration = Duration::from_millis(100);
 const RING_BLOCK: usize = 32 * 1024;
 /// ... this many of them (2 MiB mapped per DSR listener; many small blocks rather than a few big
 /// ones, since on a slow segment each block carries what arrived in one wait below, and the ring
-/// is full once every block is Quill's) ...
+/// is full once every block is Quill's).
 const RING_BLOCKS: usize = 64;
-/// ... and a block that does not fill is handed to Quill this long after its first frame (kernels
-/// that retire blocks on their clock tick round it up to a tick): about the most a frame waits on
-/// a quiet segment, and what lets one wake-up carry many frames on a busy one. Measured in
-/// `bench/dsr.sh` (README, DSR): 1 ms left Quill's CPU per GiB at 0.14 of TCP mode's, 2 ms at
-/// 0.09-0.10 with the same download speed, 4 ms at 0.09 with slower downloads (the clients' ACKs
-/// wait longer).
-const RING_WAIT_MS: u32 = 2;
+// A block that does not fill is handed to Quill after the listener's `dsr_wait`
+// (`ListenerConfig::dsr_wait_ms`, default 2 ms; kernels that retire blocks on their clock tick
+// round it up to a tick): about the most a frame waits on a quiet segment, and what lets one
+// wake-up carry many frames on a busy one. Measured in `bench/dsr.sh` (README, DSR): 1 ms left
+// Quill's CPU per GiB at 0.14 of TCP mode's, 2 ms at 0.09-0.10 with the same download speed, 4 ms
+// at 0.09 with slower downloads (the clients' ACKs wait longer).
 
 /// What one DSR listener did (logged at stop).
 #[derive(Default)]
@@ -114,7 +113,7 @@ impl Engine {
                 l.what()
             ))
         })?;
-        let ring = sys::packet_rx_ring(socket.fd.as_fd(), RING_BLOCK, RING_BLOCKS, RING_WAIT_MS)
+        let ring = sys::packet_rx_ring(socket.fd.as_fd(), RING_BLOCK, RING_BLOCKS, l.dsr_wait_ms())
             .map_err(|e| {
                 RunError(format!(
                     "{}: dsr_if {ifname}: cannot map a receive ring (TPACKET_V3): {e}",

@@ -53,6 +53,7 @@ impl ListenerConfig {
             Command::Source(ip) => t.source = *ip,
             Command::DsrIf(name) => self.dsr_if = name.clone(),
             Command::DsrIp(ip) => self.dsr_ip = *ip,
+            Command::DsrWait(d) => self.dsr_wait = *d,
             Command::TarpitAcl(n) => self.tarpit_acl = *n,
             Command::IdleTimeout(d) => t.idle_timeout = *d,
             Command::Server(index, change) => self.change_server(*index, change)?,

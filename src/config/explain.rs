@@ -101,6 +101,11 @@ impl Config {
                         None => String::new(),
                     }
                 );
+                out += &format!(
+                    "  a frame waits up to {} ms in Quill's receive ring when traffic is light (dsr_wait{})\n",
+                    l.dsr_wait_ms(),
+                    if l.dsr_wait.is_some() { "" } else { ", default" }
+                );
             }
             if let Some(h) = &l.http {
                 let changed = h.differences();

@@ -538,6 +538,9 @@ pub(crate) struct ListenerConfig {
     pub dsr_if: Option<String>,
     /// Pen's `dsr_ip`: the virtual address (default: the listen address).
     pub dsr_ip: Option<std::net::Ipv4Addr>,
+    /// `dsr_wait MS`: how long the kernel holds a receive-ring block that does not fill before
+    /// handing it to Quill (None: [`DEFAULT_DSR_WAIT`]); see [`parse_dsr_wait`].
+    pub dsr_wait: Option<Duration>,
     /// Pen's `tarpit_acl N` (DSR): clients that ACL N denies get a tarpit instead of a server.
     pub tarpit_acl: Option<AclId>,
     /// Some for a UDP listener (`-U`, `protocol = "udp"`): its flow settings.
@@ -559,6 +562,37 @@ pub(crate) struct UdpSettings {
 
 /// The default `max_flows`: each flow holds one descriptor (its server socket); past the
 /// open-file limit the process caps it at what the limit leaves (see `runtime`).
+/// `dsr_wait`'s default: measured in `bench/dsr.sh` (README, DSR), 2 ms kept Quill's CPU per
+/// GiB at about a tenth of TCP mode's; 1 ms cost half as much again, 4 ms slowed downloads.
+pub(crate) const DEFAULT_DSR_WAIT: Duration = Duration::from_millis(2);
+/// `dsr_wait`'s bounds, in ms: the kernel takes whole milliseconds, and past a second a lone
+/// frame would wait longer than a client's TCP retransmission.
+pub(crate) const DSR_WAIT_MS: RangeInclusive<u64> = 1..=1000;
+
+/// Parses `dsr_wait`'s value: a bare number is milliseconds (Pen-style `dsr_wait MS`), or a
+/// duration with a unit (`2ms`, `1s`); whole milliseconds within [`DSR_WAIT_MS`].
+pub(crate) fn parse_dsr_wait(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let d = if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        t.parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|_| format!("dsr_wait: '{t}' is not a number of milliseconds"))?
+    } else {
+        parse_duration(t).map_err(|_| {
+            format!("dsr_wait: '{t}' is not a number of milliseconds (e.g. 2 or 2ms)")
+        })?
+    };
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    if !DSR_WAIT_MS.contains(&ms) {
+        return Err(format!(
+            "dsr_wait: '{t}' is out of range ({} to {} ms)",
+            DSR_WAIT_MS.start(),
+            DSR_WAIT_MS.end()
+        ));
+    }
+    Ok(d)
+}
+
 pub(crate) const DEFAULT_MAX_FLOWS: u32 = 65_536;
 /// The most `max_flows` one listener may ask for.
 pub(crate) const MAX_FLOWS: u32 = 16_777_216;
@@ -934,6 +968,7 @@ impl ListenerConfig {
             server_tls: None,
             dsr_if: None,
             dsr_ip: None,
+            dsr_wait: None,
             tarpit_acl: None,
             udp: None,
             accept_proxy: Vec::new(),
@@ -965,12 +1000,21 @@ impl ListenerConfig {
         }
     }
 
+    /// How long a DSR listener's lone frame may wait in the receive ring (`dsr_wait`), in ms.
+    pub(crate) fn dsr_wait_ms(&self) -> u32 {
+        let d = self.dsr_wait.unwrap_or(DEFAULT_DSR_WAIT);
+        u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
+    }
+
     /// `dsr_if`, `dsr_ip` and `tarpit_acl`: a DSR listener forwards frames to IPv4 servers on
     /// the interface's network, by address.
     fn check_dsr(&self) -> Result<(), String> {
         let Some(ifname) = &self.dsr_if else {
             if self.dsr_ip.is_some() || self.tarpit_acl.is_some() {
                 return Err("dsr_ip and tarpit_acl need dsr_if".into());
+            }
+            if self.dsr_wait.is_some() {
+                return Err("dsr_wait needs dsr_if".into());
             }
             return Ok(());
         };

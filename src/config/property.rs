@@ -43,6 +43,7 @@ const WORDS: &[&str] = &[
     "transparent",
     "dsr_if",
     "dsr_ip",
+    "dsr_wait",
     "tarpit_acl",
     "source",
     "hash",

@@ -491,6 +491,12 @@ fn build_listener(
             ))
         })?);
     }
+    if let Some(w) = &rl.dsr_wait {
+        l.dsr_wait = Some(
+            super::model::parse_dsr_wait(&w.get_ref().0)
+                .map_err(|e| ConfigError::usage(format!("{}{e}", at(w.span()))))?,
+        );
+    }
     if let Some(n) = &rl.tarpit_acl {
         l.tarpit_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
     }
@@ -758,6 +764,30 @@ impl LineIndex {
     /// The 1-based line of byte `offset`.
     fn line(&self, offset: usize) -> usize {
         self.0.partition_point(|&nl| nl < offset) + 1
+    }
+}
+
+/// A value in milliseconds as written (`dsr_wait = 2` or `"2ms"`), read by the key's own
+/// parser so that its errors name the line.
+#[derive(Debug)]
+struct MsText(String);
+
+impl<'de> Deserialize<'de> for MsText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<MsText, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = MsText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("milliseconds such as 2 or \"2ms\"")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<MsText, E> {
+                Ok(MsText(v.to_string()))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<MsText, E> {
+                Ok(MsText(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -1407,6 +1437,7 @@ with_tuning_keys! {
         client_acl: Option<Spanned<u8>>,
         dsr_if: Option<String>,
         dsr_ip: Option<Spanned<String>>,
+        dsr_wait: Option<Spanned<MsText>>,
         tarpit_acl: Option<Spanned<u8>>,
         health: Option<Spanned<RawHealth>>,
         slow_start: Option<Dur>,

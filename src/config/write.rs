@@ -156,6 +156,9 @@ fn write_pool(out: &mut String, prefix: &str, l: &ListenerConfig) {
     if let Some(ip) = l.dsr_ip {
         *out += &format!("{prefix}dsr_ip {ip}\n");
     }
+    if let Some(d) = l.dsr_wait {
+        *out += &format!("{prefix}dsr_wait {}\n", d.as_millis());
+    }
     if let Some(n) = l.tarpit_acl {
         *out += &format!("{prefix}tarpit_acl {n}\n");
     }
