@@ -397,6 +397,46 @@ fn dsr_lone_frame_on_a_quiet_segment_waits_milliseconds_not_a_tick() {
     );
 }
 
+/// Round trips of `n` lone UDP exchanges, each sent as soon as the previous reply is in (so each
+/// frame reaches a ring block that has just been handed over and waits its whole `dsr_wait`),
+/// sorted.
+fn lone_round_trips(lab: &Lab, ns: &str, n: usize) -> Vec<Duration> {
+    let mut rtts = lab.within(ns, move || {
+        let u = UdpSocket::bind("10.72.0.2:0").unwrap();
+        u.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        u.connect(vip()).unwrap();
+        let mut buf = [0u8; 2048];
+        let mut rtts = Vec::with_capacity(n);
+        for i in 0..n {
+            let t = Instant::now();
+            u.send(format!("lone {i}").as_bytes()).unwrap();
+            u.recv(&mut buf).expect("no reply");
+            rtts.push(t.elapsed());
+        }
+        rtts
+    });
+    rtts.sort();
+    rtts
+}
+
+/// `dsr_wait 50`: a block that does not fill waits 50 ms before the kernel hands it to Quill, so
+/// a lone frame's round trip through Quill takes about that (the default 2 ms keeps it under 20
+/// ms: the test above); under 100 ms all the same (not stuck until the loop's tick or later).
+#[test]
+fn dsr_wait_sets_how_long_a_lone_frame_waits() {
+    let Some(mut d) = dsr_lab("dsr_wait_sets_how_long_a_lone_frame_waits") else {
+        return;
+    };
+    d.start_quill(&["-O", "dsr_wait 50"]);
+    let rtts = lone_round_trips(&d.lab, &d.c, 15);
+    let median = rtts[rtts.len() / 2];
+    println!("dsr_wait 50: lone round trips {rtts:?}");
+    assert!(
+        median >= Duration::from_millis(40) && median < Duration::from_millis(100),
+        "median round trip {median:?} with dsr_wait 50 (all: {rtts:?})"
+    );
+}
+
 /// Quill's CPU seconds so far (utime + stime from /proc, in clock ticks).
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -661,6 +701,140 @@ fn dsr_configuration_errors_name_the_setting() {
         let (code, err) = run_quill(&args);
         assert_eq!(code, Some(2), "{args:?}: {err}");
         assert!(err.contains(expect), "{args:?}: {err}");
+    }
+}
+
+/// `quill check ARGS`: (status code, stdout, stderr).
+fn check(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(BIN)
+        .arg("check")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// A TOML file with one DSR-able listener and `key` on line 5 (`extra` on line 4); its path.
+fn dsr_toml(dir: &std::path::Path, extra: &str, key: &str) -> String {
+    let path = dir.join("q.toml");
+    std::fs::write(
+        &path,
+        format!("[[listener]]\nname = \"l\"\nlisten = \"10.9.0.1:80\"\n{extra}\n{key}\nservers = [\"10.9.0.2:80\"]\n"),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn dsr_wait_is_read_from_the_command_line_a_command_file_and_toml_and_explained() {
+    let wait_line = |out: &str| {
+        out.lines()
+            .find(|l| l.contains("receive ring"))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    let base = ["-O", "dsr_if eth0", "10.9.0.1:80", "10.9.0.2:80"];
+    let (code, out, err) = check(&base);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        wait_line(&out).contains("up to 2 ms") && wait_line(&out).contains("dsr_wait, default"),
+        "{out}"
+    );
+    for (value, ms) in [("7", 7), ("30ms", 30), ("1s", 1000), ("1", 1)] {
+        let opt = format!("dsr_wait {value}");
+        let mut args = vec!["-O", &opt];
+        args.extend_from_slice(&base);
+        let (code, out, err) = check(&args);
+        assert_eq!(code, Some(0), "{value}: {err}");
+        assert!(
+            wait_line(&out).contains(&format!("up to {ms} ms")),
+            "{value}: {out}"
+        );
+    }
+    let dir = support::scratch_dir();
+    // A command file (`-F`, what `write` saves) says it the same way.
+    let cmds = dir.path().join("saved.cmds");
+    std::fs::write(&cmds, "dsr_wait 9\n").unwrap();
+    let cmds = cmds.display().to_string();
+    let mut args = vec!["-F", &cmds];
+    args.extend_from_slice(&base);
+    let (code, out, err) = check(&args);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(wait_line(&out).contains("up to 9 ms"), "{out}");
+    // TOML: integer milliseconds or a duration string.
+    for (key, ms) in [("dsr_wait = 5", 5), ("dsr_wait = \"20ms\"", 20)] {
+        let path = dsr_toml(dir.path(), "dsr_if = \"eth0\"", key);
+        let (code, out, err) = check(&["--config", &path]);
+        assert_eq!(code, Some(0), "{key}: {err}");
+        assert!(
+            wait_line(&out).contains(&format!("up to {ms} ms")),
+            "{key}: {out}"
+        );
+    }
+}
+
+#[test]
+fn dsr_wait_out_of_range_or_without_dsr_if_is_refused_naming_the_flag_or_line() {
+    for (opt, expect) in [
+        (
+            "dsr_wait 0",
+            "-O 'dsr_wait 0': dsr_wait: '0' is out of range (1 to 1000 ms)",
+        ),
+        (
+            "dsr_wait 1001",
+            "dsr_wait: '1001' is out of range (1 to 1000 ms)",
+        ),
+        (
+            "dsr_wait 2s",
+            "dsr_wait: '2s' is out of range (1 to 1000 ms)",
+        ),
+        (
+            "dsr_wait soon",
+            "dsr_wait: 'soon' is not a number of milliseconds",
+        ),
+        ("dsr_wait", "dsr_wait needs one number of milliseconds"),
+    ] {
+        let (code, _, err) = check(&["-O", "dsr_if eth0", "-O", opt, "10.9.0.1:80", "10.9.0.2:80"]);
+        assert_eq!(code, Some(2), "{opt}: {err}");
+        assert!(err.contains(expect), "{opt}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{opt}: {err}");
+    }
+    let (code, _, err) = check(&["-O", "dsr_wait 5", "10.9.0.1:80", "10.9.0.2:80"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("dsr_wait needs dsr_if"), "{err}");
+    let dir = support::scratch_dir();
+    for (extra, key, expect) in [
+        (
+            "dsr_if = \"eth0\"",
+            "dsr_wait = 0",
+            "q.toml:5: dsr_wait: '0' is out of range",
+        ),
+        (
+            "dsr_if = \"eth0\"",
+            "dsr_wait = 1001",
+            "q.toml:5: dsr_wait: '1001' is out of range",
+        ),
+        (
+            "dsr_if = \"eth0\"",
+            "dsr_wait = \"soon\"",
+            "q.toml:5: dsr_wait: 'soon' is not a number",
+        ),
+        (
+            "dsr_if = \"eth0\"",
+            "dsr_wait = -3",
+            "q.toml:5: dsr_wait: '-3' is not a number",
+        ),
+        ("", "dsr_wait = 5", "dsr_wait needs dsr_if"),
+    ] {
+        let path = dsr_toml(dir.path(), extra, key);
+        let (code, _, err) = check(&["--config", &path]);
+        assert_eq!(code, Some(2), "{key}: {err}");
+        assert!(err.contains(expect), "{key}: {err}");
     }
 }
 

@@ -1700,4 +1700,49 @@ mod bounds {
             started.elapsed()
         );
     }
+
+    /// `dsr_wait`: a bare number is milliseconds, a unit is read as any duration; whole
+    /// milliseconds from 1 to 1000 only; a listener without `dsr_if` refuses it.
+    #[test]
+    fn dsr_wait_takes_milliseconds_within_range_and_needs_dsr_if() {
+        for (text, ms) in [
+            ("1", 1),
+            ("2", 2),
+            ("50ms", 50),
+            ("1s", 1000),
+            (" 1000 ", 1000),
+        ] {
+            assert_eq!(
+                parse_dsr_wait(text),
+                Ok(Duration::from_millis(ms)),
+                "{text}"
+            );
+        }
+        for bad in [
+            "0",
+            "1001",
+            "2s",
+            "0ms",
+            "",
+            "ms",
+            "-1",
+            "1.5",
+            "99999999999999999999999",
+        ] {
+            let e = parse_dsr_wait(bad).expect_err(bad);
+            assert!(e.starts_with("dsr_wait: "), "{bad}: {e}");
+        }
+        let mut c = toml("", "dsr_if = \"eth0\"\ndsr_wait = 9").unwrap();
+        assert_eq!(c.listeners[0].dsr_wait_ms(), 9);
+        apply(&mut c, "no dsr_wait").unwrap();
+        assert_eq!(c.listeners[0].dsr_wait_ms(), 2);
+        apply(&mut c, "dsr_wait 40").unwrap();
+        assert_eq!(c.listeners[0].dsr_wait, Some(Duration::from_millis(40)));
+        refused(apply(&mut c, "dsr_wait 0"), "out of range");
+        assert_eq!(c.listeners[0].dsr_wait_ms(), 40);
+        refused(toml("", "dsr_wait = 9"), "dsr_wait needs dsr_if");
+        let mut plain = one();
+        assert!(apply(&mut plain, "dsr_wait 9").is_err());
+        assert_eq!(plain.listeners[0].dsr_wait, None);
+    }
 }

@@ -295,4 +295,28 @@ mod tests {
         }
         assert_eq!(restarted, running, "{}", running.to_commands());
     }
+
+    /// A DSR listener's `dsr_wait` is written as `dsr_wait MS` and read back by `-F`; one left
+    /// at its default is not written.
+    #[test]
+    fn written_commands_keep_dsr_wait() {
+        let text = "[[listener]]\nname = \"d\"\nlisten = \"10.9.0.1:80\"\ndsr_if = \"eth0\"\n\
+                    servers = [\"10.9.0.2:80\"]\n";
+        assert!(!load(text).unwrap().to_commands().contains("dsr_wait"));
+        let mut running = load(text).unwrap();
+        running
+            .apply(None, &crate::command::parse("dsr_wait 25ms").unwrap())
+            .unwrap();
+        let written = running.to_commands();
+        assert!(written.contains("\ndsr_wait 25\n"), "{written}");
+        let file =
+            std::env::temp_dir().join(format!("quill-write-dsr-wait-{}", std::process::id()));
+        std::fs::write(&file, &written).unwrap();
+        let mut restarted = load(text).unwrap();
+        restarted.apply_file(&file, 0).unwrap();
+        let _ = std::fs::remove_file(&file);
+        restarted.validate().unwrap();
+        assert_eq!(restarted, running, "{written}");
+        assert_eq!(restarted.listeners[0].dsr_wait_ms(), 25);
+    }
 }
