@@ -457,14 +457,22 @@ pub(crate) struct HttpSession {
     /// X-Request-ID; lengths in `log_lens`), kept to reuse its allocation.
     log_text: Vec<u8>,
     log_lens: [u16; 5],
+    /// What few sessions have (a client certificate, a private server connection), in one box:
+    /// an idle session stays small (one pointer for both; a second pointer cost 32 bytes per
+    /// idle TLS connection in `bench/tls.sh`), and only the sessions that have them pay.
+    rare: Option<Box<Rare>>,
+}
+
+/// The rarely used parts of an [`HttpSession`].
+#[derive(Debug, Default)]
+struct Rare {
     /// TLS with a verified client certificate: `X-Client-Cert-Subject: SUBJECT`, the edit every
     /// request of the connection gets (None: the field is only removed).
-    cert_edit: Option<Box<[HeaderEdit; 1]>>,
+    cert_edit: Option<[HeaderEdit; 1]>,
     /// Between requests: the server connection that carried this client's PROXY header
     /// (`proxy_protocol`), private to this session; closed with it, or when the server closes
-    /// it, or when a request goes to another server. Boxed: an idle session stays small, and
-    /// only sessions of PROXY pools pay for it.
-    private: Option<Box<PrivateConn>>,
+    /// it, or when a request goes to another server.
+    private: Option<PrivateConn>,
 }
 
 /// The edit that removes a client-sent `X-Client-Cert-Subject` (always: only Quill says which
@@ -603,8 +611,7 @@ impl HttpSession {
             draining: false,
             log_text: Vec::new(),
             log_lens: [0; 5],
-            cert_edit: None,
-            private: None,
+            rare: None,
         }
     }
 
@@ -641,19 +648,24 @@ impl HttpSession {
 
     /// Starts reading requests from a client whose socket is registered already, with the
     /// readiness known of it (after a TLS handshake: request bytes may have come with it).
+    /// The private server connection, taken (see [`Rare::private`]).
+    fn take_private(&mut self) -> Option<PrivateConn> {
+        self.rare.as_mut().and_then(|r| r.private.take())
+    }
+
     pub(crate) fn start_registered(&mut self, ready: Ready, cx: &mut Ctx) -> Step {
         self.client_ready = ready;
         let subject = self.client.tls().and_then(|t| {
             let conn = t.common();
             crate::tls::certs::subject_of(conn.peer_certificates()?.first()?)
         });
-        self.cert_edit = subject.map(|s| {
-            Box::new([HeaderEdit {
+        if let Some(s) = subject {
+            self.rare.get_or_insert_default().cert_edit = Some([HeaderEdit {
                 op: rewrite::EditOp::Set,
                 name: CERT_SUBJECT.into(),
                 value: s.into(),
-            }])
-        });
+            }]);
+        }
         self.step(cx)
     }
 
@@ -672,7 +684,7 @@ impl HttpSession {
                 } else if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                     // The private server connection, idle: EOF, a reset or bytes nobody asked
                     // for end it (as an idle pooled connection).
-                    if let Some(p) = self.private.take() {
+                    if let Some(p) = self.take_private() {
                         p.close(cx.conns);
                     }
                 }
@@ -1080,8 +1092,8 @@ impl HttpSession {
         let Some(ex) = &mut self.ex else {
             return Ok(());
         };
-        let progress = match self.private.take() {
-            Some(p) => ex.connector.connect_private(*p, &self.addr, cx),
+        let progress = match self.rare.as_mut().and_then(|r| r.private.take()) {
+            Some(p) => ex.connector.connect_private(p, &self.addr, cx),
             None => ex.connector.connect_next(&self.addr, cx),
         };
         match self.follow(progress, cx) {
@@ -1257,7 +1269,7 @@ impl HttpSession {
             edits: [
                 &s.request_headers,
                 route.map_or(&[][..], |r| &r.request_headers),
-                match self.cert_edit.as_deref() {
+                match self.rare.as_ref().and_then(|r| r.cert_edit.as_ref()) {
                     Some(e) => e,
                     None => strip_cert_subject(),
                 },
@@ -1730,7 +1742,9 @@ impl HttpSession {
         // its next request) and never joins the shared idle pool.
         let keep = reusable && !ex.proxied;
         if ex.proxied && reusable && !ex.close && !self.draining && !cx.draining {
-            self.private = ex.connector.keep_private().map(Box::new);
+            if let Some(p) = ex.connector.keep_private() {
+                self.rare.get_or_insert_default().private = Some(p);
+            }
         }
         let up_bytes = ex.up.as_ref().map_or(0, |l| l.bytes);
         let down_bytes = ex.down.as_ref().map_or(0, |l| l.bytes);
@@ -1812,7 +1826,11 @@ impl HttpSession {
             first_byte_us: ex.and_then(|ex| ex.first_byte_us),
             total_us: ex.map_or(0, |ex| ex.started_at.elapsed().as_micros() as u64),
             end,
-            client_cert: self.cert_edit.as_ref().map(|e| &*e[0].value),
+            client_cert: self
+                .rare
+                .as_ref()
+                .and_then(|r| r.cert_edit.as_ref())
+                .map(|e| &*e[0].value),
         });
     }
 
@@ -1863,7 +1881,7 @@ impl HttpSession {
             lease = ex.connector.take_lease();
             ex.connector.forget_conn(conns);
         }
-        if let Some(p) = self.private.take() {
+        if let Some(p) = self.take_private() {
             p.close(conns);
         }
         self.input.release(pools);
