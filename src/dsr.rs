@@ -207,13 +207,12 @@ impl Engine {
                 if out.is_empty() {
                     return;
                 }
-                let sent = sys::packet_send_many(self.socket.fd.as_fd(), block, &out);
+                let (sent, bytes) = sys::packet_send_many(self.socket.fd.as_fd(), block, &out);
                 let stats = &self.stats;
                 stats.forwarded.fetch_add(sent as u64, Ordering::Relaxed);
                 stats
                     .dropped
                     .fetch_add((out.len() - sent) as u64, Ordering::Relaxed);
-                let bytes: usize = out.iter().map(|&(_, len)| len).sum();
                 stats.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
             });
             if let Err(e) = read {

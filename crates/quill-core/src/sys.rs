@@ -587,10 +587,16 @@ fn take_socket_error(fd: BorrowedFd<'_>) -> io::Error {
 pub const PACKET_SEND_BATCH: usize = 64;
 
 /// Sends the frames at `frames` (offset, length) of `block` out of the packet socket's interface,
-/// [`PACKET_SEND_BATCH`] per `sendmmsg`. Returns how many the kernel took: a frame it refuses (or
-/// that lies outside `block`) is skipped and the others are still sent.
-pub fn packet_send_many(fd: BorrowedFd<'_>, block: &[u8], frames: &[(usize, usize)]) -> usize {
+/// [`PACKET_SEND_BATCH`] per `sendmmsg`. Returns how many frames, and how many bytes of them, the
+/// kernel took: a frame it refuses (or that lies outside `block`) is skipped and the others are
+/// still sent.
+pub fn packet_send_many(
+    fd: BorrowedFd<'_>,
+    block: &[u8],
+    frames: &[(usize, usize)],
+) -> (usize, usize) {
     let mut sent = 0;
+    let mut bytes = 0;
     for chunk in frames.chunks(PACKET_SEND_BATCH) {
         // SAFETY: iovec and mmsghdr are plain old data; all zeroes is valid, pointers set below.
         let mut iovs: [libc::iovec; PACKET_SEND_BATCH] = unsafe { std::mem::zeroed() };
@@ -623,15 +629,20 @@ pub fn packet_send_many(fd: BorrowedFd<'_>, block: &[u8], frames: &[(usize, usiz
             });
             match got {
                 Ok(k) if k > 0 => {
-                    done += k as usize;
-                    sent += k as usize;
+                    let k = k as usize;
+                    bytes += iovs[done..done + k]
+                        .iter()
+                        .map(|v| v.iov_len)
+                        .sum::<usize>();
+                    done += k;
+                    sent += k;
                 }
                 // The frame at `done` was refused (or none was taken): skip it, go on.
                 _ => done += 1,
             }
         }
     }
-    sent
+    (sent, bytes)
 }
 
 /// Sends the socket's frames straight to the interface's driver, past the traffic-control layer
