@@ -44,25 +44,31 @@ def cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])
 
 
-def wrk(port, seconds):
-    out = subprocess.run(
-        ["wrk", "-t1", "-c20", "-d%ds" % seconds, "-H", "Connection: close",
-         "http://127.0.0.1:%d/" % port],
-        capture_output=True, text=True, timeout=seconds + 30).stdout
+def wrk(port, seconds, close=True):
+    """`wrk -t1 -c20` for SECONDS, a new connection per request unless `close` is false:
+    (requests, socket errors, non-2xx responses, wrk's output). Also bench/proxy_protocol_http.py's."""
+    cmd = ["wrk", "-t1", "-c20", "-d%ds" % seconds]
+    if close:
+        cmd += ["-H", "Connection: close"]
+    out = subprocess.run(cmd + ["http://127.0.0.1:%d/" % port], capture_output=True, text=True,
+                         timeout=seconds + 30).stdout
     reqs = int(re.search(r"(\d+) requests in", out).group(1))
     errors = re.search(r"Socket errors: (.*)", out)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return reqs, (errors.group(1) if errors else ""), int(non2xx.group(1)) if non2xx else 0, out
 
 
-def strace_calls(pid, port, seconds, work):
+def strace_calls(pid, port, seconds, work, close=True):
+    """System calls of PID (and its threads) while `wrk` runs: (requests, {syscall: calls})."""
     out_file = os.path.join(work, "strace.out")
     st = subprocess.Popen(["strace", "-f", "-c", "-o", out_file, "-p", str(pid)],
                           stderr=subprocess.DEVNULL)
-    time.sleep(1.0)
-    reqs, _, _, _ = wrk(port, seconds)
-    st.send_signal(signal.SIGINT)
-    st.wait(timeout=30)
+    try:
+        time.sleep(1.0)
+        reqs, _, _, _ = wrk(port, seconds, close)
+    finally:
+        st.send_signal(signal.SIGINT)
+        st.wait(timeout=30)
     calls = {}
     with open(out_file) as f:
         for line in f:

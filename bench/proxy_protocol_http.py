@@ -18,8 +18,6 @@ Prints a Markdown table and writes results/proxy_protocol_http.md beside this fi
 
 import argparse
 import os
-import re
-import signal
 import socket
 import subprocess
 import sys
@@ -30,22 +28,8 @@ NG_PP, NG_TLS, NG_TLS_PP, NG_STATUS = 9081, 9082, 9083, 9084
 Q_AFTER, Q_BASE, Q_TLS, Q_TLS_PP = 9281, 9282, 9283, 9284
 CLK = os.sysconf("SC_CLK_TCK")
 
-
-def wait_port(port, within=10.0):
-    end = time.time() + within
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("port %d not accepting" % port)
-
-
-def cpu_ticks(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+# The same helpers as the plain PROXY benchmark beside this one (this directory is on the path).
+from proxy_protocol import cpu_ticks, strace_calls, wait_port, wrk  # noqa: E402
 
 
 def accepts():
@@ -60,37 +44,6 @@ def accepts():
             data += chunk
     body = data.split(b"\r\n\r\n", 1)[1].decode()
     return int(body.split("\n")[2].split()[0])
-
-
-def wrk(port, seconds, close):
-    cmd = ["wrk", "-t1", "-c20", "-d%ds" % seconds]
-    if close:
-        cmd += ["-H", "Connection: close"]
-    out = subprocess.run(cmd + ["http://127.0.0.1:%d/" % port], capture_output=True, text=True,
-                         timeout=seconds + 30).stdout
-    reqs = int(re.search(r"(\d+) requests in", out).group(1))
-    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    errors = re.search(r"Socket errors: (.*)", out)
-    return reqs, int(bad.group(1)) if bad else 0, errors.group(1) if errors else ""
-
-
-def strace_calls(pid, port, seconds, close, work):
-    out_file = os.path.join(work, "strace.out")
-    st = subprocess.Popen(["strace", "-f", "-c", "-o", out_file, "-p", str(pid)],
-                          stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(1.0)
-        reqs, _, _ = wrk(port, seconds, close)
-    finally:
-        st.send_signal(signal.SIGINT)
-        st.wait(timeout=30)
-    calls = {}
-    with open(out_file) as f:
-        for line in f:
-            m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", line)
-            if m and m.group(2) != "total":
-                calls[m.group(2)] = int(m.group(1))
-    return reqs, calls
 
 
 def main():
@@ -173,7 +126,7 @@ proxy_protocol = "v2"
         quills["tls-v2"] = quills["tls"]
         # Headers really go: nginx answers 400 to a connection without one.
         for port, close in ((Q_AFTER, False), (Q_BASE, False), (Q_TLS_PP, True)):
-            _, bad, _ = wrk(port, 1, close)
+            _, _, bad, _ = wrk(port, 1, close)
             if bad:
                 raise RuntimeError("nginx refused %d requests through port %d" % (bad, port))
         cases = [("A", [("base", Q_BASE), ("after", Q_AFTER)], False),
@@ -184,9 +137,9 @@ proxy_protocol = "v2"
                 for name, port in order:
                     pid = quills[name].pid
                     t0, acc0 = cpu_ticks(pid), accepts()
-                    reqs, bad, errors = wrk(port, a.seconds, close)
+                    reqs, errors, bad, _ = wrk(port, a.seconds, close)
                     ticks, acc = cpu_ticks(pid) - t0, accepts() - acc0
-                    sreqs, calls = strace_calls(pid, port, a.seconds, close, w)
+                    sreqs, calls = strace_calls(pid, port, a.seconds, w, close)
                     rows.setdefault(name, []).append({
                         "rps": reqs / a.seconds,
                         "cpu_us": ticks / CLK * 1e6 / max(reqs, 1),
