@@ -191,6 +191,18 @@ mod tests {
         from_toml("q.toml", text, &TuningPatch::default())
     }
 
+    /// A restart: the TOML `text` loaded again, then the `written` commands read with `-F` (from
+    /// a temporary file named by `tag`), validated.
+    fn read_back(text: &str, written: &str, tag: &str) -> Config {
+        let file = std::env::temp_dir().join(format!("quill-write-{tag}-{}", std::process::id()));
+        std::fs::write(&file, written).unwrap();
+        let mut restarted = load(text).unwrap();
+        restarted.apply_file(&file, 0).unwrap();
+        let _ = std::fs::remove_file(&file);
+        restarted.validate().unwrap();
+        restarted
+    }
+
     /// An HTTP listener written and read back over its TOML file is still HTTP, with the same
     /// settings; the written file says so in a comment and holds nothing that would change it.
     #[test]
@@ -208,14 +220,7 @@ mod tests {
         let written = running.to_commands();
         assert!(written.contains("# listener web: HTTP"), "{written}");
         assert!(!written.contains("# listener tcp: HTTP"), "{written}");
-        let dir = std::env::temp_dir().join(format!("quill-write-http-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("saved.cmds");
-        std::fs::write(&file, &written).unwrap();
-        let mut restarted = load(text).unwrap();
-        restarted.apply_file(&file, 0).unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
-        restarted.validate().unwrap();
+        let restarted = read_back(text, &written, "http");
         assert_eq!(restarted, running, "{written}");
         let web = restarted.listeners[0].http.as_ref().expect("still HTTP");
         assert_eq!(web.response_timeout, std::time::Duration::from_secs(5));
@@ -247,12 +252,7 @@ mod tests {
             written.contains("pool api server 1 address 127.0.0.1 port 6 "),
             "{written}"
         );
-        let file = std::env::temp_dir().join(format!("quill-write-pool-{}", std::process::id()));
-        std::fs::write(&file, &written).unwrap();
-        let mut restarted = load(text).unwrap();
-        restarted.apply_file(&file, 0).unwrap();
-        let _ = std::fs::remove_file(&file);
-        restarted.validate().unwrap();
+        let restarted = read_back(text, &written, "pool");
         assert_eq!(restarted, running, "{written}");
     }
 
@@ -309,13 +309,7 @@ mod tests {
             .unwrap();
         let written = running.to_commands();
         assert!(written.contains("\ndsr_wait 25\n"), "{written}");
-        let file =
-            std::env::temp_dir().join(format!("quill-write-dsr-wait-{}", std::process::id()));
-        std::fs::write(&file, &written).unwrap();
-        let mut restarted = load(text).unwrap();
-        restarted.apply_file(&file, 0).unwrap();
-        let _ = std::fs::remove_file(&file);
-        restarted.validate().unwrap();
+        let restarted = read_back(text, &written, "dsr-wait");
         assert_eq!(restarted, running, "{written}");
         assert_eq!(restarted.listeners[0].dsr_wait_ms(), 25);
     }
