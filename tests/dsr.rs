@@ -374,22 +374,7 @@ fn dsr_lone_frame_on_a_quiet_segment_waits_milliseconds_not_a_tick() {
         return;
     };
     d.start_quill(&[]);
-    let mut rtts = d.lab.within(&d.c, || {
-        let u = UdpSocket::bind("10.72.0.2:0").unwrap();
-        u.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        u.connect(vip()).unwrap();
-        let mut buf = [0u8; 2048];
-        let mut rtts = Vec::new();
-        for i in 0..20 {
-            thread::sleep(Duration::from_millis(20));
-            let t = Instant::now();
-            u.send(format!("lone {i}").as_bytes()).unwrap();
-            u.recv(&mut buf).expect("no reply");
-            rtts.push(t.elapsed());
-        }
-        rtts
-    });
-    rtts.sort();
+    let rtts = lone_round_trips(&d.lab, &d.c, 20, Duration::from_millis(20));
     let median = rtts[rtts.len() / 2];
     assert!(
         median < Duration::from_millis(20),
@@ -397,10 +382,10 @@ fn dsr_lone_frame_on_a_quiet_segment_waits_milliseconds_not_a_tick() {
     );
 }
 
-/// Round trips of `n` lone UDP exchanges, each sent as soon as the previous reply is in (so each
-/// frame reaches a ring block that has just been handed over and waits its whole `dsr_wait`),
-/// sorted.
-fn lone_round_trips(lab: &Lab, ns: &str, n: usize) -> Vec<Duration> {
+/// Round trips of `n` lone UDP exchanges, each sent `gap` after the previous reply is in (with no
+/// gap, each frame reaches a ring block that has just been handed over and waits its whole
+/// `dsr_wait`), sorted.
+fn lone_round_trips(lab: &Lab, ns: &str, n: usize, gap: Duration) -> Vec<Duration> {
     let mut rtts = lab.within(ns, move || {
         let u = UdpSocket::bind("10.72.0.2:0").unwrap();
         u.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
@@ -408,6 +393,7 @@ fn lone_round_trips(lab: &Lab, ns: &str, n: usize) -> Vec<Duration> {
         let mut buf = [0u8; 2048];
         let mut rtts = Vec::with_capacity(n);
         for i in 0..n {
+            thread::sleep(gap);
             let t = Instant::now();
             u.send(format!("lone {i}").as_bytes()).unwrap();
             u.recv(&mut buf).expect("no reply");
@@ -428,7 +414,7 @@ fn dsr_wait_sets_how_long_a_lone_frame_waits() {
         return;
     };
     d.start_quill(&["-O", "dsr_wait 50"]);
-    let rtts = lone_round_trips(&d.lab, &d.c, 15);
+    let rtts = lone_round_trips(&d.lab, &d.c, 15, Duration::ZERO);
     let median = rtts[rtts.len() / 2];
     println!("dsr_wait 50: lone round trips {rtts:?}");
     assert!(
