@@ -15,7 +15,7 @@
 use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::acl::{AclId, Acls};
 use crate::config::{
@@ -541,7 +541,9 @@ pub(crate) const RATE_SLOTS: usize = 1 << 16;
 #[derive(Debug)]
 pub(crate) struct RateTable {
     key: RandomState,
-    slots: Box<[Slot]>,
+    /// Made by the first request a route with `rate` admits: a process without such a route
+    /// never holds the 1 MiB.
+    slots: OnceLock<Box<[Slot]>>,
 }
 
 #[derive(Debug, Default)]
@@ -562,7 +564,7 @@ impl RateTable {
     pub(crate) fn new() -> RateTable {
         RateTable {
             key: RandomState::new(),
-            slots: (0..RATE_SLOTS).map(|_| Slot::default()).collect(),
+            slots: OnceLock::new(),
         }
     }
 
@@ -602,9 +604,12 @@ impl RateTable {
         let h = self.key.hash_one((route, ip.to_canonical()));
         let tag = h | 1;
         let mask = RATE_SLOTS as u64 - 1;
+        let slots = self
+            .slots
+            .get_or_init(|| (0..RATE_SLOTS).map(|_| Slot::default()).collect());
         let (a, b) = (
-            &self.slots[(h & mask) as usize],
-            &self.slots[((h >> 32) & mask) as usize],
+            &slots[(h & mask) as usize],
+            &slots[((h >> 32) & mask) as usize],
         );
         for s in [a, b] {
             if s.owner.load(Ordering::Relaxed) == tag {

@@ -147,9 +147,9 @@ pub(crate) struct Shared {
     /// (routes in the listeners' pools hold the same `Arc`s). Control commands, health checks and
     /// status read them here.
     pub pools: ArcSwap<Vec<Arc<Pool>>>,
-    /// Requests per (route, client address) for routes' `rate`; made on first use.
-    #[allow(dead_code)] // Read through `rates()` by the HTTP session once it routes.
-    rates: OnceLock<Arc<RateTable>>,
+    /// Requests per (route, client address) for routes' `rate` (its slots are made on first
+    /// use).
+    rates: RateTable,
 }
 
 /// A listener that no longer accepts, as status reports show it during a drain.
@@ -198,7 +198,7 @@ impl Shared {
             drained: ArcSwap::from_pointee(Vec::new()),
             sources: OnceLock::new(),
             pools: ArcSwap::from_pointee(Vec::new()),
-            rates: OnceLock::new(),
+            rates: RateTable::new(),
         }
     }
 
@@ -208,11 +208,11 @@ impl Shared {
         self.sources.get_or_init(|| Arc::new(SourceCounts::new()))
     }
 
-    /// The rate limit table of every route (allocated on first use: 1 MiB, nothing while no
-    /// route has a `rate`). Workers call `admit` on it per request.
-    #[allow(dead_code)] // Called by the HTTP session once it routes (issue 11).
-    pub(crate) fn rates(&self) -> &Arc<RateTable> {
-        self.rates.get_or_init(|| Arc::new(RateTable::new()))
+    /// The rate limit table of every route (its 1 MiB of slots is allocated when a route with
+    /// `rate` first admits a request: nothing while none does). Workers call `admit` on it per
+    /// request.
+    pub(crate) fn rates(&self) -> &RateTable {
+        &self.rates
     }
 
     /// The named pool called `name`.
