@@ -918,6 +918,18 @@ mod tests {
     }
 
     #[test]
+    fn the_rate_table_holds_no_slots_until_a_route_with_rate_admits() {
+        let t = RateTable::new();
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let free = routes("[[listener.route]]\npool = \"api\"\n");
+        assert_eq!(t.admit(&free.routes[0], a, 1_000), Ok(()));
+        assert!(t.slots.get().is_none(), "a route without rate made the slots");
+        let rated = routes("[[listener.route]]\nrate = \"2/s\"\npool = \"api\"\n");
+        assert_eq!(t.admit(&rated.routes[0], a, 1_000), Ok(()));
+        assert_eq!(t.slots.get().map(|s| s.len()), Some(RATE_SLOTS));
+    }
+
+    #[test]
     fn a_rate_admits_its_burst_then_refuses_with_the_wait() {
         let r = routes("[[listener.route]]\nrate = \"2/s\"\nburst = 3\npool = \"api\"\n");
         let route = &r.routes[0];
