@@ -13,6 +13,8 @@
 # connections held per candidate (9000; 0 skips the idle test). --callgrind N: then N handshakes
 # through Quill under callgrind (bench/tls/callgrind.py, ECDSA; a few minutes), appended to tls.md.
 # Env: QUILL_BIN=path  use this binary instead of building (cargo build --release)
+#      QUILL_BASE_CIPHERS=A,B  quill-base offers only these suites (e.g. TLS_AES_256_GCM_SHA384, what
+#                      the peers negotiate: quill-base = the same binary, for a like-for-like run)
 #      QUILL_BASE_BIN=path  the candidate quill-base (needed when --only names it)
 #      KEEP_WORK=1     keep the temp work dir (certificates, configs, logs)
 #      RESULTS_DIR=dir write the results there instead of bench/results
@@ -21,7 +23,7 @@
 # did not terminate TLS: the tables are written, with that candidate marked NOT measured).
 set -euo pipefail
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 ROUNDS=3
 QUICK=
@@ -72,7 +74,7 @@ REPO="$(dirname "$BENCH_DIR")"
 RESULTS="${RESULTS_DIR:-$BENCH_DIR/results}"
 COMMAND="bash bench/tls.sh --rounds $ROUNDS --duration $DURATION --hs-secs $HS_SECS --idle $IDLE --only $ONLY"
 [ -n "$CALLGRIND" ] && COMMAND="$COMMAND --callgrind $CALLGRIND"
-case ",$ONLY," in *,quill-base,*) COMMAND="QUILL_BASE_BIN=$QUILL_BASE_BIN $COMMAND" ;; esac
+case ",$ONLY," in *,quill-base,*) COMMAND="QUILL_BASE_BIN=$QUILL_BASE_BIN${QUILL_BASE_CIPHERS:+ QUILL_BASE_CIPHERS=$QUILL_BASE_CIPHERS} $COMMAND" ;; esac
 
 say() { echo "[tls.sh] $*" >&2; }
 . "$BENCH_DIR/lib.sh"

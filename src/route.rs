@@ -923,7 +923,10 @@ mod tests {
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let free = routes("[[listener.route]]\npool = \"api\"\n");
         assert_eq!(t.admit(&free.routes[0], a, 1_000), Ok(()));
-        assert!(t.slots.get().is_none(), "a route without rate made the slots");
+        assert!(
+            t.slots.get().is_none(),
+            "a route without rate made the slots"
+        );
         let rated = routes("[[listener.route]]\nrate = \"2/s\"\npool = \"api\"\n");
         assert_eq!(t.admit(&rated.routes[0], a, 1_000), Ok(()));
         assert_eq!(t.slots.get().map(|s| s.len()), Some(RATE_SLOTS));

@@ -150,6 +150,14 @@ key = "{key}"
 tickets = true
 """.format(workers=WORKERS, mc=MAXCONN, port=port, be0=be[0], be1=be[1],
            cert=cert, key=key))
+        if name == "quill-base" and base_ciphers():
+            f.write("ciphers = [%s]\n" % ", ".join('"%s"' % c for c in base_ciphers()))
+
+
+def base_ciphers():
+    """QUILL_BASE_CIPHERS=A,B: quill-base's listener offers only these suites, in this order
+    (e.g. TLS_AES_256_GCM_SHA384, the suite the peers negotiate, for a like-for-like run)."""
+    return [c.strip() for c in os.environ.get("QUILL_BASE_CIPHERS", "").split(",") if c.strip()]
 
 
 def candidate_cmd(name, kind, work, quill_bin, quill_base_bin=None):
@@ -617,7 +625,11 @@ def render(results, cands, meta):
         w("")
 
     if "quill" in cands and "quill-base" in cands:
-        w("## quill against quill-base (the same configuration, the same rounds)")
+        if base_ciphers():
+            w("## quill against quill-base (the same configuration but quill-base's `ciphers = [%s]`; "
+              "the same rounds)" % ", ".join(base_ciphers()))
+        else:
+            w("## quill against quill-base (the same configuration, the same rounds)")
         w("")
         w("Median over rounds of the per-round ratio quill / quill-base (req/s or handshakes per "
           "CPU-second: above 1 is better; CPU µs per request or handshake: below 1 is better).")

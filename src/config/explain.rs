@@ -197,7 +197,7 @@ fn explain_tls(t: &TlsSettings, http: bool, out: &mut String) {
         TlsVersion::V1_3 => "TLS 1.3 only",
     };
     let ciphers = if t.ciphers.is_empty() {
-        "rustls' default suites".to_string()
+        "the default suites (AES-128-GCM, AES-256-GCM, ChaCha20)".to_string()
     } else {
         format!("suites {}", t.ciphers.join(", "))
     };

@@ -223,8 +223,26 @@ pub(crate) struct ServerTls {
 
 /// The crypto every TLS object of Quill uses: rustls' aws-lc-rs provider, chosen explicitly
 /// (rustls without default features installs none), narrowed to the configured suites.
+///
+/// Its suites are put in Mozilla's order (AES-128-GCM, then AES-256-GCM, then ChaCha20-Poly1305,
+/// TLS 1.3 before 1.2), where rustls lists AES-256-GCM first. The server's order wins by default,
+/// so this is what clients get: the same strength class, and measured here a fifth less CPU per
+/// full handshake (SHA-384's transcript and key schedule run on aws-lc's generic SHA-512 code,
+/// SHA-256 on the CPU's SHA instructions).
 pub(crate) fn provider() -> rustls::crypto::CryptoProvider {
-    rustls::crypto::aws_lc_rs::default_provider()
+    let mut p = rustls::crypto::aws_lc_rs::default_provider();
+    p.cipher_suites.sort_by_key(|s| {
+        let name = policy::suite_name(s);
+        let bulk = if name.contains("AES_128_GCM") {
+            0
+        } else if name.contains("AES_256_GCM") {
+            1
+        } else {
+            2
+        };
+        (s.version() != &rustls::version::TLS13, bulk)
+    });
+    p
 }
 
 /// Builds a listener's TLS from its settings. `http` says the listener speaks HTTP (ALPN

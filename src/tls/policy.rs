@@ -189,6 +189,28 @@ mod tests {
     }
 
     #[test]
+    fn the_default_suites_prefer_aes_128_gcm_then_aes_256_gcm_then_chacha() {
+        let names = all_names();
+        assert_eq!(
+            names[..3],
+            [
+                "TLS13_AES_128_GCM_SHA256",
+                "TLS13_AES_256_GCM_SHA384",
+                "TLS13_CHACHA20_POLY1305_SHA256"
+            ]
+        );
+        let tls12: Vec<_> = names[3..]
+            .iter()
+            .map(|n| n.contains("AES_128_GCM"))
+            .collect();
+        assert!(tls12.iter().take_while(|&&a| a).count() >= 2, "{names:?}");
+        assert!(
+            names[3..].iter().all(|n| n.starts_with("TLS_ECDHE_")),
+            "{names:?}"
+        );
+    }
+
+    #[test]
     fn the_provider_keeps_only_the_listed_suites_in_order() {
         let mut s = TlsSettings::new(Vec::new());
         s.ciphers = vec![
