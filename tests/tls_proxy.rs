@@ -457,3 +457,226 @@ fn tls_certificate_expiry_is_in_the_metrics_and_on_the_status_page() {
         "the certificate's name is shown"
     );
 }
+
+/// A rustls client configuration trusting the test CA, for one protocol version.
+fn client_config_version(ca: &Path, v13: bool) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let version: &[&rustls::SupportedProtocolVersion] = if v13 {
+        &[&rustls::version::TLS13]
+    } else {
+        &[&rustls::version::TLS12]
+    };
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_protocol_versions(version)
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Arc::new(cfg)
+}
+
+/// One echo round trip over TLS.
+fn tls_echo(tls: &mut Tls, msg: &[u8]) {
+    tls.write_all(msg).unwrap();
+    let mut got = vec![0u8; msg.len()];
+    tls.read_exact(&mut got).unwrap();
+    assert_eq!(got, msg);
+}
+
+#[test]
+fn tls_client_key_update_keeps_the_connection_serving() {
+    let echo = echo();
+    let s = start(&[echo.addr()], false, "");
+    let (q, p) = (&s.q, &s.pki);
+    // rustls' key update asks for one in return: the client's sending keys change (Quill must
+    // follow to read), and Quill's must too (rustls, expecting them, would fail to read).
+    let cfg = client_config_version(&p.ca, true);
+    let mut tls = tls_connect(q.port, &cfg);
+    tls_echo(&mut tls, b"before any update\n");
+    for round in 0..3 {
+        tls.conn.refresh_traffic_keys().unwrap();
+        tls_echo(&mut tls, format!("after update {round}\n").as_bytes());
+    }
+    // A large transfer after the updates: many records under the new keys both ways.
+    let big = pattern_bytes(7, 200_000);
+    tls.write_all(&big).unwrap();
+    let mut got = vec![0u8; big.len()];
+    tls.read_exact(&mut got).unwrap();
+    assert!(got == big, "the bulk echo came back intact");
+
+    // openssl s_client: "k" updates its keys without asking Quill to, "K" asks. Each command
+    // line goes alone, after the echo of the line before it came back.
+    let mut child = std::process::Command::new("openssl")
+        .args(["s_client", "-tls1_3", "-servername", "localhost"])
+        .arg("-connect")
+        .arg(format!("127.0.0.1:{}", q.port))
+        .arg("-CAfile")
+        .arg(&p.ca)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("openssl");
+    let mut stdin = child.stdin.take().unwrap();
+    // The echoes come on stdout, "KEYUPDATE" (a command taken) on stderr: both collected.
+    let seen = Arc::new(std::sync::Mutex::new(String::new()));
+    let collect = |mut from: Box<dyn Read + Send>| {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let readers = [
+        collect(Box::new(child.stdout.take().unwrap())),
+        collect(Box::new(child.stderr.take().unwrap())),
+    ];
+    let wait_for = |needle: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if seen.lock().unwrap().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    };
+    let mut ok = Vec::new();
+    for (cmd, line) in [
+        ("", "line-zero"),
+        ("k\n", "line-one"),
+        ("K\n", "line-two"),
+        ("k\n", "line-three"),
+    ] {
+        if !cmd.is_empty() {
+            let before = seen.lock().unwrap().matches("KEYUPDATE").count();
+            stdin.write_all(cmd.as_bytes()).unwrap();
+            stdin.flush().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while seen.lock().unwrap().matches("KEYUPDATE").count() == before
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        ok.push((line, wait_for(&format!("{line}\n"))));
+    }
+    // "Q": s_client ends the connection and exits.
+    let _ = stdin.write_all(b"Q\n");
+    drop(stdin);
+    let _ = wait_child(child, Duration::from_secs(10));
+    for r in readers {
+        r.join().unwrap();
+    }
+    let text = seen.lock().unwrap().clone();
+    for (line, echoed) in ok {
+        assert!(echoed, "{line} echoed after the key updates: {text}");
+    }
+    assert!(
+        text.matches("KEYUPDATE").count() >= 3,
+        "three key updates sent: {text}"
+    );
+    // The first connection still serves after all that.
+    tls_echo(&mut tls, b"still serving\n");
+}
+
+#[test]
+fn tls_close_notify_still_ends_the_stream_both_ways() {
+    // As tls_tcp_half_close_sends_close_notify_both_ways, on TLS 1.2 and 1.3 each.
+    for v13 in [false, true] {
+        let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = backend.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = backend.accept().unwrap();
+            set_timeouts(&s, IO_TIMEOUT);
+            let mut all = Vec::new();
+            s.read_to_end(&mut all).unwrap();
+            s.write_all(&all).unwrap();
+            s.write_all(b" returned").unwrap();
+            all
+        });
+        let s = start(&[addr], false, "");
+        let (q, p) = (&s.q, &s.pki);
+        let cfg = client_config_version(&p.ca, v13);
+        let mut tls = tls_connect(q.port, &cfg);
+        let want = if v13 {
+            rustls::ProtocolVersion::TLSv1_3
+        } else {
+            rustls::ProtocolVersion::TLSv1_2
+        };
+        assert_eq!(tls.conn.protocol_version(), Some(want));
+        tls.write_all(b"to the end").unwrap();
+        tls.conn.send_close_notify();
+        while tls.conn.wants_write() {
+            tls.conn.write_tls(&mut tls.sock).unwrap();
+        }
+        let got = t.join().unwrap();
+        assert_eq!(got, b"to the end", "the backend got the bytes, then EOF");
+        let mut back = Vec::new();
+        tls.read_to_end(&mut back).expect("a clean TLS end");
+        assert_eq!(back, b"to the end returned");
+    }
+}
+
+#[test]
+fn tls_bad_record_after_the_handshake_is_refused_with_an_alert() {
+    let echo = echo();
+    let s = start(&[echo.addr()], false, "");
+    let (q, p) = (&s.q, &s.pki);
+    for v13 in [false, true] {
+        let cfg = client_config_version(&p.ca, v13);
+        let mut tls = tls_connect(q.port, &cfg);
+        tls_echo(&mut tls, b"a good record first\n");
+        // A record the client sealed, one bit of its tag flipped on the way.
+        tls.conn.writer().write_all(b"tampered\n").unwrap();
+        let mut wire = Vec::new();
+        while tls.conn.wants_write() {
+            tls.conn.write_tls(&mut wire).unwrap();
+        }
+        let last = wire.len() - 1;
+        wire[last] ^= 0x01;
+        tls.sock.write_all(&wire).unwrap();
+        // Quill answers with bad_record_mac and closes.
+        let mut err = None;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while err.is_none() && Instant::now() < deadline {
+            match tls.conn.read_tls(&mut tls.sock) {
+                Ok(0) => break,
+                Ok(_) => {
+                    if let Err(e) = tls.conn.process_new_packets() {
+                        err = Some(e);
+                    }
+                }
+                Err(e) => panic!("socket: {e}"),
+            }
+        }
+        assert_eq!(
+            err,
+            Some(rustls::Error::AlertReceived(
+                rustls::AlertDescription::BadRecordMac
+            )),
+            "TLS 1.{}",
+            if v13 { 3 } else { 2 }
+        );
+        let mut rest = [0u8; 64];
+        let n = tls.sock.read(&mut rest).unwrap_or(0);
+        assert_eq!(n, 0, "the connection is closed after the alert");
+        // Another client is served.
+        let mut again = tls_connect(q.port, &cfg);
+        tls_echo(&mut again, b"next client\n");
+    }
+}

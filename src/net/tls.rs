@@ -11,18 +11,22 @@
 //! direction or exchange counts as written only once the backlog is empty. `shutdown_write` sends
 //! close_notify, then the TCP FIN once the backlog is out.
 //!
-//! Terminated TLS (the server side, what a listener accepts) uses rustls' *unbuffered* API: the
-//! records read from the socket and the records made for it live in buffers this module lends
-//! from a per-worker (thread-local) pool only while they hold bytes, so an idle connection owns
-//! no buffer at all, only rustls' state (keys, sequence numbers). rustls' buffered connection
-//! keeps a 4 KiB receive buffer (and its queues' capacity) for the connection's whole life.
+//! Terminated TLS (the server side, what a listener accepts) does its handshake on rustls'
+//! *unbuffered* API, then drops rustls' connection: its traffic secrets and a `KernelConnection`
+//! (rustls' kernel API, for key updates) become the traffic state, and records are protected by
+//! our record layer ([`records`], pure) with rustls' own `MessageEncrypter`/`MessageDecrypter`.
+//! The records read from the socket and the records made for it live in buffers this module
+//! lends from a per-worker (thread-local) pool only while they hold bytes, so an idle connection
+//! owns no buffer at all, only its keys and sequence numbers. rustls' buffered connection keeps a
+//! 4 KiB receive buffer (and its queues' capacity) for the connection's whole life.
 //! Originated TLS (to servers, [`TlsStream::client`]) keeps rustls' buffered `ClientConnection`:
 //! few of those are open at once, and idle ones are pooled by HTTP mode.
 //!
-//! Copies (server side): the socket's bytes are read into the pooled record buffer, decrypted by
-//! rustls into its own chunk and copied once into the session's buffer (a record that does not
-//! fit waits in a pooled plaintext buffer); plaintext is copied by rustls into the pooled outgoing
-//! buffer, encrypted there in place and written from there. A TLS stream never splices: the kernel
+//! Copies (server side, after the handshake): the socket's bytes are read into the pooled record
+//! buffer, decrypted there in place and copied once into the session's buffer (a record that does
+//! not fit waits in a pooled plaintext buffer); plaintext (several slices gathered) is sealed by
+//! rustls' encrypter into a record of its own and copied into the pooled outgoing buffer, written
+//! from there. A TLS stream never splices: the kernel
 //! holds records, not the session's bytes (kTLS would change that: see ARCHITECTURE.md).
 
 use std::cell::{Cell, OnceCell, RefCell};
@@ -30,9 +34,13 @@ use std::io::{self, IoSlice, Read, Write};
 
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
-use rustls::{ClientConnection, CommonState};
+use rustls::{ClientConnection, HandshakeKind, ProtocolVersion};
 
 use super::{Ready, Stream};
+
+mod records;
+
+use records::{Event, Records};
 
 /// The most plaintext encrypted per write: one full record.
 const CHUNK: usize = 16 * 1024;
@@ -132,12 +140,9 @@ pub(crate) struct TlsStream {
 }
 
 /// The side of a TLS connection. The server side is held inline (the `TlsStream` is boxed already:
-/// one allocation per accepted client); the rarer client side is boxed.
+/// one allocation per accepted client; its handshaking rustls connection is boxed, its traffic
+/// state small); the rarer client side is boxed.
 #[derive(Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "the large variant is the common one, inside a box already"
-)]
 enum Conn {
     Client(Box<ClientConnection>),
     Server(Server),
@@ -269,10 +274,18 @@ impl Span {
     }
 }
 
-/// The server side on rustls' unbuffered API. Every buffer is empty (no memory) unless it holds
-/// bytes.
+/// The server side: rustls' unbuffered API for the handshake, then our record layer
+/// ([`records`]). Every buffer is empty (no memory) unless it holds bytes.
 struct Server {
-    conn: UnbufferedServerConnection,
+    state: State,
+    /// The handshake is over and rustls has nothing left to send: the connection can become its
+    /// traffic state.
+    traffic_ready: bool,
+    /// The handshake resumed a session.
+    resumed: bool,
+    /// The verified client certificate's subject (computed once, when the handshake ends: the
+    /// traffic state keeps no certificate).
+    subject: Option<Box<str>>,
     /// Records read from the socket, not yet processed: `inb[..in_used]`.
     inb: Box<[u8]>,
     in_used: usize,
@@ -289,6 +302,15 @@ struct Server {
     failed: bool,
     /// The last `fill` read less than the room it offered: the socket was drained then.
     short_fill: bool,
+}
+
+/// A server connection's state: handshaking on rustls' connection (boxed: large, and dropped
+/// when the handshake ends), then the traffic state, small.
+enum State {
+    Handshaking(Box<UnbufferedServerConnection>),
+    Traffic(Records),
+    /// Neither: the change from one to the other failed.
+    Gone,
 }
 
 impl std::fmt::Debug for Server {
@@ -330,7 +352,10 @@ enum Pass {
 impl Server {
     fn new(conn: UnbufferedServerConnection) -> Server {
         Server {
-            conn,
+            state: State::Handshaking(Box::new(conn)),
+            traffic_ready: false,
+            resumed: false,
+            subject: None,
             inb: Box::default(),
             in_used: 0,
             out: Span::default(),
@@ -367,7 +392,7 @@ impl Server {
         }
         if self.in_used == self.inb.len() {
             // Only a handshake message being joined can fill a buffer made for a whole record.
-            if self.inb.len() >= MAX_HANDSHAKE_BUF || !self.conn.is_handshaking() {
+            if self.inb.len() >= MAX_HANDSHAKE_BUF || !self.is_handshaking() {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "TLS message larger than allowed",
@@ -410,7 +435,10 @@ impl Server {
             return Err(rustls::Error::General("the TLS connection failed".into()));
         }
         for _ in 0..1024 {
-            let status = self.conn.process_tls_records(&mut self.inb[..self.in_used]);
+            let State::Handshaking(conn) = &mut self.state else {
+                return self.traffic_pass(sock, goal);
+            };
+            let status = conn.process_tls_records(&mut self.inb[..self.in_used]);
             let mut discard = status.discard;
             let mut outcome = None;
             let mut failed = None;
@@ -490,6 +518,7 @@ impl Server {
                 }
                 Ok(ConnectionState::WriteTraffic(mut w)) => match goal {
                     Goal::Handshake | Goal::Read(..) => {
+                        self.traffic_ready = true;
                         outcome = Some(if self.peer_closed {
                             Pass::PeerClosed
                         } else {
@@ -567,11 +596,14 @@ impl Server {
     fn send_alert(&mut self, sock: &Stream) {
         self.failed = true;
         for _ in 0..4 {
-            if !self.conn.wants_write() {
+            let State::Handshaking(conn) = &mut self.state else {
+                break;
+            };
+            if !conn.wants_write() {
                 break;
             }
             // rustls hands out queued records before it looks at the input: none is given.
-            let status = self.conn.process_tls_records(&mut []);
+            let status = conn.process_tls_records(&mut []);
             match status.state {
                 Ok(ConnectionState::EncodeTlsData(mut e)) => {
                     if let Ok(n) = e.encode(self.out.room(64)) {
@@ -582,6 +614,131 @@ impl Server {
             }
         }
         let _ = self.out.send(sock);
+    }
+
+    fn is_handshaking(&self) -> bool {
+        match &self.state {
+            State::Handshaking(c) => c.is_handshaking(),
+            State::Traffic(_) | State::Gone => false,
+        }
+    }
+
+    /// Turns a finished handshake into the traffic state: rustls' connection is dropped, its
+    /// secrets and a `KernelConnection` (for key updates) kept. Only once rustls has nothing left
+    /// to send (`traffic_ready`), as its kernel API requires.
+    fn become_traffic(&mut self) -> Result<(), rustls::Error> {
+        let State::Handshaking(conn) = &self.state else {
+            return Ok(());
+        };
+        if !self.traffic_ready || conn.is_handshaking() {
+            return Err(rustls::Error::HandshakeNotComplete);
+        }
+        // rustls processes every whole record before it reports WriteTraffic: a whole record
+        // still here is one it took but did not discard, a handshake message being joined
+        // across records, which the traffic state refuses.
+        if let Some(&[_, _, _, a, b]) = self.inb.get(..5) {
+            if self.in_used >= 5 + usize::from(u16::from_be_bytes([a, b])) {
+                return Err(rustls::Error::General(
+                    "a handshake message split across records after the handshake".into(),
+                ));
+            }
+        }
+        self.resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
+        self.subject = conn
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .and_then(|c| crate::tls::certs::subject_of(c))
+            .map(String::into_boxed_str);
+        let State::Handshaking(conn) = std::mem::replace(&mut self.state, State::Gone) else {
+            return Ok(());
+        };
+        let (secrets, kernel) = conn.dangerous_into_kernel_connection()?;
+        self.state = State::Traffic(Records::new(secrets, kernel)?);
+        Ok(())
+    }
+
+    /// [`Server::pass`] in the traffic state: the records `inb` holds read by [`Records`], the
+    /// records made (and those owed: a key update, an alert) put in `out`.
+    fn traffic_pass(&mut self, sock: &Stream, goal: &mut Goal<'_>) -> Result<Pass, rustls::Error> {
+        let State::Traffic(rec) = &mut self.state else {
+            self.failed = true;
+            return Err(rustls::Error::General("the TLS connection failed".into()));
+        };
+        let out = &mut self.out;
+        let mut emit = |b: &[u8]| out.push(b);
+        let result = match goal {
+            Goal::Handshake => Ok(Pass::NeedInput),
+            Goal::Read(buf, n) => {
+                let mut result = Ok(Pass::NeedInput);
+                let mut at = 0;
+                // Each round takes a whole record (5 bytes at least) or ends the loop.
+                for _ in 0..=self.in_used / 5 {
+                    if self.peer_closed {
+                        result = Ok(Pass::PeerClosed);
+                        break;
+                    }
+                    let (used, event) = match rec.read(&mut self.inb[at..self.in_used]) {
+                        Ok(Some(r)) => r,
+                        Ok(None) => break,
+                        Err(e) => {
+                            result = Err(e);
+                            break;
+                        }
+                    };
+                    match event {
+                        Event::Data(range) => {
+                            let payload = &self.inb[at + range.start..at + range.end];
+                            let k = payload.len().min(buf.len() - *n);
+                            buf[*n..*n + k].copy_from_slice(&payload[..k]);
+                            *n += k;
+                            if k < payload.len() {
+                                self.plain.push(&payload[k..]);
+                            }
+                        }
+                        Event::PeerClosed => self.peer_closed = true,
+                        Event::Nothing => {}
+                    }
+                    at += used;
+                    rec.owed(&mut emit);
+                    if *n == buf.len() {
+                        result = Ok(Pass::Met);
+                        break;
+                    }
+                }
+                if at > 0 {
+                    self.inb.copy_within(at..self.in_used, 0);
+                    self.in_used -= at;
+                }
+                result
+            }
+            Goal::Write(bufs) => {
+                if rec.write_closed() {
+                    Ok(Pass::Closed)
+                } else {
+                    let mut slices: [&[u8]; 4] = [&[]; 4];
+                    let k = bufs.len().min(slices.len());
+                    for (slot, b) in slices.iter_mut().zip(bufs.iter()) {
+                        *slot = b;
+                    }
+                    rec.write(&slices[..k], &mut emit).map(|()| Pass::Met)
+                }
+            }
+            Goal::CloseNotify => {
+                rec.close_notify(&mut emit);
+                Ok(Pass::Met)
+            }
+        };
+        if result.is_err() {
+            rec.owed(&mut emit);
+            self.failed = true;
+        }
+        if matches!(goal, Goal::Read(..)) || result.is_err() {
+            // What a read owes the peer (a key update, an alert) goes now if the socket takes it.
+            if self.out.send(sock).is_err() {
+                self.out.start = self.out.end;
+            }
+        }
+        result
     }
 }
 
@@ -616,14 +773,37 @@ impl TlsStream {
         &mut self.sock
     }
 
-    /// What the handshake decided (version, resumption, ALPN, peer certificates).
-    pub(crate) fn common(&self) -> std::cell::Ref<'_, CommonState> {
-        std::cell::Ref::map(self.conn.borrow(), |c| -> &CommonState {
-            match c {
-                Conn::Client(c) => c,
-                Conn::Server(s) => &s.conn,
-            }
-        })
+    /// What the handshake decided: the version, and whether it resumed a session.
+    pub(crate) fn negotiated(&self) -> (Option<ProtocolVersion>, bool) {
+        let resumed = |k: Option<HandshakeKind>| k == Some(HandshakeKind::Resumed);
+        match &*self.conn.borrow() {
+            Conn::Client(c) => (c.protocol_version(), resumed(c.handshake_kind())),
+            Conn::Server(s) => match &s.state {
+                State::Handshaking(c) => (c.protocol_version(), resumed(c.handshake_kind())),
+                State::Traffic(r) => (
+                    Some(if r.is_tls13() {
+                        ProtocolVersion::TLSv1_3
+                    } else {
+                        ProtocolVersion::TLSv1_2
+                    }),
+                    s.resumed,
+                ),
+                State::Gone => (None, false),
+            },
+        }
+    }
+
+    /// The subject of the peer's verified certificate, if it sent one (server side: kept from
+    /// the handshake).
+    pub(crate) fn peer_subject(&self) -> Option<Box<str>> {
+        match &*self.conn.borrow() {
+            Conn::Client(c) => c
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| crate::tls::certs::subject_of(c))
+                .map(String::into_boxed_str),
+            Conn::Server(s) => s.subject.clone(),
+        }
     }
 
     /// The server name the client asked for (server side), in lower case.
@@ -686,7 +866,14 @@ impl TlsStream {
                 Ok(Pass::PeerClosed | Pass::Closed) => return Err(HandshakeError::Closed),
                 Ok(Pass::Met | Pass::NeedInput) => {}
             }
-            if !s.conn.is_handshaking() {
+            if !s.is_handshaking() {
+                if !s.traffic_ready {
+                    continue;
+                }
+                if let Err(e) = s.become_traffic() {
+                    s.failed = true;
+                    return Err(HandshakeError::Tls(e));
+                }
                 if s.has_backlog() {
                     if ready.writable {
                         continue;
@@ -1060,7 +1247,7 @@ impl Drop for TlsStream {
         let conn = self.conn.get_mut();
         let handshaking = match conn {
             Conn::Client(c) => c.is_handshaking(),
-            Conn::Server(s) => s.conn.is_handshaking(),
+            Conn::Server(s) => !matches!(s.state, State::Traffic(_)),
         };
         if !self.notified.get() && !handshaking {
             self.notified.set(true);
@@ -1084,5 +1271,22 @@ impl Drop for TlsStream {
             s.plain.start = s.plain.end;
             s.release();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The traffic state is small: rustls' connection (about 1.1 KiB inline) is gone once the
+    /// handshake ends, so the stream an idle connection keeps is a few hundred bytes.
+    #[test]
+    fn an_idle_tls_stream_is_a_few_hundred_bytes() {
+        let stream = std::mem::size_of::<super::TlsStream>();
+        let records = std::mem::size_of::<super::Records>();
+        let kernel = std::mem::size_of::<
+            rustls::kernel::KernelConnection<rustls::server::ServerConnectionData>,
+        >();
+        println!("TlsStream {stream} bytes, Records {records} bytes, KernelConnection {kernel}");
+        assert!(stream <= 320, "TlsStream is {stream} bytes");
+        assert!(records <= 128, "Records is {records} bytes");
     }
 }

@@ -172,9 +172,8 @@ impl Handshaking {
             Ok(Handshake::Pending) => Next::Step(Step::Wait(self.deadline)),
             Ok(Handshake::Done) => {
                 let kind = {
-                    let conn = tls.common();
-                    let v13 = conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
-                    let resumed = conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+                    let (version, resumed) = tls.negotiated();
+                    let v13 = version == Some(rustls::ProtocolVersion::TLSv1_3);
                     match (v13, resumed) {
                         (false, false) => TlsKind::Full12,
                         (false, true) => TlsKind::Resumed12,

@@ -664,15 +664,12 @@ impl HttpSession {
 
     pub(crate) fn start_registered(&mut self, ready: Ready, cx: &mut Ctx) -> Step {
         self.client_ready = ready;
-        let subject = self.client.tls().and_then(|t| {
-            let conn = t.common();
-            crate::tls::certs::subject_of(conn.peer_certificates()?.first()?)
-        });
+        let subject = self.client.tls().and_then(|t| t.peer_subject());
         if let Some(s) = subject {
             self.rare.get_or_insert_default().cert_edit = Some([HeaderEdit {
                 op: rewrite::EditOp::Set,
                 name: CERT_SUBJECT.into(),
-                value: s.into(),
+                value: s,
             }]);
         }
         self.step(cx)

@@ -265,6 +265,9 @@ pub(crate) fn build_server(
     };
     let mut config = builder.with_cert_resolver(store.clone());
     config.ignore_client_order = settings.server_cipher_order;
+    // After the handshake each connection keeps only its traffic secrets and rustls' kernel
+    // connection (`net::tls`'s record layer): rustls must let them be taken.
+    config.enable_secret_extraction = true;
     config.alpn_protocols = policy::alpn(settings, http);
     // No server-side session cache: resumption is by stateless tickets only, whose keys every
     // worker shares (a per-worker cache would miss: SO_REUSEPORT and EPOLLEXCLUSIVE send a

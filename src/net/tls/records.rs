@@ -1,0 +1,461 @@
+//! The record layer of a terminated TLS connection once its handshake is done, pure (bytes in;
+//! plaintext, events and records out; no socket).
+//!
+//! After the handshake the server's rustls connection is turned into its traffic secrets and a
+//! `KernelConnection` (rustls' kernel API, made for kTLS): the connection's large state is
+//! dropped, and records are protected here with rustls' own record protection
+//! (`MessageEncrypter`/`MessageDecrypter` of the negotiated suite). The `KernelConnection` is
+//! kept only to compute the next secrets of a TLS 1.3 key update.
+//!
+//! What rustls does per record, this does too: records over the version's size are refused with
+//! record_overflow, a record that fails to decrypt with bad_record_mac, plaintext over 16 KiB with
+//! record_overflow; close_notify ends the peer's plaintext; TLS 1.3: any other alert but
+//! user_canceled is fatal, a KeyUpdate gives new receive keys (and is answered when asked), any
+//! other handshake message is refused; TLS 1.2: a fatal-level alert is fatal, a warning ignored,
+//! any handshake message (renegotiation) refused; ChangeCipherSpec and unknown content types are
+//! refused with unexpected_message. Before the write sequence number reaches the suite's
+//! confidentiality limit, TLS 1.3 updates its sending keys, TLS 1.2 closes.
+
+use std::ops::Range;
+
+use rustls::crypto::cipher::{
+    AeadKey, InboundOpaqueMessage, Iv, MessageDecrypter, MessageEncrypter, OutboundChunks,
+    OutboundPlainMessage,
+};
+use rustls::kernel::KernelConnection;
+use rustls::server::ServerConnectionData;
+use rustls::{
+    AlertDescription, ConnectionTrafficSecrets, ContentType, Error, ExtractedSecrets,
+    ProtocolVersion, SupportedCipherSuite,
+};
+
+/// The most plaintext a record carries.
+pub(crate) const MAX_PLAIN: usize = 1 << 14;
+/// The largest TLS 1.3 record payload (plaintext, content type, padding and tag).
+const MAX_CIPHER_13: usize = MAX_PLAIN + 256;
+/// The largest TLS 1.2 record payload.
+const MAX_CIPHER_12: usize = MAX_PLAIN + 2048;
+/// Record header: type, version, length.
+const HEADER: usize = 5;
+/// The sequence numbers rustls stops at: past the soft one it refreshes keys or closes, at the
+/// hard one it refuses to read or write.
+const SEQ_SOFT_LIMIT: u64 = 0xffff_ffff_ffff_0000;
+const SEQ_HARD_LIMIT: u64 = 0xffff_ffff_ffff_fffe;
+/// TLS 1.3 KeyUpdate: handshake type 24, a one-byte body.
+const KEY_UPDATE: u8 = 24;
+
+/// What a record read brought.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// Application data, decrypted in place: this range of the buffer given.
+    Data(Range<usize>),
+    /// close_notify: the peer's plaintext has ended.
+    PeerClosed,
+    /// A record with nothing for the reader (a key update, an ignored alert).
+    Nothing,
+}
+
+/// The traffic state of a server connection: keys, sequence numbers, what is owed to the peer.
+pub(crate) struct Records {
+    kernel: Box<KernelConnection<ServerConnectionData>>,
+    enc: Box<dyn MessageEncrypter>,
+    dec: Box<dyn MessageDecrypter>,
+    tx_seq: u64,
+    rx_seq: u64,
+    suite: SupportedCipherSuite,
+    /// The write sequence number at which TLS 1.3 updates keys and TLS 1.2 closes.
+    tx_limit: u64,
+    tls13: bool,
+    /// The peer asked for a key update: ours is owed before the next record.
+    owe_key_update: bool,
+    /// A fatal alert to send (once), after which nothing else is.
+    owe_alert: Option<AlertDescription>,
+    /// The connection failed (a fatal alert was sent or received): nothing more is read or written.
+    failed: bool,
+    /// close_notify was sent: nothing more is written.
+    closed_tx: bool,
+}
+
+impl std::fmt::Debug for Records {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Records")
+            .field("suite", &self.suite.suite())
+            .field("tx_seq", &self.tx_seq)
+            .field("rx_seq", &self.rx_seq)
+            .finish_non_exhaustive()
+    }
+}
+
+fn key_iv(secrets: ConnectionTrafficSecrets) -> Result<(AeadKey, Iv), Error> {
+    match secrets {
+        ConnectionTrafficSecrets::Aes128Gcm { key, iv }
+        | ConnectionTrafficSecrets::Aes256Gcm { key, iv }
+        | ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => Ok((key, iv)),
+        _ => Err(Error::General("unsupported TLS traffic secrets".into())),
+    }
+}
+
+/// The most records sealed under a key before it is taken over (see [`encrypter`]): rustls'
+/// handshake seals a few (Finished, session tickets).
+const PRIME_MAX: u64 = 64;
+
+/// The encrypter for `secrets`, ready to seal record `seq`. aws-lc's AES-GCM sealing keys learn
+/// their nonce mask from the first record they seal (taken to be number 0) and then refuse a
+/// nonce that does not count up from it; rustls sealed the first records of a key taken over
+/// after the handshake, so the new encrypter first seals an empty record for each earlier number
+/// and drops it (never sent: no nonce is seen twice).
+fn encrypter(
+    suite: SupportedCipherSuite,
+    (seq, secrets): (u64, ConnectionTrafficSecrets),
+) -> Result<Box<dyn MessageEncrypter>, Error> {
+    if seq > PRIME_MAX {
+        return Err(Error::General(
+            "TLS keys taken over too late in their sequence".into(),
+        ));
+    }
+    let mut enc = new_encrypter(suite, secrets)?;
+    for n in 0..seq {
+        let msg = OutboundPlainMessage {
+            typ: ContentType::ApplicationData,
+            version: ProtocolVersion::TLSv1_2,
+            payload: OutboundChunks::new_empty(),
+        };
+        enc.encrypt(msg, n)?;
+    }
+    Ok(enc)
+}
+
+fn new_encrypter(
+    suite: SupportedCipherSuite,
+    secrets: ConnectionTrafficSecrets,
+) -> Result<Box<dyn MessageEncrypter>, Error> {
+    let (key, iv) = key_iv(secrets)?;
+    Ok(match suite {
+        SupportedCipherSuite::Tls13(s) => s.aead_alg.encrypter(key, iv),
+        SupportedCipherSuite::Tls12(s) => {
+            // TLS 1.2's 12 bytes are the key block's fixed part, then its explicit nonce part.
+            let fixed = s.aead_alg.key_block_shape().fixed_iv_len;
+            let iv = iv.as_ref();
+            let (fixed, explicit) = iv.split_at(fixed.min(iv.len()));
+            s.aead_alg.encrypter(key, fixed, explicit)
+        }
+    })
+}
+
+fn decrypter(
+    suite: SupportedCipherSuite,
+    secrets: ConnectionTrafficSecrets,
+) -> Result<Box<dyn MessageDecrypter>, Error> {
+    let (key, iv) = key_iv(secrets)?;
+    Ok(match suite {
+        SupportedCipherSuite::Tls13(s) => s.aead_alg.decrypter(key, iv),
+        SupportedCipherSuite::Tls12(s) => {
+            let fixed = s.aead_alg.key_block_shape().fixed_iv_len;
+            let iv = iv.as_ref();
+            s.aead_alg.decrypter(key, &iv[..fixed.min(iv.len())])
+        }
+    })
+}
+
+impl Records {
+    /// The traffic state from what `dangerous_into_kernel_connection` gave.
+    pub(crate) fn new(
+        secrets: ExtractedSecrets,
+        kernel: KernelConnection<ServerConnectionData>,
+    ) -> Result<Records, Error> {
+        let suite = kernel.negotiated_cipher_suite();
+        let tls13 = kernel.protocol_version() == ProtocolVersion::TLSv1_3;
+        let tx_seq = secrets.tx.0;
+        let (rx_seq, rx) = secrets.rx;
+        let limit = match suite {
+            SupportedCipherSuite::Tls13(s) => s.common.confidentiality_limit,
+            SupportedCipherSuite::Tls12(s) => s.common.confidentiality_limit,
+        };
+        Ok(Records {
+            enc: encrypter(suite, secrets.tx)?,
+            dec: decrypter(suite, rx)?,
+            kernel: Box::new(kernel),
+            tx_seq,
+            rx_seq,
+            suite,
+            tx_limit: limit.min(SEQ_SOFT_LIMIT),
+            tls13,
+            owe_key_update: false,
+            owe_alert: None,
+            failed: false,
+            closed_tx: false,
+        })
+    }
+
+    pub(crate) fn is_tls13(&self) -> bool {
+        self.tls13
+    }
+
+    /// Whether nothing more can be written (close_notify sent, or the connection failed).
+    pub(crate) fn write_closed(&self) -> bool {
+        self.closed_tx || self.failed
+    }
+
+    /// Records a fatal error: the alert is owed (sent by [`Records::owed`]).
+    fn fatal(&mut self, alert: AlertDescription, e: Error) -> Error {
+        if !self.failed {
+            self.owe_alert = Some(alert);
+        }
+        self.failed = true;
+        e
+    }
+
+    /// Reads the first record of `buf`: `Ok(None)` while it is not whole, else the bytes it took
+    /// and what it brought. An error is fatal (its alert, if any, is owed).
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> Result<Option<(usize, Event)>, Error> {
+        if self.failed {
+            return Err(Error::General("the TLS connection failed".into()));
+        }
+        let Some(&[typ, v0, v1, l0, l1]) = buf.get(..HEADER) else {
+            return Ok(None);
+        };
+        let typ = ContentType::from(typ);
+        if !matches!(
+            typ,
+            ContentType::ApplicationData | ContentType::Alert | ContentType::Handshake
+        ) {
+            // ChangeCipherSpec after the handshake, or no known type at all.
+            return Err(self.fatal(
+                AlertDescription::UnexpectedMessage,
+                Error::General(format!("unexpected TLS record type {typ:?}")),
+            ));
+        }
+        if v0 != 3 {
+            return Err(self.fatal(
+                AlertDescription::DecodeError,
+                Error::General("TLS record with an unknown version".into()),
+            ));
+        }
+        let len = usize::from(u16::from_be_bytes([l0, l1]));
+        let max = if self.tls13 {
+            MAX_CIPHER_13
+        } else {
+            MAX_CIPHER_12
+        };
+        if len > max {
+            return Err(self.fatal(
+                AlertDescription::RecordOverflow,
+                Error::PeerSentOversizedRecord,
+            ));
+        }
+        let Some(record) = buf.get_mut(..HEADER + len) else {
+            return Ok(None);
+        };
+        if self.rx_seq >= SEQ_HARD_LIMIT {
+            return Err(self.fatal(
+                AlertDescription::InternalError,
+                Error::General("TLS read sequence number exhausted".into()),
+            ));
+        }
+        let base = record.as_ptr() as usize;
+        let version = ProtocolVersion::from(u16::from_be_bytes([v0, v1]));
+        let msg = InboundOpaqueMessage::new(typ, version, &mut record[HEADER..]);
+        let plain = match self.dec.decrypt(msg, self.rx_seq) {
+            Ok(p) => p,
+            Err(e) => {
+                // As rustls answers each: a bad MAC, an inner plaintext too long, an inner
+                // ChangeCipherSpec or no content type at all (TLS 1.3).
+                let alert = match e {
+                    Error::DecryptError => AlertDescription::BadRecordMac,
+                    Error::PeerSentOversizedRecord => AlertDescription::RecordOverflow,
+                    _ => AlertDescription::UnexpectedMessage,
+                };
+                return Err(self.fatal(alert, e));
+            }
+        };
+        self.rx_seq += 1;
+        if plain.payload.len() > MAX_PLAIN {
+            return Err(self.fatal(
+                AlertDescription::RecordOverflow,
+                Error::PeerSentOversizedRecord,
+            ));
+        }
+        let start = (plain.payload.as_ptr() as usize).saturating_sub(base);
+        let range = start..start + plain.payload.len();
+        let typ = plain.typ;
+        let event = match typ {
+            ContentType::ApplicationData => Event::Data(range),
+            ContentType::Alert => {
+                let (level, desc) = match plain.payload {
+                    &[level, desc] => (level, AlertDescription::from(desc)),
+                    _ => {
+                        return Err(self.fatal(
+                            AlertDescription::DecodeError,
+                            Error::General("malformed TLS alert".into()),
+                        ))
+                    }
+                };
+                self.alert(level, desc)?
+            }
+            ContentType::Handshake => {
+                let p = plain.payload;
+                // One whole message: a message split across records, or several in one, is
+                // refused (a KeyUpdate must end its record).
+                let whole = match p {
+                    [_, a, b, c, body @ ..] => {
+                        usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c) == body.len()
+                    }
+                    _ => false,
+                };
+                let requested = match p {
+                    &[KEY_UPDATE, 0, 0, 1, b] if self.tls13 && b <= 1 => b == 1,
+                    [KEY_UPDATE, ..] if self.tls13 && whole => {
+                        return Err(self.fatal(
+                            AlertDescription::DecodeError,
+                            Error::General("malformed TLS KeyUpdate".into()),
+                        ))
+                    }
+                    _ => {
+                        return Err(self.fatal(
+                            AlertDescription::UnexpectedMessage,
+                            Error::General("unexpected TLS handshake message".into()),
+                        ))
+                    }
+                };
+                self.key_update(requested)?;
+                Event::Nothing
+            }
+            _ => {
+                return Err(self.fatal(
+                    AlertDescription::UnexpectedMessage,
+                    Error::General(format!("unexpected TLS record type {typ:?}")),
+                ))
+            }
+        };
+        Ok(Some((HEADER + len, event)))
+    }
+
+    fn alert(&mut self, level: u8, desc: AlertDescription) -> Result<Event, Error> {
+        if desc == AlertDescription::CloseNotify {
+            return Ok(Event::PeerClosed);
+        }
+        let ignored = if self.tls13 {
+            desc == AlertDescription::UserCanceled
+        } else {
+            level == 1
+        };
+        if ignored {
+            return Ok(Event::Nothing);
+        }
+        // A fatal alert from the peer: none is sent back.
+        self.failed = true;
+        Err(Error::AlertReceived(desc))
+    }
+
+    /// The peer's KeyUpdate: new receive keys from the next record on.
+    fn key_update(&mut self, requested: bool) -> Result<(), Error> {
+        let updated = self
+            .kernel
+            .update_rx_secret()
+            .and_then(|(seq, secrets)| Ok((seq, decrypter(self.suite, secrets)?)));
+        match updated {
+            Ok((seq, dec)) => {
+                self.dec = dec;
+                self.rx_seq = seq;
+                self.owe_key_update |= requested;
+                Ok(())
+            }
+            Err(e) => Err(self.fatal(AlertDescription::InternalError, e)),
+        }
+    }
+
+    /// Encrypts one record of `typ` from `chunks` (at most [`MAX_PLAIN`] bytes) for `emit`.
+    fn seal(
+        &mut self,
+        typ: ContentType,
+        chunks: OutboundChunks<'_>,
+        emit: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), Error> {
+        if self.tx_seq >= SEQ_HARD_LIMIT {
+            self.failed = true;
+            return Err(Error::EncryptError);
+        }
+        let msg = OutboundPlainMessage {
+            typ,
+            version: ProtocolVersion::TLSv1_2,
+            payload: chunks,
+        };
+        let sealed = self.enc.encrypt(msg, self.tx_seq)?;
+        self.tx_seq += 1;
+        emit(&sealed.encode());
+        Ok(())
+    }
+
+    /// Our KeyUpdate, sealed with the current keys, then new sending keys.
+    fn send_key_update(&mut self, emit: &mut dyn FnMut(&[u8])) -> Result<(), Error> {
+        let msg: &[&[u8]] = &[&[KEY_UPDATE, 0, 0, 1, 0]];
+        self.seal(ContentType::Handshake, OutboundChunks::new(msg), emit)?;
+        let secrets = self.kernel.update_tx_secret()?;
+        self.tx_seq = secrets.0;
+        self.enc = encrypter(self.suite, secrets)?;
+        Ok(())
+    }
+
+    /// What is owed to the peer (a fatal alert, or our KeyUpdate), sealed for `emit`.
+    pub(crate) fn owed(&mut self, emit: &mut dyn FnMut(&[u8])) {
+        if let Some(desc) = self.owe_alert.take() {
+            self.closed_tx = true;
+            let alert: &[&[u8]] = &[&[2, u8::from(desc)]];
+            let _ = self.seal(ContentType::Alert, OutboundChunks::new(alert), emit);
+            return;
+        }
+        if self.owe_key_update && !self.write_closed() {
+            self.owe_key_update = false;
+            if self.send_key_update(emit).is_err() {
+                self.failed = true;
+            }
+        }
+    }
+
+    /// Encrypts application data (any length, cut into records) for `emit`.
+    pub(crate) fn write(
+        &mut self,
+        data: &[&[u8]],
+        emit: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), Error> {
+        self.owed(emit);
+        if self.write_closed() {
+            return Err(Error::General(
+                "the TLS connection is closed for writing".into(),
+            ));
+        }
+        let mut rest = OutboundChunks::new(data);
+        loop {
+            if self.tx_seq >= self.tx_limit {
+                if self.tls13 {
+                    self.send_key_update(emit)?;
+                } else {
+                    // TLS 1.2 cannot change keys: the connection ends, cleanly.
+                    self.close_notify(emit);
+                    return Err(Error::General("TLS 1.2 write limit reached".into()));
+                }
+            }
+            let (now, later) = rest.split_at(MAX_PLAIN);
+            self.seal(ContentType::ApplicationData, now, emit)?;
+            if later.is_empty() {
+                return Ok(());
+            }
+            rest = later;
+        }
+    }
+
+    /// close_notify (once), sealed for `emit`.
+    pub(crate) fn close_notify(&mut self, emit: &mut dyn FnMut(&[u8])) {
+        self.owed(emit);
+        if self.write_closed() {
+            return;
+        }
+        self.closed_tx = true;
+        let alert: &[&[u8]] = &[&[1, 0]];
+        let _ = self.seal(ContentType::Alert, OutboundChunks::new(alert), emit);
+    }
+}
+
+#[cfg(test)]
+#[path = "records_tests.rs"]
+mod tests;
