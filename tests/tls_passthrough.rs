@@ -213,6 +213,19 @@ fn reaches(q: &QuillProcess, name: &str, ca: &Ca, backend: &TlsBackend) {
         "{name}: the certificate is not its backend's"
     );
     echo_roundtrip_tls(&mut tls, format!("hello {name}").as_bytes());
+    // A clean close: close_notify and FIN, then the backend's close_notify and FIN read to the
+    // end. Dropping the socket at once would have its kernel answer the backend's close_notify
+    // with a reset (the session then ends `client_reset`, which is right, but not this test's).
+    tls.conn.send_close_notify();
+    let _ = tls.flush();
+    let _ = tls.sock.shutdown(std::net::Shutdown::Write);
+    let mut rest = [0u8; 256];
+    for _ in 0..64 {
+        match tls.read(&mut rest) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
 }
 
 /// `[[pool]] NAME` over `server`.
