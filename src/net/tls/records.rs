@@ -11,7 +11,8 @@
 //! record_overflow, a record that fails to decrypt with bad_record_mac, plaintext over 16 KiB with
 //! record_overflow; close_notify ends the peer's plaintext; TLS 1.3: any other alert but
 //! user_canceled is fatal, a KeyUpdate gives new receive keys (and is answered when asked), any
-//! other handshake message is refused; TLS 1.2: a fatal-level alert is fatal, a warning ignored,
+//! other handshake message is refused (and more than 32 KeyUpdates without application data
+//! between them, as rustls bounds them); TLS 1.2: a fatal-level alert is fatal, a warning ignored,
 //! any handshake message (renegotiation) refused; ChangeCipherSpec and unknown content types are
 //! refused with unexpected_message. Before the write sequence number reaches the suite's
 //! confidentiality limit, TLS 1.3 updates its sending keys, TLS 1.2 closes.
@@ -43,6 +44,9 @@ const SEQ_SOFT_LIMIT: u64 = 0xffff_ffff_ffff_0000;
 const SEQ_HARD_LIMIT: u64 = 0xffff_ffff_ffff_fffe;
 /// TLS 1.3 KeyUpdate: handshake type 24, a one-byte body.
 const KEY_UPDATE: u8 = 24;
+/// KeyUpdates the peer may send in a row without application data between them (rustls' own
+/// bound): past it the connection is refused, so a peer cannot keep us deriving keys for free.
+const KEY_UPDATES_IN_A_ROW: u8 = 32;
 
 /// What a record read brought.
 #[derive(Debug, PartialEq, Eq)]
@@ -68,6 +72,8 @@ pub(crate) struct Records {
     tls13: bool,
     /// The peer asked for a key update: ours is owed before the next record.
     owe_key_update: bool,
+    /// The peer's KeyUpdates since its last application data.
+    key_updates: u8,
     /// A fatal alert to send (once), after which nothing else is.
     owe_alert: Option<AlertDescription>,
     /// The connection failed (a fatal alert was sent or received): nothing more is read or written.
@@ -181,6 +187,7 @@ impl Records {
             tx_limit: limit.min(SEQ_SOFT_LIMIT),
             tls13,
             owe_key_update: false,
+            key_updates: 0,
             owe_alert: None,
             failed: false,
             closed_tx: false,
@@ -279,7 +286,10 @@ impl Records {
         let range = start..start + plain.payload.len();
         let typ = plain.typ;
         let event = match typ {
-            ContentType::ApplicationData => Event::Data(range),
+            ContentType::ApplicationData => {
+                self.key_updates = 0;
+                Event::Data(range)
+            }
             ContentType::Alert => {
                 let (level, desc) = match plain.payload {
                     &[level, desc] => (level, AlertDescription::from(desc)),
@@ -349,6 +359,13 @@ impl Records {
 
     /// The peer's KeyUpdate: new receive keys from the next record on.
     fn key_update(&mut self, requested: bool) -> Result<(), Error> {
+        self.key_updates = self.key_updates.saturating_add(1);
+        if self.key_updates > KEY_UPDATES_IN_A_ROW {
+            return Err(self.fatal(
+                AlertDescription::UnexpectedMessage,
+                Error::General("too many TLS key updates without data".into()),
+            ));
+        }
         let updated = self
             .kernel
             .update_rx_secret()

@@ -219,6 +219,30 @@ fn a_key_update_from_the_client_is_followed_and_answered() {
 }
 
 #[test]
+fn key_updates_in_a_row_without_data_are_bounded() {
+    // 32 in a row are followed; application data starts the count again.
+    let (mut rec, mut client) = pair(true);
+    for _ in 0..KEY_UPDATES_IN_A_ROW {
+        client.refresh_traffic_keys().expect("refresh");
+    }
+    client.writer().write_all(b"data").expect("write");
+    for _ in 0..KEY_UPDATES_IN_A_ROW {
+        client.refresh_traffic_keys().expect("refresh");
+    }
+    client.writer().write_all(b"more").expect("write");
+    let mut wire = from_client(&mut client);
+    assert_eq!(read_all(&mut rec, &mut wire).expect("read").0, b"datamore");
+    // The 33rd in a row is refused with unexpected_message.
+    let (mut rec, mut client) = pair(true);
+    for _ in 0..=KEY_UPDATES_IN_A_ROW {
+        client.refresh_traffic_keys().expect("refresh");
+    }
+    let mut wire = from_client(&mut client);
+    assert!(read_all(&mut rec, &mut wire).is_err());
+    assert_eq!(rec.owe_alert, Some(AlertDescription::UnexpectedMessage));
+}
+
+#[test]
 fn the_write_limit_updates_keys_on_tls13_and_closes_on_tls12() {
     let (mut rec, mut client) = pair(true);
     rec.tx_limit = rec.tx_seq + 1;
