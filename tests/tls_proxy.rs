@@ -151,9 +151,14 @@ fn tls_tcp_listener_terminates_and_forwards_the_clear_bytes() {
 
 #[test]
 fn tls_tcp_half_close_sends_close_notify_both_ways() {
-    // The backend reads to EOF, then answers with what it read and closes: the client's
-    // close_notify must reach it as an EOF, and its FIN must come back as close_notify (a clean
-    // end, not a truncation).
+    close_notify_both_ways(None, b"one way", b" and back");
+}
+
+/// The backend reads to EOF, then answers with what it read and `suffix` and closes: the client's
+/// close_notify must reach it as an EOF, and its FIN must come back as close_notify (a clean
+/// end, not a truncation). `v13`: the client offers only TLS 1.3 (true) or 1.2 (false), and the
+/// version is checked; None: the client's defaults.
+fn close_notify_both_ways(v13: Option<bool>, msg: &'static [u8], suffix: &'static [u8]) {
     let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = backend.local_addr().unwrap();
     let t = std::thread::spawn(move || {
@@ -162,25 +167,36 @@ fn tls_tcp_half_close_sends_close_notify_both_ways() {
         let mut all = Vec::new();
         s.read_to_end(&mut all).unwrap();
         s.write_all(&all).unwrap();
-        s.write_all(b" and back").unwrap();
+        s.write_all(suffix).unwrap();
         all
     });
     let s = start(&[addr], false, "");
     let (q, p) = (&s.q, &s.pki);
-    let cfg = client_config(&p.ca, &[]);
+    let cfg = match v13 {
+        None => client_config(&p.ca, &[]),
+        Some(v13) => client_config_version(&p.ca, v13),
+    };
     let mut tls = tls_connect(q.port, &cfg);
-    tls.write_all(b"one way").unwrap();
+    if let Some(v13) = v13 {
+        let want = if v13 {
+            rustls::ProtocolVersion::TLSv1_3
+        } else {
+            rustls::ProtocolVersion::TLSv1_2
+        };
+        assert_eq!(tls.conn.protocol_version(), Some(want));
+    }
+    tls.write_all(msg).unwrap();
     tls.conn.send_close_notify();
     tls.flush().unwrap();
     while tls.conn.wants_write() {
         tls.conn.write_tls(&mut tls.sock).unwrap();
     }
     let got = t.join().unwrap();
-    assert_eq!(got, b"one way", "the backend got the bytes, then EOF");
+    assert_eq!(got, msg, "the backend got the bytes, then EOF");
     let mut back = Vec::new();
     // read_to_end fails with UnexpectedEof if the stream ends without close_notify.
     tls.read_to_end(&mut back).expect("a clean TLS end");
-    assert_eq!(back, b"one way and back");
+    assert_eq!(back, [msg, suffix].concat());
 }
 
 #[test]
@@ -596,39 +612,9 @@ fn tls_client_key_update_keeps_the_connection_serving() {
 
 #[test]
 fn tls_close_notify_still_ends_the_stream_both_ways() {
-    // As tls_tcp_half_close_sends_close_notify_both_ways, on TLS 1.2 and 1.3 each.
+    // After the handshake the records are Quill's own: close_notify both ways on each version.
     for v13 in [false, true] {
-        let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = backend.local_addr().unwrap();
-        let t = std::thread::spawn(move || {
-            let (mut s, _) = backend.accept().unwrap();
-            set_timeouts(&s, IO_TIMEOUT);
-            let mut all = Vec::new();
-            s.read_to_end(&mut all).unwrap();
-            s.write_all(&all).unwrap();
-            s.write_all(b" returned").unwrap();
-            all
-        });
-        let s = start(&[addr], false, "");
-        let (q, p) = (&s.q, &s.pki);
-        let cfg = client_config_version(&p.ca, v13);
-        let mut tls = tls_connect(q.port, &cfg);
-        let want = if v13 {
-            rustls::ProtocolVersion::TLSv1_3
-        } else {
-            rustls::ProtocolVersion::TLSv1_2
-        };
-        assert_eq!(tls.conn.protocol_version(), Some(want));
-        tls.write_all(b"to the end").unwrap();
-        tls.conn.send_close_notify();
-        while tls.conn.wants_write() {
-            tls.conn.write_tls(&mut tls.sock).unwrap();
-        }
-        let got = t.join().unwrap();
-        assert_eq!(got, b"to the end", "the backend got the bytes, then EOF");
-        let mut back = Vec::new();
-        tls.read_to_end(&mut back).expect("a clean TLS end");
-        assert_eq!(back, b"to the end returned");
+        close_notify_both_ways(Some(v13), b"to the end", b" returned");
     }
 }
 
