@@ -199,6 +199,23 @@ fn close_notify_both_ways(v13: Option<bool>, msg: &'static [u8], suffix: &'stati
     assert_eq!(back, [msg, suffix].concat());
 }
 
+/// `openssl s_client` to Quill's port with `args`, asking for "localhost" and trusting `ca`;
+/// stdin, stdout and stderr piped.
+fn s_client(port: u16, ca: &std::path::Path, args: &[&str]) -> std::process::Child {
+    std::process::Command::new("openssl")
+        .arg("s_client")
+        .args(args)
+        .args(["-servername", "localhost", "-connect"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("-CAfile")
+        .arg(ca)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("openssl")
+}
+
 #[test]
 fn tls_http_listener_adds_x_forwarded_proto_https() {
     let backend = Backend::fixed(5);
@@ -408,17 +425,7 @@ fn tls_interoperates_with_openssl_s_client_and_curl() {
     assert_eq!(out.stdout, b"abcde");
     // openssl s_client, TLS 1.2 then 1.3.
     for v in ["-tls1_2", "-tls1_3"] {
-        let mut child = std::process::Command::new("openssl")
-            .args(["s_client", "-quiet", v, "-servername", "localhost"])
-            .arg("-connect")
-            .arg(format!("127.0.0.1:{}", q.port))
-            .arg("-CAfile")
-            .arg(&p.ca)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("openssl");
+        let mut child = s_client(q.port, &p.ca, &["-quiet", v]);
         child
             .stdin
             .take()
@@ -526,17 +533,7 @@ fn tls_client_key_update_keeps_the_connection_serving() {
 
     // openssl s_client: "k" updates its keys without asking Quill to, "K" asks. Each command
     // line goes alone, after the echo of the line before it came back.
-    let mut child = std::process::Command::new("openssl")
-        .args(["s_client", "-tls1_3", "-servername", "localhost"])
-        .arg("-connect")
-        .arg(format!("127.0.0.1:{}", q.port))
-        .arg("-CAfile")
-        .arg(&p.ca)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("openssl");
+    let mut child = s_client(q.port, &p.ca, &["-tls1_3"]);
     let mut stdin = child.stdin.take().unwrap();
     // The echoes come on stdout, "KEYUPDATE" (a command taken) on stderr: both collected.
     let seen = Arc::new(std::sync::Mutex::new(String::new()));
