@@ -434,6 +434,24 @@ pub fn packet_rx_ring(
 }
 
 impl PacketRing {
+    /// The status of the block starting at `base` (the start of a block inside the mapping).
+    /// Read volatile: the kernel writes it; the caller's acquire fence orders the reads of the
+    /// block's frames after it.
+    fn block_status(&self, base: usize) -> u32 {
+        debug_assert!(base + self.block_size <= self.block_size * self.block_nr);
+        // SAFETY: `base` is the start of a block inside the mapping, whose first bytes are the
+        // kernel's tpacket_block_desc (8-aligned: blocks are page-aligned); the mapping lives as
+        // long as `self`.
+        unsafe {
+            let desc = self
+                .map
+                .as_ptr()
+                .add(base)
+                .cast::<libc::tpacket_block_desc>();
+            std::ptr::read_volatile(std::ptr::addr_of!((*desc).hdr.bh1.block_status))
+        }
+    }
+
     /// Waits up to `timeout` for the next block of frames (poll), then gives it to `each_block`
     /// with the list of its frames (filled into `frames`, which keeps its capacity from block to
     /// block: no allocation once it has grown to a block's frame count), and hands the block back
@@ -450,18 +468,7 @@ impl PacketRing {
         let mut total = 0;
         for round in 0..self.block_nr {
             let base = self.next * self.block_size;
-            // SAFETY: `base` is the start of block `next` (< block_nr) inside the mapping, whose
-            // first bytes are the kernel's tpacket_block_desc (8-aligned: blocks are page-aligned).
-            // block_status is read volatile (the kernel writes it), then an acquire fence orders
-            // the reads of the block's frames after it.
-            let status = unsafe {
-                let desc = self
-                    .map
-                    .as_ptr()
-                    .add(base)
-                    .cast::<libc::tpacket_block_desc>();
-                std::ptr::read_volatile(std::ptr::addr_of!((*desc).hdr.bh1.block_status))
-            };
+            let status = self.block_status(base);
             if status & libc::TP_STATUS_USER == 0 {
                 if round > 0 {
                     break;
@@ -474,15 +481,7 @@ impl PacketRing {
                 let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
                 // SAFETY: one pollfd on the stack, its count passed with it.
                 check(unsafe { libc::poll(&mut pfd, 1, ms) })?;
-                // SAFETY: as above.
-                let status = unsafe {
-                    let desc = self
-                        .map
-                        .as_ptr()
-                        .add(base)
-                        .cast::<libc::tpacket_block_desc>();
-                    std::ptr::read_volatile(std::ptr::addr_of!((*desc).hdr.bh1.block_status))
-                };
+                let status = self.block_status(base);
                 if status & libc::TP_STATUS_USER == 0 {
                     if pfd.revents & libc::POLLERR != 0 {
                         return Err(take_socket_error(fd));
