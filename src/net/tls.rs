@@ -794,15 +794,15 @@ impl TlsStream {
     }
 
     /// The subject of the peer's verified certificate, if it sent one (server side: kept from
-    /// the handshake).
-    pub(crate) fn peer_subject(&self) -> Option<Box<str>> {
-        match &*self.conn.borrow() {
+    /// the handshake and handed over here, so the connection does not hold it twice).
+    pub(crate) fn take_peer_subject(&self) -> Option<Box<str>> {
+        match &mut *self.conn.borrow_mut() {
             Conn::Client(c) => c
                 .peer_certificates()
                 .and_then(|c| c.first())
                 .and_then(|c| crate::tls::certs::subject_of(c))
                 .map(String::into_boxed_str),
-            Conn::Server(s) => s.subject.clone(),
+            Conn::Server(s) => s.subject.take(),
         }
     }
 

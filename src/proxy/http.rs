@@ -664,7 +664,7 @@ impl HttpSession {
 
     pub(crate) fn start_registered(&mut self, ready: Ready, cx: &mut Ctx) -> Step {
         self.client_ready = ready;
-        let subject = self.client.tls().and_then(|t| t.peer_subject());
+        let subject = self.client.tls().and_then(|t| t.take_peer_subject());
         if let Some(s) = subject {
             self.rare.get_or_insert_default().cert_edit = Some([HeaderEdit {
                 op: rewrite::EditOp::Set,
