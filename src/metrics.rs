@@ -42,10 +42,12 @@ pub(crate) enum End {
     /// A listener with `accept_proxy`: a trusted source sent no valid PROXY header (bad bytes,
     /// EOF or the deadline first).
     ProxyInvalid,
+    /// A bug: the session's code panicked, and the session alone was reset (`runtime::panics`).
+    Panic,
 }
 
 impl End {
-    pub(crate) const ALL: [End; 18] = [
+    pub(crate) const ALL: [End; 19] = [
         End::Done,
         End::ClientReset,
         End::ServerReset,
@@ -64,6 +66,7 @@ impl End {
         End::Responses,
         End::ProxyUntrusted,
         End::ProxyInvalid,
+        End::Panic,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -86,6 +89,7 @@ impl End {
             End::Responses => "responses",
             End::ProxyUntrusted => "proxy_untrusted",
             End::ProxyInvalid => "proxy_invalid",
+            End::Panic => "panic",
         }
     }
 }

@@ -3,17 +3,23 @@
 //! whichever way the session ends: failover after a refused connect, a connect timeout, a reset
 //! from either side, the idle and FIN timeouts, a normal end, `close N`. And a session's one
 //! deadline carries it from its connect timeout to its idle timeout, moving later with traffic.
+//! And a bug in one session ends that session alone: a panic in its code resets it, gives back
+//! its lease, and the worker and every other session go on.
 
 #[path = "support/ctl.rs"]
 mod ctl;
+#[path = "support/http.rs"]
+mod http_support;
 mod support;
 
-use std::net::{Shutdown, TcpStream};
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use ctl::*;
+use http_support::{body_pattern, echo_response, get, Backend, Client, Gate, Step};
 use support::*;
 
 /// Bound on every wait here; the timeouts under test are 1 to 2 s.
@@ -256,4 +262,143 @@ fn idle_timeout_counts_from_the_last_traffic_not_from_the_first_deadline() {
     wait_closed(&mut c, WITHIN);
     let line = wait_end(&q, "idle_timeout");
     assert!(seconds(&line) >= 4.5, "idle closed too early: {}", line.raw);
+}
+
+/// One `/metrics` sample of the admin listener at `admin`, e.g. `quill_session_panics_total`.
+fn metric(admin: SocketAddr, sample: &str) -> Option<u64> {
+    let mut s = TcpStream::connect(admin).ok()?;
+    s.set_read_timeout(Some(WITHIN)).ok()?;
+    let req = format!("GET /metrics HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    // Read to EOF or a reset (the admin listener may reset after its answer): what came counts.
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 16384];
+    for _ in 0..10_000 {
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&chunk[..n]),
+        }
+    }
+    String::from_utf8_lossy(&raw)
+        .lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Issue 22 point 2: a panic in one session's code (injected with `QUILL_FAULT_PANIC_TARGET`
+/// once the session holds a server connection, its buffers and a lease) resets that client alone,
+/// twice over, on a one-worker Quill: a kept-alive client and a download in progress on the same
+/// worker go on, new clients are served, the server's session count comes back to 0 (no lease
+/// kept), the panics are logged with a backtrace and counted, and the process lives.
+#[test]
+fn a_panicking_session_is_reset_and_every_other_session_goes_on() {
+    let gate = Gate::new();
+    let half = 256 * 1024;
+    let body = body_pattern(2 * half);
+    let (g, b) = (gate.clone(), body.clone());
+    let backend = Backend::start(move |r| {
+        if r.target != "/stream" {
+            return vec![Step::Send(echo_response(r))];
+        }
+        let mut first =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", b.len()).into_bytes();
+        first.extend_from_slice(&b[..half]);
+        vec![
+            Step::Send(first),
+            Step::Wait(g.clone()),
+            Step::Send(b[half..].to_vec()),
+        ]
+    });
+    let dir = scratch_dir();
+    let sock = dir.path().join("ctl.sock");
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let port = free_port();
+    let args: Vec<String> = [
+        "QUILL_FAULT_PANIC_TARGET=/boom",
+        BIN,
+        "-H",
+        "-r",
+        "--workers",
+        "1",
+        "-C",
+        &sock.display().to_string(),
+        "--admin",
+        &admin.to_string(),
+        &format!("127.0.0.1:{port}"),
+        &backend.addr().to_string(),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let mut q = QuillProcess::spawn_in_cmd("/usr/bin/env", dir, args, port);
+    let (probe, _) = q.wait_ready_tcp(q.addr()).unwrap();
+    drop(probe);
+    wait_ctl(&q, &sock);
+
+    let mut kept = Client::connect(q.addr());
+    assert_eq!(kept.roundtrip(&get("/first")).status, 200);
+    let mut download = Client::connect(q.addr());
+    download.send(&get("/stream"));
+    let started = download.read_raw(half, WITHIN);
+    assert!(started.len() >= half, "the download's first half arrives");
+
+    for round in 1..=2u64 {
+        let mut doomed = Client::connect(q.addr());
+        doomed.send(&get("/boom"));
+        let got = match doomed.expect_closed(WITHIN) {
+            Ok(bytes) | Err(bytes) => bytes,
+        };
+        assert!(
+            got.is_empty(),
+            "round {round}: the panicking session answered {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        assert_eq!(
+            kept.roundtrip(&get(&format!("/kept-{round}"))).status,
+            200,
+            "round {round}: the kept-alive client goes on after the panic\n{}",
+            q.stderr()
+        );
+        let mut fresh = Client::connect(q.addr());
+        assert_eq!(fresh.roundtrip(&get("/fresh")).status, 200);
+        assert_eq!(
+            metric(admin, "quill_session_panics_total"),
+            Some(round),
+            "round {round}"
+        );
+    }
+    gate.open_once();
+    let at = started
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("the download's head")
+        + 4;
+    let rest = download.read_raw(at + 2 * half - started.len(), WITHIN);
+    let mut whole = started;
+    whole.extend_from_slice(&rest);
+    assert_same_bytes(&whole[at..], &body, "the download across two panics");
+    drop(kept);
+    drop(download);
+    wait_conn(
+        &q,
+        &sock,
+        0,
+        0,
+        "every lease given back, the panicked ones too",
+    );
+    assert_eq!(
+        metric(admin, "quill_sessions_ended_total{reason=\"panic\"}"),
+        Some(2)
+    );
+    let stderr = q.stderr();
+    assert_eq!(
+        stderr.matches("panicked; it is reset").count(),
+        2,
+        "each panic logged once:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("fault injected by QUILL_FAULT_PANIC_TARGET")
+            && stderr.contains("backtrace:"),
+        "the panic's message and backtrace are logged:\n{stderr}"
+    );
+    assert!(q.try_exit().is_none(), "Quill is still running:\n{stderr}");
 }

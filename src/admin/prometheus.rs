@@ -293,6 +293,14 @@ fn sessions(out: &mut Exposition, snap: &Snapshot) {
         out.family(name, kind, help);
         out.sample(name, &[], value);
     }
+    let name = "quill_session_panics_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "Sessions whose code panicked (a bug): each was reset alone, the process went on.",
+    );
+    let panics = t.ended.get(End::Panic.name()).copied().unwrap_or(0);
+    out.sample(name, &[], panics);
     let name = "quill_sessions_ended_total";
     out.family(
         name,

@@ -226,7 +226,7 @@ impl Handshaking {
     }
 
     pub(crate) fn close(&mut self, end: End) -> Closing {
-        if end == End::Shutdown {
+        if matches!(end, End::Shutdown | End::Panic) {
             if let Some(c) = &self.client {
                 c.reset_on_close();
             }

@@ -1253,6 +1253,7 @@ impl HttpSession {
         let head = ex.head;
         let start = ex.head_at as usize;
         let msg = &buf[start..self.input.end as usize];
+        crate::runtime::panics::inject(head.target.of(msg));
         if !ex.retried {
             ex.request_id = route::hex16(cx.rand());
         }
@@ -1878,7 +1879,10 @@ impl HttpSession {
                 leg.release(pools);
             }
             ex.sinput.release(pools);
-            if matches!(end, End::Shutdown | End::ClientReset | End::Closed) {
+            if matches!(
+                end,
+                End::Shutdown | End::ClientReset | End::Closed | End::Panic
+            ) {
                 ex.connector.reset_on_close();
                 if ex.replied {
                     self.client.reset_on_close();
@@ -1889,6 +1893,9 @@ impl HttpSession {
         }
         if let Some(p) = self.take_private() {
             p.close(conns);
+        }
+        if end == End::Panic {
+            self.client.reset_on_close();
         }
         self.input.release(pools);
         Closing {

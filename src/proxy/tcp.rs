@@ -360,7 +360,7 @@ impl TcpSession {
         let (client, backend) = match end {
             End::ServerReset => (true, false),
             End::ClientReset => (false, true),
-            End::Shutdown => (true, true),
+            End::Shutdown | End::Panic => (true, true),
             End::Error if self.connector.is_connected() => (true, true),
             _ => (
                 self.down.has_pending() || self.connector.ready().error,

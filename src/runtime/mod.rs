@@ -3,6 +3,7 @@
 //! checker and the admin listener, then turn signals and control requests into reloads, log reopens,
 //! drains and stops.
 
+pub(crate) mod panics;
 pub(crate) mod resolver;
 mod timers;
 pub(crate) mod worker;
@@ -229,6 +230,7 @@ pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
             .map(|f| f.try_clone())
             .transpose()
             .map_err(|e| RunError(format!("access log: {e}")))?;
+        panics::install_hook();
         let w = Worker::new(id, poll, shared.clone(), log, resolver.clone())
             .map_err(|e| RunError(format!("worker {id}: {e}")))?;
         let tx = tx.clone();

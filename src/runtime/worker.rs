@@ -15,6 +15,7 @@ use std::time::Duration;
 use mio::event::Event;
 use mio::{Events, Poll, Token};
 
+use super::panics;
 use super::resolver::{self, Resolver};
 use super::timers::{Armed, Timer, Timers};
 use super::PIPES_PER_WORKER;
@@ -379,11 +380,40 @@ impl Worker {
         } else {
             Side::Server
         };
-        let Some((s, mut cx)) = self.session(idx, gen, now) else {
-            return;
+        self.call(idx, gen, now, |s, cx| s.on_ready(side, ev, cx));
+    }
+
+    /// Calls session `idx` (if it is still generation `gen`) and does what it asks; a panic in
+    /// the call resets that session alone (see `runtime::panics`).
+    fn call(
+        &mut self,
+        idx: usize,
+        gen: u32,
+        now: u64,
+        f: impl FnOnce(&mut Session, &mut Ctx) -> Step,
+    ) {
+        let outcome = {
+            let Some((s, mut cx)) = self.session(idx, gen, now) else {
+                return;
+            };
+            panics::contain(|| f(s, &mut cx))
         };
-        let step = s.on_ready(side, ev, &mut cx);
-        self.follow(idx, step, now);
+        match outcome {
+            Ok(step) => self.follow(idx, step, now),
+            Err(panic) => self.reset_panicked(idx, &panic, now),
+        }
+    }
+
+    /// Session `idx` panicked: it is logged and counted, and closed as [`End::Panic`] (client
+    /// and server connections reset, buffers and lease given back, its server connection
+    /// closed, never returned to the idle pool); the worker and its other sessions go on.
+    fn reset_panicked(&mut self, idx: usize, panic: &str, now: u64) {
+        let id = self.slots[idx].session.as_ref().map_or(0, Session::id);
+        tracing::error!(
+            "worker {}: session {id} panicked; it is reset and every other session goes on: {panic}",
+            self.id
+        );
+        self.close(idx, End::Panic, now);
     }
 
     /// Session `idx` if it is still generation `gen`, and what it may use for one call.
@@ -460,10 +490,7 @@ impl Worker {
         let mut again = std::mem::take(&mut self.again_now);
         std::mem::swap(&mut again, &mut self.again);
         for &(idx, gen) in &again {
-            if let Some((s, mut cx)) = self.session(idx as usize, gen, now) {
-                let step = s.resume(&mut cx);
-                self.follow(idx as usize, step, now);
-            }
+            self.call(idx as usize, gen, now, |s, cx| s.resume(cx));
         }
         again.clear();
         self.again_now = again;
@@ -618,10 +645,7 @@ impl Worker {
         self.publish_load();
         let gen = self.slots[idx].gen;
         self.slots[idx].session = Some(session);
-        if let Some((s, mut cx)) = self.session(idx, gen, now) {
-            let step = s.start(&mut cx);
-            self.follow(idx, step, now);
-        }
+        self.call(idx, gen, now, |s, cx| s.start(cx));
     }
 
     /// Admits a client from `peer` (its own address, or the one its PROXY header carried):
@@ -703,10 +727,7 @@ impl Worker {
                 // The attempt moved on (timed out, session closed, slot reused).
                 continue;
             }
-            if let Some((s, mut cx)) = self.session(idx, gen, now) {
-                let step = s.on_resolved(answer.result, &mut cx);
-                self.follow(idx, step, now);
-            }
+            self.call(idx, gen, now, |s, cx| s.on_resolved(answer.result, cx));
         }
         self.answers = answers;
     }
@@ -721,10 +742,7 @@ impl Worker {
             let Some(t) = due else { break };
             let idx = t.idx as usize;
             self.slots[idx].timer.clear();
-            if let Some((s, mut cx)) = self.session(idx, t.gen, now) {
-                let step = s.on_deadline(&mut cx);
-                self.follow(idx, step, now);
-            }
+            self.call(idx, t.gen, now, |s, cx| s.on_deadline(cx));
         }
         let slots = &self.slots;
         self.timers.sweep_stale(self.live, |t| {
@@ -950,12 +968,22 @@ impl Worker {
     }
 
     fn close(&mut self, idx: usize, end: End, now: u64) {
+        let owner = token(idx, self.slots[idx].gen, CLIENT);
         let Some(mut s) = self.free_slot(idx) else {
             return;
         };
         let http = matches!(s, Session::Http(_));
         let http_at_close = s.logs_http_at_close();
-        let c = s.close(end, &mut self.pools, &mut self.conns);
+        let closed = panics::contain(|| s.close(end, &mut self.pools, &mut self.conns));
+        if end == End::Panic {
+            // Whatever server connection slot the session still held is freed: the connection
+            // it named was closed with the session, never returned to the idle pool.
+            self.conns.forget_owned_by(owner);
+        }
+        let c = match closed {
+            Ok(c) => c,
+            Err(panic) => return self.close_panicked(s, owner, &panic),
+        };
         // The lease (the server's count of this session) lives to the end of this call, since the
         // log line below names its server; dropping it there instead of ending it first saves an
         // Arc clone (a shared counter touched by every worker) per session.
@@ -993,6 +1021,25 @@ impl Worker {
                 end,
             );
         }
+    }
+
+    /// A session panicked while it was being closed: it is dropped as it is (its sockets closed,
+    /// its lease given back by their own drops) and counted; nothing of it is logged but the panic.
+    fn close_panicked(&mut self, s: Session, owner: Token, panic: &str) {
+        tracing::error!(
+            "worker {}: session {} panicked while closing; dropped: {panic}",
+            self.id,
+            s.id()
+        );
+        if let Err(again) = panics::contain(move || drop(s)) {
+            tracing::error!(
+                "worker {}: dropping that session panicked too: {again}",
+                self.id
+            );
+        }
+        self.conns.forget_owned_by(owner);
+        self.shared.active.fetch_sub(1, Ordering::Relaxed);
+        self.counters().ended(End::Panic);
     }
 
     /// A client refused at accept: a session line on a TCP listener, a request line without a

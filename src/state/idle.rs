@@ -311,6 +311,19 @@ impl ServerConns {
         }
     }
 
+    /// Frees every slot still lent to `owner` (a session that panicked: its sockets are closed
+    /// with it). A scan of the slots, for a rare event.
+    pub(crate) fn forget_owned_by(&mut self, owner: Token) {
+        let ids: Vec<u32> = (0..self.slots.slots.len() as u32)
+            .filter(
+                |&id| matches!(self.slots.slots[id as usize].state, State::Busy(t) if t == owner),
+            )
+            .collect();
+        for id in ids {
+            self.slots.release(id);
+        }
+    }
+
     /// An idle connection to `server`, lent to `owner`: the newest in this worker's pool, else
     /// one taken from another worker's pool and registered in `registry` (this worker's epoll).
     pub(crate) fn checkout(
