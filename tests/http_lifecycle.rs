@@ -223,6 +223,11 @@ fn http_sigterm_keeps_idle_clients_for_the_drain_grace_and_busy_ones_get_connect
     b.wait_requests(7, T);
     let term = Instant::now();
     p.signal("TERM");
+    assert!(
+        p.quill.as_ref().is_some_and(|q| q.wait_stderr_contains("stopping", T)),
+        "quill does not drain:\n{}",
+        p.stderr()
+    );
     // The busy one gets its whole response, marked close, then EOF.
     gate.open_once();
     let r = busy
