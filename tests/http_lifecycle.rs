@@ -224,7 +224,9 @@ fn http_sigterm_keeps_idle_clients_for_the_drain_grace_and_busy_ones_get_connect
     let term = Instant::now();
     p.signal("TERM");
     assert!(
-        p.quill.as_ref().is_some_and(|q| q.wait_stderr_contains("stopping", T)),
+        p.quill
+            .as_ref()
+            .is_some_and(|q| q.wait_stderr_contains("stopping", T)),
         "quill does not drain:\n{}",
         p.stderr()
     );
@@ -427,7 +429,8 @@ fn connection_accepted_before_takeover_is_answered_after_it() {
     assert_eq!(r.status, 200, "{}", show(&r.raw_head));
     assert!(r.text().starts_with("GET /fresh "), "{}", r.text());
     assert!(r.says_close(), "{}", show(&r.raw_head));
-    c.expect_closed(T).expect("an orderly close after the response");
+    c.expect_closed(T)
+        .expect("an orderly close after the response");
     let st = t
         .old()
         .wait_exit(T)
@@ -438,9 +441,23 @@ fn connection_accepted_before_takeover_is_answered_after_it() {
 #[test]
 fn idle_kept_alive_client_whose_next_request_comes_during_the_drain_grace_is_answered() {
     let b = Backend::echo();
-    let Some(mut t) = Takeover::start("5s", &[b.addr()]) else {
+    // Started with no grace; a reload gives it one (a drain takes the running configuration's).
+    let Some(mut t) = Takeover::start("0s", &[b.addr()]) else {
         return;
     };
+    let config = t.old().path("quill.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("drain_grace = \"0s\"", "drain_grace = \"5s\""),
+    )
+    .unwrap();
+    t.p.signal("HUP");
+    assert!(
+        t.old().wait_stderr_contains("SIGHUP: reloaded", T),
+        "{}",
+        t.old().stderr()
+    );
     let mut c = t.p.client();
     let first = c.roundtrip(&get("/first"));
     assert_eq!(first.status, 200);
@@ -453,7 +470,8 @@ fn idle_kept_alive_client_whose_next_request_comes_during_the_drain_grace_is_ans
     assert_eq!(r.status, 200, "{}", show(&r.raw_head));
     assert!(r.text().starts_with("GET /next "), "{}", r.text());
     assert!(r.says_close(), "{}", show(&r.raw_head));
-    c.expect_closed(T).expect("an orderly close after the response");
+    c.expect_closed(T)
+        .expect("an orderly close after the response");
     // New clients reach the new process.
     let mut fresh = Client::connect(t.p.addr());
     assert_eq!(fresh.roundtrip(&get("/after")).status, 200);

@@ -702,9 +702,7 @@ impl Proc {
     /// Waits (bounded) for the process to end; false if it still runs.
     fn wait_gone(&mut self, within: Duration) -> bool {
         match self {
-            Proc::Own(q) => q
-                .wait_exit(within)
-                .is_some_and(|st| st.code() == Some(0)),
+            Proc::Own(q) => q.wait_exit(within).is_some_and(|st| st.code() == Some(0)),
             Proc::Activated(pid, _) => {
                 let deadline = Instant::now() + within;
                 while alive(*pid) {
@@ -728,7 +726,11 @@ struct Wrk {
 
 impl Wrk {
     fn start(url: &str, keep_alive: bool, dir: &Path) -> Wrk {
-        let out = dir.join(if keep_alive { "wrk-ka.txt" } else { "wrk-close.txt" });
+        let out = dir.join(if keep_alive {
+            "wrk-ka.txt"
+        } else {
+            "wrk-close.txt"
+        });
         let mut cmd = std::process::Command::new("wrk");
         cmd.args(["-t1", "-c8", "-d60s", "--timeout", "10s"]);
         if !keep_alive {
@@ -842,7 +844,11 @@ fn http_under_wrk_loses_nothing_across_takeovers_reloads_and_a_sigterm_restart()
         current.wait_stderr("worker(s), at most", 1);
         thread::sleep(Duration::from_millis(300));
         let summary = wrk.finish();
-        let mode = if keep_alive { "kept alive" } else { "Connection: close" };
+        let mode = if keep_alive {
+            "kept alive"
+        } else {
+            "Connection: close"
+        };
         assert!(
             !summary.contains("Socket errors") && !summary.contains("Non-2xx"),
             "wrk ({mode}) across 10 takeovers, 10 reloads and a restart:\n{summary}"

@@ -281,9 +281,10 @@ impl Session {
     pub(crate) fn drain(&mut self, close_at: u64, grace_end: u64) -> Option<u64> {
         match self {
             Session::Http(s) => s.drain(close_at, grace_end),
-            Session::Tcp(_) | Session::Peek(_) | Session::ProxyHeader(_) | Session::Handshake(_) => {
-                None
-            }
+            Session::Tcp(_)
+            | Session::Peek(_)
+            | Session::ProxyHeader(_)
+            | Session::Handshake(_) => None,
         }
     }
 
