@@ -1,7 +1,7 @@
 //! Reload and restart without loss: SIGHUP and `quill ctl reload` apply a new configuration in
 //! place (servers and listeners added, removed or changed; sessions untouched; an invalid file
 //! rejected with its `file:line`), and `--takeover` replaces a running process with zero failed
-//! connections.
+//! connections; in HTTP mode, `wrk` sees no error across takeovers, reloads and a SIGTERM restart.
 
 mod support;
 
