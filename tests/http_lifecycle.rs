@@ -1,8 +1,9 @@
 //! HTTP mode errors, timeouts and lifecycle (issue 11 point 7, DESIGN §6.3): dead servers (503,
 //! failover), servers that reset (502 before the head, a cut client after it), a silent server
 //! (504), slowloris (408, without delaying anyone else), idle keep-alive clients and idle server
-//! connections, and SIGTERM (idle clients closed at once, busy ones answered with
-//! `Connection: close`).
+//! connections, and draining on SIGTERM or `--takeover` (issue 22 point 9, trial U1): busy clients
+//! answered with `Connection: close`, idle ones (kept alive, or accepted with no request yet) kept
+//! for one more request within `drain_grace`, the silent ones closed spread over it.
 
 #[path = "support/http.rs"]
 mod http_support;
@@ -203,19 +204,32 @@ fn busy_backend(gate: &Gate, len: usize) -> Backend {
 }
 
 #[test]
-fn http_sigterm_closes_idle_clients_at_once_and_busy_ones_get_connection_close() {
+fn http_sigterm_keeps_idle_clients_for_the_drain_grace_and_busy_ones_get_connection_close() {
     let gate = Gate::new();
     let b = busy_backend(&gate, 50_000);
-    let mut p = start_proxy_global("drain_timeout = \"30s\"", "", &[b.addr()]);
-    let mut idle = p.client();
-    assert_eq!(idle.roundtrip(&get("/before")).status, 200);
+    let global = "drain_timeout = \"30s\"\ndrain_grace = \"2s\"\nworkers = 1";
+    let mut p = start_proxy_global(global, "", &[b.addr()]);
+    if p.quill.is_none() {
+        return; // HAProxy closes idle clients at once unless told otherwise: not compared here.
+    }
+    // Kept-alive clients that stay silent, and one that never sends a request.
+    let mut idle: Vec<Client> = (0..6).map(|_| p.client()).collect();
+    for (i, c) in idle.iter_mut().enumerate() {
+        assert_eq!(c.roundtrip(&get(&format!("/before{i}"))).status, 200);
+    }
+    let mut fresh = p.client();
     let mut busy = p.client();
     busy.send(&get("/busy"));
-    b.wait_requests(2, T);
+    b.wait_requests(7, T);
     let term = Instant::now();
     p.signal("TERM");
-    // The idle kept-alive client is closed at once (EOF or reset), long before the drain ends.
-    let _ = idle.expect_closed(Duration::from_secs(5));
+    assert!(
+        p.quill
+            .as_ref()
+            .is_some_and(|q| q.wait_stderr_contains("stopping", T)),
+        "quill does not drain:\n{}",
+        p.stderr()
+    );
     // The busy one gets its whole response, marked close, then EOF.
     gate.open_once();
     let r = busy
@@ -230,6 +244,33 @@ fn http_sigterm_closes_idle_clients_at_once_and_busy_ones_get_connection_close()
     );
     busy.expect_closed(T)
         .expect("an orderly close after the last response");
+    // The silent kept-alive clients are closed within the grace (2 s), not at once and not all
+    // together: over its second half, evenly (with 8 sessions on the one worker, about 125 ms
+    // apart). Measured from before the signal, so a slow machine only makes them later.
+    let mut closed_after: Vec<Duration> = idle
+        .iter_mut()
+        .map(|c| {
+            let _ = c.expect_closed(Duration::from_secs(10));
+            term.elapsed()
+        })
+        .collect();
+    closed_after.sort();
+    let (first, last) = (closed_after[0], closed_after[closed_after.len() - 1]);
+    assert!(
+        first >= Duration::from_millis(800),
+        "an idle client was closed {first:?} after SIGTERM: before the second half of the 2 s grace ({closed_after:?})"
+    );
+    assert!(
+        last - first >= Duration::from_millis(300),
+        "the idle clients were closed all at once: {closed_after:?}"
+    );
+    // The client that never sent a request is kept to the end of the grace.
+    let _ = fresh.expect_closed(Duration::from_secs(10));
+    assert!(
+        term.elapsed() >= Duration::from_millis(1900),
+        "the client with no request yet was closed {:?} after SIGTERM, before the 2 s grace ended",
+        term.elapsed()
+    );
     assert!(
         p.wait_exit(Duration::from_secs(10)),
         "quill still running {:?} after SIGTERM with nothing left to do (drain_timeout 30 s)",
@@ -289,45 +330,177 @@ fn http_non_idempotent_request_on_a_reused_connection_that_fails_is_not_replayed
     assert_eq!(posts, 1, "a POST is never sent twice");
 }
 
+/// Sends `req` and reads its response: an error (in words) when the connection was closed or
+/// reset instead.
+fn try_roundtrip(c: &mut Client, req: &[u8]) -> io::Result<Response> {
+    if !c.try_send(req) {
+        return Err(io::Error::other("the request could not be sent"));
+    }
+    c.try_read_response(false, T)
+}
+
+/// The old process of a takeover, with the one client it serves; `drain_grace` as given.
+struct Takeover {
+    p: Proxy,
+    new: Option<support::QuillProcess>,
+    sock: std::path::PathBuf,
+    _ctl_dir: tempfile::TempDir,
+}
+
+impl Takeover {
+    /// Quill (one worker, a control socket) in front of `servers`; None for the HAProxy
+    /// reference, which has no takeover.
+    fn start(grace: &str, servers: &[std::net::SocketAddr]) -> Option<Takeover> {
+        let ctl_dir = support::scratch_dir();
+        let sock = ctl_dir.path().join("c.sock");
+        let global = format!(
+            "control = \"{}\"\ndrain_timeout = \"30s\"\ndrain_grace = \"{grace}\"\nworkers = 1",
+            sock.display()
+        );
+        let p = start_proxy_global(&global, "", servers);
+        p.quill.as_ref()?;
+        Some(Takeover {
+            p,
+            new: None,
+            sock,
+            _ctl_dir: ctl_dir,
+        })
+    }
+
+    fn old(&mut self) -> &mut support::QuillProcess {
+        self.p.quill.as_mut().expect("quill")
+    }
+
+    /// The sessions the old process has open (`quill ctl connections`).
+    fn connections(&self) -> String {
+        let sock = self.sock.display().to_string();
+        let (code, out, err) =
+            support::run_quill_output(&["ctl", "--socket", &sock, "connections"]);
+        assert_eq!(code, 0, "{err}");
+        out
+    }
+
+    /// A new process takes the listening socket over; returns once the old one drains.
+    fn take_over(&mut self) {
+        let old = self.p.quill.as_ref().expect("quill");
+        let args = vec![
+            "--config".to_string(),
+            old.path("quill.toml").display().to_string(),
+            "--takeover".into(),
+            self.sock.display().to_string(),
+        ];
+        let port = old.port;
+        let new = support::QuillProcess::spawn_in(support::scratch_dir(), args, port);
+        let old = self.p.quill.as_ref().expect("quill");
+        assert!(
+            new.wait_stderr_contains("took over", T),
+            "new:\n{}\nold:\n{}",
+            new.stderr(),
+            old.stderr()
+        );
+        assert!(
+            old.wait_stderr_contains("stopping", T),
+            "the old process does not drain:\n{}",
+            old.stderr()
+        );
+        self.new = Some(new);
+    }
+}
+
 #[test]
-fn http_takeover_closes_idle_clients_at_once_and_finishes_busy_ones_with_connection_close() {
+fn connection_accepted_before_takeover_is_answered_after_it() {
+    let b = Backend::echo();
+    let Some(mut t) = Takeover::start("5s", &[b.addr()]) else {
+        return;
+    };
+    // A client connects; the old process accepts it; its request comes only after the takeover
+    // (trial U1: it was closed unanswered).
+    let mut c = t.p.client();
+    let port = c.s.local_addr().unwrap().port();
+    assert!(
+        wait_until(T, || t.connections().contains(&format!(":{port}"))),
+        "the old process holds the connection: {}",
+        t.connections()
+    );
+    t.take_over();
+    std::thread::sleep(Duration::from_millis(300));
+    let r = try_roundtrip(&mut c, &get("/fresh"))
+        .unwrap_or_else(|e| panic!("the request after the takeover got no answer: {e}"));
+    assert_eq!(r.status, 200, "{}", show(&r.raw_head));
+    assert!(r.text().starts_with("GET /fresh "), "{}", r.text());
+    assert!(r.says_close(), "{}", show(&r.raw_head));
+    c.expect_closed(T)
+        .expect("an orderly close after the response");
+    let st = t
+        .old()
+        .wait_exit(T)
+        .expect("the old process exits once its last client is answered");
+    assert_eq!(st.code(), Some(0), "{}", t.old().stderr());
+}
+
+#[test]
+fn idle_kept_alive_client_whose_next_request_comes_during_the_drain_grace_is_answered() {
+    let b = Backend::echo();
+    // Started with no grace; a reload gives it one (a drain takes the running configuration's).
+    let Some(mut t) = Takeover::start("0s", &[b.addr()]) else {
+        return;
+    };
+    let config = t.old().path("quill.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("drain_grace = \"0s\"", "drain_grace = \"5s\""),
+    )
+    .unwrap();
+    t.p.signal("HUP");
+    assert!(
+        t.old().wait_stderr_contains("SIGHUP: reloaded", T),
+        "{}",
+        t.old().stderr()
+    );
+    let mut c = t.p.client();
+    let first = c.roundtrip(&get("/first"));
+    assert_eq!(first.status, 200);
+    assert!(!first.says_close(), "{}", show(&first.raw_head));
+    t.take_over();
+    // Within the first half of the grace: the request is answered, marked close.
+    std::thread::sleep(Duration::from_millis(500));
+    let r = try_roundtrip(&mut c, &get("/next"))
+        .unwrap_or_else(|e| panic!("the kept-alive client's next request got no answer: {e}"));
+    assert_eq!(r.status, 200, "{}", show(&r.raw_head));
+    assert!(r.text().starts_with("GET /next "), "{}", r.text());
+    assert!(r.says_close(), "{}", show(&r.raw_head));
+    c.expect_closed(T)
+        .expect("an orderly close after the response");
+    // New clients reach the new process.
+    let mut fresh = Client::connect(t.p.addr());
+    assert_eq!(fresh.roundtrip(&get("/after")).status, 200);
+    let st = t
+        .old()
+        .wait_exit(T)
+        .expect("the old process exits once its last client is answered");
+    assert_eq!(st.code(), Some(0), "{}", t.old().stderr());
+}
+
+#[test]
+fn http_takeover_keeps_idle_clients_for_the_drain_grace_and_finishes_busy_ones_with_connection_close(
+) {
     let gate = Gate::new();
     let b = busy_backend(&gate, 20_000);
-    let ctl_dir = support::scratch_dir();
-    let sock = ctl_dir.path().join("c.sock");
-    let global = format!(
-        "control = \"{}\"\ndrain_timeout = \"30s\"\nworkers = 1",
-        sock.display()
-    );
-    let mut p = start_proxy_global(&global, "", &[b.addr()]);
-    let mut idle = p.client();
+    let Some(mut t) = Takeover::start("1s", &[b.addr()]) else {
+        return;
+    };
+    let mut idle = t.p.client();
     assert_eq!(idle.roundtrip(&get("/before")).status, 200);
-    let mut busy = p.client();
+    let mut busy = t.p.client();
     busy.send(&get("/busy"));
     assert!(
         wait_until(T, || b.requests().iter().any(|r| r.target == "/busy")),
         "the busy request reached the server"
     );
-    // A new process takes the listening socket over; the old one drains.
-    let Some(old) = p.quill.as_mut() else {
-        return; // The HAProxy reference has no takeover.
-    };
-    let config = old.path("quill.toml");
-    let args = vec![
-        "--config".to_string(),
-        config.display().to_string(),
-        "--takeover".into(),
-        sock.display().to_string(),
-    ];
-    let new = support::QuillProcess::spawn_in(support::scratch_dir(), args, old.port);
-    assert!(
-        new.wait_stderr_contains("took over", T),
-        "new:\n{}\nold:\n{}",
-        new.stderr(),
-        old.stderr()
-    );
-    // The idle kept-alive client is closed at once, not at the drain deadline.
     let started = Instant::now();
+    t.take_over();
+    // The silent kept-alive client is closed within the grace (1 s), not at the drain deadline.
     let r = idle.try_read_response(false, T);
     assert!(r.is_err(), "the idle client got {r:?} instead of a close");
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -338,12 +511,11 @@ fn http_takeover_closes_idle_clients_at_once_and_finishes_busy_ones_with_connect
     assert_eq!(resp.body, body_pattern(20_000));
     assert!(resp.says_close(), "{}", show(&resp.raw_head));
     // New clients reach the new process; the old one exits once its last request is answered.
-    let mut fresh = Client::connect(p.addr());
+    let mut fresh = Client::connect(t.p.addr());
     assert_eq!(fresh.roundtrip(&get("/after")).status, 200);
-    let old = p.quill.as_mut().expect("quill");
-    let st = old
+    let st = t
+        .old()
         .wait_exit(T)
         .expect("the old process exits well before the drain deadline");
-    assert_eq!(st.code(), Some(0), "{}", old.stderr());
-    drop(new);
+    assert_eq!(st.code(), Some(0), "{}", t.old().stderr());
 }

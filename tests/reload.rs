@@ -1,14 +1,14 @@
 //! Reload and restart without loss: SIGHUP and `quill ctl reload` apply a new configuration in
 //! place (servers and listeners added, removed or changed; sessions untouched; an invalid file
 //! rejected with its `file:line`), and `--takeover` replaces a running process with zero failed
-//! connections.
+//! connections; in HTTP mode, `wrk` sees no error across takeovers, reloads and a SIGTERM restart.
 
 mod support;
 
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -552,4 +552,319 @@ fn status_still_shows_pools_while_draining() {
         "the pool is still shown: {reply}"
     );
     echo_roundtrip(&mut held, b"still served\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP under wrk across takeovers, reloads and a SIGTERM restart (issue 22 point 9, trial U1)
+// ---------------------------------------------------------------------------------------------
+
+/// The supervisor of a socket-activated restart, as systemd: binds and listens on the port once,
+/// then on each line read (a directory) forks, moves the socket to descriptor 3, sets
+/// `LISTEN_FDS`, `LISTEN_PID` (the child's own pid) and `LISTEN_FDNAMES`, sends the child's output
+/// to files in that directory and execs quill with the arguments after the spec; it prints each
+/// child's pid. Children are reaped by the kernel (SIGCHLD ignored).
+const SUPERVISOR_PY: &str = r#"
+import fcntl, os, signal, socket, sys
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+port, name, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", port))
+s.listen(1024)
+high = fcntl.fcntl(s.fileno(), fcntl.F_DUPFD, 100)
+s.close()
+print("listening", flush=True)
+for line in sys.stdin:
+    d = line.strip()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(high, 3)
+        os.close(high)
+        out = os.open(os.path.join(d, "stdout.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        err = os.open(os.path.join(d, "stderr.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        env = dict(os.environ, LISTEN_FDS="1", LISTEN_PID=str(os.getpid()), LISTEN_FDNAMES=name)
+        os.execve(argv[0], argv, env)
+    print(pid, flush=True)
+"#;
+
+/// Holds the listening socket across quill processes (see [`SUPERVISOR_PY`]); kills every
+/// process it started, and itself, by PID when dropped.
+struct Supervisor {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: std::io::BufReader<std::process::ChildStdout>,
+    started: Vec<u32>,
+}
+
+impl Supervisor {
+    fn start(port: u16, name: &str, quill_args: &[String]) -> Supervisor {
+        let dir = scratch_dir();
+        let script = dir.path().join("supervisor.py");
+        fs::write(&script, SUPERVISOR_PY).unwrap();
+        let mut child = std::process::Command::new("python3")
+            .arg(&script)
+            .arg(port.to_string())
+            .arg(name)
+            .arg(BIN)
+            .args(quill_args)
+            .env_remove("LISTEN_FDS")
+            .env_remove("LISTEN_PID")
+            .env_remove("LISTEN_FDNAMES")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs the supervisor");
+        let input = child.stdin.take().unwrap();
+        let output = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut s = Supervisor {
+            child,
+            input,
+            output,
+            started: Vec::new(),
+        };
+        assert_eq!(s.line(), "listening");
+        s
+    }
+
+    fn line(&mut self) -> String {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.output.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+
+    /// Starts quill with the socket, its output in `dir`; returns its pid.
+    fn spawn(&mut self, dir: &Path) -> u32 {
+        writeln!(self.input, "{}", dir.display()).unwrap();
+        let pid: u32 = self.line().parse().expect("the supervisor prints a pid");
+        self.started.push(pid);
+        pid
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        for pid in &self.started {
+            if alive(*pid) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether process `pid` still runs (the supervisor's children are reaped at once).
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// One quill process of the chain: started by the test (`--takeover`) or by the supervisor.
+enum Proc {
+    Own(QuillProcess),
+    Activated(u32, tempfile::TempDir),
+}
+
+impl Proc {
+    fn pid(&self) -> u32 {
+        match self {
+            Proc::Own(q) => q.pid,
+            Proc::Activated(pid, _) => *pid,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        match self {
+            Proc::Own(q) => q.stderr(),
+            Proc::Activated(_, dir) => {
+                strip_ansi(&fs::read_to_string(dir.path().join("stderr.txt")).unwrap_or_default())
+            }
+        }
+    }
+
+    fn wait_stderr(&self, needle: &str, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.stderr().matches(needle).count() < count {
+            assert!(
+                Instant::now() < deadline,
+                "quill {} did not log {needle:?} ({count}):\n{}",
+                self.pid(),
+                self.stderr()
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits (bounded) for the process to end; false if it still runs.
+    fn wait_gone(&mut self, within: Duration) -> bool {
+        match self {
+            Proc::Own(q) => q.wait_exit(within).is_some_and(|st| st.code() == Some(0)),
+            Proc::Activated(pid, _) => {
+                let deadline = Instant::now() + within;
+                while alive(*pid) {
+                    if Instant::now() >= deadline {
+                        return false;
+                    }
+                    thread::sleep(Duration::from_millis(10));
+                }
+                true
+            }
+        }
+    }
+}
+
+/// `wrk` on `url` in the background (kept alive, or a new connection per request), until
+/// [`Wrk::finish`] interrupts it; bounded by its own duration.
+struct Wrk {
+    child: std::process::Child,
+    out: PathBuf,
+}
+
+impl Wrk {
+    fn start(url: &str, keep_alive: bool, dir: &Path) -> Wrk {
+        let out = dir.join(if keep_alive {
+            "wrk-ka.txt"
+        } else {
+            "wrk-close.txt"
+        });
+        let mut cmd = std::process::Command::new("wrk");
+        cmd.args(["-t1", "-c8", "-d60s", "--timeout", "10s"]);
+        if !keep_alive {
+            cmd.args(["-H", "Connection: close"]);
+        }
+        let child = cmd
+            .arg(url)
+            .stdout(fs::File::create(&out).unwrap())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("wrk is installed (scripts/test installs it: apt-get install wrk)");
+        Wrk { child, out }
+    }
+
+    /// Stops wrk with SIGINT (it then prints its summary); returns the summary.
+    fn finish(mut self) -> String {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "wrk does not stop");
+            thread::sleep(Duration::from_millis(10));
+        }
+        fs::read_to_string(&self.out).unwrap()
+    }
+}
+
+impl Drop for Wrk {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The number of requests a wrk summary reports ("N requests in ...").
+fn wrk_requests(summary: &str) -> u64 {
+    summary
+        .lines()
+        .find(|l| l.contains("requests in"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no request count in wrk's summary:\n{summary}"))
+}
+
+/// HTTP loses nothing when Quill is replaced or reconfigured under load (trial U1: 1 to 13 wrk
+/// errors per takeover, HAProxy 0). `wrk` runs twice, kept alive and with a new connection per
+/// request (`Connection: close`); during each run, 10 takeovers (each new process takes the
+/// sockets from the previous one; the old one drains), 10 reloads (SIGHUP, the server list
+/// changing each time) and a SIGTERM restart. The restart follows systemd's socket activation:
+/// a supervisor (as systemd) holds the listening socket; the running process gets SIGTERM and
+/// drains; once it has exited a new one starts with the same socket (`LISTEN_FDS`), and clients
+/// that connect meanwhile wait in the socket's backlog. Every wrk request must succeed: no socket
+/// error (connect, read, write, timeout) and no non-2xx answer.
+#[test]
+fn http_under_wrk_loses_nothing_across_takeovers_reloads_and_a_sigterm_restart() {
+    let (a, b) = (http("a"), http("b"));
+    let dir = scratch_dir();
+    let port = free_listen_port();
+    let conf = dir.path().join("q.toml");
+    let sock = dir.path().join("c.sock");
+    let body = |servers: &[SocketAddr]| {
+        format!(
+            "control = \"{}\"\nworkers = 2\ndrain_timeout = \"10s\"\n",
+            sock.display()
+        ) + &listener_toml("web", port, servers, "protocol = \"http\"\n")
+    };
+    write_config(&conf, &body(&[a.addr(), b.addr()]));
+    let args = vec!["--config".to_string(), conf.display().to_string()];
+    let mut sup = Supervisor::start(port, "web", &args);
+    let first = scratch_dir();
+    let mut current = Proc::Activated(sup.spawn(first.path()), first);
+    current.wait_stderr("worker(s), at most", 1);
+    let url = format!("http://127.0.0.1:{port}/");
+    let mut draining: Vec<Proc> = Vec::new();
+    for keep_alive in [true, false] {
+        let wrk = Wrk::start(&url, keep_alive, dir.path());
+        thread::sleep(Duration::from_millis(300));
+        for i in 0..10 {
+            // A takeover: the new process gets the sockets, the old one drains.
+            let mut args = args.clone();
+            args.extend(["--takeover".to_string(), sock.display().to_string()]);
+            let next = Proc::Own(QuillProcess::spawn_in(scratch_dir(), args, port));
+            next.wait_stderr("took over", 1);
+            draining.push(std::mem::replace(&mut current, next));
+            thread::sleep(Duration::from_millis(50));
+            // A reload that changes the servers.
+            let servers = if i % 2 == 0 {
+                vec![a.addr()]
+            } else {
+                vec![a.addr(), b.addr()]
+            };
+            write_config(&conf, &body(&servers));
+            let _ = std::process::Command::new("kill")
+                .args(["-HUP", &current.pid().to_string()])
+                .status();
+            current.wait_stderr("SIGHUP: reloaded", 1);
+            thread::sleep(Duration::from_millis(50));
+        }
+        // The SIGTERM restart, as systemd with socket activation does it.
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &current.pid().to_string()])
+            .status();
+        assert!(
+            current.wait_gone(Duration::from_secs(10)),
+            "the stopped process did not exit 0 within 10 s:\n{}",
+            current.stderr()
+        );
+        let fresh = scratch_dir();
+        current = Proc::Activated(sup.spawn(fresh.path()), fresh);
+        current.wait_stderr("worker(s), at most", 1);
+        thread::sleep(Duration::from_millis(300));
+        let summary = wrk.finish();
+        let mode = if keep_alive {
+            "kept alive"
+        } else {
+            "Connection: close"
+        };
+        assert!(
+            !summary.contains("Socket errors") && !summary.contains("Non-2xx"),
+            "wrk ({mode}) across 10 takeovers, 10 reloads and a restart:\n{summary}"
+        );
+        assert!(
+            wrk_requests(&summary) >= 1000,
+            "wrk ({mode}) made too few requests to mean anything:\n{summary}"
+        );
+        println!("wrk ({mode}): {}", summary.trim());
+    }
+    for mut old in draining {
+        assert!(
+            old.wait_gone(Duration::from_secs(10)),
+            "a replaced process did not exit 0 after its drain:\n{}",
+            old.stderr()
+        );
+    }
+    drop(current);
 }

@@ -11,13 +11,14 @@ impl Config {
     pub(crate) fn explain(&self) -> String {
         let g = &self.global;
         let mut out = format!(
-            "{} listener(s), {} worker(s), max connections {}, backlog {}, drain timeout {}\n",
+            "{} listener(s), {} worker(s), max connections {}, backlog {}, drain timeout {}, drain grace {}\n",
             self.listeners.len(),
             g.workers,
             g.max_connections
                 .map_or("from the open-file limit".to_string(), |n| n.to_string()),
             g.backlog,
-            format_duration(g.drain_timeout)
+            format_duration(g.drain_timeout),
+            format_duration(g.drain_grace.min(g.drain_timeout))
         );
         if let Some(c) = &g.control {
             let level = match c {

@@ -240,6 +240,9 @@ pub(crate) struct Global {
     pub backlog: u32,
     pub accept_batch: u32,
     pub drain_timeout: Duration,
+    /// How long a drain keeps idle HTTP clients (kept alive, or accepted with no request yet)
+    /// open for one more request, answered with `Connection: close`; capped by `drain_timeout`.
+    pub drain_grace: Duration,
     pub tfo: bool,
     pub reuseport: bool,
     /// Bulk flows move through splice pipes (zero copy); false copies everything through buffers.
@@ -476,6 +479,7 @@ impl Default for Global {
             backlog: 1024,
             accept_batch: 100,
             drain_timeout: Duration::from_secs(30),
+            drain_grace: Duration::from_secs(2),
             tfo: true,
             reuseport: false,
             splice: true,
@@ -1287,7 +1291,8 @@ impl Global {
             self.accept_batch.into(),
             1..=MAX_ACCEPT_BATCH.into(),
         )?;
-        check_duration("drain_timeout", self.drain_timeout)
+        check_duration("drain_timeout", self.drain_timeout)?;
+        check_duration("drain_grace", self.drain_grace)
     }
 }
 

@@ -206,6 +206,7 @@ const TOML_KEYS: &[&str] = &[
     "backlog",
     "accept_batch",
     "drain_timeout",
+    "drain_grace",
     "connect_timeout",
     "blacklist",
     "tracking_time",

@@ -140,6 +140,7 @@ fn from_toml_with(
     global.accept_batch = bounded(&raw.accept_batch, "accept_batch", 1..=MAX_ACCEPT_BATCH)?
         .unwrap_or(global.accept_batch);
     global.drain_timeout = raw.drain_timeout.map_or(global.drain_timeout, |d| d.0);
+    global.drain_grace = raw.drain_grace.map_or(global.drain_grace, |d| d.0);
     global.tfo = raw.tfo.unwrap_or(global.tfo);
     global.reuseport = raw.reuseport.unwrap_or(global.reuseport);
     global.splice = raw.splice.unwrap_or(global.splice);
@@ -1394,6 +1395,7 @@ with_tuning_keys! {
         backlog: Option<Spanned<u32>>,
         accept_batch: Option<Spanned<u32>>,
         drain_timeout: Option<Dur>,
+        drain_grace: Option<Dur>,
         tfo: Option<bool>,
         reuseport: Option<bool>,
         splice: Option<bool>,

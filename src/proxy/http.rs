@@ -462,6 +462,9 @@ pub(crate) struct HttpSession {
     client_eof: bool,
     /// Draining: close when the current exchange is over, and say so on its response.
     draining: bool,
+    /// Draining: when the client, idle (no request begun), is closed (clock ms; [`NEVER`]
+    /// before the drain).
+    drain_close_ms: u64,
     /// The request's text for the access log (request line, Host, Referer, User-Agent,
     /// X-Request-ID; lengths in `log_lens`), kept to reuse its allocation.
     log_text: Vec<u8>,
@@ -618,6 +621,7 @@ impl HttpSession {
             bytes_out: 0,
             client_eof: false,
             draining: false,
+            drain_close_ms: NEVER,
             log_text: Vec::new(),
             log_lens: [0; 5],
             rare: None,
@@ -720,6 +724,9 @@ impl HttpSession {
             if self.head_since.is_some() {
                 return self.refuse(408, cx);
             }
+            if self.draining && now >= self.drain_close_ms {
+                return self.close_drained(cx);
+            }
             return Step::Close(End::IdleTimeout);
         };
         if !ex.connector.is_connected() {
@@ -748,11 +755,35 @@ impl HttpSession {
         self.step(cx)
     }
 
-    /// The worker drains: an idle client is closed now (true); a busy one gets
-    /// `Connection: close` on its current response and is closed after it.
-    pub(crate) fn drain(&mut self) -> bool {
+    /// The worker drains (see [`super::Session::drain`]): a busy client gets `Connection: close`
+    /// on its current response and is closed after it; an idle one is kept for one more request
+    /// until `close_at` (kept alive) or `grace_end` (no request yet), and the new deadline is
+    /// returned.
+    pub(crate) fn drain(&mut self, close_at: u64, grace_end: u64) -> Option<u64> {
         self.draining = true;
-        self.ex.is_none() && !self.input.has_unparsed()
+        let idle = self.ex.is_none() && self.head_since.is_none() && !self.input.has_unparsed();
+        // A busy client that is not told to close (its response began before the drain) gets
+        // the whole grace for its next request, as does a client that has not sent one yet.
+        self.drain_close_ms = if idle && self.requests > 0 {
+            close_at
+        } else {
+            grace_end
+        };
+        idle.then(|| self.deadline())
+    }
+
+    /// A drain's grace for this idle client is over. A last read first: a request that came in
+    /// just now is answered (with `Connection: close`) rather than lost with the connection;
+    /// otherwise it is closed (nothing begun, nothing lost).
+    fn close_drained(&mut self, cx: &mut Ctx) -> Step {
+        self.drain_close_ms = NEVER;
+        self.client_ready.readable = true;
+        match self.step(cx) {
+            Step::Wait(_) if self.ex.is_none() && !self.input.has_unparsed() => {
+                Step::Close(End::Done)
+            }
+            step => step,
+        }
     }
 
     /// The session's one deadline.
@@ -767,7 +798,10 @@ impl HttpSession {
             } else {
                 s.keepalive_timeout
             };
-            return self.idle_since.saturating_add(millis(limit));
+            return self
+                .idle_since
+                .saturating_add(millis(limit))
+                .min(self.drain_close_ms);
         };
         if !ex.connector.is_connected() {
             return ex.connector.deadline();
@@ -823,6 +857,12 @@ impl HttpSession {
 
     /// Does all that the sockets allow now, and says what the worker does next.
     fn step(&mut self, cx: &mut Ctx) -> Step {
+        if cx.draining && !self.draining {
+            // Began (a handshake or a PROXY header finished, a client handed over) after the
+            // worker's drain started: the rest of the grace for its request.
+            self.draining = true;
+            self.drain_close_ms = cx.grace_end;
+        }
         for _ in 0..64 {
             let r = if self.ex.is_none() {
                 self.read_head(cx)
@@ -844,9 +884,6 @@ impl HttpSession {
     fn read_head(&mut self, cx: &mut Ctx) -> Result<bool, Step> {
         if self.client_ready.error {
             return Err(Step::Close(End::ClientReset));
-        }
-        if self.draining && !self.input.has_unparsed() {
-            return Err(Step::Close(End::Done));
         }
         loop {
             if self.input.has_unparsed() {

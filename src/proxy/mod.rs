@@ -111,6 +111,10 @@ pub(crate) struct Ctx<'a> {
     pub log: Option<&'a mut AccessLog>,
     /// The worker is draining: HTTP sessions close after their current exchange.
     pub draining: bool,
+    /// While draining, the end of the drain grace (clock ms; [`NEVER`] otherwise): an HTTP
+    /// client that became idle or connected since the drain began is kept until then for one
+    /// more request.
+    pub grace_end: u64,
     /// Per-client-address rate limits of HTTP routes, shared by all workers.
     pub rates: &'a RateTable,
 }
@@ -267,18 +271,20 @@ impl Session {
         }
     }
 
-    /// The worker starts draining: true when the session is idle and may be closed now (an
-    /// HTTP client between requests); a busy HTTP session closes after its current exchange.
-    /// TCP sessions carry on until they end or the drain deadline.
-    pub(crate) fn drain(&mut self) -> bool {
+    /// The worker starts draining. An idle HTTP client (kept alive, or accepted with no request
+    /// yet) is not closed now: it is kept for one more request, answered with
+    /// `Connection: close`, and closed at `close_at` (kept alive) or `grace_end` (no request yet)
+    /// if it stays silent; the new deadline is returned for the worker to arm. A busy HTTP
+    /// session closes after its current exchange. TCP sessions carry on until they end or the
+    /// drain deadline; so do handshakes and PROXY headers, bounded by their own timeouts (then
+    /// an HTTP session is told of the drain by `Ctx::draining`).
+    pub(crate) fn drain(&mut self, close_at: u64, grace_end: u64) -> Option<u64> {
         match self {
-            Session::Tcp(_) | Session::Peek(_) => false,
-            // No work of the client's started yet.
-            Session::ProxyHeader(_) => true,
-            Session::Http(s) => s.drain(),
-            // Its handshake finishes (bounded by the drain deadline), then it is an HTTP session
-            // that closes after one exchange, or a TCP session.
-            Session::Handshake(_) => false,
+            Session::Http(s) => s.drain(close_at, grace_end),
+            Session::Tcp(_)
+            | Session::Peek(_)
+            | Session::ProxyHeader(_)
+            | Session::Handshake(_) => None,
         }
     }
 

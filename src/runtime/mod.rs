@@ -366,16 +366,18 @@ pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
                     "no session for {}: exiting (--exit-idle-time)",
                     crate::config::format_duration(limit)
                 );
-                drain(&shared, &g, false);
+                drain(&shared, &controller.config().global, false);
             }
         }
         match msg {
             None => {}
             Some(Msg::WorkerDone) => running -= 1,
             Some(Msg::Signal(SIGTERM | SIGINT) | Msg::Exit) if shared.phase() == Phase::Running => {
-                drain(&shared, &g, false)
+                drain(&shared, &controller.config().global, false)
             }
-            Some(Msg::HandedOver) if shared.phase() == Phase::Running => drain(&shared, &g, true),
+            Some(Msg::HandedOver) if shared.phase() == Phase::Running => {
+                drain(&shared, &controller.config().global, true)
+            }
             Some(Msg::Signal(SIGTERM | SIGINT) | Msg::Exit) => {
                 shared.set_phase(Phase::Stopping);
                 shared.wake_all();
@@ -439,14 +441,19 @@ fn has_server_names(config: &Config) -> bool {
         .any(|s| matches!(s.addr, crate::addr::BackendAddr::Name { .. }))
 }
 
-/// Stops accepting and lets open sessions finish within the drain timeout. After a handover the
-/// sockets live on in the new process: their files stay.
+/// Stops accepting and lets open sessions finish within the drain timeout (idle HTTP clients
+/// within the drain grace, see `Worker::start_drain`). After a handover the sockets live on in
+/// the new process: their files stay.
 fn drain(shared: &Shared, g: &crate::config::Global, handover: bool) {
     let deadline = shared
         .clock
         .now_ms()
         .saturating_add(millis(g.drain_timeout));
     shared.drain_deadline_ms.store(deadline, Ordering::Relaxed);
+    shared.drain_grace_ms.store(
+        millis(g.drain_grace.min(g.drain_timeout)),
+        Ordering::Relaxed,
+    );
     if handover {
         shared.handed_over.store(true, Ordering::Relaxed);
     } else {

@@ -24,7 +24,7 @@ use crate::log::{AccessLog, Entry};
 use crate::metrics::{Counters, End};
 use crate::net::{ClientAddr, Stream};
 use crate::proxy::copy::Pools;
-use crate::proxy::{Ctx, Session, Side, Step};
+use crate::proxy::{Ctx, Session, Side, Step, NEVER};
 use crate::state::idle::{Owner, ServerConns};
 use crate::state::shared::{Listener, Phase, Report, Request, Shared, SourceSlot};
 use crate::sys;
@@ -120,6 +120,8 @@ pub(crate) struct Worker {
     log: Option<AccessLog>,
     rng: u64,
     draining: bool,
+    /// While draining, the end of the drain grace (clock ms; `NEVER` before).
+    grace_end: u64,
     next_sweep: u64,
     /// Sessions (index, generation) to drive again next turn, and the list being driven now.
     again: Vec<(u32, u32)>,
@@ -174,6 +176,7 @@ impl Worker {
             log,
             rng: 0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) << 17) ^ crate::clock::unix_time(),
             draining: false,
+            grace_end: NEVER,
             next_sweep: 0,
             again: Vec::new(),
             again_now: Vec::new(),
@@ -434,6 +437,7 @@ impl Worker {
             conns: &mut self.conns,
             log: self.log.as_mut(),
             draining: self.draining,
+            grace_end: self.grace_end,
             rates: self.shared.rates(),
         };
         Some((s, cx))
@@ -918,10 +922,26 @@ impl Worker {
             }
         }
         self.listeners.clear();
-        // Idle HTTP clients are closed now; busy ones after their current exchange.
+        // Idle HTTP clients are not closed now: a client whose request is on its way (a
+        // connection accepted a moment ago, a kept-alive one between two requests) would lose
+        // it. Each is kept for one more request, answered with `Connection: close`; those that
+        // stay silent close at times spread evenly over the second half of the grace (not all
+        // at once, and not while a client in the middle of a sequence of requests is about to
+        // send its next one), a connection with no request yet at its end. Busy ones close
+        // after their current exchange.
+        let grace = self.shared.drain_grace_ms.load(Ordering::Relaxed);
+        self.grace_end = now.saturating_add(grace);
+        let half = grace / 2;
+        let n = self.live.max(1) as u64;
+        let mut k = 0;
         for idx in 0..self.slots.len() {
-            if self.slots[idx].session.as_mut().is_some_and(Session::drain) {
-                self.close(idx, End::Done, now);
+            let Some(s) = self.slots[idx].session.as_mut() else {
+                continue;
+            };
+            k += 1;
+            let close_at = self.grace_end - half + half * k / n;
+            if let Some(deadline) = s.drain(close_at, self.grace_end) {
+                self.arm(idx, deadline, false, now);
             }
         }
         self.conns.close_idle();

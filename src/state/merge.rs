@@ -70,7 +70,7 @@ pub(super) fn merge(base: &Config, ours: &Config, theirs: &Config) -> Config {
 fn merge_global(base: &Global, ours: &Global, theirs: &Global) -> Global {
     let mut out = theirs.clone();
     merge_fields!(Global, base, ours, theirs, out;
-        workers, max_connections, backlog, accept_batch, drain_timeout, tfo, reuseport, splice,
+        workers, max_connections, backlog, accept_batch, drain_timeout, drain_grace, tfo, reuseport, splice,
         pid_file, log, user, chroot, log_format, control, control_acl, control_level,
         control_token_file, admin_token_file, admin, allow_exit, command_file, status_file,
         debug, exit_idle_time;

@@ -110,6 +110,9 @@ pub(crate) struct Shared {
     pub splice: bool,
     phase: AtomicU8,
     pub drain_deadline_ms: AtomicU64,
+    /// Of a drain: how long idle HTTP clients are kept for one more request (ms, at most the
+    /// drain timeout), stored before the phase turns to draining.
+    pub drain_grace_ms: AtomicU64,
     /// Bumped when the access log must be reopened (SIGHUP, `log FILE`, reload).
     pub log_generation: AtomicU64,
     /// The access log's path and format, read by workers when the generation moves.
@@ -180,6 +183,7 @@ impl Shared {
             splice: g.splice,
             phase: AtomicU8::new(0),
             drain_deadline_ms: AtomicU64::new(u64::MAX),
+            drain_grace_ms: AtomicU64::new(0),
             log_generation: AtomicU64::new(0),
             access_log: Mutex::new((g.log.clone(), g.log_format)),
             counters: (0..g.workers).map(Counters::new).collect(),
