@@ -1045,6 +1045,8 @@ struct RawHttp {
     forwarded: Option<Spanned<toml::Value>>,
     via: Option<Spanned<toml::Value>>,
     request_id: Option<Spanned<toml::Value>>,
+    normalize_path: Option<Spanned<toml::Value>>,
+    underscores_in_headers: Option<Spanned<toml::Value>>,
     request_headers: Option<Spanned<RawEdits>>,
     response_headers: Option<Spanned<RawEdits>>,
     error_pages: Option<Spanned<toml::Value>>,
@@ -1260,6 +1262,22 @@ impl RawHttp {
                 other => Err(format!("{} is not a name or true or false", shown(other))),
             })?,
             request_id: read(&self.request_id, "request_id", at, boolean)?,
+            normalize_path: read(&self.normalize_path, "normalize_path", at, |v| {
+                v.as_str()
+                    .and_then(http_settings::parse_normalize_path)
+                    .ok_or_else(|| {
+                        format!(
+                            "invalid value {} (expected \"match\" or \"forward\")",
+                            shown(v)
+                        )
+                    })
+            })?,
+            underscores_in_headers: read(
+                &self.underscores_in_headers,
+                "underscores_in_headers",
+                at,
+                boolean,
+            )?,
             request_headers: edits(&self.request_headers, "request_headers", at)?,
             response_headers: edits(&self.response_headers, "response_headers", at)?,
             error_pages: read(&self.error_pages, "error_pages", at, |v| {

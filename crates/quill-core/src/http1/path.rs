@@ -241,7 +241,10 @@ mod tests {
 
     #[test]
     fn too_small_an_output_is_an_error_not_a_panic() {
-        assert_eq!(normalize_into(b"/a/b", &mut [0u8; 3]), Err(PathError::NoRoom));
+        assert_eq!(
+            normalize_into(b"/a/b", &mut [0u8; 3]),
+            Err(PathError::NoRoom)
+        );
     }
 
     #[test]
