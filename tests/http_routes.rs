@@ -221,6 +221,25 @@ fn route_and_pool_errors_are_one_line_with_file_and_line() {
         "[[listener.route]]",
         &["no action"],
     );
+    // Paths are matched in normal form: a prefix that is not would never match.
+    refused(
+        &file("[[listener.route]]\npath = \"/a//b/./c\"\npool = \"api\"\n"),
+        "path = ",
+        &["never matches", "normal form", "write '/a/b/c'"],
+    );
+    refused(
+        &file("[[listener.route]]\npath = \"/../a\"\npool = \"api\"\n"),
+        "path = ",
+        &["never matches", "no normal form"],
+    );
+    refused(
+        &file(
+            "[[listener.route]]\npath = \"/api/\"\npool = \"api\"\n\
+             rewrite_path = { prefix = \"/%61pi/\", replace = \"/\" }\n",
+        ),
+        "rewrite_path",
+        &["rewrite_path: prefix", "write '/api/'"],
+    );
     refused(
         &file("[[listener.route]]\npath_regex = \"^/(a\"\npool = \"api\"\n"),
         "path_regex",
@@ -984,4 +1003,29 @@ fn deny_on_admin_meets_dot_segment_and_encoded_paths() {
     let to_default = default.wait_requests(2, T);
     let targets: Vec<&str> = to_default.iter().map(|r| r.target.as_str()).collect();
     assert_eq!(targets, ["/ADMIN", "/pub//x/../y%41?q"]);
+}
+
+#[test]
+fn normalize_path_forward_sends_the_path_a_route_matched() {
+    let default = named("default");
+    let (q, _) = start(|port| {
+        format!(
+            "{}[listener.http]\nnormalize_path = \"forward\"\n",
+            listener(
+                port,
+                &[default.addr()],
+                "[[listener.route]]\npath = \"/admin\"\ndeny = true\n"
+            )
+        )
+    });
+    assert_eq!(status_of(&q, &get_host("/x/../admin", "h", "")), 403);
+    assert_eq!(
+        status_of(&q, &get_host("//pub/./a/../b%7e?q=/../x", "h", "")),
+        200
+    );
+    let reqs = default.wait_requests(1, T);
+    assert_eq!(reqs[0].target, "/pub/b~?q=/../x");
+    let (code, out, err) = check(&std::fs::read_to_string(q.path("quill.toml")).unwrap());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("normalize_path forward"), "{out}");
 }

@@ -1587,6 +1587,8 @@ x_forwarded_host = true
 forwarded = false
 via = "quill"
 request_id = true
+normalize_path = "match"
+underscores_in_headers = false
 request_headers = { remove = ["X-Debug"], set = { "X-Env" = "prod" }, add = { "X-A" = "1" } }
 response_headers = { remove = ["Server"] }
 
@@ -1606,6 +1608,8 @@ servers = ["127.0.0.1:9001"]
 [listener.http]
 via = false
 forwarded_for = "replace"
+normalize_path = "forward"
+underscores_in_headers = true
 request_headers = { add = { "X-Other" = "yes" } }
 
 [[listener]]
@@ -1645,6 +1649,13 @@ servers = ["127.0.0.1:9001"]
         let other = c.listeners[1].http.as_ref().expect("other is HTTP");
         assert_eq!(other.via, None);
         assert_eq!(other.forwarded_for, ForwardedFor::Replace);
+        assert_eq!(web.normalize_path, super::super::NormalizePath::Match);
+        assert!(!web.underscores_in_headers);
+        assert_eq!(other.normalize_path, super::super::NormalizePath::Forward);
+        assert!(other.underscores_in_headers);
+        let shown = other.differences().join("; ");
+        assert!(shown.contains("underscores_in_headers true"), "{shown}");
+        assert!(shown.contains("normalize_path forward"), "{shown}");
         assert_eq!(other.response_timeout, Duration::from_secs(60));
         // A list replaces the list it overrides.
         assert_eq!(other.request_headers.len(), 1);
@@ -1815,6 +1826,14 @@ servers = ["127.0.0.1:9001"]
             (
                 "request_id = \"yes\"",
                 "request_id: \"yes\" is not true or false",
+            ),
+            (
+                "normalize_path = \"both\"",
+                "normalize_path: invalid value \"both\" (expected \"match\" or \"forward\")",
+            ),
+            (
+                "underscores_in_headers = 1",
+                "underscores_in_headers: 1 is not true or false",
             ),
             (
                 "request_headers = { set = { \"X Y\" = \"1\" } }",
