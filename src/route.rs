@@ -12,6 +12,7 @@
 // then only the tests and the controller reach most of it.
 #![allow(dead_code)]
 
+use std::borrow::Cow;
 use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,8 +23,9 @@ use crate::config::{
     compile_pattern, HostMatch, PathMatch, RateLimit, RouteAction, RouteConfig, ValueMatch,
 };
 use crate::metrics::HttpStats;
-use quill_core::http1::reason;
+use quill_core::http1::path::PathError;
 use quill_core::http1::rewrite::{HeaderEdit, Overflow};
+use quill_core::http1::{self, reason};
 
 /// An HTTP listener's routes, in order.
 #[derive(Debug)]
@@ -225,10 +227,11 @@ impl<P> Routes<P> {
     }
 
     /// The first route the request matches. `method` is the method token as sent; `target` the
-    /// request target (origin form `/path?query`, or absolute form, whose authority then is the
-    /// host); `host` the `Host` field's value; `field` looks a header up by name (lower case
-    /// given; compare without case) and gives its value without surrounding spaces. A route's
-    /// `client_acl` does not take part: see [`Routes::permits`].
+    /// request target (its path is matched in normal form, see [`normal_path`]; a path without
+    /// one matches nothing); `host` the request's host (`RequestHead::authority`: the
+    /// absolute-form target's authority, else `Host`); `field` looks a header up by name (lower
+    /// case given; compare without case) and gives its value without surrounding spaces. A
+    /// route's `client_acl` does not take part: see [`Routes::permits`].
     pub(crate) fn find<'a, 'b>(
         &'a self,
         method: &[u8],
@@ -236,21 +239,22 @@ impl<P> Routes<P> {
         host: Option<&'b [u8]>,
         field: impl Fn(&[u8]) -> Option<&'b [u8]>,
     ) -> Option<&'a Route<P>> {
-        self.find_index(method, target, host, field)
+        let path = normal_path(target).ok()?;
+        self.find_index(method, &path, host, field)
             .and_then(|i| self.routes.get(i))
     }
 
-    /// As [`Routes::find`], the route's index in `routes` (for an exchange that keeps its
-    /// pool snapshot and needs the route again when the response comes).
+    /// As [`Routes::find`] with the path already in normal form ([`normal_path`]), the route's
+    /// index in `routes` (for an exchange that keeps its pool snapshot and needs the route again
+    /// when the response comes).
     pub(crate) fn find_index<'b>(
         &self,
         method: &[u8],
-        target: &[u8],
+        path: &[u8],
         host: Option<&'b [u8]>,
         field: impl Fn(&[u8]) -> Option<&'b [u8]>,
     ) -> Option<usize> {
-        let (authority, path) = split_target(target);
-        let host = authority.or(host).map(host_name);
+        let host = host.map(host_name);
         self.routes
             .iter()
             .position(|r| r.matches(method, path, host, &field))
@@ -321,25 +325,19 @@ fn host_matches(h: &HostMatch, host: &[u8]) -> bool {
     }
 }
 
-/// A request target's authority (absolute form only) and path (without the query).
-fn split_target(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
-    let before_query =
-        |t: &'_ [u8]| -> usize { t.iter().position(|&b| b == b'?').unwrap_or(t.len()) };
-    if target.first() == Some(&b'/') {
-        return (None, &target[..before_query(target)]);
+/// The path of a request target without its query, in the normal form routes match
+/// (`quill_core::http1::path`: `//admin`, `/%61dmin`, `/./admin` and `/x/../admin` are all
+/// `/admin`). Borrowed when the path is normal already (the usual case: no allocation); an error
+/// for a path that has none (`..` above the root, a bad escape: the request gets 400).
+pub(crate) fn normal_path(target: &[u8]) -> Result<Cow<'_, [u8]>, PathError> {
+    let path = http1::path::target_path(target);
+    if http1::path::is_normal(path) {
+        return Ok(Cow::Borrowed(path));
     }
-    let Some(i) = target.windows(3).position(|w| w == b"://") else {
-        // `*` (OPTIONS) or an authority (CONNECT): no path.
-        return (None, b"");
-    };
-    let rest = &target[i + 3..];
-    let end = rest
-        .iter()
-        .position(|&b| b == b'/' || b == b'?' || b == b'#')
-        .unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let path = &tail[..before_query(tail)];
-    (Some(authority), if path.is_empty() { b"/" } else { path })
+    let mut out = vec![0u8; path.len()];
+    let n = http1::path::normalize_into(path, &mut out)?;
+    out.truncate(n);
+    Ok(Cow::Owned(out))
 }
 
 /// A `Host` value or authority without userinfo, port and a final dot.
@@ -761,16 +759,28 @@ mod tests {
             "subdomains only"
         );
         assert_eq!(find(&r, "GET", "/", Some("badexample.org"), &[]), None);
-        // Absolute form: its authority is the host, whatever Host says.
+        // Absolute form: the path after the authority (the host is the caller's decision).
         assert_eq!(
             find(
                 &r,
                 "GET",
                 "http://api.example.com/api/v1",
-                Some("www.example.com"),
+                Some("api.example.com"),
                 &[]
             ),
             Some("api")
+        );
+        // Paths are matched in normal form.
+        for target in ["//api/x", "/%61pi/x", "/./api/x", "/x/../api/x", "/api%2Fx"] {
+            assert_eq!(
+                find(&r, "GET", target, Some("api.example.com"), &[]),
+                Some("api"),
+                "{target}"
+            );
+        }
+        assert_eq!(
+            find(&r, "GET", "/../api/x", Some("api.example.com"), &[]),
+            None
         );
     }
 

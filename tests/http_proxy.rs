@@ -874,3 +874,40 @@ fn http_request_split_into_single_bytes_is_proxied_the_same() {
     };
     assert_eq!(strip(&reqs[0]), strip(&reqs[1]));
 }
+
+#[test]
+fn underscore_identity_headers_never_reach_the_server() {
+    // E7: CGI, WSGI and PHP read `X_Forwarded_For` and `X_Client_Cert_Subject` as the fields
+    // Quill writes or removes itself; nginx drops such names by default, and so does Quill.
+    let b = Backend::echo();
+    let p = start_proxy("", &[b.addr()]);
+    let raw = b"GET /u HTTP/1.1\r\nHost: shop.example\r\nX_Forwarded_For: 6.6.6.6\r\n\
+                X_Client_Cert_Subject: CN=admin\r\nX-Client-Cert_Subject: CN=admin\r\n\
+                X_Custom: 1\r\nX-Kept: 1\r\n\r\n";
+    assert_eq!(p.client().roundtrip(raw).status, 200);
+    let req = &b.wait_requests(1, T)[0];
+    assert!(
+        req.headers.iter().all(|(n, _)| !n.contains('_')),
+        "{:?}",
+        req.headers
+    );
+    assert_eq!(req.header_all("x-forwarded-for"), vec!["127.0.0.1"]);
+    assert_eq!(req.header_all("x-kept"), vec!["1"]);
+    drop(p);
+    // Kept on request, but never the spellings of what Quill writes or removes itself.
+    let p = start_proxy("underscores_in_headers = true\n", &[b.addr()]);
+    assert_eq!(p.client().roundtrip(raw).status, 200);
+    let req = &b.wait_requests(2, T)[1];
+    let names: Vec<&str> = req.headers.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(
+        names.iter().any(|n| n.eq_ignore_ascii_case("x_custom")),
+        "{names:?}"
+    );
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains('_') && !n.eq_ignore_ascii_case("x_custom")),
+        "{names:?}"
+    );
+    assert_eq!(req.header_all("x-forwarded-for"), vec!["127.0.0.1"]);
+}

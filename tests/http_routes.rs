@@ -221,6 +221,25 @@ fn route_and_pool_errors_are_one_line_with_file_and_line() {
         "[[listener.route]]",
         &["no action"],
     );
+    // Paths are matched in normal form: a prefix that is not would never match.
+    refused(
+        &file("[[listener.route]]\npath = \"/a//b/./c\"\npool = \"api\"\n"),
+        "path = ",
+        &["never matches", "normal form", "write '/a/b/c'"],
+    );
+    refused(
+        &file("[[listener.route]]\npath = \"/../a\"\npool = \"api\"\n"),
+        "path = ",
+        &["never matches", "no normal form"],
+    );
+    refused(
+        &file(
+            "[[listener.route]]\npath = \"/api/\"\npool = \"api\"\n\
+             rewrite_path = { prefix = \"/%61pi/\", replace = \"/\" }\n",
+        ),
+        "rewrite_path",
+        &["rewrite_path: prefix", "write '/api/'"],
+    );
     refused(
         &file("[[listener.route]]\npath_regex = \"^/(a\"\npool = \"api\"\n"),
         "path_regex",
@@ -864,4 +883,149 @@ fn http_health_check_sends_the_configured_host() {
         !hosts.is_empty() && hosts.iter().all(|h| h == "app.example.com"),
         "{hosts:?}"
     );
+}
+
+/// Sends `raw` on a new connection and returns the status (0 when the connection closed first).
+fn status_of(q: &QuillProcess, raw: &[u8]) -> u16 {
+    let mut c = client(q);
+    c.send(raw);
+    c.try_read_response(false, T).map_or(0, |r| r.status)
+}
+
+#[test]
+fn absolute_form_with_userinfo_only_authority_is_400() {
+    // E2 of the turn-3 probe: routing read the target's (empty or invalid) authority, the
+    // rewrite kept the client's Host, so a host route's deny and client_acl were passed.
+    let (admin, default) = (named("admin"), named("default"));
+    let (q, _) = start(|port| {
+        format!(
+            "[acl]\n1 = [\"deny 127.0.0.0/8\"]\n{}",
+            routed(
+                port,
+                &[("admin", &[admin.addr()])],
+                &[default.addr()],
+                "[[listener.route]]\nhost = \"admin.test\"\ndeny = true\n\
+                 [[listener.route]]\nhost = \"*.internal.test\"\nclient_acl = 1\npool = \"admin\"\n",
+            )
+        )
+    });
+    for (target, host) in [
+        ("http://x@/secret", "admin.test"),
+        ("http://admin.test|/secret", "admin.test"),
+        ("http://a{b/secret", "admin.test"),
+        ("HTTP://x^y/", "admin.test"),
+        ("http://x@admin.test/secret", "admin.test"),
+        ("http://x@/secret", "foo.internal.test"),
+        // A Host that names another host than the target's authority.
+        ("http://app.test/secret", "admin.test"),
+    ] {
+        let raw = get_host(target, host, "");
+        assert_eq!(status_of(&q, &raw), 400, "{target} with Host {host}");
+    }
+    // The same host in both: the route decides as it does for origin form.
+    assert_eq!(
+        status_of(&q, &get_host("http://admin.test/secret", "admin.test", "")),
+        403
+    );
+    assert_eq!(
+        status_of(&q, &get_host("/secret", "foo.internal.test", "")),
+        403
+    );
+    assert_eq!(
+        status_of(&q, &get_host("HTTP://App.Test:80/x", "app.test", "")),
+        200
+    );
+    let reqs = default.wait_requests(1, T);
+    assert_eq!(reqs.len(), 1, "only the last request reached a server");
+    assert_eq!(reqs[0].target, "/x");
+    assert_eq!(reqs[0].header_all("host"), vec!["App.Test:80"]);
+    assert!(admin.requests().is_empty());
+}
+
+#[test]
+fn deny_on_admin_meets_dot_segment_and_encoded_paths() {
+    // E13: a deny on /admin was passed by //admin, /%61dmin, /./admin and /x/../admin, which a
+    // server that resolves the path reads as /admin (nginx matches its locations that way).
+    let (api, default) = (named("api"), named("default"));
+    let (q, _) = start(|port| {
+        format!(
+            "[acl]\n1 = [\"deny 127.0.0.0/8\"]\n{}",
+            routed(
+                port,
+                &[("api", &[api.addr()])],
+                &[default.addr()],
+                "[[listener.route]]\npath = \"/admin\"\ndeny = true\n\
+                 [[listener.route]]\npath = \"/internal/\"\nclient_acl = 1\npool = \"api\"\n\
+                 [[listener.route]]\npath_regex = \"^/api/v[0-9]+/\"\npool = \"api\"\n\
+                 rewrite_path = { prefix = \"/api/\", replace = \"/\" }\n",
+            )
+        )
+    });
+    for target in [
+        "/admin",
+        "//admin",
+        "/%61dmin",
+        "/./admin",
+        "/x/../admin",
+        "/%2Fadmin",
+        "/x%2F..%2Fadmin",
+        "/x/%2e%2e/admin",
+        "http://h/x/../admin",
+        "/internal/x",
+        "//internal//x",
+        "/public/..%2Finternal/x",
+    ] {
+        let raw = get_host(target, "h", "");
+        assert_eq!(status_of(&q, &raw), 403, "{target}");
+    }
+    // A `..` above the root and a broken escape are refused, as nginx does.
+    for target in [
+        "/../admin",
+        "/x/../../admin",
+        "/%2e%2e/admin",
+        "/a%zz",
+        "/a%00",
+    ] {
+        let raw = get_host(target, "h", "");
+        assert_eq!(status_of(&q, &raw), 400, "{target}");
+    }
+    // Case and `;` are kept: these are other paths.
+    assert_eq!(status_of(&q, &get_host("/ADMIN", "h", "")), 200);
+    // A path regex and a path rewrite see the normal form too; the rewritten path goes out in
+    // normal form, any other path as the client sent it.
+    assert_eq!(
+        status_of(&q, &get_host("/api//v2/./users?a=/b", "h", "")),
+        200
+    );
+    assert_eq!(status_of(&q, &get_host("/pub//x/../y%41?q", "h", "")), 200);
+    let to_api = api.wait_requests(1, T);
+    assert_eq!(to_api[0].target, "/v2/users?a=/b");
+    let to_default = default.wait_requests(2, T);
+    let targets: Vec<&str> = to_default.iter().map(|r| r.target.as_str()).collect();
+    assert_eq!(targets, ["/ADMIN", "/pub//x/../y%41?q"]);
+}
+
+#[test]
+fn normalize_path_forward_sends_the_path_a_route_matched() {
+    let default = named("default");
+    let (q, _) = start(|port| {
+        format!(
+            "{}[listener.http]\nnormalize_path = \"forward\"\n",
+            listener(
+                port,
+                &[default.addr()],
+                "[[listener.route]]\npath = \"/admin\"\ndeny = true\n"
+            )
+        )
+    });
+    assert_eq!(status_of(&q, &get_host("/x/../admin", "h", "")), 403);
+    assert_eq!(
+        status_of(&q, &get_host("//pub/./a/../b%7e?q=/../x", "h", "")),
+        200
+    );
+    let reqs = default.wait_requests(1, T);
+    assert_eq!(reqs[0].target, "/pub/b~?q=/../x");
+    let (code, out, err) = check(&std::fs::read_to_string(q.path("quill.toml")).unwrap());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("normalize_path forward"), "{out}");
 }

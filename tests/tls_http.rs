@@ -262,3 +262,110 @@ fn tls_keep_alive_request_reads_the_client_socket_once() {
          server's response):\n{text}"
     );
 }
+
+/// Sends `raw` on a new TLS connection with server name `sni` and returns the response.
+fn send_tls(q: &QuillProcess, sni: &str, raw: &str) -> String {
+    let opts = ClientOpts {
+        sni: Some(sni),
+        ..ClientOpts::default()
+    };
+    let mut c = TlsClient::connect(q.addr(), &opts).unwrap();
+    c.stream.write_all(raw.as_bytes()).unwrap();
+    c.stream.flush().unwrap();
+    response(&mut c)
+}
+
+#[test]
+fn absolute_form_authority_decides_the_421_check() {
+    // E9: the 421 check read Host only while the server got the absolute-form authority, so
+    // `GET https://b.test/` with `Host: a.test` on an a.test connection reached b.test's site.
+    let backend = Backend::fixed(2);
+    let ca = Ca::new("Site CA");
+    let a = ca.server("a", &["a.test"], KeyAlg::EcdsaP256);
+    let b = ca.server("b", &["b.test"], KeyAlg::EcdsaP256);
+    let q = start(&backend, |dir| {
+        let (ac, ak) = a.write(dir, "a");
+        let (bc, bk) = b.write(dir, "b");
+        format!(
+            "certs = [ {{ cert = \"{}\", key = \"{}\" }}, {{ cert = \"{}\", key = \"{}\" }} ]",
+            toml_path(&ac),
+            toml_path(&ak),
+            toml_path(&bc),
+            toml_path(&bk)
+        )
+    });
+    // Host and authority disagree: refused, whichever the check would read.
+    let r = send_tls(
+        &q,
+        "a.test",
+        "GET https://b.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
+    );
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    // No Host (HTTP/1.0): the authority alone is the host, and it is another site's.
+    let r = send_tls(&q, "a.test", "GET https://b.test/ HTTP/1.0\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 421"), "{r}");
+    let r = send_tls(
+        &q,
+        "a.test",
+        "GET https://b.test/ HTTP/1.1\r\nHost: b.test\r\n\r\n",
+    );
+    assert!(r.starts_with("HTTP/1.1 421"), "{r}");
+    // The connection's own site, in absolute form: served, with that Host.
+    let r = send_tls(
+        &q,
+        "a.test",
+        "GET https://a.test/x HTTP/1.1\r\nHost: a.test\r\n\r\n",
+    );
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    let reqs = backend.wait_requests(1, IO_TIMEOUT);
+    assert_eq!(reqs.len(), 1, "only the last request reached a server");
+    assert_eq!(reqs[0].header_all("host"), vec!["a.test"]);
+}
+
+#[test]
+fn underscore_identity_headers_never_reach_the_server_over_mtls() {
+    // E7: `X_Client_Cert_Subject: CN=admin` reached a WSGI server as HTTP_X_CLIENT_CERT_SUBJECT
+    // from a client without a certificate (and beside the real subject from one with).
+    let backend = Backend::fixed(2);
+    let ca = Ca::new("Site CA");
+    let server = ca.server("site", &["site.test"], KeyAlg::EcdsaP256);
+    let clients = Ca::new("Client CA");
+    let alice = clients.client("alice");
+    let q = start(&backend, |dir| {
+        let (c, k) = server.write(dir, "site");
+        let ca_file = write(dir, "clients.pem", &clients.cert_pem);
+        format!(
+            "cert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\nclient_verify = \"optional\"",
+            toml_path(&c),
+            toml_path(&k),
+            toml_path(&ca_file)
+        )
+    });
+    let forged = "X_Client_Cert_Subject: CN=admin\r\nX-Client-Cert_Subject: CN=admin\r\n\
+                  X_Forwarded_For: 6.6.6.6\r\n";
+    for cert in [None, Some(&alice)] {
+        let opts = ClientOpts {
+            sni: Some("site.test"),
+            cert,
+            ..ClientOpts::default()
+        };
+        let mut c = TlsClient::connect(q.addr(), &opts).unwrap();
+        let r = get(&mut c, "site.test", forged);
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    }
+    let reqs = backend.wait_requests(2, IO_TIMEOUT);
+    assert_eq!(reqs.len(), 2);
+    for r in &reqs {
+        assert!(
+            r.headers.iter().all(|(n, _)| !n.contains('_')),
+            "{:?}",
+            r.headers
+        );
+        assert_eq!(r.header_all("x-forwarded-for"), vec!["127.0.0.1"]);
+    }
+    assert!(!reqs[0].has("x-client-cert-subject"));
+    assert_eq!(
+        reqs[1].header_all("x-client-cert-subject"),
+        vec!["CN=alice,O=Quill tests"]
+    );
+}

@@ -14,6 +14,7 @@ use toml::Spanned;
 
 use super::model::{
     format_duration, in_range, ConfigError, ErrorPage, ForwardedFor, HeaderEdit, HttpSettings,
+    NormalizePath,
 };
 use quill_core::http1::rewrite::EditOp;
 
@@ -70,6 +71,8 @@ pub(crate) struct HttpSettingsPatch {
     /// Some(None): `via = false`.
     pub via: Option<Option<String>>,
     pub request_id: Option<bool>,
+    pub normalize_path: Option<NormalizePath>,
+    pub underscores_in_headers: Option<bool>,
     pub request_headers: Option<Vec<HeaderEdit>>,
     pub response_headers: Option<Vec<HeaderEdit>>,
     pub error_pages: Option<Vec<ErrorPage>>,
@@ -103,6 +106,8 @@ impl HttpSettings {
         set(&mut self.forwarded, &p.forwarded);
         set(&mut self.via, &p.via);
         set(&mut self.request_id, &p.request_id);
+        set(&mut self.normalize_path, &p.normalize_path);
+        set(&mut self.underscores_in_headers, &p.underscores_in_headers);
         set(&mut self.request_headers, &p.request_headers);
         set(&mut self.response_headers, &p.response_headers);
         set(&mut self.error_pages, &p.error_pages);
@@ -244,6 +249,11 @@ impl HttpSettings {
             ),
             ("forwarded", self.forwarded, d.forwarded),
             ("request_id", self.request_id, d.request_id),
+            (
+                "underscores_in_headers",
+                self.underscores_in_headers,
+                d.underscores_in_headers,
+            ),
         ] {
             if mine != default {
                 out.push(format!("{name} {mine}"));
@@ -251,6 +261,12 @@ impl HttpSettings {
         }
         if let Some(v) = &self.via {
             out.push(format!("via \"{v}\""));
+        }
+        if self.normalize_path != d.normalize_path {
+            out.push(format!(
+                "normalize_path {} (servers get the path in normal form)",
+                normalize_path_name(self.normalize_path)
+            ));
         }
         for (name, edits) in [
             ("request_headers", &self.request_headers),
@@ -310,6 +326,22 @@ pub(crate) fn forwarded_for_name(f: ForwardedFor) -> &'static str {
         ForwardedFor::Append => "append",
         ForwardedFor::Replace => "replace",
         ForwardedFor::Off => "off",
+    }
+}
+
+/// `match` or `forward`.
+pub(crate) fn parse_normalize_path(s: &str) -> Option<NormalizePath> {
+    match s {
+        "match" => Some(NormalizePath::Match),
+        "forward" => Some(NormalizePath::Forward),
+        _ => None,
+    }
+}
+
+pub(crate) fn normalize_path_name(n: NormalizePath) -> &'static str {
+    match n {
+        NormalizePath::Match => "match",
+        NormalizePath::Forward => "forward",
     }
 }
 

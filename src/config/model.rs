@@ -807,6 +807,15 @@ pub(crate) use quill_core::http1::rewrite::ForwardedFor;
 /// A request or response header edit (`set`, `add`, `remove`).
 pub(crate) use quill_core::http1::rewrite::HeaderEdit;
 
+/// What the normal form of a request path is used for (`normalize_path`): routes always match
+/// it; with `Forward` servers receive it too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum NormalizePath {
+    #[default]
+    Match,
+    Forward,
+}
+
 /// The body Quill sends with one of its own answers instead of its built-in one (`error_pages`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ErrorPage {
@@ -856,6 +865,12 @@ pub(crate) struct HttpSettings {
     pub via: Option<String>,
     /// Add `X-Request-ID` to requests that have none (and log it).
     pub request_id: bool,
+    /// Whether servers get the path in normal form too (`Forward`), or as the client sent it
+    /// (`Match`, the default); routes always match it normalised.
+    pub normalize_path: NormalizePath,
+    /// Keep request header fields whose names have `_` (nginx's `underscores_in_headers`);
+    /// dropped by default, so `X_Forwarded_For` cannot pass for `X-Forwarded-For`.
+    pub underscores_in_headers: bool,
     /// Edits applied to every request and response of the listener.
     pub request_headers: Vec<HeaderEdit>,
     pub response_headers: Vec<HeaderEdit>,
@@ -884,6 +899,8 @@ impl Default for HttpSettings {
             forwarded: false,
             via: None,
             request_id: true,
+            normalize_path: NormalizePath::Match,
+            underscores_in_headers: false,
             request_headers: Vec::new(),
             response_headers: Vec::new(),
             error_pages: Vec::new(),

@@ -284,6 +284,8 @@ const HTTP_KEYS: &[&str] = &[
     "forwarded",
     "via",
     "request_id",
+    "normalize_path",
+    "underscores_in_headers",
     "request_headers",
     "response_headers",
 ];

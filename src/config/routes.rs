@@ -171,7 +171,7 @@ impl RawRoute {
                 sized("path", prefix)
                     .and_then(|()| {
                         if prefix.starts_with('/') && visible(prefix) && !prefix.contains('?') {
-                            Ok(())
+                            normal_prefix("path", prefix)
                         } else {
                             Err(format!(
                                 "path: '{}' is not a path prefix (starts with /, no space or ?)",
@@ -301,6 +301,8 @@ impl RawRoute {
                         named("rewrite_path: only a route to a pool sends a path on".into()),
                     ));
                 }
+                normal_prefix("rewrite_path: prefix", prefix)
+                    .map_err(|e| fail(r.span(), named(e)))?;
                 Some((prefix.clone(), replace.clone()))
             }
             None => None,
@@ -504,5 +506,27 @@ impl RawRoute {
             )),
             None => Err(fail(span.clone(), named("no action".into()))),
         }
+    }
+}
+
+/// A path prefix that a request's path in normal form can start with: requests are matched with
+/// their path normalised (`quill_core::http1::path`), so `/a//b` or `/%61` would never match.
+fn normal_prefix(key: &str, prefix: &str) -> Result<(), String> {
+    use quill_core::http1::path;
+    let p = prefix.as_bytes();
+    if path::is_normal(p) {
+        return Ok(());
+    }
+    let mut out = vec![0u8; p.len()];
+    match path::normalize_into(p, &mut out) {
+        Ok(n) => Err(format!(
+            "{key}: '{}' never matches: request paths are matched in normal form (write '{}')",
+            prefix.escape_debug(),
+            String::from_utf8_lossy(&out[..n]).escape_debug()
+        )),
+        Err(_) => Err(format!(
+            "{key}: '{}' never matches: it has no normal form (a '..' above the root or a bad %-escape)",
+            prefix.escape_debug()
+        )),
     }
 }

@@ -1046,6 +1046,8 @@ struct RawHttp {
     forwarded: Option<Spanned<toml::Value>>,
     via: Option<Spanned<toml::Value>>,
     request_id: Option<Spanned<toml::Value>>,
+    normalize_path: Option<Spanned<toml::Value>>,
+    underscores_in_headers: Option<Spanned<toml::Value>>,
     request_headers: Option<Spanned<RawEdits>>,
     response_headers: Option<Spanned<RawEdits>>,
     error_pages: Option<Spanned<toml::Value>>,
@@ -1261,6 +1263,22 @@ impl RawHttp {
                 other => Err(format!("{} is not a name or true or false", shown(other))),
             })?,
             request_id: read(&self.request_id, "request_id", at, boolean)?,
+            normalize_path: read(&self.normalize_path, "normalize_path", at, |v| {
+                v.as_str()
+                    .and_then(http_settings::parse_normalize_path)
+                    .ok_or_else(|| {
+                        format!(
+                            "invalid value {} (expected \"match\" or \"forward\")",
+                            shown(v)
+                        )
+                    })
+            })?,
+            underscores_in_headers: read(
+                &self.underscores_in_headers,
+                "underscores_in_headers",
+                at,
+                boolean,
+            )?,
             request_headers: edits(&self.request_headers, "request_headers", at)?,
             response_headers: edits(&self.response_headers, "response_headers", at)?,
             error_pages: read(&self.error_pages, "error_pages", at, |v| {
@@ -1571,6 +1589,8 @@ x_forwarded_host = true
 forwarded = false
 via = "quill"
 request_id = true
+normalize_path = "match"
+underscores_in_headers = false
 request_headers = { remove = ["X-Debug"], set = { "X-Env" = "prod" }, add = { "X-A" = "1" } }
 response_headers = { remove = ["Server"] }
 
@@ -1590,6 +1610,8 @@ servers = ["127.0.0.1:9001"]
 [listener.http]
 via = false
 forwarded_for = "replace"
+normalize_path = "forward"
+underscores_in_headers = true
 request_headers = { add = { "X-Other" = "yes" } }
 
 [[listener]]
@@ -1629,6 +1651,13 @@ servers = ["127.0.0.1:9001"]
         let other = c.listeners[1].http.as_ref().expect("other is HTTP");
         assert_eq!(other.via, None);
         assert_eq!(other.forwarded_for, ForwardedFor::Replace);
+        assert_eq!(web.normalize_path, super::super::NormalizePath::Match);
+        assert!(!web.underscores_in_headers);
+        assert_eq!(other.normalize_path, super::super::NormalizePath::Forward);
+        assert!(other.underscores_in_headers);
+        let shown = other.differences().join("; ");
+        assert!(shown.contains("underscores_in_headers true"), "{shown}");
+        assert!(shown.contains("normalize_path forward"), "{shown}");
         assert_eq!(other.response_timeout, Duration::from_secs(60));
         // A list replaces the list it overrides.
         assert_eq!(other.request_headers.len(), 1);
@@ -1799,6 +1828,14 @@ servers = ["127.0.0.1:9001"]
             (
                 "request_id = \"yes\"",
                 "request_id: \"yes\" is not true or false",
+            ),
+            (
+                "normalize_path = \"both\"",
+                "normalize_path: invalid value \"both\" (expected \"match\" or \"forward\")",
+            ),
+            (
+                "underscores_in_headers = 1",
+                "underscores_in_headers: 1 is not true or false",
             ),
             (
                 "request_headers = { set = { \"X Y\" = \"1\" } }",

@@ -30,7 +30,7 @@ use super::copy::{Buf, Direction, Failure, Pools, BUF_SIZE};
 use super::{Closing, Ctx, Side, Step, NEVER};
 use crate::backend::{Pool, ServerLease};
 use crate::clock::millis;
-use crate::config::HttpSettings;
+use crate::config::{HttpSettings, NormalizePath};
 use crate::log::HttpEntry;
 use crate::metrics::End;
 use crate::net::{ClientAddr, Ready, Stream};
@@ -973,9 +973,20 @@ impl HttpSession {
                 return Err(self.refuse(413, cx));
             }
         }
-        if self.misdirected(&pool, head.host.map(|h| h.of(self.input.unparsed()))) {
+        // One decision of the request's host (the parser's `authority`: an absolute-form
+        // target's, which Host agrees with, else Host) for the 421 check, routing and the Host
+        // the server receives.
+        if self.misdirected(&pool, head.authority.map(|h| h.of(self.input.unparsed()))) {
             return self.answer_locally(&head, Local::Status(421, None, None), cx);
         }
+        // Routes match the path in normal form; a path that has none is refused (as nginx).
+        let path = match route::normal_path(head.target.of(self.input.unparsed())) {
+            Ok(path) => path,
+            Err(_) => {
+                cx.counters.http_parse_error(http1::Error::InvalidTarget);
+                return Err(self.refuse(400, cx));
+            }
+        };
         // Routing: the first route that matches, else the listener's own servers.
         let client_ip = self.addr.ip();
         let mut route_pool = None;
@@ -984,10 +995,11 @@ impl HttpSession {
             let buf = self.input.unparsed();
             let found = routes.find_index(
                 head.method_span.of(buf),
-                head.target.of(buf),
-                head.host.map(|h| h.of(buf)),
+                &path,
+                head.authority.map(|h| h.of(buf)),
                 |name| fields.value(buf, name),
             );
+            drop(path);
             if let Some(i) = found {
                 let route = &routes.routes[i];
                 route_index = Some(i as u32);
@@ -1321,6 +1333,8 @@ impl HttpSession {
             rewrite_path: route
                 .and_then(|r| r.rewrite_path.as_ref())
                 .map(|(a, b)| (a.as_str(), b.as_str())),
+            normalize_path: s.normalize_path == NormalizePath::Forward,
+            underscores: s.underscores_in_headers,
             upgrade: ex.upgrade,
         };
         let mut out = cx.pools.buffer();

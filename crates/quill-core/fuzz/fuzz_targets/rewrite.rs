@@ -112,6 +112,8 @@ fn request(knobs: &[u8; 4], edits: &[HeaderEdit], data: &[u8]) {
         request_id: flag(6).then_some(&b"id-1"[..]),
         edits: [edits, &[], &[]],
         rewrite_path,
+        normalize_path: knobs[1] & 0x10 != 0,
+        underscores: knobs[1] & 0x20 != 0,
         upgrade: flag(7),
     };
     let out = write_checked(head.len, |out| write_request(data, &head, &rw, out));

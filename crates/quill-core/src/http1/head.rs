@@ -89,6 +89,11 @@ pub struct RequestHead {
     pub version: Version,
     /// The `Host` value, trimmed (at most one is accepted).
     pub host: Option<Span>,
+    /// The host (and port) the request is for, decided once: an absolute-form target's authority
+    /// (refused when empty, with userinfo or not a host; and a `Host` that names another host or
+    /// port is refused), else the `Host` value. Routing, the 421 check and the `Host` a server
+    /// receives all use this one.
+    pub authority: Option<Span>,
     pub framing: Framing,
     pub connection: Connection,
     /// Number of header fields.
@@ -612,9 +617,22 @@ fn request(
         1 => Some(seen.host),
         _ => return Err(Error::SeveralHosts.into()),
     };
-    if !host.is_none_or(|h| h.of(buf).iter().all(|&b| is_host_byte(b))) {
+    if !host.is_none_or(|h| h.is_empty() || is_host_and_port(h.of(buf))) {
         return Err(Error::InvalidHost.into());
     }
+    let authority = match target_form {
+        Target::Absolute => {
+            let (https, authority) = absolute_authority(buf, target);
+            if !is_host_and_port(authority.of(buf)) {
+                return Err(Error::InvalidTarget.into());
+            }
+            if host.is_some_and(|h| !same_authority(authority.of(buf), h.of(buf), https)) {
+                return Err(Error::InvalidHost.into());
+            }
+            Some(authority)
+        }
+        _ => host,
+    };
     Ok(RequestHead {
         len: c.pos,
         method,
@@ -623,10 +641,91 @@ fn request(
         target_form,
         version,
         host,
+        authority,
         framing,
         connection: seen.connection,
         fields: seen.fields,
     })
+}
+
+/// Whether an absolute-form target is `https`, and its authority: from after `://` to the first
+/// `/` or `?` (`#` is not a target byte).
+fn absolute_authority(buf: &[u8], target: Span) -> (bool, Span) {
+    let t = target.of(buf);
+    let after = t
+        .windows(3)
+        .position(|w| w == b"://")
+        .map_or(t.len(), |i| i + 3);
+    let https = after == 8;
+    let len = t[after..]
+        .iter()
+        .position(|&b| b == b'/' || b == b'?')
+        .unwrap_or(t.len() - after);
+    let start = target.start + after;
+    (
+        https,
+        Span {
+            start,
+            end: start + len,
+        },
+    )
+}
+
+/// `host [":" port]` (RFC 3986 §3.2.2-3): a non-empty reg-name of unreserved and sub-delims
+/// bytes (no percent-encoding: a name that could be read two ways), or an IP literal in
+/// brackets; a port of at most 5 digits (possibly none). No userinfo.
+pub(super) fn is_host_and_port(a: &[u8]) -> bool {
+    let (host, port) = if a.first() == Some(&b'[') {
+        let Some(close) = a.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let inner = &a[1..close];
+        let ok = !inner.is_empty()
+            && inner
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b":.-_~!$&'()*+,;=".contains(&b));
+        if !ok {
+            return false;
+        }
+        (&a[..=close], &a[close + 1..])
+    } else {
+        let end = a.iter().position(|&b| b == b':').unwrap_or(a.len());
+        (&a[..end], &a[end..])
+    };
+    let reg_name = |h: &[u8]| {
+        !h.is_empty()
+            && h.iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b))
+    };
+    (host.first() == Some(&b'[') || reg_name(host))
+        && match port.split_first() {
+            None => true,
+            Some((b':', digits)) => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+            Some(_) => false,
+        }
+}
+
+/// Whether two authorities name the same host (without case) and port (none, or an empty one,
+/// is the scheme's default).
+fn same_authority(a: &[u8], b: &[u8], https: bool) -> bool {
+    let split = |x: &[u8]| -> (usize, u32) {
+        let from = x.iter().position(|&b| b == b']').unwrap_or(0);
+        let colon = x[from..].iter().position(|&b| b == b':').map(|i| from + i);
+        let default = if https { 443 } else { 80 };
+        let port = colon.map_or(default, |c| {
+            let digits = &x[c + 1..];
+            if digits.is_empty() {
+                default
+            } else {
+                digits
+                    .iter()
+                    .fold(0, |n, &d| n * 10 + u32::from(d.wrapping_sub(b'0')))
+            }
+        });
+        (colon.unwrap_or(x.len()), port)
+    };
+    let ((ae, ap), (be, bp)) = (split(a), split(b));
+    a[..ae].eq_ignore_ascii_case(&b[..be]) && ap == bp
 }
 
 /// The form of `target` (RFC 9112 §3.2), and whether `method` allows it.

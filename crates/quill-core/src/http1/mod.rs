@@ -19,6 +19,7 @@
 
 pub mod body;
 pub mod head;
+pub mod path;
 pub mod reply;
 pub mod rewrite;
 

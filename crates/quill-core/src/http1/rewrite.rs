@@ -30,7 +30,7 @@ use super::body::Framing;
 use super::head::{
     is_host_byte, is_target_byte, is_tchar, Field, FieldIndex, RequestHead, ResponseHead, Target,
 };
-use super::Version;
+use super::{path, Version};
 
 /// How `X-Forwarded-For` is written on requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,8 +90,18 @@ pub struct RequestRewrite<'a> {
     /// Listener edits, then route edits, then the proxy's own (a stickiness cookie), applied in
     /// order after the fields above.
     pub edits: [&'a [HeaderEdit]; 3],
-    /// Replaces this prefix of the path with the second string (`rewrite_path`).
+    /// Replaces this prefix of the path with the second string (`rewrite_path`). The prefix is
+    /// compared with the path in normal form ([`path`](super::path)), as routes match it, and a
+    /// rewritten path goes out in normal form.
     pub rewrite_path: Option<(&'a str, &'a str)>,
+    /// Send the path in normal form (`normalize_path = "forward"`); else it goes as the client
+    /// sent it (unless rewritten).
+    pub normalize_path: bool,
+    /// Keep header fields whose names have `_` (`underscores_in_headers`). Off, they are dropped:
+    /// a server that reads `_` as `-` (CGI, WSGI, PHP) would take `X_Forwarded_For` for
+    /// `X-Forwarded-For`. Even kept, the underscore spellings of the fields Quill writes itself
+    /// (`X-Forwarded-*` when it writes them, and any an edit removes or sets) are dropped.
+    pub underscores: bool,
     /// Keep `Upgrade` and send `Connection: upgrade` (the request asked to upgrade).
     pub upgrade: bool,
 }
@@ -354,13 +364,13 @@ impl<'a, 'b> Request<'a, 'b> {
         rw: &'b RequestRewrite<'a>,
         index: &'b FieldIndex,
     ) -> Request<'a, 'b> {
+        // The parser decided the request's authority once (the absolute-form target's, which
+        // `Host` must agree with, else `Host`): what routing and the 421 check used.
         let authority = match head.target_form {
-            Target::Absolute => absolute_parts(head.target.of(buf)).0,
+            Target::Absolute => head.authority.map(|a| a.of(buf)),
             _ => None,
         };
-        let host = authority
-            .or_else(|| head.host.map(|h| h.of(buf)))
-            .filter(|h| !h.is_empty());
+        let host = head.authority.map(|a| a.of(buf)).filter(|h| !h.is_empty());
         let mut req = Request {
             buf,
             head,
@@ -449,11 +459,17 @@ impl<'a, 'b> Request<'a, 'b> {
         if !self.passes(name) || self.edits.removes(name, 0) {
             return false;
         }
-        let forward = if name.eq_ignore_ascii_case(b"x-forwarded-for") {
+        // `X_Forwarded_For` reads as `X-Forwarded-For` to CGI, WSGI and PHP servers (E7).
+        if memchr::memchr(b'_', name).is_some()
+            && (!self.rw.underscores || self.edits.removes_spelled(name))
+        {
+            return false;
+        }
+        let forward = if same_name(name, b"x-forwarded-for") {
             self.xff
-        } else if name.eq_ignore_ascii_case(b"x-forwarded-proto") {
+        } else if same_name(name, b"x-forwarded-proto") {
             self.xfp
-        } else if name.eq_ignore_ascii_case(b"x-forwarded-host") {
+        } else if same_name(name, b"x-forwarded-host") {
             self.xfh
         } else if name.eq_ignore_ascii_case(b"forwarded") {
             self.forwarded
@@ -468,7 +484,7 @@ impl<'a, 'b> Request<'a, 'b> {
         let target = self.head.target.of(self.buf);
         let path_query = match self.head.target_form {
             Target::Origin => target,
-            Target::Absolute => absolute_parts(target).1,
+            Target::Absolute => absolute_path_query(target),
             Target::Asterisk | Target::Authority => return out.put(target),
         };
         let split = path_query
@@ -478,6 +494,29 @@ impl<'a, 'b> Request<'a, 'b> {
         let (path, query) = path_query.split_at(split);
         // `http://h?q` asks for the path "/".
         let path = if path.is_empty() { &b"/"[..] } else { path };
+        if (self.rw.normalize_path || self.rw.rewrite_path.is_some()) && !path::is_normal(path) {
+            let start = out.len;
+            if out.normalized(path).is_ok() {
+                let rewritten = match self.rw.rewrite_path {
+                    Some((prefix, with))
+                        if out.since(start).starts_with(prefix.as_bytes())
+                            && with.bytes().all(is_target_byte) =>
+                    {
+                        out.splice(start, prefix.len(), with.as_bytes())?;
+                        if out.since(start).first() != Some(&b'/') {
+                            out.splice(start, 0, b"/")?;
+                        }
+                        true
+                    }
+                    _ => false,
+                };
+                if rewritten || self.rw.normalize_path {
+                    return out.put(query);
+                }
+            }
+            // As sent: not rewritten, or no normal form (the proxy refuses those first).
+            out.len = start;
+        }
         let (first, rest) = match self.rw.rewrite_path {
             Some((prefix, with))
                 if path.starts_with(prefix.as_bytes()) && with.bytes().all(is_target_byte) =>
@@ -587,9 +626,8 @@ fn trim_list(value: &[u8]) -> &[u8] {
     value.get(start..end).unwrap_or_default()
 }
 
-/// The authority (without user info; None if that is not a valid host) and the path and query of
-/// an absolute-form target.
-fn absolute_parts(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
+/// The path and query of an absolute-form target (what follows its authority).
+fn absolute_path_query(target: &[u8]) -> &[u8] {
     let after_scheme = target
         .windows(3)
         .position(|w| w == b"://")
@@ -599,13 +637,7 @@ fn absolute_parts(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
         .iter()
         .position(|&b| b == b'/' || b == b'?')
         .unwrap_or(rest.len());
-    let (authority, path_query) = rest.split_at(end);
-    let host = match authority.iter().rposition(|&b| b == b'@') {
-        Some(at) => &authority[at + 1..],
-        None => authority,
-    };
-    let valid = !host.is_empty() && host.iter().all(|&b| is_host_byte(b));
-    (valid.then_some(host), path_query)
+    &rest[end..]
 }
 
 /// `ip` in text (an IPv4 address mapped into IPv6 shown as IPv4), in `buf`.
@@ -725,6 +757,19 @@ fn is_framing_lookalike(name: &[u8]) -> bool {
     same_letters(b"contentlength") || same_letters(b"transferencoding")
 }
 
+/// Whether field name `name` is `other` without case, an `_` of either standing for a `-`
+/// (as CGI, WSGI and PHP servers read names).
+fn same_name(name: &[u8], other: &[u8]) -> bool {
+    let fold = |b: u8| {
+        if b == b'_' {
+            b'-'
+        } else {
+            b.to_ascii_lowercase()
+        }
+    };
+    name.len() == other.len() && name.iter().zip(other).all(|(&a, &b)| fold(a) == fold(b))
+}
+
 /// Fields no edit touches: the hop-by-hop ones and `Content-Length`.
 fn is_protected(name: &[u8]) -> bool {
     is_fixed_hop(name) || name.eq_ignore_ascii_case(b"content-length")
@@ -758,6 +803,16 @@ impl<'a> Edits<'a> {
         self.iter().skip(from).any(|e| {
             matches!(e.op, EditOp::Remove | EditOp::Set)
                 && e.name.as_bytes().eq_ignore_ascii_case(name)
+                && usable(e)
+        })
+    }
+
+    /// Whether a usable edit removes (or sets) a field of this name spelled with `-` where it
+    /// has `_` (an `X_Client_Cert_Subject` when Quill removes `X-Client-Cert-Subject`).
+    fn removes_spelled(&self, name: &[u8]) -> bool {
+        self.iter().any(|e| {
+            matches!(e.op, EditOp::Remove | EditOp::Set)
+                && same_name(name, e.name.as_bytes())
                 && usable(e)
         })
     }
@@ -804,6 +859,35 @@ impl<'o> Out<'o> {
         let dst = self.buf.get_mut(self.len..end).ok_or(Overflow)?;
         dst.copy_from_slice(bytes);
         self.len = end;
+        Ok(())
+    }
+
+    /// The bytes written from `start` on.
+    fn since(&self, start: usize) -> &[u8] {
+        self.buf.get(start..self.len).unwrap_or_default()
+    }
+
+    /// Writes the normal form of `path`.
+    fn normalized(&mut self, path: &[u8]) -> Result<(), Overflow> {
+        let room = self.buf.get_mut(self.len..).ok_or(Overflow)?;
+        let n = path::normalize_into(path, room).map_err(|_| Overflow)?;
+        self.len += n;
+        Ok(())
+    }
+
+    /// Replaces the `old` bytes written at `at` with `with`, moving what follows.
+    fn splice(&mut self, at: usize, old: usize, with: &[u8]) -> Result<(), Overflow> {
+        let tail = at
+            .checked_add(old)
+            .filter(|&t| t <= self.len)
+            .ok_or(Overflow)?;
+        let len = self.len - old + with.len();
+        if len > self.buf.len() {
+            return Err(Overflow);
+        }
+        self.buf.copy_within(tail..self.len, at + with.len());
+        self.buf[at..at + with.len()].copy_from_slice(with);
+        self.len = len;
         Ok(())
     }
 

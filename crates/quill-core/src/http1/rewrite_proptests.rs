@@ -18,9 +18,11 @@ use super::*;
 const REQUEST_LINES: &[&str] = &[
     "GET / HTTP/1.1",
     "POST /api/v1?x=1 HTTP/1.1",
-    "GET http://h.example:8080/api/x?y HTTP/1.1",
-    "GET HTTPS://u@h.example HTTP/1.1",
-    "GET http://h?q=/api HTTP/1.0",
+    "GET http://h.example/api/x?y HTTP/1.1",
+    "GET HTTPS://h.example HTTP/1.1",
+    "GET http://h.example?q=/api HTTP/1.0",
+    "GET //api/./x/../y%41?a=/../b HTTP/1.1",
+    "GET http://h.example//api%2Fx/.. HTTP/1.1",
     "PUT /api HTTP/1.0",
     "HEAD /apix HTTP/1.1",
     "OPTIONS * HTTP/1.1",
@@ -159,6 +161,8 @@ struct Settings {
     request_id: Option<&'static [u8]>,
     rewrite_path: Option<(&'static str, &'static str)>,
     upgrade: bool,
+    normalize_path: bool,
+    underscores: bool,
 }
 
 fn settings() -> impl Strategy<Value = Settings> {
@@ -198,9 +202,14 @@ fn settings() -> impl Strategy<Value = Settings> {
             rewrite,
             any::<bool>(),
         ),
+        any::<[bool; 2]>(),
     )
         .prop_map(
-            |((client, trusted, forwarded_for, proto), (flags, via, id, rewrite_path, upgrade))| {
+            |(
+                (client, trusted, forwarded_for, proto),
+                (flags, via, id, rewrite_path, upgrade),
+                [normalize_path, underscores],
+            )| {
                 Settings {
                     client,
                     trusted,
@@ -211,6 +220,8 @@ fn settings() -> impl Strategy<Value = Settings> {
                     request_id: id.then_some(&b"0123-abcd"[..]),
                     rewrite_path,
                     upgrade,
+                    normalize_path,
+                    underscores,
                 }
             },
         )
@@ -274,6 +285,24 @@ where
 }
 
 /// The target the server gets when no path is rewritten: origin-form for an absolute one.
+/// `target` with its path in normal form (as it is if it has none).
+fn normalized_target(target: &[u8]) -> Vec<u8> {
+    let q = target
+        .iter()
+        .position(|&b| b == b'?')
+        .unwrap_or(target.len());
+    let (p, query) = target.split_at(q);
+    let mut out = vec![0u8; p.len()];
+    match path::normalize_into(p, &mut out) {
+        Ok(n) => {
+            out.truncate(n);
+            out.extend_from_slice(query);
+            out
+        }
+        Err(_) => target.to_vec(),
+    }
+}
+
 fn expected_target(target: &[u8], form: Target) -> Vec<u8> {
     if form != Target::Absolute {
         return target.to_vec();
@@ -351,6 +380,8 @@ fn check_request(
         request_id: s.request_id,
         edits: [first, second, &[]],
         rewrite_path: s.rewrite_path,
+        normalize_path: s.normalize_path,
+        underscores: s.underscores,
         upgrade: s.upgrade,
     };
     let out = fits_exactly(head.len, |out| write_request(buf, &head, &rw, out))?;
@@ -381,7 +412,15 @@ fn check_request(
     prop_assert_eq!(fields(&out, again.len).count(), again.fields);
     let target = again.target.of(&out);
     match (s.rewrite_path, head.target_form) {
-        (None, form) => prop_assert_eq!(target, &expected_target(head.target.of(buf), form)[..]),
+        (None, form) => {
+            let want = expected_target(head.target.of(buf), form);
+            let want = if s.normalize_path {
+                normalized_target(&want)
+            } else {
+                want
+            };
+            prop_assert_eq!(target, &want[..]);
+        }
         (Some(_), Target::Origin | Target::Absolute) => {
             prop_assert_eq!(again.target_form, Target::Origin);
             let query = head.target.of(buf).iter().position(|&b| b == b'?');

@@ -22,6 +22,8 @@ fn rw() -> RequestRewrite<'static> {
         request_id: None,
         edits: [&[], &[], &[]],
         rewrite_path: None,
+        normalize_path: false,
+        underscores: true,
         upgrade: false,
     }
 }
@@ -96,7 +98,7 @@ fn http_1_0_request_goes_as_1_0_with_keep_alive() {
 fn absolute_form_target_goes_in_origin_form_with_its_host() {
     let r = rw();
     let out = request(
-        "GET http://user@b.example:8080/p?q HTTP/1.1\r\nHost: a.example\r\n\r\n",
+        "GET http://b.example:8080/p?q HTTP/1.1\r\nHost: B.example:8080\r\n\r\n",
         &r,
     );
     assert_eq!(
@@ -111,7 +113,10 @@ fn absolute_form_target_goes_in_origin_form_with_its_host() {
         out.starts_with("GET / HTTP/1.1\r\nHost: b.example\r\n"),
         "{out}"
     );
-    let out = request("GET http://b.example?x=1 HTTP/1.1\r\nHost: b\r\n\r\n", &r);
+    let out = request(
+        "GET http://b.example?x=1 HTTP/1.1\r\nHost: b.example:80\r\n\r\n",
+        &r,
+    );
     assert!(out.starts_with("GET /?x=1 HTTP/1.1\r\n"), "{out}");
     // Asterisk and authority forms go as they came.
     let out = request("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", &r);
@@ -131,7 +136,7 @@ fn rewrite_path_replaces_the_prefix_and_keeps_the_query() {
     assert_eq!(go("/api/users?id=1", &r), "/v2/users?id=1");
     assert_eq!(go("/api", &r), "/v2");
     assert_eq!(go("/other/api?x", &r), "/other/api?x");
-    assert_eq!(go("http://h/api/x?y", &r), "/v2/x?y");
+    assert_eq!(go("http://a/api/x?y", &r), "/v2/x?y");
     // The query is not part of the path.
     assert_eq!(go("/x?/api", &r), "/x?/api");
     // Stripping: the result still starts with "/".
@@ -143,7 +148,7 @@ fn rewrite_path_replaces_the_prefix_and_keeps_the_query() {
     r.rewrite_path = Some(("/", "app/"));
     assert_eq!(go("/x", &r), "/app/x");
     // An absolute-form target without a path asks for "/".
-    assert_eq!(go("http://h?q", &r), "/app/?q");
+    assert_eq!(go("http://a?q", &r), "/app/?q");
     // A replacement that is no target is not used (the configuration refuses it).
     r.rewrite_path = Some(("/api", "/a b"));
     assert_eq!(go("/api/x", &r), "/api/x");
@@ -325,7 +330,7 @@ fn x_forwarded_proto_and_host_are_kept_from_a_trusted_peer_else_ours() {
     assert!(out.contains("\r\nX-Forwarded-Host: a.example\r\n"), "{out}");
     // The host of an absolute-form target is the one asked for.
     let out = request(
-        "GET http://b.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n",
+        "GET http://b.example/ HTTP/1.1\r\nHost: b.example\r\n\r\n",
         &r,
     );
     assert!(out.contains("\r\nX-Forwarded-Host: b.example\r\n"), "{out}");
@@ -558,7 +563,7 @@ fn response_connection_says_close_keep_alive_or_upgrade() {
 
 #[test]
 fn a_small_output_buffer_is_an_overflow_at_every_size() {
-    let text = b"POST http://h/p?q HTTP/1.0\r\nHost: a\r\nContent-Length: 10\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n";
+    let text = b"POST http://h/p?q HTTP/1.0\r\nHost: h\r\nContent-Length: 10\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n";
     let head = parse_request(text, &Limits::default())
         .ok()
         .flatten()
@@ -657,4 +662,58 @@ fn framing_lookalikes_are_never_passed_on() {
     assert!(!is_framing_lookalike(b"Content-Length"));
     assert!(!is_framing_lookalike(b"Content-Lengths"));
     assert!(is_framing_lookalike(b"CONTENT_LENGTH"));
+}
+
+#[test]
+fn underscore_fields_are_dropped_unless_kept_and_identity_spellings_always() {
+    let text = "GET / HTTP/1.1\r\nHost: a\r\nX_Forwarded_For: 6.6.6.6\r\n\
+                X_Client_Cert_Subject: CN=admin\r\nX-Client-Cert_Subject: CN=admin\r\n\
+                X_Custom: 1\r\nX-Ok: 1\r\n\r\n";
+    let mut r = rw();
+    r.underscores = false;
+    let out = request(text, &r);
+    assert!(!out.contains('_'), "{out}");
+    assert!(out.contains("\r\nX-Ok: 1\r\n"), "{out}");
+    // Kept: all but the spellings of what Quill writes or removes itself.
+    r.underscores = true;
+    let strip = [HeaderEdit {
+        op: EditOp::Remove,
+        name: "X-Client-Cert-Subject".into(),
+        value: "".into(),
+    }];
+    r.edits = [&[], &[], &strip];
+    let out = request(text, &r);
+    assert!(out.contains("\r\nX_Custom: 1\r\n"), "{out}");
+    assert!(!out.contains("Cert"), "{out}");
+    assert!(!out.contains("X_Forwarded_For"), "{out}");
+    assert!(out.contains("\r\nX-Forwarded-For: 192.0.2.7\r\n"), "{out}");
+    // Forwarding off: the client's field (either spelling) goes as it came.
+    r.forwarded_for = ForwardedFor::Off;
+    let out = request(text, &r);
+    assert!(out.contains("\r\nX_Forwarded_For: 6.6.6.6\r\n"), "{out}");
+}
+
+#[test]
+fn the_path_goes_as_sent_unless_normalize_path_or_a_rewrite_applies() {
+    let go = |target: &str, r: &RequestRewrite| {
+        let out = request(&format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n"), r);
+        out.split(' ').nth(1).unwrap_or_default().to_owned()
+    };
+    let mut r = rw();
+    assert_eq!(go("//a/./b/../c%41?x=/../y", &r), "//a/./b/../c%41?x=/../y");
+    r.normalize_path = true;
+    assert_eq!(go("//a/./b/../c%41?x=/../y", &r), "/a/cA?x=/../y");
+    assert_eq!(go("http://a//x/..", &r), "/");
+    assert_eq!(go("/plain?q", &r), "/plain?q");
+    // A path without a normal form goes as sent (the proxy refuses it before).
+    assert_eq!(go("/../x", &r), "/../x");
+    r.normalize_path = false;
+    r.rewrite_path = Some(("/api/", "/v2/"));
+    assert_eq!(go("//api/./x?q", &r), "/v2/x?q");
+    assert_eq!(go("/%61pi/x", &r), "/v2/x");
+    assert_eq!(go("//other/./x", &r), "//other/./x");
+    assert_eq!(go("/api/x", &r), "/v2/x");
+    r.rewrite_path = Some(("/api/", ""));
+    assert_eq!(go("//api/", &r), "/");
+    assert_eq!(go("//api/x/", &r), "/x/");
 }

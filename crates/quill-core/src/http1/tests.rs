@@ -349,6 +349,78 @@ fn host_that_is_not_a_host_and_port_is_rejected() {
     assert!(req_ok(b"GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n")
         .host
         .is_some());
+    // A percent-encoded name could be read two ways; a port is digits.
+    for host in [
+        "admin%2etest",
+        "a:b",
+        "a:123456",
+        "a|b",
+        "a{b",
+        "[::1",
+        "a:1:2",
+    ] {
+        let text = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        assert_eq!(req_err(text.as_bytes()), Error::InvalidHost, "{host:?}");
+    }
+}
+
+#[test]
+fn absolute_form_authority_is_the_request_host_and_host_must_agree() {
+    let text = b"GET http://B.example:80/p?q HTTP/1.1\r\nHost: b.example\r\n\r\n";
+    let h = req_ok(text);
+    assert_eq!(h.authority.map(|a| a.of(text)), Some(&b"B.example:80"[..]));
+    let text = b"GET /p HTTP/1.1\r\nHost: a.example\r\n\r\n";
+    assert_eq!(
+        req_ok(text).authority.map(|a| a.of(text)),
+        Some(&b"a.example"[..])
+    );
+    // HTTP/1.0 without Host: the authority alone.
+    let text = b"GET https://a.example:8443 HTTP/1.0\r\n\r\n";
+    assert_eq!(
+        req_ok(text).authority.map(|a| a.of(text)),
+        Some(&b"a.example:8443"[..])
+    );
+    assert_eq!(req_ok(b"GET / HTTP/1.0\r\n\r\n").authority, None);
+    // An empty or invalid authority, or userinfo: refused (E2).
+    for target in [
+        "http://x@/secret",
+        "http://x@admin.test/secret",
+        "http://admin.test|/secret",
+        "http://a{b/secret",
+        "HTTP://x^y/",
+        "http://:80/",
+        "http://a:b/",
+        "http://[::1/",
+    ] {
+        let text = format!("GET {target} HTTP/1.1\r\nHost: admin.test\r\n\r\n");
+        assert_eq!(req_err(text.as_bytes()), Error::InvalidTarget, "{target}");
+    }
+    // A Host that names another host or port than the authority (E9).
+    for (target, host) in [
+        ("https://b.test/", "a.test"),
+        ("http://a.test/", "a.test:8080"),
+        ("https://a.test/", "a.test:80"),
+        ("http://a.test/", ""),
+    ] {
+        let text = format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        assert_eq!(
+            req_err(text.as_bytes()),
+            Error::InvalidHost,
+            "{target} {host}"
+        );
+    }
+    for (target, host) in [
+        ("http://a.test/", "A.TEST:80"),
+        ("https://a.test:443/", "a.test"),
+        ("http://a.test:/", "a.test"),
+        ("http://[::1]:80/", "[::1]"),
+    ] {
+        let text = format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        assert!(
+            req(text.as_bytes()).is_ok_and(|h| h.is_some()),
+            "{target} {host}"
+        );
+    }
 }
 
 #[test]
