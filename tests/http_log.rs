@@ -158,3 +158,39 @@ fn http_access_log_json_has_the_same_fields() {
     assert_eq!(v["route"], serde_json::Value::Null);
     assert_eq!(v["server"], b.addr().to_string());
 }
+
+#[test]
+fn quills_own_503_carries_a_real_request_id_logged_and_in_x_request_id() {
+    // The only server refuses: no server can be reached, Quill answers 503 itself.
+    let dead = refused_addr();
+    let (q, log) = start_logged(&[], dead);
+    let mut ids = Vec::new();
+    for path in ["/a", "/b"] {
+        let mut c = Client::connect(q.addr());
+        let r = c.roundtrip(&get(path));
+        assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.raw_head));
+        let id = r
+            .header("x-request-id")
+            .unwrap_or_else(|| panic!("no X-Request-ID: {}", String::from_utf8_lossy(&r.raw_head)))
+            .to_string();
+        assert!(
+            id.len() == 16 && id.bytes().all(|c| c.is_ascii_hexdigit()) && id != "0000000000000000",
+            "request id {id:?}"
+        );
+        ids.push(id);
+    }
+    assert_ne!(ids[0], ids[1], "each request its own id");
+    // The client's own id is the one logged and echoed.
+    let mut c = Client::connect(q.addr());
+    let r = c.roundtrip(b"GET /c HTTP/1.1\r\nHost: a.test\r\nX-Request-ID: mine-42\r\n\r\n");
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("x-request-id"), Some("mine-42"));
+    let lines = lines_when(&log, 3);
+    for (path, id) in [("/a", &ids[0]), ("/b", &ids[1]), ("/c", &"mine-42".to_string())] {
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&format!("\"GET {path} HTTP/1.1\" 503 ")))
+            .unwrap_or_else(|| panic!("no 503 line for {path}: {lines:?}"));
+        assert!(line.ends_with(&format!(" \"{id}\"")), "{line}");
+    }
+}
