@@ -194,3 +194,32 @@ fn quills_own_503_carries_a_real_request_id_logged_and_in_x_request_id() {
         assert!(line.ends_with(&format!(" \"{id}\"")), "{line}");
     }
 }
+
+#[test]
+fn server_failed_lines_name_the_pool_and_the_listener() {
+    let dead = refused_addr();
+    let b = Backend::fixed(10);
+    let q = Quill::start_with(|dir, port| {
+        let cfg = format!(
+            "log = \"{log}\"\n\
+             [[pool]]\nname = \"api\"\nservers = [\"{dead}\"]\n\
+             [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
+             servers = [\"{own}\"]\n\
+             [[listener.route]]\nname = \"api\"\npath = \"/api/\"\npool = \"api\"\n",
+            log = dir.join("access.log").display(),
+            own = b.addr(),
+        );
+        let path = dir.join("quill.toml");
+        std::fs::write(&path, cfg).unwrap();
+        vec!["--config".into(), path.display().to_string()]
+    });
+    let mut c = Client::connect(q.addr());
+    assert_eq!(c.roundtrip(&get("/api/x")).status, 503);
+    drop(c);
+    let line = format!("server {dead} (pool api, listener web) failed (");
+    assert!(
+        q.wait_stderr_contains(&line, T),
+        "log should say {line:?}:\n{}",
+        q.stderr()
+    );
+}

@@ -992,7 +992,7 @@ impl HttpSession {
             && fields.value(self.input.unparsed(), b"upgrade").is_some();
         self.input.start = self.input.fed;
         self.ex = Some(boxed(Exchange {
-            connector: Connector::for_http(target_pool, false, sticky),
+            connector: Connector::for_http(target_pool, false, sticky).via(&self.listener),
             sticky,
             route: route_index,
             head,
@@ -1726,7 +1726,8 @@ impl HttpSession {
         ex.retried = true;
         ex.up_done = false;
         ex.answer = Answer::Head;
-        ex.connector = Connector::for_http(ex.connector.pool().clone(), true, ex.sticky);
+        ex.connector =
+            Connector::for_http(ex.connector.pool().clone(), true, ex.sticky).via(&self.listener);
         // The request goes again from its head, still in the input.
         self.input.fwd = ex.head_at;
         self.input.fed = ex.head_at;
