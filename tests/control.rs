@@ -1259,3 +1259,84 @@ fn ctl_reload_is_logged_in_quills_own_log_as_sighup_is() {
         q.stderr()
     );
 }
+
+// === paths in a configuration file ===
+
+/// Polls `cond` every 20 ms for at most `within`.
+fn poll_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
+
+#[test]
+fn relative_paths_in_a_config_file_are_resolved_from_its_directory() {
+    let (_b, specs) = greeters(&["a"]);
+    let dir = scratch_dir();
+    // The file is in DIR/cfg2; quill runs in DIR/elsewhere.
+    let cfg_dir = dir.path().join("cfg2");
+    let cwd = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&cfg_dir).unwrap();
+    std::fs::create_dir_all(&cwd).unwrap();
+    let port = free_port();
+    std::fs::write(
+        cfg_dir.join("site.toml"),
+        format!(
+            "log = \"access.log\"\ncontrol = \"ctl2.sock\"\npid_file = \"quill.pid\"\n\
+             [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nservers = [\"{}\"]\n",
+            specs[0]
+        ),
+    )
+    .unwrap();
+    let script = "cd \"$0\" && exec \"$1\" --config ../cfg2/site.toml";
+    let args = vec![
+        "-c".to_string(),
+        script.to_string(),
+        cwd.display().to_string(),
+        BIN.to_string(),
+    ];
+    let mut q = QuillProcess::spawn_in_cmd("/bin/sh", scratch_dir(), args, port);
+    let (probe, _) = q.wait_ready_tcp(q.addr()).unwrap();
+    drop(probe);
+    let sock = cfg_dir.join("ctl2.sock");
+    assert!(
+        poll_until(Duration::from_secs(5), || sock.exists()),
+        "no control socket at {}; in the working directory: {:?}\n{}",
+        sock.display(),
+        std::fs::read_dir(&cwd).unwrap().collect::<Vec<_>>(),
+        q.stderr()
+    );
+    assert_eq!(ctl(&sock, "pid"), format!("{}\n", q.pid));
+    assert_eq!(
+        std::fs::read_to_string(cfg_dir.join("quill.pid"))
+            .unwrap()
+            .trim(),
+        q.pid.to_string()
+    );
+    let (_, s) = greet_session(port);
+    drop(s);
+    assert!(
+        poll_until(Duration::from_secs(5), || cfg_dir.join("access.log").exists()),
+        "no access log in the file's directory"
+    );
+    assert_eq!(
+        std::fs::read_dir(&cwd).unwrap().count(),
+        0,
+        "nothing is written in the working directory"
+    );
+    // Where the meaning changed, a warning says so.
+    for what in ["log 'access.log'", "control 'ctl2.sock'", "pid_file 'quill.pid'"] {
+        assert!(
+            q.stderr().contains(&format!(
+                "{what} is relative: it is now taken from the configuration file's directory"
+            )),
+            "no warning for {what}:\n{}",
+            q.stderr()
+        );
+    }
+}
