@@ -5,6 +5,8 @@
 #[path = "support/http.rs"]
 mod http_support;
 mod support;
+#[path = "support/tls.rs"]
+mod tls_support;
 
 use std::time::Duration;
 
@@ -221,5 +223,50 @@ fn server_failed_lines_name_the_pool_and_the_listener() {
         q.wait_stderr_contains(&line, T),
         "log should say {line:?}:\n{}",
         q.stderr()
+    );
+}
+
+#[test]
+fn tls_failures_and_resets_on_an_http_listener_are_logged_in_its_own_format() {
+    use std::io::Write;
+    let b = Backend::fixed(10);
+    let cert = tls_support::self_signed("site", &["site.test"], tls_support::KeyAlg::EcdsaP256);
+    // (Not `start_with`: its settling reads the log as Pen's lines, which this one is not.)
+    let (q, probe, _) = Quill::spawn_first(|dir, port| {
+        let (c, k) = cert.write(dir, "site");
+        let cfg = format!(
+            "log = \"{log}\"\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\n\
+             protocol = \"http\"\nservers = [\"{own}\"]\n[listener.tls]\n\
+             certs = [ {{ cert = \"{c}\", key = \"{k}\" }} ]\n",
+            log = tls_support::toml_path(&dir.join("access.log")),
+            own = b.addr(),
+            c = tls_support::toml_path(&c),
+            k = tls_support::toml_path(&k),
+        );
+        let path = dir.join("quill.toml");
+        std::fs::write(&path, cfg).unwrap();
+        vec!["--config".into(), path.display().to_string()]
+    });
+    drop(probe);
+    let log = q.path("access.log");
+    // Not TLS at all (a failed handshake), and a connection closed before any byte (a reset of
+    // an unused pre-connection, as browsers open).
+    let mut plain = connect_port(q.port);
+    plain
+        .write_all(b"GET / HTTP/1.1\r\nHost: site.test\r\n\r\n")
+        .unwrap();
+    let _ = read_until_eof(&mut plain, IO_TIMEOUT);
+    drop(connect_port(q.port));
+    // The readiness probe's connection may have left a line too: every line counts.
+    let lines = lines_when(&log, 2);
+    for line in &lines {
+        assert!(
+            line.starts_with("127.0.0.1 - - [") && line.contains("] \"-\" 0 "),
+            "not a combined line: {line:?} in {lines:?}"
+        );
+    }
+    assert!(
+        lines.iter().any(|l| l.contains(" tls_failed ")),
+        "{lines:?}"
     );
 }
