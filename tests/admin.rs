@@ -571,7 +571,9 @@ fn named_pools_servers_appear_in_metrics_and_api_status() {
         assert_eq!(r.status, 200, "{}", r.head);
     }
     let st = status_json(admin);
-    let pools = st["pools"].as_array().unwrap_or_else(|| panic!("no pools in {st}"));
+    let pools = st["pools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no pools in {st}"));
     assert_eq!(pools.len(), 1, "{st}");
     assert_eq!(pools[0]["name"], "api");
     assert_eq!(pools[0]["mode"], "tracking", "Pen's default: {}", pools[0]);

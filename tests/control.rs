@@ -1173,7 +1173,11 @@ fn listener_name_connections_lists_only_that_listeners_sessions() {
     assert_eq!(listed(&only_db), ["db"], "{only_db}");
     assert!(only_db.contains(&d.local_addr().unwrap().to_string()));
     assert_eq!(ctl(&sock, "listener dns connections"), "");
-    ctl_err(&sock, "listener nope connections", "no listener named 'nope'");
+    ctl_err(
+        &sock,
+        "listener nope connections",
+        "no listener named 'nope'",
+    );
 }
 
 #[test]
@@ -1321,7 +1325,9 @@ fn relative_paths_in_a_config_file_are_resolved_from_its_directory() {
     let (_, s) = greet_session(port);
     drop(s);
     assert!(
-        poll_until(Duration::from_secs(5), || cfg_dir.join("access.log").exists()),
+        poll_until(Duration::from_secs(5), || cfg_dir
+            .join("access.log")
+            .exists()),
         "no access log in the file's directory"
     );
     assert_eq!(
@@ -1330,7 +1336,11 @@ fn relative_paths_in_a_config_file_are_resolved_from_its_directory() {
         "nothing is written in the working directory"
     );
     // Where the meaning changed, a warning says so.
-    for what in ["log 'access.log'", "control 'ctl2.sock'", "pid_file 'quill.pid'"] {
+    for what in [
+        "log 'access.log'",
+        "control 'ctl2.sock'",
+        "pid_file 'quill.pid'",
+    ] {
         assert!(
             q.stderr().contains(&format!(
                 "{what} is relative: it is now taken from the configuration file's directory"

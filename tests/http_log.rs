@@ -188,7 +188,11 @@ fn quills_own_503_carries_a_real_request_id_logged_and_in_x_request_id() {
     assert_eq!(r.status, 503);
     assert_eq!(r.header("x-request-id"), Some("mine-42"));
     let lines = lines_when(&log, 3);
-    for (path, id) in [("/a", &ids[0]), ("/b", &ids[1]), ("/c", &"mine-42".to_string())] {
+    for (path, id) in [
+        ("/a", &ids[0]),
+        ("/b", &ids[1]),
+        ("/c", &"mine-42".to_string()),
+    ] {
         let line = lines
             .iter()
             .find(|l| l.contains(&format!("\"GET {path} HTTP/1.1\" 503 ")))

@@ -227,7 +227,9 @@ fn status_page_shows_named_pools_servers_and_a_udp_listener_as_udp() {
     // The UDP listener's card says UDP, the HTTP one HTTP.
     for (listener, protocol) in [("dns", "UDP ·"), ("web", "HTTP ·")] {
         let at = dom
-            .find(&format!("class=\"listener panel\" data-listener=\"{listener}\""))
+            .find(&format!(
+                "class=\"listener panel\" data-listener=\"{listener}\""
+            ))
             .unwrap_or_else(|| panic!("no section for {listener}:\n{dom}"));
         let meta = tag(&dom[at..], "class=\"meta muted\"").unwrap();
         let start = dom[at..].find(meta).unwrap() + meta.len();

@@ -7,9 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::metrics::End;
-use crate::status::{
-    Histogram, HttpListenerStatus, HttpRouteStatus, ServerStatus, Snapshot,
-};
+use crate::status::{Histogram, HttpListenerStatus, HttpRouteStatus, ServerStatus, Snapshot};
 
 /// The Content-Type of the text format.
 pub(super) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

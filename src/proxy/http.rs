@@ -1931,8 +1931,7 @@ fn with_request_id(buf: &mut [u8], n: usize, id: &[u8]) -> usize {
     let Some(line_end) = buf[..n].windows(2).position(|w| w == b"\r\n") else {
         return n;
     };
-    if id.is_empty() || !id.iter().all(|b| (0x21..0x7f).contains(b)) || n + field_len > buf.len()
-    {
+    if id.is_empty() || !id.iter().all(|b| (0x21..0x7f).contains(b)) || n + field_len > buf.len() {
         return n;
     }
     let at = line_end + 2;
