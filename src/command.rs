@@ -289,8 +289,12 @@ pub(crate) enum Action {
     Status,
     /// Clients seen in the last N seconds.
     Recent(u64),
-    /// Open sessions, one line each (Quill's addition).
+    /// Open sessions, one line each (Quill's addition); with `listener NAME`, that listener's.
     Connections,
+    /// The listeners: name, address, protocol, mode and servers (Quill's addition).
+    Listeners,
+    /// The named pools (`[[pool]]`): name, mode and servers (Quill's addition).
+    Pools,
     Connection(u64),
     Close(u64),
     Pid,
@@ -321,6 +325,8 @@ impl Action {
             | Action::Status
             | Action::Recent(_)
             | Action::Connections
+            | Action::Listeners
+            | Action::Pools
             | Action::Connection(_)
             | Action::Pid => Needs::Level(ControlLevel::Read),
             Action::Close(_) | Action::Reopen => Needs::Level(ControlLevel::Operate),
@@ -536,6 +542,8 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
             0..=MAX_DURATION.as_secs(),
         )?)),
         ("connections", false, []) => Ok(Action::Connections),
+        ("listeners", false, []) => Ok(Action::Listeners),
+        ("pools", false, []) => Ok(Action::Pools),
         ("connection", false, _) => Ok(Action::Connection(number_arg(name, args)?)),
         ("close", false, _) => Ok(Action::Close(number_arg(name, args)?)),
         ("pid", false, []) => Ok(Action::Pid),
@@ -553,8 +561,8 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
         ("tls", false, _) => err("tls: the command is 'tls reload [LISTENER]'"),
         (
             "mode" | "servers" | "client_acl" | "control_acl" | "log" | "web_stats" | "listen"
-            | "control" | "status" | "connections" | "pid" | "exit" | "write" | "reload" | "reopen"
-            | "takeover" | "takeover_done",
+            | "control" | "status" | "connections" | "listeners" | "pools" | "pid" | "exit"
+            | "write" | "reload" | "reopen" | "takeover" | "takeover_done",
             false,
             [_, extra, ..] | [extra],
         ) => err(format!("{name}: unexpected argument '{extra}'")),

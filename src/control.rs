@@ -922,7 +922,7 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
         Action::Servers => {
             let snap = status::snapshot(shared);
             let Some(l) = pick_listener(&snap, listener) else {
-                return Reply::Error(listener_error(listener, snap.listeners.len()), json);
+                return Reply::Error(listener_error(listener, &listener_names(&snap)), json);
             };
             let mut text = String::new();
             for s in &l.servers {
@@ -972,11 +972,57 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
                 .collect();
             ok(json, text, Value::Array(value))
         }
+        Action::Listeners => {
+            let snap = status::snapshot(shared);
+            let text: String = snap
+                .listeners
+                .iter()
+                .map(|l| {
+                    format!(
+                        "{} listen {} protocol {} mode {} servers {}\n",
+                        l.name,
+                        l.listen,
+                        l.protocol,
+                        l.mode,
+                        l.servers.len()
+                    )
+                })
+                .collect();
+            let value: Vec<Value> = snap
+                .listeners
+                .iter()
+                .map(|l| {
+                    json!({ "name": l.name, "listen": l.listen, "protocol": l.protocol,
+                        "mode": l.mode, "servers": l.servers.len() })
+                })
+                .collect();
+            ok(json, text, Value::Array(value))
+        }
+        Action::Pools => {
+            let snap = status::snapshot(shared);
+            let text: String = snap
+                .pools
+                .iter()
+                .map(|p| format!("{} mode {} servers {}\n", p.name, p.mode, p.servers.len()))
+                .collect();
+            let value: Vec<Value> = snap
+                .pools
+                .iter()
+                .map(|p| json!({ "name": p.name, "mode": p.mode, "servers": p.servers.len() }))
+                .collect();
+            ok(json, text, Value::Array(value))
+        }
         Action::Connections | Action::Connection(_) => {
+            if let Some(n) = listener {
+                if !shared.listeners.load().iter().any(|l| l.name == n) {
+                    return Reply::Error(format!("no listener named '{n}'"), json);
+                }
+            }
             let mut sessions: Vec<_> = shared
                 .ask_all(Request::Report)
                 .into_iter()
                 .flat_map(|r: Report| r.sessions)
+                .filter(|s| listener.is_none_or(|n| s.listener == n))
                 .collect();
             sessions.sort_by_key(|s| s.id);
             if let Action::Connection(n) = req.action {
@@ -1044,13 +1090,22 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
             Ok(note) => ok(json, String::new(), json!({ "ok": true, "note": note })),
             Err(e) => Reply::Error(e, json),
         },
+        // Logged as SIGHUP's reload is, so Quill's own log records every change however asked.
         Action::Reload => match controller.reload() {
-            Ok(note) => ok(
-                json,
-                format!("reloaded: {note}\n"),
-                json!({ "ok": true, "note": note }),
-            ),
-            Err(e) => Reply::Error(format!("reload rejected: {e}"), json),
+            Ok(note) => {
+                tracing::info!("control reload: reloaded: {note}");
+                ok(
+                    json,
+                    format!("reloaded: {note}\n"),
+                    json!({ "ok": true, "note": note }),
+                )
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "control reload: reload rejected, still running the previous configuration: {e}"
+                );
+                Reply::Error(format!("reload rejected: {e}"), json)
+            }
         },
         Action::Reopen => {
             controller.reopen();
@@ -1135,10 +1190,20 @@ fn pick_listener<'a>(
     }
 }
 
-fn listener_error(name: Option<&str>, count: usize) -> String {
+fn listener_names(snap: &status::Snapshot) -> Vec<&str> {
+    snap.listeners.iter().map(|l| l.name.as_str()).collect()
+}
+
+/// Why no listener was picked: an unknown name, or several listeners and none named (then
+/// their names, so the operator need not open the configuration to find them).
+fn listener_error(name: Option<&str>, names: &[&str]) -> String {
     match name {
         Some(n) => format!("no listener named '{n}'"),
-        None => format!("there are {count} listeners: say which with 'listener NAME' first"),
+        None => format!(
+            "there are {} listeners ({}): say which with 'listener NAME' first",
+            names.len(),
+            names.join(", ")
+        ),
     }
 }
 
@@ -1166,7 +1231,10 @@ fn show(
                 .find(|l| l.name == n)
                 .ok_or_else(|| format!("no listener named '{n}'")),
             None if config.listeners.len() == 1 => Ok(&config.listeners[0]),
-            None => Err(listener_error(None, config.listeners.len())),
+            None => {
+                let names: Vec<&str> = config.listeners.iter().map(|l| l.name.as_str()).collect();
+                Err(listener_error(None, &names))
+            }
         }
     };
     let dur = |d: Duration| (d.as_secs().to_string(), json!(d.as_secs_f64()));
@@ -1368,6 +1436,9 @@ mod tests {
         for line in [
             "servers",
             "status",
+            "listeners",
+            "pools",
+            "listener web connections",
             "pid",
             "json listener a servers",
             "mode",

@@ -37,6 +37,20 @@ pub(crate) struct Snapshot {
     /// TLS handshakes of the whole process.
     pub tls: TlsProcess,
     pub listeners: Vec<ListenerStatus>,
+    /// The named pools (`[[pool]]`) in configuration order, with their servers: routes send
+    /// requests to them, so their servers are watched as a listener's are.
+    pub pools: Vec<PoolStatus>,
+}
+
+/// A named pool (`[[pool]]`) and its servers.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct PoolStatus {
+    pub name: String,
+    pub mode: String,
+    /// The health check in words, if any.
+    pub health_check: Option<String>,
+    pub servers: Vec<ServerStatus>,
+    pub emergency: Option<ServerStatus>,
 }
 
 /// TLS handshakes of every listener, summed over the workers.
@@ -150,7 +164,7 @@ pub(crate) struct ListenerStatus {
     pub name: String,
     pub listen: String,
     pub mode: String,
-    /// `tcp` or `http`.
+    /// `tcp`, `udp` or `http`.
     pub protocol: &'static str,
     /// The health check in words, if any.
     pub health_check: Option<String>,
@@ -264,7 +278,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
             name: name.to_string(),
             listen: addr.clone(),
             mode: pool.mode.to_string(),
-            protocol: if pool.http.is_some() { "http" } else { "tcp" },
+            protocol: protocol(pool),
             health_check: pool.health.as_ref().map(|h| h.to_string()),
             http: pool.http.as_ref().map(|_| http_listener(http, pool)),
             tls: pool.tls.as_ref().map(|t| listener_tls(t, now_unix)),
@@ -276,6 +290,23 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
                 .collect(),
             emergency: pool.emergency.as_ref().map(|s| server_status(0, s, now_ms)),
             abuse: pool.abuse.as_ref().map(|s| server_status(0, s, now_ms)),
+        })
+        .collect();
+    let pools = shared
+        .pools
+        .load()
+        .iter()
+        .map(|p| PoolStatus {
+            name: p.name.clone(),
+            mode: p.mode.to_string(),
+            health_check: p.health.as_ref().map(|h| h.to_string()),
+            servers: p
+                .servers
+                .iter()
+                .enumerate()
+                .map(|(i, s)| server_status(i, s, now_ms))
+                .collect(),
+            emergency: p.emergency.as_ref().map(|s| server_status(0, s, now_ms)),
         })
         .collect();
     Snapshot {
@@ -320,6 +351,18 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
         http: http_process(shared),
         tls: tls_process(shared),
         listeners,
+        pools,
+    }
+}
+
+/// What a listener's clients speak: `http`, `udp` or `tcp`.
+pub(crate) fn protocol(pool: &Pool) -> &'static str {
+    if pool.http.is_some() {
+        "http"
+    } else if pool.udp.is_some() {
+        "udp"
+    } else {
+        "tcp"
     }
 }
 

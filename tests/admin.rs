@@ -540,3 +540,95 @@ fn json_access_log_lines_parse_with_the_documented_keys() {
     }
     assert_eq!(served, N, "our requests in:\n{}", lines.join("\n"));
 }
+
+/// `quill` with `[[pool]] api` (two servers, reached by the route `/api/` of the HTTP listener
+/// `web`) and the UDP listener `dns`; returns the process, admin address, the backends (kept
+/// alive) with their addresses, and the UDP server's socket.
+fn start_pool_and_udp() -> (
+    QuillProcess,
+    std::net::SocketAddr,
+    Vec<DemoServer>,
+    Vec<String>,
+    std::net::UdpSocket,
+) {
+    let (backends, servers) = three_http_backends();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp_addr = udp.local_addr().unwrap();
+    let (q, admin) = start_with_admin(|dir, port, admin| {
+        pool_and_udp_config(dir, port, admin, &servers, udp_addr)
+    });
+    (q, admin, backends, servers, udp)
+}
+
+#[test]
+fn named_pools_servers_appear_in_metrics_and_api_status() {
+    let (q, admin, _backends, servers, _udp) = start_pool_and_udp();
+    for i in 0..4 {
+        let r = request(
+            q.addr(),
+            format!("GET /api/{i} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.head);
+    }
+    let st = status_json(admin);
+    let pools = st["pools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no pools in {st}"));
+    assert_eq!(pools.len(), 1, "{st}");
+    assert_eq!(pools[0]["name"], "api");
+    assert_eq!(pools[0]["mode"], "tracking", "Pen's default: {}", pools[0]);
+    let addrs: Vec<&str> = pools[0]["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["address"].as_str().unwrap())
+        .collect();
+    assert_eq!(addrs, [servers[0].as_str(), servers[1].as_str()]);
+    let total: u64 = pools[0]["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["total"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 4, "the pool's servers took the four requests: {st}");
+    assert_eq!(pools[0]["servers"][0]["state"], "up");
+
+    // /metrics: the pool's servers labelled with the pool (not a listener), with their traffic.
+    let m = metrics(admin);
+    let mut sum = 0.0;
+    for (i, addr) in servers[..2].iter().enumerate() {
+        let labels = [
+            ("pool", "api"),
+            ("server", &i.to_string() as &str),
+            ("address", addr.as_str()),
+        ];
+        sum += m.value("quill_server_sessions_total", &labels);
+        assert_eq!(m.value("quill_server_up", &labels), 1.0, "{}", m.text);
+        let mut up = labels.to_vec();
+        up.push(("state", "up"));
+        assert_eq!(m.value("quill_server_state", &up), 1.0, "{}", m.text);
+    }
+    assert_eq!(sum, 4.0, "{}", m.text);
+    // The listener's own server is still there, labelled with its listener.
+    m.value(
+        "quill_server_sessions_total",
+        &[
+            ("listener", "web"),
+            ("server", "0"),
+            ("address", servers[2].as_str()),
+        ],
+    );
+}
+
+#[test]
+fn a_udp_listener_is_reported_as_udp() {
+    let (_q, admin, _backends, _servers, _udp) = start_pool_and_udp();
+    let st = status_json(admin);
+    let protocols: Vec<(&str, &str)> = st["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["name"].as_str().unwrap(), l["protocol"].as_str().unwrap()))
+        .collect();
+    assert_eq!(protocols, [("web", "http"), ("dns", "udp")], "{st}");
+}

@@ -1096,3 +1096,257 @@ servers = ["{d0}"]
         "disabled"
     );
 }
+
+// === listeners and pools by name ===
+
+/// `quill` from a TOML file with the TCP listeners `web` (two servers, on the test's port) and
+/// `db` (one), the UDP listener `dns` and the named pool `api`; returns the process, its control
+/// socket and the `db` listener's port.
+fn start_three_listeners_and_a_pool(
+    web: &[DemoServer],
+    db: &[DemoServer],
+) -> (QuillProcess, std::path::PathBuf, u16) {
+    let db_port = free_port();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (q, sock) = Quill::start_with(|dir, port| {
+        let cfg = format!(
+            r#"control = "{sock}"
+log = "{log}"
+
+[[pool]]
+name = "api"
+servers = ["{d0}"]
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:{port}"
+mode = ["roundrobin"]
+servers = ["{w0}", "{w1}"]
+
+[[listener]]
+name = "db"
+listen = "127.0.0.1:{db_port}"
+servers = ["{d0}"]
+
+[[listener]]
+name = "dns"
+listen = "127.0.0.1:{p3}"
+protocol = "udp"
+servers = ["{u0}"]
+"#,
+            sock = dir.join("ctl.sock").display(),
+            log = dir.join("access.log").display(),
+            p3 = free_port(),
+            w0 = web[0].addr(),
+            w1 = web[1].addr(),
+            d0 = db[0].addr(),
+            u0 = udp.local_addr().unwrap(),
+        );
+        let path = dir.join("quill.toml");
+        std::fs::write(&path, cfg).unwrap();
+        vec!["--config".into(), path.display().to_string()]
+    })
+    .with_ctl();
+    (q, sock, db_port)
+}
+
+#[test]
+fn listener_name_connections_lists_only_that_listeners_sessions() {
+    let (web, _) = greeters(&["web-a", "web-b"]);
+    let (db, _) = greeters(&["db-a"]);
+    let (q, sock, db_port) = start_three_listeners_and_a_pool(&web, &db);
+    let (_, mut w) = greet_session(q.port);
+    echo_roundtrip(&mut w, b"w");
+    let (_, mut d) = greet_session(db_port);
+    echo_roundtrip(&mut d, b"d");
+    let listed = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|l| l.split_whitespace().nth(2).unwrap().to_string())
+            .collect()
+    };
+    let all = ctl(&sock, "connections");
+    assert_eq!(listed(&all).len(), 2, "{all}");
+    let only_web = ctl(&sock, "listener web connections");
+    assert_eq!(listed(&only_web), ["web"], "{only_web}");
+    assert!(only_web.contains(&w.local_addr().unwrap().to_string()));
+    let only_db = ctl(&sock, "listener db connections");
+    assert_eq!(listed(&only_db), ["db"], "{only_db}");
+    assert!(only_db.contains(&d.local_addr().unwrap().to_string()));
+    assert_eq!(ctl(&sock, "listener dns connections"), "");
+    ctl_err(
+        &sock,
+        "listener nope connections",
+        "no listener named 'nope'",
+    );
+}
+
+#[test]
+fn listeners_and_pools_commands_list_them_and_servers_names_the_listeners() {
+    let (web, _) = greeters(&["web-a", "web-b"]);
+    let (db, _) = greeters(&["db-a"]);
+    let (q, sock, db_port) = start_three_listeners_and_a_pool(&web, &db);
+    let listeners = ctl(&sock, "listeners");
+    let lines: Vec<&str> = listeners.lines().collect();
+    assert_eq!(lines.len(), 3, "{listeners}");
+    assert_eq!(
+        lines[0],
+        format!(
+            "web listen 127.0.0.1:{} protocol tcp mode roundrobin servers 2",
+            q.port
+        )
+    );
+    assert_eq!(
+        lines[1],
+        format!("db listen 127.0.0.1:{db_port} protocol tcp mode tracking servers 1")
+    );
+    assert!(
+        lines[2].starts_with("dns listen 127.0.0.1:") && lines[2].contains(" protocol udp "),
+        "{listeners}"
+    );
+    assert_eq!(ctl(&sock, "pools"), "api mode tracking servers 1\n");
+    let json: serde_json::Value = serde_json::from_str(&ctl(&sock, "json listeners")).unwrap();
+    assert_eq!(json[2]["protocol"], "udp", "{json}");
+    let err = ctl_err(&sock, "servers", "listener NAME");
+    assert!(err.contains("3 listeners (web, db, dns)"), "{err}");
+    ctl_err(&sock, "listeners now", "unexpected argument");
+}
+
+#[test]
+fn write_saves_a_udp_listener_as_udp_without_tcp_settings() {
+    let (web, _) = greeters(&["web-a", "web-b"]);
+    let (db, _) = greeters(&["db-a"]);
+    let (q, sock, _) = start_three_listeners_and_a_pool(&web, &db);
+    let saved = q.path("saved.cmds");
+    ctl_ok(&sock, &format!("write {}", saved.display()));
+    let text = std::fs::read_to_string(&saved).unwrap();
+    assert!(text.contains("# listener dns: UDP"), "{text}");
+    for setting in ["tcp_nodelay", "tcp_fastclose", "keepalive"] {
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("listener dns ") && l.contains(setting)),
+            "a UDP listener written with {setting}:\n{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("listener web ") && l.contains(setting)),
+            "the TCP listener keeps {setting}:\n{text}"
+        );
+    }
+    assert!(text.contains("listener dns server 0 address"), "{text}");
+    // And the file reads back.
+    ctl_ok(&sock, &format!("include {}", saved.display()));
+}
+
+#[test]
+fn ctl_reload_is_logged_in_quills_own_log_as_sighup_is() {
+    let (web, _) = greeters(&["web-a", "web-b"]);
+    let (db, _) = greeters(&["db-a"]);
+    let (q, sock, _) = start_three_listeners_and_a_pool(&web, &db);
+    let reply = ctl(&sock, "reload");
+    assert!(reply.starts_with("reloaded: "), "{reply}");
+    assert!(
+        q.wait_stderr_contains("control reload: reloaded: ", Duration::from_secs(5)),
+        "no log line for the reload:\n{}",
+        q.stderr()
+    );
+    let cfg = q.path("quill.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{text}\nbogus_key = 1\n")).unwrap();
+    ctl_err(&sock, "reload", "reload rejected");
+    assert!(
+        q.wait_stderr_contains(
+            "control reload: reload rejected, still running the previous configuration: ",
+            Duration::from_secs(5)
+        ),
+        "no log line for the rejected reload:\n{}",
+        q.stderr()
+    );
+}
+
+// === paths in a configuration file ===
+
+/// Polls `cond` every 20 ms for at most `within`.
+fn poll_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
+
+#[test]
+fn relative_paths_in_a_config_file_are_resolved_from_its_directory() {
+    let (_b, specs) = greeters(&["a"]);
+    let dir = scratch_dir();
+    // The file is in DIR/cfg2; quill runs in DIR/elsewhere.
+    let cfg_dir = dir.path().join("cfg2");
+    let cwd = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&cfg_dir).unwrap();
+    std::fs::create_dir_all(&cwd).unwrap();
+    let port = free_port();
+    std::fs::write(
+        cfg_dir.join("site.toml"),
+        format!(
+            "log = \"access.log\"\ncontrol = \"ctl2.sock\"\npid_file = \"quill.pid\"\n\
+             [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nservers = [\"{}\"]\n",
+            specs[0]
+        ),
+    )
+    .unwrap();
+    let script = "cd \"$0\" && exec \"$1\" --config ../cfg2/site.toml";
+    let args = vec![
+        "-c".to_string(),
+        script.to_string(),
+        cwd.display().to_string(),
+        BIN.to_string(),
+    ];
+    let mut q = QuillProcess::spawn_in_cmd("/bin/sh", scratch_dir(), args, port);
+    let (probe, _) = q.wait_ready_tcp(q.addr()).unwrap();
+    drop(probe);
+    let sock = cfg_dir.join("ctl2.sock");
+    assert!(
+        poll_until(Duration::from_secs(5), || sock.exists()),
+        "no control socket at {}; in the working directory: {:?}\n{}",
+        sock.display(),
+        std::fs::read_dir(&cwd).unwrap().collect::<Vec<_>>(),
+        q.stderr()
+    );
+    assert_eq!(ctl(&sock, "pid"), format!("{}\n", q.pid));
+    assert_eq!(
+        std::fs::read_to_string(cfg_dir.join("quill.pid"))
+            .unwrap()
+            .trim(),
+        q.pid.to_string()
+    );
+    let (_, s) = greet_session(port);
+    drop(s);
+    assert!(
+        poll_until(Duration::from_secs(5), || cfg_dir
+            .join("access.log")
+            .exists()),
+        "no access log in the file's directory"
+    );
+    assert_eq!(
+        std::fs::read_dir(&cwd).unwrap().count(),
+        0,
+        "nothing is written in the working directory"
+    );
+    // Where the meaning changed, a warning says so.
+    for what in [
+        "log 'access.log'",
+        "control 'ctl2.sock'",
+        "pid_file 'quill.pid'",
+    ] {
+        assert!(
+            q.stderr().contains(&format!(
+                "{what} is relative: it is now taken from the configuration file's directory"
+            )),
+            "no warning for {what}:\n{}",
+            q.stderr()
+        );
+    }
+}

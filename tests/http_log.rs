@@ -5,6 +5,8 @@
 #[path = "support/http.rs"]
 mod http_support;
 mod support;
+#[path = "support/tls.rs"]
+mod tls_support;
 
 use std::time::Duration;
 
@@ -157,4 +159,118 @@ fn http_access_log_json_has_the_same_fields() {
     assert_eq!(v["end"], "done");
     assert_eq!(v["route"], serde_json::Value::Null);
     assert_eq!(v["server"], b.addr().to_string());
+}
+
+#[test]
+fn quills_own_503_carries_a_real_request_id_logged_and_in_x_request_id() {
+    // The only server refuses: no server can be reached, Quill answers 503 itself.
+    let dead = refused_addr();
+    let (q, log) = start_logged(&[], dead);
+    let mut ids = Vec::new();
+    for path in ["/a", "/b"] {
+        let mut c = Client::connect(q.addr());
+        let r = c.roundtrip(&get(path));
+        assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.raw_head));
+        let id = r
+            .header("x-request-id")
+            .unwrap_or_else(|| panic!("no X-Request-ID: {}", String::from_utf8_lossy(&r.raw_head)))
+            .to_string();
+        assert!(
+            id.len() == 16 && id.bytes().all(|c| c.is_ascii_hexdigit()) && id != "0000000000000000",
+            "request id {id:?}"
+        );
+        ids.push(id);
+    }
+    assert_ne!(ids[0], ids[1], "each request its own id");
+    // The client's own id is the one logged and echoed.
+    let mut c = Client::connect(q.addr());
+    let r = c.roundtrip(b"GET /c HTTP/1.1\r\nHost: a.test\r\nX-Request-ID: mine-42\r\n\r\n");
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("x-request-id"), Some("mine-42"));
+    let lines = lines_when(&log, 3);
+    for (path, id) in [
+        ("/a", &ids[0]),
+        ("/b", &ids[1]),
+        ("/c", &"mine-42".to_string()),
+    ] {
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&format!("\"GET {path} HTTP/1.1\" 503 ")))
+            .unwrap_or_else(|| panic!("no 503 line for {path}: {lines:?}"));
+        assert!(line.ends_with(&format!(" \"{id}\"")), "{line}");
+    }
+}
+
+#[test]
+fn server_failed_lines_name_the_pool_and_the_listener() {
+    let dead = refused_addr();
+    let b = Backend::fixed(10);
+    let q = Quill::start_with(|dir, port| {
+        let cfg = format!(
+            "log = \"{log}\"\n\
+             [[pool]]\nname = \"api\"\nservers = [\"{dead}\"]\n\
+             [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
+             servers = [\"{own}\"]\n\
+             [[listener.route]]\nname = \"api\"\npath = \"/api/\"\npool = \"api\"\n",
+            log = dir.join("access.log").display(),
+            own = b.addr(),
+        );
+        let path = dir.join("quill.toml");
+        std::fs::write(&path, cfg).unwrap();
+        vec!["--config".into(), path.display().to_string()]
+    });
+    let mut c = Client::connect(q.addr());
+    assert_eq!(c.roundtrip(&get("/api/x")).status, 503);
+    drop(c);
+    let line = format!("server {dead} (pool api, listener web) failed (");
+    assert!(
+        q.wait_stderr_contains(&line, T),
+        "log should say {line:?}:\n{}",
+        q.stderr()
+    );
+}
+
+#[test]
+fn tls_failures_and_resets_on_an_http_listener_are_logged_in_its_own_format() {
+    use std::io::Write;
+    let b = Backend::fixed(10);
+    let cert = tls_support::self_signed("site", &["site.test"], tls_support::KeyAlg::EcdsaP256);
+    // (Not `start_with`: its settling reads the log as Pen's lines, which this one is not.)
+    let (q, probe, _) = Quill::spawn_first(|dir, port| {
+        let (c, k) = cert.write(dir, "site");
+        let cfg = format!(
+            "log = \"{log}\"\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\n\
+             protocol = \"http\"\nservers = [\"{own}\"]\n[listener.tls]\n\
+             certs = [ {{ cert = \"{c}\", key = \"{k}\" }} ]\n",
+            log = tls_support::toml_path(&dir.join("access.log")),
+            own = b.addr(),
+            c = tls_support::toml_path(&c),
+            k = tls_support::toml_path(&k),
+        );
+        let path = dir.join("quill.toml");
+        std::fs::write(&path, cfg).unwrap();
+        vec!["--config".into(), path.display().to_string()]
+    });
+    drop(probe);
+    let log = q.path("access.log");
+    // Not TLS at all (a failed handshake), and a connection closed before any byte (a reset of
+    // an unused pre-connection, as browsers open).
+    let mut plain = connect_port(q.port);
+    plain
+        .write_all(b"GET / HTTP/1.1\r\nHost: site.test\r\n\r\n")
+        .unwrap();
+    let _ = read_until_eof(&mut plain, IO_TIMEOUT);
+    drop(connect_port(q.port));
+    // The readiness probe's connection may have left a line too: every line counts.
+    let lines = lines_when(&log, 2);
+    for line in &lines {
+        assert!(
+            line.starts_with("127.0.0.1 - - [") && line.contains("] \"-\" 0 "),
+            "not a combined line: {line:?} in {lines:?}"
+        );
+    }
+    assert!(
+        lines.iter().any(|l| l.contains(" tls_failed ")),
+        "{lines:?}"
+    );
 }

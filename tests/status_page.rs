@@ -192,3 +192,109 @@ fn status_page_numbers_move_with_traffic_without_a_reload() {
         );
     }
 }
+
+#[test]
+fn status_page_shows_named_pools_servers_and_a_udp_listener_as_udp() {
+    let backends: Vec<DemoServer> = ["a", "b", "c"].iter().map(|n| http(n)).collect();
+    let servers: Vec<String> = backends.iter().map(|b| spec(b.addr())).collect();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp_addr = udp.local_addr().unwrap();
+    let (q, admin) = start_with_admin(|dir, port, admin| {
+        pool_and_udp_config(dir, port, admin, &servers, udp_addr)
+    });
+    for i in 0..3 {
+        let r = request(
+            q.addr(),
+            format!("GET /api/{i} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.head);
+    }
+
+    let dom = dump_dom(&format!("http://{admin}/"), 3000);
+
+    assert!(
+        tag(&dom, " data-pool=\"api\"").is_some(),
+        "no section for pool api:\n{dom}"
+    );
+    let mut total = 0;
+    for (i, addr) in servers[..2].iter().enumerate() {
+        let row = server_row(&dom, &format!("pool:api/{i}"));
+        assert_eq!(cell_text(row, "address"), addr.as_str(), "{row}");
+        assert!(row.contains("class=\"badge state-up\""), "{row}");
+        total += cell_value(row, "total");
+    }
+    assert_eq!(total, 3, "the pool's servers took the three requests");
+    // The UDP listener's card says UDP, the HTTP one HTTP.
+    for (listener, protocol) in [("dns", "UDP ·"), ("web", "HTTP ·")] {
+        let at = dom
+            .find(&format!(
+                "class=\"listener panel\" data-listener=\"{listener}\""
+            ))
+            .unwrap_or_else(|| panic!("no section for {listener}:\n{dom}"));
+        let meta = tag(&dom[at..], "class=\"meta muted\"").unwrap();
+        let start = dom[at..].find(meta).unwrap() + meta.len();
+        let text = &dom[at + start..at + start + 10];
+        assert!(text.starts_with(protocol), "{listener}'s card: {text:?}");
+    }
+}
+
+/// Draws the chart with a sample of 100,000 sessions/s (through the page's own `drawChart`, once
+/// it has polled) and lists each axis label's text and its left and right edges, in the chart's
+/// pixels, in `<pre id="labels">` lines `TEXT|LEFT|RIGHT|WIDTH` (WIDTH: the chart's).
+const LABEL_PROBE: &str = r#"
+setTimeout(() => {
+  const now = performance.now();
+  history.push({ t: now - 1000, total: 100000, per: new Map(), http: new Map() });
+  history.push({ t: now, total: 99000, per: new Map(), http: new Map() });
+  drawChart([], [], now);
+  const svg = document.getElementById("chart");
+  const width = svg.getBoundingClientRect().width;
+  const lines = [...svg.querySelectorAll("text")].map((t) => {
+    const b = t.getBBox();
+    return t.textContent + "|" + b.x.toFixed(1) + "|" + (b.x + b.width).toFixed(1) + "|" + width.toFixed(1);
+  });
+  const pre = document.createElement("pre");
+  pre.id = "labels";
+  pre.textContent = lines.join("\n");
+  document.body.append(pre);
+}, 2500);
+"#;
+
+#[test]
+fn status_page_chart_axis_label_of_100000_is_drawn_whole() {
+    let backends: Vec<DemoServer> = ["a"].iter().map(|n| http(n)).collect();
+    let servers: Vec<String> = backends.iter().map(|b| spec(b.addr())).collect();
+    let (_q, admin) = start_pen_with_admin(&["-r"], &servers);
+    let gate = Gate::with_script(admin, LABEL_PROBE);
+
+    let dom = dump_dom(&gate.url(), 4000);
+    gate.check();
+
+    let start = dom
+        .find("<pre id=\"labels\">")
+        .unwrap_or_else(|| panic!("the probe did not run:\n{dom}"))
+        + "<pre id=\"labels\">".len();
+    let text = &dom[start..start + dom[start..].find("</pre>").unwrap()];
+    let labels: Vec<(&str, f64, f64, f64)> = text
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            let n = |i: usize| f[i].parse::<f64>().unwrap();
+            (f[0], n(1), n(2), n(3))
+        })
+        .collect();
+    assert!(
+        labels.iter().any(|l| l.0 == "100,000"),
+        "no 100,000 label: {labels:?}"
+    );
+    assert!(
+        labels.iter().any(|l| l.0 == "50,000"),
+        "no 50,000 label: {labels:?}"
+    );
+    for (label, left, right, width) in &labels {
+        assert!(
+            *left >= 0.0 && *right <= *width,
+            "axis label {label:?} drawn from {left} to {right} px, outside the chart's 0..{width}: {labels:?}"
+        );
+    }
+}

@@ -7,9 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::metrics::End;
-use crate::status::{
-    Histogram, HttpListenerStatus, HttpRouteStatus, ListenerStatus, ServerStatus, Snapshot,
-};
+use crate::status::{Histogram, HttpListenerStatus, HttpRouteStatus, ServerStatus, Snapshot};
 
 /// The Content-Type of the text format.
 pub(super) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -367,18 +365,29 @@ fn listeners(out: &mut Exposition, snap: &Snapshot) {
 }
 
 /// Every server of every pool, the emergency and abuse servers included (as `server="emergency"`
-/// and `server="abuse"`), with its listener, index and address as labels.
-fn server_rows(snap: &Snapshot) -> Vec<(&ListenerStatus, String, &ServerStatus)> {
+/// and `server="abuse"`), with its owner, index and address as labels. A listener's own servers
+/// carry `listener="NAME"`, a named pool's (`[[pool]]`, reached through routes) `pool="NAME"`.
+fn server_rows(snap: &Snapshot) -> Vec<((&'static str, &str), String, &ServerStatus)> {
     let mut rows = Vec::new();
     for l in &snap.listeners {
+        let owner = ("listener", l.name.as_str());
         for s in &l.servers {
-            rows.push((l, s.index.to_string(), s));
+            rows.push((owner, s.index.to_string(), s));
         }
         if let Some(s) = &l.emergency {
-            rows.push((l, "emergency".to_string(), s));
+            rows.push((owner, "emergency".to_string(), s));
         }
         if let Some(s) = &l.abuse {
-            rows.push((l, "abuse".to_string(), s));
+            rows.push((owner, "abuse".to_string(), s));
+        }
+    }
+    for p in &snap.pools {
+        let owner = ("pool", p.name.as_str());
+        for s in &p.servers {
+            rows.push((owner, s.index.to_string(), s));
+        }
+        if let Some(s) = &p.emergency {
+            rows.push((owner, "emergency".to_string(), s));
         }
     }
     rows
@@ -388,12 +397,8 @@ fn servers(out: &mut Exposition, snap: &Snapshot) {
     let rows = server_rows(snap);
     for f in SERVER_FAMILIES {
         out.family(f.name, f.kind, f.help);
-        for (l, index, s) in &rows {
-            let labels = [
-                ("listener", l.name.as_str()),
-                ("server", index),
-                ("address", &s.address),
-            ];
+        for (owner, index, s) in &rows {
+            let labels = [*owner, ("server", index), ("address", &s.address)];
             out.sample(f.name, &labels, (f.value)(s));
         }
     }
@@ -403,10 +408,10 @@ fn servers(out: &mut Exposition, snap: &Snapshot) {
         Kind::Gauge,
         "1 for the server's current state (up, blacklisted, down, drain, disabled), 0 for the others.",
     );
-    for (l, index, s) in &rows {
+    for (owner, index, s) in &rows {
         for state in SERVER_STATES {
             let labels = [
-                ("listener", l.name.as_str()),
+                *owner,
                 ("server", index),
                 ("address", &s.address),
                 ("state", state),
@@ -420,12 +425,8 @@ fn servers(out: &mut Exposition, snap: &Snapshot) {
         Kind::Gauge,
         "Share of its normal load the server gets during slow start (1 = full).",
     );
-    for (l, index, s) in &rows {
-        let labels = [
-            ("listener", l.name.as_str()),
-            ("server", index),
-            ("address", &s.address),
-        ];
+    for (owner, index, s) in &rows {
+        let labels = [*owner, ("server", index), ("address", &s.address)];
         out.sample_text(name, &labels, &thousandths(u64::from(s.ramp)));
     }
 }
@@ -607,6 +608,7 @@ fn decimal(n: u64, unit: u64, digits: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::ListenerStatus;
 
     #[test]
     fn seconds_are_exact_decimals() {
@@ -671,6 +673,7 @@ mod tests {
                 failures: [("timeout", 2)].into_iter().collect(),
             },
             listeners,
+            pools: Vec::new(),
         }
     }
 

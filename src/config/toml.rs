@@ -98,6 +98,29 @@ pub(crate) fn from_toml(
     from_toml_with(origin, text, cli, false)
 }
 
+/// `path` as the configuration file `origin` (in directory `dir`) names it: relative paths are
+/// the file's directory's. Where that is not what the working directory would have given (what
+/// Quill did before for `log`, `control`, `pid_file`, `status_file` and the token files), a
+/// warning says which file is used now, so a moved log or socket is not a surprise.
+fn relative_to_file(origin: &str, dir: &Path, what: &str, path: &Path) -> PathBuf {
+    if path.is_absolute() || dir.as_os_str().is_empty() {
+        return path.to_path_buf();
+    }
+    let now = dir.join(path);
+    let same_dir = match (std::fs::canonicalize(dir), std::env::current_dir()) {
+        (Ok(d), Ok(cwd)) => std::fs::canonicalize(&cwd).map_or(d == cwd, |c| c == d),
+        _ => false,
+    };
+    if !same_dir {
+        tracing::warn!(
+            "{origin}: {what} '{}' is relative: it is now taken from the configuration file's directory, {}, not from the working directory as before",
+            path.display(),
+            now.display()
+        );
+    }
+    now
+}
+
 /// Parses TOML text; `origin` names the file in messages; `all_http` as [`load_file`] says.
 fn from_toml_with(
     origin: &str,
@@ -144,8 +167,15 @@ fn from_toml_with(
     global.tfo = raw.tfo.unwrap_or(global.tfo);
     global.reuseport = raw.reuseport.unwrap_or(global.reuseport);
     global.splice = raw.splice.unwrap_or(global.splice);
-    global.pid_file = raw.pid_file.clone();
-    global.log = raw.log.clone();
+    // Relative paths in the file are the file's directory's (as its TLS files, error pages,
+    // command_file and geoip always were); command-line paths stay the working directory's.
+    let file_dir = Path::new(origin).parent().unwrap_or(Path::new(""));
+    let here = |what: &str, p: &Option<PathBuf>| {
+        p.as_ref()
+            .map(|p| relative_to_file(origin, file_dir, what, p))
+    };
+    global.pid_file = here("pid_file", &raw.pid_file);
+    global.log = here("log", &raw.log);
     global.user = raw.user.clone();
     global.chroot = raw.chroot.clone();
     if let Some(f) = &raw.log_format {
@@ -158,10 +188,22 @@ fn from_toml_with(
         })?;
     }
     if let Some(c) = &raw.control {
-        global.control = Some(
-            addr::parse_listen(c.get_ref())
-                .map_err(|e| ConfigError::from_addr(e, &format!("{}control: ", at(c.span()))))?,
-        );
+        let value = c.get_ref();
+        // A control address is HOST:PORT or a port; anything else is the Unix socket's path
+        // (`ctl.sock` as well as `./ctl.sock`), relative to the file's directory.
+        let is_path = value.contains('/')
+            || (!value.contains(':') && !value.bytes().all(|b| b.is_ascii_digit()));
+        global.control = Some(if is_path {
+            crate::addr::ListenAddr::Unix(relative_to_file(
+                origin,
+                file_dir,
+                "control",
+                Path::new(value),
+            ))
+        } else {
+            addr::parse_listen(value)
+                .map_err(|e| ConfigError::from_addr(e, &format!("{}control: ", at(c.span()))))?
+        });
     }
     if let Some(n) = &raw.control_acl {
         global.control_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
@@ -175,8 +217,8 @@ fn from_toml_with(
             ))
         })?;
     }
-    global.control_token_file = raw.control_token_file.clone();
-    global.admin_token_file = raw.admin_token_file.clone();
+    global.control_token_file = here("control_token_file", &raw.control_token_file);
+    global.admin_token_file = here("admin_token_file", &raw.admin_token_file);
     if let Some(a) = &raw.admin {
         global.admin = Some(
             parse_admin(a.get_ref())
@@ -193,7 +235,7 @@ fn from_toml_with(
             Some(dir) => dir.join(f),
             None => f.clone(),
         });
-    global.status_file = raw.status_file.clone();
+    global.status_file = here("status_file", &raw.status_file);
     if let Some(g) = &raw.geoip {
         let dir = Path::new(origin).parent().unwrap_or(Path::new("."));
         global.acls.geo = Some(geoip::load(g, dir, &at)?);

@@ -131,19 +131,26 @@ fn write_pool(out: &mut String, prefix: &str, l: &ListenerConfig) {
     *out += &format!("{prefix}clients_max {}\n", t.clients_max);
     *out += &format!("{prefix}max_per_source {}\n", t.max_per_source);
     *out += &format!("{prefix}idle_timeout {}\n", format_duration(t.idle_timeout));
-    *out += &format!("{prefix}tcp_fastclose {}\n", t.tcp_fastclose.name());
+    // A UDP listener has no TCP connection to its clients or servers: the TCP-only settings
+    // are left out of its lines rather than written as if it had.
+    let tcp = l.udp.is_none();
+    if tcp {
+        *out += &format!("{prefix}tcp_fastclose {}\n", t.tcp_fastclose.name());
+    }
     *out += &format!(
         "{prefix}proxy_protocol {}\n",
         crate::config::proxy_protocol_name(t.proxy_protocol)
     );
-    *out += &format!(
-        "{prefix}{}tcp_nodelay\n",
-        if t.tcp_nodelay { "" } else { "no " }
-    );
-    *out += &format!(
-        "{prefix}{}keepalive\n",
-        if t.keepalive { "" } else { "no " }
-    );
+    if tcp {
+        *out += &format!(
+            "{prefix}{}tcp_nodelay\n",
+            if t.tcp_nodelay { "" } else { "no " }
+        );
+        *out += &format!(
+            "{prefix}{}keepalive\n",
+            if t.keepalive { "" } else { "no " }
+        );
+    }
     if t.transparent {
         *out += &format!("{prefix}transparent\n");
     }

@@ -59,6 +59,9 @@ enum Started {
 pub(crate) struct Connector {
     /// The pool snapshot the search picks from.
     pool: Arc<Pool>,
+    /// The listener whose client this is, when the pool may be a named one (HTTP routes):
+    /// failure lines name both. None: the pool is the listener's own (same name).
+    listener: Option<Arc<crate::state::shared::Listener>>,
     /// The client's ACL denied it: it goes to the abuse server, once.
     denied: bool,
     /// The balancer was asked.
@@ -124,6 +127,7 @@ impl Connector {
     pub(crate) fn new(pool: Arc<Pool>, denied: bool) -> Connector {
         Connector {
             pool,
+            listener: None,
             denied,
             picked: false,
             emergency: false,
@@ -156,6 +160,12 @@ impl Connector {
             sticky,
             ..Connector::new(pool, false)
         }
+    }
+
+    /// Names `listener` as the one whose client this connector serves (in its failure lines).
+    pub(crate) fn via(mut self, listener: &Arc<crate::state::shared::Listener>) -> Connector {
+        self.listener = Some(listener.clone());
+        self
     }
 
     /// The index of the server connected to in the pool (None for the emergency server).
@@ -689,15 +699,21 @@ impl Connector {
     fn blacklist(&self, server: &Server, now_ms: u64, why: &io::Error, counters: &Counters) {
         server.failures.fetch_add(1, Ordering::Relaxed);
         Counters::add(&counters.connect_failures, 1);
+        // Which pool and which listener's client: the same address may serve several.
+        let pool = &self.pool.name;
+        let listener = self.listener.as_ref().map_or(pool, |l| &l.name);
         if self.current.is_some() {
             server.blacklist(now_ms, self.pool.tuning.blacklist);
             tracing::info!(
-                "server {} failed ({why}); blacklisted for {}s",
+                "server {} (pool {pool}, listener {listener}) failed ({why}); blacklisted for {}s",
                 server.addr(),
                 self.pool.tuning.blacklist.as_secs()
             );
         } else {
-            tracing::info!("emergency server {} failed ({why})", server.addr());
+            tracing::info!(
+                "emergency server {} (pool {pool}, listener {listener}) failed ({why})",
+                server.addr()
+            );
         }
     }
 }

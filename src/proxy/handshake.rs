@@ -93,6 +93,12 @@ fn failure_of(e: &HandshakeError) -> TlsFailure {
 }
 
 impl Handshaking {
+    /// The listener is an HTTP one: a client that ends in the handshake is logged as a request
+    /// line without a request, in the listener's one format.
+    pub(crate) fn is_http(&self) -> bool {
+        self.pool.http.is_some()
+    }
+
     /// A client just accepted on a TLS listener; None (closed, counted) when the worker has
     /// `max_handshakes` in progress already.
     pub(crate) fn new(

@@ -1041,7 +1041,7 @@ impl HttpSession {
             && fields.value(self.input.unparsed(), b"upgrade").is_some();
         self.input.start = self.input.fed;
         self.ex = Some(boxed(Exchange {
-            connector: Connector::for_http(target_pool, false, sticky),
+            connector: Connector::for_http(target_pool, false, sticky).via(&self.listener),
             sticky,
             route: route_index,
             head,
@@ -1066,7 +1066,9 @@ impl HttpSession {
             started_at: Instant::now(),
             connect_us: None,
             first_byte_us: None,
-            request_id: [b'0'; 16],
+            // Made with the exchange, so Quill's own answer to it (503 when no server can be
+            // reached) logs and sends a real id, as a forwarded request does.
+            request_id: route::hex16(cx.rand()),
         }));
         self.connect(cx)
     }
@@ -1202,6 +1204,14 @@ impl HttpSession {
         }
     }
 
+    /// Field `i` of the request's log text (0 request line, 1 host, 2 referer, 3 user agent,
+    /// 4 the client's X-Request-ID), as the access log reads it.
+    fn log_part(&self, i: usize) -> &[u8] {
+        let start: usize = self.log_lens[..i].iter().map(|&n| usize::from(n)).sum();
+        let end = start + usize::from(self.log_lens[i]);
+        self.log_text.get(start..end).unwrap_or_default()
+    }
+
     /// Quill answers the request itself and closes: a malformed or refused request (nothing of
     /// it went to a server), or a server that failed before the client had a byte.
     fn refuse(&mut self, status: u16, cx: &mut Ctx) -> Step {
@@ -1238,6 +1248,21 @@ impl HttpSession {
                 scratch[..n].copy_from_slice(&bytes[..n]);
                 n
             }
+        };
+        // An answer to a request that reached routing (a server could not be reached or failed)
+        // says which request it was, as the log line does: the client's X-Request-ID, else the
+        // one Quill made for it.
+        let n = match self.ex.as_deref() {
+            Some(ex) if settings(&self.pool).request_id => {
+                let theirs = self.log_part(4);
+                let id = if theirs.is_empty() || theirs.len() > 128 {
+                    &ex.request_id[..]
+                } else {
+                    theirs
+                };
+                with_request_id(&mut scratch[..], n, id)
+            }
+            _ => n,
         };
         let mut leg = Leg::new(scratch, n, Flow::Done);
         let mut empty = Input::default();
@@ -1303,9 +1328,6 @@ impl HttpSession {
         let start = ex.head_at as usize;
         let msg = &buf[start..self.input.end as usize];
         crate::runtime::panics::inject(head.target.of(msg));
-        if !ex.retried {
-            ex.request_id = route::hex16(cx.rand());
-        }
         let client_ip = self.addr.ip();
         let trusted = client_ip.is_some_and(|ip| s.trusted_proxies.iter().any(|n| n.contains(ip)));
         let rw = RequestRewrite {
@@ -1756,7 +1778,8 @@ impl HttpSession {
         ex.retried = true;
         ex.up_done = false;
         ex.answer = Answer::Head;
-        ex.connector = Connector::for_http(ex.connector.pool().clone(), true, ex.sticky);
+        ex.connector =
+            Connector::for_http(ex.connector.pool().clone(), true, ex.sticky).via(&self.listener);
         // The request goes again from its head, still in the input.
         self.input.fwd = ex.head_at;
         self.input.fed = ex.head_at;
@@ -1957,6 +1980,26 @@ impl HttpSession {
             started_ms: self.started_ms,
         }
     }
+}
+
+/// Adds `X-Request-ID: id` after the status line of the `n`-byte answer in `buf`; returns the new
+/// length (`n` unchanged when the id is not a plain visible-ASCII value or does not fit).
+fn with_request_id(buf: &mut [u8], n: usize, id: &[u8]) -> usize {
+    let field_len = b"X-Request-ID: ".len() + id.len() + 2;
+    let Some(line_end) = buf[..n].windows(2).position(|w| w == b"\r\n") else {
+        return n;
+    };
+    if id.is_empty() || !id.iter().all(|b| (0x21..0x7f).contains(b)) || n + field_len > buf.len() {
+        return n;
+    }
+    let at = line_end + 2;
+    buf.copy_within(at..n, at + field_len);
+    let mut field = Vec::with_capacity(field_len);
+    field.extend_from_slice(b"X-Request-ID: ");
+    field.extend_from_slice(id);
+    field.extend_from_slice(b"\r\n");
+    buf[at..at + field_len].copy_from_slice(&field);
+    n + field_len
 }
 
 #[cfg(test)]

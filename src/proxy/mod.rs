@@ -251,7 +251,12 @@ impl Session {
     /// Whether the session's access log lines are HTTP ones written by the worker at close (a
     /// client still before its PROXY header on an HTTP listener).
     pub(crate) fn logs_http_at_close(&self) -> bool {
-        matches!(self, Session::ProxyHeader(w) if w.http)
+        match self {
+            Session::ProxyHeader(w) => w.http,
+            // A TLS failure or reset on an HTTP listener: a combined (or JSON) line, not Pen's.
+            Session::Handshake(h) => h.is_http(),
+            _ => false,
+        }
     }
 
     /// Follows the handshake phase: a finished handshake replaces it with the session it leads to.

@@ -154,6 +154,20 @@ impl Gate {
         admin: SocketAddr,
         traffic: impl Fn() -> Result<(), String> + Send + Sync + 'static,
     ) -> Gate {
+        Gate::start_with(admin, traffic, None)
+    }
+
+    /// A gate that adds `script` (JavaScript, run after the page's own) to the page it serves,
+    /// so a test can drive the page's drawing and read back what the browser laid out.
+    pub fn with_script(admin: SocketAddr, script: &str) -> Gate {
+        Gate::start_with(admin, || Ok(()), Some(Arc::new(script.to_string())))
+    }
+
+    fn start_with(
+        admin: SocketAddr,
+        traffic: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+        script: Option<Arc<String>>,
+    ) -> Gate {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let gate = Gate {
@@ -177,10 +191,15 @@ impl Gate {
                     thread::sleep(Duration::from_millis(5));
                     continue;
                 };
-                let (pages, polls, error, traffic) =
-                    (pages.clone(), polls.clone(), error.clone(), traffic.clone());
+                let (pages, polls, error, traffic, script) = (
+                    pages.clone(),
+                    polls.clone(),
+                    error.clone(),
+                    traffic.clone(),
+                    script.clone(),
+                );
                 thread::spawn(move || {
-                    let result = forward(client, admin, |path| {
+                    let result = forward(client, admin, script.as_deref(), |path| {
                         match path {
                             "/" => {
                                 pages.fetch_add(1, Ordering::SeqCst);
@@ -225,6 +244,7 @@ impl Drop for Gate {
 fn forward(
     mut client: TcpStream,
     admin: SocketAddr,
+    script: Option<&String>,
     before: impl Fn(&str) -> Result<(), String>,
 ) -> Result<(), String> {
     client.set_nonblocking(false).map_err(|e| e.to_string())?;
@@ -250,6 +270,31 @@ fn forward(
     upstream.write_all(&head).map_err(|e| e.to_string())?;
     let (answer, end) = try_read_until_eof(&mut upstream, IO_TIMEOUT, 16 << 20);
     end.map_err(|e| format!("admin answer to {path}: {e}"))?;
+    let answer = match script {
+        Some(script) if path == "/" => with_script(&answer, script)?,
+        _ => answer,
+    };
     client.write_all(&answer).map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// The admin listener's answer `page` with `<script>` + `script` added before `</body>`, and its
+/// Content-Length set to match.
+fn with_script(page: &[u8], script: &str) -> Result<Vec<u8>, String> {
+    let text = String::from_utf8_lossy(page);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or("the page's answer has no head end")?;
+    let body = body.replacen("</body>", &format!("<script>{script}</script></body>"), 1);
+    let head: Vec<String> = head
+        .split("\r\n")
+        .map(|line| {
+            if line.to_ascii_lowercase().starts_with("content-length:") {
+                format!("Content-Length: {}", body.len())
+            } else {
+                line.to_string()
+            }
+        })
+        .collect();
+    Ok(format!("{}\r\n\r\n{body}", head.join("\r\n")).into_bytes())
 }

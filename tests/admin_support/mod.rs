@@ -107,6 +107,52 @@ emergency = "{b0}"
     vec!["--config".into(), path.display().to_string()]
 }
 
+/// Arguments for quill with a named pool and a UDP listener: `[[pool]] api` over `b[0]` and
+/// `b[1]`; `web`, an HTTP listener on `port` over `b[2]` whose route `/api/` goes to `api`; and
+/// `dns`, a UDP listener over `udp`; the admin listener on `admin`, the access log in `dir`.
+pub fn pool_and_udp_config(
+    dir: &Path,
+    port: u16,
+    admin: SocketAddr,
+    b: &[String],
+    udp: SocketAddr,
+) -> Vec<String> {
+    let dns = free_port();
+    let toml = format!(
+        r#"admin = "{admin}"
+log = "{log}"
+
+[[pool]]
+name = "api"
+servers = ["{b0}", "{b1}"]
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:{port}"
+protocol = "http"
+servers = ["{b2}"]
+
+[[listener.route]]
+name = "api"
+path = "/api/"
+pool = "api"
+
+[[listener]]
+name = "dns"
+listen = "127.0.0.1:{dns}"
+protocol = "udp"
+servers = ["{udp}"]
+"#,
+        log = dir.join("access.log").display(),
+        b0 = b[0],
+        b1 = b[1],
+        b2 = b[2],
+    );
+    let path = dir.join("quill.toml");
+    fs::write(&path, toml).unwrap();
+    vec!["--config".into(), path.display().to_string()]
+}
+
 // ---------------------------------------------------------------------------------------------
 // HTTP
 // ---------------------------------------------------------------------------------------------

@@ -758,9 +758,17 @@ impl QuillProcess {
         {
             return;
         }
-        let _ = wait_log(&self.log_path(), Duration::from_secs(5), |l| {
-            l.len() >= self.probes
-        });
+        // Lines counted, not parsed: on an HTTP listener the probes' lines (a TLS handshake
+        // ended, a PROXY header never sent) are the listener's combined or JSON lines.
+        let path = self.log_path();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let text = fs::read_to_string(&path).unwrap_or_default();
+            if text.matches('\n').count() >= self.probes {
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
