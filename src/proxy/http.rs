@@ -1327,7 +1327,7 @@ impl HttpSession {
         let head = ex.head;
         let start = ex.head_at as usize;
         let msg = &buf[start..self.input.end as usize];
-        crate::runtime::panics::inject(head.target.of(msg));
+        super::fault::inject(head.target.of(msg));
         let client_ip = self.addr.ip();
         let trusted = client_ip.is_some_and(|ip| s.trusted_proxies.iter().any(|n| n.contains(ip)));
         let rw = RequestRewrite {

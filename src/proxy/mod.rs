@@ -12,6 +12,7 @@
 pub(crate) mod accept_proxy;
 pub(crate) mod connect;
 pub(crate) mod copy;
+pub(crate) mod fault;
 pub(crate) mod handshake;
 pub(crate) mod http;
 pub(crate) mod peek;

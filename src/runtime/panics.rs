@@ -13,10 +13,8 @@
 //! location and a backtrace for the worker to log with the session's identity; any other panic
 //! goes to the default hook, as before.
 //!
-//! `QUILL_FAULT_PANIC_TARGET`, read once at start, names a request target that makes an HTTP
-//! session panic once it holds its server connection, buffers and lease: how
-//! `tests/session.rs` makes one session fail as a bug would. Unset (always, outside tests), it
-//! costs one load of a static per request sent.
+//! `proxy::fault` (`QUILL_FAULT_PANIC_TARGET`, read when the hook is installed) makes one HTTP
+//! session panic as a bug would, for `tests/session.rs`.
 
 use std::any::Any;
 use std::backtrace::Backtrace;
@@ -44,7 +42,7 @@ pub(crate) fn install_hook() {
                 default(info);
             }
         }));
-        fault_target();
+        crate::proxy::fault::target();
     });
 }
 
@@ -69,35 +67,6 @@ fn describe(payload: &(dyn Any + Send)) -> String {
     } else {
         "a panic without a message".to_string()
     }
-}
-
-/// The target of `QUILL_FAULT_PANIC_TARGET`, read once.
-fn fault_target() -> Option<&'static [u8]> {
-    static TARGET: OnceLock<Option<Box<[u8]>>> = OnceLock::new();
-    TARGET
-        .get_or_init(|| {
-            std::env::var_os("QUILL_FAULT_PANIC_TARGET")
-                .filter(|v| !v.is_empty())
-                .map(|v| v.into_encoded_bytes().into_boxed_slice())
-        })
-        .as_deref()
-}
-
-/// Panics when `target` is the one `QUILL_FAULT_PANIC_TARGET` names (see the module doc).
-pub(crate) fn inject(target: &[u8]) {
-    if fault_target().is_some_and(|t| t == target) {
-        injected();
-    }
-}
-
-#[cold]
-#[inline(never)]
-#[expect(
-    clippy::panic,
-    reason = "the fault asked for by QUILL_FAULT_PANIC_TARGET"
-)]
-fn injected() {
-    panic!("fault injected by QUILL_FAULT_PANIC_TARGET");
 }
 
 #[cfg(test)]

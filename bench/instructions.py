@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Quill's own instructions per request, counted by callgrind: repeatable whatever else the
+machine is doing (valgrind counts instructions, not seconds), so a change's cost can be read on a
+busy machine where wall-clock benchmarks would be noise.
+
+For each binary (the build under test and, optionally, the build before it) and each mode, Quill
+runs under `valgrind --tool=callgrind` with one worker in front of a local backend; the client sends
+N1 and then, in a second run, N2 requests; the cost per request is
+(instructions(N2) - instructions(N1)) / (N2 - N1), so start-up and shut-down cancel out.
+
+Modes:
+  tcp        TCP mode, one connection per request (connect, 1 KiB echo, close)
+  http       HTTP mode, kept-alive client and server, 1 KiB responses
+  http-close HTTP mode, a new client connection per request (the server connection kept)
+
+  python3 bench/instructions.py --quill target/release/quill [--base /tmp/old/quill]
+      [--modes tcp,http,http-close] [--n1 300] [--n2 1300] [--port 9391]
+
+Loopback only; every process it starts is stopped by its PID. Needs valgrind.
+"""
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BODY = b"x" * 1024
+RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n" + BODY
+
+
+def http_backend(sock, stop):
+    """A kept-alive HTTP/1.1 server answering every request with RESPONSE (one thread a conn)."""
+
+    def serve(c):
+        buf = b""
+        c.settimeout(60)
+        try:
+            while not stop.is_set():
+                while b"\r\n\r\n" not in buf:
+                    d = c.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                _, buf = buf.split(b"\r\n\r\n", 1)
+                c.sendall(RESPONSE)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    sock.settimeout(0.2)
+    while not stop.is_set():
+        try:
+            c, _ = sock.accept()
+        except socket.timeout:
+            continue
+        threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+
+def wait_port(port, within=60):
+    end = time.time() + within
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"quill did not listen on {port} within {within}s")
+
+
+def read_response(s):
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        d = s.recv(65536)
+        if not d:
+            raise SystemExit("EOF before a response head")
+        buf += d
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    n = 0
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            n = int(v)
+    while len(rest) < n:
+        d = s.recv(65536)
+        if not d:
+            raise SystemExit("EOF in a response body")
+        rest += d
+
+
+def client(mode, port, n):
+    req = b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n"
+    if mode == "http":
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        for _ in range(n):
+            s.sendall(req)
+            read_response(s)
+        s.close()
+        return
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        s.sendall(req)
+        read_response(s)
+        s.close()
+
+
+def instructions(quill, mode, n, port, backend_port, work):
+    out = os.path.join(work, f"cg.{os.getpid()}.{mode}.{n}.{time.time_ns()}")
+    args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", quill, "--workers", "1", "-r"]
+    if mode != "tcp":
+        args.append("-H")
+    args += [f"127.0.0.1:{port}", f"127.0.0.1:{backend_port}"]
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        time.sleep(0.5)
+        client(mode, port, n)
+        time.sleep(0.5)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    total = 0
+    # One file per thread may be written (callgrind's --separate-threads is off: one file).
+    for name in os.listdir(work):
+        if name.startswith(os.path.basename(out)):
+            with open(os.path.join(work, name)) as f:
+                for line in f:
+                    if line.startswith("summary:") or line.startswith("totals:"):
+                        total = max(total, int(line.split()[1]))
+            os.remove(os.path.join(work, name))
+    return total
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quill", required=True)
+    ap.add_argument("--base")
+    ap.add_argument("--modes", default="tcp,http,http-close")
+    ap.add_argument("--n1", type=int, default=300)
+    ap.add_argument("--n2", type=int, default=1300)
+    ap.add_argument("--port", type=int, default=9391)
+    a = ap.parse_args()
+    stop = threading.Event()
+    bsock = socket.socket()
+    bsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    bsock.bind(("127.0.0.1", a.port + 1))
+    bsock.listen(1024)
+    threading.Thread(target=http_backend, args=(bsock, stop), daemon=True).start()
+    builds = [("quill", a.quill)] + ([("quill-base", a.base)] if a.base else [])
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="quill-cg.") as work:
+        for mode in a.modes.split(","):
+            per = {}
+            for name, binary in builds:
+                i1 = instructions(binary, mode, a.n1, a.port, a.port + 1, work)
+                i2 = instructions(binary, mode, a.n2, a.port, a.port + 1, work)
+                per[name] = (i2 - i1) / (a.n2 - a.n1)
+                print(f"{mode:10} {name:10} {i1:>14,} Ir at {a.n1}, {i2:>14,} at {a.n2}: "
+                      f"{per[name]:,.0f} instructions per request", file=sys.stderr)
+            rows.append((mode, per))
+    stop.set()
+    print("| mode | " + " | ".join(n for n, _ in builds) + (" | quill / quill-base |" if a.base else ""))
+    print("|---|" + "---|" * len(builds) + ("---|" if a.base else ""))
+    for mode, per in rows:
+        cells = " | ".join(f"{per[n]:,.0f}" for n, _ in builds)
+        ratio = f" | {per['quill'] / per['quill-base']:.3f} |" if a.base else ""
+        print(f"| {mode} | {cells}{ratio}")
+
+
+if __name__ == "__main__":
+    main()
