@@ -293,15 +293,33 @@ pub const UNANSWERED_MS: u64 = 1_000;
 /// flow sent) and is not counted. The server is unreachable after two counted errors, or after
 /// one and then a datagram that stays unanswered for [`UNANSWERED_MS`]; any reply from the server
 /// clears both.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Kept small: every flow has one (48 bytes).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IcmpWatch {
     /// Keys of the starts of the last datagrams sent, and how many bytes each start has.
-    sent: [(u64, u8); SENT_KEPT],
+    keys: [u64; SENT_KEPT],
+    lens: [u8; SENT_KEPT],
     filled: u8,
     next: u8,
     errors: u8,
-    /// When the first datagram after the last counted error left, while none was answered.
-    waiting_since: Option<u64>,
+    /// When the first datagram after the last counted error left, while none was answered
+    /// (`NEVER`: none).
+    waiting_since: u64,
+}
+
+const NEVER: u64 = u64::MAX;
+
+impl Default for IcmpWatch {
+    fn default() -> Self {
+        IcmpWatch {
+            keys: [0; SENT_KEPT],
+            lens: [0; SENT_KEPT],
+            filled: 0,
+            next: 0,
+            errors: 0,
+            waiting_since: NEVER,
+        }
+    }
 }
 
 /// What an ICMP error means for a flow's server.
@@ -319,26 +337,29 @@ impl IcmpWatch {
     /// A datagram left for the server at `now`: `key` is the caller's hash of its first `len`
     /// bytes (at most the caller's prefix length).
     pub fn sent(&mut self, key: u64, len: u8, now: u64) {
-        self.sent[usize::from(self.next)] = (key, len);
+        self.keys[usize::from(self.next)] = key;
+        self.lens[usize::from(self.next)] = len;
         self.next = (self.next + 1) % SENT_KEPT as u8;
         self.filled = (self.filled + 1).min(SENT_KEPT as u8);
-        if self.errors > 0 && self.waiting_since.is_none() {
-            self.waiting_since = Some(now);
+        if self.errors > 0 && self.waiting_since == NEVER {
+            self.waiting_since = now.min(NEVER - 1);
         }
     }
 
     /// The server answered: it is there, whatever errors came before.
     pub fn answered(&mut self) {
         self.errors = 0;
-        self.waiting_since = None;
+        self.waiting_since = NEVER;
     }
 
     /// Whether the quoted payload is the start of one of the last datagrams sent: `key_of(len)`
     /// is the caller's hash of the quote's first `len` bytes, None when fewer were quoted.
     pub fn quotes_sent(&self, key_of: impl Fn(u8) -> Option<u64>) -> bool {
-        self.sent[..usize::from(self.filled)]
+        let n = usize::from(self.filled);
+        self.keys[..n]
             .iter()
-            .any(|&(key, len)| key_of(len) == Some(key))
+            .zip(&self.lens[..n])
+            .any(|(&key, &len)| key_of(len) == Some(key))
     }
 
     /// An ICMP error (port unreachable from the server's own address) arrived; `quotes_sent` is
@@ -359,9 +380,8 @@ impl IcmpWatch {
     /// [`UNANSWERED_MS`] at `now` (asked when the client sends again).
     pub fn unanswered(&self, now: u64) -> bool {
         self.errors > 0
-            && self
-                .waiting_since
-                .is_some_and(|t| now.saturating_sub(t) >= UNANSWERED_MS)
+            && self.waiting_since != NEVER
+            && now.saturating_sub(self.waiting_since) >= UNANSWERED_MS
     }
 }
 
@@ -425,6 +445,11 @@ mod tests {
         assert!(w.unanswered(100 + UNANSWERED_MS));
         w.answered();
         assert!(!w.unanswered(10_000));
+    }
+
+    #[test]
+    fn a_watch_stays_small() {
+        assert!(std::mem::size_of::<IcmpWatch>() <= 48);
     }
 
     #[test]
