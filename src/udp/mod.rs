@@ -1257,10 +1257,22 @@ fn move_on(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<'_>) ->
 }
 
 /// Whether `ip` (canonical) is an address of this host: a loopback one, the one the datagram was
-/// sent to, or one a socket can be bound to (asked only for a datagram from a wildcard
-/// listener's port: rare, and cheaper than the flow it would make).
+/// sent to, or one the kernel routes locally (a UDP socket connected to it takes it as its own
+/// source, as for any local destination; a bind test would say yes to every address under
+/// `ip_nonlocal_bind`). Asked only for a datagram from a wildcard listener's port: rare, and
+/// cheaper than the flow it would make.
 fn is_local(ip: IpAddr, dg: &sys::Datagram) -> bool {
-    ip.is_loopback()
-        || dg.to.is_some_and(|(to, _)| to.to_canonical() == ip)
-        || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+    if ip.is_loopback() || dg.to.is_some_and(|(to, _)| to.to_canonical() == ip) {
+        return true;
+    }
+    let any = match ip {
+        IpAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        IpAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
+    };
+    std::net::UdpSocket::bind(any)
+        .and_then(|s| {
+            s.connect(SocketAddr::new(ip, 9))
+                .and_then(|()| s.local_addr())
+        })
+        .is_ok_and(|local| local.ip().to_canonical() == ip)
 }
