@@ -1725,3 +1725,57 @@ fn real_unreachable_server_is_still_taken_out() {
         assert_eq!(server_name(&reply_of(&client(), q.addr(), "y")), "a");
     }
 }
+
+#[test]
+fn one_quoted_icmp_error_and_an_unanswered_datagram_take_a_server_out() {
+    let Some(raw) = raw_socket() else {
+        return;
+    };
+    // s0 is silent (a server that stopped answering); s1 answers.
+    let s0 = UdpServer::start_at(Ipv4Addr::LOCALHOST.into(), "s0", 0);
+    let s1 = UdpServer::start("s1");
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let sock = dir.path().join("ctl.sock");
+    let args = pen_args(
+        dir.path(),
+        port,
+        &["-U", "-r", "-b", "60", "-C", &sock.display().to_string()],
+        &[s0.addr.to_string(), s1.addr.to_string()],
+    );
+    let q = start(dir, args, port);
+    wait_ctl(&q, &sock);
+    let c = client();
+    c.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(ask(&c, q.addr(), "query-1").is_none(), "s0 is silent");
+    let ports = flow_ports(s0.addr);
+    assert_eq!(ports.len(), 1, "one flow socket to s0: {ports:?}");
+    let flow = SocketAddr::from(([127, 0, 0, 1], ports[0]));
+    // One error as s0's host would send it: from its address, quoting the datagram. One alone
+    // takes no server out.
+    send_raw(
+        &raw,
+        &icmp_port_unreachable(Ipv4Addr::LOCALHOST, flow, s0.addr, b"query-1"),
+    );
+    thread::sleep(Duration::from_millis(200));
+    let servers = ctl(&sock, "servers");
+    assert!(
+        servers.lines().all(|l| l.contains(" blacklisted 0")),
+        "{servers}"
+    );
+    // The next datagram still goes to s0 and stays unanswered...
+    let sent = Instant::now();
+    assert!(ask(&c, q.addr(), "query-2").is_none());
+    assert_eq!((s0.datagrams(), s1.datagrams()), (2, 0));
+    // ...for a second: the client's retry goes to s1, and s0 is out.
+    thread::sleep(Duration::from_millis(1_100).saturating_sub(sent.elapsed()));
+    c.set_read_timeout(Some(REPLY)).unwrap();
+    assert_eq!(reply_of(&c, q.addr(), "query-3"), "s1:query-3");
+    let servers = ctl(&sock, "servers");
+    let first = servers.lines().next().unwrap_or_default();
+    assert!(
+        first.contains(" blacklisted ") && !first.contains(" blacklisted 0"),
+        "{servers}"
+    );
+}
