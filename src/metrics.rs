@@ -139,6 +139,43 @@ pub(crate) struct Counters {
     /// socket buffer, a client over the limit with nothing to evict).
     pub udp_evictions: AtomicU64,
     pub udp_drops: AtomicU64,
+    /// UDP: datagrams that made no flow, by [`UdpRefusal`] (counted in `udp_drops` too).
+    pub udp_refused: [AtomicU64; UdpRefusal::ALL.len()],
+    /// UDP: ICMP errors on flow sockets not taken as a server's (another sender, or quoting
+    /// nothing the flow sent).
+    pub udp_icmp_ignored: AtomicU64,
+}
+
+/// Why a UDP datagram made no flow (the `reason` label of `quill_udp_datagrams_refused_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UdpRefusal {
+    /// Its source is one of Quill's own UDP listening addresses: answering would loop.
+    QuillAddress,
+    /// Its source is a server of the listener's pool: answering would ping-pong.
+    PoolServer,
+    /// Its source holds `max_flows_per_source` flows already.
+    SourceLimit,
+    /// The flows' share of the open-file limit is taken, and this worker had no flow of the
+    /// listener to evict.
+    Descriptors,
+}
+
+impl UdpRefusal {
+    pub(crate) const ALL: [UdpRefusal; 4] = [
+        UdpRefusal::QuillAddress,
+        UdpRefusal::PoolServer,
+        UdpRefusal::SourceLimit,
+        UdpRefusal::Descriptors,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            UdpRefusal::QuillAddress => "quill_address",
+            UdpRefusal::PoolServer => "pool_server",
+            UdpRefusal::SourceLimit => "source_limit",
+            UdpRefusal::Descriptors => "descriptors",
+        }
+    }
 }
 
 /// What a completed TLS handshake was: its version, and full or resumed.

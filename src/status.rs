@@ -149,6 +149,11 @@ pub(crate) struct UdpTotals {
     pub bytes_out: u64,
     pub evictions: u64,
     pub drops: u64,
+    /// Datagrams that made no flow, by reason (`quill_address`, `pool_server`, `source_limit`,
+    /// `descriptors`).
+    pub refused: std::collections::BTreeMap<&'static str, u64>,
+    /// ICMP errors on flow sockets not taken as their server's.
+    pub icmp_ignored: u64,
 }
 
 /// Durations: upper bounds in microseconds (the last bucket has none) and counts per bucket.
@@ -341,6 +346,16 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
                 bytes_out: sum(&|c| c.udp_bytes_out.load(Ordering::Relaxed)),
                 evictions: sum(&|c| c.udp_evictions.load(Ordering::Relaxed)),
                 drops: sum(&|c| c.udp_drops.load(Ordering::Relaxed)),
+                refused: crate::metrics::UdpRefusal::ALL
+                    .iter()
+                    .map(|&r| {
+                        (
+                            r.name(),
+                            sum(&|c| c.udp_refused[r as usize].load(Ordering::Relaxed)),
+                        )
+                    })
+                    .collect(),
+                icmp_ignored: sum(&|c| c.udp_icmp_ignored.load(Ordering::Relaxed)),
             },
         },
         connect_time: Histogram {

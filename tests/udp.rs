@@ -8,6 +8,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -811,7 +812,10 @@ fn udp_idle_flows_cost_at_most_half_a_kib_each() {
     let a = UdpServer::start("a");
     let q = start_toml(&format!(
         "{ONE_WORKER}{}",
-        udp_listener(&[&a], "flow_timeout = \"10m\", max_flows = 20000")
+        udp_listener(
+            &[&a],
+            "flow_timeout = \"10m\", max_flows = 20000, max_flows_per_source = 20000"
+        )
     ));
     // The test holds a socket per client: room for them.
     let nofile = quill_core::sys::raise_nofile_limit().unwrap_or(1024);
@@ -1295,4 +1299,483 @@ fn udp_replies_from_many_flows_in_one_turn_all_reach_their_clients() {
     assert_eq!(value("quill_udp_bytes_sent_total"), bytes);
     assert_eq!(value("quill_udp_datagrams_dropped_total"), 0);
     assert_eq!(value("quill_udp_flows_active"), PER as u64);
+}
+
+// Issue 22, point 8 (probe turn 3, E4, E5, E6, E15): UDP cannot loop or starve. Forging a
+// source address or an ICMP error takes a raw socket (IP_HDRINCL): these tests run as root (as
+// CI does) and send only to 127.0.0.1.
+
+/// A raw IPv4 socket that sends whole packets (IPPROTO_RAW: the IP header is ours), or None
+/// (with a note) when the test does not run as root.
+fn raw_socket() -> Option<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    match Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(255))) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            eprintln!("SKIPPED: no raw socket ({e}); forging a source needs root");
+            None
+        }
+    }
+}
+
+/// The Internet checksum of `b`.
+fn inet_checksum(b: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    for pair in b.chunks(2) {
+        let word = u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]);
+        sum += u32::from(word);
+    }
+    while sum > 0xffff {
+        sum = (sum >> 16) + (sum & 0xffff);
+    }
+    !(sum as u16)
+}
+
+/// An IPv4 header for `payload_len` bytes of protocol `proto`, checksummed.
+fn ipv4_header(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload_len: usize) -> Vec<u8> {
+    let total = (20 + payload_len) as u16;
+    let mut h = vec![0x45, 0];
+    h.extend_from_slice(&total.to_be_bytes());
+    h.extend_from_slice(&[0x12, 0x34, 0, 0, 64, proto, 0, 0]);
+    h.extend_from_slice(&src.octets());
+    h.extend_from_slice(&dst.octets());
+    let c = inet_checksum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h
+}
+
+/// A whole IPv4 UDP datagram from `src` to `dst` carrying `payload` (UDP checksum filled in).
+fn ipv4_udp(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
+    let (IpAddr::V4(s), IpAddr::V4(d)) = (src.ip(), dst.ip()) else {
+        panic!("IPv4 only");
+    };
+    let len = (8 + payload.len()) as u16;
+    let mut udp = Vec::new();
+    udp.extend_from_slice(&src.port().to_be_bytes());
+    udp.extend_from_slice(&dst.port().to_be_bytes());
+    udp.extend_from_slice(&len.to_be_bytes());
+    udp.extend_from_slice(&[0, 0]);
+    udp.extend_from_slice(payload);
+    let mut pseudo = Vec::new();
+    pseudo.extend_from_slice(&s.octets());
+    pseudo.extend_from_slice(&d.octets());
+    pseudo.extend_from_slice(&[0, 17]);
+    pseudo.extend_from_slice(&len.to_be_bytes());
+    pseudo.extend_from_slice(&udp);
+    let c = match inet_checksum(&pseudo) {
+        0 => 0xffff,
+        c => c,
+    };
+    udp[6..8].copy_from_slice(&c.to_be_bytes());
+    let mut p = ipv4_header(s, d, 17, udp.len());
+    p.extend_from_slice(&udp);
+    p
+}
+
+/// Sends the whole IPv4 packet `p` (its destination is in its header; loopback only).
+fn send_raw(raw: &socket2::Socket, p: &[u8]) {
+    let dst = Ipv4Addr::new(p[16], p[17], p[18], p[19]);
+    assert!(dst.is_loopback(), "raw packets go to loopback only");
+    raw.send_to(p, &SocketAddr::new(dst.into(), 0).into())
+        .unwrap();
+}
+
+/// An ICMP port unreachable from `from` to 127.0.0.1 quoting a datagram `flow` -> `server`
+/// whose payload starts with `quoted`.
+fn icmp_port_unreachable(
+    from: Ipv4Addr,
+    flow: SocketAddr,
+    server: SocketAddr,
+    quoted: &[u8],
+) -> Vec<u8> {
+    let original = ipv4_udp(flow, server, quoted);
+    let mut icmp = vec![3, 3, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&original);
+    let c = inet_checksum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let mut p = ipv4_header(from, Ipv4Addr::LOCALHOST, 1, icmp.len());
+    p.extend_from_slice(&icmp);
+    p
+}
+
+/// The local ports of the UDP sockets connected to `server` (IPv4): Quill's flow sockets.
+fn flow_ports(server: SocketAddr) -> Vec<u16> {
+    let IpAddr::V4(ip) = server.ip() else {
+        panic!("IPv4 only");
+    };
+    let want = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(ip.octets()),
+        server.port()
+    );
+    fs::read_to_string("/proc/net/udp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&want.as_str()))
+                .then(|| u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok())
+                .flatten()
+        })
+        .collect()
+}
+
+/// The value of the metric sample `name` (with its labels, as written) in `text`.
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn datagram_from_quills_own_address_starts_no_loop() {
+    let Some(raw) = raw_socket() else {
+        return;
+    };
+    let a = UdpServer::start("a");
+    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let any_port = free_udp_port(Ipv4Addr::UNSPECIFIED.into());
+    let q = start_toml(&format!(
+        "admin = \"{admin}\"\n{ONE_WORKER}{}[[listener]]\nname = \"any\"\nlisten = \"0.0.0.0:{any_port}\"\nprotocol = \"udp\"\nservers = [\"{}\"]\n",
+        udp_listener(&[&a], ""),
+        a.addr
+    ));
+    let own = q.addr();
+    let wildcard = SocketAddr::from(([127, 0, 0, 1], any_port));
+    // Each would make Quill answer itself, and its answer come back as the same client's
+    // datagram, for ever (the probe saw 23,000-36,000 datagrams a second from one).
+    // The listener's own address, to itself:
+    send_raw(&raw, &ipv4_udp(own, own, b"loop-1"));
+    // A wildcard listener's port on another local address (any 127.0.0.0/8 address is local):
+    send_raw(
+        &raw,
+        &ipv4_udp(
+            SocketAddr::from(([127, 0, 23, 7], any_port)),
+            wildcard,
+            b"loop-2",
+        ),
+    );
+    // One listener's address to the other listener:
+    send_raw(&raw, &ipv4_udp(own, wildcard, b"loop-3"));
+    thread::sleep(Duration::from_millis(600));
+    let text = http_get(admin, "/metrics");
+    assert_eq!(
+        metric(&text, "quill_udp_datagrams_received_total"),
+        0,
+        "a datagram from Quill's own address was relayed (a loop); server saw {}",
+        a.datagrams()
+    );
+    assert_eq!(a.datagrams(), 0);
+    assert_eq!(metric(&text, "quill_udp_flows_total"), 0);
+    assert_eq!(
+        metric(
+            &text,
+            "quill_udp_datagrams_refused_total{reason=\"quill_address\"}"
+        ),
+        3
+    );
+    // A client of its own is served as before.
+    assert_eq!(reply_of(&client(), own, "hi"), "a:hi");
+}
+
+#[test]
+fn datagram_from_a_pool_server_is_dropped() {
+    let Some(raw) = raw_socket() else {
+        return;
+    };
+    let a = UdpServer::start("a");
+    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let q = start_toml(&format!(
+        "admin = \"{admin}\"\n{ONE_WORKER}{}",
+        udp_listener(&[&a], "")
+    ));
+    // From the (echo) server itself: Quill relays it to the server, whose answer goes back to
+    // Quill's flow, on to the "client" (the server), which answers again: a ping-pong.
+    send_raw(&raw, &ipv4_udp(a.addr, q.addr(), b"ping"));
+    thread::sleep(Duration::from_millis(600));
+    let text = http_get(admin, "/metrics");
+    assert_eq!(
+        a.datagrams(),
+        0,
+        "a datagram from the pool's server reached it (a ping-pong)"
+    );
+    assert_eq!(metric(&text, "quill_udp_flows_total"), 0);
+    assert_eq!(
+        metric(
+            &text,
+            "quill_udp_datagrams_refused_total{reason=\"pool_server\"}"
+        ),
+        1
+    );
+    assert_eq!(reply_of(&client(), q.addr(), "hi"), "a:hi");
+}
+
+#[test]
+fn flow_spray_leaves_descriptors_for_tcp_and_admin() {
+    // Quill with 1,024 descriptors (prlimit execs it: same PID), a UDP listener with the default
+    // max_flows, a TCP listener and the admin listener in one process.
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: prlimit (util-linux) is not installed");
+        return;
+    }
+    const SPRAY: usize = 1_500;
+    let a = UdpServer::start("a");
+    let tcp_server = echo();
+    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let tcp_port = free_port();
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let config = format!(
+        "admin = \"{admin}\"\nworkers = 1\nlog = \"{}\"\n{}[[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:{tcp_port}\"\nservers = [\"{}\"]\n",
+        dir.path().join("access.log").display(),
+        udp_listener(&[&a], "flow_timeout = \"1m\"").replace("{PORT}", &port.to_string()),
+        tcp_server.addr()
+    );
+    let path = dir.path().join("q.toml");
+    fs::write(&path, config).unwrap();
+    let args = vec![
+        "--nofile=1024:1024".to_string(),
+        BIN.to_string(),
+        "--config".to_string(),
+        path.display().to_string(),
+    ];
+    let q = QuillProcess::spawn_in_cmd("prlimit", dir, args, port);
+    assert!(
+        q.wait_stderr_contains(" worker(s)", READY_TIMEOUT),
+        "{}",
+        q.stderr()
+    );
+    // 1,500 clients, six source ports on each of 250 loopback addresses (real sockets, no
+    // forging needed): one descriptor each in Quill if nothing holds them back.
+    let mut held = Vec::with_capacity(SPRAY);
+    for i in 0..SPRAY {
+        let ip = Ipv4Addr::new(127, 0, 23, 1 + (i % 250) as u8);
+        let c = UdpSocket::bind(SocketAddr::new(ip.into(), 0)).unwrap();
+        c.send_to(b"s", q.addr()).unwrap();
+        held.push(c);
+        if i % 10 == 9 {
+            // Paced, so that the listening socket's buffer never overflows.
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // The spray is read in order: once this client is answered, all of it was.
+    let last = client();
+    let _ = ask_until_answered(&last, q.addr(), "last");
+    let fds = fs::read_dir(format!("/proc/{}/fd", q.pid)).unwrap().count();
+    // The TCP listener of the same process still serves, several sessions at once.
+    let mut sessions: Vec<_> = (0..5).map(|_| connect_port(tcp_port)).collect();
+    for s in &mut sessions {
+        set_timeouts(s, Duration::from_secs(2));
+        echo_roundtrip(s, b"tcp-ok");
+    }
+    // And the admin listener answers.
+    let text = http_get(admin, "/metrics");
+    let flows = metric(&text, "quill_udp_flows_active");
+    let refused = metric(
+        &text,
+        "quill_udp_datagrams_refused_total{reason=\"descriptors\"}",
+    ) + metric(&text, "quill_udp_flow_evictions_total");
+    eprintln!("{flows} flows open, {refused} refused or evicted, {fds} descriptors in quill");
+    assert!(
+        fds < 1000,
+        "{fds} of quill's 1,024 descriptors taken after the spray"
+    );
+    assert!(refused > 0, "{text}");
+    assert!(
+        q.stderr().matches("Too many open files").count() == 0,
+        "{}",
+        q.stderr()
+    );
+}
+
+#[test]
+fn one_source_cannot_evict_other_clients_flows() {
+    let a = UdpServer::start("a");
+    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let q = start_toml(&format!(
+        "admin = \"{admin}\"\n{ONE_WORKER}{}",
+        udp_listener(&[&a], "max_flows = 100, flow_timeout = \"1m\"")
+    ));
+    let legit = client_on(IpAddr::V4(Ipv4Addr::new(127, 0, 23, 2)));
+    assert_eq!(reply_of(&legit, q.addr(), "1"), "a:1");
+    // One host, 300 source ports (the probe used 2,000 against max_flows 1,000), paced by a
+    // third client's round trips (one worker, one socket: read in order) so that no datagram is
+    // lost to a full socket buffer.
+    let pacer = client_on(IpAddr::V4(Ipv4Addr::new(127, 0, 23, 4)));
+    let mut held = Vec::new();
+    for i in 0..300 {
+        let c = client_on(IpAddr::V4(Ipv4Addr::new(127, 0, 23, 3)));
+        c.send_to(b"x", q.addr()).unwrap();
+        held.push(c);
+        if i % 50 == 49 {
+            ask_until_answered(&pacer, q.addr(), "p");
+        }
+    }
+    assert_eq!(ask_until_answered(&legit, q.addr(), "2"), "a:2");
+    assert_eq!(
+        a.flows(),
+        1 + 1 + 100 / 4,
+        "the legitimate client kept its flow; the spraying host got a quarter of max_flows"
+    );
+    let text = http_get(admin, "/metrics");
+    assert_eq!(metric(&text, "quill_udp_flow_evictions_total"), 0, "{text}");
+    assert_eq!(
+        metric(
+            &text,
+            "quill_udp_datagrams_refused_total{reason=\"source_limit\"}"
+        ),
+        300 - 25
+    );
+    assert!(
+        q.log_lines().iter().all(|l| l.end != "evicted"),
+        "{:?}",
+        q.log_lines()
+    );
+}
+
+#[test]
+fn forged_icmp_unreachable_cannot_blacklist_a_server() {
+    let Some(raw) = raw_socket() else {
+        return;
+    };
+    let (s0, s1) = (UdpServer::start("s0"), UdpServer::start("s1"));
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let sock = dir.path().join("ctl.sock");
+    let args = pen_args(
+        dir.path(),
+        port,
+        &["-U", "-r", "-b", "60", "-C", &sock.display().to_string()],
+        &[s0.addr.to_string(), s1.addr.to_string()],
+    );
+    let q = start(dir, args, port);
+    wait_ctl(&q, &sock);
+    let c = client();
+    assert_eq!(
+        reply_of(&c, q.addr(), "secret-query-1"),
+        "s0:secret-query-1"
+    );
+    let ports = flow_ports(s0.addr);
+    assert_eq!(ports.len(), 1, "one flow socket to s0: {ports:?}");
+    let flow = SocketAddr::from(([127, 0, 0, 1], ports[0]));
+    // Each forgery twice (two errors would take a server out): from an unrelated address,
+    // from the server's address quoting only the headers (the probe's), and quoting a guess.
+    for _ in 0..2 {
+        let forged = [
+            icmp_port_unreachable(Ipv4Addr::new(127, 0, 0, 99), flow, s0.addr, b""),
+            icmp_port_unreachable(Ipv4Addr::LOCALHOST, flow, s0.addr, b""),
+            icmp_port_unreachable(Ipv4Addr::LOCALHOST, flow, s0.addr, b"guess-what-was-sent"),
+        ];
+        for p in &forged {
+            send_raw(&raw, p);
+        }
+    }
+    thread::sleep(Duration::from_millis(300));
+    let servers = ctl(&sock, "servers");
+    assert!(
+        servers.lines().all(|l| l.contains(" blacklisted 0")),
+        "{servers}"
+    );
+    // The flow stays with s0 (no new socket there, none at s1).
+    assert_eq!(
+        reply_of(&c, q.addr(), "secret-query-2"),
+        "s0:secret-query-2"
+    );
+    assert_eq!((s0.flows(), s1.flows()), (1, 0));
+    // A new client starts at s1 (round robin), the next at s0 again: nobody is out.
+    assert_eq!(server_name(&reply_of(&client(), q.addr(), "n")), "s1");
+    assert_eq!(server_name(&reply_of(&client(), q.addr(), "n")), "s0");
+}
+
+#[test]
+fn real_unreachable_server_is_still_taken_out() {
+    let a = UdpServer::start("a");
+    // Nothing listens here: the kernel answers each datagram with ICMP port unreachable, from
+    // the server's address, quoting the datagram.
+    let dead = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let sock = dir.path().join("ctl.sock");
+    let args = pen_args(
+        dir.path(),
+        port,
+        &["-U", "-r", "-b", "60", "-C", &sock.display().to_string()],
+        &[dead.to_string(), a.addr.to_string()],
+    );
+    let q = start(dir, args, port);
+    wait_ctl(&q, &sock);
+    let c = client();
+    let started = Instant::now();
+    assert_eq!(server_name(&ask_until_answered(&c, q.addr(), "x")), "a");
+    eprintln!("answered after {:?}", started.elapsed());
+    let servers = ctl(&sock, "servers");
+    let first = servers.lines().next().unwrap_or_default();
+    assert!(
+        first.contains(" blacklisted ") && !first.contains(" blacklisted 0"),
+        "{servers}"
+    );
+    for _ in 0..4 {
+        assert_eq!(server_name(&reply_of(&client(), q.addr(), "y")), "a");
+    }
+}
+
+#[test]
+fn one_quoted_icmp_error_and_an_unanswered_datagram_take_a_server_out() {
+    let Some(raw) = raw_socket() else {
+        return;
+    };
+    // s0 is silent (a server that stopped answering); s1 answers.
+    let s0 = UdpServer::start_at(Ipv4Addr::LOCALHOST.into(), "s0", 0);
+    let s1 = UdpServer::start("s1");
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let sock = dir.path().join("ctl.sock");
+    let args = pen_args(
+        dir.path(),
+        port,
+        &["-U", "-r", "-b", "60", "-C", &sock.display().to_string()],
+        &[s0.addr.to_string(), s1.addr.to_string()],
+    );
+    let q = start(dir, args, port);
+    wait_ctl(&q, &sock);
+    let c = client();
+    c.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(ask(&c, q.addr(), "query-1").is_none(), "s0 is silent");
+    let ports = flow_ports(s0.addr);
+    assert_eq!(ports.len(), 1, "one flow socket to s0: {ports:?}");
+    let flow = SocketAddr::from(([127, 0, 0, 1], ports[0]));
+    // One error as s0's host would send it: from its address, quoting the datagram. One alone
+    // takes no server out.
+    send_raw(
+        &raw,
+        &icmp_port_unreachable(Ipv4Addr::LOCALHOST, flow, s0.addr, b"query-1"),
+    );
+    thread::sleep(Duration::from_millis(200));
+    let servers = ctl(&sock, "servers");
+    assert!(
+        servers.lines().all(|l| l.contains(" blacklisted 0")),
+        "{servers}"
+    );
+    // The next datagram still goes to s0 and stays unanswered...
+    let sent = Instant::now();
+    assert!(ask(&c, q.addr(), "query-2").is_none());
+    assert_eq!((s0.datagrams(), s1.datagrams()), (2, 0));
+    // ...for a second: the client's retry goes to s1, and s0 is out.
+    thread::sleep(Duration::from_millis(1_100).saturating_sub(sent.elapsed()));
+    c.set_read_timeout(Some(REPLY)).unwrap();
+    assert_eq!(reply_of(&c, q.addr(), "query-3"), "s1:query-3");
+    let servers = ctl(&sock, "servers");
+    let first = servers.lines().next().unwrap_or_default();
+    assert!(
+        first.contains(" blacklisted ") && !first.contains(" blacklisted 0"),
+        "{servers}"
+    );
 }

@@ -189,7 +189,7 @@ fn process(out: &mut Exposition, snap: &Snapshot) {
 
 fn sessions(out: &mut Exposition, snap: &Snapshot) {
     let t = &snap.totals;
-    let plain: [(&str, Kind, &str, u64); 16] = [
+    let plain: [(&str, Kind, &str, u64); 17] = [
         (
             "quill_sessions_accepted_total",
             Kind::Counter,
@@ -281,6 +281,12 @@ fn sessions(out: &mut Exposition, snap: &Snapshot) {
             t.udp.drops,
         ),
         (
+            "quill_udp_icmp_errors_ignored_total",
+            Kind::Counter,
+            "ICMP errors on UDP flow sockets not taken as their server's: sent by another host, or quoting nothing the flow sent.",
+            t.udp.icmp_ignored,
+        ),
+        (
             "quill_listeners",
             Kind::Gauge,
             "Listeners configured.",
@@ -308,6 +314,16 @@ fn sessions(out: &mut Exposition, snap: &Snapshot) {
     for end in End::ALL {
         let n = t.ended.get(end.name()).copied().unwrap_or(0);
         out.sample(name, &[("reason", end.name())], n);
+    }
+    let name = "quill_udp_datagrams_refused_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "UDP datagrams that made no flow: from Quill's own address or a server of the pool (a loop), from a source at max_flows_per_source, or with the flows' descriptors taken.",
+    );
+    for r in crate::metrics::UdpRefusal::ALL {
+        let n = t.udp.refused.get(r.name()).copied().unwrap_or(0);
+        out.sample(name, &[("reason", r.name())], n);
     }
 }
 

@@ -122,14 +122,22 @@ impl Config {
             }
             if let Some(u) = &l.udp {
                 out += &format!(
-                    "  UDP listener (protocol udp): a flow per client address and port; flow_timeout {}, max_flows {}, flow_responses {}\n",
+                    "  UDP listener (protocol udp): a flow per client address and port; flow_timeout {}, max_flows {}, max_flows_per_source {}, flow_responses {}\n",
                     crate::config::format_duration(u.flow_timeout),
-                    u.max_flows,
+                    u.max_flows.map_or_else(
+                        || "from the open-file limit (one descriptor per flow; all UDP flows together take at most half of the descriptors left after the reserve, the other half is kept for TCP sessions)".to_string(),
+                        |n| format!("{n} (and no more than the open-file limit leaves for flows)"),
+                    ),
+                    u.max_flows_per_source.map_or_else(
+                        || "a quarter of max_flows (an IPv4 address or an IPv6 /64; past it new flows from that source are refused)".to_string(),
+                        |n| format!("{n} (an IPv4 address or an IPv6 /64; past it new flows from that source are refused)"),
+                    ),
                     match u.flow_responses {
                         0 => "never".to_string(),
                         n => n.to_string(),
                     }
                 );
+                out += "  UDP datagrams from Quill's own listening addresses or from a server of the pool are dropped (they would loop); an ICMP error takes a server out only when it comes from that server and quotes a datagram the flow sent (two of them, or one and a datagram unanswered for 1s)\n";
             }
             if let Some(t) = &l.tls {
                 explain_tls(t, l.http.is_some(), &mut out);

@@ -558,14 +558,17 @@ pub(crate) struct UdpSettings {
     /// A flow with no datagram either way for this long ends (`flow_timeout`).
     pub flow_timeout: Duration,
     /// Flows open at once in this process for this listener (`max_flows`); a new client past it
-    /// evicts the flow idle for longest.
-    pub max_flows: u32,
+    /// evicts the flow idle for longest. None: what the open-file limit leaves for flows (see
+    /// `udp::flow_budget`), which caps an explicit value too.
+    pub max_flows: Option<u32>,
+    /// Flows one source may hold on this listener (`max_flows_per_source`; an IPv4 address, or
+    /// an IPv6 /64): a new flow past it is refused, no other client's flow is evicted for it.
+    /// None: a quarter of the listener's `max_flows` (at least 1).
+    pub max_flows_per_source: Option<u32>,
     /// A flow ends after this many replies from its server (`flow_responses`; 0 = never).
     pub flow_responses: u32,
 }
 
-/// The default `max_flows`: each flow holds one descriptor (its server socket); past the
-/// open-file limit the process caps it at what the limit leaves (see `runtime`).
 /// `dsr_wait`'s default: measured in `bench/dsr.sh` (README, DSR), 2 ms kept Quill's CPU per
 /// GiB at about a tenth of TCP mode's; 1 ms cost half as much again, 4 ms slowed downloads.
 pub(crate) const DEFAULT_DSR_WAIT: Duration = Duration::from_millis(2);
@@ -597,7 +600,6 @@ pub(crate) fn parse_dsr_wait(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-pub(crate) const DEFAULT_MAX_FLOWS: u32 = 65_536;
 /// The most `max_flows` one listener may ask for.
 pub(crate) const MAX_FLOWS: u32 = 16_777_216;
 
@@ -605,7 +607,8 @@ impl Default for UdpSettings {
     fn default() -> Self {
         UdpSettings {
             flow_timeout: Duration::from_secs(30),
-            max_flows: DEFAULT_MAX_FLOWS,
+            max_flows: None,
+            max_flows_per_source: None,
             flow_responses: 0,
         }
     }

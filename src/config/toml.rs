@@ -1742,13 +1742,23 @@ servers = ["127.0.0.1:9001"]
         let udp = c.listeners[0].udp.clone().unwrap();
         assert_eq!(udp, crate::config::model::UdpSettings::default());
         let c = load(&format!(
-            "{LISTENER}protocol = \"udp\"\nudp = {{ flow_timeout = \"5s\", max_flows = 10, flow_responses = 1 }}\n"
+            "{LISTENER}protocol = \"udp\"\nudp = {{ flow_timeout = \"5s\", max_flows = 10, flow_responses = 1, max_flows_per_source = 3 }}\n"
         ))
         .unwrap();
         let udp = c.listeners[0].udp.clone().unwrap();
         assert_eq!(
-            (udp.flow_timeout, udp.max_flows, udp.flow_responses),
-            (std::time::Duration::from_secs(5), 10, 1)
+            (
+                udp.flow_timeout,
+                udp.max_flows,
+                udp.flow_responses,
+                udp.max_flows_per_source
+            ),
+            (std::time::Duration::from_secs(5), Some(10), 1, Some(3))
+        );
+        refused(
+            &format!("{LISTENER}protocol = \"udp\"\nudp = {{ max_flows_per_source = 0 }}\n"),
+            6,
+            "udp: max_flows_per_source: 0 is out of range",
         );
         refused(
             &format!("{LISTENER}protocol = \"udp\"\nudp = {{ max_flows = 0 }}\n"),

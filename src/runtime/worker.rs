@@ -43,6 +43,7 @@ macro_rules! udp_cx {
                 $w.rng
             },
             counters: &$w.shared.counters[$w.id],
+            shared: &$w.shared,
             log: $w.log.as_mut(),
         }
     };
@@ -959,11 +960,14 @@ impl Worker {
     /// Counts a new session against `-x` (and what the open-file limit allows); true when
     /// there is no room: the client was refused (counted and logged), and must be closed.
     fn over_max(&mut self, peer: &ClientAddr, http: bool) -> bool {
-        let max = self
-            .shared
-            .max_sessions
-            .load(Ordering::Relaxed)
-            .min(self.shared.fd_sessions.load(Ordering::Relaxed));
+        // UDP flows hold one descriptor each: sessions (two each) get what they leave.
+        let flows = self.shared.udp_flows.load(Ordering::Relaxed);
+        let max = self.shared.max_sessions.load(Ordering::Relaxed).min(
+            self.shared
+                .fd_sessions
+                .load(Ordering::Relaxed)
+                .saturating_sub(flows.div_ceil(2)),
+        );
         if self.shared.active.fetch_add(1, Ordering::Relaxed) < max {
             return false;
         }

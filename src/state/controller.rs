@@ -216,6 +216,7 @@ impl Controller {
                 pool: ArcSwap::from_pointee(pool),
                 http: Arc::new(HttpStats::new(config.global.workers)),
                 flows: Default::default(),
+                flow_sources: Default::default(),
             }));
         }
         let shared = Arc::new(Shared::new(clock, listeners, max_sessions, &config.global));
@@ -459,6 +460,7 @@ impl Controller {
                         pool: ArcSwap::from_pointee(pool),
                         http: Arc::new(HttpStats::new(self.shared.counters.len())),
                         flows: Default::default(),
+                        flow_sources: Default::default(),
                     }));
                     st.next_listener_id += 1;
                     listeners_changed = true;

@@ -43,6 +43,8 @@ pub(crate) struct Listener {
     pub http: Arc<HttpStats>,
     /// UDP flows open on it in all workers (held to its pool's `max_flows`).
     pub flows: AtomicU64,
+    /// Its UDP flows by source (held to `max_flows_per_source`).
+    pub flow_sources: crate::udp::Sources,
 }
 
 /// One open session, as `connections` and `connection N` show it.
@@ -104,6 +106,9 @@ pub(crate) struct Shared {
     /// Sessions the open-file limit leaves room for after the reserve (control, admin, health
     /// checks, pipes, logs); workers never go past it whatever `max_sessions` says.
     pub fd_sessions: AtomicU64,
+    /// UDP flows open in all workers (one descriptor each): they take at most `fd_sessions`
+    /// descriptors, half of the sessions' share, and sessions get what they leave.
+    pub udp_flows: AtomicU64,
     pub active: AtomicU64,
     pub accept_batch: u32,
     /// Whether bulk flows use splice pipes.
@@ -178,6 +183,7 @@ impl Shared {
             listeners: ArcSwap::from_pointee(listeners),
             max_sessions: AtomicU64::new(max_sessions),
             fd_sessions: AtomicU64::new(u64::MAX),
+            udp_flows: AtomicU64::new(0),
             active: AtomicU64::new(0),
             accept_batch: g.accept_batch.max(1),
             splice: g.splice,

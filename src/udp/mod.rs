@@ -10,9 +10,22 @@
 //! - Datagrams from the client go out on that socket; replies come back on it and leave from the
 //!   listening socket with the source address the client wrote to (packet info), so a wildcard
 //!   listener answers from the right address.
-//! - A server whose host answers ICMP port unreachable makes its socket report ECONNREFUSED: the
-//!   server is blacklisted like a refused TCP connect and the flow moves to the next server in
-//!   Pen's failover order (the emergency server last), or ends `refused` when none is left.
+//! - A datagram whose source is one of Quill's own UDP listening addresses (for a wildcard
+//!   listener: its port on any local address) or a server of the listener's pool makes no flow:
+//!   answering it would start a loop (Quill answering itself, or a ping-pong with the server).
+//!   It is dropped and counted (`quill_udp_datagrams_refused_total`).
+//! - Each flow holds a descriptor: all flows of the process together hold at most as many as
+//!   `-x`'s share of the open-file limit allows sessions (half the descriptors left after the
+//!   reserve; sessions get what flows leave, see `runtime::worker`), and one source (an IPv4
+//!   address, an IPv6 /64) at most `max_flows_per_source` of a listener's: past that its new
+//!   flows are refused, nobody else's is evicted for it.
+//! - A server is taken out (blacklisted like a refused TCP connect, the flow moving to the next
+//!   server in Pen's failover order, the emergency server last, or ending `refused` when none is
+//!   left) by ICMP port unreachable read from the flow socket's error queue (IP_RECVERR) only:
+//!   sent from the server's own address, about a datagram to the server, quoting the start of
+//!   one of the flow's last datagrams (`quill_core::flows::IcmpWatch`); two such errors, or one
+//!   and then a datagram unanswered for a second. A forged error (another sender, or a quote of
+//!   nothing the flow sent) is counted and ignored.
 //! - A flow ends after `flow_timeout` with no datagram either way (`idle_timeout`), after
 //!   `flow_responses` replies to each datagram the client sent (`responses`), when `max_flows` needs room for a new client (the flow
 //!   idle for longest goes: `evicted`), or at the drain deadline (`shutdown`). Each end writes one
@@ -27,14 +40,16 @@
 //! counted for its flow (bytes, datagrams, drops) once the batch is sent; a flow that ends with
 //! a queued reply (`flow_responses`) leaves its table at once and is counted and logged then.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use mio::{Interest, Registry, Token};
-use quill_core::flows::{FlowId, FlowTable};
+use quill_core::flows::{FlowId, FlowTable, IcmpVerdict, IcmpWatch};
 use quill_core::proxy_header;
 use socket2::Type;
 
@@ -43,8 +58,8 @@ use crate::backend::{Pool, ServerLease};
 use crate::balancer::{self, Client};
 use crate::clock::millis;
 use crate::log::{AccessLog, Entry};
-use crate::metrics::{Counters, End};
-use crate::state::shared::{Listener, SessionInfo};
+use crate::metrics::{Counters, End, UdpRefusal};
+use crate::state::shared::{Listener, SessionInfo, Shared};
 use crate::sys;
 
 /// Tokens of UDP sockets: `UDP_BASE | table << 48 | x << 32 | slot`, where a flow's server socket
@@ -60,6 +75,11 @@ const BUDGET: usize = 64;
 pub(crate) const FLOW_IDS: u64 = 1 << 40;
 /// The largest UDP payload (IPv4: 65,535 - 20 - 8).
 const BUF: usize = 65_536;
+/// How many bytes of each datagram's start a flow remembers (as a keyed hash) to recognise an
+/// ICMP error's quote: past a PROXY v2 header (28 or 52 bytes), some of the client's payload.
+const QUOTE_PREFIX: usize = 64;
+/// ICMP errors read from one flow socket's error queue per call.
+const ERRORS_PER_CALL: usize = 8;
 
 /// Whether `t` is a UDP token.
 pub(crate) fn is_udp_token(t: Token) -> bool {
@@ -94,6 +114,8 @@ struct Flow {
     responses: u32,
     bytes_in: u64,
     bytes_out: u64,
+    /// The starts of its last datagrams and the ICMP errors that quoted one (see `read_errors`).
+    icmp: IcmpWatch,
 }
 
 /// A UDP listener as one worker sees it.
@@ -114,7 +136,54 @@ pub(crate) struct Cx<'a> {
     pub now: u64,
     pub rand: u64,
     pub counters: &'a Counters,
+    /// For the process's count of flows and the flows' share of descriptors.
+    pub shared: &'a Shared,
     pub log: Option<&'a mut AccessLog>,
+}
+
+/// A listener's flows by source (shared by the workers, touched when a flow starts or ends):
+/// an IPv4 address, or the /64 of an IPv6 one.
+#[derive(Debug, Default)]
+pub(crate) struct Sources(Mutex<HashMap<IpAddr, u32>>);
+
+impl Sources {
+    /// The source `ip` counts under: IPv4 (mapped ones too) as is, IPv6 by its /64.
+    fn key(ip: IpAddr) -> IpAddr {
+        match ip.to_canonical() {
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(bits.into())
+            }
+            v4 => v4,
+        }
+    }
+
+    /// One more flow from `ip` unless it holds `max` already (then false).
+    fn take(&self, ip: IpAddr, max: u64) -> bool {
+        let Ok(mut m) = self.0.lock() else {
+            return true;
+        };
+        let n = m.entry(Sources::key(ip)).or_insert(0);
+        if u64::from(*n) >= max {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    /// A flow from `ip` ended.
+    fn give(&self, ip: IpAddr) {
+        let Ok(mut m) = self.0.lock() else {
+            return;
+        };
+        let key = Sources::key(ip);
+        if let Some(n) = m.get_mut(&key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&key);
+            }
+        }
+    }
 }
 
 /// A worker's UDP listeners and their flows.
@@ -134,6 +203,11 @@ pub(crate) struct UdpWorker {
     again: Vec<(usize, FlowId)>,
     next_flow: u64,
     draining: bool,
+    /// The local addresses of every UDP listener of the process (IPv4-mapped ones canonical):
+    /// a datagram from one of them makes no flow.
+    own: Vec<SocketAddr>,
+    /// Keys the hashes of the starts of datagrams sent ([`IcmpWatch`]): secret to this worker.
+    hasher: RandomState,
 }
 
 impl UdpWorker {
@@ -149,6 +223,8 @@ impl UdpWorker {
             again: Vec::new(),
             next_flow: 0,
             draining: false,
+            own: Vec::new(),
+            hasher: RandomState::new(),
         }
     }
 
@@ -160,6 +236,12 @@ impl UdpWorker {
     /// Follows the shared listener list: registers the sockets of new UDP listeners, stops
     /// reading those that left it (their flows carry on until they end).
     pub(crate) fn sync(&mut self, current: &[Arc<Listener>], epfd: i32) {
+        self.own = current
+            .iter()
+            .filter_map(|l| l.socket.udp())
+            .filter_map(|sockets| sockets.first().and_then(|s| s.local_addr().ok()))
+            .map(canonical)
+            .collect();
         for i in 0..self.tables.len() {
             let Some(t) = &mut self.tables[i] else {
                 continue;
@@ -375,14 +457,27 @@ impl UdpWorker {
             )
         });
         let header = header.as_ref().map_or(&[][..], |h| h.as_bytes());
-        let mut sent = send(flow, header, data);
-        if matches!(&sent, Err(e) if e.kind() == io::ErrorKind::ConnectionRefused) {
-            // An earlier datagram met ICMP port unreachable: move on and send this one there.
-            if let Err(end) = move_on(flow, &dg.from, token_of(ti, id), cx) {
-                self.end(ti, id, refused(end), cx);
-                return;
+        let hasher = &self.hasher;
+        // One counted ICMP error, then a datagram unanswered for a second: the server is out.
+        let mut out = flow.icmp.unanswered(cx.now);
+        let mut sent = Ok(0);
+        for attempt in 0..2 {
+            if out {
+                // Move on and send this datagram to the next server.
+                if let Err(end) = move_on(flow, &dg.from, token_of(ti, id), cx) {
+                    self.end(ti, id, refused(end), cx);
+                    return;
+                }
             }
-            sent = send(flow, header, data);
+            sent = send(flow, header, data, hasher, cx.now);
+            match &sent {
+                Err(e) if attempt == 0 && e.kind() != io::ErrorKind::WouldBlock => {
+                    // The socket's pending error (an ICMP error came in): read its error queue,
+                    // then send again (the error is spent), to the next server if this one is out.
+                    out = read_errors(flow, hasher, cx);
+                }
+                _ => break,
+            }
         }
         match sent {
             Ok(n) => {
@@ -410,18 +505,59 @@ impl UdpWorker {
         let t = self.tables.get(ti)?.as_ref()?;
         let listener = t.listener.clone();
         let pool = listener.pool.load_full();
+        if let Some(why) = self.loop_source(dg, &pool) {
+            tracing::debug!(
+                "UDP listener '{}': datagram from {} dropped ({})",
+                listener.name,
+                dg.from,
+                why.name()
+            );
+            Counters::add(&cx.counters.udp_refused[why as usize], 1);
+            return None;
+        }
         if !pool.admits(Some(dg.from.ip())) {
             cx.counters.ended(End::Denied);
             return None;
         }
+        // The flows' share of descriptors (the process's), this listener's max_flows within it,
+        // and a source's share of those.
+        let budget = cx.shared.fd_sessions.load(Ordering::Relaxed);
         let max = pool
             .udp
             .as_ref()
-            .map_or(u64::MAX, |u| u64::from(u.max_flows));
-        if listener.flows.load(Ordering::Relaxed) >= max {
-            let oldest = t.flows.oldest().map(|(id, _)| id)?;
-            Counters::add(&cx.counters.udp_evictions, 1);
-            self.end(ti, oldest, End::Evicted, cx);
+            .and_then(|u| u.max_flows)
+            .map_or(budget, |n| u64::from(n).min(budget));
+        let per_source = pool
+            .udp
+            .as_ref()
+            .and_then(|u| u.max_flows_per_source)
+            .map_or((max / 4).max(1), u64::from);
+        if !listener.flow_sources.take(dg.from.ip(), per_source) {
+            Counters::add(
+                &cx.counters.udp_refused[UdpRefusal::SourceLimit as usize],
+                1,
+            );
+            return None;
+        }
+        let at_max = listener.flows.load(Ordering::Relaxed) >= max;
+        if at_max || cx.shared.udp_flows.load(Ordering::Relaxed) >= budget {
+            match t.flows.oldest() {
+                Some((oldest, _)) => {
+                    Counters::add(&cx.counters.udp_evictions, 1);
+                    self.end(ti, oldest, End::Evicted, cx);
+                }
+                None => {
+                    // Flows of other workers (or, for descriptors, other listeners) hold them all.
+                    listener.flow_sources.give(dg.from.ip());
+                    if !at_max {
+                        Counters::add(
+                            &cx.counters.udp_refused[UdpRefusal::Descriptors as usize],
+                            1,
+                        );
+                    }
+                    return None;
+                }
+            }
         }
         let t = self.tables.get_mut(ti)?.as_mut()?;
         let client = Client {
@@ -466,6 +602,7 @@ impl UdpWorker {
             responses: 0,
             bytes_in: 0,
             bytes_out: 0,
+            icmp: IcmpWatch::default(),
         };
         let lease = match first {
             Some(i) => Some(ServerLease::new(pool.servers[i].clone())),
@@ -477,6 +614,7 @@ impl UdpWorker {
         flow.lease = lease;
         let fid = t.flows.insert(dg.from, flow, cx.now);
         listener.flows.fetch_add(1, Ordering::Relaxed);
+        cx.shared.udp_flows.fetch_add(1, Ordering::Relaxed);
         Counters::add(&cx.counters.udp_flows_open, 1);
         Counters::add(&cx.counters.udp_flows_total, 1);
         let tok = token_of(ti, fid);
@@ -494,6 +632,26 @@ impl UdpWorker {
             return None;
         }
         Some(fid)
+    }
+
+    /// Whether a datagram from `dg.from` would start a loop: from one of Quill's own UDP
+    /// listening addresses (a wildcard listener's port on any local address), or from a server of
+    /// the pool.
+    fn loop_source(&self, dg: &sys::Datagram, pool: &Pool) -> Option<UdpRefusal> {
+        let from = canonical(dg.from);
+        let own = self.own.iter().any(|a| {
+            a.port() == from.port()
+                && (a.ip() == from.ip() || (a.ip().is_unspecified() && is_local(from.ip(), dg)))
+        });
+        if own {
+            return Some(UdpRefusal::QuillAddress);
+        }
+        let server = pool
+            .servers
+            .iter()
+            .chain(pool.emergency.iter())
+            .any(|s| matches!(s.addr(), BackendAddr::Tcp(a) if canonical(*a) == from));
+        server.then_some(UdpRefusal::PoolServer)
     }
 
     fn read_server(&mut self, ti: usize, id: FlowId, cx: &mut Cx<'_>) {
@@ -542,17 +700,18 @@ impl UdpWorker {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                    if let Err(end) = move_on(flow, &client, token_of(ti, id), cx) {
-                        self.end(ti, id, refused(end), cx);
-                        return;
-                    }
-                    continue;
-                }
                 Err(e) => {
+                    // The socket's pending error: an ICMP error came in (or a local one). Only
+                    // what its error queue shows can take the server out.
                     tracing::debug!("UDP flow {}: from server: {e}", flow.id);
-                    Counters::add(&cx.counters.udp_drops, 1);
-                    return;
+                    if read_errors(flow, &self.hasher, cx) {
+                        if let Err(end) = move_on(flow, &client, token_of(ti, id), cx) {
+                            self.end(ti, id, refused(end), cx);
+                            return;
+                        }
+                    }
+                    budget -= 1;
+                    continue;
                 }
             };
             if got == 0 {
@@ -560,6 +719,8 @@ impl UdpWorker {
                 return;
             }
             budget = budget.saturating_sub(got);
+            // The server answered: it is there, whatever ICMP errors said.
+            flow.icmp.answered();
             self.reply_via = via;
             flow.responses = flow.responses.saturating_add(got as u32);
             for _ in 1..got {
@@ -569,7 +730,7 @@ impl UdpWorker {
                 // Out of the table now (the client's next datagram makes a new flow); counted,
                 // logged and closed once its reply is sent.
                 if let Some((client, flow)) = t.flows.remove(id) {
-                    release(&t.listener, cx);
+                    release(&t.listener, &client, cx);
                     self.pending.push(Pending::Ended {
                         id,
                         client,
@@ -759,7 +920,7 @@ impl UdpWorker {
         let Some((client, flow)) = t.flows.remove(id) else {
             return;
         };
-        release(&t.listener, cx);
+        release(&t.listener, &client, cx);
         finish(client, flow, end, cx);
     }
 }
@@ -777,9 +938,12 @@ enum Pending {
     },
 }
 
-/// A flow left its listener's table: it no longer counts against `max_flows`.
-fn release(listener: &Listener, cx: &Cx<'_>) {
+/// A flow of `client` left its listener's table: it no longer counts against `max_flows`, its
+/// source's share or the process's descriptors.
+fn release(listener: &Listener, client: &SocketAddr, cx: &Cx<'_>) {
     listener.flows.fetch_sub(1, Ordering::Relaxed);
+    listener.flow_sources.give(client.ip());
+    cx.shared.udp_flows.fetch_sub(1, Ordering::Relaxed);
     cx.counters.udp_flows_open.fetch_sub(1, Ordering::Relaxed);
 }
 
@@ -900,12 +1064,18 @@ fn connect_server(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<
         }
     };
     let mut socket = socket;
+    // ICMP errors are read from the error queue, with their sender and quote (`read_errors`).
+    if let Err(e) = sys::set_recv_errors(socket.as_fd(), addr.is_ipv6()) {
+        tracing::debug!("UDP flow {}: IP_RECVERR: {e}", flow.id);
+    }
     if let Err(e) = cx.registry.register(&mut socket, tok, Interest::READABLE) {
         tracing::debug!("UDP flow {}: cannot register: {e}", flow.id);
         return Connect::Local;
     }
-    // The old socket, if any, closes here (and leaves the epoll set with it).
+    // The old socket, if any, closes here (and leaves the epoll set with it); what it sent says
+    // nothing of the new server's errors.
     flow.socket = Some(socket);
+    flow.icmp = IcmpWatch::default();
     if flow.pool.mode.tracking() && !flow.emergency {
         if let Some(i) = flow.current_index() {
             flow.pool
@@ -926,19 +1096,100 @@ enum Connect {
 }
 
 /// Sends `header` (a PROXY header, or nothing) and `data` as one datagram on the flow's socket;
-/// Ok(the payload's length).
-fn send(flow: &Flow, header: &[u8], data: &[u8]) -> io::Result<usize> {
+/// Ok(the payload's length). The datagram's start is remembered (hashed with `hasher`) for
+/// [`read_errors`].
+fn send(
+    flow: &mut Flow,
+    header: &[u8],
+    data: &[u8],
+    hasher: &RandomState,
+    now: u64,
+) -> io::Result<usize> {
     let Some(s) = &flow.socket else {
         return Err(io::Error::from(io::ErrorKind::NotConnected));
     };
-    if header.is_empty() {
-        return s.send(data);
+    let n = if header.is_empty() {
+        s.send(data)?
+    } else {
+        let parts = [io::IoSlice::new(header), io::IoSlice::new(data)];
+        let mut no_cmsg = rustix::net::SendAncillaryBuffer::default();
+        rustix::net::sendmsg(s, &parts, &mut no_cmsg, rustix::net::SendFlags::empty())
+            .map(|n| n.saturating_sub(header.len()))
+            .map_err(io::Error::from)?
+    };
+    let mut start = [0u8; QUOTE_PREFIX];
+    let h = header.len().min(QUOTE_PREFIX);
+    start[..h].copy_from_slice(&header[..h]);
+    let d = data.len().min(QUOTE_PREFIX - h);
+    start[h..h + d].copy_from_slice(&data[..d]);
+    let len = h + d;
+    flow.icmp
+        .sent(hasher.hash_one(&start[..len]), len as u8, now);
+    Ok(n)
+}
+
+/// Reads the ICMP errors queued on the flow's socket (IP_RECVERR) and weighs them: one counts
+/// only when it is a port unreachable from the server's own address, about a datagram to the
+/// server, quoting the start of one the flow sent (an off-path sender cannot know it); others
+/// are counted as ignored. True when the server is to be taken out ([`IcmpWatch`]: two such
+/// errors, or one and an unanswered datagram).
+fn read_errors(flow: &mut Flow, hasher: &RandomState, cx: &Cx<'_>) -> bool {
+    let (Some(socket), Some(lease)) = (&flow.socket, &flow.lease) else {
+        return false;
+    };
+    let BackendAddr::Tcp(server) = lease.server().addr() else {
+        return false;
+    };
+    let server = canonical(*server);
+    let mut out = false;
+    let mut quote = [0u8; QUOTE_PREFIX];
+    for _ in 0..ERRORS_PER_CALL {
+        let e = match sys::recv_error(socket.as_fd(), &mut quote) {
+            Ok(e) => e,
+            Err(_) => break,
+        };
+        if !e.icmp || e.errno != libc_econnrefused() {
+            // Not a port unreachable (a local error, a host unreachable, a fragmentation
+            // notice): no server is blamed for it.
+            tracing::debug!("UDP flow {}: error queue: {e:?}", flow.id);
+            continue;
+        }
+        let from_server = e.offender.map(|ip| ip.to_canonical()) == Some(server.ip())
+            && e.to.map(canonical) == Some(server);
+        let quoted = &quote[..e.quoted];
+        let quotes_sent = from_server
+            && flow.icmp.quotes_sent(|len| {
+                quoted
+                    .get(..usize::from(len))
+                    .map(|start| hasher.hash_one(start))
+            });
+        match flow.icmp.error(quotes_sent) {
+            IcmpVerdict::Forged => {
+                Counters::add(&cx.counters.udp_icmp_ignored, 1);
+                tracing::debug!(
+                    "UDP flow {}: ICMP port unreachable from {:?} about {:?} ignored (not from the server, or quoting nothing the flow sent)",
+                    flow.id,
+                    e.offender,
+                    e.to
+                );
+            }
+            IcmpVerdict::Counted => {}
+            IcmpVerdict::Unreachable => out = true,
+        }
     }
-    let parts = [io::IoSlice::new(header), io::IoSlice::new(data)];
-    let mut no_cmsg = rustix::net::SendAncillaryBuffer::default();
-    rustix::net::sendmsg(s, &parts, &mut no_cmsg, rustix::net::SendFlags::empty())
-        .map(|n| n.saturating_sub(header.len()))
-        .map_err(io::Error::from)
+    out
+}
+
+/// ECONNREFUSED: what a port unreachable becomes.
+fn libc_econnrefused() -> i32 {
+    io::Error::from(io::ErrorKind::ConnectionRefused)
+        .raw_os_error()
+        .unwrap_or(111)
+}
+
+/// `a` with an IPv4-mapped IPv6 address as IPv4.
+fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
 impl Flow {
@@ -1003,4 +1254,25 @@ fn move_on(flow: &mut Flow, client: &SocketAddr, tok: Token, cx: &mut Cx<'_>) ->
             Connect::Local => return Err(End::Error),
         }
     }
+}
+
+/// Whether `ip` (canonical) is an address of this host: a loopback one, the one the datagram was
+/// sent to, or one the kernel routes locally (a UDP socket connected to it takes it as its own
+/// source, as for any local destination; a bind test would say yes to every address under
+/// `ip_nonlocal_bind`). Asked only for a datagram from a wildcard listener's port: rare, and
+/// cheaper than the flow it would make.
+fn is_local(ip: IpAddr, dg: &sys::Datagram) -> bool {
+    if ip.is_loopback() || dg.to.is_some_and(|(to, _)| to.to_canonical() == ip) {
+        return true;
+    }
+    let any = match ip {
+        IpAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        IpAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
+    };
+    std::net::UdpSocket::bind(any)
+        .and_then(|s| {
+            s.connect(SocketAddr::new(ip, 9))
+                .and_then(|()| s.local_addr())
+        })
+        .is_ok_and(|local| local.ip().to_canonical() == ip)
 }

@@ -281,10 +281,188 @@ impl<K: Hash + Eq + Copy, V> FlowTable<K, V> {
     }
 }
 
+/// How many of a flow's last datagrams [`IcmpWatch`] remembers.
+pub const SENT_KEPT: usize = 4;
+/// How long a datagram sent after a first ICMP error may go unanswered before the server counts
+/// as unreachable ([`IcmpWatch::unanswered`]), in the caller's clock (ms).
+pub const UNANSWERED_MS: u64 = 1_000;
+
+/// What one flow knows about ICMP errors from its server, pure: keys of the starts of its last
+/// datagrams (the caller hashes them with a secret of its own), and the errors that quoted one of
+/// them. An error that quotes none of them is forged (an off-path sender does not know what the
+/// flow sent) and is not counted. The server is unreachable after two counted errors, or after
+/// one and then a datagram that stays unanswered for [`UNANSWERED_MS`]; any reply from the server
+/// clears both.
+/// Kept small: every flow has one (48 bytes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IcmpWatch {
+    /// Keys of the starts of the last datagrams sent, and how many bytes each start has.
+    keys: [u64; SENT_KEPT],
+    lens: [u8; SENT_KEPT],
+    filled: u8,
+    next: u8,
+    errors: u8,
+    /// When the first datagram after the last counted error left, while none was answered
+    /// (`NEVER`: none).
+    waiting_since: u64,
+}
+
+const NEVER: u64 = u64::MAX;
+
+impl Default for IcmpWatch {
+    fn default() -> Self {
+        IcmpWatch {
+            keys: [0; SENT_KEPT],
+            lens: [0; SENT_KEPT],
+            filled: 0,
+            next: 0,
+            errors: 0,
+            waiting_since: NEVER,
+        }
+    }
+}
+
+/// What an ICMP error means for a flow's server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IcmpVerdict {
+    /// It quotes nothing this flow sent: ignored.
+    Forged,
+    /// Counted, but one error alone takes no server out.
+    Counted,
+    /// The server is unreachable: take it out.
+    Unreachable,
+}
+
+impl IcmpWatch {
+    /// A datagram left for the server at `now`: `key` is the caller's hash of its first `len`
+    /// bytes (at most the caller's prefix length).
+    pub fn sent(&mut self, key: u64, len: u8, now: u64) {
+        self.keys[usize::from(self.next)] = key;
+        self.lens[usize::from(self.next)] = len;
+        self.next = (self.next + 1) % SENT_KEPT as u8;
+        self.filled = (self.filled + 1).min(SENT_KEPT as u8);
+        if self.errors > 0 && self.waiting_since == NEVER {
+            self.waiting_since = now.min(NEVER - 1);
+        }
+    }
+
+    /// The server answered: it is there, whatever errors came before.
+    pub fn answered(&mut self) {
+        self.errors = 0;
+        self.waiting_since = NEVER;
+    }
+
+    /// Whether the quoted payload is the start of one of the last datagrams sent: `key_of(len)`
+    /// is the caller's hash of the quote's first `len` bytes, None when fewer were quoted.
+    pub fn quotes_sent(&self, key_of: impl Fn(u8) -> Option<u64>) -> bool {
+        let n = usize::from(self.filled);
+        self.keys[..n]
+            .iter()
+            .zip(&self.lens[..n])
+            .any(|(&key, &len)| key_of(len) == Some(key))
+    }
+
+    /// An ICMP error (port unreachable from the server's own address) arrived; `quotes_sent` is
+    /// what [`IcmpWatch::quotes_sent`] said of its payload.
+    pub fn error(&mut self, quotes_sent: bool) -> IcmpVerdict {
+        if !quotes_sent {
+            return IcmpVerdict::Forged;
+        }
+        self.errors = self.errors.saturating_add(1);
+        if self.errors >= 2 {
+            IcmpVerdict::Unreachable
+        } else {
+            IcmpVerdict::Counted
+        }
+    }
+
+    /// One error was counted and a datagram sent after it has had no answer for
+    /// [`UNANSWERED_MS`] at `now` (asked when the client sends again).
+    pub fn unanswered(&self, now: u64) -> bool {
+        self.errors > 0
+            && self.waiting_since != NEVER
+            && now.saturating_sub(self.waiting_since) >= UNANSWERED_MS
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn key(bytes: &[u8]) -> u64 {
+        // Any injective-enough function does for the model; the product uses a keyed hash.
+        bytes.iter().fold(bytes.len() as u64, |h, &b| {
+            h.wrapping_mul(31).wrapping_add(u64::from(b))
+        })
+    }
+
+    fn watch_sent(w: &mut IcmpWatch, data: &[u8], now: u64) {
+        let len = data.len().min(32);
+        w.sent(key(&data[..len]), len as u8, now);
+    }
+
+    fn quote(w: &IcmpWatch, quoted: &[u8]) -> bool {
+        w.quotes_sent(|len| quoted.get(..usize::from(len)).map(key))
+    }
+
+    #[test]
+    fn an_icmp_error_counts_only_when_it_quotes_a_datagram_sent() {
+        let mut w = IcmpWatch::default();
+        watch_sent(&mut w, b"query-1 with a random id 8f3a", 0);
+        // Header-only quotes and guesses are forged, however many come.
+        for _ in 0..5 {
+            assert_eq!(w.error(quote(&w, b"")), IcmpVerdict::Forged);
+            assert_eq!(w.error(quote(&w, b"guess")), IcmpVerdict::Forged);
+        }
+        // A quote cut shorter than what was remembered proves nothing either.
+        assert_eq!(w.error(quote(&w, b"query-1")), IcmpVerdict::Forged);
+        // The real one: the datagram's start (a router may quote more than was remembered).
+        assert_eq!(
+            w.error(quote(&w, b"query-1 with a random id 8f3a")),
+            IcmpVerdict::Counted
+        );
+        assert_eq!(
+            w.error(quote(&w, b"query-1 with a random id 8f3a")),
+            IcmpVerdict::Unreachable
+        );
+    }
+
+    #[test]
+    fn a_reply_clears_the_errors_and_one_error_needs_an_unanswered_datagram() {
+        let mut w = IcmpWatch::default();
+        watch_sent(&mut w, b"a", 0);
+        assert_eq!(w.error(quote(&w, b"a")), IcmpVerdict::Counted);
+        assert!(!w.unanswered(5_000), "no datagram sent since the error");
+        w.answered();
+        assert_eq!(
+            w.error(quote(&w, b"a")),
+            IcmpVerdict::Counted,
+            "counting again from one"
+        );
+        watch_sent(&mut w, b"b", 100);
+        assert!(!w.unanswered(100 + UNANSWERED_MS - 1));
+        assert!(w.unanswered(100 + UNANSWERED_MS));
+        w.answered();
+        assert!(!w.unanswered(10_000));
+    }
+
+    #[test]
+    fn a_watch_stays_small() {
+        assert!(std::mem::size_of::<IcmpWatch>() <= 48);
+    }
+
+    #[test]
+    fn only_the_last_datagrams_are_remembered() {
+        let mut w = IcmpWatch::default();
+        for i in 0..(SENT_KEPT as u8 + 1) {
+            watch_sent(&mut w, &[b'd', i], u64::from(i));
+        }
+        assert!(!quote(&w, b"d\x00"), "the oldest was forgotten");
+        for i in 1..(SENT_KEPT as u8 + 1) {
+            assert!(quote(&w, &[b'd', i]));
+        }
+    }
 
     #[test]
     fn flows_are_found_by_key_and_a_stale_id_finds_nothing() {

@@ -1,7 +1,7 @@
 //! The only home of `unsafe`: thin wrappers over Linux syscalls that neither std, mio nor socket2
 //! expose (splice and pipes, exclusive epoll registration, resource limits, privilege drop, a
-//! socket's unacknowledged bytes, packet sockets and their receive ring), and over glibc's heap
-//! trim.
+//! socket's unacknowledged bytes, packet sockets and their receive ring, a UDP socket's ICMP
+//! error queue), and over glibc's heap trim.
 //!
 //! Every wrapper returns `io::Result` and takes borrowed descriptors; nothing here keeps state but
 //! [`PacketRing`], the mapping of a packet socket's receive ring.
@@ -732,6 +732,114 @@ pub fn set_recv_pktinfo(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
         )
     })?;
     Ok(())
+}
+
+/// Asks the kernel to queue the ICMP errors a UDP socket draws on its error queue (IP_RECVERR, or
+/// IPV6_RECVERR on an IPv6 socket), read with [`recv_error`]: each then names the host that sent
+/// it and quotes the datagram it answers, so that a caller can tell a real error from a forged one.
+pub fn set_recv_errors(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
+    if v6 {
+        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVERR, 1)
+    } else {
+        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVERR, 1)
+    }
+}
+
+/// One error read from a socket's error queue ([`recv_error`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueuedError {
+    /// The error the kernel made of it (ECONNREFUSED for a port unreachable).
+    pub errno: i32,
+    /// It came in an ICMP or ICMPv6 message (not a local error).
+    pub icmp: bool,
+    /// The ICMP type and code.
+    pub icmp_type: u8,
+    pub icmp_code: u8,
+    /// The host that sent the ICMP message (its outer source address).
+    pub offender: Option<std::net::IpAddr>,
+    /// The destination of the datagram the message quotes (address and port).
+    pub to: Option<std::net::SocketAddr>,
+    /// How many bytes of the quoted datagram's payload were copied into the buffer.
+    pub quoted: usize,
+}
+
+/// Room for an IP_RECVERR control message: a sock_extended_err and the offender's address.
+const RECVERR_SPACE: usize = 128;
+
+/// Reads one error from the socket's error queue (`recvmsg(MSG_ERRQUEUE)`), nonblocking: the
+/// start of the quoted datagram's payload goes into `quote`. Err(WouldBlock) when the queue is
+/// empty. Reading an error also clears the socket's pending error when no other is queued.
+pub fn recv_error(fd: BorrowedFd<'_>, quote: &mut [u8]) -> io::Result<QueuedError> {
+    // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
+    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut iov = libc::iovec {
+        iov_base: quote.as_mut_ptr().cast(),
+        iov_len: quote.len(),
+    };
+    // u64s: aligned for cmsghdr.
+    let mut control = [0u64; RECVERR_SPACE / 8];
+    // SAFETY: msghdr is plain data; zeroed is valid, and the fields set below point at the
+    // address, iovec and control buffer above, which outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: recvmsg writes at most iov_len bytes into `quote`, msg_namelen into `name` and
+    // msg_controllen into `control`; the descriptor is borrowed, so open.
+    let n = check_size(unsafe {
+        libc::recvmsg(
+            fd.as_raw_fd(),
+            &mut msg,
+            libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+        )
+    })?;
+    let mut out = QueuedError {
+        errno: 0,
+        icmp: false,
+        icmp_type: 0,
+        icmp_code: 0,
+        offender: None,
+        to: sockaddr_to_std(&name),
+        quoted: n.min(quote.len()),
+    };
+    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, within
+    // msg_controllen; the sock_extended_err and the offender's sockaddr that follows it are read
+    // unaligned from the message's data, only when the message is long enough to hold them.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let ours = ((*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_RECVERR)
+                || ((*c).cmsg_level == libc::IPPROTO_IPV6 && (*c).cmsg_type == libc::IPV6_RECVERR);
+            let data = libc::CMSG_DATA(c);
+            let len =
+                ((*c).cmsg_len as usize).saturating_sub(data.offset_from(c.cast::<u8>()) as usize);
+            let ee_size = std::mem::size_of::<libc::sock_extended_err>();
+            if ours && len >= ee_size {
+                let ee: libc::sock_extended_err = std::ptr::read_unaligned(data.cast());
+                out.errno = ee.ee_errno as i32;
+                out.icmp = ee.ee_origin == libc::SO_EE_ORIGIN_ICMP
+                    || ee.ee_origin == libc::SO_EE_ORIGIN_ICMP6;
+                out.icmp_type = ee.ee_type;
+                out.icmp_code = ee.ee_code;
+                let rest = len - ee_size;
+                let mut offender: libc::sockaddr_storage = std::mem::zeroed();
+                let copy = rest.min(std::mem::size_of::<libc::sockaddr_storage>());
+                std::ptr::copy_nonoverlapping(
+                    data.add(ee_size),
+                    (&mut offender as *mut libc::sockaddr_storage).cast::<u8>(),
+                    copy,
+                );
+                if copy >= std::mem::size_of::<libc::sockaddr_in>() {
+                    out.offender = sockaddr_to_std(&offender).map(|a| a.ip());
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(out)
 }
 
 /// Room for one IPv4 or IPv6 packet-info control message.

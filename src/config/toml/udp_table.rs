@@ -19,6 +19,7 @@ type At<'a> = &'a dyn Fn(Range<usize>) -> String;
 pub(super) struct RawUdp {
     flow_timeout: Key,
     max_flows: Key,
+    max_flows_per_source: Key,
     flow_responses: Key,
 }
 
@@ -76,7 +77,10 @@ impl RawUdp {
             s.flow_timeout = d;
         }
         if let Some(v) = &self.max_flows {
-            s.max_flows = count(v, "max_flows", 1, MAX_FLOWS, at)?;
+            s.max_flows = Some(count(v, "max_flows", 1, MAX_FLOWS, at)?);
+        }
+        if let Some(v) = &self.max_flows_per_source {
+            s.max_flows_per_source = Some(count(v, "max_flows_per_source", 1, MAX_FLOWS, at)?);
         }
         if let Some(v) = &self.flow_responses {
             s.flow_responses = count(v, "flow_responses", 0, u32::MAX, at)?;
