@@ -289,6 +289,12 @@ struct Server {
     /// Records read from the socket, not yet processed: `inb[..in_used]`.
     inb: Box<[u8]>,
     in_used: usize,
+    /// While handshaking, the bytes of `inb` rustls may see: whole records, given one at a time
+    /// as it asks for more, so that it never sees a record past the client's Finished. Those
+    /// (application data, a KeyUpdate, close_notify, sent in the same write as the Finished) are
+    /// the traffic state's to read: rustls' connection would take them in and keep (or drop)
+    /// what they brought when it is turned into the traffic state.
+    fed: usize,
     /// Records made, not yet taken by the socket (the backlog).
     out: Span,
     /// Plaintext decrypted but not yet read (a record larger than the reader's room, or records
@@ -358,6 +364,7 @@ impl Server {
             subject: None,
             inb: Box::default(),
             in_used: 0,
+            fed: 0,
             out: Span::default(),
             plain: Span::default(),
             peer_closed: false,
@@ -423,6 +430,29 @@ impl Server {
         let discard = discard.min(self.in_used);
         self.inb.copy_within(discard..self.in_used, 0);
         self.in_used -= discard;
+        self.fed = self.fed.saturating_sub(discard);
+    }
+
+    /// Lets rustls see the next whole record of `inb` (or, when the next record's header says it
+    /// can never fit, what there is of it, for rustls to refuse): whether there was one.
+    fn feed(&mut self) -> bool {
+        let rest = &self.inb[self.fed.min(self.in_used)..self.in_used];
+        let Some(&[_, _, _, a, b]) = rest.get(..5) else {
+            return false;
+        };
+        let len = 5 + usize::from(u16::from_be_bytes([a, b]));
+        if len > 5 + records::MAX_PLAIN + 2048 {
+            if self.fed == self.in_used {
+                return false;
+            }
+            self.fed = self.in_used;
+            return true;
+        }
+        if rest.len() < len {
+            return false;
+        }
+        self.fed += len;
+        true
     }
 
     /// Runs rustls' states over what `inb` holds until `goal` is met or rustls needs more input.
@@ -438,7 +468,7 @@ impl Server {
             let State::Handshaking(conn) = &mut self.state else {
                 return self.traffic_pass(sock, goal);
             };
-            let status = conn.process_tls_records(&mut self.inb[..self.in_used]);
+            let status = conn.process_tls_records(&mut self.inb[..self.fed.min(self.in_used)]);
             let mut discard = status.discard;
             let mut outcome = None;
             let mut failed = None;
@@ -510,7 +540,12 @@ impl Server {
                         self.out.start = self.out.end;
                     }
                 }
-                Ok(ConnectionState::BlockedHandshake) => outcome = Some(Pass::NeedInput),
+                Ok(ConnectionState::BlockedHandshake) => {
+                    // rustls took every record it was given: the next one, if whole.
+                    if !self.feed() {
+                        outcome = Some(Pass::NeedInput);
+                    }
+                }
                 Ok(ConnectionState::PeerClosed) => self.peer_closed = true,
                 Ok(ConnectionState::Closed) => {
                     self.peer_closed = true;
@@ -633,15 +668,13 @@ impl Server {
         if !self.traffic_ready || conn.is_handshaking() {
             return Err(rustls::Error::HandshakeNotComplete);
         }
-        // rustls processes every whole record before it reports WriteTraffic: a whole record
-        // still here is one it took but did not discard, a handshake message being joined
-        // across records, which the traffic state refuses.
-        if let Some(&[_, _, _, a, b]) = self.inb.get(..5) {
-            if self.in_used >= 5 + usize::from(u16::from_be_bytes([a, b])) {
-                return Err(rustls::Error::General(
-                    "a handshake message split across records after the handshake".into(),
-                ));
-            }
+        // rustls was given records one at a time and discards each it took: bytes it was given
+        // and kept are a handshake message being joined across records after the handshake,
+        // which the traffic state refuses.
+        if self.fed > 0 {
+            return Err(rustls::Error::General(
+                "a handshake message split across records after the handshake".into(),
+            ));
         }
         self.resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
         self.subject = conn
