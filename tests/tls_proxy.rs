@@ -339,33 +339,54 @@ fn tls_handshake_timeout_closes_a_silent_client() {
 }
 
 #[test]
-fn tls_handshakes_in_progress_are_bounded_per_worker() {
+fn tls_handshakes_in_progress_are_bounded_per_worker_by_evicting_the_least_active() {
     let echo = echo();
     let s = start(&[echo.addr()], false, "max_handshakes = 2");
     let (q, p) = (&s.q, &s.pki);
-    // Two silent clients hold the two slots; a third is closed at once.
-    let _a = connect_port(q.port);
+    // Two silent clients hold the two slots; a third (which speaks) makes the oldest go.
+    let mut a = connect_port(q.port);
+    std::thread::sleep(Duration::from_millis(100));
     let _b = connect_port(q.port);
-    std::thread::sleep(Duration::from_millis(200));
-    let mut c = connect_port(q.port);
-    let (_, how) = wait_closed(&mut c, Duration::from_secs(5));
-    assert!(
-        metric(
-            &s,
-            "quill_tls_handshake_failures_total",
-            &[("reason", "overload")]
-        ) >= 1.0,
-        "the third client was refused as overload ({how:?})"
-    );
-    // Once a slot is free, handshakes go through again.
-    drop(_a);
     std::thread::sleep(Duration::from_millis(200));
     let cfg = client_config(&p.ca, &[]);
     let mut tls = tls_connect(q.port, &cfg);
-    tls.write_all(b"x").unwrap();
-    let mut one = [0u8; 1];
-    tls.read_exact(&mut one).unwrap();
-    assert_eq!(&one, b"x");
+    tls_echo(&mut tls, b"x");
+    let (_, how) = wait_closed(&mut a, Duration::from_secs(5));
+    assert_eq!(
+        metric(
+            &s,
+            "quill_tls_handshake_failures_total",
+            &[("reason", "evicted")]
+        ),
+        1.0,
+        "the oldest silent client was evicted ({how:?})"
+    );
+}
+
+#[test]
+fn a_client_silent_past_the_first_byte_timeout_is_closed() {
+    let echo = echo();
+    let s = start(
+        &[echo.addr()],
+        false,
+        "handshake_first_byte_timeout = \"500ms\"\nhandshake_timeout = \"30s\"",
+    );
+    let q = &s.q;
+    let mut silent = connect_port(q.port);
+    let started = Instant::now();
+    let (_, how) = wait_closed(&mut silent, Duration::from_secs(10));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(5),
+        "closed after {took:?} ({how:?})"
+    );
+    // One that sent its first bytes has the whole handshake_timeout.
+    let mut slow = connect_port(q.port);
+    slow.write_all(&[22, 3, 1]).unwrap();
+    assert!(
+        still_open(&mut slow, Duration::from_millis(1500)),
+        "a client that spoke is not held to the first-byte timeout"
+    );
 }
 
 #[test]
@@ -992,4 +1013,108 @@ fn key_update_sent_with_the_finished_keeps_both_sides_in_step() {
     }
     drop(started);
     t.join().unwrap();
+}
+
+/// A TCP connection to 127.0.0.1:`port` from `src` (another loopback address).
+fn connect_from(src: std::net::Ipv4Addr, port: u16) -> TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&SocketAddr::from((src, 0)).into()).unwrap();
+    sock.connect(&SocketAddr::from(([127, 0, 0, 1], port)).into())
+        .unwrap();
+    sock.into()
+}
+
+/// Half of a real ClientHello's bytes.
+fn half_a_client_hello(cfg: &Arc<rustls::ClientConfig>) -> Vec<u8> {
+    let mut conn =
+        rustls::ClientConnection::new(cfg.clone(), ServerName::try_from("localhost").unwrap())
+            .unwrap();
+    let mut hello = outgoing(&mut conn);
+    hello.truncate(hello.len() / 2);
+    hello
+}
+
+/// A full handshake and an echo round trip from 127.0.0.1: whether both succeeded.
+fn handshake_and_request(port: u16, cfg: &Arc<rustls::ClientConfig>) -> bool {
+    let sock = connect_port(port);
+    set_timeouts(&sock, Duration::from_secs(5));
+    let conn =
+        rustls::ClientConnection::new(cfg.clone(), ServerName::try_from("localhost").unwrap())
+            .unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let mut one = [0u8; 5];
+    tls.write_all(b"hello").is_ok() && tls.read_exact(&mut one).is_ok() && &one == b"hello"
+}
+
+/// E3: `held` connections from `sources` loopback addresses (127.0.0.2 and up), each silent or
+/// with half a ClientHello, then 10 clients from 127.0.0.1: how many completed a handshake and a
+/// request, and the evictions counted.
+fn starve(held: usize, sources: u8, half_hello: bool) -> (usize, f64) {
+    let echo = echo();
+    // Timeouts far longer than the test: only eviction can make room.
+    let s = start(
+        &[echo.addr()],
+        false,
+        "handshake_timeout = \"60s\"\nhandshake_first_byte_timeout = \"60s\"",
+    );
+    let (q, p) = (&s.q, &s.pki);
+    let cfg = client_config(&p.ca, &[]);
+    let hello = half_a_client_hello(&cfg);
+    let mut hold = Vec::with_capacity(held);
+    for i in 0..held {
+        let src = std::net::Ipv4Addr::new(127, 0, 0, 2 + (i % usize::from(sources)) as u8);
+        let mut c = connect_from(src, q.port);
+        if half_hello {
+            c.write_all(&hello).unwrap();
+        }
+        hold.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let served = (0..10)
+        .filter(|_| handshake_and_request(q.port, &cfg))
+        .count();
+    eprintln!(
+        "{held} held from {sources} addresses (half hello: {half_hello}): {served}/10 served"
+    );
+    let evicted = metric(
+        &s,
+        "quill_tls_handshake_failures_total",
+        &[("reason", "evicted")],
+    );
+    drop(hold);
+    (served, evicted)
+}
+
+#[test]
+fn held_silent_connections_cannot_starve_handshakes() {
+    // 3,000 silent connections from 100 addresses (30 each: under the per-address bound, so only
+    // the worker's eviction of the least active makes room).
+    let (served, evicted) = starve(3000, 100, false);
+    assert_eq!(
+        served, 10,
+        "clients served with 3,000 silent connections held"
+    );
+    assert!(evicted >= 1000.0, "evictions counted: {evicted}");
+}
+
+#[test]
+fn held_half_client_hellos_cannot_starve_handshakes() {
+    let (served, evicted) = starve(3000, 100, true);
+    assert_eq!(
+        served, 10,
+        "clients served with 3,000 half ClientHellos held"
+    );
+    assert!(evicted >= 1000.0, "evictions counted: {evicted}");
+}
+
+#[test]
+fn handshakes_held_from_few_addresses_are_bounded_per_address() {
+    // 3,000 from two addresses: each is held to its own bound (32), evicting its own oldest;
+    // the worker's bound is never reached.
+    let (served, evicted) = starve(3000, 2, true);
+    assert_eq!(
+        served, 10,
+        "clients served with 3,000 held from two addresses"
+    );
+    assert!(evicted >= 2900.0, "evictions counted: {evicted}");
 }

@@ -839,6 +839,14 @@ impl TlsStream {
         }
     }
 
+    /// Whether the client sent anything yet (server side, during the handshake).
+    pub(crate) fn handshake_heard(&self) -> bool {
+        match &*self.conn.borrow() {
+            Conn::Client(_) => true,
+            Conn::Server(s) => s.hello_seen || s.in_used > 0 || !s.is_handshaking(),
+        }
+    }
+
     /// The server name the client asked for (server side), in lower case.
     pub(crate) fn server_name(&self) -> Option<&str> {
         self.sni.get().map(|s| &**s)
