@@ -433,25 +433,20 @@ impl Server {
         self.fed = self.fed.saturating_sub(discard);
     }
 
-    /// Lets rustls see the next whole record of `inb` (or, when the next record's header says it
-    /// can never fit, what there is of it, for rustls to refuse): whether there was one.
+    /// Lets rustls see the next record of `inb` (`fed` moves to its end, which may be past the
+    /// bytes read so far: rustls sees what there is of it, and judges its header at once):
+    /// whether there was one.
     fn feed(&mut self) -> bool {
-        let rest = &self.inb[self.fed.min(self.in_used)..self.in_used];
-        let Some(&[_, _, _, a, b]) = rest.get(..5) else {
+        if self.fed >= self.in_used {
+            return false;
+        }
+        let Some(&[_, _, _, a, b]) = self.inb.get(self.fed..self.fed + 5) else {
             return false;
         };
-        let len = 5 + usize::from(u16::from_be_bytes([a, b]));
-        if len > 5 + records::MAX_PLAIN + 2048 {
-            if self.fed == self.in_used {
-                return false;
-            }
-            self.fed = self.in_used;
-            return true;
-        }
-        if rest.len() < len {
+        if self.fed + 5 > self.in_used {
             return false;
         }
-        self.fed += len;
+        self.fed += 5 + usize::from(u16::from_be_bytes([a, b]));
         true
     }
 
