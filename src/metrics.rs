@@ -226,11 +226,14 @@ pub(crate) enum TlsFailure {
     Protocol,
     /// Over `max_handshakes` in progress on the worker: closed at accept.
     Overload,
+    /// The least recently active handshake, closed to make room for a new client (over
+    /// `max_handshakes` or `max_handshakes_per_source`).
+    Evicted,
     Other,
 }
 
 impl TlsFailure {
-    pub(crate) const ALL: [TlsFailure; 9] = [
+    pub(crate) const ALL: [TlsFailure; 10] = [
         TlsFailure::Timeout,
         TlsFailure::Closed,
         TlsFailure::Incompatible,
@@ -239,6 +242,7 @@ impl TlsFailure {
         TlsFailure::Alert,
         TlsFailure::Protocol,
         TlsFailure::Overload,
+        TlsFailure::Evicted,
         TlsFailure::Other,
     ];
 
@@ -252,6 +256,7 @@ impl TlsFailure {
             TlsFailure::Alert => "alert",
             TlsFailure::Protocol => "protocol",
             TlsFailure::Overload => "overload",
+            TlsFailure::Evicted => "evicted",
             TlsFailure::Other => "other",
         }
     }

@@ -203,7 +203,7 @@ fn tls_check_lists_certificates_and_settings() {
         format!("  certificate {dir}/sni/other.example.crt, key {dir}/sni/other.example.key: other.example, expires "),
         format!("  certificates by server name from {dir}/sni\n"),
         format!("  TLS: ALPN http/1.1; client certificates required (CAs {dir}/ca.pem); session tickets off\n"),
-        "  TLS: handshake timeout 4s, at most 64 handshakes in progress per worker\n".into(),
+        "  TLS: handshake timeout 4s (first byte within 3s), at most 64 handshakes in progress per worker (32 per client address)\n".into(),
         format!("  TLS to servers: certificates verified against {dir}/ca.pem; SNI backend.example\n"),
     ] {
         assert!(out.contains(&want), "missing {want:?} in:\n{out}");

@@ -369,3 +369,46 @@ fn underscore_identity_headers_never_reach_the_server_over_mtls() {
         vec!["CN=alice,O=Quill tests"]
     );
 }
+
+#[test]
+fn request_and_close_notify_right_after_finished_are_answered() {
+    // S1 on an HTTP listener: `printf 'GET ...' | gnutls-cli` sends the request and then
+    // close_notify as soon as the handshake is done, often in the same read as its Finished.
+    let backend = Backend::fixed(5);
+    let ca = Ca::new("Site CA");
+    let server = ca.server("site", &["site.test"], KeyAlg::EcdsaP256);
+    let q = start(&backend, |dir| {
+        let (c, k) = server.write(dir, "site");
+        format!("cert = \"{}\"\nkey = \"{}\"", toml_path(&c), toml_path(&k))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = write(dir.path(), "ca.pem", &ca.cert_pem);
+    let mut answered = 0;
+    for _ in 0..5 {
+        let mut child = Command::new("gnutls-cli")
+            .arg("--x509cafile")
+            .arg(&ca_file)
+            .args([
+                "--sni-hostname",
+                "site.test",
+                "--verify-hostname",
+                "site.test",
+            ])
+            .args(["-p", &q.addr().port().to_string(), "127.0.0.1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("gnutls-cli");
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"GET / HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        drop(stdin);
+        let out = wait_child(child, Duration::from_secs(10));
+        if String::from_utf8_lossy(&out.stdout).contains("HTTP/1.1 200") {
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, 5, "gnutls-cli answered");
+}

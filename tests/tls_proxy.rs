@@ -339,33 +339,54 @@ fn tls_handshake_timeout_closes_a_silent_client() {
 }
 
 #[test]
-fn tls_handshakes_in_progress_are_bounded_per_worker() {
+fn tls_handshakes_in_progress_are_bounded_per_worker_by_evicting_the_least_active() {
     let echo = echo();
     let s = start(&[echo.addr()], false, "max_handshakes = 2");
     let (q, p) = (&s.q, &s.pki);
-    // Two silent clients hold the two slots; a third is closed at once.
-    let _a = connect_port(q.port);
+    // Two silent clients hold the two slots; a third (which speaks) makes the oldest go.
+    let mut a = connect_port(q.port);
+    std::thread::sleep(Duration::from_millis(100));
     let _b = connect_port(q.port);
-    std::thread::sleep(Duration::from_millis(200));
-    let mut c = connect_port(q.port);
-    let (_, how) = wait_closed(&mut c, Duration::from_secs(5));
-    assert!(
-        metric(
-            &s,
-            "quill_tls_handshake_failures_total",
-            &[("reason", "overload")]
-        ) >= 1.0,
-        "the third client was refused as overload ({how:?})"
-    );
-    // Once a slot is free, handshakes go through again.
-    drop(_a);
     std::thread::sleep(Duration::from_millis(200));
     let cfg = client_config(&p.ca, &[]);
     let mut tls = tls_connect(q.port, &cfg);
-    tls.write_all(b"x").unwrap();
-    let mut one = [0u8; 1];
-    tls.read_exact(&mut one).unwrap();
-    assert_eq!(&one, b"x");
+    tls_echo(&mut tls, b"x");
+    let (_, how) = wait_closed(&mut a, Duration::from_secs(5));
+    assert_eq!(
+        metric(
+            &s,
+            "quill_tls_handshake_failures_total",
+            &[("reason", "evicted")]
+        ),
+        1.0,
+        "the oldest silent client was evicted ({how:?})"
+    );
+}
+
+#[test]
+fn a_client_silent_past_the_first_byte_timeout_is_closed() {
+    let echo = echo();
+    let s = start(
+        &[echo.addr()],
+        false,
+        "handshake_first_byte_timeout = \"500ms\"\nhandshake_timeout = \"30s\"",
+    );
+    let q = &s.q;
+    let mut silent = connect_port(q.port);
+    let started = Instant::now();
+    let (_, how) = wait_closed(&mut silent, Duration::from_secs(10));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(5),
+        "closed after {took:?} ({how:?})"
+    );
+    // One that sent its first bytes has the whole handshake_timeout.
+    let mut slow = connect_port(q.port);
+    slow.write_all(&[22, 3, 1]).unwrap();
+    assert!(
+        still_open(&mut slow, Duration::from_millis(1500)),
+        "a client that spoke is not held to the first-byte timeout"
+    );
 }
 
 #[test]
@@ -662,4 +683,438 @@ fn tls_bad_record_after_the_handshake_is_refused_with_an_alert() {
         let mut again = tls_connect(q.port, &cfg);
         tls_echo(&mut again, b"next client\n");
     }
+}
+
+/// A client whose handshake is done on its side but whose Finished is not sent yet (it waits in
+/// the connection's outgoing records): what comes next leaves in the same write as the Finished.
+fn handshake_but_hold_finished(
+    port: u16,
+    cfg: &Arc<rustls::ClientConfig>,
+) -> (rustls::ClientConnection, TcpStream) {
+    let mut sock = connect_port(port);
+    set_timeouts(&sock, IO_TIMEOUT);
+    let mut conn =
+        rustls::ClientConnection::new(cfg.clone(), ServerName::try_from("localhost").unwrap())
+            .unwrap();
+    for _ in 0..64 {
+        if !conn.is_handshaking() {
+            return (conn, sock);
+        }
+        while conn.wants_write() {
+            conn.write_tls(&mut sock).unwrap();
+        }
+        if conn.read_tls(&mut sock).unwrap() == 0 {
+            panic!("closed during the handshake");
+        }
+        conn.process_new_packets().unwrap();
+    }
+    panic!("no handshake");
+}
+
+/// Everything the connection has to send, as bytes (for one write).
+fn outgoing(conn: &mut rustls::ClientConnection) -> Vec<u8> {
+    let mut wire = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut wire).unwrap();
+    }
+    wire
+}
+
+#[test]
+fn request_and_close_notify_right_after_finished_are_answered() {
+    // S1: data and close_notify in the same write as the client's Finished (what
+    // `printf ... | gnutls-cli` does) were lost: Quill took the close_notify for a client that
+    // left during its handshake.
+    let s = {
+        let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = backend.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            for _ in 0..3 {
+                let (mut s, _) = backend.accept().unwrap();
+                set_timeouts(&s, IO_TIMEOUT);
+                let mut all = Vec::new();
+                s.read_to_end(&mut all).unwrap();
+                s.write_all(b"answer to ").unwrap();
+                s.write_all(&all).unwrap();
+                got.push(all);
+            }
+            got
+        });
+        (start(&[addr], false, ""), t)
+    };
+    let (started, backend) = s;
+    let (q, p) = (&started.q, &started.pki);
+    for v13 in [true, false] {
+        let cfg = client_config_version(&p.ca, v13);
+        let (mut conn, mut sock) = handshake_but_hold_finished(q.port, &cfg);
+        conn.writer().write_all(b"request").unwrap();
+        conn.send_close_notify();
+        let wire = outgoing(&mut conn);
+        sock.write_all(&wire).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, sock);
+        let mut back = Vec::new();
+        tls.read_to_end(&mut back)
+            .unwrap_or_else(|e| panic!("TLS 1.{}: {e}", if v13 { 3 } else { 2 }));
+        assert_eq!(back, b"answer to request", "v13 {v13}");
+    }
+    // gnutls-cli with the request on its stdin: at the end of input it sends close_notify and
+    // keeps reading.
+    let out = gnutls_pipe(q.port, &p.ca, b"request\n");
+    assert!(
+        out.contains("answer to request"),
+        "gnutls-cli got the answer: {out}"
+    );
+    let got = backend.join().unwrap();
+    assert_eq!(got.len(), 3);
+}
+
+/// `printf DATA | gnutls-cli` to 127.0.0.1:PORT trusting `ca`: its stdout and stderr.
+fn gnutls_pipe(port: u16, ca: &Path, data: &[u8]) -> String {
+    let mut child = std::process::Command::new("gnutls-cli")
+        .arg("--x509cafile")
+        .arg(ca)
+        .args([
+            "--sni-hostname",
+            "localhost",
+            "--verify-hostname",
+            "localhost",
+        ])
+        .args(["-p", &port.to_string(), "127.0.0.1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("gnutls-cli");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(data).unwrap();
+    drop(stdin);
+    let out = wait_child(child, Duration::from_secs(10));
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn key_iv(
+    suite: rustls::SupportedCipherSuite,
+    secrets: rustls::ConnectionTrafficSecrets,
+) -> (
+    &'static dyn rustls::crypto::cipher::Tls13AeadAlgorithm,
+    rustls::crypto::cipher::AeadKey,
+    rustls::crypto::cipher::Iv,
+) {
+    let rustls::SupportedCipherSuite::Tls13(s) = suite else {
+        panic!("TLS 1.3 only")
+    };
+    match secrets {
+        rustls::ConnectionTrafficSecrets::Aes128Gcm { key, iv }
+        | rustls::ConnectionTrafficSecrets::Aes256Gcm { key, iv }
+        | rustls::ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => (s.aead_alg, key, iv),
+        _ => panic!("suite"),
+    }
+}
+
+/// Seals TLS 1.3 records under a traffic secret rustls handed out.
+struct Sealer(Box<dyn rustls::crypto::cipher::MessageEncrypter>, u64);
+
+impl Sealer {
+    fn new(
+        suite: rustls::SupportedCipherSuite,
+        (seq, s): (u64, rustls::ConnectionTrafficSecrets),
+    ) -> Sealer {
+        let (alg, key, iv) = key_iv(suite, s);
+        Sealer(alg.encrypter(key, iv), seq)
+    }
+
+    fn seal(&mut self, typ: rustls::ContentType, payload: &[u8]) -> Vec<u8> {
+        let chunks: &[&[u8]] = &[payload];
+        let msg = rustls::crypto::cipher::OutboundPlainMessage {
+            typ,
+            version: rustls::ProtocolVersion::TLSv1_2,
+            payload: rustls::crypto::cipher::OutboundChunks::new(chunks),
+        };
+        let out = self.0.encrypt(msg, self.1).unwrap().encode();
+        self.1 += 1;
+        out
+    }
+}
+
+/// Opens TLS 1.3 records under a traffic secret rustls handed out.
+struct Opener(Box<dyn rustls::crypto::cipher::MessageDecrypter>, u64);
+
+impl Opener {
+    fn new(
+        suite: rustls::SupportedCipherSuite,
+        (seq, s): (u64, rustls::ConnectionTrafficSecrets),
+    ) -> Opener {
+        let (alg, key, iv) = key_iv(suite, s);
+        Opener(alg.decrypter(key, iv), seq)
+    }
+
+    /// The next record from `sock` (`pending` holds bytes read past it): its inner type and
+    /// plaintext, or the error opening it.
+    fn next(
+        &mut self,
+        sock: &mut TcpStream,
+        pending: &mut Vec<u8>,
+    ) -> Result<(rustls::ContentType, Vec<u8>), rustls::Error> {
+        let deadline = Instant::now() + IO_TIMEOUT;
+        loop {
+            if pending.len() >= 5 {
+                let len = 5 + usize::from(u16::from_be_bytes([pending[3], pending[4]]));
+                if pending.len() >= len {
+                    let mut record: Vec<u8> = pending.drain(..len).collect();
+                    let typ = rustls::ContentType::from(record[0]);
+                    let msg = rustls::crypto::cipher::InboundOpaqueMessage::new(
+                        typ,
+                        rustls::ProtocolVersion::TLSv1_2,
+                        &mut record[5..],
+                    );
+                    let plain = self.0.decrypt(msg, self.1)?;
+                    self.1 += 1;
+                    return Ok((plain.typ, plain.payload.to_vec()));
+                }
+            }
+            assert!(Instant::now() < deadline, "no whole record came");
+            let mut buf = [0u8; 4096];
+            let n = sock.read(&mut buf).expect("read a record");
+            assert!(n > 0, "closed before a whole record came");
+            pending.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// [`handshake_but_hold_finished`] on rustls' unbuffered client (whose kernel API gives the next
+/// traffic secrets of a key update): the connection, its socket and the Finished's bytes.
+fn unbuffered_handshake_but_hold_finished(
+    port: u16,
+    cfg: &Arc<rustls::ClientConfig>,
+) -> (
+    rustls::client::UnbufferedClientConnection,
+    TcpStream,
+    Vec<u8>,
+) {
+    use rustls::unbuffered::ConnectionState;
+    let mut sock = connect_port(port);
+    set_timeouts(&sock, IO_TIMEOUT);
+    let mut conn = rustls::client::UnbufferedClientConnection::new(
+        cfg.clone(),
+        ServerName::try_from("localhost").unwrap(),
+    )
+    .unwrap();
+    let mut inb: Vec<u8> = Vec::new();
+    let mut out: Vec<u8> = Vec::new();
+    for _ in 0..256 {
+        let st = conn.process_tls_records(&mut inb);
+        let discard = st.discard;
+        let mut read = false;
+        let mut done = false;
+        match st.state.expect("client handshake") {
+            ConnectionState::EncodeTlsData(mut e) => {
+                let mut buf = vec![0u8; 64 * 1024];
+                let n = e.encode(&mut buf).unwrap();
+                out.extend_from_slice(&buf[..n]);
+            }
+            ConnectionState::TransmitTlsData(mut t) => {
+                // The Finished (the last flight) is held; the ClientHello goes now.
+                let last = t.may_encrypt_app_data().is_some();
+                t.done();
+                if !last {
+                    sock.write_all(&out).unwrap();
+                    out.clear();
+                }
+            }
+            ConnectionState::WriteTraffic(_) => done = true,
+            _ => read = true,
+        }
+        inb.drain(..discard);
+        if done {
+            assert!(inb.is_empty(), "records past the server's Finished");
+            return (conn, sock, out);
+        }
+        if read {
+            let mut buf = [0u8; 16 * 1024];
+            let n = sock.read(&mut buf).unwrap();
+            assert!(n > 0, "closed during the handshake");
+            inb.extend_from_slice(&buf[..n]);
+        }
+    }
+    panic!("no handshake");
+}
+
+#[test]
+fn key_update_sent_with_the_finished_keeps_both_sides_in_step() {
+    // E8: Finished and KeyUpdate(update_requested) in one write. rustls answered the KeyUpdate
+    // inside the handshake and Quill dropped the answer: its next records were under keys the
+    // client never learnt.
+    let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = backend.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        for _ in 0..2 {
+            let (mut s, _) = backend.accept().unwrap();
+            set_timeouts(&s, IO_TIMEOUT);
+            // A greeting first, so Quill has something to send under its keys at once.
+            s.write_all(b"hello\n").unwrap();
+            let mut buf = [0u8; 256];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 || s.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let started = start(&[addr], false, "");
+    let (q, p) = (&started.q, &started.pki);
+    let mut cfg = (*client_config_version(&p.ca, true)).clone();
+    cfg.enable_secret_extraction = true;
+    let cfg = Arc::new(cfg);
+    for round in 0..2 {
+        let (conn, mut sock, mut wire) = unbuffered_handshake_but_hold_finished(q.port, &cfg);
+        let suite = conn.negotiated_cipher_suite().unwrap();
+        let (secrets, mut kernel) = conn.dangerous_into_kernel_connection().unwrap();
+        let mut tx = Sealer::new(suite, secrets.tx);
+        let mut rx = Opener::new(suite, secrets.rx);
+        wire.extend(tx.seal(rustls::ContentType::Handshake, &[24, 0, 0, 1, 1]));
+        tx = Sealer::new(suite, kernel.update_tx_secret().unwrap());
+        sock.write_all(&wire).unwrap();
+        // Quill's records: session tickets, then its KeyUpdate under its old keys, then the
+        // greeting under its new ones.
+        let mut pending = Vec::new();
+        let mut updated = false;
+        for _ in 0..16 {
+            let (typ, body) = rx.next(&mut sock, &mut pending).unwrap_or_else(|e| {
+                panic!("round {round}: a record Quill sent could not be opened ({e}): its KeyUpdate was lost")
+            });
+            match (typ, body.first()) {
+                (rustls::ContentType::Handshake, Some(4)) => {}
+                (rustls::ContentType::Handshake, Some(24)) => {
+                    assert_eq!(body, [24, 0, 0, 1, 0], "Quill's KeyUpdate asks for none");
+                    rx = Opener::new(suite, kernel.update_rx_secret().unwrap());
+                    updated = true;
+                }
+                (rustls::ContentType::ApplicationData, _) => {
+                    assert!(updated, "round {round}: data came before Quill's KeyUpdate");
+                    assert_eq!(body, b"hello\n");
+                    break;
+                }
+                other => panic!("round {round}: unexpected record {other:?}"),
+            }
+        }
+        // Both sides on their new keys: an echo round trip.
+        sock.write_all(&tx.seal(rustls::ContentType::ApplicationData, b"ping"))
+            .unwrap();
+        let (typ, body) = rx.next(&mut sock, &mut pending).unwrap();
+        assert_eq!(
+            (typ, &body[..]),
+            (rustls::ContentType::ApplicationData, &b"ping"[..])
+        );
+    }
+    drop(started);
+    t.join().unwrap();
+}
+
+/// A TCP connection to 127.0.0.1:`port` from `src` (another loopback address).
+fn connect_from(src: std::net::Ipv4Addr, port: u16) -> TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&SocketAddr::from((src, 0)).into()).unwrap();
+    sock.connect(&SocketAddr::from(([127, 0, 0, 1], port)).into())
+        .unwrap();
+    sock.into()
+}
+
+/// Half of a real ClientHello's bytes.
+fn half_a_client_hello(cfg: &Arc<rustls::ClientConfig>) -> Vec<u8> {
+    let mut conn =
+        rustls::ClientConnection::new(cfg.clone(), ServerName::try_from("localhost").unwrap())
+            .unwrap();
+    let mut hello = outgoing(&mut conn);
+    hello.truncate(hello.len() / 2);
+    hello
+}
+
+/// A full handshake and an echo round trip from 127.0.0.1: whether both succeeded.
+fn handshake_and_request(port: u16, cfg: &Arc<rustls::ClientConfig>) -> bool {
+    let sock = connect_port(port);
+    set_timeouts(&sock, Duration::from_secs(5));
+    let conn =
+        rustls::ClientConnection::new(cfg.clone(), ServerName::try_from("localhost").unwrap())
+            .unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let mut one = [0u8; 5];
+    tls.write_all(b"hello").is_ok() && tls.read_exact(&mut one).is_ok() && &one == b"hello"
+}
+
+/// E3: `held` connections from `sources` loopback addresses (127.0.0.2 and up), each silent or
+/// with half a ClientHello, then 10 clients from 127.0.0.1: how many completed a handshake and a
+/// request, and the evictions counted.
+fn starve(held: usize, sources: u8, half_hello: bool) -> (usize, f64) {
+    let echo = echo();
+    // Timeouts far longer than the test: only eviction can make room.
+    let s = start(
+        &[echo.addr()],
+        false,
+        "handshake_timeout = \"60s\"\nhandshake_first_byte_timeout = \"60s\"",
+    );
+    let (q, p) = (&s.q, &s.pki);
+    let cfg = client_config(&p.ca, &[]);
+    let hello = half_a_client_hello(&cfg);
+    let mut hold = Vec::with_capacity(held);
+    for i in 0..held {
+        let src = std::net::Ipv4Addr::new(127, 0, 0, 2 + (i % usize::from(sources)) as u8);
+        let mut c = connect_from(src, q.port);
+        if half_hello {
+            c.write_all(&hello).unwrap();
+        }
+        hold.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let served = (0..10)
+        .filter(|_| handshake_and_request(q.port, &cfg))
+        .count();
+    eprintln!(
+        "{held} held from {sources} addresses (half hello: {half_hello}): {served}/10 served"
+    );
+    let evicted = metric(
+        &s,
+        "quill_tls_handshake_failures_total",
+        &[("reason", "evicted")],
+    );
+    drop(hold);
+    (served, evicted)
+}
+
+#[test]
+fn held_silent_connections_cannot_starve_handshakes() {
+    // 3,000 silent connections from 100 addresses (30 each: under the per-address bound, so only
+    // the worker's eviction of the least active makes room).
+    let (served, evicted) = starve(3000, 100, false);
+    assert_eq!(
+        served, 10,
+        "clients served with 3,000 silent connections held"
+    );
+    assert!(evicted >= 1000.0, "evictions counted: {evicted}");
+}
+
+#[test]
+fn held_half_client_hellos_cannot_starve_handshakes() {
+    let (served, evicted) = starve(3000, 100, true);
+    assert_eq!(
+        served, 10,
+        "clients served with 3,000 half ClientHellos held"
+    );
+    assert!(evicted >= 1000.0, "evictions counted: {evicted}");
+}
+
+#[test]
+fn handshakes_held_from_few_addresses_are_bounded_per_address() {
+    // 3,000 from two addresses: each is held to its own bound (32), evicting its own oldest;
+    // the worker's bound is never reached.
+    let (served, evicted) = starve(3000, 2, true);
+    assert_eq!(
+        served, 10,
+        "clients served with 3,000 held from two addresses"
+    );
+    assert!(evicted >= 2900.0, "evictions counted: {evicted}");
 }

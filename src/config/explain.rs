@@ -293,9 +293,11 @@ fn explain_tls(t: &TlsSettings, http: bool, out: &mut String) {
         }
     );
     *out += &format!(
-        "  TLS: handshake timeout {}, at most {} handshakes in progress per worker\n",
+        "  TLS: handshake timeout {} (first byte within {}), at most {} handshakes in progress per worker ({} per client address)\n",
         format_duration(t.handshake_timeout),
-        t.max_handshakes
+        format_duration(t.handshake_first_byte_timeout),
+        t.max_handshakes,
+        t.max_handshakes_per_source
     );
 }
 

@@ -1225,6 +1225,16 @@ fn check_tls_bounds(t: &crate::tls::TlsSettings) -> Result<(), String> {
     if t.handshake_timeout.is_zero() || t.handshake_timeout > MAX_HANDSHAKE_TIMEOUT {
         return Err("handshake_timeout: must be more than 0 and at most 5m".into());
     }
+    let first = t.handshake_first_byte_timeout;
+    if first.is_zero() || first > MAX_HANDSHAKE_TIMEOUT {
+        return Err("handshake_first_byte_timeout: must be more than 0 and at most 5m".into());
+    }
+    if !(1..=MAX_HANDSHAKES).contains(&t.max_handshakes_per_source) {
+        return Err(format!(
+            "max_handshakes_per_source: {} is out of range (1 to {MAX_HANDSHAKES})",
+            t.max_handshakes_per_source
+        ));
+    }
     if !(1..=MAX_HANDSHAKES).contains(&t.max_handshakes) {
         return Err(format!(
             "max_handshakes: {} is out of range (1 to {MAX_HANDSHAKES})",

@@ -141,8 +141,10 @@ pub(crate) struct TlsStream {
 
 /// The side of a TLS connection. The server side is held inline (the `TlsStream` is boxed already:
 /// one allocation per accepted client; its handshaking rustls connection is boxed, its traffic
-/// state small); the rarer client side is boxed.
+/// state small); the rarer client side is boxed. Boxing the server side too would cost every
+/// accepted client a second allocation, hence the allowed size difference.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 enum Conn {
     Client(Box<ClientConnection>),
     Server(Server),
@@ -289,6 +291,12 @@ struct Server {
     /// Records read from the socket, not yet processed: `inb[..in_used]`.
     inb: Box<[u8]>,
     in_used: usize,
+    /// While handshaking, the bytes of `inb` rustls may see: whole records, given one at a time
+    /// as it asks for more, so that it never sees a record past the client's Finished. Those
+    /// (application data, a KeyUpdate, close_notify, sent in the same write as the Finished) are
+    /// the traffic state's to read: rustls' connection would take them in and keep (or drop)
+    /// what they brought when it is turned into the traffic state.
+    fed: usize,
     /// Records made, not yet taken by the socket (the backlog).
     out: Span,
     /// Plaintext decrypted but not yet read (a record larger than the reader's room, or records
@@ -358,6 +366,7 @@ impl Server {
             subject: None,
             inb: Box::default(),
             in_used: 0,
+            fed: 0,
             out: Span::default(),
             plain: Span::default(),
             peer_closed: false,
@@ -423,6 +432,24 @@ impl Server {
         let discard = discard.min(self.in_used);
         self.inb.copy_within(discard..self.in_used, 0);
         self.in_used -= discard;
+        self.fed = self.fed.saturating_sub(discard);
+    }
+
+    /// Lets rustls see the next record of `inb` (`fed` moves to its end, which may be past the
+    /// bytes read so far: rustls sees what there is of it, and judges its header at once):
+    /// whether there was one.
+    fn feed(&mut self) -> bool {
+        if self.fed >= self.in_used {
+            return false;
+        }
+        let Some(&[_, _, _, a, b]) = self.inb.get(self.fed..self.fed + 5) else {
+            return false;
+        };
+        if self.fed + 5 > self.in_used {
+            return false;
+        }
+        self.fed += 5 + usize::from(u16::from_be_bytes([a, b]));
+        true
     }
 
     /// Runs rustls' states over what `inb` holds until `goal` is met or rustls needs more input.
@@ -438,7 +465,7 @@ impl Server {
             let State::Handshaking(conn) = &mut self.state else {
                 return self.traffic_pass(sock, goal);
             };
-            let status = conn.process_tls_records(&mut self.inb[..self.in_used]);
+            let status = conn.process_tls_records(&mut self.inb[..self.fed.min(self.in_used)]);
             let mut discard = status.discard;
             let mut outcome = None;
             let mut failed = None;
@@ -510,7 +537,12 @@ impl Server {
                         self.out.start = self.out.end;
                     }
                 }
-                Ok(ConnectionState::BlockedHandshake) => outcome = Some(Pass::NeedInput),
+                Ok(ConnectionState::BlockedHandshake) => {
+                    // rustls took every record it was given: the next one, if whole.
+                    if !self.feed() {
+                        outcome = Some(Pass::NeedInput);
+                    }
+                }
                 Ok(ConnectionState::PeerClosed) => self.peer_closed = true,
                 Ok(ConnectionState::Closed) => {
                     self.peer_closed = true;
@@ -633,15 +665,13 @@ impl Server {
         if !self.traffic_ready || conn.is_handshaking() {
             return Err(rustls::Error::HandshakeNotComplete);
         }
-        // rustls processes every whole record before it reports WriteTraffic: a whole record
-        // still here is one it took but did not discard, a handshake message being joined
-        // across records, which the traffic state refuses.
-        if let Some(&[_, _, _, a, b]) = self.inb.get(..5) {
-            if self.in_used >= 5 + usize::from(u16::from_be_bytes([a, b])) {
-                return Err(rustls::Error::General(
-                    "a handshake message split across records after the handshake".into(),
-                ));
-            }
+        // rustls was given records one at a time and discards each it took: bytes it was given
+        // and kept are a handshake message being joined across records after the handshake,
+        // which the traffic state refuses.
+        if self.fed > 0 {
+            return Err(rustls::Error::General(
+                "a handshake message split across records after the handshake".into(),
+            ));
         }
         self.resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
         self.subject = conn
@@ -803,6 +833,14 @@ impl TlsStream {
                 .and_then(|c| crate::tls::certs::subject_of(c))
                 .map(String::into_boxed_str),
             Conn::Server(s) => s.subject.take(),
+        }
+    }
+
+    /// Whether the client sent anything yet (server side, during the handshake).
+    pub(crate) fn handshake_heard(&self) -> bool {
+        match &*self.conn.borrow() {
+            Conn::Client(_) => true,
+            Conn::Server(s) => s.hello_seen || s.in_used > 0 || !s.is_handshaking(),
         }
     }
 

@@ -4,14 +4,22 @@
 //! (`Session::Handshake` replaces itself). No server is picked or connected before the handshake
 //! is over: a client that never finishes costs no server connection.
 //!
-//! Each worker bounds its handshakes in progress (`max_handshakes`): a client over it is closed at
-//! accept and counted as an `overload` failure.
+//! Each worker bounds its handshakes in progress (`max_handshakes`), and those from one client
+//! address (`max_handshakes_per_source`). A client over either bound is not refused: the least
+//! recently active handshake (of the worker, or of that address) is closed to make room, counted
+//! as an `evicted` failure. A handshake's activity is the last time its client sent bytes, so
+//! connections held silent, or stalled halfway through a ClientHello, are the ones that go, and a
+//! client that keeps its handshake moving (a real one takes a round trip or two) is not. A client
+//! that sends nothing within `handshake_first_byte_timeout` is closed sooner than
+//! `handshake_timeout`.
 
-use std::cell::Cell;
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use mio::event::Event;
-use mio::Interest;
+use mio::{Interest, Token};
 
 use super::{Closing, Ctx, Side, Step};
 use crate::backend::Pool;
@@ -23,28 +31,118 @@ use crate::state::shared::{Listener, SessionInfo};
 
 thread_local! {
     /// Handshakes in progress on this worker.
-    static IN_PROGRESS: Cell<u32> = const { Cell::new(0) };
+    static IN_PROGRESS: RefCell<InProgress> = RefCell::new(InProgress::default());
+}
+
+/// The worker's handshakes in progress: how many, and, for those started (their session's
+/// token known), when each was last active, by age and by client address.
+#[derive(Default)]
+struct InProgress {
+    count: u32,
+    /// (last active, token) of every started handshake, least recently active first.
+    by_age: BTreeSet<(u64, usize)>,
+    /// Each started handshake's last activity and address.
+    entries: HashMap<usize, (u64, Option<IpAddr>)>,
+    /// Per address: (last active, token) of its started handshakes.
+    by_source: HashMap<IpAddr, BTreeSet<(u64, usize)>>,
+}
+
+impl InProgress {
+    fn insert(&mut self, token: usize, at: u64, ip: Option<IpAddr>) {
+        self.entries.insert(token, (at, ip));
+        self.by_age.insert((at, token));
+        if let Some(ip) = ip {
+            self.by_source.entry(ip).or_default().insert((at, token));
+        }
+    }
+
+    fn remove(&mut self, token: usize) -> Option<(u64, Option<IpAddr>)> {
+        let (at, ip) = self.entries.remove(&token)?;
+        self.by_age.remove(&(at, token));
+        if let Some(ip) = ip {
+            if let Some(set) = self.by_source.get_mut(&ip) {
+                set.remove(&(at, token));
+                if set.is_empty() {
+                    self.by_source.remove(&ip);
+                }
+            }
+        }
+        Some((at, ip))
+    }
+}
+
+/// The handshake to close before a new client from `ip` starts one, when the worker (`max`) or
+/// that address (`per_source`) is at its bound: that address's least recently active one, else
+/// the worker's. The caller closes it (its slot then leaves the table) and asks again; a token
+/// it cannot close must be [`forget`]ten.
+pub(crate) fn to_evict(max: u32, per_source: u32, ip: Option<IpAddr>) -> Option<Token> {
+    IN_PROGRESS.with_borrow(|p| {
+        if let Some(set) = ip.and_then(|ip| p.by_source.get(&ip)) {
+            if set.len() >= per_source as usize {
+                return set.first().map(|&(_, t)| Token(t));
+            }
+        }
+        if p.count >= max {
+            return p.by_age.first().map(|&(_, t)| Token(t));
+        }
+        None
+    })
+}
+
+/// Drops a handshake the worker no longer holds from the table.
+pub(crate) fn forget(token: Token) {
+    IN_PROGRESS.with_borrow_mut(|p| p.remove(token.0));
 }
 
 /// A slot among the worker's handshakes in progress, given back when dropped.
 #[derive(Debug)]
-struct Slot;
+struct Slot {
+    /// The session's client token, once started (registered in the table).
+    token: Option<usize>,
+}
 
 impl Slot {
     fn take(max: u32) -> Option<Slot> {
-        IN_PROGRESS.with(|n| {
-            if n.get() >= max {
+        IN_PROGRESS.with_borrow_mut(|p| {
+            if p.count >= max {
                 return None;
             }
-            n.set(n.get() + 1);
-            Some(Slot)
+            p.count += 1;
+            Some(Slot { token: None })
         })
+    }
+
+    /// The handshake started (as `token`) at `now`, from `ip`.
+    fn start(&mut self, token: Token, now: u64, ip: Option<IpAddr>) {
+        IN_PROGRESS.with_borrow_mut(|p| {
+            if let Some(old) = self.token.take() {
+                p.remove(old);
+            }
+            p.insert(token.0, now, ip);
+        });
+        self.token = Some(token.0);
+    }
+
+    /// The client sent bytes at `now`.
+    fn active(&self, now: u64) {
+        let Some(token) = self.token else { return };
+        IN_PROGRESS.with_borrow_mut(|p| {
+            if let Some((at, ip)) = p.remove(token) {
+                p.insert(token, now.max(at), ip);
+            }
+        });
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        IN_PROGRESS.with(|n| n.set(n.get().saturating_sub(1)));
+        let _ = IN_PROGRESS.try_with(|p| {
+            let mut p = p.borrow_mut();
+            p.count = p.count.saturating_sub(1);
+            if let Some(token) = self.token {
+                p.remove(token);
+            }
+        });
     }
 }
 
@@ -60,7 +158,9 @@ pub(crate) struct Handshaking {
     pool: Arc<Pool>,
     started_ms: u64,
     deadline: u64,
-    _slot: Slot,
+    /// Until the client's first byte: the time it must come by.
+    first_byte_by: Option<u64>,
+    slot: Slot,
 }
 
 /// What the handshake phase tells `Session`.
@@ -99,8 +199,8 @@ impl Handshaking {
         self.pool.http.is_some()
     }
 
-    /// A client just accepted on a TLS listener; None (closed, counted) when the worker has
-    /// `max_handshakes` in progress already.
+    /// A client just accepted on a TLS listener; Err (the caller closes and counts it) when the
+    /// worker has `max_handshakes` in progress still (see [`to_evict`]).
     pub(crate) fn new(
         listener: Arc<Listener>,
         pool: Arc<Pool>,
@@ -131,8 +231,9 @@ impl Handshaking {
             listener,
             started_ms: now,
             deadline: now.saturating_add(millis(tls.handshake_timeout)),
+            first_byte_by: Some(now.saturating_add(millis(tls.handshake_first_byte_timeout))),
             pool,
-            _slot: slot,
+            slot,
         })
     }
 
@@ -152,30 +253,45 @@ impl Handshaking {
             tracing::warn!("cannot register client socket: {e}");
             return Step::Close(End::Error);
         }
-        Step::Wait(self.deadline)
+        self.slot.start(cx.client_token, cx.now, self.addr.ip());
+        Step::Wait(self.wait_until())
+    }
+
+    /// The next deadline: the first byte's, then the handshake's.
+    fn wait_until(&self) -> u64 {
+        self.first_byte_by
+            .map_or(self.deadline, |by| by.min(self.deadline))
     }
 
     pub(crate) fn on_ready(&mut self, side: Side, ev: &Event, cx: &mut Ctx) -> Next {
         if side == Side::Client {
             self.ready.update(ev);
+            if ev.is_readable() {
+                self.slot.active(cx.now);
+            }
         }
         self.drive(cx)
     }
 
     pub(crate) fn on_deadline(&mut self, cx: &mut Ctx) -> Step {
-        if cx.now >= self.deadline {
+        let silent = self.first_byte_by.is_some_and(|by| cx.now >= by);
+        if cx.now >= self.deadline || silent {
             cx.counters.tls_failure(TlsFailure::Timeout);
             return Step::Close(End::TlsTimeout);
         }
-        Step::Wait(self.deadline)
+        Step::Wait(self.wait_until())
     }
 
     pub(crate) fn drive(&mut self, cx: &mut Ctx) -> Next {
         let Some(Stream::Tls(tls)) = &self.client else {
             return Next::Step(Step::Close(End::Error));
         };
-        match tls.handshake(&mut self.ready) {
-            Ok(Handshake::Pending) => Next::Step(Step::Wait(self.deadline)),
+        let r = tls.handshake(&mut self.ready);
+        if self.first_byte_by.is_some() && tls.handshake_heard() {
+            self.first_byte_by = None;
+        }
+        match r {
+            Ok(Handshake::Pending) => Next::Step(Step::Wait(self.wait_until())),
             Ok(Handshake::Done) => {
                 let kind = {
                     let (version, resumed) = tls.negotiated();
@@ -250,4 +366,9 @@ impl Handshaking {
 /// Counts a client refused because the worker has `max_handshakes` in progress.
 pub(crate) fn overloaded(cx: &crate::metrics::Counters) {
     cx.tls_failure(TlsFailure::Overload);
+}
+
+/// Counts a handshake closed to make room for a new client.
+pub(crate) fn evicted(cx: &crate::metrics::Counters) {
+    cx.tls_failure(TlsFailure::Evicted);
 }

@@ -690,6 +690,9 @@ impl Worker {
             _ => None,
         };
         let id = self.next_id();
+        if let Some(tls) = pool.tls.as_ref().filter(|_| !denied) {
+            self.make_room_for_handshake(tls, peer.ip(), now);
+        }
         let session = if pool.tls.is_some() && !denied {
             match Session::tls(listener.clone(), pool, id, stream, peer, now) {
                 Ok(s) => s,
@@ -712,6 +715,33 @@ impl Worker {
             Session::tcp(pool, id, stream, peer, denied, now)
         };
         self.install(session, source, now);
+    }
+
+    /// Closes the least recently active TLS handshakes (counted as evicted) while a new one from
+    /// `ip` would be over the worker's or that address's bound.
+    fn make_room_for_handshake(
+        &mut self,
+        tls: &crate::tls::ServerTls,
+        ip: Option<IpAddr>,
+        now: u64,
+    ) {
+        use crate::proxy::handshake;
+        for _ in 0..4 {
+            let max = (tls.max_handshakes, tls.max_handshakes_per_source);
+            let Some(victim) = handshake::to_evict(max.0, max.1, ip) else {
+                return;
+            };
+            let (idx, gen, _) = decode(victim);
+            let held = self
+                .slots
+                .get(idx)
+                .is_some_and(|s| s.gen == gen && s.session.is_some());
+            if held {
+                handshake::evicted(self.counters());
+                self.close(idx, End::TlsTimeout, now);
+            }
+            handshake::forget(victim);
+        }
     }
 
     /// Hands the resolver's answers to the sessions still waiting for them.

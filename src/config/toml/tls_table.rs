@@ -39,7 +39,9 @@ pub(super) struct RawTls {
     alpn: Key,
     strict_sni: Key,
     handshake_timeout: Key,
+    handshake_first_byte_timeout: Key,
     max_handshakes: Key,
+    max_handshakes_per_source: Key,
     client_ca: Key,
     client_ca_dir: Key,
     client_crl: Key,
@@ -382,7 +384,24 @@ impl RawTls {
             s.strict_sni = boolean(v, "strict_sni", at)?;
         }
         if let Some(v) = &self.handshake_timeout {
-            s.handshake_timeout = handshake_timeout(v, at)?;
+            s.handshake_timeout = handshake_timeout(v, "handshake_timeout", at)?;
+        }
+        if let Some(v) = &self.handshake_first_byte_timeout {
+            s.handshake_first_byte_timeout =
+                handshake_timeout(v, "handshake_first_byte_timeout", at)?;
+        }
+        if let Some(v) = &self.max_handshakes_per_source {
+            s.max_handshakes_per_source = match v.get_ref() {
+                toml::Value::Integer(n) if (1..=i64::from(MAX_HANDSHAKES)).contains(n) => *n as u32,
+                other => {
+                    return Err(fail(
+                        at,
+                        v,
+                        "max_handshakes_per_source",
+                        format!("{} is out of range (1 to {MAX_HANDSHAKES})", shown(other)),
+                    ))
+                }
+            };
         }
         if let Some(v) = &self.max_handshakes {
             s.max_handshakes = match v.get_ref() {
@@ -576,9 +595,13 @@ fn ciphers(v: &Spanned<toml::Value>, at: At) -> Result<Vec<String>, ConfigError>
     Ok(names)
 }
 
-/// `handshake_timeout`: seconds or a duration with a unit, more than 0 and at most 5 minutes.
-fn handshake_timeout(v: &Spanned<toml::Value>, at: At) -> Result<Duration, ConfigError> {
-    let name = "handshake_timeout";
+/// `handshake_timeout` (or `handshake_first_byte_timeout`, `name`): seconds or a duration with a
+/// unit, more than 0 and at most 5 minutes.
+fn handshake_timeout(
+    v: &Spanned<toml::Value>,
+    name: &'static str,
+    at: At,
+) -> Result<Duration, ConfigError> {
     let d = match v.get_ref() {
         toml::Value::Integer(n) => u64::try_from(*n)
             .map(Duration::from_secs)

@@ -9,11 +9,17 @@
 //!
 //! What rustls does per record, this does too: records over the version's size are refused with
 //! record_overflow, a record that fails to decrypt with bad_record_mac, plaintext over 16 KiB with
-//! record_overflow; close_notify ends the peer's plaintext; TLS 1.3: any other alert but
-//! user_canceled is fatal, a KeyUpdate gives new receive keys (and is answered when asked), any
-//! other handshake message is refused (and more than 32 KeyUpdates without application data
-//! between them, as rustls bounds them); TLS 1.2: a fatal-level alert is fatal, a warning ignored,
-//! any handshake message (renegotiation) refused; ChangeCipherSpec and unknown content types are
+//! record_overflow; more than 32 empty records in a row end the connection. Alerts: close_notify
+//! ends the peer's plaintext, an unknown level is an illegal_parameter, a fatal one ends the
+//! connection; warnings are bounded (4 in the connection's life), and TLS 1.3 allows only
+//! user_canceled as a warning (any other is a decode_error). Handshake messages are joined across
+//! records (RFC 8446 allows fragmenting them) but not interleaved with other records, and a message
+//! that changes keys must end its record. TLS 1.3: a KeyUpdate gives new receive keys (and is
+//! answered when asked; a `request_update` other than 0 or 1 is an illegal_parameter; more than
+//! 32 KeyUpdates without application data between them are refused, as rustls bounds them); any
+//! other handshake message is an unexpected_message. TLS 1.2: a ClientHello (renegotiation) is
+//! answered with a no_renegotiation warning, once (a second one ends the connection), any other
+//! handshake message is an unexpected_message; ChangeCipherSpec and unknown content types are
 //! refused with unexpected_message. Before the write sequence number reaches the suite's
 //! confidentiality limit, TLS 1.3 updates its sending keys, TLS 1.2 closes.
 
@@ -47,6 +53,15 @@ const KEY_UPDATE: u8 = 24;
 /// KeyUpdates the peer may send in a row without application data between them (rustls' own
 /// bound): past it the connection is refused, so a peer cannot keep us deriving keys for free.
 const KEY_UPDATES_IN_A_ROW: u8 = 32;
+/// TLS 1.2 ClientHello (a renegotiation attempt after the handshake).
+const CLIENT_HELLO: u8 = 1;
+/// Empty records the peer may send in a row (rustls' bound).
+const EMPTY_IN_A_ROW: u8 = 32;
+/// Warning alerts the peer may send in the connection's life (rustls' bound).
+const WARNINGS: u8 = 4;
+/// The largest handshake message joined after the handshake (rustls' own limit): only a TLS
+/// 1.2 ClientHello is that long, and its bytes are skipped, not kept.
+const MAX_HANDSHAKE_MESSAGE: u32 = 0xffff;
 
 /// What a record read brought.
 #[derive(Debug, PartialEq, Eq)]
@@ -76,6 +91,16 @@ pub(crate) struct Records {
     key_updates: u8,
     /// A fatal alert to send (once), after which nothing else is.
     owe_alert: Option<AlertDescription>,
+    /// A warning alert to send (no_renegotiation) before the next record.
+    owe_warning: Option<AlertDescription>,
+    /// The handshake message being joined across records.
+    joining: Joining,
+    /// Empty records since the last one that was not.
+    empty_in_a_row: u8,
+    /// Warning alerts received.
+    warnings: u8,
+    /// Renegotiation attempts received (TLS 1.2).
+    renegotiations: u8,
     /// The connection failed (a fatal alert was sent or received): nothing more is read or written.
     failed: bool,
     /// close_notify was sent: nothing more is written.
@@ -89,6 +114,25 @@ impl std::fmt::Debug for Records {
             .field("tx_seq", &self.tx_seq)
             .field("rx_seq", &self.rx_seq)
             .finish_non_exhaustive()
+    }
+}
+
+/// A handshake message being joined across records: its 4-byte header, then its body (only a
+/// KeyUpdate's one byte is kept; a refused ClientHello's are skipped).
+#[derive(Debug, Default)]
+struct Joining {
+    head: [u8; 4],
+    /// Header bytes held (0 when no message is being joined).
+    have: u8,
+    /// Body bytes still to come, once the header is whole.
+    left: u32,
+    /// The KeyUpdate's `request_update`, once it came.
+    request: Option<u8>,
+}
+
+impl Joining {
+    fn active(&self) -> bool {
+        self.have > 0
     }
 }
 
@@ -189,6 +233,11 @@ impl Records {
             owe_key_update: false,
             key_updates: 0,
             owe_alert: None,
+            owe_warning: None,
+            joining: Joining::default(),
+            empty_in_a_row: 0,
+            warnings: 0,
+            renegotiations: 0,
             failed: false,
             closed_tx: false,
         })
@@ -285,14 +334,34 @@ impl Records {
         let start = (plain.payload.as_ptr() as usize).saturating_sub(base);
         let range = start..start + plain.payload.len();
         let typ = plain.typ;
+        let payload = &buf[range.clone()];
+        if payload.is_empty() {
+            self.empty_in_a_row = self.empty_in_a_row.saturating_add(1);
+            if self.empty_in_a_row > EMPTY_IN_A_ROW {
+                // As rustls: the connection ends, no alert.
+                self.failed = true;
+                return Err(Error::General("too many empty TLS records in a row".into()));
+            }
+        } else {
+            self.empty_in_a_row = 0;
+        }
+        if self.joining.active() && typ != ContentType::Handshake {
+            // RFC 8446 5.1: no other record between the fragments of a handshake message.
+            return Err(self.fatal(
+                AlertDescription::UnexpectedMessage,
+                Error::General("a TLS record between a handshake message's fragments".into()),
+            ));
+        }
         let event = match typ {
             ContentType::ApplicationData => {
-                self.key_updates = 0;
+                if !payload.is_empty() {
+                    self.key_updates = 0;
+                }
                 Event::Data(range)
             }
             ContentType::Alert => {
-                let (level, desc) = match plain.payload {
-                    &[level, desc] => (level, AlertDescription::from(desc)),
+                let (level, desc) = match *payload {
+                    [level, desc] => (level, AlertDescription::from(desc)),
                     _ => {
                         return Err(self.fatal(
                             AlertDescription::DecodeError,
@@ -303,31 +372,13 @@ impl Records {
                 self.alert(level, desc)?
             }
             ContentType::Handshake => {
-                let p = plain.payload;
-                // One whole message: a message split across records, or several in one, is
-                // refused (a KeyUpdate must end its record).
-                let whole = match p {
-                    [_, a, b, c, body @ ..] => {
-                        usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c) == body.len()
-                    }
-                    _ => false,
-                };
-                let requested = match p {
-                    &[KEY_UPDATE, 0, 0, 1, b] if self.tls13 && b <= 1 => b == 1,
-                    [KEY_UPDATE, ..] if self.tls13 && whole => {
-                        return Err(self.fatal(
-                            AlertDescription::DecodeError,
-                            Error::General("malformed TLS KeyUpdate".into()),
-                        ))
-                    }
-                    _ => {
-                        return Err(self.fatal(
-                            AlertDescription::UnexpectedMessage,
-                            Error::General("unexpected TLS handshake message".into()),
-                        ))
-                    }
-                };
-                self.key_update(requested)?;
+                if payload.is_empty() {
+                    return Err(self.fatal(
+                        AlertDescription::DecodeError,
+                        Error::General("an empty TLS handshake record".into()),
+                    ));
+                }
+                self.handshake(payload)?;
                 Event::Nothing
             }
             _ => {
@@ -341,20 +392,111 @@ impl Records {
     }
 
     fn alert(&mut self, level: u8, desc: AlertDescription) -> Result<Event, Error> {
+        if !matches!(level, 1 | 2) {
+            return Err(self.fatal(
+                AlertDescription::IllegalParameter,
+                Error::AlertReceived(desc),
+            ));
+        }
         if desc == AlertDescription::CloseNotify {
             return Ok(Event::PeerClosed);
         }
-        let ignored = if self.tls13 {
-            desc == AlertDescription::UserCanceled
-        } else {
-            level == 1
-        };
-        if ignored {
-            return Ok(Event::Nothing);
+        if level == 1 {
+            self.warnings = self.warnings.saturating_add(1);
+            if self.warnings > WARNINGS {
+                // As rustls: the connection ends, no alert.
+                self.failed = true;
+                return Err(Error::General("too many TLS warning alerts".into()));
+            }
+            if !self.tls13 || desc == AlertDescription::UserCanceled {
+                return Ok(Event::Nothing);
+            }
+            // TLS 1.3 has no warnings but user_canceled.
+            return Err(self.fatal(AlertDescription::DecodeError, Error::AlertReceived(desc)));
         }
         // A fatal alert from the peer: none is sent back.
         self.failed = true;
         Err(Error::AlertReceived(desc))
+    }
+
+    /// A handshake record's plaintext (not empty): joined into messages, each judged once whole.
+    fn handshake(&mut self, mut p: &[u8]) -> Result<(), Error> {
+        while !p.is_empty() {
+            let j = &mut self.joining;
+            if j.have < 4 {
+                let k = usize::from(4 - j.have).min(p.len());
+                j.head[usize::from(j.have)..usize::from(j.have) + k].copy_from_slice(&p[..k]);
+                // `k` is at most 4.
+                j.have += k as u8;
+                p = &p[k..];
+                if j.have < 4 {
+                    return Ok(());
+                }
+                let [typ, a, b, c] = j.head;
+                let len = u32::from_be_bytes([0, a, b, c]);
+                j.left = len;
+                let refused = match (self.tls13, typ) {
+                    (true, KEY_UPDATE) if len != 1 => Some(AlertDescription::DecodeError),
+                    (true, KEY_UPDATE) | (false, CLIENT_HELLO) => None,
+                    _ => Some(AlertDescription::UnexpectedMessage),
+                };
+                if let Some(alert) = refused {
+                    return Err(self.fatal(
+                        alert,
+                        Error::General(format!("unexpected TLS handshake message {typ}")),
+                    ));
+                }
+                if len > MAX_HANDSHAKE_MESSAGE {
+                    return Err(self.fatal(
+                        AlertDescription::DecodeError,
+                        Error::General("TLS handshake message too large".into()),
+                    ));
+                }
+            }
+            let j = &mut self.joining;
+            let k = usize::try_from(j.left).map_or(p.len(), |left| left.min(p.len()));
+            if j.head[0] == KEY_UPDATE && k > 0 {
+                j.request = Some(p[0]);
+            }
+            // `k` is at most `j.left`.
+            j.left -= k as u32;
+            p = &p[k..];
+            if j.left > 0 {
+                return Ok(());
+            }
+            let typ = j.head[0];
+            let request = j.request;
+            self.joining = Joining::default();
+            if typ == KEY_UPDATE {
+                // A message that changes keys must end its record (RFC 8446 5.1).
+                if !p.is_empty() {
+                    return Err(self.fatal(
+                        AlertDescription::UnexpectedMessage,
+                        Error::General("a TLS KeyUpdate not at the end of its record".into()),
+                    ));
+                }
+                let requested = match request {
+                    Some(0) => false,
+                    Some(1) => true,
+                    _ => {
+                        return Err(self.fatal(
+                            AlertDescription::IllegalParameter,
+                            Error::General("a TLS KeyUpdate with an unknown request".into()),
+                        ))
+                    }
+                };
+                self.key_update(requested)?;
+            } else {
+                // TLS 1.2 renegotiation: refused with a warning, once, as rustls does.
+                self.renegotiations = self.renegotiations.saturating_add(1);
+                if self.renegotiations > 1 {
+                    self.failed = true;
+                    return Err(Error::General("too many TLS renegotiation attempts".into()));
+                }
+                self.owe_warning = Some(AlertDescription::NoRenegotiation);
+            }
+        }
+        Ok(())
     }
 
     /// The peer's KeyUpdate: new receive keys from the next record on.
@@ -420,6 +562,17 @@ impl Records {
             let alert: &[&[u8]] = &[&[2, u8::from(desc)]];
             let _ = self.seal(ContentType::Alert, OutboundChunks::new(alert), emit);
             return;
+        }
+        if let Some(desc) = self.owe_warning.take() {
+            if !self.write_closed() {
+                let alert: &[&[u8]] = &[&[1, u8::from(desc)]];
+                if self
+                    .seal(ContentType::Alert, OutboundChunks::new(alert), emit)
+                    .is_err()
+                {
+                    self.failed = true;
+                }
+            }
         }
         if self.owe_key_update && !self.write_closed() {
             self.owe_key_update = false;

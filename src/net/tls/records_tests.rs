@@ -380,11 +380,12 @@ fn forged_client_records_are_judged_as_rustls_does() {
             vec![24, 0, 0, 1, 0],
             Ok(Event::Nothing),
         ),
+        // RFC 8446 4.6.3: a request_update other than 0 or 1 is an illegal_parameter.
         (
             true,
             ContentType::Handshake,
             vec![24, 0, 0, 1, 2],
-            Err(Some(A::DecodeError)),
+            Err(Some(A::IllegalParameter)),
         ),
         (
             true,
@@ -392,18 +393,25 @@ fn forged_client_records_are_judged_as_rustls_does() {
             vec![24, 0, 0, 2, 0, 0],
             Err(Some(A::DecodeError)),
         ),
-        // A handshake message split across records, several in one, or any other one.
+        // The start of a message split across records waits for the rest; a KeyUpdate not at
+        // the end of its record, or any other message, is refused.
         (
             true,
             ContentType::Handshake,
             vec![24, 0, 0, 1],
-            Err(Some(A::UnexpectedMessage)),
+            Ok(Event::Nothing),
         ),
         (
             true,
             ContentType::Handshake,
             vec![24, 0],
-            Err(Some(A::UnexpectedMessage)),
+            Ok(Event::Nothing),
+        ),
+        (
+            true,
+            ContentType::Handshake,
+            vec![],
+            Err(Some(A::DecodeError)),
         ),
         (
             true,
@@ -425,7 +433,20 @@ fn forged_client_records_are_judged_as_rustls_does() {
         ),
         (true, ContentType::Alert, vec![1, 90], Ok(Event::Nothing)),
         (true, ContentType::Alert, vec![1, 0], Ok(Event::PeerClosed)),
-        (true, ContentType::Alert, vec![1, 40], Err(None)),
+        // TLS 1.3 has no warning but user_canceled; an unknown level is an illegal_parameter.
+        (
+            true,
+            ContentType::Alert,
+            vec![1, 40],
+            Err(Some(A::DecodeError)),
+        ),
+        (true, ContentType::Alert, vec![2, 40], Err(None)),
+        (
+            true,
+            ContentType::Alert,
+            vec![3, 40],
+            Err(Some(A::IllegalParameter)),
+        ),
         (true, ContentType::Alert, vec![1], Err(Some(A::DecodeError))),
         (
             true,
@@ -439,13 +460,8 @@ fn forged_client_records_are_judged_as_rustls_does() {
             vec![],
             Ok(Event::Data(5..5)),
         ),
-        // TLS 1.2: renegotiation (a ClientHello) and every other handshake message are refused.
-        (
-            false,
-            ContentType::Handshake,
-            vec![1, 0, 0, 0],
-            Err(Some(A::UnexpectedMessage)),
-        ),
+        // TLS 1.2: every handshake message but a ClientHello (renegotiation, answered with a
+        // warning: see below) is refused.
         (
             false,
             ContentType::Handshake,
@@ -536,5 +552,75 @@ proptest! {
             }
         }
         let _ = sealed(|e| rec.owed(e));
+    }
+}
+
+#[test]
+fn a_key_update_fragmented_across_records_is_joined_and_answered() {
+    let (mut rec, mut forger) = Forger::new(true);
+    // "fragmented keyupdate msg", "two KeyUpdates, first fragmented": a header in one record,
+    // the request in the next, then a whole one.
+    for part in [&[24u8, 0][..], &[0, 1], &[1]] {
+        let mut wire = forger.seal(ContentType::Handshake, part);
+        assert_eq!(
+            rec.read(&mut wire).expect("fragment"),
+            Some((wire.len(), Event::Nothing))
+        );
+    }
+    assert!(rec.owe_key_update);
+    assert_eq!(rec.rx_seq, 0, "new receive keys after the joined KeyUpdate");
+    let (mut rec2, mut forger2) = Forger::new(true);
+    let mut wire = forger2.seal(ContentType::Handshake, &[24, 0, 0, 1]);
+    rec2.read(&mut wire).expect("header").expect("record");
+    let mut wire = forger2.seal(ContentType::ApplicationData, b"between");
+    assert!(rec2.read(&mut wire).is_err(), "data between fragments");
+    assert_eq!(rec2.owe_alert, Some(AlertDescription::UnexpectedMessage));
+}
+
+#[test]
+fn renegotiation_gets_a_no_renegotiation_warning_once() {
+    let (mut rec, mut forger) = Forger::new(false);
+    // A ClientHello cut in two records: joined, skipped, answered by a warning.
+    let mut hello = vec![1u8, 0, 0, 40];
+    hello.extend_from_slice(&[7u8; 40]);
+    for part in [&hello[..10], &hello[10..]] {
+        let mut wire = forger.seal(ContentType::Handshake, part);
+        assert_eq!(
+            rec.read(&mut wire).expect("hello"),
+            Some((wire.len(), Event::Nothing))
+        );
+    }
+    assert_eq!(rec.owe_warning, Some(AlertDescription::NoRenegotiation));
+    let owed = sealed(|e| rec.owed(e));
+    assert!(!owed.is_empty());
+    // The connection goes on.
+    let mut wire = forger.seal(ContentType::ApplicationData, b"still here");
+    let (_, ev) = rec.read(&mut wire).expect("data").expect("record");
+    assert!(matches!(ev, Event::Data(_)));
+    // A second attempt ends it.
+    let mut wire = forger.seal(ContentType::Handshake, &[1, 0, 0, 0]);
+    assert!(rec.read(&mut wire).is_err());
+}
+
+#[test]
+fn empty_records_and_warning_alerts_are_bounded_as_rustls_bounds_them() {
+    for v13 in [true, false] {
+        let (mut rec, mut forger) = Forger::new(v13);
+        for i in 0..32 {
+            let mut wire = forger.seal(ContentType::ApplicationData, &[]);
+            assert!(rec.read(&mut wire).is_ok(), "empty record {i}");
+        }
+        let mut wire = forger.seal(ContentType::ApplicationData, &[]);
+        assert!(rec.read(&mut wire).is_err(), "33rd empty record");
+        assert_eq!(rec.owe_alert, None);
+
+        let (mut rec, mut forger) = Forger::new(v13);
+        // user_canceled is a warning both versions accept.
+        for i in 0..4 {
+            let mut wire = forger.seal(ContentType::Alert, &[1, 90]);
+            assert!(rec.read(&mut wire).is_ok(), "warning {i}");
+        }
+        let mut wire = forger.seal(ContentType::Alert, &[1, 90]);
+        assert!(rec.read(&mut wire).is_err(), "5th warning");
     }
 }
