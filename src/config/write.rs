@@ -71,6 +71,11 @@ impl Config {
             } else {
                 out += &format!("{prefix}no http\n");
             }
+            // Always with `listener NAME`: without it, `log` is the process-wide file.
+            out += &match &l.log {
+                Some(p) => format!("listener {} log {}\n", l.name, p.display()),
+                None => format!("listener {} no log\n", l.name),
+            };
             if let Some(t) = &l.tls {
                 write_tls(&mut out, &prefix, &l.name, t);
             }
