@@ -1109,13 +1109,19 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
         },
         Action::Reopen => {
             controller.reopen();
-            let log = controller.access_log();
-            let text = log
-                .as_ref()
-                .map_or("no access log to reopen\n".into(), |p| {
-                    format!("reopened: {}\n", p.display())
-                });
-            ok(json, text, json!({ "ok": true, "log": log }))
+            let logs = controller.access_logs();
+            let text = if logs.is_empty() {
+                "no access log to reopen\n".into()
+            } else {
+                let names: Vec<String> = logs.iter().map(|p| p.display().to_string()).collect();
+                format!("reopened: {}\n", names.join(", "))
+            };
+            // `log` (the first file) as before; `logs` every file, per-listener ones included.
+            ok(
+                json,
+                text,
+                json!({ "ok": true, "log": logs.first(), "logs": logs }),
+            )
         }
         Action::Takeover | Action::TakeoverDone => Reply::Error(
             "takeover is a conversation between Quill processes".into(),

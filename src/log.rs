@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use tracing_subscriber::filter::LevelFilter;
@@ -14,7 +14,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, Registry};
 
-use crate::config::LogFormat;
+use crate::config::{Config, LogFormat};
 use crate::metrics::End;
 
 /// A JSON string literal (quotes and escapes) for `s`.
@@ -211,36 +211,79 @@ fn push_clf_time(out: &mut String, unix: u64) {
     );
 }
 
-/// A worker's handle on the access log file: buffered, flushed once per event-loop turn. Log
+/// The access log files of a configuration, and which listener writes into which: each file
+/// once, with its format. Every worker holds one handle per file (see [`AccessLog`]); the
+/// controller replaces the plan when a change moves a listener's file, and every reopen (SIGUSR2,
+/// `reopen`, a reload) makes the workers open each file again at its path.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LogPlan {
+    pub files: Vec<(PathBuf, LogFormat)>,
+    /// Listener name and the index of its file (listeners that log nothing are absent).
+    pub listeners: Vec<(String, u32)>,
+    /// The file of the UDP listeners' flows (one for all: `Config::log_mix` holds them to it).
+    pub udp: Option<u32>,
+}
+
+impl LogPlan {
+    pub(crate) fn new(config: &Config) -> LogPlan {
+        let mut plan = LogPlan::default();
+        if let Some(path) = &config.global.log {
+            // Opened even when every listener has its own (as before per-listener files), so
+            // `log FILE` and a reopen behave alike either way.
+            plan.files.push((path.clone(), config.global.log_format));
+        }
+        for l in &config.listeners {
+            let Some(log) = config.listener_log(l) else {
+                continue;
+            };
+            let entry = (log.path, log.format);
+            let i = match plan.files.iter().position(|f| *f == entry) {
+                Some(i) => i,
+                None => {
+                    plan.files.push(entry);
+                    plan.files.len() - 1
+                }
+            } as u32;
+            plan.listeners.push((l.name.clone(), i));
+            if l.udp.is_some() && plan.udp.is_none() {
+                plan.udp = Some(i);
+            }
+        }
+        plan
+    }
+
+    /// The index of listener `name`'s file, if it logs.
+    pub(crate) fn file_of(&self, name: &str) -> Option<u32> {
+        self.listeners
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|&(_, i)| i)
+    }
+}
+
+/// A worker's handle on one access log file: buffered, flushed once per event-loop turn. Log
 /// rotation (SIGUSR2, `reopen`, a reload) moves the log generation on; the worker then opens a
 /// fresh handle at the same path.
 pub(crate) struct AccessLog {
     out: BufWriter<File>,
     format: LogFormat,
-    generation: u64,
     /// One text line being built (kept to reuse its allocation).
     line: String,
 }
 
 impl AccessLog {
-    pub(crate) fn open(path: &Path, format: LogFormat, generation: u64) -> io::Result<AccessLog> {
+    pub(crate) fn open(path: &Path, format: LogFormat) -> io::Result<AccessLog> {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(AccessLog::new(file, format, generation))
+        Ok(AccessLog::new(file, format))
     }
 
     /// Wraps a file already opened (before a chroot or privilege drop).
-    pub(crate) fn new(file: File, format: LogFormat, generation: u64) -> AccessLog {
+    pub(crate) fn new(file: File, format: LogFormat) -> AccessLog {
         AccessLog {
             out: BufWriter::with_capacity(32 * 1024, file),
             format,
-            generation,
             line: String::new(),
         }
-    }
-
-    /// The log generation this file belongs to.
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation
     }
 
     pub(crate) fn write(&mut self, e: &Entry<'_>) {
@@ -393,7 +436,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("quill-log-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("access.log");
-        let mut log = AccessLog::open(&path, LogFormat::Text, 0).unwrap();
+        let mut log = AccessLog::open(&path, LogFormat::Text).unwrap();
         let server = "/tmp/evil\n127.0.0.9 1 x 0 0 0.000 done\x1b]0;owned\x07.sock";
         for _ in 0..2 {
             log.write(&Entry {

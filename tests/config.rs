@@ -275,3 +275,81 @@ fn config_example_file_exists_and_validates() {
         "check output:\n{out}"
     );
 }
+
+/// An HTTP listener (Apache combined lines) and a TCP listener (Pen's lines) on one access log
+/// file: `quill check` and a start refuse it, at the TCP listener's line, saying which listeners,
+/// which formats, which file and how to fix it. Each with its own file, or both in JSON, is fine.
+#[test]
+fn check_refuses_http_and_tcp_listeners_logging_to_one_file() {
+    let dir = scratch_dir();
+    let log = dir.path().join("access.log");
+    let mixed = format!(
+        "log = \"{}\"\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{}\"\nprotocol = \"http\"\nservers = [\"127.0.0.1:9\"]\n\
+         [[listener]]\nname = \"tcp\"\nlisten = \"127.0.0.1:{}\"\nservers = [\"127.0.0.1:9\"]\n",
+        log.display(),
+        free_port(),
+        free_port()
+    );
+    let cfg = write_cfg(dir.path(), "mixed.toml", &mixed);
+    let first = expect_check_error_at(&cfg, line_of(&mixed, "name = \"tcp\""));
+    for word in [
+        "'tcp'",
+        "'web'",
+        "Pen",
+        "combined",
+        "access.log",
+        "its own file",
+        "log =",
+    ] {
+        assert!(first.contains(word), "{word:?} in {first:?}");
+    }
+    // A start is refused the same way, before anything listens.
+    let (code, err) = run_quill_expect_exit(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 2, "start should exit 2; stderr:\n{err}");
+    assert!(first_line(&err).contains("'tcp'"), "{err}");
+    // A listener's own `log` on the process-wide file is the same file: refused at its `log` line.
+    let own_same = mixed.replace(
+        "name = \"tcp\"\n",
+        &format!("name = \"tcp\"\nlog = \"{}\"\n", log.display()),
+    );
+    let cfg = write_cfg(dir.path(), "own-same.toml", &own_same);
+    let first = expect_check_error_at(&cfg, line_of(&own_same, "name = \"tcp\"") + 1);
+    assert!(
+        first.contains("give listener 'web' its own file"),
+        "{first}"
+    );
+    // Fixed: the TCP listener gets its own file.
+    let tcp_log = dir.path().join("tcp.log");
+    let fixed = mixed.replace(
+        "name = \"tcp\"\n",
+        &format!("name = \"tcp\"\nlog = \"{}\"\n", tcp_log.display()),
+    );
+    let cfg = write_cfg(dir.path(), "fixed.toml", &fixed);
+    let (code, out, err) = check(&cfg);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        out.contains(&format!("access log {}: Apache combined", log.display())),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "access log {}: Pen's session lines",
+            tcp_log.display()
+        )) && out.contains("its own file"),
+        "{out}"
+    );
+    // JSON for both: one JSON object per line whatever the listener, so one file is fine.
+    let json = mixed.replace("log = ", "log_format = \"json\"\nlog = ");
+    let cfg = write_cfg(dir.path(), "json.toml", &json);
+    let (code, out, err) = check(&cfg);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    // But not text and JSON in one file.
+    let half = mixed.replace(
+        "name = \"tcp\"\n",
+        "name = \"tcp\"\nlog_format = \"json\"\n",
+    );
+    let cfg = write_cfg(dir.path(), "half.toml", &half);
+    let first = expect_check_error_at(&cfg, line_of(&half, "name = \"tcp\""));
+    assert!(first.contains("JSON lines"), "{first}");
+}

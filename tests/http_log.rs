@@ -274,3 +274,225 @@ fn tls_failures_and_resets_on_an_http_listener_are_logged_in_its_own_format() {
         "{lines:?}"
     );
 }
+
+/// A Pen session line: `CLIENT TIME SERVER BYTES_IN BYTES_OUT SECONDS END`, seven fields.
+fn is_pen_line(line: &str) -> bool {
+    let f: Vec<&str> = line.split(' ').collect();
+    f.len() == 7
+        && f[0].parse::<std::net::IpAddr>().is_ok()
+        && f[1].parse::<u64>().is_ok()
+        && f[3].parse::<u64>().is_ok()
+        && f[4].parse::<u64>().is_ok()
+        && f[5].split_once('.').is_some_and(|(s, ms)| {
+            s.parse::<u64>().is_ok() && ms.len() == 3 && ms.parse::<u32>().is_ok()
+        })
+        && f[6].bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+}
+
+/// An Apache combined line (and Quill's fields after it): `CLIENT - - [TIME] "REQUEST" STATUS
+/// BYTES "REFERER" "AGENT" ...`.
+fn is_combined_line(line: &str) -> bool {
+    let Some((head, rest)) = line.split_once(" - - [") else {
+        return false;
+    };
+    let Some((time, rest)) = rest.split_once("] \"") else {
+        return false;
+    };
+    let Some((_request, rest)) = rest.split_once("\" ") else {
+        return false;
+    };
+    let f: Vec<&str> = rest.split(' ').collect();
+    head.parse::<std::net::IpAddr>().is_ok()
+        && time.ends_with(" +0000")
+        && f.len() >= 2
+        && f[0].parse::<u16>().is_ok()
+        && f[1].parse::<u64>().is_ok()
+        && rest.matches('"').count() >= 4
+}
+
+/// The configuration of [`start_two_logs`]: HTTP listener `web` on `port` with its own log
+/// `web`, TCP listener `tcp` on `tcp_port` on the process-wide log `tcp`.
+fn two_logs_config(
+    dir: &std::path::Path,
+    port: u16,
+    tcp_port: u16,
+    server: &str,
+    web: &str,
+    tcp: &str,
+) -> String {
+    format!(
+        "log = \"{tcp}\"\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
+         log = \"{web}\"\nservers = [\"{server}\"]\n\
+         [[listener]]\nname = \"tcp\"\nlisten = \"127.0.0.1:{tcp_port}\"\nservers = [\"{server}\"]\n",
+        tcp = tls_support::toml_path(&dir.join(tcp)),
+        web = tls_support::toml_path(&dir.join(web)),
+    )
+}
+
+/// Quill with an HTTP listener logging to `web.log` (its own `log`) and a TCP listener logging
+/// to `tcp.log` (the process-wide `log`); returns the process and the TCP listener's port.
+fn start_two_logs(server: std::net::SocketAddr) -> (QuillProcess, u16) {
+    let tcp_port = free_port();
+    let (q, probe, _) = Quill::spawn_first(|dir, port| {
+        let cfg = two_logs_config(
+            dir,
+            port,
+            tcp_port,
+            &server.to_string(),
+            "web.log",
+            "tcp.log",
+        );
+        let path = dir.join("quill.toml");
+        std::fs::write(&path, cfg).unwrap();
+        vec!["--config".into(), path.display().to_string()]
+    });
+    drop(probe);
+    (q, tcp_port)
+}
+
+/// One HTTP request through the TCP listener on `port` (bytes relayed as they are).
+fn tcp_roundtrip(port: u16) {
+    use std::io::Write;
+    let mut s = connect_port(port);
+    s.write_all(b"GET /tcp HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let answer = read_until_eof(&mut s, IO_TIMEOUT);
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+}
+
+/// The lines of `log` once it holds a line containing each of `needles`, and `n` lines with
+/// `count` in them (bounded: the test fails after `T`).
+fn lines_with(log: &std::path::Path, needles: &[&str], count: (&str, usize)) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let ok = wait_until(T, || {
+        lines = std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        needles.iter().all(|n| lines.iter().any(|l| l.contains(n)))
+            && lines.iter().filter(|l| l.contains(count.0)).count() >= count.1
+    });
+    assert!(
+        ok,
+        "{} should hold {needles:?} and {count:?}: {lines:?}",
+        log.display()
+    );
+    lines
+}
+
+#[test]
+fn per_listener_logs_keep_one_format_per_file() {
+    let b = Backend::fixed(10);
+    let (q, tcp_port) = start_two_logs(b.addr());
+    for path in ["/a", "/b", "/c"] {
+        let mut c = Client::connect(q.addr());
+        assert_eq!(c.roundtrip(&get(path)).status, 200);
+    }
+    for _ in 0..2 {
+        tcp_roundtrip(tcp_port);
+    }
+    let web = lines_with(
+        &q.path("web.log"),
+        &["GET /a ", "GET /b ", "GET /c "],
+        ("", 3),
+    );
+    let tcp = lines_with(&q.path("tcp.log"), &[], (" done", 2));
+    // Every line of each file parses in that file's format, none in the other's.
+    for line in &web {
+        assert!(
+            is_combined_line(line) && !is_pen_line(line),
+            "web.log: {line:?} in {web:?}"
+        );
+    }
+    for line in &tcp {
+        assert!(
+            is_pen_line(line) && !is_combined_line(line),
+            "tcp.log: {line:?} in {tcp:?}"
+        );
+    }
+    for path in ["/a", "/b", "/c"] {
+        assert!(
+            web.iter()
+                .any(|l| l.contains(&format!("\"GET {path} HTTP/1.1\" 200 "))),
+            "{path} in {web:?}"
+        );
+    }
+    assert!(
+        tcp.iter().filter(|l| l.ends_with(" done")).count() >= 2,
+        "{tcp:?}"
+    );
+    // A reload that would put both listeners into one file is refused; the files stay as they were.
+    let cfg = q.path("quill.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let mixed = text.replace(
+        &format!("log = \"{}\"", tls_support::toml_path(&q.path("web.log"))),
+        &format!("log = \"{}\"", tls_support::toml_path(&q.path("tcp.log"))),
+    );
+    assert_ne!(mixed, text);
+    std::fs::write(&cfg, mixed).unwrap();
+    q.signal("HUP");
+    assert!(
+        q.wait_stderr_contains("reload rejected", T),
+        "{}",
+        q.stderr()
+    );
+    assert!(
+        q.stderr().contains("'web'") && q.stderr().contains("'tcp'"),
+        "{}",
+        q.stderr()
+    );
+    let mut c = Client::connect(q.addr());
+    assert_eq!(c.roundtrip(&get("/d")).status, 200);
+    drop(c);
+    let web = lines_with(&q.path("web.log"), &["GET /d "], ("", 4));
+    assert!(web.iter().all(|l| is_combined_line(l)), "{web:?}");
+    let tcp = std::fs::read_to_string(q.path("tcp.log")).unwrap();
+    assert!(tcp.lines().all(is_pen_line), "{tcp}");
+}
+
+#[test]
+fn sigusr2_reopens_every_listeners_log() {
+    let b = Backend::fixed(10);
+    let (q, tcp_port) = start_two_logs(b.addr());
+    let mut c = Client::connect(q.addr());
+    assert_eq!(c.roundtrip(&get("/before")).status, 200);
+    drop(c);
+    tcp_roundtrip(tcp_port);
+    let _ = lines_with(&q.path("web.log"), &["GET /before "], ("", 1));
+    let _ = lines_with(&q.path("tcp.log"), &[], (" done", 1));
+    // Rotated as logrotate does: moved away, then the process told to reopen.
+    for name in ["web.log", "tcp.log"] {
+        std::fs::rename(q.path(name), q.path(&format!("{name}.1"))).unwrap();
+    }
+    q.signal("USR2");
+    // Each worker reopens when woken; until then lines may still reach the moved files, so
+    // requests are sent until both new files have theirs (bounded).
+    let deadline = std::time::Instant::now() + T;
+    let (mut web, mut tcp) = (String::new(), String::new());
+    while std::time::Instant::now() < deadline {
+        let mut c = Client::connect(q.addr());
+        assert_eq!(c.roundtrip(&get("/after")).status, 200);
+        drop(c);
+        tcp_roundtrip(tcp_port);
+        std::thread::sleep(Duration::from_millis(50));
+        web = std::fs::read_to_string(q.path("web.log")).unwrap_or_default();
+        tcp = std::fs::read_to_string(q.path("tcp.log")).unwrap_or_default();
+        if web.contains("\"GET /after HTTP/1.1\"") && tcp.lines().any(|l| l.ends_with(" done")) {
+            break;
+        }
+    }
+    assert!(
+        web.contains("\"GET /after HTTP/1.1\""),
+        "web.log reopened: {web:?}"
+    );
+    assert!(
+        tcp.lines().any(|l| l.ends_with(" done")),
+        "tcp.log reopened: {tcp:?}"
+    );
+    assert!(web.lines().all(is_combined_line), "{web}");
+    assert!(tcp.lines().all(is_pen_line), "{tcp}");
+    let old = std::fs::read_to_string(q.path("web.log.1")).unwrap();
+    assert!(old.contains("/before"), "{old}");
+}

@@ -208,6 +208,12 @@ impl Config {
         let Some(l) = self.listeners.get_mut(index) else {
             return Err(ConfigError::usage("no listener to apply the command to"));
         };
+        if let (Some(_), Command::Log(path)) = (listener, cmd) {
+            // `listener NAME log FILE`: that listener's own file; `listener NAME no log`: back
+            // to the process-wide one.
+            l.log = path.clone();
+            return Ok(());
+        }
         l.apply(cmd, &mut self.global)
     }
 

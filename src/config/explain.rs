@@ -88,6 +88,18 @@ impl Config {
                     n => n.to_string(),
                 }
             );
+            if let Some(log) = self.listener_log(l) {
+                out += &format!(
+                    "  access log {}: {}, {}\n",
+                    log.path.display(),
+                    log.kind.describe(),
+                    if log.own {
+                        "its own file (log)"
+                    } else {
+                        "the process-wide file"
+                    }
+                );
+            }
             if t.transparent {
                 out += "  transparent: server connections leave from the client's address\n";
             }

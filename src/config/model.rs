@@ -332,6 +332,58 @@ impl LogFormat {
             _ => None,
         }
     }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+/// The kind of line a listener writes into its access log file: what a reader of the file must
+/// parse. An HTTP listener's text lines are Apache's combined format (and Quill's fields after
+/// it), a TCP or UDP listener's are Pen's session lines. JSON is one kind: every line is one JSON
+/// object whatever the listener (HTTP lines have more fields, `status` and `request` among
+/// them), so a JSON-lines reader (jq, a log shipper) reads every line of a shared file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LineKind {
+    Combined,
+    Pen,
+    Json,
+}
+
+impl LineKind {
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            LineKind::Combined => "Apache combined lines (HTTP, log_format text)",
+            LineKind::Pen => "Pen's session lines (TCP or UDP, log_format text)",
+            LineKind::Json => "JSON lines",
+        }
+    }
+}
+
+/// Where one listener's access log lines go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ListenerLog {
+    pub path: PathBuf,
+    pub format: LogFormat,
+    pub kind: LineKind,
+    /// The listener names its own file (else it is the process-wide one).
+    pub own: bool,
+}
+
+/// Whether `a` and `b` name one file: the same path once `.` components and repeated slashes
+/// are dropped, or the same inode when both exist (a symbolic link, `../logs/x` for `x`).
+pub(crate) fn same_log_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if a.components().eq(b.components()) {
+        return true;
+    }
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
 }
 
 /// An active health check for the servers of a pool.
@@ -549,6 +601,12 @@ pub(crate) struct ListenerConfig {
     pub tarpit_acl: Option<AclId>,
     /// Some for a UDP listener (`-U`, `protocol = "udp"`): its flow settings.
     pub udp: Option<UdpSettings>,
+    /// Its own access log file (`log = "FILE"` in its `[[listener]]`, `listener NAME log FILE`);
+    /// None: the process-wide `log`.
+    pub log: Option<PathBuf>,
+    /// Its own access log format (`log_format` in its `[[listener]]`); None: the process-wide
+    /// `log_format`.
+    pub log_format: Option<LogFormat>,
 }
 
 /// A UDP listener's flows (`udp = { ... }`): a flow is one client address and port, relayed to one
@@ -996,6 +1054,8 @@ impl ListenerConfig {
             tarpit_acl: None,
             udp: None,
             accept_proxy: Vec::new(),
+            log: None,
+            log_format: None,
         }
     }
     /// Whether this is a named pool (`[[pool]]`) rather than a listener.
@@ -1413,7 +1473,105 @@ impl Config {
         if let Some(found) = self.self_loop() {
             return Err(ConfigError::usage(found.message(self)));
         }
+        if let Some((_, why)) = self.log_mix() {
+            return Err(ConfigError::usage(why));
+        }
         Ok(())
+    }
+
+    /// Where listener `l`'s access log lines go: its own `log`, else the process-wide one
+    /// (None: not logged); in its own `log_format`, else the process-wide one.
+    pub(crate) fn listener_log(&self, l: &ListenerConfig) -> Option<ListenerLog> {
+        let path = l.log.as_ref().or(self.global.log.as_ref())?;
+        let format = l.log_format.unwrap_or(self.global.log_format);
+        let kind = match (format, l.http.is_some()) {
+            (LogFormat::Json, _) => LineKind::Json,
+            (LogFormat::Text, true) => LineKind::Combined,
+            (LogFormat::Text, false) => LineKind::Pen,
+        };
+        Some(ListenerLog {
+            path: path.clone(),
+            format,
+            kind,
+            own: l.log.is_some(),
+        })
+    }
+
+    /// The first listener whose access log lines would share a file with another listener's of
+    /// another kind (an HTTP listener's combined lines and a TCP listener's Pen lines, or text
+    /// and JSON): its index and why, in words that say how to fix it. Also the first UDP
+    /// listener whose file differs from an earlier UDP listener's: a worker's UDP flows write to
+    /// one access log file for now.
+    pub(crate) fn log_mix(&self) -> Option<(usize, String)> {
+        let logs: Vec<Option<ListenerLog>> = self
+            .listeners
+            .iter()
+            .map(|l| self.listener_log(l))
+            .collect();
+        let fix = |l: &ListenerConfig, other: &ListenerConfig| {
+            // The one on the process-wide file, else the later one.
+            let whose = if l.log.is_some() && other.log.is_none() {
+                other
+            } else {
+                l
+            };
+            format!(
+                "one file holds one format: give listener '{}' its own file (log = \"FILE\" in its [[listener]])",
+                whose.name
+            )
+        };
+        for (i, l) in self.listeners.iter().enumerate() {
+            let Some(mine) = &logs[i] else { continue };
+            for (j, other) in self.listeners[..i].iter().enumerate() {
+                let Some(theirs) = &logs[j] else { continue };
+                if mine.kind != theirs.kind && same_log_file(&mine.path, &theirs.path) {
+                    return Some((
+                        i,
+                        format!(
+                            "listener '{}' would write {} into access log {}, where listener '{}' writes {}: {}",
+                            l.name,
+                            mine.kind.describe(),
+                            mine.path.display(),
+                            other.name,
+                            theirs.kind.describe(),
+                            fix(l, other)
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut udp = self
+            .listeners
+            .iter()
+            .zip(&logs)
+            .enumerate()
+            .filter(|(_, (l, _))| l.udp.is_some());
+        let (_, (first, first_log)) = udp.next()?;
+        for (i, (l, log)) in udp {
+            let same = match (log, first_log) {
+                (Some(a), Some(b)) => same_log_file(&a.path, &b.path) && a.format == b.format,
+                (None, None) => true,
+                _ => false,
+            };
+            if !same {
+                let name = |log: &Option<ListenerLog>| {
+                    log.as_ref().map_or("no access log".to_string(), |g| {
+                        format!("{} ({})", g.path.display(), g.format.name())
+                    })
+                };
+                return Some((
+                    i,
+                    format!(
+                        "UDP listener '{}' would log to {}, UDP listener '{}' to {}: the UDP listeners of a process share one access log file (give them the same log and log_format)",
+                        l.name,
+                        name(log),
+                        first.name,
+                        name(first_log)
+                    ),
+                ));
+            }
+        }
+        None
     }
 
     /// `control_acl N` must name a list with entries: an empty list permits everyone (Pen's

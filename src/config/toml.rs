@@ -387,6 +387,13 @@ fn from_toml_with(
             found.message(&config)
         )));
     }
+    if let Some((i, why)) = config.log_mix() {
+        // The line of the listener's own `log`, else of its name.
+        let span = raw.listener.get(i).map_or(0..0, |rl| {
+            rl.log.as_ref().map_or_else(|| rl.name.span(), |p| p.span())
+        });
+        return Err(ConfigError::usage(format!("{}{why}", at(span))));
+    }
     config.validate()?;
     Ok(config)
 }
@@ -562,6 +569,17 @@ fn build_listener(
                     ConfigError::usage(format!("{}accept_proxy: {e}", at(list.span())))
                 })?);
         }
+    }
+    // Relative to the file's directory, as the top-level `log` is.
+    l.log = rl.log.as_ref().map(|p| defaults.dir.join(p.get_ref()));
+    if let Some(f) = &rl.log_format {
+        l.log_format = Some(LogFormat::parse(f.get_ref()).ok_or_else(|| {
+            ConfigError::usage(format!(
+                "{}invalid log_format '{}' (expected text or json)",
+                at(f.span()),
+                f.get_ref()
+            ))
+        })?);
     }
     if let Some(e) = &rl.abuse {
         l.abuse = Some(
@@ -1510,6 +1528,8 @@ with_tuning_keys! {
         tls: Option<Spanned<RawTls>>,
         server_tls: Option<Spanned<RawServerTls>>,
         accept_proxy: Option<Spanned<Vec<String>>>,
+        log: Option<Spanned<PathBuf>>,
+        log_format: Option<Spanned<String>>,
         #[serde(default)]
         servers: Vec<Spanned<RawServer>>,
         #[serde(default)]

@@ -71,6 +71,11 @@ impl Config {
             } else {
                 out += &format!("{prefix}no http\n");
             }
+            // Always with `listener NAME`: without it, `log` is the process-wide file.
+            out += &match &l.log {
+                Some(p) => format!("listener {} log {}\n", l.name, p.display()),
+                None => format!("listener {} no log\n", l.name),
+            };
             if let Some(t) = &l.tls {
                 write_tls(&mut out, &prefix, &l.name, t);
             }
@@ -208,6 +213,36 @@ mod tests {
         let _ = std::fs::remove_file(&file);
         restarted.validate().unwrap();
         restarted
+    }
+
+    /// A listener's own access log is written back as `listener NAME log FILE` (one without it
+    /// as `listener NAME no log`, the process-wide file), and reads back the same, also when it
+    /// was changed over the control socket.
+    #[test]
+    fn written_commands_keep_each_listeners_own_log() {
+        let text = "log = \"/tmp/q-tcp.log\"\n\
+                    [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\nprotocol = \"http\"\n\
+                    log = \"/tmp/q-web.log\"\nservers = [\"127.0.0.1:2\"]\n\
+                    [[listener]]\nname = \"tcp\"\nlisten = \"127.0.0.1:3\"\nservers = [\"127.0.0.1:2\"]\n";
+        let mut running = load(text).unwrap();
+        running
+            .apply(
+                Some("web"),
+                &crate::command::parse("log /tmp/q-web2.log").unwrap(),
+            )
+            .unwrap();
+        assert_eq!(
+            running.global.log.as_deref(),
+            Some(std::path::Path::new("/tmp/q-tcp.log"))
+        );
+        let written = running.to_commands();
+        assert!(
+            written.contains("listener web log /tmp/q-web2.log\n"),
+            "{written}"
+        );
+        assert!(written.contains("listener tcp no log\n"), "{written}");
+        let restarted = read_back(text, &written, "own-log");
+        assert_eq!(restarted, running, "{written}");
     }
 
     /// An HTTP listener written and read back over its TOML file is still HTTP, with the same

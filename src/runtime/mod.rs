@@ -193,16 +193,23 @@ pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
         std::fs::write(pid_file, format!("{}\n", std::process::id()))
             .map_err(|e| RunError(format!("cannot write pid file {}: {e}", pid_file.display())))?;
     }
-    let log_file = match &g.log {
-        Some(path) => Some(
+    // Every access log file (the process-wide one and the listeners' own), opened before
+    // privileges are dropped; each worker holds its own handles on them.
+    let log_plan = shared
+        .access_log
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let mut log_files = Vec::new();
+    for (path, _) in &log_plan.files {
+        log_files.push(
             OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(path)
                 .map_err(|e| RunError(format!("cannot open access log {}: {e}", path.display())))?,
-        ),
-        None => None,
-    };
+        );
+    }
     drop_privileges(&g)?;
     if let Some(what) = transparent {
         // Every server connection sets IP_TRANSPARENT: find out now, not at the first client.
@@ -225,10 +232,10 @@ pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
             Poll::new().map_err(|e| RunError(format!("cannot create epoll instance: {e}")))?;
         let waker = Waker::new(poll.registry(), WAKER)
             .map_err(|e| RunError(format!("cannot create waker: {e}")))?;
-        let log = log_file
-            .as_ref()
+        let log = log_files
+            .iter()
             .map(|f| f.try_clone())
-            .transpose()
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| RunError(format!("access log: {e}")))?;
         panics::install_hook();
         let w = Worker::new(id, poll, shared.clone(), log, resolver.clone())

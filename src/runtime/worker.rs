@@ -20,7 +20,7 @@ use super::resolver::{self, Resolver};
 use super::timers::{Armed, Timer, Timers};
 use super::PIPES_PER_WORKER;
 use crate::log::HttpEntry;
-use crate::log::{AccessLog, Entry};
+use crate::log::{AccessLog, Entry, LogPlan};
 use crate::metrics::{Counters, End};
 use crate::net::{ClientAddr, Stream};
 use crate::proxy::copy::Pools;
@@ -44,7 +44,11 @@ macro_rules! udp_cx {
             },
             counters: &$w.shared.counters[$w.id],
             shared: &$w.shared,
-            log: $w.log.as_mut(),
+            // Every UDP listener's flows write to one file (`Config::log_mix` sees to it).
+            log: match $w.log_plan.udp {
+                Some(i) => $w.logs.get_mut(i as usize).and_then(Option::as_mut),
+                None => None,
+            },
         }
     };
 }
@@ -87,6 +91,10 @@ struct Slot {
     source: Option<SourceSlot>,
     /// The session's live timer.
     timer: Armed,
+    /// The session's listener (its `Listener::id`) and the index of its access log file in the
+    /// worker's `logs` (None: not logged).
+    listener: u64,
+    log: Option<u32>,
 }
 
 impl Slot {
@@ -118,7 +126,11 @@ pub(crate) struct Worker {
     conns: ServerConns,
     /// Session deadlines, earliest first.
     timers: Timers,
-    log: Option<AccessLog>,
+    /// A handle on each access log file of `log_plan` (None: it could not be opened), in its
+    /// order, and the log generation they were opened for.
+    logs: Vec<Option<AccessLog>>,
+    log_plan: LogPlan,
+    log_generation: u64,
     rng: u64,
     draining: bool,
     /// While draining, the end of the drain grace (clock ms; `NEVER` before).
@@ -143,25 +155,27 @@ pub(crate) struct Worker {
 
 impl Worker {
     /// A worker on `poll` (its waker already registered with `WAKER`).
-    /// `log` is the access log file, opened before privileges were dropped.
+    /// `logs` are the access log files of the shared log plan, in its order, opened before
+    /// privileges were dropped.
     pub(crate) fn new(
         id: usize,
         poll: Poll,
         shared: Arc<Shared>,
-        log: Option<std::fs::File>,
+        logs: Vec<std::fs::File>,
         resolver: Option<Arc<Resolver>>,
     ) -> io::Result<Worker> {
-        let log = {
-            let settings = shared.access_log.lock().unwrap_or_else(|e| e.into_inner());
-            match (&settings.0, log) {
-                (Some(_), Some(file)) => Some(AccessLog::new(
-                    file,
-                    settings.1,
-                    shared.log_generation.load(Ordering::Relaxed),
-                )),
-                _ => None,
-            }
-        };
+        let log_generation = shared.log_generation.load(Ordering::Relaxed);
+        let log_plan = shared
+            .access_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut files = logs.into_iter();
+        let logs = log_plan
+            .files
+            .iter()
+            .map(|(_, format)| files.next().map(|f| AccessLog::new(f, *format)))
+            .collect();
         let conns = ServerConns::new(shared.idle.clone(), id, poll.registry())?;
         let mut w = Worker {
             id,
@@ -174,7 +188,9 @@ impl Worker {
             pools: Pools::new(BUFFERS_PER_WORKER, PIPES_PER_WORKER, shared.splice),
             conns,
             timers: Timers::default(),
-            log,
+            logs,
+            log_plan,
+            log_generation,
             rng: 0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) << 17) ^ crate::clock::unix_time(),
             draining: false,
             grace_end: NEVER,
@@ -315,7 +331,7 @@ impl Worker {
                 self.sweep(now);
             }
             let stop = self.follow_phase(now);
-            if let Some(log) = &mut self.log {
+            for log in self.logs.iter_mut().flatten() {
                 log.flush();
             }
             if stop {
@@ -427,6 +443,10 @@ impl Worker {
             return None;
         }
         let s = slot.session.as_mut()?;
+        let log = match slot.log {
+            Some(i) => self.logs.get_mut(i as usize).and_then(Option::as_mut),
+            None => None,
+        };
         let cx = Ctx {
             registry: self.poll.registry(),
             client_token: token(idx, gen, CLIENT),
@@ -436,7 +456,7 @@ impl Worker {
             counters: &self.shared.counters[self.id],
             pools: &mut self.pools,
             conns: &mut self.conns,
-            log: self.log.as_mut(),
+            log,
             draining: self.draining,
             grace_end: self.grace_end,
             rates: self.shared.rates(),
@@ -613,15 +633,15 @@ impl Worker {
         if !trusted {
             // Not one of the listener's upstream proxies: closed at accept.
             self.counters().ended(End::ProxyUntrusted);
-            self.log_refused(&peer, End::ProxyUntrusted, http);
+            self.log_refused(&peer, End::ProxyUntrusted, http, listener);
             return;
         }
-        if self.over_max(&peer, http) {
+        if self.over_max(&peer, http, listener) {
             return;
         }
         let id = self.next_id();
         let session = Session::proxy_header(listener.clone(), id, stream, peer, now);
-        self.install(session, None, now);
+        self.install(session, None, listener, now);
     }
 
     /// The next session id: unique in the process (worker number in the low part).
@@ -631,8 +651,14 @@ impl Worker {
         id
     }
 
-    /// Puts a new session in a free slot and starts it.
-    fn install(&mut self, session: Session, source: Option<SourceSlot>, now: u64) {
+    /// Puts a new session of `listener` in a free slot and starts it.
+    fn install(
+        &mut self,
+        session: Session,
+        source: Option<SourceSlot>,
+        listener: &Listener,
+        now: u64,
+    ) {
         let idx = match self.free.pop() {
             Some(i) => i as usize,
             None => {
@@ -641,11 +667,15 @@ impl Worker {
                     session: None,
                     source: None,
                     timer: Armed::default(),
+                    listener: 0,
+                    log: None,
                 });
                 self.slots.len() - 1
             }
         };
         self.slots[idx].source = source;
+        self.slots[idx].listener = listener.id;
+        self.slots[idx].log = self.log_plan.file_of(&listener.name);
         self.live += 1;
         self.publish_load();
         let gen = self.slots[idx].gen;
@@ -664,14 +694,14 @@ impl Worker {
             }
             self.recent.push_back((ip, now));
         }
-        if self.over_max(&peer, http) {
+        if self.over_max(&peer, http, listener) {
             return;
         }
         let denied = !pool.admits(peer.ip());
         if denied && pool.abuse.is_none() {
             self.shared.active.fetch_sub(1, Ordering::Relaxed);
             self.counters().ended(End::Denied);
-            self.log_refused(&peer, End::Denied, http);
+            self.log_refused(&peer, End::Denied, http, listener);
             return;
         }
         let limit = pool.tuning.max_per_source;
@@ -682,7 +712,7 @@ impl Worker {
                     // Over its address's share: closed at once, as over `-x`.
                     self.shared.active.fetch_sub(1, Ordering::Relaxed);
                     self.counters().ended(End::Refused);
-                    self.log_refused(&peer, End::Refused, http);
+                    self.log_refused(&peer, End::Refused, http, listener);
                     return;
                 }
                 slot
@@ -702,7 +732,7 @@ impl Worker {
                     drop(source);
                     self.shared.active.fetch_sub(1, Ordering::Relaxed);
                     self.counters().ended(End::Refused);
-                    self.log_refused(&peer, End::Refused, http);
+                    self.log_refused(&peer, End::Refused, http, listener);
                     return;
                 }
             }
@@ -714,7 +744,7 @@ impl Worker {
         } else {
             Session::tcp(pool, id, stream, peer, denied, now)
         };
-        self.install(session, source, now);
+        self.install(session, source, listener, now);
     }
 
     /// Closes the least recently active TLS handshakes (counted as evicted) while a new one from
@@ -834,35 +864,55 @@ impl Worker {
         }
     }
 
-    /// Reopens, opens or closes the access log after its settings moved on.
+    /// Reopens every access log file after the log generation moved on (SIGUSR2, `reopen`, a
+    /// reload), opening the files of a new plan and closing those it no longer names; open
+    /// sessions then write to their listener's file in the new plan (a session of a listener
+    /// the change removed keeps its file if the plan still has it with the same format).
     fn follow_log(&mut self) {
         let generation = self.shared.log_generation.load(Ordering::Relaxed);
-        if self
-            .log
-            .as_ref()
-            .is_some_and(|l| l.generation() == generation)
-        {
+        if generation == self.log_generation {
             return;
         }
-        let (path, format) = self
+        self.log_generation = generation;
+        let plan = self
             .shared
             .access_log
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        if let Some(log) = &mut self.log {
+        for log in self.logs.iter_mut().flatten() {
             log.flush();
         }
-        self.log = match path {
-            Some(path) => match AccessLog::open(&path, format, generation) {
+        self.logs = plan
+            .files
+            .iter()
+            .map(|(path, format)| match AccessLog::open(path, *format) {
                 Ok(log) => Some(log),
                 Err(e) => {
                     tracing::warn!("cannot open access log {}: {e}", path.display());
                     None
                 }
-            },
-            None => None,
-        };
+            })
+            .collect();
+        if plan != self.log_plan {
+            let listeners = self.shared.listeners.load();
+            let by_id: std::collections::HashMap<u64, Option<u32>> = listeners
+                .iter()
+                .map(|l| (l.id, plan.file_of(&l.name)))
+                .collect();
+            let old = &self.log_plan;
+            for slot in self.slots.iter_mut().filter(|s| s.session.is_some()) {
+                slot.log = match by_id.get(&slot.listener) {
+                    Some(&log) => log,
+                    None => slot
+                        .log
+                        .and_then(|i| old.files.get(i as usize))
+                        .and_then(|f| plan.files.iter().position(|g| g == f))
+                        .map(|i| i as u32),
+                };
+            }
+            self.log_plan = plan;
+        }
     }
 
     /// Closes the inbox unless a client handed over waits in it (then the worker stays to open
@@ -989,7 +1039,7 @@ impl Worker {
 
     /// Counts a new session against `-x` (and what the open-file limit allows); true when
     /// there is no room: the client was refused (counted and logged), and must be closed.
-    fn over_max(&mut self, peer: &ClientAddr, http: bool) -> bool {
+    fn over_max(&mut self, peer: &ClientAddr, http: bool, listener: &Listener) -> bool {
         // UDP flows hold one descriptor each: sessions (two each) get what they leave.
         let flows = self.shared.udp_flows.load(Ordering::Relaxed);
         let max = self.shared.max_sessions.load(Ordering::Relaxed).min(
@@ -1003,7 +1053,7 @@ impl Worker {
         }
         self.shared.active.fetch_sub(1, Ordering::Relaxed);
         self.counters().ended(End::Refused);
-        self.log_refused(peer, End::Refused, http);
+        self.log_refused(peer, End::Refused, http, listener);
         true
     }
 
@@ -1023,6 +1073,7 @@ impl Worker {
 
     fn close(&mut self, idx: usize, end: End, now: u64) {
         let owner = token(idx, self.slots[idx].gen, CLIENT);
+        let log = self.slots[idx].log;
         let Some(mut s) = self.free_slot(idx) else {
             return;
         };
@@ -1063,10 +1114,11 @@ impl Worker {
             end.name()
         );
         if http_at_close {
-            self.log_refused(&c.client, end, true);
+            self.log_refused_to(log, &c.client, end, true);
         } else if !http {
             // HTTP sessions log each request instead.
             self.log_line(
+                log,
                 &c.client,
                 server_addr,
                 c.bytes_in,
@@ -1098,11 +1150,17 @@ impl Worker {
 
     /// A client refused at accept: a session line on a TCP listener, a request line without a
     /// request on an HTTP one (one format per listener in the file).
-    fn log_refused(&mut self, peer: &ClientAddr, end: End, http: bool) {
+    fn log_refused(&mut self, peer: &ClientAddr, end: End, http: bool, listener: &Listener) {
+        let log = self.log_plan.file_of(&listener.name);
+        self.log_refused_to(log, peer, end, http);
+    }
+
+    /// [`Self::log_refused`] into access log file `log` (None: not logged).
+    fn log_refused_to(&mut self, log: Option<u32>, peer: &ClientAddr, end: End, http: bool) {
         if !http {
-            return self.log_line(peer, None, 0, 0, 0, end);
+            return self.log_line(log, peer, None, 0, 0, 0, end);
         }
-        if let Some(log) = &mut self.log {
+        if let Some(log) = self.log_file(log) {
             log.write_http(&HttpEntry {
                 client_ip: peer,
                 unix_time: crate::clock::unix_time(),
@@ -1124,8 +1182,15 @@ impl Worker {
         }
     }
 
+    /// Access log file `i` of this worker, if it logs there and the file is open.
+    fn log_file(&mut self, i: Option<u32>) -> Option<&mut AccessLog> {
+        self.logs.get_mut(i? as usize)?.as_mut()
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn log_line(
         &mut self,
+        log: Option<u32>,
         peer: &ClientAddr,
         server: Option<&dyn std::fmt::Display>,
         up: u64,
@@ -1133,7 +1198,7 @@ impl Worker {
         ms: u64,
         end: End,
     ) {
-        if let Some(log) = &mut self.log {
+        if let Some(log) = self.log_file(log) {
             log.write(&Entry {
                 client_ip: peer,
                 unix_time: crate::clock::unix_time(),

@@ -19,6 +19,7 @@ use crate::clock::Clock;
 use crate::command::Command;
 use crate::config::{CommandFile, Config, Global, ListenerConfig, Quoting};
 use crate::listener::{self, BindOptions, ListenSocket};
+use crate::log::LogPlan;
 use crate::metrics::HttpStats;
 use crate::systemd::Inherited;
 
@@ -220,6 +221,7 @@ impl Controller {
             }));
         }
         let shared = Arc::new(Shared::new(clock, listeners, max_sessions, &config.global));
+        *shared.access_log.lock().unwrap_or_else(|e| e.into_inner()) = LogPlan::new(&config);
         shared.pools.store(Arc::new(named));
         let loaded = config.clone();
         let mut config = config;
@@ -278,9 +280,9 @@ impl Controller {
         let mut next = st.config.clone();
         next.apply_to(listener, pool, cmd).map_err(|e| e.message)?;
         next.validate().map_err(|e| e.message)?;
-        // `log PATH` naming the log already open reopens it (after a `mv`, as logrotate does).
-        let reopen =
-            matches!(cmd, Command::Log(Some(p)) if st.config.global.log.as_ref() == Some(p));
+        // `log PATH` naming a log already open reopens it (after a `mv`, as logrotate does).
+        let reopen = matches!(cmd, Command::Log(Some(p))
+            if LogPlan::new(&st.config).files.iter().any(|(f, _)| f == p));
         let summary = self.apply(&mut st, next)?;
         if reopen {
             self.reopen();
@@ -325,9 +327,13 @@ impl Controller {
         self.shared.wake_all();
     }
 
-    /// The access log now in use, if any (for the `reopen` reply).
-    pub(crate) fn access_log(&self) -> Option<std::path::PathBuf> {
-        self.lock().config.global.log.clone()
+    /// The access log files now in use (for the `reopen` reply).
+    pub(crate) fn access_logs(&self) -> Vec<std::path::PathBuf> {
+        LogPlan::new(&self.lock().config)
+            .files
+            .into_iter()
+            .map(|(path, _)| path)
+            .collect()
     }
 
     /// Applies `next` in place of the running configuration; returns what changed, in words.
@@ -343,8 +349,9 @@ impl Controller {
             ));
         }
         let old = &st.config;
-        if old.global.log != next.global.log {
-            if let Some(path) = &next.global.log {
+        let (old_logs, next_logs) = (LogPlan::new(old), LogPlan::new(&next));
+        for (path, _) in &next_logs.files {
+            if !old_logs.files.iter().any(|(p, _)| p == path) {
                 check_access_log(path)?;
             }
         }
@@ -493,12 +500,12 @@ impl Controller {
                 notes.push(format!("conn_max {n}"));
             }
         }
-        if a.log != b.log || a.log_format != b.log_format {
+        if old_logs != next_logs {
             *self
                 .shared
                 .access_log
                 .lock()
-                .unwrap_or_else(|e| e.into_inner()) = (b.log.clone(), b.log_format);
+                .unwrap_or_else(|e| e.into_inner()) = next_logs;
             self.shared.log_generation.fetch_add(1, Ordering::Relaxed);
         }
         if a.debug != b.debug {

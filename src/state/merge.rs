@@ -90,7 +90,7 @@ fn merge_listener(
     let mut out = theirs.clone();
     merge_fields!(ListenerConfig, base, ours, theirs, out;
         name, listen, emergency, health, slow_start, client_acl, abuse, http, routes, sticky_cookie,
-        tls, server_tls, dsr_if, dsr_ip, dsr_wait, tarpit_acl, udp, accept_proxy;
+        tls, server_tls, dsr_if, dsr_ip, dsr_wait, tarpit_acl, udp, accept_proxy, log, log_format;
         mode, tuning, servers, initial_blacklist);
     out.mode = merge_mode(base, ours, theirs);
     out.tuning = merge_tuning(&base.tuning, &ours.tuning, &theirs.tuning);

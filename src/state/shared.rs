@@ -15,7 +15,7 @@ use super::idle::IdlePools;
 use crate::addr::ListenAddr;
 use crate::backend::Pool;
 use crate::clock::Clock;
-use crate::config::{Global, LogFormat};
+use crate::config::Global;
 use crate::listener::ListenSocket;
 use crate::metrics::{Counters, HttpStats};
 use crate::route::RateTable;
@@ -120,8 +120,9 @@ pub(crate) struct Shared {
     pub drain_grace_ms: AtomicU64,
     /// Bumped when the access log must be reopened (SIGHUP, `log FILE`, reload).
     pub log_generation: AtomicU64,
-    /// The access log's path and format, read by workers when the generation moves.
-    pub access_log: Mutex<(Option<PathBuf>, LogFormat)>,
+    /// The access log files and which listener writes into which, read by workers when the
+    /// generation moves (set by the controller from the configuration).
+    pub access_log: Mutex<crate::log::LogPlan>,
     /// One per worker.
     pub counters: Vec<Counters>,
     /// One per worker: requests from the control thread; None once the worker has stopped.
@@ -191,7 +192,7 @@ impl Shared {
             drain_deadline_ms: AtomicU64::new(u64::MAX),
             drain_grace_ms: AtomicU64::new(0),
             log_generation: AtomicU64::new(0),
-            access_log: Mutex::new((g.log.clone(), g.log_format)),
+            access_log: Mutex::new(crate::log::LogPlan::default()),
             counters: (0..g.workers).map(Counters::new).collect(),
             inboxes: (0..g.workers)
                 .map(|_| Mutex::new(Some(Vec::new())))
