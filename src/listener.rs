@@ -40,6 +40,20 @@ pub(crate) enum ListenSocket {
 }
 
 impl ListenSocket {
+    /// At the end of a drain: closes a TCP or Unix listening socket's file in this process (its
+    /// descriptor number stays, on a placeholder, for the sessions that still hold the listener).
+    /// A UDP listener's sockets stay: its flows still read replies through them.
+    pub(crate) fn close_stream_socket(&self) {
+        let fd = match self {
+            ListenSocket::Tcp(l) => l.as_fd(),
+            ListenSocket::Unix(l, _) => l.as_fd(),
+            ListenSocket::Udp(_) => return,
+        };
+        if let Err(e) = sys::close_in_place(fd) {
+            tracing::warn!("drain: cannot close a listening socket: {e}");
+        }
+    }
+
     /// Accepts one client (accept4 with NONBLOCK|CLOEXEC).
     pub(crate) fn accept(&self) -> io::Result<(Stream, ClientAddr)> {
         match self {

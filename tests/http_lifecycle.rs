@@ -203,6 +203,60 @@ fn busy_backend(gate: &Gate, len: usize) -> Backend {
     })
 }
 
+/// While a SIGTERM drain keeps idle clients for their grace, the listening socket is closed once
+/// the workers have taken what was queued: a new client is refused at once (the kernel answers
+/// its SYN with a reset) instead of being queued for a process that no longer accepts and reset
+/// when it exits. Every connection that did get in before is served.
+#[test]
+fn a_client_connecting_during_a_sigterm_drain_is_refused_not_queued_for_nobody() {
+    let b = Backend::fixed(10);
+    let global = "drain_timeout = \"30s\"\ndrain_grace = \"3s\"\nworkers = 1";
+    let mut p = start_proxy_global(global, "", &[b.addr()]);
+    if p.quill.is_none() {
+        return; // HAProxy's soft stop is another mechanism: not compared here.
+    }
+    let mut idle = p.client();
+    assert_eq!(idle.roundtrip(&get("/before")).status, 200);
+    p.signal("TERM");
+    assert!(
+        p.quill
+            .as_ref()
+            .is_some_and(|q| q.wait_stderr_contains("stopping", T)),
+        "quill does not drain:\n{}",
+        p.stderr()
+    );
+    // Bounded: 100 tries over at most 2 s. A connection that still gets in (the worker had not
+    // taken the drain up yet) must be served, never reset.
+    let mut refused = false;
+    for _ in 0..100 {
+        match std::net::TcpStream::connect_timeout(&p.addr(), Duration::from_millis(500)) {
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                refused = true;
+                break;
+            }
+            Err(e) => panic!("connect during the drain: {e}"),
+            Ok(s) => {
+                let mut c = Client::from_stream(s);
+                let r = c.roundtrip(&get("/during"));
+                assert_eq!(
+                    r.status, 200,
+                    "a client that got in during the drain is served"
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        refused,
+        "a client connecting during the drain was queued, not refused\n{}",
+        p.stderr()
+    );
+    // The idle client kept for the grace still gets its one more request.
+    let r = idle.roundtrip(&get("/after"));
+    assert_eq!(r.status, 200);
+    assert!(r.says_close(), "{:?}", r.headers);
+}
+
 #[test]
 fn http_sigterm_keeps_idle_clients_for_the_drain_grace_and_busy_ones_get_connection_close() {
     let gate = Gate::new();

@@ -1002,6 +1002,15 @@ impl Worker {
                 }
             }
         }
+        if self.shared.drain_pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Every worker has taken what was queued: the listening sockets close now, not when
+            // their last session ends, so a client that connects during the drain is refused
+            // at once instead of being queued for nobody and reset at exit. A process that took
+            // the sockets over (or systemd) holds its own reference, and goes on accepting.
+            for l in &self.listeners {
+                l.listener.socket.close_stream_socket();
+            }
+        }
         self.listeners.clear();
         // Idle HTTP clients are not closed now: a client whose request is on its way (a
         // connection accepted a moment ago, a kept-alive one between two requests) would lose

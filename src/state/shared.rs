@@ -118,6 +118,9 @@ pub(crate) struct Shared {
     /// Of a drain: how long idle HTTP clients are kept for one more request (ms, at most the
     /// drain timeout), stored before the phase turns to draining.
     pub drain_grace_ms: AtomicU64,
+    /// Of a drain: workers that have not yet taken their share of the listeners' queues; the last
+    /// one closes the listening sockets (`Worker::start_drain`).
+    pub drain_pending: AtomicU64,
     /// Bumped when the access log must be reopened (SIGHUP, `log FILE`, reload).
     pub log_generation: AtomicU64,
     /// The access log files and which listener writes into which, read by workers when the
@@ -191,6 +194,7 @@ impl Shared {
             phase: AtomicU8::new(0),
             drain_deadline_ms: AtomicU64::new(u64::MAX),
             drain_grace_ms: AtomicU64::new(0),
+            drain_pending: AtomicU64::new(g.workers as u64),
             log_generation: AtomicU64::new(0),
             access_log: Mutex::new(crate::log::LogPlan::default()),
             counters: (0..g.workers).map(Counters::new).collect(),

@@ -206,6 +206,23 @@ pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Closes the open file behind `fd` while keeping the number `fd` open: a fresh, unbound Unix
+/// socket takes its place (`dup3`), so whatever still holds the number (a listener shared with
+/// sessions that outlive its last accept) closes that socket later, and the old file is released
+/// now (a listening socket that no other process holds stops taking connections: the kernel
+/// refuses them instead of queueing them for nobody).
+pub fn close_in_place(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: socket(2) takes plain integer arguments and returns a new descriptor or -1.
+    let dummy =
+        check(unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `dummy` was just opened and is owned by nothing else; wrapping it closes it once.
+    let dummy = unsafe { OwnedFd::from_raw_fd(dummy) };
+    // SAFETY: dup3 makes `fd` (borrowed, open for this call) refer to `dummy`'s file, closing its
+    // old file atomically; both descriptors stay valid, each with one owner.
+    check(unsafe { libc::dup3(dummy.as_raw_fd(), fd.as_raw_fd(), libc::O_CLOEXEC) })?;
+    Ok(())
+}
+
 /// Sets IP_BIND_ADDRESS_NO_PORT: a `bind` to a source address with port 0 leaves the port choice to
 /// `connect`, which can then reuse one port for different destinations. Without it every bound
 /// socket holds its own ephemeral port, and one source address runs out after about 28,000.
