@@ -220,8 +220,6 @@ pub(crate) struct LogPlan {
     pub files: Vec<(PathBuf, LogFormat)>,
     /// Listener name and the index of its file (listeners that log nothing are absent).
     pub listeners: Vec<(String, u32)>,
-    /// The file of the UDP listeners' flows (one for all: `Config::log_mix` holds them to it).
-    pub udp: Option<u32>,
 }
 
 impl LogPlan {
@@ -245,9 +243,6 @@ impl LogPlan {
                 }
             } as u32;
             plan.listeners.push((l.name.clone(), i));
-            if l.udp.is_some() && plan.udp.is_none() {
-                plan.udp = Some(i);
-            }
         }
         plan
     }

@@ -8,6 +8,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -535,6 +536,32 @@ fn udp_access_log_has_one_line_per_flow() {
             ("127.0.0.3".into(), server, 12, 18, "idle_timeout".into()),
         ]
     );
+}
+
+/// Issue 22 point 11 (L1): a UDP listener with its own `log` writes its flows there, another
+/// UDP listener on the process-wide file writes there: each file holds its listener's flows only.
+#[test]
+fn udp_listeners_each_log_to_their_own_file() {
+    let a = UdpServer::start("a");
+    let b = UdpServer::start("b");
+    let other = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let q = start_toml(&format!(
+        "{ONE_WORKER}{}[[listener]]\nname = \"dns2\"\nlisten = \"127.0.0.1:{other}\"\nprotocol = \"udp\"\nservers = [\"{}\"]\nlog = \"{{LOG}}.dns2\"\nudp = {{ flow_responses = 1 }}\n",
+        udp_listener(&[&a], "flow_responses = 1"),
+        b.addr
+    ));
+    let c = client();
+    assert_eq!(reply_of(&c, q.addr(), "one"), "a:one");
+    let to_other = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), other);
+    assert_eq!(reply_of(&c, to_other, "two"), "b:two");
+    let own = PathBuf::from(format!("{}.dns2", q.log_path().display()));
+    let shared = wait_log_line(&q.log_path(), Duration::from_secs(5), |_| true);
+    let mine = wait_log_line(&own, Duration::from_secs(5), |_| true);
+    assert_eq!(shared.server, a.addr.to_string(), "{shared:?}");
+    assert_eq!(mine.server, b.addr.to_string(), "{mine:?}");
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(read_access_log(&q.log_path()).len(), 1);
+    assert_eq!(read_access_log(&own).len(), 1);
 }
 
 #[test]

@@ -1499,9 +1499,7 @@ impl Config {
 
     /// The first listener whose access log lines would share a file with another listener's of
     /// another kind (an HTTP listener's combined lines and a TCP listener's Pen lines, or text
-    /// and JSON): its index and why, in words that say how to fix it. Also the first UDP
-    /// listener whose file differs from an earlier UDP listener's: a worker's UDP flows write to
-    /// one access log file for now.
+    /// and JSON): its index and why, in words that say how to fix it.
     pub(crate) fn log_mix(&self) -> Option<(usize, String)> {
         let logs: Vec<Option<ListenerLog>> = self
             .listeners
@@ -1538,37 +1536,6 @@ impl Config {
                         ),
                     ));
                 }
-            }
-        }
-        let mut udp = self
-            .listeners
-            .iter()
-            .zip(&logs)
-            .enumerate()
-            .filter(|(_, (l, _))| l.udp.is_some());
-        let (_, (first, first_log)) = udp.next()?;
-        for (i, (l, log)) in udp {
-            let same = match (log, first_log) {
-                (Some(a), Some(b)) => same_log_file(&a.path, &b.path) && a.format == b.format,
-                (None, None) => true,
-                _ => false,
-            };
-            if !same {
-                let name = |log: &Option<ListenerLog>| {
-                    log.as_ref().map_or("no access log".to_string(), |g| {
-                        format!("{} ({})", g.path.display(), g.format.name())
-                    })
-                };
-                return Some((
-                    i,
-                    format!(
-                        "UDP listener '{}' would log to {}, UDP listener '{}' to {}: the UDP listeners of a process share one access log file (give them the same log and log_format)",
-                        l.name,
-                        name(log),
-                        first.name,
-                        name(first_log)
-                    ),
-                ));
             }
         }
         None

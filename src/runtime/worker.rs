@@ -44,11 +44,9 @@ macro_rules! udp_cx {
             },
             counters: &$w.shared.counters[$w.id],
             shared: &$w.shared,
-            // Every UDP listener's flows write to one file (`Config::log_mix` sees to it).
-            log: match $w.log_plan.udp {
-                Some(i) => $w.logs.get_mut(i as usize).and_then(Option::as_mut),
-                None => None,
-            },
+            // A flow writes to its listener's file (found by the name of its pool snapshot).
+            logs: &mut $w.logs,
+            log_plan: &$w.log_plan,
         }
     };
 }

@@ -57,7 +57,7 @@ use crate::addr::BackendAddr;
 use crate::backend::{Pool, ServerLease};
 use crate::balancer::{self, Client};
 use crate::clock::millis;
-use crate::log::{AccessLog, Entry};
+use crate::log::{AccessLog, Entry, LogPlan};
 use crate::metrics::{Counters, End, UdpRefusal};
 use crate::state::shared::{Listener, SessionInfo, Shared};
 use crate::sys;
@@ -138,7 +138,9 @@ pub(crate) struct Cx<'a> {
     pub counters: &'a Counters,
     /// For the process's count of flows and the flows' share of descriptors.
     pub shared: &'a Shared,
-    pub log: Option<&'a mut AccessLog>,
+    /// The worker's access log files, and which listener writes into which.
+    pub logs: &'a mut [Option<AccessLog>],
+    pub log_plan: &'a LogPlan,
 }
 
 /// A listener's flows by source (shared by the workers, touched when a flow starts or ends):
@@ -991,7 +993,11 @@ fn finish(client: SocketAddr, flow: Flow, end: End, cx: &mut Cx<'_>) {
         flow.bytes_out,
         end.name()
     );
-    if let Some(log) = cx.log.as_deref_mut() {
+    let file = cx.log_plan.file_of(&flow.pool.name);
+    if let Some(log) = file
+        .and_then(|i| cx.logs.get_mut(i as usize))
+        .and_then(Option::as_mut)
+    {
         log.write(&Entry {
             client_ip: &client.ip(),
             unix_time: crate::clock::unix_time(),
