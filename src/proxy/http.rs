@@ -1513,6 +1513,9 @@ impl HttpSession {
                         self.bytes_out += leg.bytes;
                         leg.release(cx.pools);
                     }
+                    // The interim head is passed on: its bytes are not kept (the buffer makes
+                    // room for the next head, however many interim ones come).
+                    ex.sinput.settle(cx.pools);
                     ex.answer = Answer::Head;
                     return DownOutcome::Interim;
                 }
