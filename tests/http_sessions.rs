@@ -10,7 +10,10 @@
 //! `PROPTEST_CASES=N` runs N cases per property instead of the default (for long runs, with
 //! `--release`). `QUILL_HTTP_REFERENCE=haproxy` runs the plain properties against HAProxy
 //! instead (the differential mode of tests/support/http.rs; the TLS ones then skip: the kit
-//! starts HAProxy without TLS).
+//! starts HAProxy without TLS). In that mode the server writes interim heads apart from each
+//! other and from the final response: HAProxy 2.6.12 stalls on over 16 KiB of 1xx heads in one
+//! read and cuts a final response of over 16 KiB read with a 1xx head (see
+//! `Server::start_with`), which these properties found; Quill passes either way.
 
 #[path = "support/http.rs"]
 mod http_support;
@@ -33,7 +36,7 @@ use support::Quill;
 use tls_support::{self_signed, toml_path, KeyAlg};
 
 /// Default case count per property: a few seconds each on two busy cores.
-const DEFAULT_CASES: u32 = 24;
+const DEFAULT_CASES: u32 = 64;
 
 fn config() -> Config {
     Config {
@@ -155,7 +158,11 @@ fn eighty_gets_of_207_bytes() -> Case {
         e.len = 10;
         e.interim = 0;
         e.pieces = 1;
-        let bare = session::request_bytes(&Exchange { pad: 0, ..e.clone() }).len();
+        let bare = session::request_bytes(&Exchange {
+            pad: 0,
+            ..e.clone()
+        })
+        .len();
         e.pad = 207 - bare - "X-Pad: \r\n".len();
         assert_eq!(session::request_bytes(&e).len(), 207);
         case.exchanges.push(e);
@@ -196,7 +203,7 @@ fn eighty_pipelined_207_byte_gets_in_one_write_over_tls_are_all_answered_in_orde
 // ---------------------------------------------------------------------------------------------
 
 fn sessions(rig: impl Fn(&Server) -> Rig) {
-    let server = Server::start();
+    let server = Server::start_with(reference_haproxy());
     let rig = rig(&server);
     let mut runner = TestRunner::new(config());
     let result = runner.run(&prop::collection::vec(any::<u8>(), 0..160), |bytes| {

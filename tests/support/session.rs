@@ -255,12 +255,15 @@ pub fn request_bytes(e: &Exchange) -> Vec<u8> {
     out
 }
 
+/// One interim head.
+const INTERIM: &[u8] = b"HTTP/1.1 102 Processing\r\n\r\n";
+
 /// The response bytes of an exchange (interim heads included), as the server writes them.
 pub fn response_bytes(e: &Exchange) -> Vec<u8> {
     let id = e.id;
     let mut out = Vec::new();
     for _ in 0..e.interim {
-        out.extend(b"HTTP/1.1 102 Processing\r\n\r\n");
+        out.extend(INTERIM);
     }
     if e.req == Req::Upgrade {
         out.extend(
@@ -272,15 +275,26 @@ pub fn response_bytes(e: &Exchange) -> Vec<u8> {
     let body = pattern(id, e.len);
     let head_only = e.req == Req::Head;
     match e.body {
-        Body::Empty => out.extend(format!("HTTP/1.1 204 No Content\r\nX-Id: {id}\r\n\r\n").into_bytes()),
+        Body::Empty => {
+            out.extend(format!("HTTP/1.1 204 No Content\r\nX-Id: {id}\r\n\r\n").into_bytes())
+        }
         Body::Length => {
-            out.extend(format!("HTTP/1.1 200 OK\r\nX-Id: {id}\r\nContent-Length: {}\r\n\r\n", e.len).into_bytes());
+            out.extend(
+                format!(
+                    "HTTP/1.1 200 OK\r\nX-Id: {id}\r\nContent-Length: {}\r\n\r\n",
+                    e.len
+                )
+                .into_bytes(),
+            );
             if !head_only {
                 out.extend(&body);
             }
         }
         Body::Chunked(max) => {
-            out.extend(format!("HTTP/1.1 200 OK\r\nX-Id: {id}\r\nTransfer-Encoding: chunked\r\n\r\n").into_bytes());
+            out.extend(
+                format!("HTTP/1.1 200 OK\r\nX-Id: {id}\r\nTransfer-Encoding: chunked\r\n\r\n")
+                    .into_bytes(),
+            );
             if !head_only {
                 for chunk in body.chunks(max.max(1)) {
                     out.extend(format!("{:x}\r\n", chunk.len()).into_bytes());
@@ -291,7 +305,9 @@ pub fn response_bytes(e: &Exchange) -> Vec<u8> {
             }
         }
         Body::Close => {
-            out.extend(format!("HTTP/1.1 200 OK\r\nX-Id: {id}\r\nConnection: close\r\n\r\n").into_bytes());
+            out.extend(
+                format!("HTTP/1.1 200 OK\r\nX-Id: {id}\r\nConnection: close\r\n\r\n").into_bytes(),
+            );
             if !head_only {
                 out.extend(&body);
             }
@@ -327,8 +343,20 @@ pub struct Server {
 
 impl Server {
     pub fn start() -> Server {
+        Server::start_with(false)
+    }
+
+    /// `interim_apart`: interim heads go in writes of their own, at most 50 a write 2 ms apart,
+    /// 20 ms before the final response (and 20 ms pass after a `100 Continue`). HAProxy 2.6.12
+    /// stalls when more than about 16 KiB of 1xx heads come in one read (528 of 600 passed on,
+    /// then nothing), and cuts a final response of over about 16 KiB that comes soon after a 1xx
+    /// head (15,169 of 16,348 body bytes, then nothing); the differential mode sends them apart,
+    /// as a server that reports progress does.
+    pub fn start_with(interim_apart: bool) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the scripted server");
-        listener.set_nonblocking(true).expect("nonblocking listener");
+        listener
+            .set_nonblocking(true)
+            .expect("nonblocking listener");
         let addr = listener.local_addr().expect("server address");
         let stop = Arc::new(AtomicBool::new(false));
         let script: Arc<Mutex<HashMap<u32, Exchange>>> = Arc::default();
@@ -342,11 +370,13 @@ impl Server {
                         let (st, sc, se, er) = (st.clone(), sc.clone(), se.clone(), er.clone());
                         // Detached: a connection ends on EOF, on the stop flag or its deadline.
                         thread::spawn(move || {
-                            if let Err(e) = serve(s, &st, &sc, &se) {
+                            if let Err(e) = serve(s, &st, &sc, &se, interim_apart) {
                                 if e.kind() != io::ErrorKind::ConnectionReset
                                     && e.kind() != io::ErrorKind::BrokenPipe
                                 {
-                                    er.lock().unwrap_or_else(|p| p.into_inner()).push(e.to_string());
+                                    er.lock()
+                                        .unwrap_or_else(|p| p.into_inner())
+                                        .push(e.to_string());
                                 }
                             }
                         });
@@ -401,7 +431,8 @@ impl Reader<'_> {
     fn more(&mut self) -> io::Result<bool> {
         let mut tmp = [0u8; 16384];
         loop {
-            if Instant::now() > self.deadline || self.stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+            if Instant::now() > self.deadline || self.stop.is_some_and(|s| s.load(Ordering::SeqCst))
+            {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline"));
             }
             match (&mut &*self.s).read(&mut tmp) {
@@ -410,7 +441,13 @@ impl Reader<'_> {
                     self.buf.extend_from_slice(&tmp[..n]);
                     return Ok(true);
                 }
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -441,10 +478,14 @@ impl Reader<'_> {
 
     /// A head: its first line and fields (names lowercased); None at EOF before one.
     fn head(&mut self) -> io::Result<Option<(String, Vec<(String, String)>)>> {
-        let Some(first) = self.line()? else { return Ok(None) };
+        let Some(first) = self.line()? else {
+            return Ok(None);
+        };
         let mut fields = Vec::new();
         loop {
-            let Some(l) = self.line()? else { return Ok(None) };
+            let Some(l) = self.line()? else {
+                return Ok(None);
+            };
             if l.is_empty() {
                 break;
             }
@@ -459,7 +500,9 @@ impl Reader<'_> {
     fn chunked(&mut self) -> io::Result<Option<Vec<u8>>> {
         let mut payload = Vec::new();
         loop {
-            let Some(line) = self.line()? else { return Ok(None) };
+            let Some(line) = self.line()? else {
+                return Ok(None);
+            };
             let size = String::from_utf8_lossy(&line);
             let size = size.split(';').next().unwrap_or("").trim();
             let n = usize::from_str_radix(size, 16)
@@ -473,7 +516,9 @@ impl Reader<'_> {
                     }
                 }
             }
-            let Some(data) = self.take(n + 2)? else { return Ok(None) };
+            let Some(data) = self.take(n + 2)? else {
+                return Ok(None);
+            };
             if &data[n..] != b"\r\n" {
                 return Err(io::Error::other("chunk data not followed by CRLF"));
             }
@@ -483,7 +528,10 @@ impl Reader<'_> {
 }
 
 fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    fields
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
 }
 
 /// Writes `bytes` in `pieces` writes (a short pause between them, so they arrive apart).
@@ -504,6 +552,7 @@ fn serve(
     stop: &AtomicBool,
     script: &Mutex<HashMap<u32, Exchange>>,
     seen: &Mutex<Vec<u32>>,
+    interim_apart: bool,
 ) -> io::Result<()> {
     s.set_read_timeout(Some(Duration::from_millis(20)))?;
     s.set_nodelay(true)?;
@@ -514,23 +563,36 @@ fn serve(
         stop: Some(stop),
     };
     loop {
-        let Some((line, fields)) = r.head()? else { return Ok(()) };
+        let Some((line, fields)) = r.head()? else {
+            return Ok(());
+        };
         let id: Option<u32> = line
             .split(' ')
             .nth(1)
             .and_then(|t| t.strip_prefix("/s/"))
             .and_then(|t| t.parse().ok());
-        let e = id.and_then(|id| script.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned());
+        let e = id.and_then(|id| {
+            script
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&id)
+                .cloned()
+        });
         if let Some(id) = id {
             seen.lock().unwrap_or_else(|p| p.into_inner()).push(id);
         }
         if field(&fields, "expect").is_some_and(|v| v.eq_ignore_ascii_case("100-continue")) {
             (&s).write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+            if interim_apart {
+                thread::sleep(Duration::from_millis(20));
+            }
         }
         let body = if field(&fields, "transfer-encoding").is_some() {
             r.chunked()?
         } else {
-            let n: usize = field(&fields, "content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+            let n: usize = field(&fields, "content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
             r.take(n)?
         };
         let Some(body) = body else { return Ok(()) };
@@ -544,10 +606,24 @@ fn serve(
             _ => Vec::new(),
         };
         if body != want {
-            (&s).write_all(b"HTTP/1.1 500 Body Differs\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
-            return Err(io::Error::other(format!("exchange {}: the request body differs", e.id)));
+            (&s).write_all(
+                b"HTTP/1.1 500 Body Differs\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            )?;
+            return Err(io::Error::other(format!(
+                "exchange {}: the request body differs",
+                e.id
+            )));
         }
-        write_pieces(&s, &response_bytes(&e), e.pieces)?;
+        let mut bytes = response_bytes(&e);
+        if interim_apart && e.interim > 0 {
+            for group in bytes[..INTERIM.len() * e.interim].chunks(INTERIM.len() * 50) {
+                (&s).write_all(group)?;
+                thread::sleep(Duration::from_millis(2));
+            }
+            thread::sleep(Duration::from_millis(20));
+            bytes.drain(..INTERIM.len() * e.interim);
+        }
+        write_pieces(&s, &bytes, e.pieces)?;
         if e.req == Req::Upgrade {
             // The echo tunnel, until the client's side ends.
             loop {
@@ -576,7 +652,8 @@ fn serve(
 /// responses, and checks each one. `reference`: the proxy is HAProxy (its refusal is a 400 too;
 /// it answers Quill's way everywhere this checks). Err says what went wrong, naming the exchange.
 pub fn play(case: &Case, conn: TcpStream) -> Result<(), String> {
-    conn.set_read_timeout(Some(Duration::from_millis(50))).map_err(|e| e.to_string())?;
+    conn.set_read_timeout(Some(Duration::from_millis(50)))
+        .map_err(|e| e.to_string())?;
     conn.set_nodelay(true).map_err(|e| e.to_string())?;
     let bytes = case.client_bytes();
     let writer = conn.try_clone().map_err(|e| e.to_string())?;
@@ -636,7 +713,10 @@ fn check_responses(case: &Case, conn: &TcpStream) -> Result<(), String> {
             // Closed after its answer: nothing more comes.
             return match r.take(r.buf.len() + 1) {
                 Ok(None) | Err(_) => Ok(()),
-                Ok(Some(b)) => Err(what(&format!("bytes after the 400: {:?}", String::from_utf8_lossy(&b)))),
+                Ok(Some(b)) => Err(what(&format!(
+                    "bytes after the 400: {:?}",
+                    String::from_utf8_lossy(&b)
+                ))),
             };
         }
         let expected = match (&e.req, &e.body) {
@@ -648,7 +728,10 @@ fn check_responses(case: &Case, conn: &TcpStream) -> Result<(), String> {
             return Err(what(&format!("status {status}, not {expected}")));
         }
         if field(&fields, "x-id") != Some(&id.to_string()) {
-            return Err(what(&format!("X-Id {:?}: another exchange's response", field(&fields, "x-id"))));
+            return Err(what(&format!(
+                "X-Id {:?}: another exchange's response",
+                field(&fields, "x-id")
+            )));
         }
         if e.req == Req::Upgrade {
             let ping = format!("ping {id}");
@@ -661,7 +744,9 @@ fn check_responses(case: &Case, conn: &TcpStream) -> Result<(), String> {
         }
         let body = if e.req == Req::Head || status == 204 {
             Some(Vec::new())
-        } else if field(&fields, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        } else if field(&fields, "transfer-encoding")
+            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+        {
             r.chunked().map_err(|x| what(&io(x)))?
         } else if let Some(n) = field(&fields, "content-length") {
             let n: usize = n.parse().map_err(|_| what("bad Content-Length"))?;
@@ -674,9 +759,23 @@ fn check_responses(case: &Case, conn: &TcpStream) -> Result<(), String> {
         let Some(body) = body else {
             return Err(what("the connection closed within the body"));
         };
-        let want = if e.req == Req::Head { Vec::new() } else { pattern(id, e.len) };
+        let want = if e.req == Req::Head {
+            Vec::new()
+        } else {
+            pattern(id, e.len)
+        };
         if body != want {
-            return Err(what(&format!("body of {} bytes, not the {} expected", body.len(), want.len())));
+            let at = body
+                .iter()
+                .zip(&want)
+                .position(|(a, b)| a != b)
+                .unwrap_or(body.len().min(want.len()));
+            let got = String::from_utf8_lossy(&body[at..body.len().min(at + 60)]).into_owned();
+            return Err(what(&format!(
+                "body of {} bytes, not the {} expected; differs from byte {at}: {got:?}",
+                body.len(),
+                want.len()
+            )));
         }
         if terminal(e) {
             return Ok(());
@@ -705,7 +804,10 @@ pub fn check_server(case: &Case, seen: &[u32]) -> Result<(), String> {
         .copied()
         .filter(|id| case.exchanges.iter().any(|e| e.id == *id))
         .collect();
-    if let Some(id) = ours.iter().find(|id| after_refusal.contains(id) || !want.contains(id)) {
+    if let Some(id) = ours
+        .iter()
+        .find(|id| after_refusal.contains(id) || !want.contains(id))
+    {
         return Err(format!("the server got request {id}, which it must not"));
     }
     if ours != want {
@@ -855,7 +957,11 @@ pub fn tls_bridge(proxy: SocketAddr, config: Arc<rustls::ClientConfig>) -> io::R
 }
 
 /// Moves what TLS decrypted to the plain side; Err when that side is gone.
-fn drain_plain(conn: &mut rustls::ClientConnection, far: &TcpStream, buf: &mut [u8]) -> io::Result<()> {
+fn drain_plain(
+    conn: &mut rustls::ClientConnection,
+    far: &TcpStream,
+    buf: &mut [u8],
+) -> io::Result<()> {
     loop {
         match conn.reader().read(buf) {
             Ok(0) => return Ok(()),
@@ -865,7 +971,9 @@ fn drain_plain(conn: &mut rustls::ClientConnection, far: &TcpStream, buf: &mut [
                 while at < n {
                     match (&mut &*far).write(&buf[at..n]) {
                         Ok(k) => at += k,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < until => {
+                        Err(e)
+                            if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < until =>
+                        {
                             thread::sleep(Duration::from_micros(200))
                         }
                         Err(e) => return Err(e),
