@@ -418,6 +418,9 @@ impl Drop for Server {
     }
 }
 
+/// A head's first line and its fields (names lowercased).
+type Head = (String, Vec<(String, String)>);
+
 /// Bytes read on a connection, with more read on demand (bounded by the deadline and stop flag).
 struct Reader<'a> {
     s: &'a TcpStream,
@@ -477,7 +480,7 @@ impl Reader<'_> {
     }
 
     /// A head: its first line and fields (names lowercased); None at EOF before one.
-    fn head(&mut self) -> io::Result<Option<(String, Vec<(String, String)>)>> {
+    fn head(&mut self) -> io::Result<Option<Head>> {
         let Some(first) = self.line()? else {
             return Ok(None);
         };
