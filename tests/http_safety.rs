@@ -727,6 +727,12 @@ fn compliant_exception(c: &Case, status: u16) -> Option<&'static str> {
         // DESIGN §6.4: the obsolete `identity` coding is not one Quill knows.
         return Some("501 for the obsolete identity coding");
     }
+    let codings = te_values.iter().flat_map(|v| v.split(',')).map(str::trim);
+    if status == 501 && codings.filter(|c| !c.is_empty() && *c != "chunked").count() > 0 {
+        // Issue 22 E14: Quill decodes no coding but chunked, so it passes none on
+        // (`gzip, chunked` went to servers as `chunked` with gzip-coded bytes).
+        return Some("501 for a coding besides chunked");
+    }
     if status == 400 && te_values.iter().any(|v| v.contains("chunked;")) {
         // RFC 9112 §7.1 defines no parameter for chunked; quill_core::http1 refuses
         // `chunked;param` as a Transfer-Encoding whose last coding is not plain chunked.
