@@ -456,7 +456,14 @@ enum Sub {
 
 /// Parses the process arguments and runs; the return value is the exit status.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    main_with(std::env::args_os())
+}
+
+/// Like [`main`] with these arguments (the program name first): how the session fuzz target
+/// (`fuzz/fuzz_targets/http_session.rs`) runs Quill in its own process, its workers' code
+/// instrumented with the target's.
+pub fn main_with(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
+    let cli = Cli::parse_from(args);
     crate::log::init(cli.debug);
     match cli.sub {
         Some(Sub::Demo {

@@ -211,7 +211,7 @@ fn busy_backend(gate: &Gate, len: usize) -> Backend {
 fn a_client_connecting_during_a_sigterm_drain_is_refused_not_queued_for_nobody() {
     let b = Backend::fixed(10);
     let global = "drain_timeout = \"30s\"\ndrain_grace = \"3s\"\nworkers = 1";
-    let mut p = start_proxy_global(global, "", &[b.addr()]);
+    let p = start_proxy_global(global, "", &[b.addr()]);
     if p.quill.is_none() {
         return; // HAProxy's soft stop is another mechanism: not compared here.
     }

@@ -388,6 +388,32 @@ fn http_informational_1xx_is_passed_before_the_final_response() {
 }
 
 #[test]
+fn two_thousand_interim_responses_then_the_final_one_reach_the_client() {
+    // Issue 22 E10: 2,000 `102 Processing` heads at once (56,000 bytes, more than the 16 KiB
+    // server buffer) piled up in it and the client got a reset after 606 of them. Each is passed
+    // on and forgotten; the final response follows, and the connection is reused.
+    const N: usize = 2000;
+    let b = Backend::start(|_| {
+        let mut all = b"HTTP/1.1 102 Processing\r\n\r\n".repeat(N);
+        all.extend(response(200, "", b"final"));
+        vec![Step::Send(all)]
+    });
+    let p = start_pen(&[b.addr()]);
+    let mut c = p.client();
+    for round in 0..2 {
+        c.send(&get("/slow"));
+        for i in 0..N {
+            let r = c
+                .try_read_response(false, T)
+                .unwrap_or_else(|e| panic!("round {round}: interim {i} of {N}: {e}"));
+            assert_eq!(r.status, 102, "round {round}: interim {i}");
+        }
+        let fin = c.read_response();
+        assert_eq!((fin.status, fin.body.as_slice()), (200, &b"final"[..]));
+    }
+}
+
+#[test]
 fn http_expect_100_continue_passes_through() {
     let b = Backend::echo();
     let p = start_pen(&[b.addr()]);

@@ -332,13 +332,6 @@ impl LogFormat {
             _ => None,
         }
     }
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            LogFormat::Text => "text",
-            LogFormat::Json => "json",
-        }
-    }
 }
 
 /// The kind of line a listener writes into its access log file: what a reader of the file must

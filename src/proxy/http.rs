@@ -39,14 +39,21 @@ use crate::state::idle::ServerConns;
 use crate::state::shared::{Listener, SessionInfo};
 
 /// Bytes read from one side and not yet forwarded: `[start, fwd)` was forwarded (kept for a
-/// replay), `[fwd, fed)` belongs to the message and waits to be written, `[fed, end)` is not yet
-/// parsed or fed to the body decoder.
+/// replay: a request's head is at `start` while its exchange may still go again), `[fwd, fed)`
+/// belongs to the message and waits to be written, `[fed, end)` is not yet parsed or fed to the
+/// body decoder; `[fed, scanned)` was already searched for the end of a head.
+///
+/// Every position into the buffer lives here, and [`Input::fill`] is the one place that moves
+/// bytes (its compaction): it moves every position with them. A position kept anywhere else
+/// would point at other bytes after a compaction (the crash of a head straddling the buffer's
+/// end, issue 22 E1), so none is.
 #[derive(Debug, Default)]
 struct Input {
     buf: Option<Buf>,
     start: u32,
     fwd: u32,
     fed: u32,
+    scanned: u32,
     end: u32,
 }
 
@@ -88,6 +95,7 @@ impl Input {
             self.start = 0;
             self.fwd = 0;
             self.fed = 0;
+            self.scanned = 0;
             self.end = 0;
             if let Some(b) = self.buf.take() {
                 pools.give_buffer(b);
@@ -118,6 +126,7 @@ impl Input {
             buf.copy_within(s..BUF_SIZE, 0);
             self.fwd -= self.start;
             self.fed -= self.start;
+            self.scanned = self.scanned.saturating_sub(self.start);
             self.end -= self.start;
             self.start = 0;
         }
@@ -146,12 +155,31 @@ impl Input {
     }
 
     /// Whether the unparsed bytes hold the end of a head (a blank line), looking only at bytes
-    /// that arrived since `seen`: a head is parsed once, when whole, however it trickles in.
-    fn head_ends(&self, seen: u32) -> bool {
+    /// that arrived since the last look: a head is parsed once, when whole, however it trickles
+    /// in. When one is found the next look starts over at `fed` (past the head once it is
+    /// parsed: the next pipelined head may be in the buffer already).
+    fn head_ends(&mut self) -> bool {
         let Some(b) = &self.buf else { return false };
-        let from = seen.max(self.fed).saturating_sub(2).max(self.fed) as usize;
-        let bytes = &b[from..self.end as usize];
-        bytes.windows(2).any(|w| w == b"\n\n") || bytes.windows(3).any(|w| w == b"\n\r\n")
+        let from = self.scanned.max(self.fed).saturating_sub(2).max(self.fed) as usize;
+        let bytes = b.get(from..self.end as usize).unwrap_or_default();
+        let found =
+            bytes.windows(2).any(|w| w == b"\n\n") || bytes.windows(3).any(|w| w == b"\n\r\n");
+        self.scanned = if found { 0 } else { self.end };
+        found
+    }
+
+    /// The bytes kept from `start` (a request's head while its exchange may go again).
+    fn kept(&self) -> &[u8] {
+        match &self.buf {
+            Some(b) => &b[self.start as usize..self.end as usize],
+            None => &[],
+        }
+    }
+
+    /// Goes back to `start` (a request sent again from its head).
+    fn rewind(&mut self) {
+        self.fwd = self.start;
+        self.fed = self.start;
     }
 }
 
@@ -390,10 +418,9 @@ struct Exchange {
     route: Option<u32>,
     /// The server the request's stickiness cookie named (see `backend::Sticky`).
     sticky: Option<u32>,
-    /// The request head, parsed at `head_at` in the client input (where it stays until the
+    /// The request head, parsed at the client input's `start` (where it stays until the
     /// exchange is over, for a retry).
     head: http1::RequestHead,
-    head_at: u32,
     /// The request head's fields, noted by the parser (for routing and the rewrite).
     fields: FieldIndex,
     /// The request, once a server is connected; None while connecting.
@@ -447,8 +474,6 @@ pub(crate) struct HttpSession {
     /// The snapshot of the current (or last) request.
     pool: Arc<Pool>,
     input: Input,
-    /// End of the input when a head was last looked for.
-    seen: u32,
     ex: Option<Box<Exchange>>,
     started_ms: u64,
     /// Clock ms since when the client has been idle (no request in flight, none begun).
@@ -611,7 +636,6 @@ impl HttpSession {
             listener,
             pool,
             input: Input::default(),
-            seen: 0,
             ex: None,
             started_ms: now_ms,
             idle_since: now_ms,
@@ -890,12 +914,10 @@ impl HttpSession {
                 if self.head_since.is_none() {
                     self.head_since = Some(cx.now);
                 }
-                if self.input.head_ends(self.seen) {
-                    self.seen = 0;
+                if self.input.head_ends() {
                     return self.begin(cx).map(|()| true);
                 }
             }
-            self.seen = self.input.end;
             if self.client_eof {
                 return Err(Step::Close(End::Done));
             }
@@ -918,7 +940,6 @@ impl HttpSession {
                     return Err(Step::Close(End::Done));
                 }
                 Ok(Filled::Full) => {
-                    self.seen = 0;
                     return self.begin(cx).map(|()| true);
                 }
                 Err(e) => {
@@ -1045,7 +1066,6 @@ impl HttpSession {
             sticky,
             route: route_index,
             head,
-            head_at: self.input.fed,
             fields,
             up: None,
             up_done: false,
@@ -1325,8 +1345,8 @@ impl HttpSession {
             return Err(Step::Close(End::Error));
         };
         let head = ex.head;
-        let start = ex.head_at as usize;
-        let msg = &buf[start..self.input.end as usize];
+        let start = self.input.start as usize;
+        let msg = self.input.kept();
         super::fault::inject(head.target.of(msg));
         let client_ip = self.addr.ip();
         let trusted = client_ip.is_some_and(|ip| s.trusted_proxies.iter().any(|n| n.contains(ip)));
@@ -1567,6 +1587,9 @@ impl HttpSession {
                         self.bytes_out += leg.bytes;
                         leg.release(cx.pools);
                     }
+                    // The interim head is passed on: its bytes are not kept (the buffer makes
+                    // room for the next head, however many interim ones come).
+                    ex.sinput.settle(cx.pools);
                     ex.answer = Answer::Head;
                     return DownOutcome::Interim;
                 }
@@ -1781,8 +1804,7 @@ impl HttpSession {
         ex.connector =
             Connector::for_http(ex.connector.pool().clone(), true, ex.sticky).via(&self.listener);
         // The request goes again from its head, still in the input.
-        self.input.fwd = ex.head_at;
-        self.input.fed = ex.head_at;
+        self.input.rewind();
         self.connect(cx)
     }
 
@@ -1863,7 +1885,6 @@ impl HttpSession {
         self.input.fwd = self.input.fed;
         self.input.settle(cx.pools);
         self.idle_since = cx.now;
-        self.seen = 0;
         if close || end != End::Done {
             return Err(Step::Close(end));
         }

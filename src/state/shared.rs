@@ -2,6 +2,7 @@
 //! against `-x`, the process phase, the log settings and the counters. Atomics only on the data
 //! path; the control thread talks to a worker through its inbox and waker.
 
+use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -44,7 +45,50 @@ pub(crate) struct Listener {
     /// UDP flows open on it in all workers (held to its pool's `max_flows`).
     pub flows: AtomicU64,
     /// Its UDP flows by source (held to `max_flows_per_source`).
-    pub flow_sources: crate::udp::Sources,
+    pub flow_sources: FlowSources,
+}
+
+/// A listener's flows by source (shared by the workers, touched when a flow starts or ends):
+/// an IPv4 address, or the /64 of an IPv6 one.
+#[derive(Debug, Default)]
+pub(crate) struct FlowSources(Mutex<HashMap<IpAddr, u32>>);
+
+impl FlowSources {
+    /// The source `ip` counts under: IPv4 (mapped ones too) as is, IPv6 by its /64.
+    fn key(ip: IpAddr) -> IpAddr {
+        match ip.to_canonical() {
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(bits.into())
+            }
+            v4 => v4,
+        }
+    }
+
+    /// One more flow from `ip` unless it holds `max` already (then false).
+    pub(crate) fn take(&self, ip: IpAddr, max: u64) -> bool {
+        // A panic contained elsewhere cannot have left the map half-changed (no call in it
+        // panics): a poisoned lock is taken as it is, the bound still applies.
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(FlowSources::key(ip)).or_insert(0);
+        if u64::from(*n) >= max {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    /// A flow from `ip` ended.
+    pub(crate) fn give(&self, ip: IpAddr) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let key = FlowSources::key(ip);
+        if let Some(n) = m.get_mut(&key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&key);
+            }
+        }
+    }
 }
 
 /// One open session, as `connections` and `connection N` show it.

@@ -143,51 +143,6 @@ pub(crate) struct Cx<'a> {
     pub log_plan: &'a LogPlan,
 }
 
-/// A listener's flows by source (shared by the workers, touched when a flow starts or ends):
-/// an IPv4 address, or the /64 of an IPv6 one.
-#[derive(Debug, Default)]
-pub(crate) struct Sources(Mutex<HashMap<IpAddr, u32>>);
-
-impl Sources {
-    /// The source `ip` counts under: IPv4 (mapped ones too) as is, IPv6 by its /64.
-    fn key(ip: IpAddr) -> IpAddr {
-        match ip.to_canonical() {
-            IpAddr::V6(v6) => {
-                let bits = u128::from(v6) & !((1u128 << 64) - 1);
-                IpAddr::V6(bits.into())
-            }
-            v4 => v4,
-        }
-    }
-
-    /// One more flow from `ip` unless it holds `max` already (then false).
-    fn take(&self, ip: IpAddr, max: u64) -> bool {
-        let Ok(mut m) = self.0.lock() else {
-            return true;
-        };
-        let n = m.entry(Sources::key(ip)).or_insert(0);
-        if u64::from(*n) >= max {
-            return false;
-        }
-        *n += 1;
-        true
-    }
-
-    /// A flow from `ip` ended.
-    fn give(&self, ip: IpAddr) {
-        let Ok(mut m) = self.0.lock() else {
-            return;
-        };
-        let key = Sources::key(ip);
-        if let Some(n) = m.get_mut(&key) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                m.remove(&key);
-            }
-        }
-    }
-}
-
 /// A worker's UDP listeners and their flows.
 pub(crate) struct UdpWorker {
     worker: usize,

@@ -109,7 +109,8 @@ emergency = "{b0}"
 
 /// Arguments for quill with a named pool and a UDP listener: `[[pool]] api` over `b[0]` and
 /// `b[1]`; `web`, an HTTP listener on `port` over `b[2]` whose route `/api/` goes to `api`; and
-/// `dns`, a UDP listener over `udp`; the admin listener on `admin`, the access log in `dir`.
+/// `dns`, a UDP listener over `udp` (its own log: one format per file); the admin listener on
+/// `admin`, the access logs in `dir`.
 pub fn pool_and_udp_config(
     dir: &Path,
     port: u16,
@@ -142,8 +143,10 @@ name = "dns"
 listen = "127.0.0.1:{dns}"
 protocol = "udp"
 servers = ["{udp}"]
+log = "{udp_log}"
 "#,
         log = dir.join("access.log").display(),
+        udp_log = dir.join("udp.log").display(),
         b0 = b[0],
         b1 = b[1],
         b2 = b[2],

@@ -3,8 +3,9 @@
 //!
 //! The decoder never copies or re-chunks: the caller forwards the bytes it was told belong to the
 //! body exactly as they came, chunk-size lines and trailers included. A chunked body is checked
-//! on the way (hex sizes, extensions, every CRLF, trailer field syntax, bounded line lengths), so
-//! a message that could be read two ways is refused before its end is forwarded.
+//! on the way (hex sizes of at most [`MAX_CHUNK_SIZE_DIGITS`] digits, extensions, every CRLF,
+//! trailer field syntax, bounded line lengths), so a message that could be read two ways is
+//! refused before its end is forwarded.
 
 use super::head::is_tchar;
 use super::Error;
@@ -23,8 +24,14 @@ pub enum Framing {
     Close,
 }
 
-/// Longest chunk-size line (size, extensions, CRLF): longer is [`Error::BadChunkLine`].
-pub const MAX_CHUNK_LINE: usize = 4096;
+/// Longest chunk-size line (size, whitespace, extensions, CRLF): longer is
+/// [`Error::BadChunkLine`]. This bounds the extensions, which Quill passes on as they came: 1 KiB
+/// is far more than any sender uses and short enough that no server truncates them differently.
+pub const MAX_CHUNK_LINE: usize = 1024;
+/// Most hex digits of a chunk size, leading zeros included: a size is at most 16 significant
+/// digits (it fits in 64 bits) and a few zeros of padding; more is [`Error::BadChunkSize`]
+/// (a long zero-padded size is what a server with a shorter field may read differently).
+pub const MAX_CHUNK_SIZE_DIGITS: u32 = 20;
 /// Longest trailer section (fields and the final CRLF): longer is [`Error::BadTrailer`].
 pub const MAX_TRAILERS: usize = 16 * 1024;
 
@@ -184,7 +191,7 @@ impl Body {
         }
         Ok(match (self.state, b) {
             (State::Size { size, digits }, _) if b.is_ascii_hexdigit() => {
-                if size >> 60 != 0 {
+                if size >> 60 != 0 || digits >= MAX_CHUNK_SIZE_DIGITS {
                     return Err(Error::BadChunkSize);
                 }
                 let d = u64::from((b as char).to_digit(16).unwrap_or(0));

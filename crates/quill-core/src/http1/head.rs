@@ -879,6 +879,8 @@ struct Codings {
     chunked: u32,
     last_chunked: bool,
     unknown: bool,
+    /// A coding other than `chunked` (gzip, ...): Quill decodes none, so it passes none on.
+    other: bool,
     /// An element that is not a coding token, or `chunked` with parameters.
     malformed: bool,
 }
@@ -904,6 +906,11 @@ impl Seen {
         }
         if te.malformed || te.chunked != 1 || !te.last_chunked {
             return Err(Error::TransferEncodingNotChunked);
+        }
+        // `gzip, chunked`: the framing is understood, the coding under it is not, and servers
+        // differ on what to do with it (RFC 9112 §6.1: 501 for a coding not understood).
+        if te.other {
+            return Err(Error::UnknownTransferCoding);
         }
         Ok(true)
     }
@@ -947,6 +954,8 @@ impl Seen {
                 te.chunked += 1;
             } else if !is_known_coding(name) {
                 te.unknown = true;
+            } else {
+                te.other = true;
             }
             te.last_chunked = chunked;
         }

@@ -130,7 +130,8 @@ pub enum Error {
     ContentLengthWithTransferEncoding,
     /// `Transfer-Encoding` whose last coding is not `chunked` (or that applies it twice).
     TransferEncodingNotChunked,
-    /// A transfer coding we do not know (501).
+    /// A transfer coding other than `chunked`, registered or not (501): Quill decodes none, and
+    /// a lone `chunked` is the only framing it passes on as understood.
     UnknownTransferCoding,
     /// `Transfer-Encoding` in an HTTP/1.0 message.
     TransferEncodingInHttp10,
@@ -183,7 +184,7 @@ impl Error {
     ];
 
     /// The status Quill answers a client whose *request* has this error: 431 for the size
-    /// limits, 414 for a long request line, 501 for an unknown transfer coding, else 400. A *response* error is always 502.
+    /// limits, 414 for a long request line, 501 for a transfer coding other than a lone `chunked`, else 400. A *response* error is always 502.
     pub fn request_status(self) -> u16 {
         match self {
             Error::HeadTooLarge | Error::TooManyHeaders => 431,

@@ -26,7 +26,7 @@ const REQUESTS: &[&[u8]] = &[
     b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
     b"GET /x?y=1 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
     b"POST /p HTTP/1.1\r\nHost: a.example:80\r\nContent-Length: 5\r\n\r\nhello",
-    b"PUT /p HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5;e=1\r\nhello\r\n0\r\nT: v\r\n\r\n",
+    b"PUT /p HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5;e=1\r\nhello\r\n0\r\nT: v\r\n\r\n",
     b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
     b"CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\n\r\n",
     b"GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
@@ -325,6 +325,47 @@ proptest! {
         cuts in prop::collection::vec(any::<usize>(), 0..6),
     ) {
         body_same_in_pieces(Framing::Chunked, &mutate(&body, &edits), &cuts)?;
+    }
+
+    /// A chunk size is read as its value when it has at most `MAX_CHUNK_SIZE_DIGITS` digits
+    /// (zeros of padding included) and refused when it has more, in any split (issue 22 E14).
+    #[test]
+    fn chunk_sizes_are_read_by_value_within_the_digit_bound(
+        value in 1u64..100_000,
+        zeros in 0usize..40,
+        cuts in prop::collection::vec(any::<usize>(), 0..6),
+    ) {
+        let hex = format!("{value:x}");
+        let size = format!("{}{hex}", "0".repeat(zeros));
+        let mut body = format!("{size}\r\n").into_bytes();
+        body.extend(std::iter::repeat_n(b'x', value as usize));
+        body.extend(b"\r\n0\r\n\r\n");
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % body.len()).collect();
+        cuts.sort_unstable();
+        let mut b = Body::new(Framing::Chunked);
+        let (mut at, mut payload, mut outcome) = (0, 0u64, Ok(false));
+        for end in cuts.into_iter().chain([body.len()]) {
+            if end < at {
+                continue;
+            }
+            match b.feed(&body[at..end]) {
+                Ok(f) => {
+                    payload += f.payload;
+                    at += f.used;
+                    outcome = Ok(f.done);
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        if size.len() <= super::body::MAX_CHUNK_SIZE_DIGITS as usize {
+            prop_assert_eq!(outcome, Ok(true));
+            prop_assert_eq!(payload, value);
+        } else {
+            prop_assert_eq!(outcome, Err(Error::BadChunkSize));
+        }
     }
 
     #[test]

@@ -199,7 +199,7 @@ fn request_framing_is_regenerated_as_exactly_one_field() {
         "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nX-Forwarded-For: 192.0.2.7\r\n\r\n"
     );
     let out = request(
-        "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST / HTTP/1.1\r\ntransfer-encoding:  CHUNKED \r\nHost: a\r\n\r\n",
         &r,
     );
     assert_eq!(
