@@ -40,13 +40,12 @@
 //! counted for its flow (bytes, datagrams, drops) once the batch is sent; a flow that ends with
 //! a queued reply (`flow_responses`) leaves its table at once and is counted and logged then.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use mio::{Interest, Registry, Token};
 use quill_core::flows::{FlowId, FlowTable, IcmpVerdict, IcmpWatch};
