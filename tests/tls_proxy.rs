@@ -685,6 +685,87 @@ fn tls_bad_record_after_the_handshake_is_refused_with_an_alert() {
     }
 }
 
+#[test]
+fn rejected_early_data_from_a_foreign_ticket_does_not_fail_the_handshake() {
+    // E12 (issue 22 point 7): a client resuming with a ticket another server gave it (one that
+    // allows 0-RTT) sends early data Quill cannot decrypt. rustls drops such records after
+    // refusing the PSK ("trial decryption", at most 16 KiB); a dropped record that was the last
+    // one rustls was shown is not counted as consumed, and Quill showed it again on every pass
+    // over the same bytes, so its length counted three times or more before the client's
+    // Finished: bad_record_mac and a reset while the client was still handshaking. Shown again
+    // only with a new record after it, it counts twice, as with rustls' own server.
+    let echo = echo();
+    let s = start(&[echo.addr()], false, "");
+    let (q, p) = (&s.q, &s.pki);
+    let mut cfg = (*client_config(&p.ca, &[])).clone();
+    cfg.enable_early_data = true;
+    let cfg = Arc::new(cfg);
+
+    // The other server for `localhost` (rustls, same certificate) allows 16 KiB of early data;
+    // the client keeps its tickets in `cfg`'s resumption store.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other_port = other.local_addr().unwrap().port();
+    let mut scfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        CertificateDer::pem_file_iter(&p.cert)
+            .unwrap()
+            .map(|c| c.unwrap())
+            .collect(),
+        rustls::pki_types::PrivateKeyDer::from_pem_file(&p.key).unwrap(),
+    )
+    .unwrap();
+    scfg.max_early_data_size = 16384;
+    let scfg = Arc::new(scfg);
+    let server = std::thread::spawn(move || {
+        let (sock, _) = other.accept().unwrap();
+        set_timeouts(&sock, IO_TIMEOUT);
+        let conn = rustls::ServerConnection::new(scfg).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, sock);
+        tls.write_all(b"ticket").unwrap();
+        let mut rest = Vec::new();
+        let _ = tls.read_to_end(&mut rest);
+    });
+    let mut first = tls_connect(other_port, &cfg);
+    let mut got = [0u8; 6];
+    first.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"ticket");
+    first.conn.send_close_notify();
+    let _ = first.conn.complete_io(&mut first.sock);
+    drop(first);
+    server.join().unwrap();
+
+    // To Quill: 6000 bytes of 0-RTT data in one record (more than a third of 16 KiB, at most
+    // half), in the same write as the ClientHello.
+    let sock = connect_port(q.port);
+    set_timeouts(&sock, IO_TIMEOUT);
+    let mut conn =
+        rustls::ClientConnection::new(cfg.clone(), ServerName::try_from("localhost").unwrap())
+            .unwrap();
+    let early = vec![b'e'; 6000];
+    let took = conn
+        .early_data()
+        .expect("the ticket allows early data")
+        .write(&early)
+        .unwrap();
+    assert_eq!(took, early.len());
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    while tls.conn.is_handshaking() {
+        tls.conn
+            .complete_io(&mut tls.sock)
+            .expect("the handshake completes without the early data");
+    }
+    assert!(!tls.conn.is_early_data_accepted());
+    assert_eq!(tls.conn.handshake_kind(), Some(rustls::HandshakeKind::Full));
+    // The client sends again what the server did not take.
+    tls_echo(&mut tls, &early);
+    tls_echo(&mut tls, b"and more\n");
+}
+
 /// A client whose handshake is done on its side but whose Finished is not sent yet (it waits in
 /// the connection's outgoing records): what comes next leaves in the same write as the Finished.
 fn handshake_but_hold_finished(

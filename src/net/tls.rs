@@ -297,6 +297,14 @@ struct Server {
     /// the traffic state's to read: rustls' connection would take them in and keep (or drop)
     /// what they brought when it is turned into the traffic state.
     fed: usize,
+    /// rustls last said `BlockedHandshake` with `inb[..blocked_at]` before it: it wants a record
+    /// more, and is not shown those bytes again until there is one (or more of a partial one).
+    /// Showing them again is not idle: a record rustls could not decrypt after refusing the
+    /// client's early data ("trial decryption") is dropped without being counted in `discard`
+    /// when it is the last record shown, so each showing would count its length again against
+    /// the early data rustls allows to drop (16 KiB), and a client's rejected 0-RTT record would
+    /// fail the handshake (bad_record_mac) while the server waits for the client's Finished.
+    blocked_at: Option<usize>,
     /// Records made, not yet taken by the socket (the backlog).
     out: Span,
     /// Plaintext decrypted but not yet read (a record larger than the reader's room, or records
@@ -367,6 +375,7 @@ impl Server {
             inb: Box::default(),
             in_used: 0,
             fed: 0,
+            blocked_at: None,
             out: Span::default(),
             plain: Span::default(),
             peer_closed: false,
@@ -465,7 +474,16 @@ impl Server {
             let State::Handshaking(conn) = &mut self.state else {
                 return self.traffic_pass(sock, goal);
             };
-            let status = conn.process_tls_records(&mut self.inb[..self.fed.min(self.in_used)]);
+            let shown = self.fed.min(self.in_used);
+            if self.blocked_at == Some(shown) {
+                // Nothing new for rustls: the next record, if whole.
+                if self.feed() {
+                    continue;
+                }
+                return Ok(Pass::NeedInput);
+            }
+            self.blocked_at = None;
+            let status = conn.process_tls_records(&mut self.inb[..shown]);
             let mut discard = status.discard;
             let mut outcome = None;
             let mut failed = None;
@@ -539,6 +557,7 @@ impl Server {
                 }
                 Ok(ConnectionState::BlockedHandshake) => {
                     // rustls took every record it was given: the next one, if whole.
+                    self.blocked_at = Some(shown.saturating_sub(discard));
                     if !self.feed() {
                         outcome = Some(Pass::NeedInput);
                     }
