@@ -1023,38 +1023,54 @@ fn json_replies_parse_for_ctl_and_the_leading_json_word() {
 
 // === several listeners ===
 
-#[test]
-fn several_listeners_are_chosen_with_listener_name_and_an_unprefixed_pool_command_says_how() {
-    let (web, _) = greeters(&["web-a", "web-b"]);
-    let (db, _) = greeters(&["db-a"]);
-    let (q, sock) = Quill::start_with(|dir, port| {
+/// Quill with DIR/quill.toml: `control` at DIR/ctl.sock, `log` at DIR/access.log, then
+/// `rest(port)`; once its control socket answers.
+fn start_toml_ctl(rest: impl Fn(u16) -> String) -> (QuillProcess, std::path::PathBuf) {
+    Quill::start_with(|dir, port| {
         let cfg = format!(
-            r#"control = "{sock}"
-log = "{log}"
-
-[[listener]]
-name = "web"
-listen = "127.0.0.1:{port}"
-mode = ["roundrobin"]
-servers = ["{w0}", "{w1}"]
-
-[[listener]]
-name = "db"
-listen = "127.0.0.1:{p2}"
-servers = ["{d0}"]
-"#,
+            "control = \"{sock}\"\nlog = \"{log}\"\n\n{rest}",
             sock = dir.join("ctl.sock").display(),
             log = dir.join("access.log").display(),
-            p2 = free_port(),
-            w0 = web[0].addr(),
-            w1 = web[1].addr(),
-            d0 = db[0].addr(),
+            rest = rest(port),
         );
         let path = dir.join("quill.toml");
         std::fs::write(&path, cfg).unwrap();
         vec!["--config".into(), path.display().to_string()]
     })
-    .with_ctl();
+    .with_ctl()
+}
+
+/// The `[[listener]]` table `web`: round robin on `port` over `web[0]` and `web[1]`.
+fn web_listener(port: u16, web: &[DemoServer]) -> String {
+    format!(
+        r#"[[listener]]
+name = "web"
+listen = "127.0.0.1:{port}"
+mode = ["roundrobin"]
+servers = ["{w0}", "{w1}"]
+"#,
+        w0 = web[0].addr(),
+        w1 = web[1].addr(),
+    )
+}
+
+#[test]
+fn several_listeners_are_chosen_with_listener_name_and_an_unprefixed_pool_command_says_how() {
+    let (web, _) = greeters(&["web-a", "web-b"]);
+    let (db, _) = greeters(&["db-a"]);
+    let (q, sock) = start_toml_ctl(|port| {
+        format!(
+            r#"{web}
+[[listener]]
+name = "db"
+listen = "127.0.0.1:{p2}"
+servers = ["{d0}"]
+"#,
+            web = web_listener(port, &web),
+            p2 = free_port(),
+            d0 = db[0].addr(),
+        )
+    });
     let web_servers = ctl(&sock, "listener web servers");
     assert_eq!(web_servers.lines().count(), 2, "{web_servers}");
     let db_servers = ctl(&sock, "listener db servers");
@@ -1108,21 +1124,13 @@ fn start_three_listeners_and_a_pool(
 ) -> (QuillProcess, std::path::PathBuf, u16) {
     let db_port = free_port();
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let (q, sock) = Quill::start_with(|dir, port| {
-        let cfg = format!(
-            r#"control = "{sock}"
-log = "{log}"
-
-[[pool]]
+    let (q, sock) = start_toml_ctl(|port| {
+        format!(
+            r#"[[pool]]
 name = "api"
 servers = ["{d0}"]
 
-[[listener]]
-name = "web"
-listen = "127.0.0.1:{port}"
-mode = ["roundrobin"]
-servers = ["{w0}", "{w1}"]
-
+{web}
 [[listener]]
 name = "db"
 listen = "127.0.0.1:{db_port}"
@@ -1134,19 +1142,12 @@ listen = "127.0.0.1:{p3}"
 protocol = "udp"
 servers = ["{u0}"]
 "#,
-            sock = dir.join("ctl.sock").display(),
-            log = dir.join("access.log").display(),
+            web = web_listener(port, web),
             p3 = free_port(),
-            w0 = web[0].addr(),
-            w1 = web[1].addr(),
             d0 = db[0].addr(),
             u0 = udp.local_addr().unwrap(),
-        );
-        let path = dir.join("quill.toml");
-        std::fs::write(&path, cfg).unwrap();
-        vec!["--config".into(), path.display().to_string()]
-    })
-    .with_ctl();
+        )
+    });
     (q, sock, db_port)
 }
 

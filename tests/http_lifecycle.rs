@@ -203,6 +203,18 @@ fn busy_backend(gate: &Gate, len: usize) -> Backend {
     })
 }
 
+/// Sends quill SIGTERM and asserts (bounded) that it starts draining.
+fn sigterm_and_wait_for_the_drain(p: &Proxy) {
+    p.signal("TERM");
+    assert!(
+        p.quill
+            .as_ref()
+            .is_some_and(|q| q.wait_stderr_contains("stopping", T)),
+        "quill does not drain:\n{}",
+        p.stderr()
+    );
+}
+
 /// While a SIGTERM drain keeps idle clients for their grace, the listening socket is closed once
 /// the workers have taken what was queued: a new client is refused at once (the kernel answers
 /// its SYN with a reset) instead of being queued for a process that no longer accepts and reset
@@ -217,14 +229,7 @@ fn a_client_connecting_during_a_sigterm_drain_is_refused_not_queued_for_nobody()
     }
     let mut idle = p.client();
     assert_eq!(idle.roundtrip(&get("/before")).status, 200);
-    p.signal("TERM");
-    assert!(
-        p.quill
-            .as_ref()
-            .is_some_and(|q| q.wait_stderr_contains("stopping", T)),
-        "quill does not drain:\n{}",
-        p.stderr()
-    );
+    sigterm_and_wait_for_the_drain(&p);
     // Bounded: 100 tries over at most 2 s. A connection that still gets in (the worker had not
     // taken the drain up yet) must be served, never reset.
     let mut refused = false;
@@ -276,14 +281,7 @@ fn http_sigterm_keeps_idle_clients_for_the_drain_grace_and_busy_ones_get_connect
     busy.send(&get("/busy"));
     b.wait_requests(7, T);
     let term = Instant::now();
-    p.signal("TERM");
-    assert!(
-        p.quill
-            .as_ref()
-            .is_some_and(|q| q.wait_stderr_contains("stopping", T)),
-        "quill does not drain:\n{}",
-        p.stderr()
-    );
+    sigterm_and_wait_for_the_drain(&p);
     // The busy one gets its whole response, marked close, then EOF.
     gate.open_once();
     let r = busy
@@ -459,6 +457,28 @@ impl Takeover {
         );
         self.new = Some(new);
     }
+
+    /// Asserts that the old process exits (`why`: what it is waited for, for the message), with
+    /// status 0.
+    fn assert_old_exits_cleanly(&mut self, why: &str) {
+        let st = self.old().wait_exit(T).expect(why);
+        assert_eq!(st.code(), Some(0), "{}", self.old().stderr());
+    }
+}
+
+/// Sends `GET path` on `c` and asserts the echo server's answer comes back (`what`: the
+/// request, for the message) marked close, followed by an orderly close.
+fn assert_echoed_then_closed(c: &mut Client, path: &str, what: &str) {
+    let r = try_roundtrip(c, &get(path)).unwrap_or_else(|e| panic!("{what} got no answer: {e}"));
+    assert_eq!(r.status, 200, "{}", show(&r.raw_head));
+    assert!(
+        r.text().starts_with(&format!("GET {path} ")),
+        "{}",
+        r.text()
+    );
+    assert!(r.says_close(), "{}", show(&r.raw_head));
+    c.expect_closed(T)
+        .expect("an orderly close after the response");
 }
 
 #[test]
@@ -478,18 +498,8 @@ fn connection_accepted_before_takeover_is_answered_after_it() {
     );
     t.take_over();
     std::thread::sleep(Duration::from_millis(300));
-    let r = try_roundtrip(&mut c, &get("/fresh"))
-        .unwrap_or_else(|e| panic!("the request after the takeover got no answer: {e}"));
-    assert_eq!(r.status, 200, "{}", show(&r.raw_head));
-    assert!(r.text().starts_with("GET /fresh "), "{}", r.text());
-    assert!(r.says_close(), "{}", show(&r.raw_head));
-    c.expect_closed(T)
-        .expect("an orderly close after the response");
-    let st = t
-        .old()
-        .wait_exit(T)
-        .expect("the old process exits once its last client is answered");
-    assert_eq!(st.code(), Some(0), "{}", t.old().stderr());
+    assert_echoed_then_closed(&mut c, "/fresh", "the request after the takeover");
+    t.assert_old_exits_cleanly("the old process exits once its last client is answered");
 }
 
 #[test]
@@ -519,21 +529,11 @@ fn idle_kept_alive_client_whose_next_request_comes_during_the_drain_grace_is_ans
     t.take_over();
     // Within the first half of the grace: the request is answered, marked close.
     std::thread::sleep(Duration::from_millis(500));
-    let r = try_roundtrip(&mut c, &get("/next"))
-        .unwrap_or_else(|e| panic!("the kept-alive client's next request got no answer: {e}"));
-    assert_eq!(r.status, 200, "{}", show(&r.raw_head));
-    assert!(r.text().starts_with("GET /next "), "{}", r.text());
-    assert!(r.says_close(), "{}", show(&r.raw_head));
-    c.expect_closed(T)
-        .expect("an orderly close after the response");
+    assert_echoed_then_closed(&mut c, "/next", "the kept-alive client's next request");
     // New clients reach the new process.
     let mut fresh = Client::connect(t.p.addr());
     assert_eq!(fresh.roundtrip(&get("/after")).status, 200);
-    let st = t
-        .old()
-        .wait_exit(T)
-        .expect("the old process exits once its last client is answered");
-    assert_eq!(st.code(), Some(0), "{}", t.old().stderr());
+    t.assert_old_exits_cleanly("the old process exits once its last client is answered");
 }
 
 #[test]
@@ -567,9 +567,5 @@ fn http_takeover_keeps_idle_clients_for_the_drain_grace_and_finishes_busy_ones_w
     // New clients reach the new process; the old one exits once its last request is answered.
     let mut fresh = Client::connect(t.p.addr());
     assert_eq!(fresh.roundtrip(&get("/after")).status, 200);
-    let st = t
-        .old()
-        .wait_exit(T)
-        .expect("the old process exits well before the drain deadline");
-    assert_eq!(st.code(), Some(0), "{}", t.old().stderr());
+    t.assert_old_exits_cleanly("the old process exits well before the drain deadline");
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use http_support::Backend;
 use support::*;
-use tls_support::{self_signed, toml_path, write, Ca, ClientOpts, KeyAlg, TlsClient};
+use tls_support::{self_signed, toml_path, write, Ca, Cert, ClientOpts, KeyAlg, TlsClient};
 
 /// Reads one response with a Content-Length body (bounded).
 fn response(c: &mut TlsClient) -> String {
@@ -64,14 +64,14 @@ fn start(backend: &Backend, tls: impl Fn(&Path) -> String) -> QuillProcess {
     })
 }
 
-#[test]
-fn tls_client_certificate_subject_goes_to_servers_and_a_client_sent_one_is_removed() {
-    let backend = Backend::fixed(2);
+/// Quill (as [`start`]) serving `site.test` with a certificate of "Site CA" and asking for an
+/// optional client certificate of "Client CA": (quill, alice's certificate of that CA).
+fn start_optional_mtls(backend: &Backend) -> (QuillProcess, Cert) {
     let ca = Ca::new("Site CA");
     let server = ca.server("site", &["site.test"], KeyAlg::EcdsaP256);
     let clients = Ca::new("Client CA");
     let alice = clients.client("alice");
-    let q = start(&backend, |dir| {
+    let q = start(backend, |dir| {
         let (c, k) = server.write(dir, "site");
         let ca_file = write(dir, "clients.pem", &clients.cert_pem);
         format!(
@@ -81,6 +81,13 @@ fn tls_client_certificate_subject_goes_to_servers_and_a_client_sent_one_is_remov
             toml_path(&ca_file)
         )
     });
+    (q, alice)
+}
+
+#[test]
+fn tls_client_certificate_subject_goes_to_servers_and_a_client_sent_one_is_removed() {
+    let backend = Backend::fixed(2);
+    let (q, alice) = start_optional_mtls(&backend);
     let addr = q.addr();
     let with = ClientOpts {
         sni: Some("site.test"),
@@ -147,13 +154,13 @@ fn tls_plain_http_listener_removes_a_client_sent_certificate_subject() {
     assert!(!reqs[0].has("x-client-cert-subject"));
 }
 
-#[test]
-fn tls_host_naming_another_certificates_site_than_the_sni_gets_421() {
-    let backend = Backend::fixed(2);
+/// Quill (as [`start`]) with two certificates of "Site CA": site "a" for `a.test` and site "b"
+/// for `b_names`.
+fn start_two_sites(backend: &Backend, b_names: &[&str]) -> QuillProcess {
     let ca = Ca::new("Site CA");
     let a = ca.server("a", &["a.test"], KeyAlg::EcdsaP256);
-    let b = ca.server("b", &["b.test", "*.b.test"], KeyAlg::EcdsaP256);
-    let q = start(&backend, |dir| {
+    let b = ca.server("b", b_names, KeyAlg::EcdsaP256);
+    let q = start(backend, |dir| {
         let (ac, ak) = a.write(dir, "a");
         let (bc, bk) = b.write(dir, "b");
         format!(
@@ -164,6 +171,13 @@ fn tls_host_naming_another_certificates_site_than_the_sni_gets_421() {
             toml_path(&bk)
         )
     });
+    q
+}
+
+#[test]
+fn tls_host_naming_another_certificates_site_than_the_sni_gets_421() {
+    let backend = Backend::fixed(2);
+    let q = start_two_sites(&backend, &["b.test", "*.b.test"]);
     let opts = ClientOpts {
         sni: Some("b.test"),
         ..ClientOpts::default()
@@ -280,20 +294,7 @@ fn absolute_form_authority_decides_the_421_check() {
     // E9: the 421 check read Host only while the server got the absolute-form authority, so
     // `GET https://b.test/` with `Host: a.test` on an a.test connection reached b.test's site.
     let backend = Backend::fixed(2);
-    let ca = Ca::new("Site CA");
-    let a = ca.server("a", &["a.test"], KeyAlg::EcdsaP256);
-    let b = ca.server("b", &["b.test"], KeyAlg::EcdsaP256);
-    let q = start(&backend, |dir| {
-        let (ac, ak) = a.write(dir, "a");
-        let (bc, bk) = b.write(dir, "b");
-        format!(
-            "certs = [ {{ cert = \"{}\", key = \"{}\" }}, {{ cert = \"{}\", key = \"{}\" }} ]",
-            toml_path(&ac),
-            toml_path(&ak),
-            toml_path(&bc),
-            toml_path(&bk)
-        )
-    });
+    let q = start_two_sites(&backend, &["b.test"]);
     // Host and authority disagree: refused, whichever the check would read.
     let r = send_tls(
         &q,
@@ -327,20 +328,7 @@ fn underscore_identity_headers_never_reach_the_server_over_mtls() {
     // E7: `X_Client_Cert_Subject: CN=admin` reached a WSGI server as HTTP_X_CLIENT_CERT_SUBJECT
     // from a client without a certificate (and beside the real subject from one with).
     let backend = Backend::fixed(2);
-    let ca = Ca::new("Site CA");
-    let server = ca.server("site", &["site.test"], KeyAlg::EcdsaP256);
-    let clients = Ca::new("Client CA");
-    let alice = clients.client("alice");
-    let q = start(&backend, |dir| {
-        let (c, k) = server.write(dir, "site");
-        let ca_file = write(dir, "clients.pem", &clients.cert_pem);
-        format!(
-            "cert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\nclient_verify = \"optional\"",
-            toml_path(&c),
-            toml_path(&k),
-            toml_path(&ca_file)
-        )
-    });
+    let (q, alice) = start_optional_mtls(&backend);
     let forged = "X_Client_Cert_Subject: CN=admin\r\nX-Client-Cert_Subject: CN=admin\r\n\
                   X_Forwarded_For: 6.6.6.6\r\n";
     for cert in [None, Some(&alice)] {

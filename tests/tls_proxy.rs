@@ -1166,36 +1166,36 @@ fn starve(held: usize, sources: u8, half_hello: bool) -> (usize, f64) {
     (served, evicted)
 }
 
+/// Asserts that with [`starve`]'s `held` connections from `sources` addresses (`half_hello`:
+/// each sent half a ClientHello) all 10 clients are served (`what`: the hold, for the message)
+/// and at least `min_evicted` evictions were counted.
+fn assert_handshakes_still_served(
+    held: usize,
+    sources: u8,
+    half_hello: bool,
+    what: &str,
+    min_evicted: f64,
+) {
+    let (served, evicted) = starve(held, sources, half_hello);
+    assert_eq!(served, 10, "clients served with {what}");
+    assert!(evicted >= min_evicted, "evictions counted: {evicted}");
+}
+
 #[test]
 fn held_silent_connections_cannot_starve_handshakes() {
     // 3,000 silent connections from 100 addresses (30 each: under the per-address bound, so only
     // the worker's eviction of the least active makes room).
-    let (served, evicted) = starve(3000, 100, false);
-    assert_eq!(
-        served, 10,
-        "clients served with 3,000 silent connections held"
-    );
-    assert!(evicted >= 1000.0, "evictions counted: {evicted}");
+    assert_handshakes_still_served(3000, 100, false, "3,000 silent connections held", 1000.0);
 }
 
 #[test]
 fn held_half_client_hellos_cannot_starve_handshakes() {
-    let (served, evicted) = starve(3000, 100, true);
-    assert_eq!(
-        served, 10,
-        "clients served with 3,000 half ClientHellos held"
-    );
-    assert!(evicted >= 1000.0, "evictions counted: {evicted}");
+    assert_handshakes_still_served(3000, 100, true, "3,000 half ClientHellos held", 1000.0);
 }
 
 #[test]
 fn handshakes_held_from_few_addresses_are_bounded_per_address() {
     // 3,000 from two addresses: each is held to its own bound (32), evicting its own oldest;
     // the worker's bound is never reached.
-    let (served, evicted) = starve(3000, 2, true);
-    assert_eq!(
-        served, 10,
-        "clients served with 3,000 held from two addresses"
-    );
-    assert!(evicted >= 2900.0, "evictions counted: {evicted}");
+    assert_handshakes_still_served(3000, 2, true, "3,000 held from two addresses", 2900.0);
 }

@@ -8,7 +8,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -161,6 +161,14 @@ fn start_toml(body: &str) -> QuillProcess {
     fs::write(&path, text).unwrap();
     let args = vec!["--config".to_string(), path.display().to_string()];
     start(dir, args, port)
+}
+
+/// Quill with an admin listener on a free port, one worker and the TOML `rest` (as for
+/// [`start_toml`]): (quill, admin address).
+fn start_with_admin(rest: &str) -> (QuillProcess, SocketAddr) {
+    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let q = start_toml(&format!("admin = \"{admin}\"\n{ONE_WORKER}{rest}"));
+    (q, admin)
 }
 
 /// A client socket on `ip` (any 127.0.0.0/8 address works on Linux loopback).
@@ -682,11 +690,7 @@ fn udp_control_connections_show_flows_and_close_ends_one() {
 #[test]
 fn udp_metrics_count_flows_and_datagrams() {
     let a = UdpServer::start("a");
-    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let q = start_toml(&format!(
-        "admin = \"{admin}\"\n{ONE_WORKER}{}",
-        udp_listener(&[&a], "max_flows = 2")
-    ));
+    let (q, admin) = start_with_admin(&udp_listener(&[&a], "max_flows = 2"));
     let ip = |n: u8| IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
     for n in 1..=3u8 {
         let c = client_on(ip(n));
@@ -1458,16 +1462,58 @@ fn metric(text: &str, name: &str) -> u64 {
         .unwrap()
 }
 
+/// `quill -U -r -b 60 -C DIR/ctl.sock 127.0.0.1:PORT SERVERS...` (round robin, a server out
+/// for 60 s after errors), ready and its control socket answering: (quill, control socket).
+fn start_blacklisting(servers: &[String]) -> (QuillProcess, PathBuf) {
+    let dir = scratch_dir();
+    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
+    let sock = dir.path().join("ctl.sock");
+    let args = pen_args(
+        dir.path(),
+        port,
+        &["-U", "-r", "-b", "60", "-C", &sock.display().to_string()],
+        servers,
+    );
+    let q = start(dir, args, port);
+    wait_ctl(&q, &sock);
+    (q, sock)
+}
+
+/// The one flow socket Quill holds to `server` (asserted to be one), as 127.0.0.1:port.
+fn only_flow_to(server: SocketAddr) -> SocketAddr {
+    let ports = flow_ports(server);
+    assert_eq!(ports.len(), 1, "one flow socket to {server}: {ports:?}");
+    SocketAddr::from(([127, 0, 0, 1], ports[0]))
+}
+
+/// Asserts that the control socket `sock` lists no server as blacklisted.
+fn assert_none_blacklisted(sock: &Path) {
+    let servers = ctl(sock, "servers");
+    assert!(
+        servers.lines().all(|l| l.contains(" blacklisted 0")),
+        "{servers}"
+    );
+}
+
+/// Asserts that the control socket `sock` lists its first server as blacklisted.
+fn assert_first_blacklisted(sock: &Path) {
+    let servers = ctl(sock, "servers");
+    let first = servers.lines().next().unwrap_or_default();
+    assert!(
+        first.contains(" blacklisted ") && !first.contains(" blacklisted 0"),
+        "{servers}"
+    );
+}
+
 #[test]
 fn datagram_from_quills_own_address_starts_no_loop() {
     let Some(raw) = raw_socket() else {
         return;
     };
     let a = UdpServer::start("a");
-    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let any_port = free_udp_port(Ipv4Addr::UNSPECIFIED.into());
-    let q = start_toml(&format!(
-        "admin = \"{admin}\"\n{ONE_WORKER}{}[[listener]]\nname = \"any\"\nlisten = \"0.0.0.0:{any_port}\"\nprotocol = \"udp\"\nservers = [\"{}\"]\n",
+    let (q, admin) = start_with_admin(&format!(
+        "{}[[listener]]\nname = \"any\"\nlisten = \"0.0.0.0:{any_port}\"\nprotocol = \"udp\"\nservers = [\"{}\"]\n",
         udp_listener(&[&a], ""),
         a.addr
     ));
@@ -1515,11 +1561,7 @@ fn datagram_from_a_pool_server_is_dropped() {
         return;
     };
     let a = UdpServer::start("a");
-    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let q = start_toml(&format!(
-        "admin = \"{admin}\"\n{ONE_WORKER}{}",
-        udp_listener(&[&a], "")
-    ));
+    let (q, admin) = start_with_admin(&udp_listener(&[&a], ""));
     // From the (echo) server itself: Quill relays it to the server, whose answer goes back to
     // Quill's flow, on to the "client" (the server), which answers again: a ping-pong.
     send_raw(&raw, &ipv4_udp(a.addr, q.addr(), b"ping"));
@@ -1622,10 +1664,9 @@ fn flow_spray_leaves_descriptors_for_tcp_and_admin() {
 #[test]
 fn one_source_cannot_evict_other_clients_flows() {
     let a = UdpServer::start("a");
-    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let q = start_toml(&format!(
-        "admin = \"{admin}\"\n{ONE_WORKER}{}",
-        udp_listener(&[&a], "max_flows = 100, flow_timeout = \"1m\"")
+    let (q, admin) = start_with_admin(&udp_listener(
+        &[&a],
+        "max_flows = 100, flow_timeout = \"1m\"",
     ));
     let legit = client_on(IpAddr::V4(Ipv4Addr::new(127, 0, 23, 2)));
     assert_eq!(reply_of(&legit, q.addr(), "1"), "a:1");
@@ -1670,25 +1711,13 @@ fn forged_icmp_unreachable_cannot_blacklist_a_server() {
         return;
     };
     let (s0, s1) = (UdpServer::start("s0"), UdpServer::start("s1"));
-    let dir = scratch_dir();
-    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
-    let sock = dir.path().join("ctl.sock");
-    let args = pen_args(
-        dir.path(),
-        port,
-        &["-U", "-r", "-b", "60", "-C", &sock.display().to_string()],
-        &[s0.addr.to_string(), s1.addr.to_string()],
-    );
-    let q = start(dir, args, port);
-    wait_ctl(&q, &sock);
+    let (q, sock) = start_blacklisting(&[s0.addr.to_string(), s1.addr.to_string()]);
     let c = client();
     assert_eq!(
         reply_of(&c, q.addr(), "secret-query-1"),
         "s0:secret-query-1"
     );
-    let ports = flow_ports(s0.addr);
-    assert_eq!(ports.len(), 1, "one flow socket to s0: {ports:?}");
-    let flow = SocketAddr::from(([127, 0, 0, 1], ports[0]));
+    let flow = only_flow_to(s0.addr);
     // Each forgery twice (two errors would take a server out): from an unrelated address,
     // from the server's address quoting only the headers (the probe's), and quoting a guess.
     for _ in 0..2 {
@@ -1702,11 +1731,7 @@ fn forged_icmp_unreachable_cannot_blacklist_a_server() {
         }
     }
     thread::sleep(Duration::from_millis(300));
-    let servers = ctl(&sock, "servers");
-    assert!(
-        servers.lines().all(|l| l.contains(" blacklisted 0")),
-        "{servers}"
-    );
+    assert_none_blacklisted(&sock);
     // The flow stays with s0 (no new socket there, none at s1).
     assert_eq!(
         reply_of(&c, q.addr(), "secret-query-2"),
@@ -1727,27 +1752,12 @@ fn real_unreachable_server_is_still_taken_out() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let dir = scratch_dir();
-    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
-    let sock = dir.path().join("ctl.sock");
-    let args = pen_args(
-        dir.path(),
-        port,
-        &["-U", "-r", "-b", "60", "-C", &sock.display().to_string()],
-        &[dead.to_string(), a.addr.to_string()],
-    );
-    let q = start(dir, args, port);
-    wait_ctl(&q, &sock);
+    let (q, sock) = start_blacklisting(&[dead.to_string(), a.addr.to_string()]);
     let c = client();
     let started = Instant::now();
     assert_eq!(server_name(&ask_until_answered(&c, q.addr(), "x")), "a");
     eprintln!("answered after {:?}", started.elapsed());
-    let servers = ctl(&sock, "servers");
-    let first = servers.lines().next().unwrap_or_default();
-    assert!(
-        first.contains(" blacklisted ") && !first.contains(" blacklisted 0"),
-        "{servers}"
-    );
+    assert_first_blacklisted(&sock);
     for _ in 0..4 {
         assert_eq!(server_name(&reply_of(&client(), q.addr(), "y")), "a");
     }
@@ -1761,24 +1771,12 @@ fn one_quoted_icmp_error_and_an_unanswered_datagram_take_a_server_out() {
     // s0 is silent (a server that stopped answering); s1 answers.
     let s0 = UdpServer::start_at(Ipv4Addr::LOCALHOST.into(), "s0", 0);
     let s1 = UdpServer::start("s1");
-    let dir = scratch_dir();
-    let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
-    let sock = dir.path().join("ctl.sock");
-    let args = pen_args(
-        dir.path(),
-        port,
-        &["-U", "-r", "-b", "60", "-C", &sock.display().to_string()],
-        &[s0.addr.to_string(), s1.addr.to_string()],
-    );
-    let q = start(dir, args, port);
-    wait_ctl(&q, &sock);
+    let (q, sock) = start_blacklisting(&[s0.addr.to_string(), s1.addr.to_string()]);
     let c = client();
     c.set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();
     assert!(ask(&c, q.addr(), "query-1").is_none(), "s0 is silent");
-    let ports = flow_ports(s0.addr);
-    assert_eq!(ports.len(), 1, "one flow socket to s0: {ports:?}");
-    let flow = SocketAddr::from(([127, 0, 0, 1], ports[0]));
+    let flow = only_flow_to(s0.addr);
     // One error as s0's host would send it: from its address, quoting the datagram. One alone
     // takes no server out.
     send_raw(
@@ -1786,11 +1784,7 @@ fn one_quoted_icmp_error_and_an_unanswered_datagram_take_a_server_out() {
         &icmp_port_unreachable(Ipv4Addr::LOCALHOST, flow, s0.addr, b"query-1"),
     );
     thread::sleep(Duration::from_millis(200));
-    let servers = ctl(&sock, "servers");
-    assert!(
-        servers.lines().all(|l| l.contains(" blacklisted 0")),
-        "{servers}"
-    );
+    assert_none_blacklisted(&sock);
     // The next datagram still goes to s0 and stays unanswered...
     let sent = Instant::now();
     assert!(ask(&c, q.addr(), "query-2").is_none());
@@ -1799,10 +1793,5 @@ fn one_quoted_icmp_error_and_an_unanswered_datagram_take_a_server_out() {
     thread::sleep(Duration::from_millis(1_100).saturating_sub(sent.elapsed()));
     c.set_read_timeout(Some(REPLY)).unwrap();
     assert_eq!(reply_of(&c, q.addr(), "query-3"), "s1:query-3");
-    let servers = ctl(&sock, "servers");
-    let first = servers.lines().next().unwrap_or_default();
-    assert!(
-        first.contains(" blacklisted ") && !first.contains(" blacklisted 0"),
-        "{servers}"
-    );
+    assert_first_blacklisted(&sock);
 }

@@ -81,11 +81,8 @@ pub fn wait_admin(q: &mut QuillProcess, admin: SocketAddr) -> Result<(), String>
 /// `b[0]` as its emergency server; the admin listener on `admin`, the access log in `dir`.
 pub fn two_listener_config(dir: &Path, port: u16, admin: SocketAddr, b: &[String]) -> Vec<String> {
     let second = free_port();
-    let toml = format!(
-        r#"admin = "{admin}"
-log = "{log}"
-
-[[listener]]
+    let tables = format!(
+        r#"[[listener]]
 name = "web"
 listen = "127.0.0.1:{port}"
 mode = ["roundrobin"]
@@ -97,14 +94,11 @@ listen = "127.0.0.1:{second}"
 servers = ["{b2}"]
 emergency = "{b0}"
 "#,
-        log = dir.join("access.log").display(),
         b0 = b[0],
         b1 = b[1],
         b2 = b[2],
     );
-    let path = dir.join("quill.toml");
-    fs::write(&path, toml).unwrap();
-    vec!["--config".into(), path.display().to_string()]
+    admin_config(dir, admin, &tables)
 }
 
 /// Arguments for quill with a named pool and a UDP listener: `[[pool]] api` over `b[0]` and
@@ -119,11 +113,8 @@ pub fn pool_and_udp_config(
     udp: SocketAddr,
 ) -> Vec<String> {
     let dns = free_port();
-    let toml = format!(
-        r#"admin = "{admin}"
-log = "{log}"
-
-[[pool]]
+    let tables = format!(
+        r#"[[pool]]
 name = "api"
 servers = ["{b0}", "{b1}"]
 
@@ -145,11 +136,20 @@ protocol = "udp"
 servers = ["{udp}"]
 log = "{udp_log}"
 "#,
-        log = dir.join("access.log").display(),
         udp_log = dir.join("udp.log").display(),
         b0 = b[0],
         b1 = b[1],
         b2 = b[2],
+    );
+    admin_config(dir, admin, &tables)
+}
+
+/// Writes DIR/quill.toml: the admin listener on `admin`, the access log at DIR/access.log, then
+/// `tables`; returns the arguments that start quill with it.
+fn admin_config(dir: &Path, admin: SocketAddr, tables: &str) -> Vec<String> {
+    let toml = format!(
+        "admin = \"{admin}\"\nlog = \"{log}\"\n\n{tables}",
+        log = dir.join("access.log").display(),
     );
     let path = dir.join("quill.toml");
     fs::write(&path, toml).unwrap();
