@@ -6,18 +6,20 @@
 //! And a bug in one session ends that session alone: a panic in its code resets it, gives back
 //! its lease, and the worker and every other session go on.
 
+#[path = "admin_support/mod.rs"]
+mod admin_support;
 #[path = "support/ctl.rs"]
 mod ctl;
 #[path = "support/http.rs"]
 mod http_support;
 mod support;
 
-use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use admin_support::metrics;
 use ctl::*;
 use http_support::{body_pattern, echo_response, get, Backend, Client, Gate, Step};
 use support::*;
@@ -264,26 +266,6 @@ fn idle_timeout_counts_from_the_last_traffic_not_from_the_first_deadline() {
     assert!(seconds(&line) >= 4.5, "idle closed too early: {}", line.raw);
 }
 
-/// One `/metrics` sample of the admin listener at `admin`, e.g. `quill_session_panics_total`.
-fn metric(admin: SocketAddr, sample: &str) -> Option<u64> {
-    let mut s = TcpStream::connect(admin).ok()?;
-    s.set_read_timeout(Some(WITHIN)).ok()?;
-    let req = format!("GET /metrics HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    // Read to EOF or a reset (the admin listener may reset after its answer): what came counts.
-    let mut raw = Vec::new();
-    let mut chunk = [0u8; 16384];
-    for _ in 0..10_000 {
-        match s.read(&mut chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => raw.extend_from_slice(&chunk[..n]),
-        }
-    }
-    String::from_utf8_lossy(&raw)
-        .lines()
-        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
-}
-
 /// Issue 22 point 2: a panic in one session's code (injected with `QUILL_FAULT_PANIC_TARGET`
 /// once the session holds a server connection, its buffers and a lease) resets that client alone,
 /// twice over, on a one-worker Quill: a kept-alive client and a download in progress on the same
@@ -361,8 +343,8 @@ fn a_panicking_session_is_reset_and_every_other_session_goes_on() {
         let mut fresh = Client::connect(q.addr());
         assert_eq!(fresh.roundtrip(&get("/fresh")).status, 200);
         assert_eq!(
-            metric(admin, "quill_session_panics_total"),
-            Some(round),
+            metrics(admin).value("quill_session_panics_total", &[]),
+            round as f64,
             "round {round}"
         );
     }
@@ -386,8 +368,8 @@ fn a_panicking_session_is_reset_and_every_other_session_goes_on() {
         "every lease given back, the panicked ones too",
     );
     assert_eq!(
-        metric(admin, "quill_sessions_ended_total{reason=\"panic\"}"),
-        Some(2)
+        metrics(admin).value("quill_sessions_ended_total", &[("reason", "panic")]),
+        2.0
     );
     let stderr = q.stderr();
     assert_eq!(
