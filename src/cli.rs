@@ -562,7 +562,7 @@ fn fail(kind: ErrorKind, message: &str) -> ExitCode {
 fn run(config: Config, start: Start) -> ExitCode {
     match runtime::run(config, start) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(ErrorKind::Runtime, &e.0),
+        Err(e) => fail(ErrorKind::Runtime, &e.to_string()),
     }
 }
 

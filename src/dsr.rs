@@ -37,7 +37,7 @@ use signal_hook::iterator::Signals;
 use crate::acl::{AclId, Acls};
 use crate::addr::BackendAddr;
 use crate::config::{Config, ListenerConfig};
-use crate::state::RunError;
+use crate::state::{RunError, ThreadKind};
 
 /// How often each server is asked for its MAC (an ARP probe).
 const PROBE_EVERY: Duration = Duration::from_secs(1);
@@ -101,24 +101,17 @@ impl Engine {
         let ifname = l.dsr_if.clone().unwrap_or_default();
         let (vip, port) = l
             .dsr_vip()
-            .ok_or_else(|| RunError(format!("{}: dsr_if needs a virtual address", l.what())))?;
-        let socket = sys::packet_socket(&ifname).map_err(|e| {
-            let hint = if e.raw_os_error() == Some(libc::EPERM) {
-                " (needs CAP_NET_RAW)"
-            } else {
-                ""
-            };
-            RunError(format!(
-                "{}: dsr_if {ifname}: cannot open a packet socket: {e}{hint}",
-                l.what()
-            ))
+            .ok_or_else(|| RunError::DsrAddress { what: l.what() })?;
+        let socket = sys::packet_socket(&ifname).map_err(|source| RunError::PacketSocket {
+            what: l.what(),
+            ifname: ifname.clone(),
+            source,
         })?;
         let ring = sys::packet_rx_ring(socket.fd.as_fd(), RING_BLOCK, RING_BLOCKS, l.dsr_wait_ms())
-            .map_err(|e| {
-                RunError(format!(
-                    "{}: dsr_if {ifname}: cannot map a receive ring (TPACKET_V3): {e}",
-                    l.what()
-                ))
+            .map_err(|source| RunError::PacketRing {
+                what: l.what(),
+                ifname: ifname.clone(),
+                source,
             })?;
         // Best effort: a kernel without it queues the frames as any other sender's.
         let _ = sys::set_packet_qdisc_bypass(socket.fd.as_fd());
@@ -294,8 +287,7 @@ pub(crate) struct Opened(Vec<Engine>, Signals);
 
 /// Opens the packet socket of every listener of `config` (all DSR listeners).
 pub(crate) fn open(config: &Config) -> Result<Opened, RunError> {
-    let signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
-        .map_err(|e| RunError(format!("cannot handle signals: {e}")))?;
+    let signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(RunError::Signals)?;
     let engines = config
         .listeners
         .iter()
@@ -324,7 +316,10 @@ pub(crate) fn serve(opened: Opened) -> Result<(), RunError> {
         let t = std::thread::Builder::new()
             .name(format!("dsr-{name}"))
             .spawn(move || e.run(&stop))
-            .map_err(|e| RunError(format!("cannot start DSR thread: {e}")))?;
+            .map_err(|source| RunError::Thread {
+                what: ThreadKind::Dsr,
+                source,
+            })?;
         threads.push((t, name, stats));
     }
     for sig in signals.forever() {

@@ -203,12 +203,12 @@ impl Controller {
     ) -> Result<Controller, RunError> {
         let now = clock.now_ms();
         let acls = Arc::new(config.global.acls.clone());
-        let named = named_pools(&config, &acls, &[], now).map_err(RunError)?;
+        let named = named_pools(&config, &acls, &[], now).map_err(RunError::Apply)?;
         let mut listeners = Vec::new();
         for (id, l) in config.listeners.iter().enumerate() {
-            let socket = open_socket(l, &config.global, inherited).map_err(RunError)?;
+            let socket = open_socket(l, &config.global, inherited).map_err(RunError::Apply)?;
             let pool = listener_pool(l, &acls, None, &named, now, config.global.workers)
-                .map_err(RunError)?;
+                .map_err(RunError::Apply)?;
             listeners.push(Arc::new(Listener {
                 id: id as u64,
                 name: l.name.clone(),

@@ -1,19 +1,17 @@
 //! The running state, one layer below everything that reads it: [`shared`] (what the workers,
 //! the control socket, the health checker and the admin listener read and count) and
 //! [`controller`] (changes to the running configuration, one at a time), with the messages the
-//! main thread waits for.
+//! main thread waits for and [`RunError`], why the process could not start or run.
 
 pub(crate) mod controller;
+mod error;
 pub(crate) mod idle;
 mod merge;
 pub(crate) mod shared;
 
-use crate::config::{Config, ConfigError};
+pub(crate) use error::{PrivilegeError, RunError, ThreadKind};
 
-/// A failure to start or run (exit status 1).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct RunError(pub String);
+use crate::config::{Config, ConfigError};
 
 /// Rebuilds the configuration from its sources (file, command line, `-F` file) for a reload.
 pub(crate) type Rebuild = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
