@@ -123,6 +123,10 @@ pub struct BenchArgs {
     pub rounds: u32,
     /// What to load: http://HOST[:PORT]/PATH, tcp://HOST:PORT or udp://HOST:PORT (or give
     /// --target NAME=URL)
+    #[allow(
+        rustdoc::broken_intra_doc_links,
+        reason = "this text is also the --help line, where [:PORT] means an optional port"
+    )]
     #[arg(value_name = "TARGET", value_parser = target::parse_target, required_unless_present = "targets")]
     pub target: Option<Target>,
 }

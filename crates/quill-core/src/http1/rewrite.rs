@@ -91,7 +91,7 @@ pub struct RequestRewrite<'a> {
     /// order after the fields above.
     pub edits: [&'a [HeaderEdit]; 3],
     /// Replaces this prefix of the path with the second string (`rewrite_path`). The prefix is
-    /// compared with the path in normal form ([`path`](super::path)), as routes match it, and a
+    /// compared with the path in normal form (see the `path` module), as routes match it, and a
     /// rewritten path goes out in normal form.
     pub rewrite_path: Option<(&'a str, &'a str)>,
     /// Send the path in normal form (`normalize_path = "forward"`); else it goes as the client
