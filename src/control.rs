@@ -911,13 +911,17 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
         Action::Set(cmd) => match controller.set(listener, cmd) {
             Ok(note) => {
                 after_set(cmd, controller);
-                ok(json, String::new(), json!({ "ok": true, "note": note }))
+                ok(
+                    json,
+                    String::new(),
+                    json!({ "ok": true, "note": note.to_string() }),
+                )
             }
-            Err(e) => Reply::Error(e, json),
+            Err(e) => Reply::Error(e.to_string(), json),
         },
         Action::Show(setting) => match show(*setting, listener, None, controller) {
             Ok((text, value)) => ok(json, format!("{text}\n"), value),
-            Err(e) => Reply::Error(e, json),
+            Err(e) => Reply::Error(e.to_string(), json),
         },
         Action::Servers => {
             let snap = status::snapshot(shared);
@@ -1087,8 +1091,12 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
             }
         }
         Action::Include(path) => match controller.include(path) {
-            Ok(note) => ok(json, String::new(), json!({ "ok": true, "note": note })),
-            Err(e) => Reply::Error(e, json),
+            Ok(note) => ok(
+                json,
+                String::new(),
+                json!({ "ok": true, "note": note.to_string() }),
+            ),
+            Err(e) => Reply::Error(e.to_string(), json),
         },
         // Logged as SIGHUP's reload is, so Quill's own log records every change however asked.
         Action::Reload => match controller.reload() {
@@ -1097,7 +1105,7 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
                 ok(
                     json,
                     format!("reloaded: {note}\n"),
-                    json!({ "ok": true, "note": note }),
+                    json!({ "ok": true, "note": note.to_string() }),
                 )
             }
             Err(e) => {
@@ -1131,7 +1139,7 @@ fn execute(req: &Line, controller: &Controller) -> Reply {
             Ok(note) => ok(
                 json,
                 format!("tls reloaded: {note}\n"),
-                json!({ "ok": true, "note": note }),
+                json!({ "ok": true, "note": note.to_string() }),
             ),
             Err(e) => Reply::Error(format!("tls reload: {e}"), json),
         },
@@ -1144,12 +1152,12 @@ fn execute_pool(req: &Line, name: &str, controller: &Controller) -> Reply {
     let json = req.json;
     match &req.action {
         Action::Set(cmd) => match controller.set_to(None, Some(name), cmd) {
-            Ok(note) => ok(json, String::new(), json!({ "ok": true, "note": note })),
-            Err(e) => Reply::Error(e, json),
+            Ok(note) => ok(json, String::new(), json!({ "ok": true, "note": note.to_string() })),
+            Err(e) => Reply::Error(e.to_string(), json),
         },
         Action::Show(setting) => match show(*setting, None, Some(name), controller) {
             Ok((text, value)) => ok(json, format!("{text}\n"), value),
-            Err(e) => Reply::Error(e, json),
+            Err(e) => Reply::Error(e.to_string(), json),
         },
         Action::Servers => {
             let Some(pool) = controller.shared().pool(name) else {

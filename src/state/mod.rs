@@ -1,11 +1,12 @@
 //! The running state, one layer below everything that reads it: [`shared`] (what the workers,
 //! the control socket, the health checker and the admin listener read and count) and
-//! [`controller`] (changes to the running configuration, one at a time), with the messages the
-//! main thread waits for.
+//! [`controller`] (changes to the running configuration, one at a time, each decided first by a
+//! [`plan::Plan`]), with the messages the main thread waits for.
 
 pub(crate) mod controller;
 pub(crate) mod idle;
 mod merge;
+pub(crate) mod plan;
 pub(crate) mod shared;
 
 use crate::config::{Config, ConfigError};
