@@ -284,8 +284,8 @@ impl Loop {
             reserve,
             send_exit: false,
         };
-        if let Some(msg) = refusal {
-            client.reply(msg.into_bytes(), false);
+        if let Some(why) = refusal {
+            client.refuse(&why);
         }
         let slot = match self.free.pop() {
             Some(i) => i,
@@ -312,22 +312,22 @@ impl Loop {
         self.step(slot);
     }
 
-    /// Why a new client may not use this socket at all, as its reply line; None when it may.
-    fn refusal(&self, conn: &Conn) -> Option<String> {
+    /// Why a new client may not use this socket at all; None when it may.
+    fn refusal(&self, conn: &Conn) -> Option<Refusal> {
         match conn {
             Conn::Tcp(_, ip) => {
                 if tcp_client_allowed(*ip, &self.ctl.controller) {
                     return None;
                 }
                 tracing::info!("control client {ip} denied by control_acl");
-                Some("error: denied\n".into())
+                Some(Refusal::Denied)
             }
             Conn::Unix(s) => {
                 let uid = match rustix::net::sockopt::socket_peercred(s) {
                     Ok(cred) => cred.uid.as_raw(),
                     Err(e) => {
                         tracing::warn!("control client: cannot tell who it is ({e}); denied");
-                        return Some("error: denied (peer credentials unavailable)\n".into());
+                        return Some(Refusal::NoCredentials);
                     }
                 };
                 if uid == 0 || uid == self.euid {
@@ -337,10 +337,10 @@ impl Loop {
                     "control client with uid {uid} denied: only root and uid {} may use the control socket",
                     self.euid
                 );
-                Some(format!(
-                    "error: denied: uid {uid} may not use this control socket (only root and uid {})\n",
-                    self.euid
-                ))
+                Some(Refusal::Uid {
+                    uid,
+                    euid: self.euid,
+                })
             }
         }
     }
@@ -399,7 +399,7 @@ impl Loop {
         let line = match parse_line(line) {
             Ok(l) => l,
             Err(e) => {
-                client.reply(format!("error: {e}\n").into_bytes(), false);
+                client.refuse(&Refusal::Line(e));
                 return Next::Keep;
             }
         };
@@ -413,7 +413,7 @@ impl Loop {
                 if let Conn::Tcp(_, ip) = &client.conn {
                     tracing::info!("control client {ip} denied: missing or wrong token");
                 }
-                client.reply(b"error: denied\n".to_vec(), false);
+                client.refuse(&Refusal::Denied);
                 return Next::Keep;
             }
         }
@@ -462,7 +462,7 @@ impl Loop {
             ctl.blocking.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!("control socket: {MAX_BLOCKING} blocking commands running; busy");
             if let Some(client) = self.clients.get_mut(i).and_then(Option::as_mut) {
-                client.reply(b"error: busy\n".to_vec(), false);
+                client.refuse(&Refusal::Busy);
             }
             self.step(i);
             return;
@@ -502,8 +502,7 @@ impl Loop {
                 continue;
             }
             if matches!(client.state, State::Reading(_)) {
-                let msg = format!("error: no command line within {}s\n", IO_TIMEOUT.as_secs());
-                client.reply(msg.into_bytes(), false);
+                client.refuse(&Refusal::NoLine);
                 self.step(i);
             } else {
                 self.close(i);
@@ -532,6 +531,11 @@ impl Loop {
 }
 
 impl Client {
+    /// Queues `why` as the reply: text, whatever the line asked.
+    fn refuse(&mut self, why: &Refusal) {
+        self.reply(format!("error: {why}\n").into_bytes(), false);
+    }
+
     /// Queues `out` as the reply (anything not yet read of the line is discarded later).
     fn reply(&mut self, out: Vec<u8>, exit: bool) {
         self.state = State::Writing { out, sent: 0, exit };
@@ -612,6 +616,25 @@ pub(super) fn parse_line(mut buf: Vec<u8>) -> Result<String, LineError> {
     String::from_utf8(buf)
         .map(|s| s.trim_end_matches('\r').to_string())
         .map_err(|_| LineError::NotUtf8)
+}
+
+/// Why a client is answered without its command being run.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    /// Not allowed by `control_acl` (or not loopback), or without the token asked for.
+    #[error("denied")]
+    Denied,
+    #[error("denied (peer credentials unavailable)")]
+    NoCredentials,
+    #[error("denied: uid {uid} may not use this control socket (only root and uid {euid})")]
+    Uid { uid: u32, euid: u32 },
+    #[error(transparent)]
+    Line(#[from] LineError),
+    #[error("no command line within {}s", IO_TIMEOUT.as_secs())]
+    NoLine,
+    /// `MAX_BLOCKING` blocking commands run already.
+    #[error("busy")]
+    Busy,
 }
 
 /// Why what a client sent is no command line (answered as text whatever the line asked).

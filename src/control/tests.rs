@@ -96,3 +96,29 @@ fn a_line_is_cut_at_its_newline_and_bounded() {
     assert!(parse_line(b"\xff\n".to_vec()).is_err());
     assert!(line_complete(b"a\n") && !line_complete(b"a"));
 }
+
+#[test]
+fn a_request_is_refused_by_channel_and_level_with_the_line_it_was() {
+    let req = command::parse_request("json exit").unwrap();
+    let refused = refuse(&req, " json exit ", false, ControlLevel::Admin).unwrap();
+    assert_eq!(
+        refused.to_string(),
+        "'json exit' needs the Unix control socket (it names a file or local socket, moves a listener, hands sockets over or exits)"
+    );
+    assert!(refuse(&req, "json exit", true, ControlLevel::Read).is_none());
+    let req = command::parse_request("server 0 drain").unwrap();
+    let refused = refuse(&req, "server 0 drain", false, ControlLevel::Read).unwrap();
+    assert_eq!(
+        refused.to_string(),
+        "'server 0 drain' needs control level operate (this connection has read)"
+    );
+    assert!(refuse(&req, "server 0 drain", false, ControlLevel::Operate).is_none());
+}
+
+#[test]
+fn a_line_that_is_no_command_says_why() {
+    let long = parse_line(vec![b'x'; MAX_LINE + 1]).unwrap_err();
+    assert_eq!(long.to_string(), "command line longer than 4096 bytes");
+    let bytes = parse_line(b"\xff\n".to_vec()).unwrap_err();
+    assert_eq!(bytes.to_string(), "command is not UTF-8");
+}

@@ -146,3 +146,6 @@ fn execute_pool(req: &Line, name: &str, controller: &Controller) -> Answer {
         _ => Err(Failure::PoolCommand(name.to_string())),
     }
 }
+
+#[cfg(test)]
+mod tests;
