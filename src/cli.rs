@@ -502,7 +502,7 @@ pub fn main_with(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
                     print!("{reply}");
                     ExitCode::SUCCESS
                 }
-                Err(e) => fail(ErrorKind::Runtime, &e),
+                Err(e) => fail(ErrorKind::Runtime, &e.to_string()),
             }
         }
         #[cfg(feature = "bench")]

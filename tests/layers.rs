@@ -44,11 +44,21 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("sockets", &["net", "listener", "systemd", "log"]),
     // The running state: the shared tables and the controller that changes them.
     ("state", &["state"]),
-    // I/O that reads the running state or serves sessions.
+    // I/O that reads the running state or serves sessions. `control::exec` (what each control
+    // command does) is a module of its own: it never reaches back to the socket and its loop.
     (
         "services",
         &[
-            "proxy", "udp", "takeover", "health", "status", "admin", "control", "demo", "dsr",
+            "proxy",
+            "udp",
+            "takeover",
+            "health",
+            "status",
+            "admin",
+            "control",
+            "control::exec",
+            "demo",
+            "dsr",
         ],
     ),
     // Assembly: start-up, threads, the main loop, the command line (`generate`: man pages and

@@ -1,8 +1,9 @@
 //! The running configuration and the one way it changes: a new `Config` (from a control command or
-//! a reload) is compared with the running one and the difference is applied in place. Servers that
-//! stay keep their sessions, counters, blacklist and health; listeners that stay keep their socket;
-//! new listeners are bound before anything changes, so a reload that cannot bind changes nothing.
-//! Established sessions are never touched: they hold the pool snapshot they started with.
+//! a reload) is compared with the running one ([`Plan::between`]) and the difference is applied in
+//! place. Servers that stay keep their sessions, counters, blacklist and health; listeners that
+//! stay keep their socket; new listeners are bound and every pool is built before anything is
+//! swapped, so a change that cannot bind or build changes nothing. Established sessions are never
+//! touched: they hold the pool snapshot they started with.
 //! A reload keeps what the operator changed at run time unless the sources changed the same
 //! setting (see [`super::merge`]); logs can be reopened without a reload ([`Controller::reopen`]).
 
@@ -11,6 +12,7 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
+use super::plan::{Applied, ApplyError, Note, Plan, Running, Socket, SocketOptions};
 use super::shared::{Listener, Phase, Shared};
 use super::{merge, Msg, Rebuild, RunError};
 use crate::acl::Acls;
@@ -38,6 +40,25 @@ struct State {
     next_listener_id: u64,
 }
 
+/// What a change needs before anything is swapped: a socket and a pool for each listener of the
+/// next configuration (in its order), and the named pools.
+struct Built {
+    sockets: Vec<Ready>,
+    pools: Vec<Pool>,
+    named: Vec<Arc<Pool>>,
+}
+
+/// A listener's socket, ready for the swap.
+enum Ready {
+    /// A running listener that stays; with options, they are set on its socket.
+    Kept {
+        listener: Arc<Listener>,
+        options: Option<SocketOptions>,
+    },
+    /// A socket just bound.
+    Fresh(ListenSocket),
+}
+
 fn bind_options(g: &Global, l: &ListenerConfig) -> BindOptions {
     BindOptions {
         backlog: g.backlog,
@@ -54,7 +75,7 @@ fn open_socket(
     l: &ListenerConfig,
     g: &Global,
     inherited: &mut Vec<Inherited>,
-) -> Result<ListenSocket, String> {
+) -> Result<ListenSocket, ApplyError> {
     if let (Some(_), crate::addr::ListenAddr::Tcp(at)) = (&l.udp, &l.listen) {
         // A UDP listener takes every socket handed over under its name (vetted to be bound at
         // its address), then binds the rest of its sockets beside them.
@@ -67,8 +88,12 @@ fn open_socket(
                 i += 1;
             }
         }
-        return listener::bind_udp(*at, bind_options(g, l).udp_sockets, &taken)
-            .map_err(|e| format!("cannot bind UDP {}: {e}", l.listen));
+        return listener::bind_udp(*at, bind_options(g, l).udp_sockets, &taken).map_err(|source| {
+            ApplyError::BindUdp {
+                addr: l.listen.clone(),
+                source,
+            }
+        });
     }
     let mut i = 0;
     while i < inherited.len() {
@@ -76,7 +101,10 @@ fn open_socket(
         let fd = inherited[i]
             .fd
             .try_clone()
-            .map_err(|e| format!("listener '{}': {e}", l.name))?;
+            .map_err(|source| ApplyError::Duplicate {
+                name: l.name.clone(),
+                source,
+            })?;
         match listener::from_fd(fd) {
             Ok((socket, addr)) if by_name || addr == l.listen => {
                 inherited.remove(i);
@@ -84,14 +112,19 @@ fn open_socket(
                 return Ok(socket);
             }
             Ok(_) => i += 1,
-            Err(e) if by_name => {
-                return Err(format!("inherited socket '{}': {e}", l.name));
+            Err(source) if by_name => {
+                return Err(ApplyError::Inherited {
+                    name: l.name.clone(),
+                    source,
+                });
             }
             Err(_) => i += 1,
         }
     }
-    listener::bind(&l.listen, &bind_options(g, l))
-        .map_err(|e| format!("cannot listen on {}: {e}", l.listen))
+    listener::bind(&l.listen, &bind_options(g, l)).map_err(|source| ApplyError::Bind {
+        addr: l.listen.clone(),
+        source,
+    })
 }
 
 /// Sets on a socket systemd (or the previous process) bound the options that accepted clients
@@ -120,7 +153,7 @@ fn named_pools(
     acls: &Arc<Acls>,
     old: &[Arc<Pool>],
     now: u64,
-) -> Result<Vec<Arc<Pool>>, String> {
+) -> Result<Vec<Arc<Pool>>, ApplyError> {
     config
         .pools
         .iter()
@@ -139,7 +172,7 @@ fn server_tls(
     l: &ListenerConfig,
     old: Option<&Pool>,
     http: bool,
-) -> Result<Option<Arc<crate::tls::client::ClientTls>>, String> {
+) -> Result<Option<Arc<crate::tls::client::ClientTls>>, ApplyError> {
     let Some(settings) = &l.server_tls else {
         return Ok(None);
     };
@@ -150,7 +183,10 @@ fn server_tls(
     }
     crate::tls::client::build_client(settings, http)
         .map(|c| Some(Arc::new(c)))
-        .map_err(|e| format!("{}: {e}", l.what()))
+        .map_err(|source| ApplyError::Tls {
+            what: l.what(),
+            source,
+        })
 }
 
 /// A listener's pool with its routes, which point at `named` (the pools just built) and keep the
@@ -163,7 +199,7 @@ fn listener_pool(
     named: &[Arc<Pool>],
     now: u64,
     workers: usize,
-) -> Result<Pool, String> {
+) -> Result<Pool, ApplyError> {
     let mut pool = Pool::build(l, acls.clone(), old, now);
     pool.server_tls = server_tls(l, old, l.http.is_some())?;
     if !l.routes.is_empty() {
@@ -174,7 +210,8 @@ fn listener_pool(
             |name| named.iter().find(|p| p.name == name).cloned(),
             old.and_then(|o| o.routes.as_deref()),
             workers,
-        )?;
+        )
+        .map_err(ApplyError::Routes)?;
         pool.routes = Some(Arc::new(routes));
     }
     if let Some(settings) = &l.tls {
@@ -186,11 +223,34 @@ fn listener_pool(
                     l.http.is_some(),
                     &crate::tls::tickets::shared_keys(),
                 )
-                .map_err(|e| format!("{}: {e}", l.what()))?,
+                .map_err(|source| ApplyError::Tls {
+                    what: l.what(),
+                    source,
+                })?,
             ),
         });
     }
     Ok(pool)
+}
+
+/// A new running listener `l` on `socket`, with counters for `workers` workers.
+fn new_listener(
+    id: u64,
+    l: &ListenerConfig,
+    socket: ListenSocket,
+    pool: Pool,
+    workers: usize,
+) -> Listener {
+    Listener {
+        id,
+        name: l.name.clone(),
+        addr: l.listen.clone(),
+        socket,
+        pool: ArcSwap::from_pointee(pool),
+        http: Arc::new(HttpStats::new(workers)),
+        flows: Default::default(),
+        flow_sources: Default::default(),
+    }
 }
 
 impl Controller {
@@ -209,25 +269,15 @@ impl Controller {
             let socket = open_socket(l, &config.global, inherited).map_err(RunError::Apply)?;
             let pool = listener_pool(l, &acls, None, &named, now, config.global.workers)
                 .map_err(RunError::Apply)?;
-            listeners.push(Arc::new(Listener {
-                id: id as u64,
-                name: l.name.clone(),
-                addr: l.listen.clone(),
-                socket,
-                pool: ArcSwap::from_pointee(pool),
-                http: Arc::new(HttpStats::new(config.global.workers)),
-                flows: Default::default(),
-                flow_sources: Default::default(),
-            }));
+            let workers = config.global.workers;
+            listeners.push(Arc::new(new_listener(id as u64, l, socket, pool, workers)));
         }
         let shared = Arc::new(Shared::new(clock, listeners, max_sessions, &config.global));
         *shared.access_log.lock().unwrap_or_else(|e| e.into_inner()) = LogPlan::new(&config);
         shared.pools.store(Arc::new(named));
         let loaded = config.clone();
         let mut config = config;
-        for l in config.listeners.iter_mut().chain(&mut config.pools) {
-            l.initial_blacklist.clear();
-        }
+        clear_blacklists(&mut config);
         Ok(Controller {
             shared,
             state: Mutex::new(State {
@@ -265,7 +315,7 @@ impl Controller {
     }
 
     /// Applies one setting command to the running configuration.
-    pub(crate) fn set(&self, listener: Option<&str>, cmd: &Command) -> Result<String, String> {
+    pub(crate) fn set(&self, listener: Option<&str>, cmd: &Command) -> Result<Applied, ApplyError> {
         self.set_to(listener, None, cmd)
     }
 
@@ -275,48 +325,48 @@ impl Controller {
         listener: Option<&str>,
         pool: Option<&str>,
         cmd: &Command,
-    ) -> Result<String, String> {
+    ) -> Result<Applied, ApplyError> {
         let mut st = self.lock();
         let mut next = st.config.clone();
-        next.apply_to(listener, pool, cmd).map_err(|e| e.message)?;
-        next.validate().map_err(|e| e.message)?;
+        next.apply_to(listener, pool, cmd)?;
+        next.validate()?;
         // `log PATH` naming a log already open reopens it (after a `mv`, as logrotate does).
         let reopen = matches!(cmd, Command::Log(Some(p))
             if LogPlan::new(&st.config).files.iter().any(|(f, _)| f == p));
-        let summary = self.apply(&mut st, next)?;
+        let applied = self.apply(&mut st, next)?;
         if reopen {
             self.reopen();
         }
-        Ok(summary)
+        Ok(applied)
     }
 
     /// Rebuilds the configuration from its sources and applies the difference, keeping what
     /// was changed at run time and not changed since in the sources. An invalid new
     /// configuration changes nothing.
-    pub(crate) fn reload(&self) -> Result<String, String> {
+    pub(crate) fn reload(&self) -> Result<Applied, ApplyError> {
         let Some(rebuild) = &self.rebuild else {
             self.reopen();
-            return Ok("nothing to reload from; logs reopened".into());
+            return Ok(Applied::new(vec![Note::NothingToReload], true));
         };
-        let sources = rebuild().map_err(|e| e.message)?;
+        let sources = rebuild()?;
         let mut st = self.lock();
         let next = merge::merge(&st.loaded, &st.config, &sources);
-        next.validate().map_err(|e| e.message)?;
-        let summary = self.apply(&mut st, next)?;
+        next.validate()?;
+        let applied = self.apply(&mut st, next)?;
         st.loaded = sources;
         self.reopen();
-        Ok(summary)
+        Ok(applied)
     }
 
     /// Applies the commands of a file (`include`) as one change. The file (a regular file, at
     /// most 4 MiB, opened nonblocking) is read before the lock is taken, so a slow one holds up
     /// only this caller; errors never quote its lines.
-    pub(crate) fn include(&self, path: &std::path::Path) -> Result<String, String> {
-        let file = CommandFile::read(path, Quoting::Never).map_err(|e| e.message)?;
+    pub(crate) fn include(&self, path: &std::path::Path) -> Result<Applied, ApplyError> {
+        let file = CommandFile::read(path, Quoting::Never)?;
         let mut st = self.lock();
         let mut next = st.config.clone();
-        next.apply_commands(&file).map_err(|e| e.message)?;
-        next.validate().map_err(|e| e.message)?;
+        next.apply_commands(&file)?;
+        next.validate()?;
         self.apply(&mut st, next)
     }
 
@@ -336,192 +386,152 @@ impl Controller {
             .collect()
     }
 
-    /// Applies `next` in place of the running configuration; returns what changed, in words.
-    fn apply(&self, st: &mut State, mut next: Config) -> Result<String, String> {
+    /// Applies `next` in place of the running configuration: plans the change, opens the new
+    /// access logs, binds the new sockets and builds every pool (a failure so far changes
+    /// nothing), then swaps. Returns what changed.
+    fn apply(&self, st: &mut State, mut next: Config) -> Result<Applied, ApplyError> {
         if self.shared.phase() != Phase::Running {
             // Draining has emptied the listener list: a change now would bind them all again.
-            return Err("stopping: the configuration no longer changes".into());
+            return Err(ApplyError::Stopping);
         }
-        if let Some(l) = next.listeners.iter().find(|l| l.dsr_if.is_some()) {
-            return Err(format!(
-                "{}: dsr_if: direct server return starts with the process, not in a running proxy (restart Quill)",
-                l.what()
-            ));
-        }
-        let old = &st.config;
-        let (old_logs, next_logs) = (LogPlan::new(old), LogPlan::new(&next));
-        for (path, _) in &next_logs.files {
-            if !old_logs.files.iter().any(|(p, _)| p == path) {
-                check_access_log(path)?;
-            }
-        }
-        let now = self.shared.clock.now_ms();
-        let mut notes = Vec::new();
-        let (a, b) = (&old.global, &next.global);
-        for (changed, what) in [
-            (a.workers != b.workers, "workers"),
-            (a.backlog != b.backlog, "backlog"),
-            (a.tfo != b.tfo, "tfo"),
-            (a.reuseport != b.reuseport, "reuseport"),
-            (a.splice != b.splice, "splice"),
-            (a.user != b.user, "user"),
-            (a.chroot != b.chroot, "chroot"),
-            (a.pid_file != b.pid_file, "pid_file"),
-            (a.control != b.control, "control"),
-            (a.admin != b.admin, "admin"),
-            (a.accept_batch != b.accept_batch, "accept_batch"),
-        ] {
-            if changed {
-                notes.push(format!("{what} changed: takes effect at the next restart"));
-            }
-        }
-        // New sockets first: if one cannot be bound, nothing has changed yet.
         let current = self.shared.listeners.load_full();
-        let mut fresh: Vec<(usize, ListenSocket)> = Vec::new();
-        for (i, l) in next.listeners.iter().enumerate() {
-            let kept = current.iter().any(|c| {
-                c.name == l.name
-                    && c.addr == l.listen
-                    && c.socket.udp().is_some() == l.udp.is_some()
+        let plan = Plan::between(&st.config, &next, &self.running(&current))?;
+        for path in &plan.new_logs {
+            check_access_log(path)?;
+        }
+        let built = self.build(&plan, &next, &current)?;
+        let notes = self.swap(st, plan, &next, built);
+        clear_blacklists(&mut next);
+        let changed = st.config != next;
+        st.config = next;
+        Ok(Applied::new(notes, changed))
+    }
+
+    /// The running listeners as the plan sees them.
+    fn running<'a>(&self, current: &'a [Arc<Listener>]) -> Vec<Running<'a>> {
+        current
+            .iter()
+            .map(|c| {
+                let pool = c.pool.load();
+                Running {
+                    name: &c.name,
+                    addr: &c.addr,
+                    udp: c.socket.udp().is_some(),
+                    options: SocketOptions {
+                        nodelay: pool.tuning.tcp_nodelay,
+                        keepalive: pool.tuning.keepalive,
+                    },
+                    file: c.socket.path().filter(|p| !self.shared.is_systemd_file(p)),
+                }
+            })
+            .collect()
+    }
+
+    /// Binds the sockets `plan` asks for, then builds the named pools and every listener's pool
+    /// (each from the running pool of its name). Nothing running changes if this fails.
+    fn build(
+        &self,
+        plan: &Plan,
+        next: &Config,
+        current: &[Arc<Listener>],
+    ) -> Result<Built, ApplyError> {
+        let now = self.shared.clock.now_ms();
+        // New sockets first: if one cannot be bound, nothing has changed yet.
+        let mut sockets = Vec::with_capacity(plan.listeners.len());
+        for (step, l) in plan.listeners.iter().zip(&next.listeners) {
+            sockets.push(match step.socket {
+                Socket::Keep { running, options } => Ready::Kept {
+                    listener: current[running].clone(),
+                    options,
+                },
+                Socket::Bind => Ready::Fresh(open_socket(l, &next.global, &mut Vec::new())?),
             });
-            if !kept {
-                let socket = open_socket(l, &next.global, &mut Vec::new())?;
-                fresh.push((i, socket));
-            }
         }
         let acls = Arc::new(next.global.acls.clone());
         // Named pools first: the listeners' routes point at them.
-        let old_named = self.shared.pools.load_full();
-        for p in &next.pools {
-            if let Some(was) = old.pools.iter().find(|o| o.name == p.name) {
-                describe_pool_change(was, p, &mut notes);
-            } else {
-                notes.push(format!("pool '{}' added", p.name));
-            }
-        }
-        for o in &old.pools {
-            if !next.pools.iter().any(|p| p.name == o.name) {
-                notes.push(format!("pool '{}' removed", o.name));
-            }
-        }
-        let named = named_pools(&next, &acls, &old_named, now)?;
+        let named = named_pools(next, &acls, &self.shared.pools.load_full(), now)?;
         // Every route is compiled before anything is swapped: a failure changes nothing.
-        let mut built = Vec::with_capacity(next.listeners.len());
-        for l in &next.listeners {
-            let was = current
-                .iter()
-                .find(|c| c.name == l.name)
-                .map(|c| c.pool.load_full());
-            built.push(Some(listener_pool(
-                l,
-                &acls,
-                was.as_deref(),
-                &named,
-                now,
-                self.shared.counters.len(),
-            )?));
-        }
-        let mut list = Vec::new();
-        let mut listeners_changed = false;
-        for (i, l) in next.listeners.iter().enumerate() {
-            let same = current.iter().find(|c| {
-                c.name == l.name
-                    && c.addr == l.listen
-                    && c.socket.udp().is_some() == l.udp.is_some()
-            });
-            if let Some(was) = old.listeners.iter().find(|o| o.name == l.name) {
-                describe_pool_change(was, l, &mut notes);
-            }
-            match same {
-                Some(c) => {
-                    let old_pool = c.pool.load();
-                    let (t0, t1) = (&old_pool.tuning, &l.tuning);
-                    if t0.tcp_nodelay != t1.tcp_nodelay || t0.keepalive != t1.keepalive {
-                        if let Err(e) = c.socket.set_inherited_options(t1.tcp_nodelay, t1.keepalive)
+        let workers = self.shared.counters.len();
+        let pools = next
+            .listeners
+            .iter()
+            .map(|l| {
+                let was = current
+                    .iter()
+                    .find(|c| c.name == l.name)
+                    .map(|c| c.pool.load_full());
+                listener_pool(l, &acls, was.as_deref(), &named, now, workers)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Built {
+            sockets,
+            pools,
+            named,
+        })
+    }
+
+    /// Puts what `build` made in place of what runs, as `plan` says; returns the notes.
+    fn swap(&self, st: &mut State, plan: Plan, next: &Config, built: Built) -> Vec<Note> {
+        let listeners_change = plan.listeners_change();
+        let mut notes = plan.before;
+        let workers = self.shared.counters.len();
+        let mut list = Vec::with_capacity(next.listeners.len());
+        let each = plan
+            .listeners
+            .into_iter()
+            .zip(built.sockets)
+            .zip(built.pools);
+        for (((step, ready), pool), l) in each.zip(&next.listeners) {
+            notes.extend(step.notes);
+            list.push(match ready {
+                Ready::Kept { listener, options } => {
+                    if let Some(o) = options {
+                        if let Err(error) = listener
+                            .socket
+                            .set_inherited_options(o.nodelay, o.keepalive)
                         {
-                            notes.push(format!("listener '{}': socket options: {e}", l.name));
+                            let listener = l.name.clone();
+                            notes.push(Note::SocketOptions { listener, error });
                         }
                     }
-                    let pool = built[i]
-                        .take()
-                        .ok_or_else(|| format!("listener '{}': pool missing", l.name))?;
-                    c.pool.store(Arc::new(pool));
-                    list.push(c.clone());
+                    listener.pool.store(Arc::new(pool));
+                    listener
                 }
-                None => {
-                    let pos = fresh
-                        .iter()
-                        .position(|(j, _)| *j == i)
-                        .ok_or_else(|| format!("listener '{}': socket missing", l.name))?;
-                    let (_, socket) = fresh.remove(pos);
-                    // A listener that moved keeps its servers' state (its pool was built from
-                    // the old one of its name).
-                    let pool = built[i]
-                        .take()
-                        .ok_or_else(|| format!("listener '{}': pool missing", l.name))?;
-                    list.push(Arc::new(Listener {
-                        id: st.next_listener_id,
-                        name: l.name.clone(),
-                        addr: l.listen.clone(),
-                        socket,
-                        pool: ArcSwap::from_pointee(pool),
-                        http: Arc::new(HttpStats::new(self.shared.counters.len())),
-                        flows: Default::default(),
-                        flow_sources: Default::default(),
-                    }));
+                // A listener that moved keeps its servers' state (its pool was built from the
+                // old one of its name).
+                Ready::Fresh(socket) => {
+                    let id = st.next_listener_id;
                     st.next_listener_id += 1;
-                    listeners_changed = true;
-                    notes.push(format!("listener '{}' on {} added", l.name, l.listen));
+                    Arc::new(new_listener(id, l, socket, pool, workers))
                 }
-            }
+            });
         }
-        for c in current.iter() {
-            if !list.iter().any(|l| l.id == c.id) {
-                listeners_changed = true;
-                notes.push(format!("listener '{}' on {} removed", c.name, c.addr));
-                if let Some(path) = c.socket.path() {
-                    if !next.listeners.iter().any(|l| l.listen == c.addr)
-                        && !self.shared.is_systemd_file(path)
-                    {
-                        crate::listener::remove_socket_file(path);
-                    }
-                }
-            }
+        for path in plan.removed.iter().filter_map(|r| r.unlink.as_deref()) {
+            crate::listener::remove_socket_file(path);
         }
-        self.shared.pools.store(Arc::new(named));
-        if listeners_changed {
+        notes.extend(plan.after);
+        self.shared.pools.store(Arc::new(built.named));
+        if listeners_change {
             self.shared.listeners.store(Arc::new(list));
         }
-        if a.max_connections != b.max_connections {
-            if let Some(n) = b.max_connections {
-                self.shared
-                    .max_sessions
-                    .store(u64::from(n), Ordering::Relaxed);
-                notes.push(format!("conn_max {n}"));
-            }
+        if let Some(n) = plan.conn_max {
+            self.shared
+                .max_sessions
+                .store(u64::from(n), Ordering::Relaxed);
         }
-        if old_logs != next_logs {
+        if let Some(logs) = plan.logs {
             *self
                 .shared
                 .access_log
                 .lock()
-                .unwrap_or_else(|e| e.into_inner()) = next_logs;
+                .unwrap_or_else(|e| e.into_inner()) = logs;
             self.shared.log_generation.fetch_add(1, Ordering::Relaxed);
         }
-        if a.debug != b.debug {
-            crate::log::set_level(b.debug);
-            notes.push(format!("debug level {}", b.debug));
+        if let Some(level) = plan.debug {
+            crate::log::set_level(level);
         }
         self.shared.wake_all();
-        for l in next.listeners.iter_mut().chain(&mut next.pools) {
-            l.initial_blacklist.clear();
-        }
-        let changed = *old != next;
-        st.config = next;
-        if notes.is_empty() {
-            notes.push(if changed { "applied" } else { "no change" }.into());
-        }
-        Ok(notes.join("; "))
+        notes
     }
 
     /// The `-w` file Pen's HTML report is written to, if one is set (`status::write_file`).
@@ -537,6 +547,14 @@ impl Controller {
     }
 }
 
+/// `initial_blacklist` is an instruction for the first pool built (`-b` at start): once applied,
+/// the running configuration no longer holds it.
+fn clear_blacklists(config: &mut Config) {
+    for l in config.listeners.iter_mut().chain(&mut config.pools) {
+        l.initial_blacklist.clear();
+    }
+}
+
 /// `tls reload [NAME]`.
 impl Controller {
     /// Re-reads the certificate, key, OCSP, CA, CRL and ticket-key files of listener `name`'s TLS
@@ -545,14 +563,12 @@ impl Controller {
     /// read or used changes nothing, and the error names it. A listener with `sni_path` takes
     /// its certificates from the sources rebuilt (the directory read again); its other files are
     /// re-read by path.
-    pub(crate) fn tls_reload(&self, name: Option<&str>) -> Result<String, String> {
+    pub(crate) fn tls_reload(&self, name: Option<&str>) -> Result<Applied, ApplyError> {
         let running = self.config();
         if let Some(n) = name {
             match running.listeners.iter().find(|l| l.name == n) {
-                None => return Err(format!("no listener named '{n}'")),
-                Some(l) if l.tls.is_none() => {
-                    return Err(format!("listener '{n}' does not terminate TLS"))
-                }
+                None => return Err(ApplyError::NoListener(n.to_string())),
+                Some(l) if l.tls.is_none() => return Err(ApplyError::NotTls(n.to_string())),
                 Some(_) => {}
             }
         }
@@ -562,12 +578,38 @@ impl Controller {
             .filter(|l| l.tls.is_some() && name.is_none_or(|n| n == l.name))
             .collect();
         if chosen.is_empty() {
-            return Ok("no listener terminates TLS".into());
+            return Ok(Applied::new(vec![Note::NoTlsListener], true));
         }
-        let sources = match &self.rebuild {
-            Some(rebuild) if chosen.iter().any(|l| has_sni_path(l)) => {
-                Some(rebuild().map_err(|e| e.message)?)
+        let fresh = self.reread(&chosen)?;
+        let mut st = self.lock();
+        let mut next = st.config.clone();
+        let mut reread = Vec::new();
+        for (lname, was, now) in &fresh {
+            // A change that came in meanwhile wins over what was read here.
+            let same = |l: &&mut ListenerConfig| l.name == *lname && l.tls.as_ref() == Some(was);
+            if let Some(l) = next.listeners.iter_mut().find(same) {
+                l.tls = Some(now.clone());
+                reread.push(lname.clone());
             }
+        }
+        let mut applied = self.apply(&mut st, next)?;
+        // The sources' files are the ones just read: a later reload that finds them unchanged
+        // keeps them.
+        for (lname, was, now) in fresh {
+            let same = |l: &&mut ListenerConfig| l.name == lname && l.tls.as_ref() == Some(&was);
+            if let Some(l) = st.loaded.listeners.iter_mut().find(same) {
+                l.tls = Some(now);
+            }
+        }
+        applied.notes.insert(0, Note::Reread(reread));
+        Ok(applied)
+    }
+
+    /// The TLS settings of each of `chosen` read again and checked to build: (name, the
+    /// settings before, the settings now).
+    fn reread(&self, chosen: &[&ListenerConfig]) -> Result<Vec<Reread>, ApplyError> {
+        let sources = match &self.rebuild {
+            Some(rebuild) if chosen.iter().any(|l| has_sni_path(l)) => Some(rebuild()?),
             _ => None,
         };
         let mut fresh = Vec::new();
@@ -577,37 +619,17 @@ impl Controller {
                 .as_ref()
                 .and_then(|c| c.listeners.iter().find(|s| s.name == l.name))
                 .and_then(|s| s.tls.as_ref());
-            let now = reread_tls(was, from_sources).map_err(|e| e.to_string())?;
+            let now = reread_tls(was, from_sources).map_err(ApplyError::TlsFiles)?;
             crate::tls::build_server(&now, l.http.is_some(), &crate::tls::tickets::shared_keys())
-                .map_err(|e| e.to_string())?;
+                .map_err(ApplyError::TlsFiles)?;
             fresh.push((l.name.clone(), was.clone(), now));
         }
-        let mut st = self.lock();
-        let mut next = st.config.clone();
-        let mut reread = Vec::new();
-        for (lname, was, now) in &fresh {
-            // A change that came in meanwhile wins over what was read here.
-            let same = |l: &&mut ListenerConfig| l.name == *lname && l.tls.as_ref() == Some(was);
-            if let Some(l) = next.listeners.iter_mut().find(same) {
-                l.tls = Some(now.clone());
-                reread.push(format!("'{lname}'"));
-            }
-        }
-        let summary = self.apply(&mut st, next)?;
-        // The sources' files are the ones just read: a later reload that finds them unchanged
-        // keeps them.
-        for (lname, was, now) in fresh {
-            let same = |l: &&mut ListenerConfig| l.name == lname && l.tls.as_ref() == Some(&was);
-            if let Some(l) = st.loaded.listeners.iter_mut().find(same) {
-                l.tls = Some(now);
-            }
-        }
-        Ok(format!(
-            "files re-read for listener {}; {summary}",
-            reread.join(", ")
-        ))
+        Ok(fresh)
     }
 }
+
+/// A listener's TLS settings re-read: its name, the settings before and after.
+type Reread = (String, crate::tls::TlsSettings, crate::tls::TlsSettings);
 
 fn has_sni_path(l: &ListenerConfig) -> bool {
     l.tls.as_ref().is_some_and(|t| t.sni_path.is_some())
@@ -656,7 +678,7 @@ fn reread_tls(
 /// Opens the access log a change names, as the workers will, so that a file that cannot be
 /// opened (a missing directory, a directory, a FIFO nobody reads) is an error and changes nothing
 /// instead of a warning after the fact. Nonblocking: a FIFO never holds the caller.
-fn check_access_log(path: &std::path::Path) -> Result<(), String> {
+fn check_access_log(path: &std::path::Path) -> Result<(), ApplyError> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .create(true)
@@ -664,117 +686,12 @@ fn check_access_log(path: &std::path::Path) -> Result<(), String> {
         .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
         .open(path)
         .map(drop)
-        .map_err(|e| format!("cannot open access log {}: {e}", path.display()))
-}
-
-/// Says in words how a listener's pool changed (for the reply and the log).
-fn describe_pool_change(was: &ListenerConfig, now: &ListenerConfig, notes: &mut Vec<String>) {
-    // Maps by address: linear, so a pool of 40,000 servers costs no more than its length.
-    let before: std::collections::HashMap<_, _> =
-        was.servers.iter().rev().map(|o| (&o.addr, o)).collect();
-    let after: std::collections::HashSet<_> = now.servers.iter().map(|s| &s.addr).collect();
-    for s in &now.servers {
-        match before.get(&s.addr) {
-            None => notes.push(format!("'{}': server {} added", now.name, s.addr)),
-            Some(o) if *o != s => notes.push(format!("'{}': server {} changed", now.name, s.addr)),
-            Some(_) => {}
-        }
-    }
-    for o in &was.servers {
-        if !after.contains(&o.addr) {
-            notes.push(format!("'{}': server {} removed", now.name, o.addr));
-        }
-    }
-    if was.mode != now.mode {
-        notes.push(format!("'{}': mode {}", now.name, now.mode));
-    }
-    if was.tuning != now.tuning
-        || was.emergency != now.emergency
-        || was.abuse != now.abuse
-        || was.client_acl != now.client_acl
-        || was.health != now.health
-        || was.slow_start != now.slow_start
-    {
-        notes.push(format!("'{}': settings changed", now.name));
-    }
+        .map_err(|source| ApplyError::AccessLog {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{from_toml, TuningPatch};
-    use crate::route::Action;
-
-    fn config(port: u16, extra_route: &str) -> Config {
-        from_toml(
-            "c.toml",
-            &format!(
-                "[[pool]]\nname = \"api\"\nservers = [\"127.0.0.1:9\", \"127.0.0.1:10\"]\n\
-                 [[pool]]\nname = \"web\"\nservers = [\"127.0.0.1:11\"]\n\
-                 [[listener]]\nname = \"h\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
-                 [[listener.route]]\npath = \"/api/\"\npool = \"api\"\n{extra_route}"
-            ),
-            &TuningPatch::default(),
-        )
-        .unwrap()
-    }
-
-    /// The named pool a listener's route `i` sends to.
-    fn routed(c: &Controller, i: usize) -> Arc<Pool> {
-        let listeners = c.shared().listeners.load();
-        let pool = listeners[0].pool.load();
-        match &pool.routes.as_ref().expect("routes").routes[i].action {
-            Action::Pool(p) => p.clone(),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn named_pools_are_shared_by_routes_and_keep_their_servers_across_changes() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap()
-            .port();
-        let c =
-            Controller::start(config(port, ""), Clock::default(), 100, &mut Vec::new()).unwrap();
-        let api = c.shared().pool("api").expect("named pool api");
-        assert!(
-            Arc::ptr_eq(&routed(&c, 0), &api),
-            "the route holds the named pool"
-        );
-        let server = api.servers[1].clone();
-        // A drain through `pool api`: a new snapshot, the same server, now draining.
-        let cmd = crate::command::parse("server 1 drain").unwrap();
-        c.set_to(None, Some("api"), &cmd).unwrap();
-        let api2 = c.shared().pool("api").unwrap();
-        assert!(!Arc::ptr_eq(&api, &api2));
-        assert!(
-            Arc::ptr_eq(&api2.servers[1], &server),
-            "same address, same server"
-        );
-        assert_eq!(server.admin(), crate::addr::AdminState::Drain);
-        assert!(
-            Arc::ptr_eq(&routed(&c, 0), &api2),
-            "routes follow the new snapshot"
-        );
-        assert!(c.set_to(None, Some("nope"), &cmd).is_err());
-        // A new route to the other pool, as a reload would bring.
-        let mut st = c.lock();
-        let next = config(port, "[[listener.route]]\npool = \"web\"\n");
-        let note = c.apply(&mut st, next).unwrap();
-        drop(st);
-        // The drain was the running state's only; applied directly, the new config undoes it.
-        assert!(
-            note.contains("'api': server 127.0.0.1:10 changed"),
-            "{note}"
-        );
-        assert!(Arc::ptr_eq(
-            &routed(&c, 1),
-            &c.shared().pool("web").unwrap()
-        ));
-        assert!(Arc::ptr_eq(
-            &c.shared().pool("api").unwrap().servers[1],
-            &server
-        ));
-    }
-}
+#[path = "controller_tests.rs"]
+mod tests;

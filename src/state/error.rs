@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::addr::ListenAddr;
+use crate::state::plan::ApplyError;
 
 /// A failure to start or run (exit status 1).
 #[derive(Debug, thiserror::Error)]
@@ -32,8 +33,8 @@ pub(crate) enum RunError {
     Bind { addr: SocketAddr, source: io::Error },
     /// The controller could not build the running state from the configuration (a listener's
     /// socket, a pool, its routes or TLS): the controller's own message.
-    #[error("{0}")]
-    Apply(String),
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
     /// The admin listener's token file (`admin_token_file`) could not be read: its own message.
     #[error("{0}")]
     AdminToken(String),

@@ -32,8 +32,11 @@ fn every_message_reads_as_the_formatted_one_did() {
             format!("cannot open admin listener {addr}: boom"),
         ),
         (
-            RunError::Apply("cannot listen on 127.0.0.1:1: in use".into()),
-            "cannot listen on 127.0.0.1:1: in use".into(),
+            RunError::Apply(crate::state::plan::ApplyError::Bind {
+                addr: ListenAddr::Tcp("127.0.0.1:1".parse().unwrap()),
+                source: e(),
+            }),
+            "cannot listen on 127.0.0.1:1: boom".into(),
         ),
         (RunError::AdminToken("token".into()), "token".into()),
         (

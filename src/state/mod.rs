@@ -1,12 +1,14 @@
 //! The running state, one layer below everything that reads it: [`shared`] (what the workers,
 //! the control socket, the health checker and the admin listener read and count) and
-//! [`controller`] (changes to the running configuration, one at a time), with the messages the
-//! main thread waits for and [`RunError`], why the process could not start or run.
+//! [`controller`] (changes to the running configuration, one at a time, each decided first by a
+//! [`plan::Plan`]), with the messages the main thread waits for and [`RunError`], why the process
+//! could not start or run.
 
 pub(crate) mod controller;
 mod error;
 pub(crate) mod idle;
 mod merge;
+pub(crate) mod plan;
 pub(crate) mod shared;
 
 pub(crate) use error::{PrivilegeError, RunError, ThreadKind};
