@@ -3,8 +3,6 @@
 //! text format strictly (a line that breaks the format fails the test, naming the line).
 //! `chromium` drives the status page in headless Chromium.
 
-#![allow(dead_code)]
-
 pub mod chromium;
 
 use std::cell::Cell;

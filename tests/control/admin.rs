@@ -2,8 +2,8 @@
 //! `/api/status` JSON, answers to bad requests, resistance to slow and hostile clients; and the
 //! other reports: Pen's HTML report (`-w` + SIGUSR1) and the JSON access log.
 
-mod admin_support;
-mod support;
+use crate::admin_support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::fs;

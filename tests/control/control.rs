@@ -3,9 +3,8 @@
 //! sessions, process, files (`write`, `-F`, `include`), JSON replies and several listeners.
 //! Backends are Greet servers, so the first line a client reads names the server it reached.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-mod support;
+use crate::ctl;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

@@ -7,8 +7,8 @@
 //! tests fail: they never skip. The Chromium driver, the DOM readers and the gate that runs
 //! traffic between two of the page's polls are in tests/admin_support/chromium.rs.
 
-mod admin_support;
-mod support;
+use crate::admin_support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;

@@ -4,9 +4,8 @@
 //! `no acl N`, and ACLs from a TOML file. Clients come from 127.0.0.1 and 127.0.0.2 (a client
 //! socket bound to 127.0.0.2 before connecting), and from ::1.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-mod support;
+use crate::ctl;
+use crate::support;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Server selection: round robin, tracking, hash, weight, prio, MAXCONN, leastconn, p2c.
 //! Backends are Greet servers, so the first line a client reads names the backend that serves it.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::net::TcpStream;

@@ -1,7 +1,7 @@
 //! Command line: help/version, usage errors (exit 2, first stderr line names the value), unsupported
 //! and obsolete Pen options, bind failures (exit 1).
 
-mod support;
+use crate::support;
 
 use std::net::TcpListener;
 use support::*;

@@ -1,6 +1,6 @@
 //! TOML configuration: two listeners end to end, `quill check`, errors with PATH:LINE, the example.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! `quill demo`: prints what to try, serves three HTTP demo backends in rotation.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! These tests keep quill's readiness connection as their first client (instead of closing it), so
 //! the first server quill ever tries is tried on behalf of a client the test watches.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};

@@ -1,7 +1,7 @@
 //! Forwarding: byte-exact data both ways, half-close, fin/idle timeouts, -x, tcp_fastclose, IPv6,
 //! Unix sockets, abusive clients.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};

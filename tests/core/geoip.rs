@@ -4,9 +4,8 @@
 //! networks (81.2.69.142 is GB, 89.160.20.112 SE, per MaxMind's test data) are only written in
 //! headers, and no packet goes to them.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-mod support;
+use crate::ctl;
+use crate::support;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 //! `status`, the log) and where clients go. Short intervals (100 ms) keep every test to a few
 //! seconds; every wait is bounded and every process is killed by PID.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -4,13 +4,10 @@
 //! its own way (not with Quill's parser: a v1 line up to its CRLF, or the v2 fixed part and the
 //! length it gives), records it, and echoes what follows.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
-#[path = "support/tls.rs"]
-mod tls_support;
+use crate::ctl;
+use crate::http_support;
+use crate::support;
+use crate::tls_support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -6,13 +6,10 @@
 //! And a bug in one session ends that session alone: a panic in its code resets it, gives back
 //! its lease, and the worker and every other session go on.
 
-#[path = "admin_support/mod.rs"]
-mod admin_support;
-#[path = "support/ctl.rs"]
-mod ctl;
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
+use crate::admin_support;
+use crate::ctl;
+use crate::http_support;
+use crate::support;
 
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::Path;

@@ -6,11 +6,9 @@
 //! connection with the peer address it sees. The `source` test runs on loopback (127.0.0.2 is a
 //! local address there). The errors need no namespace.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-#[path = "support/netns.rs"]
-mod netns;
-mod support;
+use crate::ctl;
+use crate::netns;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};

@@ -6,9 +6,8 @@
 //! interface counters to show that the replies never cross it, and a packet socket in the
 //! client's namespace to see Quill's ARP frames.
 
-#[path = "support/netns.rs"]
-mod netns;
-mod support;
+use crate::netns;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};

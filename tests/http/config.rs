@@ -3,11 +3,9 @@
 //! HTTP settings (one line, naming the key, the value and FILE:LINE), what `quill check` says of
 //! an HTTP listener, and `write` keeping an HTTP listener HTTP.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
+use crate::ctl;
+use crate::http_support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

@@ -6,11 +6,9 @@
 //! Each test starts the real binary with a control socket in front of the scripted backend of
 //! tests/support/http.rs, which records the requests exactly as they arrived.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
+use crate::ctl;
+use crate::http_support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -3,8 +3,8 @@
 //! malformed heads, and `quill bench` counts a response with conflicting lengths as bad. Every
 //! run is the real binary (or the demo backend) over loopback.
 
-mod admin_support;
-mod support;
+use crate::admin_support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};

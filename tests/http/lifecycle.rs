@@ -5,9 +5,8 @@
 //! answered with `Connection: close`, idle ones (kept alive, or accepted with no request yet) kept
 //! for one more request within `drain_grace`, the silent ones closed spread over it.
 
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
+use crate::http_support;
+use crate::support;
 
 use std::io;
 use std::time::{Duration, Instant};

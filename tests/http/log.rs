@@ -2,11 +2,9 @@
 //! connection; `text` is Apache's combined format followed by Quill's fields, `json` the same
 //! fields as one object (README, "Access log"). X-Request-ID is logged, the client's or Quill's.
 
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
-#[path = "support/tls.rs"]
-mod tls_support;
+use crate::http_support;
+use crate::support;
+use crate::tls_support;
 
 use std::time::Duration;
 

@@ -8,12 +8,10 @@
 //! (Debian's `chromium` at /usr/bin/chromium, as tests/status_page.rs needs; without it that test
 //! fails, it never skips).
 
-mod admin_support;
-#[path = "support/ctl.rs"]
-mod ctl;
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
+use crate::admin_support;
+use crate::ctl;
+use crate::http_support;
+use crate::support;
 
 use std::fs;
 use std::net::SocketAddr;

@@ -27,9 +27,7 @@
 //! The backend is this file's own, not the kit's `Backend` (which stops accepting after five
 //! minutes): it lives as long as its property, however many cases that runs, and stops on drop.
 
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
+use crate::http_support;
 
 use std::cell::{Cell, RefCell};
 use std::fmt;

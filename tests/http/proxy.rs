@@ -8,9 +8,7 @@
 //! proxy), so a failure below them is the proxy's. `QUILL_HTTP_REFERENCE=haproxy cargo test
 //! --test http_proxy` runs the same tests through HAProxy (`mode http`) as a reference.
 
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
+use crate::http_support;
 
 use std::time::Duration;
 

@@ -6,11 +6,9 @@
 //! path rewrite; 404 when nothing matches and the listener has no servers; `pool NAME` over the
 //! control socket; a reload that changes routes while a request is in flight.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
+use crate::ctl;
+use crate::http_support;
+use crate::support;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};

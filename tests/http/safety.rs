@@ -6,9 +6,7 @@
 //! Every bad request is sent in one write, so the proxy has it whole before it forwards anything:
 //! "never forward a byte of a request that is then rejected" is tested as the proxy sees it.
 
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
+use crate::http_support;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -6,12 +6,10 @@
 //! starts the real binary (`--workers 2 -H --admin`) in front of the scripted backend of
 //! tests/support/http.rs, which counts the connections it accepts and keeps them alive.
 
-mod admin_support;
-#[path = "support/ctl.rs"]
-mod ctl;
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
+use crate::admin_support;
+use crate::ctl;
+use crate::http_support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

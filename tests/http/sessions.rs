@@ -15,13 +15,10 @@
 //! read and cuts a final response of over 16 KiB read with a 1xx head (see
 //! `Server::start_with`), which these properties found; Quill passes either way.
 
-#[path = "support/http.rs"]
-mod http_support;
-#[path = "support/session.rs"]
-mod session;
-mod support;
-#[path = "support/tls.rs"]
-mod tls_support;
+use crate::http_support;
+use crate::session;
+use crate::support;
+use crate::tls_support;
 
 use std::net::TcpStream;
 use std::process::Command;

@@ -3,9 +3,7 @@
 //! `tunnel_timeout`. The WebSocket client and server are `tungstenite`'s (RFC 6455 handshake,
 //! masked frames, the close handshake), not ours.
 
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
+use crate::http_support;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

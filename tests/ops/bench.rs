@@ -2,7 +2,7 @@
 //! purpose), idle connections held open and silent, `--watch` against a process burning CPU,
 //! `--sources`, tcp mode, JSON and usage errors. Every run is the real binary over loopback.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};

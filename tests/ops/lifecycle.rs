@@ -1,7 +1,7 @@
 //! Process lifecycle: SIGTERM drain, second signal, drain deadline, pid file, access log fields,
 //! SIGHUP log reopen, -u USER.
 
-mod support;
+use crate::support;
 
 use std::io;
 use std::net::{Shutdown, TcpStream};

@@ -3,9 +3,8 @@
 //! the sources changed the same thing (Pen's command line, a TOML file, a `-F` file), `--help` on
 //! every subcommand, and the demo's backlog and printed hints.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-mod support;
+use crate::ctl;
+use crate::support;
 
 use std::fs;
 use std::net::{Shutdown, SocketAddr};

@@ -3,7 +3,7 @@
 //! rejected with its `file:line`), and `--takeover` replaces a running process with zero failed
 //! connections; in HTTP mode, `wrk` sees no error across takeovers, reloads and a SIGTERM restart.
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::io::{Read, Write};
@@ -46,12 +46,9 @@ fn server_addrs(sock: &Path, listener: Option<&str>) -> Vec<String> {
         .collect()
 }
 
+/// A port to move a listener to: the port registry's ([`free_port`]).
 fn free_listen_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_port()
 }
 
 /// One HTTP request through `addr`; Ok(body's backend name) or the failure in words.

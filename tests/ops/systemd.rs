@@ -4,7 +4,7 @@
 //! `LISTEN_FDNAMES`, and execs the real binary. sd_notify messages are read from a datagram socket
 //! the test binds and names in `NOTIFY_SOCKET`. Also the drop-in form for systemd-socket-proxyd.
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::io::{Read, Write};

@@ -1,8 +1,7 @@
 //! Worker threads and SO_REUSEPORT: many concurrent sessions, two processes on one port.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-mod support;
+use crate::ctl;
+use crate::support;
 
 use ctl::*;
 use std::io::Write;

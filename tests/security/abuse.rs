@@ -2,7 +2,7 @@
 //! read, and a client that never reads (backpressure must reach the server instead of quill's
 //! memory). The client side of abuse is covered by forwarding.rs (`abusive_clients_are_survived`).
 
-mod support;
+use crate::support;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

@@ -4,8 +4,8 @@
 //! or the Basic password; a listener bound beyond loopback is warned about; and a process out of
 //! descriptors answers `503` instead of leaving a scrape unanswered.
 
-mod admin_support;
-mod support;
+use crate::admin_support;
+use crate::support;
 
 use std::fs;
 use std::io::{self, Read, Write};

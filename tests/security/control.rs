@@ -3,9 +3,8 @@
 //! sockets, the Unix socket's peer uid check, the bearer token, and that idle, dripping or
 //! oversized clients and a full descriptor table never leave a legitimate client unanswered.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-mod support;
+use crate::ctl;
+use crate::support;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};

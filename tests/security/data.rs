@@ -2,7 +2,7 @@
 //! holding every session (`max_per_source`), and running out of descriptors starving the control
 //! socket and the admin listener (D17).
 
-mod support;
+use crate::support;
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

@@ -5,9 +5,8 @@
 //! quickly, and the text access log keeps one session on one line. Each test is named after the
 //! attack it repeats; each failed on the code before the fix.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-mod support;
+use crate::ctl;
+use crate::support;
 
 use std::fs;
 use std::io::Read;

@@ -3,11 +3,9 @@
 //! is over, idle TLS connections at most 5 KiB each, thousands of sessions within -x are all
 //! served, and running out of descriptors is survived.
 
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
-#[path = "support/tls.rs"]
-mod tls_support;
+use crate::http_support;
+use crate::support;
+use crate::tls_support;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -6,7 +6,7 @@
 //! handshake themselves: read `takeover\n`, answer the names as a JSON line with the sockets
 //! attached (SCM_RIGHTS), then read `done\n`.
 
-mod support;
+use crate::support;
 
 use std::io::{IoSlice, Read, Write};
 use std::mem::MaybeUninit;

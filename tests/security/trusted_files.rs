@@ -6,9 +6,8 @@
 //! only ever replaces a stale socket, and the clean-up at exit only ever removes a socket. Also: a
 //! SIGHUP while draining changes nothing (it used to bind the listeners again).
 
-#[path = "support/ctl.rs"]
-mod ctl;
-mod support;
+use crate::ctl;
+use crate::support;
 
 use std::fs;
 use std::path::Path;

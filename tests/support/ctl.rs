@@ -3,8 +3,6 @@
 //! read the reply to EOF), run `quill ctl`, and connect from another loopback source address. Included with
 //! `#[path = "support/ctl.rs"] mod ctl;` next to `mod support;`.
 
-#![allow(dead_code)]
-
 use std::fs;
 use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -14,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::support::*;
+use crate::support::*;
 
 /// How long one control exchange may take (replies come at once; this only bounds a broken test).
 pub const CTL_TIMEOUT: Duration = Duration::from_secs(5);

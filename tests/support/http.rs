@@ -8,8 +8,6 @@
 //! bounded in count and time, every thread stops when its owner is dropped, every process is
 //! stopped by its PID.
 
-#![allow(dead_code)]
-
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};

@@ -8,8 +8,6 @@
 //! (ECDSA and Ed25519 by rcgen, RSA by `openssl genpkey`, which rcgen's ring backend cannot
 //! generate). Every process started is bounded in time and stopped by its PID.
 
-#![allow(dead_code)]
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -105,11 +103,6 @@ impl Cert {
             write(dir, &format!("{stem}.crt"), &self.cert_pem),
             write(dir, &format!("{stem}.key"), &self.key_pem),
         )
-    }
-
-    /// Writes the certificate and its key to one file `DIR/NAME`.
-    pub fn write_combined(&self, dir: &Path, name: &str) -> PathBuf {
-        write(dir, name, &format!("{}{}", self.cert_pem, self.key_pem))
     }
 }
 

@@ -5,9 +5,8 @@
 //! validity, a CRL distribution point), so the audit judges Quill's TLS, not a test shortcut.
 //! scripts/test installs `gnutls-bin` and `testssl.sh`.
 
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
+use crate::http_support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -5,9 +5,8 @@
 //! certificate received compared byte for byte) and `openssl s_client`. Every certificate is
 //! made by the test run (tests/support/tls.rs).
 
-mod support;
-#[path = "support/tls.rs"]
-mod tls_support;
+use crate::support;
+use crate::tls_support;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -4,9 +4,8 @@
 //! control socket and `write` saving them, and the versions and suites actually offered, seen by
 //! `openssl s_client`. Certificates are made by the test (rcgen) into a temporary directory.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-mod support;
+use crate::ctl;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};

@@ -4,11 +4,9 @@
 //! the handshake's server name is answered 421. And the 1 KiB keep-alive target's path: a kept-alive
 //! request reads the client's socket once (no read spent on EAGAIN).
 
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
-#[path = "support/tls.rs"]
-mod tls_support;
+use crate::http_support;
+use crate::support;
+use crate::tls_support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;

@@ -3,8 +3,8 @@
 //! test; they record what each handshake said (server name, client certificate) and serve an
 //! echo (TCP) or a small HTTP answer.
 
-mod admin_support;
-mod support;
+use crate::admin_support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -8,7 +8,7 @@
 //! non-TLS bytes and slow ClientHellos are closed, several MiB go both ways byte-exact, and the
 //! configuration is checked at its line.
 
-mod support;
+use crate::support;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -4,10 +4,9 @@
 //! are timed out, handshakes in progress are bounded per worker, garbage never harms the process,
 //! and the handshake metrics count what happened. Certificates are made by the test (rcgen).
 
-mod admin_support;
-#[path = "support/http.rs"]
-mod http_support;
-mod support;
+use crate::admin_support;
+use crate::http_support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};

@@ -3,9 +3,8 @@
 //! certificate, connections opened before keep working, a bad file keeps the old certificate and
 //! the answer names the file, and no handshake fails while reloads happen.
 
-mod support;
-#[path = "tls_local/mod.rs"]
-mod tls_local;
+use crate::support;
+use crate::tls_local;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -6,11 +6,9 @@
 //! process drains it) and fails no handshake made while it happens. `openssl s_client -sess_out` saves a session and
 //! `-sess_in` offers it again; s_client says `Reused` or `New`.
 
-mod support;
-#[path = "tls_local/mod.rs"]
-mod tls_local;
-#[path = "support/tls.rs"]
-mod tls_support;
+use crate::support;
+use crate::tls_local;
+use crate::tls_support;
 
 use std::fs;
 use std::path::Path;

@@ -4,8 +4,6 @@
 //! send a line through the listener's echo server and report whether the session was resumed.
 //! Included with `#[path = "tls_local/mod.rs"] mod tls_local;` next to `mod support;`.
 
-#![allow(dead_code)]
-
 use std::fs;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -17,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SerialNumber};
 
-use super::support::*;
+use crate::support::*;
 
 /// How long one `openssl s_client` exchange may take (it takes milliseconds; this only bounds a
 /// broken test).

@@ -1,9 +1,8 @@
 //! UDP balancing (issue 13, point 1): `-U` and `protocol = "udp"`, per-client flows relayed to
 //! real UDP echo servers the tests start on loopback, through the real `quill` binary.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-mod support;
+use crate::ctl;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -99,28 +98,11 @@ impl Drop for UdpServer {
     }
 }
 
-/// A free UDP port on `ip`, below the ephemeral range (32768 and up on Linux): a port the kernel
-/// handed out as ephemeral could be taken again by any socket (a flow's, a benchmark's) before
-/// Quill binds it.
+/// A free UDP port on `ip`, from this binary's block of the port registry (below the ephemeral
+/// range, 32768 and up on Linux): a port the kernel handed out as ephemeral could be taken again by
+/// any socket (a flow's, a benchmark's) before Quill binds it.
 fn free_udp_port(ip: IpAddr) -> u16 {
-    use std::sync::atomic::AtomicU64;
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let seed = u64::from(std::process::id())
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-    for _ in 0..1000 {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = 20_000
-            + ((seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(n * 7919))
-                % 12_000) as u16;
-        if UdpSocket::bind(SocketAddr::new(ip, port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free UDP port in 20000-31999");
+    support::ports::port_on(ip).expect("a free port in this binary's block")
 }
 
 /// Starts quill with `args` and waits (bounded) until it says it is ready.
