@@ -5,8 +5,8 @@
 //! (`quill_http_route_*`, kept across a reload for a route of the same name). Each test starts the real binary (`-H`, `--admin`)
 //! in front of the scripted backend of tests/support/http.rs, sends requests whose outcome is
 //! known, and checks the exact counts. The last test loads the status page in headless Chromium
-//! (Debian's `chromium` at /usr/bin/chromium, as tests/status_page.rs needs; without it that test
-//! fails, it never skips).
+//! (Debian's `chromium` at /usr/bin/chromium, as tests/control/status_page.rs needs; without it
+//! that test fails, it never skips).
 
 use crate::admin_support;
 use crate::ctl;
@@ -700,7 +700,8 @@ fn http_route_metrics_survive_a_reload() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The status page in headless Chromium (tests/admin_support/chromium.rs, as tests/status_page.rs)
+// The status page in headless Chromium (tests/admin_support/chromium.rs, as
+// tests/control/status_page.rs)
 // ---------------------------------------------------------------------------------------------
 
 /// The HTTP line (`<p class="http">` to its `</p>`) of listener `listener`'s section.

@@ -6,7 +6,7 @@
 //!
 //! The first tests check the support code itself (backend and client against each other, no
 //! proxy), so a failure below them is the proxy's. `QUILL_HTTP_REFERENCE=haproxy cargo test
-//! --test http_proxy` runs the same tests through HAProxy (`mode http`) as a reference.
+//! --test http proxy::` runs the same tests through HAProxy (`mode http`) as a reference.
 
 use crate::http_support;
 

@@ -1,6 +1,7 @@
 //! Hostile or broken SERVERS: resets mid-stream, instant closes, arbitrary bytes, servers that never
 //! read, and a client that never reads (backpressure must reach the server instead of quill's
-//! memory). The client side of abuse is covered by forwarding.rs (`abusive_clients_are_survived`).
+//! memory). The client side of abuse is covered by tests/core/forwarding.rs
+//! (`abusive_clients_are_survived`).
 
 use crate::support;
 

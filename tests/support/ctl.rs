@@ -1,7 +1,7 @@
-//! Helpers for the control-socket tests (tests/control.rs, control_security.rs, acl.rs, ...):
-//! start Quill with a control socket (Unix or TCP), talk Pen's framing to it (write one line,
-//! read the reply to EOF), run `quill ctl`, and connect from another loopback source address. Included with
-//! `#[path = "support/ctl.rs"] mod ctl;` next to `mod support;`.
+//! Helpers for the control-socket tests (tests/control/control.rs, tests/security/control.rs,
+//! tests/core/acl.rs, ...): start Quill with a control socket (Unix or TCP), talk Pen's framing to
+//! it (write one line, read the reply to EOF), run `quill ctl`, and connect from another loopback
+//! source address. Declared once per test binary, in its main.rs, next to `support`.
 
 use std::fs;
 use std::io::{self, Write};

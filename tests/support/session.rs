@@ -7,7 +7,7 @@
 //! with `X-Id: ID` and a body made from the id, so the client can tell every response is its
 //! request's, whole and in order.
 //!
-//! Self-contained (std and rustls only): `tests/http_sessions.rs` drives it with proptest
+//! Self-contained (std and rustls only): `tests/http/sessions.rs` drives it with proptest
 //! against the real binary (plain and TLS, or HAProxy as the reference), and the session fuzz
 //! target (`fuzz/fuzz_targets/http_session.rs`) with libFuzzer's bytes against Quill started
 //! in-process. A case is decoded from bytes ([`Case::from_bytes`]), so both drive the same model.

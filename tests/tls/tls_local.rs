@@ -1,8 +1,8 @@
-//! Helpers of tests/tls_resume.rs and tests/tls_reload.rs: test certificates made with rcgen at
+//! Helpers of tests/tls/resume.rs and tests/tls/reload.rs: test certificates made with rcgen at
 //! test time, a TLS TCP listener's TOML, Quill started on it with a control socket, and
 //! `openssl s_client` sessions (an implementation other than ours on the client side) that
 //! send a line through the listener's echo server and report whether the session was resumed.
-//! Included with `#[path = "tls_local/mod.rs"] mod tls_local;` next to `mod support;`.
+//! A module of the tls test binary (tests/tls/main.rs), next to `support`.
 
 use std::fs;
 use std::io::{Read, Write};
