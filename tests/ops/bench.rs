@@ -1175,10 +1175,7 @@ fn bench_udp_spreads_flows_over_child_processes_when_descriptors_run_short() {
 #[test]
 fn bench_udp_port_unreachable_counts_refused() {
     // A port nobody listens on: the kernel answers each datagram with ICMP port unreachable.
-    let port = {
-        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        s.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let url = format!("udp://127.0.0.1:{port}");
     let v = bench_json(&["--active", "2", "--requests", "10", "--timeout", "2s", &url]);
     assert_eq!(num(&v, "complete"), 0, "{v}");

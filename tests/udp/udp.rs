@@ -440,10 +440,10 @@ fn udp_ipv6_flows_work() {
 fn udp_dead_server_is_blacklisted_by_icmp_unreachable() {
     let a = UdpServer::start("a");
     // Nothing listens here: the kernel answers ICMP port unreachable.
-    let dead = UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let dead = SocketAddr::new(
+        Ipv4Addr::LOCALHOST.into(),
+        free_udp_port(Ipv4Addr::LOCALHOST.into()),
+    );
     let dir = scratch_dir();
     let port = free_udp_port(Ipv4Addr::LOCALHOST.into());
     let sock = dir.path().join("ctl.sock").display().to_string();
@@ -1730,10 +1730,10 @@ fn real_unreachable_server_is_still_taken_out() {
     let a = UdpServer::start("a");
     // Nothing listens here: the kernel answers each datagram with ICMP port unreachable, from
     // the server's address, quoting the datagram.
-    let dead = UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let dead = SocketAddr::new(
+        Ipv4Addr::LOCALHOST.into(),
+        free_udp_port(Ipv4Addr::LOCALHOST.into()),
+    );
     let (q, sock) = start_blacklisting(&[dead.to_string(), a.addr.to_string()]);
     let c = client();
     let started = Instant::now();
