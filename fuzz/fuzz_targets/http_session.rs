@@ -2,12 +2,13 @@
 //! scripted server on loopback and Quill itself, in this process (`quill::cli::main_with`), with
 //! two HTTP listeners in front of the server, one plain and one with TLS (a certificate made at
 //! start-up). Each input is a session (tests/support/session.rs, the model the property tests in
-//! tests/http_sessions.rs play too): its first byte picks the listener, the rest the requests,
+//! tests/http/sessions.rs play too): its first byte picks the listener, the rest the requests,
 //! their pieces and the server's answers. A wrong, missing or reordered response is a panic
 //! here; a panic in a Quill worker aborts the process; libFuzzer reports both.
 
 #![no_main]
 
+#[allow(dead_code)] // the model serves the property tests too: this target calls a part of it
 #[path = "../../tests/support/session.rs"]
 mod session;
 

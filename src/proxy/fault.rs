@@ -2,7 +2,7 @@
 //!
 //! `QUILL_FAULT_PANIC_TARGET`, read once (at start, when the worker's panic hook is installed),
 //! names a request target that makes an HTTP session panic once it holds its server connection,
-//! buffers and lease: how `tests/session.rs` makes one session fail as a bug would. Unset
+//! buffers and lease: how `tests/core/session.rs` makes one session fail as a bug would. Unset
 //! (always, outside tests), it costs one load of a static per request sent.
 
 use std::sync::OnceLock;

@@ -14,7 +14,7 @@
 //! goes to the default hook, as before.
 //!
 //! `proxy::fault` (`QUILL_FAULT_PANIC_TARGET`, read when the hook is installed) makes one HTTP
-//! session panic as a bug would, for `tests/session.rs`.
+//! session panic as a bug would, for `tests/core/session.rs`.
 
 use std::any::Any;
 use std::backtrace::Backtrace;

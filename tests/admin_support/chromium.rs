@@ -1,7 +1,7 @@
-//! The status page in a real browser, for `tests/status_page.rs` and `tests/http_metrics.rs`:
-//! headless Chromium loads a page, its scripts run for some virtual time and `--dump-dom` gives
-//! the DOM they left; helpers read that DOM; a `Gate` in front of the admin listener runs
-//! traffic through quill just before it answers the page's second poll.
+//! The status page in a real browser, for `tests/control/status_page.rs` and
+//! `tests/http/metrics.rs`: headless Chromium loads a page, its scripts run for some virtual time
+//! and `--dump-dom` gives the DOM they left; helpers read that DOM; a `Gate` in front of the admin
+//! listener runs traffic through quill just before it answers the page's second poll.
 //!
 //! Needs Debian's `chromium` at /usr/bin/chromium (`scripts/test` installs it). Without it a test
 //! that calls `dump_dom` fails: it never skips.

@@ -1,9 +1,8 @@
-//! Helpers for the admin listener tests (`tests/admin.rs`, `tests/status_page.rs`): start quill
-//! with `--admin`, speak just enough HTTP to it, send traffic through it, and parse the Prometheus
-//! text format strictly (a line that breaks the format fails the test, naming the line).
+//! Helpers for the admin listener tests (`tests/control/admin.rs`,
+//! `tests/control/status_page.rs`): start quill with `--admin`, speak just enough HTTP to it, send
+//! traffic through it, and parse the Prometheus text format strictly (a line that breaks the
+//! format fails the test, naming the line).
 //! `chromium` drives the status page in headless Chromium.
-
-#![allow(dead_code)]
 
 pub mod chromium;
 

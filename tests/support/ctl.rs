@@ -1,9 +1,7 @@
-//! Helpers for the control-socket tests (tests/control.rs, control_security.rs, acl.rs, ...):
-//! start Quill with a control socket (Unix or TCP), talk Pen's framing to it (write one line,
-//! read the reply to EOF), run `quill ctl`, and connect from another loopback source address. Included with
-//! `#[path = "support/ctl.rs"] mod ctl;` next to `mod support;`.
-
-#![allow(dead_code)]
+//! Helpers for the control-socket tests (tests/control/control.rs, tests/security/control.rs,
+//! tests/core/acl.rs, ...): start Quill with a control socket (Unix or TCP), talk Pen's framing to
+//! it (write one line, read the reply to EOF), run `quill ctl`, and connect from another loopback
+//! source address. Declared once per test binary, in its main.rs, next to `support`.
 
 use std::fs;
 use std::io::{self, Write};
@@ -14,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::support::*;
+use crate::support::*;
 
 /// How long one control exchange may take (replies come at once; this only bounds a broken test).
 pub const CTL_TIMEOUT: Duration = Duration::from_secs(5);

@@ -3,12 +3,9 @@
 //! the proxy under test (Quill, or HAProxy in `mode http` as a reference when
 //! `QUILL_HTTP_REFERENCE=haproxy` is set, to see that a test passes on a correct proxy).
 //!
-//! Declared from each test file with `#[path = "support/http.rs"] mod http_support;` beside
-//! `mod support;`. Everything is std threads and blocking sockets with timeouts: every loop is
-//! bounded in count and time, every thread stops when its owner is dropped, every process is
-//! stopped by its PID.
-
-#![allow(dead_code)]
+//! Declared once per test binary, in its main.rs, as `http_support` next to `support`.
+//! Everything is std threads and blocking sockets with timeouts: every loop is bounded in count
+//! and time, every thread stops when its owner is dropped, every process is stopped by its PID.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;

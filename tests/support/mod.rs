@@ -2,11 +2,9 @@
 //! sockets, and read its access log. Every wait here has a deadline, every loop is bounded, every
 //! read has a timeout, and every child process is killed by PID when its guard is dropped.
 
-#![allow(dead_code)]
-
 use std::fs;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -14,6 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+
+pub mod ports;
 
 pub use quill::demo::{pattern, Behaviour, DemoServer};
 
@@ -29,24 +29,21 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 // Addresses and ports
 // ---------------------------------------------------------------------------------------------
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (bind :0, read the port, drop the listener).
+/// A port on 127.0.0.1 that nothing holds, over TCP or UDP, from this binary's block of the
+/// port registry ([`ports`]): no other test of the run is handed it.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
+    ports::port_on(Ipv4Addr::LOCALHOST.into()).expect("a free port in this binary's block")
 }
 
-/// A port on ::1 that was free a moment ago, or None when ::1 is not usable here.
+/// A port on ::1 that nothing holds, from the port registry, or None when ::1 is not usable here.
 pub fn free_port_v6() -> Option<u16> {
-    let l = TcpListener::bind("[::1]:0").ok()?;
-    Some(l.local_addr().ok()?.port())
+    ports::port_on(Ipv6Addr::LOCALHOST.into())
 }
 
-/// An address on 127.0.0.1 where connect() is refused (nothing listens there).
+/// An address on 127.0.0.1 where connect() is refused (nothing listens there): a port of the
+/// registry, which no other test of the run listens on.
 pub fn refused_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    let a = l.local_addr().unwrap();
-    drop(l);
-    a
+    SocketAddr::new(Ipv4Addr::LOCALHOST.into(), free_port())
 }
 
 /// Starts a demo backend on 127.0.0.1 with an ephemeral port.

@@ -9,8 +9,6 @@
 //! [`Lab::new`] fails when the kernel or the user may not create namespaces: the test then prints
 //! "skipped: ..." and passes (see [`lab_or_skip`]).
 
-#![allow(dead_code)]
-
 use std::fs::File;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;

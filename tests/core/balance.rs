@@ -1,0 +1,288 @@
+//! Server selection: round robin, tracking, hash, weight, prio, MAXCONN, leastconn, p2c.
+//! Backends are Greet servers, so the first line a client reads names the backend that serves it.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+use std::net::TcpStream;
+use std::time::Duration;
+use support::*;
+
+fn greeters(names: &[&str]) -> Vec<DemoServer> {
+    names.iter().map(|n| greet(n)).collect()
+}
+
+fn specs(servers: &[DemoServer]) -> Vec<String> {
+    servers.iter().map(|s| spec(s.addr())).collect()
+}
+
+/// Opens `n` sessions one after the other and keeps them open; returns (names, streams).
+fn hold_sessions(port: u16, n: usize) -> (Vec<String>, Vec<TcpStream>) {
+    let mut names = Vec::new();
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let (name, s) = greet_session(port);
+        names.push(name);
+        held.push(s);
+    }
+    (names, held)
+}
+
+fn count(names: &[String], name: &str) -> usize {
+    names.iter().filter(|n| *n == name).count()
+}
+
+#[test]
+fn roundrobin_gives_each_server_exactly_its_share() {
+    let b = greeters(&["a", "b", "c"]);
+    let q = Quill::start(&["-r", "--workers", "2"], &specs(&b));
+    let names: Vec<String> = (0..30).map(|_| greet_name(q.port)).collect();
+    let t = tally(&names);
+    let want: BTreeMap<String, usize> = [
+        ("a".to_string(), 10),
+        ("b".to_string(), 10),
+        ("c".to_string(), 10),
+    ]
+    .into();
+    assert_eq!(
+        t, want,
+        "30 sequential clients over 3 servers with -r: {names:?}"
+    );
+}
+
+#[test]
+fn tracking_sends_a_client_back_to_its_last_server() {
+    let b = greeters(&["a", "b", "c"]);
+    let q = Quill::start(&["--workers", "2"], &specs(&b));
+    let names: Vec<String> = (0..20).map(|_| greet_name(q.port)).collect();
+    let first = names[0].clone();
+    assert!(
+        ["a", "b", "c"].contains(&first.as_str()),
+        "unexpected backend {first}"
+    );
+    assert!(
+        names.iter().all(|n| *n == first),
+        "without -r all clients from 127.0.0.1 go to one server: {names:?}"
+    );
+}
+
+#[test]
+fn hash_mode_is_consistent_for_the_same_client() {
+    let b = greeters(&["a", "b", "c"]);
+    let q = Quill::start(&["-h", "--workers", "2"], &specs(&b));
+    let names: Vec<String> = (0..20).map(|_| greet_name(q.port)).collect();
+    assert!(
+        names.iter().all(|n| *n == names[0]),
+        "-h: the same client address maps to one server: {names:?}"
+    );
+}
+
+#[test]
+fn hash_with_roundrobin_hashes_address_and_port() {
+    let b = greeters(&["a", "b", "c"]);
+    let q = Quill::start(&["-h", "-r", "--workers", "2"], &specs(&b));
+    let names: Vec<String> = (0..30).map(|_| greet_name(q.port)).collect();
+    let t = tally(&names);
+    assert!(
+        t.len() >= 2,
+        "-h -r hashes the client port too, so 30 clients should reach more than one server: {t:?}"
+    );
+}
+
+#[test]
+fn weight_zero_server_is_never_chosen() {
+    let b = greeters(&["a", "zero", "c"]);
+    let servers = vec![
+        spec_full(b[0].addr(), 0, 0, 1, 0),
+        spec_full(b[1].addr(), 0, 0, 0, 0),
+        spec_full(b[2].addr(), 0, 0, 1, 0),
+    ];
+    let q = Quill::start(&["-r", "-W", "--workers", "2"], &servers);
+    // Held, then sequential: both must avoid the weight-0 server. Held first, from no sessions:
+    // the sequential clients' sessions end in Quill a little after the clients close, and one
+    // still counted would tilt the 3/3 share of the held ones (it did under load).
+    let (held, _streams) = hold_sessions(q.port, 6);
+    assert_eq!(count(&held, "zero"), 0, "weight 0 server chosen: {held:?}");
+    assert_eq!(
+        count(&held, "a"),
+        3,
+        "equal weights share held sessions: {held:?}"
+    );
+    assert_eq!(
+        count(&held, "c"),
+        3,
+        "equal weights share held sessions: {held:?}"
+    );
+    let seq: Vec<String> = (0..12).map(|_| greet_name(q.port)).collect();
+    assert_eq!(count(&seq, "zero"), 0, "weight 0 server chosen: {seq:?}");
+}
+
+#[test]
+fn weight_mode_balances_held_sessions_by_weight() {
+    let b = greeters(&["heavy", "light"]);
+    let servers = vec![
+        spec_full(b[0].addr(), 0, 0, 3, 0),
+        spec_full(b[1].addr(), 0, 0, 1, 0),
+    ];
+    let q = Quill::start(&["-r", "-W", "--workers", "2"], &servers);
+    let (names, _held) = hold_sessions(q.port, 8);
+    assert_eq!(
+        count(&names, "heavy"),
+        6,
+        "weight 3 vs 1 over 8 held sessions: {names:?}"
+    );
+    assert_eq!(
+        count(&names, "light"),
+        2,
+        "weight 3 vs 1 over 8 held sessions: {names:?}"
+    );
+}
+
+#[test]
+fn prio_sends_all_to_lowest_prio_then_next_when_it_is_dead() {
+    let hi = greet("prio-1");
+    let top = greet("prio-0");
+    let low = greet("prio-2");
+    let servers = vec![
+        spec_full(hi.addr(), 0, 0, 1, 1),
+        spec_full(top.addr(), 0, 0, 1, 0),
+        spec_full(low.addr(), 0, 0, 1, 2),
+    ];
+    let q = Quill::start(
+        &["-r", "-O", "prio", "-b", "30", "--workers", "2"],
+        &servers,
+    );
+    for i in 0..8 {
+        let (name, mut s) = greet_session(q.port);
+        assert_eq!(
+            name, "prio-0",
+            "client {i}: all clients go to the lowest prio value"
+        );
+        echo_roundtrip(&mut s, b"x");
+    }
+    // Kill the prio-0 server: clients now go to the next prio (prio-1), never prio-2.
+    let top_addr = top.addr();
+    drop(top);
+    wait_refused(top_addr, Duration::from_secs(5));
+    // The first client after the death is failed over "to the next servers in order" (list
+    // order, per the contract), so it may land on any live server; once prio-0 is blacklisted,
+    // selection picks the next prio.
+    let (first, mut s) = greet_session(q.port);
+    assert!(
+        first == "prio-1" || first == "prio-2",
+        "failed-over client served by {first}"
+    );
+    echo_roundtrip(&mut s, b"y");
+    for i in 0..8 {
+        let (name, mut s) = greet_session(q.port);
+        assert_eq!(
+            name, "prio-1",
+            "client {i} after prio-0 was blacklisted should go to prio 1"
+        );
+        echo_roundtrip(&mut s, b"y");
+    }
+}
+
+#[test]
+fn maxconn_soft_limit_sends_next_client_elsewhere() {
+    let b = greeters(&["one", "many"]);
+    let servers = vec![format!("{}:1", b[0].addr()), spec(b[1].addr())];
+    let q = Quill::start(&["-r", "--workers", "2"], &servers);
+    let (names, held) = hold_sessions(q.port, 4);
+    assert_eq!(
+        count(&names, "one"),
+        1,
+        "server with MAXCONN 1 holds exactly one of 4 open sessions: {names:?}"
+    );
+    assert_eq!(count(&names, "many"), 3, "{names:?}");
+    // Close everything; once the sessions are gone, "one" serves again.
+    let before = q.log_lines().len();
+    drop(held);
+    q.wait_log_lines(before + 4, Duration::from_secs(5));
+    let again: Vec<String> = (0..4).map(|_| greet_name(q.port)).collect();
+    assert!(
+        again.iter().any(|n| n == "one"),
+        "after its session closed, the MAXCONN 1 server is available again: {again:?}"
+    );
+}
+
+#[test]
+fn prio_with_maxconn_overflows_to_next_prio() {
+    let top = greet("top");
+    let next = greet("next");
+    let servers = vec![
+        spec_full(next.addr(), 0, 0, 1, 1),
+        format!("{}:1:0:1:0", top.addr()),
+    ];
+    let q = Quill::start(&["-r", "-O", "prio", "--workers", "2"], &servers);
+    let (a, _sa) = greet_session(q.port);
+    assert_eq!(a, "top", "first client goes to the prio 0 server");
+    let (b, _sb) = greet_session(q.port);
+    assert_eq!(
+        b, "next",
+        "prio 0 server is at MAXCONN 1: the next client goes to the next prio"
+    );
+}
+
+#[test]
+fn leastconn_picks_the_least_loaded_server() {
+    let b = greeters(&["a", "b", "c"]);
+    let q = Quill::start(&["-r", "-O", "leastconn", "--workers", "2"], &specs(&b));
+    let (names, held) = hold_sessions(q.port, 9);
+    let t = tally(&names);
+    for n in ["a", "b", "c"] {
+        assert_eq!(
+            t.get(n),
+            Some(&3),
+            "leastconn: 9 held sessions over 3 servers: {names:?}"
+        );
+    }
+    // Close the three sessions on "a": the next three clients all go to "a".
+    let before = q.log_lines().len();
+    let mut keep = Vec::new();
+    for (name, s) in names.iter().zip(held) {
+        if name != "a" {
+            keep.push(s);
+        }
+    }
+    q.wait_log_lines(before + 3, Duration::from_secs(5));
+    let (next, _more) = hold_sessions(q.port, 3);
+    assert_eq!(
+        next,
+        vec!["a", "a", "a"],
+        "leastconn: new clients go to the now-empty server"
+    );
+    drop(keep);
+}
+
+#[test]
+fn p2c_distributes_held_sessions() {
+    let b = greeters(&["a", "b", "c"]);
+    let q = Quill::start(&["-r", "-O", "p2c", "--workers", "2"], &specs(&b));
+    let (names, _held) = hold_sessions(q.port, 12);
+    let t = tally(&names);
+    // Power of two choices never piles everything on one server; with 12 sessions over 3 servers
+    // every server gets some (the chance of one getting none is below 1e-4).
+    assert_eq!(t.len(), 3, "p2c should use all three servers: {names:?}");
+    assert!(
+        t.values().all(|&n| n <= 8),
+        "p2c should not pile sessions on one server: {t:?}"
+    );
+}
+
+#[test]
+fn roundrobin_skips_a_dead_server_so_others_share_evenly() {
+    let b = greeters(&["a", "b"]);
+    let dead = refused_addr();
+    let servers = vec![spec(b[0].addr()), spec(dead), spec(b[1].addr())];
+    let q = Quill::start(&["-r", "-b", "30", "--workers", "2"], &servers);
+    let names: Vec<String> = (0..20).map(|_| greet_name(q.port)).collect();
+    let t = tally(&names);
+    assert_eq!(t.len(), 2, "{names:?}");
+    // The dead server's share goes to the others; after the failover they alternate.
+    let (a, bb) = (count(&names, "a"), count(&names, "b"));
+    assert!(
+        a.abs_diff(bb) <= 2,
+        "a={a} b={bb} should share evenly: {names:?}"
+    );
+}
