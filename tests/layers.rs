@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "balancer",
             "command",
             "config",
+            "config::settings",
             "config::model",
             "config::toml",
             "config::apply",

@@ -88,6 +88,13 @@ impl Config {
                     n => n.to_string(),
                 }
             );
+            let listed = t.listed_differences();
+            if !listed.is_empty() {
+                out += &format!(
+                    "  other settings that differ from the defaults: {}\n",
+                    listed.join("; ")
+                );
+            }
             if let Some(log) = self.listener_log(l) {
                 out += &format!(
                     "  access log {}: {}, {}\n",

@@ -5,7 +5,9 @@
 //! Every error names the offending value; errors from a file start with `PATH:LINE:`.
 //!
 //! One file per job; `model` is below the others and imports none of them:
-//! - `model`: the types (`Config`, `Global`, `ListenerConfig`, `Tuning`, `HealthCheck`...), the
+//! - `settings`: each scalar setting described once (key, control word, type, bounds, default,
+//!   doc), and what the table generates (`Tuning`, `TuningPatch`, `Tune`); below `model`;
+//! - `model`: the types (`Config`, `Global`, `ListenerConfig`, `HealthCheck`...), the
 //!   bounds of every number and `validate`;
 //! - `toml`: reading a TOML file into the model (`Raw*`, `from_toml`);
 //! - `apply`: control commands (`-O`, `-F` files, the control socket) applied to the model (command
@@ -27,6 +29,7 @@ pub(crate) mod model;
 #[cfg(test)]
 mod property;
 mod routes;
+pub(crate) mod settings;
 mod toml;
 mod write;
 

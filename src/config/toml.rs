@@ -19,11 +19,12 @@ use crate::balancer::ModeWord;
 use super::http::{self as http_settings, HttpSettingsPatch};
 use super::http::{edits, shown, RawEdits};
 use super::model::ErrorPage;
+use super::settings::{self, Dur};
 use super::model::{
     in_range, nonzero, parse_duration, parse_status_range, pool_addr, validate_check_path,
     CheckKind, Config, ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings,
     ListenerConfig, LogFormat, Member, RouteAction, RouteConfig, Tuning, TuningPatch,
-    MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT,
+    MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT,
     MAX_WORKERS,
 };
 use super::routes::RawRoute;
@@ -852,46 +853,6 @@ impl<'de> Deserialize<'de> for MsText {
     }
 }
 
-/// A duration in a file: integer seconds or a string with a unit.
-#[derive(Clone, Copy, Debug)]
-struct Dur(Duration);
-
-impl<'de> Deserialize<'de> for Dur {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Dur, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Dur;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a duration such as 30, \"500ms\", \"2s\", \"5m\"")
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
-                match u64::try_from(v).map(Duration::from_secs) {
-                    Ok(d) if d <= MAX_DURATION => Ok(Dur(d)),
-                    Ok(_) => Err(E::custom(format!(
-                        "invalid duration {v}: at most 30 days (2592000 seconds)"
-                    ))),
-                    Err(_) => Err(E::custom(format!("invalid duration {v}"))),
-                }
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
-                parse_duration(v).map(Dur).map_err(E::custom)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-impl<'de> Deserialize<'de> for Fastclose {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Fastclose, D::Error> {
-        let s = String::deserialize(d)?;
-        Fastclose::parse(&s).ok_or_else(|| {
-            de::Error::custom(format!(
-                "invalid tcp_fastclose '{s}' (expected off, up, down, both)"
-            ))
-        })
-    }
-}
-
 /// A server in a file: a Pen spec string or a table.
 #[derive(Debug)]
 enum RawServer {
@@ -1387,84 +1348,44 @@ impl<'de> Deserialize<'de> for RawServer {
 }
 
 /// Declares a raw file struct with the tuning keys that may appear both at the top level and in a
-/// listener (serde cannot combine `flatten` with `deny_unknown_fields`).
+/// listener (serde cannot combine `flatten` with `deny_unknown_fields`): the keys, their raw types
+/// and their reading come from the settings table (`settings::tuning_table`).
 macro_rules! with_tuning_keys {
-    ($(#[$meta:meta])* struct $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty,)* }) => {
+    (
+        $(#[$meta:meta])* struct $name:ident { $($(#[$fmeta:meta])* $f:ident : $fty:ty,)* } ;
+        $(
+            $(#[doc = $doc:literal])*
+            $field:ident : $ty:ty = $default:expr,
+                $variant:ident, $word:expr, $kty:ident $({ $($kbody:tt)* })?, $scope:ident, $explain:ident,
+                $bounds:expr;
+        )*
+    ) => {
         $(#[$meta])*
         struct $name {
-            $($(#[$fmeta])* $field: $ty,)*
-            connect_timeout: Option<Dur>,
-            blacklist: Option<Dur>,
-            tracking_time: Option<Dur>,
-            clients_max: Option<Spanned<u32>>,
-            idle_timeout: Option<Dur>,
-            fin_timeout: Option<Dur>,
-            tcp_nodelay: Option<bool>,
-            tcp_fastclose: Option<Spanned<Fastclose>>,
-            keepalive: Option<bool>,
-            max_per_source: Option<Spanned<u32>>,
-            transparent: Option<bool>,
-            source: Option<Spanned<String>>,
-            proxy_protocol: Option<Spanned<String>>,
+            $($(#[$fmeta])* $f: $fty,)*
+            $( $field: Option<<settings::$kty as settings::Kind>::Raw>, )*
         }
 
         impl $name {
-            /// The tuning keys set here; numbers out of range are errors naming their line.
+            /// The tuning keys set here; a value out of range is an error naming its line.
             fn tuning(&self, at: &dyn Fn(Range<usize>) -> String) -> Result<TuningPatch, ConfigError> {
-                let bounded = |v: &Option<Spanned<u32>>, name: &str, range: RangeInclusive<u64>| {
-                    v.as_ref()
-                        .map(|v| {
-                            in_range(name, (*v.get_ref()).into(), range)
-                                .map(|()| *v.get_ref())
-                                .map_err(|e| ConfigError::usage(format!("{}{e}", at(v.span()))))
-                        })
-                        .transpose()
-                };
                 Ok(TuningPatch {
-                    connect_timeout: self.connect_timeout.map(|d| d.0),
-                    blacklist: self.blacklist.map(|d| d.0),
-                    tracking_time: self.tracking_time.map(|d| d.0),
-                    clients_max: bounded(&self.clients_max, "clients_max", 1..=MAX_CLIENTS.into())?,
-                    idle_timeout: self.idle_timeout.map(|d| d.0),
-                    fin_timeout: self.fin_timeout.map(|d| d.0),
-                    tcp_nodelay: self.tcp_nodelay,
-                    tcp_fastclose: self.tcp_fastclose.as_ref().map(|f| *f.get_ref()),
-                    keepalive: self.keepalive,
-                    max_per_source: bounded(&self.max_per_source, "max_per_source", 0..=MAX_SESSIONS.into())?,
-                    transparent: self.transparent,
-                    source: self
-                        .source
+                    $( $field: self
+                        .$field
                         .as_ref()
-                        .map(|s| {
-                            s.get_ref().parse().map_err(|_| {
-                                ConfigError::usage(format!(
-                                    "{}source: '{}' is not an IP address",
-                                    at(s.span()),
-                                    s.get_ref().escape_debug()
-                                ))
-                            })
+                        .map(|raw| {
+                            settings::Kind::read(&settings::$kty $({ $($kbody)* })?, stringify!($field), raw)
+                                .map_err(|(e, span)| ConfigError::usage(format!("{}{e}", at(span))))
                         })
-                        .transpose()?,
-                    proxy_protocol: self
-                        .proxy_protocol
-                        .as_ref()
-                        .map(|p| {
-                            crate::config::model::parse_proxy_protocol(p.get_ref()).ok_or_else(|| {
-                                ConfigError::usage(format!(
-                                    "{}invalid proxy_protocol '{}' (expected v1, v2 or off)",
-                                    at(p.span()),
-                                    p.get_ref().escape_debug()
-                                ))
-                            })
-                        })
-                        .transpose()?,
+                        .transpose()?, )*
                 })
             }
         }
     };
 }
 
-with_tuning_keys! {
+settings::tuning_table! {
+    with_tuning_keys
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
     struct RawFile {
@@ -1505,7 +1426,8 @@ with_tuning_keys! {
     }
 }
 
-with_tuning_keys! {
+settings::tuning_table! {
+    with_tuning_keys
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
     struct RawListener {
@@ -1537,7 +1459,8 @@ with_tuning_keys! {
     }
 }
 
-with_tuning_keys! {
+settings::tuning_table! {
+    with_tuning_keys
     /// A `[[pool]]`: a listener's pool keys, without a socket.
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
