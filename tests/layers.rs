@@ -30,7 +30,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config",
             "config::model",
             "config::toml",
-            "config::apply",
             "config::write",
             "config::explain",
             "config::http",

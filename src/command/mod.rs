@@ -1,6 +1,8 @@
 //! Pen's control language (penctl): one command per line, parsed into a [`Command`]. Used by `-O`/`-o`
 //! at start-up now, and by the control socket and `-F` files later. Parsing is pure; applying a
-//! command to a configuration lives in `config`.
+//! command to a configuration lives in `apply`.
+
+mod apply;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,6 +15,7 @@ use crate::config::model::{
     in_range, parse_duration, ControlLevel, Fastclose, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS,
     MAX_WEIGHT,
 };
+pub(crate) use apply::{CommandFile, Quoting};
 
 /// Changes to one server (`server N ...`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
