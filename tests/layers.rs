@@ -31,7 +31,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config::settings",
             "config::model",
             "config::toml",
-            "config::apply",
             "config::write",
             "config::explain",
             "config::http",

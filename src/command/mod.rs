@@ -1,6 +1,8 @@
 //! Pen's control language (penctl): one command per line, parsed into a [`Command`]. Used by `-O`/`-o`
 //! at start-up now, and by the control socket and `-F` files later. Parsing is pure; applying a
-//! command to a configuration lives in `config`.
+//! command to a configuration lives in `apply`.
+
+mod apply;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,6 +14,7 @@ pub(crate) use crate::balancer::ModeWord;
 use crate::config::model::{parse_duration, ControlLevel, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT};
 pub(crate) use crate::config::settings::CommandError;
 use crate::config::settings::{bounded_arg, no_args, number_arg, one_arg, Parsed, Tune};
+pub(crate) use apply::{CommandFile, Quoting};
 
 /// Changes to one server (`server N ...`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

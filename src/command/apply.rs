@@ -7,14 +7,14 @@ use std::path::Path;
 
 use crate::acl::Acl;
 use crate::addr::{self, BackendAddr, ServerSpec};
-use crate::command::{Command, SslCommand};
-use crate::tls::{FileData, TlsVersion};
-
-use super::model::{
+use crate::config::model::{
     in_range, Config, ConfigError, Global, ListenerConfig, MAX_SESSIONS,
     MAX_WEIGHT,
 };
-use super::toml::read_config_text;
+use crate::config::read_config_text;
+use crate::tls::{FileData, TlsVersion};
+
+use super::{Command, SslCommand};
 
 impl ListenerConfig {
     /// Applies one control command (from `-O`, a command file or the control socket).
@@ -68,7 +68,7 @@ impl ListenerConfig {
             }
             // An HTTP listener stays as it is, with its settings (`http` twice changes nothing).
             Command::Http(true) if self.http.is_some() => {}
-            Command::Http(true) => self.http = Some(super::model::HttpSettings::default()),
+            Command::Http(true) => self.http = Some(crate::config::HttpSettings::default()),
             Command::Http(false) => self.no_http()?,
             Command::Ssl(ssl) => self.apply_ssl(ssl)?,
         }
