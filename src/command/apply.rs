@@ -8,8 +8,7 @@ use std::path::Path;
 use crate::acl::Acl;
 use crate::addr::{self, BackendAddr, ServerSpec};
 use crate::config::model::{
-    in_range, Config, ConfigError, Global, ListenerConfig, MAX_SESSIONS,
-    MAX_WEIGHT,
+    in_range, Config, ConfigError, Global, ListenerConfig, MAX_SESSIONS, MAX_WEIGHT,
 };
 use crate::config::read_config_text;
 use crate::tls::{FileData, TlsVersion};

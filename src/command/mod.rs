@@ -418,7 +418,9 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
     if let Some(parsed) = Tune::parse(name, negated, args) {
         return match parsed? {
             Parsed::Set(tune) => set(Command::Tune(tune)),
-            Parsed::Show => show_tuning(name).map_or_else(|| err(format!("{name} needs a value")), show),
+            Parsed::Show => {
+                show_tuning(name).map_or_else(|| err(format!("{name} needs a value")), show)
+            }
         };
     }
     match (name, negated, args) {
@@ -607,19 +609,28 @@ mod tests {
             |line: &str, expected: Command| assert_eq!(parse(line).unwrap(), expected, "{line}");
         check("hash", Command::Mode(ModeWord::Hash, true));
         check("no  roundrobin", Command::Mode(ModeWord::RoundRobin, false));
-        check("blacklist 10", Command::Tune(Tune::Blacklist(Duration::from_secs(10))));
+        check(
+            "blacklist 10",
+            Command::Tune(Tune::Blacklist(Duration::from_secs(10))),
+        );
         check(
             "timeout 500ms",
             Command::Tune(Tune::ConnectTimeout(Duration::from_millis(500))),
         );
-        check("tcp_fastclose both", Command::Tune(Tune::TcpFastclose(Fastclose::Both)));
+        check(
+            "tcp_fastclose both",
+            Command::Tune(Tune::TcpFastclose(Fastclose::Both)),
+        );
         check(
             "proxy_protocol v2",
             Command::Tune(Tune::ProxyProtocol(Some(
                 crate::config::model::ProxyVersion::V2,
             ))),
         );
-        check("proxy_protocol off", Command::Tune(Tune::ProxyProtocol(None)));
+        check(
+            "proxy_protocol off",
+            Command::Tune(Tune::ProxyProtocol(None)),
+        );
         check("no tcp_nodelay", Command::Tune(Tune::TcpNodelay(false)));
         check("transparent", Command::Tune(Tune::Transparent(true)));
         check("no transparent", Command::Tune(Tune::Transparent(false)));
@@ -629,7 +640,10 @@ mod tests {
         );
         check("no source", Command::Tune(Tune::Source(None)));
         check("max_per_source 10", Command::Tune(Tune::MaxPerSource(10)));
-        check("clients_max 1000000", Command::Tune(Tune::ClientsMax(1_000_000)));
+        check(
+            "clients_max 1000000",
+            Command::Tune(Tune::ClientsMax(1_000_000)),
+        );
         check("http", Command::Http(true));
         check("no  http", Command::Http(false));
         check(

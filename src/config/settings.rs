@@ -238,13 +238,15 @@ pub(crate) trait Kind: Sync {
     type Raw;
     /// The value of `raw`, read for key `key`; an error comes with the span it names.
     fn read(&self, key: &str, raw: &Self::Raw) -> Result<Self::Value, (String, Range<usize>)>;
-    /// A control line `[no] name ARGS...`.
+    /// A control line `[no] name ARGS...` (a setting of the file only has no control word).
     fn parse_word(
         &self,
         name: &str,
-        negated: bool,
-        args: &[&str],
-    ) -> Result<Parsed<Self::Value>, CommandError>;
+        _negated: bool,
+        _args: &[&str],
+    ) -> Result<Parsed<Self::Value>, CommandError> {
+        Err(CommandError(format!("unknown command '{name}'")))
+    }
     /// What applying a control value does to it (a check, a floor).
     fn on_set(&self, _name: &str, v: Self::Value) -> Result<Self::Value, String> {
         Ok(v)
@@ -254,9 +256,16 @@ pub(crate) trait Kind: Sync {
         Ok(())
     }
     /// The control line that sets `v` (after any prefix), or None when `write` leaves it out.
-    fn written(&self, name: &str, v: &Self::Value) -> Option<String>;
+    fn written(&self, _name: &str, _v: &Self::Value) -> Option<String> {
+        None
+    }
     /// The value in words (`explain`, defaults in docs).
     fn shown(&self, v: &Self::Value) -> String;
+    /// The type's name in the man page (for the docs and their check).
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn type_name(&self) -> &'static str {
+        Self::TYPE
+    }
 }
 
 /// A duration (`30`, `"500ms"` in a file; `timeout 500ms` on a control line).
@@ -403,9 +412,9 @@ impl Kind for FastcloseWord {
     ) -> Result<Parsed<Fastclose>, CommandError> {
         match (negated, args) {
             (false, []) => Ok(Parsed::Show),
-            (false, [value]) => Fastclose::parse(value).map(Parsed::Set).ok_or_else(|| {
-                CommandError(format!("{name}: '{value}' is not up|down|both|off"))
-            }),
+            (false, [value]) => Fastclose::parse(value)
+                .map(Parsed::Set)
+                .ok_or_else(|| CommandError(format!("{name}: '{value}' is not up|down|both|off"))),
             (false, _) => Err(CommandError(format!(
                 "{name} needs one of up|down|both|off"
             ))),
@@ -541,9 +550,6 @@ pub(crate) struct About {
     pub key: &'static str,
     /// The control word (`-O`, `-F`, the control socket); None: the file only.
     pub word: Option<&'static str>,
-    /// Its type as the man page names it (for the docs and their check).
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub ty: &'static str,
     /// Its bounds, in words (empty: any value of its type; for the docs and their check).
     #[cfg_attr(not(test), allow(dead_code))]
     pub bounds: &'static str,
@@ -565,6 +571,9 @@ impl About {
 /// checks need, through the setting's typed accessors.
 pub(crate) trait Entry<S>: Sync {
     fn about(&self) -> &About;
+    /// Its type as the man page names it (for the docs and their check).
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn type_name(&self) -> &'static str;
     /// The control line that sets its value in `s` (after any prefix), if `write` states it.
     fn written(&self, s: &S) -> Option<String>;
     /// Its value in `s`, in words.
@@ -589,6 +598,9 @@ pub(crate) struct Field<S: 'static, K: Kind> {
 impl<S: 'static, K: Kind> Entry<S> for Field<S, K> {
     fn about(&self) -> &About {
         &self.about
+    }
+    fn type_name(&self) -> &'static str {
+        self.kind.type_name()
     }
     fn written(&self, s: &S) -> Option<String> {
         self.kind.written(self.about.name(), (self.get)(s))
@@ -765,7 +777,6 @@ macro_rules! define_tuning {
                 about: About {
                     key: stringify!($field),
                     word: $word,
-                    ty: <$kty as Kind>::TYPE,
                     bounds: $bounds,
                     doc: concat!($($doc, )*),
                     scope: Scope::$scope,
@@ -822,6 +833,131 @@ impl Tuning {
             .collect()
     }
 }
+
+// === The [http] table ===
+
+/// Calls macro `$m` with `$pre` and then the scalar settings of an HTTP listener (`[http]`, the
+/// file-wide defaults, and `[listener.http]`). The order is the TOML reader's; `HTTP_EXPLAIN_ORDER`
+/// is `explain`'s. Each entry: the doc, `key: Type = default`, the kind (defined in
+/// `config::http`, where the grammars of HTTP values live) and the bounds in words. The
+/// structured keys (`request_headers`, `response_headers`, `error_pages`) are hand-written.
+macro_rules! http_table {
+    ($m:ident $($pre:tt)*) => {
+        $m! { $($pre)* ;
+            /// A request head must be complete this long after its first byte (408 if not;
+            /// slowloris).
+            header_timeout: Duration = Duration::from_secs(10), HttpSecs, "";
+            /// A kept-alive client may stay idle this long between requests.
+            keepalive_timeout: Duration = Duration::from_secs(60), HttpSecs, "";
+            /// No body progress either way for this long ends the exchange.
+            body_timeout: Duration = Duration::from_secs(60), HttpSecs, "";
+            /// The server must send its first response byte this long after the request (504
+            /// if not).
+            response_timeout: Duration = Duration::from_secs(60), HttpSecs, "";
+            /// An upgraded connection (WebSocket) may stay idle this long.
+            tunnel_timeout: Duration = Duration::from_secs(3600), HttpSecs, "";
+            /// Idle kept-alive connections a worker keeps per server.
+            server_keepalive: u32 = 64,
+                Ranged { range: 0..=MAX_SERVER_KEEPALIVE, sized: false }, "0 to 10000";
+            /// An idle server connection is closed after this long (below usual server
+            /// timeouts).
+            server_idle_timeout: Duration = Duration::from_secs(4), HttpSecs, "";
+            /// Largest request body accepted (413 over it); None = unlimited.
+            max_body: Option<u64> = None, Size, "";
+            /// Longest request line (414 over it).
+            max_request_line: u32 = 8 * 1024,
+                Ranged { range: MIN_HEAD_LIMIT..=MAX_HEAD_LIMIT, sized: true }, "256 to 16384";
+            /// Largest request head (431 over it).
+            max_header_bytes: u32 = 16 * 1024,
+                Ranged { range: MIN_HEAD_LIMIT..=MAX_HEAD_LIMIT, sized: true }, "256 to 16384";
+            /// Most request header fields (431 over it).
+            max_headers: u32 = 100, Ranged { range: 1..=MAX_HEADERS, sized: false }, "1 to 1000";
+            /// How `X-Forwarded-For` is written.
+            forwarded_for: ForwardedFor = ForwardedFor::Append, ForwardedForWord,
+                "append, replace or off";
+            /// Peers whose `X-Forwarded-For` (and `Forwarded`) is kept; from anyone else it is
+            /// replaced.
+            trusted_proxies: Vec<Net> = Vec::new(), Proxies, "";
+            /// Add `X-Forwarded-Proto`.
+            x_forwarded_proto: bool = true, HttpBool, "";
+            /// Add `X-Forwarded-Host`.
+            x_forwarded_host: bool = true, HttpBool, "";
+            /// Add an RFC 7239 `Forwarded` field.
+            forwarded: bool = false, HttpBool, "";
+            /// Add `Via: 1.1 NAME` to requests and responses; None = no Via.
+            via: Option<String> = None, ViaWord, "";
+            /// Add `X-Request-ID` to requests that have none (and log it).
+            request_id: bool = true, HttpBool, "";
+            /// Whether servers get the path in normal form too (`Forward`), or as the client
+            /// sent it (`Match`, the default); routes always match it normalised.
+            normalize_path: NormalizePath = NormalizePath::Match, NormalizeWord,
+                "match or forward";
+            /// Keep request header fields whose names have `_` (nginx's
+            /// `underscores_in_headers`); dropped by default, so `X_Forwarded_For` cannot pass
+            /// for `X-Forwarded-For`.
+            underscores_in_headers: bool = false, HttpBool, "";
+        }
+    };
+}
+pub(crate) use http_table;
+
+/// `explain`'s order of the `[http]` keys (the differences from the defaults it lists), the
+/// structured ones included.
+pub(crate) const HTTP_EXPLAIN_ORDER: &[&str] = &[
+    "header_timeout",
+    "keepalive_timeout",
+    "body_timeout",
+    "response_timeout",
+    "tunnel_timeout",
+    "server_keepalive",
+    "server_idle_timeout",
+    "max_body",
+    "max_request_line",
+    "max_header_bytes",
+    "max_headers",
+    "forwarded_for",
+    "trusted_proxies",
+    "x_forwarded_proto",
+    "x_forwarded_host",
+    "forwarded",
+    "request_id",
+    "underscores_in_headers",
+    "via",
+    "normalize_path",
+    "request_headers",
+    "response_headers",
+    "error_pages",
+];
+
+/// Generates `HttpSettings` (in `model`): the table's settings, then the structured ones given
+/// before the `;` (`name: Type = default,`).
+macro_rules! define_http_settings {
+    (
+        $(#[$meta:meta])*
+        { $( $(#[doc = $xdoc:literal])* $xfield:ident : $xty:ty = $xdefault:expr, )* } ;
+        $(
+            $(#[doc = $doc:literal])*
+            $field:ident : $ty:ty = $default:expr, $kty:ident $({ $($kbody:tt)* })?, $bounds:expr;
+        )*
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub(crate) struct HttpSettings {
+            $( $(#[doc = $doc])* pub $field: $ty, )*
+            $( $(#[doc = $xdoc])* pub $xfield: $xty, )*
+        }
+
+        impl Default for HttpSettings {
+            fn default() -> HttpSettings {
+                HttpSettings {
+                    $( $field: $default, )*
+                    $( $xfield: $xdefault, )*
+                }
+            }
+        }
+    };
+}
+pub(crate) use define_http_settings;
 
 #[cfg(test)]
 #[path = "settings_tests.rs"]

@@ -29,39 +29,57 @@ fn type_line(roff: &str, key: &str) -> Option<String> {
     let mut lines = roff.lines();
     lines.find(|l| l.strip_prefix(".B ").map(str::trim) == Some(key))?;
     let line = lines.next()?;
-    Some(line.replace("\\fB", "").replace("\\fR", "").replace('"', ""))
+    Some(
+        line.replace("\\fB", "")
+            .replace("\\fR", "")
+            .replace('"', ""),
+    )
 }
 
-/// `docs/quill.toml.5` documents every tuning setting of the table under TUNING KEYS, with the
-/// table's type and bounds, and nothing else there.
-#[test]
-fn the_man_page_documents_the_table() {
-    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/quill.toml.5"))
-        .expect("docs/quill.toml.5");
-    let sections = bold_terms_by_section(&page);
-    let documented = sections.get("TUNING KEYS").expect("a TUNING KEYS section");
-    let keys: Vec<&str> = TUNING.iter().map(|e| e.about().key).collect();
-    for e in TUNING {
+/// Checks that `section` of the man page documents every entry of `entries` with its type and
+/// bounds, and documents nothing but `keys` there.
+fn check_section<S>(page: &str, section: &str, entries: &[&dyn Entry<S>], keys: &[&str]) {
+    let sections = bold_terms_by_section(page);
+    let documented = sections
+        .get(section)
+        .unwrap_or_else(|| panic!("no {section} section"));
+    for e in entries {
         let a = e.about();
         let key = a.key;
         assert!(
             documented.iter().any(|d| d == key),
-            "quill.toml.5 does not document tuning key `{key}` under TUNING KEYS"
+            "quill.toml.5 does not document `{key}` under {section}"
         );
-        let line = type_line(&page, key).unwrap_or_default();
+        let line = type_line(page, key).unwrap_or_default();
         assert!(
-            line.starts_with(a.ty) && line.contains(a.bounds),
+            line.starts_with(e.type_name()) && line.contains(a.bounds),
             "quill.toml.5 gives `{key}` as '{line}', the table as {} {}",
-            a.ty,
+            e.type_name(),
             a.bounds
         );
     }
     for term in documented {
         assert!(
             keys.contains(&term.as_str()),
-            "quill.toml.5 documents `{term}` under TUNING KEYS, which the table lacks"
+            "quill.toml.5 documents `{term}` under {section}, which the table lacks"
         );
     }
+}
+
+/// `docs/quill.toml.5` documents every setting of the tables in its section (TUNING KEYS, HTTP
+/// TABLE) with the table's type and bounds, and nothing else there.
+#[test]
+fn the_man_page_documents_the_table() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/quill.toml.5"))
+        .expect("docs/quill.toml.5");
+    let tuning: Vec<&str> = TUNING.iter().map(|e| e.about().key).collect();
+    check_section(&page, "TUNING KEYS", TUNING, &tuning);
+    check_section(
+        &page,
+        "HTTP TABLE",
+        crate::config::http::HTTP,
+        HTTP_EXPLAIN_ORDER,
+    );
 }
 
 /// Every setting has a doc, a unique key and word, and `write` states each one with a word.
@@ -103,7 +121,9 @@ fn control_words_parse_to_their_settings() {
     };
     assert_eq!(
         set("timeout 500ms"),
-        Ok(Parsed::Set(Tune::ConnectTimeout(Duration::from_millis(500))))
+        Ok(Parsed::Set(Tune::ConnectTimeout(Duration::from_millis(
+            500
+        ))))
     );
     assert_eq!(set("timeout"), Ok(Parsed::Show));
     assert_eq!(set("no keepalive"), Ok(Parsed::Set(Tune::Keepalive(false))));
@@ -177,4 +197,19 @@ fn merge_keeps_runtime_changes_the_sources_did_not_override() {
     let out = Tuning::merge(&base, &ours, &theirs);
     assert_eq!(out.idle_timeout, Duration::from_secs(9));
     assert_eq!(out.clients_max, 20);
+}
+
+/// `explain`'s order names every `[http]` setting of the table once, and the structured keys.
+#[test]
+fn the_http_explain_order_names_every_key_once() {
+    let http = crate::config::http::HTTP;
+    for e in http {
+        let key = e.about().key;
+        assert_eq!(
+            HTTP_EXPLAIN_ORDER.iter().filter(|k| **k == key).count(),
+            1,
+            "{key}"
+        );
+    }
+    assert_eq!(HTTP_EXPLAIN_ORDER.len(), http.len() + 3);
 }

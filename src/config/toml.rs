@@ -16,18 +16,20 @@ use crate::acl::{self, AclId};
 use crate::addr::{self, AdminState};
 use crate::balancer::ModeWord;
 
-use super::http::{self as http_settings, HttpSettingsPatch};
-use super::http::{edits, shown, RawEdits};
+use super::http::{
+    self as http_settings, HttpSettingsPatch, MAX_HEADERS, MAX_HEAD_LIMIT, MAX_SERVER_KEEPALIVE,
+    MIN_HEAD_LIMIT,
+};
+use super::http::{edits, RawEdits};
 use super::model::ErrorPage;
-use super::settings::{self, Dur};
 use super::model::{
-    in_range, nonzero, parse_duration, parse_status_range, pool_addr, validate_check_path,
-    CheckKind, Config, ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings,
-    ListenerConfig, LogFormat, Member, RouteAction, RouteConfig, Tuning, TuningPatch,
-    MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT,
-    MAX_WORKERS,
+    in_range, nonzero, parse_status_range, pool_addr, validate_check_path, CheckKind, Config,
+    ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings, ListenerConfig,
+    LogFormat, Member, RouteAction, RouteConfig, Tuning, TuningPatch, MAX_ACCEPT_BATCH,
+    MAX_BACKLOG, MAX_SESSIONS, MAX_WEIGHT, MAX_WORKERS,
 };
 use super::routes::RawRoute;
+use super::settings::{self, Dur};
 
 mod geoip;
 mod tls_table;
@@ -1044,34 +1046,60 @@ fn read_page(path: &std::path::Path) -> Result<Vec<u8>, String> {
     Ok(body)
 }
 
-/// `[http]` / `[listener.http]`: every key of `HttpSettings`, each kept as a TOML value with its
-/// span so that every error names the key, the value and the line.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawHttp {
-    header_timeout: Option<Spanned<toml::Value>>,
-    keepalive_timeout: Option<Spanned<toml::Value>>,
-    body_timeout: Option<Spanned<toml::Value>>,
-    response_timeout: Option<Spanned<toml::Value>>,
-    tunnel_timeout: Option<Spanned<toml::Value>>,
-    server_keepalive: Option<Spanned<toml::Value>>,
-    server_idle_timeout: Option<Spanned<toml::Value>>,
-    max_body: Option<Spanned<toml::Value>>,
-    max_request_line: Option<Spanned<toml::Value>>,
-    max_header_bytes: Option<Spanned<toml::Value>>,
-    max_headers: Option<Spanned<toml::Value>>,
-    forwarded_for: Option<Spanned<toml::Value>>,
-    trusted_proxies: Option<Spanned<toml::Value>>,
-    x_forwarded_proto: Option<Spanned<toml::Value>>,
-    x_forwarded_host: Option<Spanned<toml::Value>>,
-    forwarded: Option<Spanned<toml::Value>>,
-    via: Option<Spanned<toml::Value>>,
-    request_id: Option<Spanned<toml::Value>>,
-    normalize_path: Option<Spanned<toml::Value>>,
-    underscores_in_headers: Option<Spanned<toml::Value>>,
-    request_headers: Option<Spanned<RawEdits>>,
-    response_headers: Option<Spanned<RawEdits>>,
-    error_pages: Option<Spanned<toml::Value>>,
+/// Declares `RawHttp` with the scalar keys of `settings::http_table` (each kept as a TOML value
+/// with its span, so that every error names the key, the value and the line) and the structured
+/// keys given, and reads the scalar keys with their kinds (`config::http`).
+macro_rules! with_http_keys {
+    (
+        $(#[$meta:meta])* struct $name:ident { $($(#[$fmeta:meta])* $f:ident : $fty:ty,)* } ;
+        $(
+            $(#[doc = $doc:literal])*
+            $field:ident : $ty:ty = $default:expr, $kty:ident $({ $($kbody:tt)* })?, $bounds:expr;
+        )*
+    ) => {
+        $(#[$meta])*
+        struct $name {
+            $( $field: Option<<http_settings::$kty as settings::Kind>::Raw>, )*
+            $($(#[$fmeta])* $f: $fty,)*
+        }
+
+        impl $name {
+            /// The scalar keys set here, each read by its kind; errors start with the value's
+            /// `FILE:LINE:`.
+            fn scalars(
+                &self,
+                at: &dyn Fn(Range<usize>) -> String,
+            ) -> Result<HttpSettingsPatch, ConfigError> {
+                Ok(HttpSettingsPatch {
+                    $( $field: self
+                        .$field
+                        .as_ref()
+                        .map(|raw| {
+                            settings::Kind::read(
+                                &http_settings::$kty $({ $($kbody)* })?,
+                                stringify!($field),
+                                raw,
+                            )
+                            .map_err(|(e, span)| ConfigError::usage(format!("{}{e}", at(span))))
+                        })
+                        .transpose()?, )*
+                    ..HttpSettingsPatch::default()
+                })
+            }
+        }
+    };
+}
+
+settings::http_table! {
+    with_http_keys
+    /// `[http]` / `[listener.http]`: every key of `HttpSettings`.
+    #[derive(Clone, Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RawHttp {
+        request_headers: Option<Spanned<RawEdits>>,
+        response_headers: Option<Spanned<RawEdits>>,
+        error_pages: Option<Spanned<toml::Value>>,
+    }
 }
 
 impl RawHttp {
@@ -1082,230 +1110,18 @@ impl RawHttp {
         at: &dyn Fn(Range<usize>) -> String,
         dir: &Path,
     ) -> Result<HttpSettingsPatch, ConfigError> {
-        type Key<'a> = &'a Option<Spanned<toml::Value>>;
-        // Runs `parse` on a key's value; an error names the file, the line and the key.
-        fn read<T>(
-            key: Key,
-            name: &str,
-            at: &dyn Fn(Range<usize>) -> String,
-            parse: impl Fn(&toml::Value) -> Result<T, String>,
-        ) -> Result<Option<T>, ConfigError> {
-            key.as_ref()
-                .map(|v| {
-                    parse(v.get_ref())
-                        .map_err(|e| ConfigError::usage(format!("{}{name}: {e}", at(v.span()))))
-                })
-                .transpose()
-        }
-        let duration = |name: &'static str| {
-            move |v: &toml::Value| -> Result<Duration, String> {
-                let d = match v {
-                    toml::Value::Integer(n) => match u64::try_from(*n) {
-                        Ok(s) if s <= MAX_DURATION.as_secs() => Duration::from_secs(s),
-                        _ => return Err(format!("{n} is not a duration of 0 to 30 days")),
-                    },
-                    // Never a control character in a message: it must stay one line.
-                    toml::Value::String(s) if s.chars().any(char::is_control) => {
-                        return Err(format!(
-                            "invalid duration '{}' (expected e.g. 30, 500ms, 2s, 5m, 1h)",
-                            s.escape_debug()
-                        ))
-                    }
-                    toml::Value::String(s) => parse_duration(s)?,
-                    other => {
-                        return Err(format!(
-                            "{} is not a duration (expected e.g. 30, \"500ms\", \"2s\", \"5m\")",
-                            shown(other)
-                        ))
-                    }
-                };
-                // The range check names the key itself: keep only its reason.
-                http_settings::check_timeout(name, d)
-                    .map(|()| d)
-                    .map_err(|e| {
-                        e.trim_start_matches(name)
-                            .trim_start_matches(": ")
-                            .to_string()
-                    })
-            }
-        };
-        let size = |v: &toml::Value| -> Result<u64, String> {
-            match v {
-                toml::Value::Integer(n) => {
-                    u64::try_from(*n).map_err(|_| format!("{n} is not a size (bytes, 0 or more)"))
-                }
-                toml::Value::String(s) => http_settings::parse_size(s),
-                other => Err(format!(
-                    "{} is not a size (expected bytes, or a number with k, m or g such as \"16k\")",
-                    shown(other)
-                )),
-            }
-        };
-        let ranged = |name: &'static str, range: RangeInclusive<u64>, sized: bool| {
-            let range = range.clone();
-            move |v: &toml::Value| -> Result<u32, String> {
-                let n = if sized {
-                    size(v)?
-                } else {
-                    match v {
-                        toml::Value::Integer(n) => u64::try_from(*n).map_err(|_| {
-                            format!("{n} is out of range ({} to {})", range.start(), range.end())
-                        })?,
-                        other => return Err(format!("{} is not an integer", shown(other))),
-                    }
-                };
-                in_range(name, n, range.clone()).map_err(|e| {
-                    e.trim_start_matches(name)
-                        .trim_start_matches(": ")
-                        .to_string()
-                })?;
-                u32::try_from(n).map_err(|_| format!("{n} is too large"))
-            }
-        };
-        let boolean = |v: &toml::Value| match v {
-            toml::Value::Boolean(b) => Ok(*b),
-            other => Err(format!("{} is not true or false", shown(other))),
-        };
-        let head = http_settings::MIN_HEAD_LIMIT..=http_settings::MAX_HEAD_LIMIT;
-        Ok(HttpSettingsPatch {
-            header_timeout: read(
-                &self.header_timeout,
-                "header_timeout",
-                at,
-                duration("header_timeout"),
-            )?,
-            keepalive_timeout: read(
-                &self.keepalive_timeout,
-                "keepalive_timeout",
-                at,
-                duration("keepalive_timeout"),
-            )?,
-            body_timeout: read(
-                &self.body_timeout,
-                "body_timeout",
-                at,
-                duration("body_timeout"),
-            )?,
-            response_timeout: read(
-                &self.response_timeout,
-                "response_timeout",
-                at,
-                duration("response_timeout"),
-            )?,
-            tunnel_timeout: read(
-                &self.tunnel_timeout,
-                "tunnel_timeout",
-                at,
-                duration("tunnel_timeout"),
-            )?,
-            server_keepalive: read(
-                &self.server_keepalive,
-                "server_keepalive",
-                at,
-                ranged(
-                    "server_keepalive",
-                    0..=http_settings::MAX_SERVER_KEEPALIVE,
-                    false,
-                ),
-            )?,
-            server_idle_timeout: read(
-                &self.server_idle_timeout,
-                "server_idle_timeout",
-                at,
-                duration("server_idle_timeout"),
-            )?,
-            max_body: read(&self.max_body, "max_body", at, size)?,
-            max_request_line: read(
-                &self.max_request_line,
-                "max_request_line",
-                at,
-                ranged("max_request_line", head.clone(), true),
-            )?,
-            max_header_bytes: read(
-                &self.max_header_bytes,
-                "max_header_bytes",
-                at,
-                ranged("max_header_bytes", head, true),
-            )?,
-            max_headers: read(
-                &self.max_headers,
-                "max_headers",
-                at,
-                ranged("max_headers", 1..=http_settings::MAX_HEADERS, false),
-            )?,
-            forwarded_for: read(&self.forwarded_for, "forwarded_for", at, |v| {
-                v.as_str()
-                    .and_then(http_settings::parse_forwarded_for)
-                    .ok_or_else(|| {
-                        format!(
-                            "invalid value {} (expected \"append\", \"replace\" or \"off\")",
-                            shown(v)
-                        )
-                    })
-            })?,
-            trusted_proxies: read(&self.trusted_proxies, "trusted_proxies", at, |v| {
-                let not_list = || {
-                    format!(
-                        "{} is not a list of addresses or networks (e.g. [\"10.0.0.0/8\", \"127.0.0.1\"])",
-                        shown(v)
-                    )
-                };
-                let list = v.as_array().ok_or_else(not_list)?;
-                if list.len() > http_settings::MAX_TRUSTED_PROXIES {
-                    return Err(format!(
-                        "{} entries (at most {})",
-                        list.len(),
-                        http_settings::MAX_TRUSTED_PROXIES
-                    ));
-                }
-                list.iter()
-                    .map(|e| {
-                        let text = e.as_str().ok_or_else(not_list)?;
-                        if text.chars().any(char::is_control) {
-                            return Err(format!(
-                                "'{}' is not an address or network",
-                                text.escape_debug()
-                            ));
-                        }
-                        acl::parse_net(text, None)
-                            .map_err(|why| format!("'{}': {why}", text.escape_debug()))
-                    })
-                    .collect()
-            })?,
-            x_forwarded_proto: read(&self.x_forwarded_proto, "x_forwarded_proto", at, boolean)?,
-            x_forwarded_host: read(&self.x_forwarded_host, "x_forwarded_host", at, boolean)?,
-            forwarded: read(&self.forwarded, "forwarded", at, boolean)?,
-            via: read(&self.via, "via", at, |v| match v {
-                toml::Value::Boolean(true) => Ok(Some("quill".to_string())),
-                toml::Value::Boolean(false) => Ok(None),
-                toml::Value::String(name) => http_settings::check_via(name)
-                    .map(|()| Some(name.clone()))
-                    .map_err(|e| e.trim_start_matches("via: ").to_string()),
-                other => Err(format!("{} is not a name or true or false", shown(other))),
-            })?,
-            request_id: read(&self.request_id, "request_id", at, boolean)?,
-            normalize_path: read(&self.normalize_path, "normalize_path", at, |v| {
-                v.as_str()
-                    .and_then(http_settings::parse_normalize_path)
-                    .ok_or_else(|| {
-                        format!(
-                            "invalid value {} (expected \"match\" or \"forward\")",
-                            shown(v)
-                        )
-                    })
-            })?,
-            underscores_in_headers: read(
-                &self.underscores_in_headers,
-                "underscores_in_headers",
-                at,
-                boolean,
-            )?,
-            request_headers: edits(&self.request_headers, "request_headers", at)?,
-            response_headers: edits(&self.response_headers, "response_headers", at)?,
-            error_pages: read(&self.error_pages, "error_pages", at, |v| {
-                error_pages(v, dir)
-            })?,
-        })
+        let mut patch = self.scalars(at)?;
+        patch.request_headers = edits(&self.request_headers, "request_headers", at)?;
+        patch.response_headers = edits(&self.response_headers, "response_headers", at)?;
+        patch.error_pages = self
+            .error_pages
+            .as_ref()
+            .map(|v| {
+                error_pages(v.get_ref(), dir)
+                    .map_err(|e| ConfigError::usage(format!("{}error_pages: {e}", at(v.span()))))
+            })
+            .transpose()?;
+        Ok(patch)
     }
 
     /// Checks the settings this table gives a listener as a whole (`max_request_line` within

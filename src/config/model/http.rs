@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::acl::{AclId, Net};
+use crate::config::settings::define_http_settings;
 
 /// One `[[listener.route]]` (DESIGN §6.2): what a request must match (every matcher given), what
 /// happens to it, and the edits made on the way. Patterns are kept as text here (the model is
@@ -158,84 +159,17 @@ pub(crate) struct ErrorPage {
     pub body: std::sync::Arc<[u8]>,
 }
 
-/// An HTTP listener's settings (`[http]` defaults, `[listener.http]`; DESIGN §6.3). Timeouts
-/// replace `idle_timeout` and `fin_timeout` on an HTTP listener (they keep their meaning for
-/// tunnels after an Upgrade).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct HttpSettings {
-    /// A request head must be complete this long after its first byte (408 if not; slowloris).
-    pub header_timeout: Duration,
-    /// A kept-alive client may stay idle this long between requests.
-    pub keepalive_timeout: Duration,
-    /// No body progress either way for this long ends the exchange.
-    pub body_timeout: Duration,
-    /// The server must send its first response byte this long after the request (504 if not).
-    pub response_timeout: Duration,
-    /// An upgraded connection (WebSocket) may stay idle this long.
-    pub tunnel_timeout: Duration,
-    /// Idle kept-alive connections a worker keeps per server.
-    pub server_keepalive: u32,
-    /// An idle server connection is closed after this long (below usual server timeouts).
-    pub server_idle_timeout: Duration,
-    /// Largest request body accepted (413 over it); None = unlimited.
-    pub max_body: Option<u64>,
-    /// Longest request line (414 over it).
-    pub max_request_line: u32,
-    /// Largest request head (431 over it).
-    pub max_header_bytes: u32,
-    /// Most request header fields (431 over it).
-    pub max_headers: u32,
-    pub forwarded_for: ForwardedFor,
-    /// Peers whose `X-Forwarded-For` (and `Forwarded`) is kept; from anyone else it is replaced.
-    pub trusted_proxies: Vec<Net>,
-    pub x_forwarded_proto: bool,
-    pub x_forwarded_host: bool,
-    /// Add an RFC 7239 `Forwarded` field.
-    pub forwarded: bool,
-    /// Add `Via: 1.1 NAME` to requests and responses; None = no Via.
-    pub via: Option<String>,
-    /// Add `X-Request-ID` to requests that have none (and log it).
-    pub request_id: bool,
-    /// Whether servers get the path in normal form too (`Forward`), or as the client sent it
-    /// (`Match`, the default); routes always match it normalised.
-    pub normalize_path: NormalizePath,
-    /// Keep request header fields whose names have `_` (nginx's `underscores_in_headers`);
-    /// dropped by default, so `X_Forwarded_For` cannot pass for `X-Forwarded-For`.
-    pub underscores_in_headers: bool,
-    /// Edits applied to every request and response of the listener.
-    pub request_headers: Vec<HeaderEdit>,
-    pub response_headers: Vec<HeaderEdit>,
-    /// Bodies of Quill's own answers by status (`error_pages = { 503 = "file.html" }`).
-    pub error_pages: Vec<ErrorPage>,
-}
-
-impl Default for HttpSettings {
-    fn default() -> HttpSettings {
-        HttpSettings {
-            header_timeout: Duration::from_secs(10),
-            keepalive_timeout: Duration::from_secs(60),
-            body_timeout: Duration::from_secs(60),
-            response_timeout: Duration::from_secs(60),
-            tunnel_timeout: Duration::from_secs(3600),
-            server_keepalive: 64,
-            server_idle_timeout: Duration::from_secs(4),
-            max_body: None,
-            max_request_line: 8 * 1024,
-            max_header_bytes: 16 * 1024,
-            max_headers: 100,
-            forwarded_for: ForwardedFor::Append,
-            trusted_proxies: Vec::new(),
-            x_forwarded_proto: true,
-            x_forwarded_host: true,
-            forwarded: false,
-            via: None,
-            request_id: true,
-            normalize_path: NormalizePath::Match,
-            underscores_in_headers: false,
-            request_headers: Vec::new(),
-            response_headers: Vec::new(),
-            error_pages: Vec::new(),
-        }
+crate::config::settings::http_table! {
+    define_http_settings
+    /// An HTTP listener's settings (`[http]` defaults, `[listener.http]`; DESIGN §6.3). Timeouts
+    /// replace `idle_timeout` and `fin_timeout` on an HTTP listener (they keep their meaning for
+    /// tunnels after an Upgrade). The scalar settings come from `settings::http_table`.
+    {
+        /// Edits applied to every request and response of the listener.
+        request_headers: Vec<HeaderEdit> = Vec::new(),
+        response_headers: Vec<HeaderEdit> = Vec::new(),
+        /// Bodies of Quill's own answers by status (`error_pages = { 503 = "file.html" }`).
+        error_pages: Vec<ErrorPage> = Vec::new(),
     }
 }
 

@@ -15,8 +15,8 @@ use super::bounds::{
 };
 use super::health::{CheckKind, HealthCheck};
 use super::http::{HttpSettings, RouteConfig};
-use crate::config::settings::{Fastclose, ProxyVersion, Tuning};
 use super::{pool_addr, ConfigError, LogFormat};
+use crate::config::settings::{Fastclose, ProxyVersion, Tuning};
 
 /// One listener and its pool.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -21,6 +21,9 @@ mod self_loop;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use crate::config::settings::{
+    proxy_protocol_name, Fastclose, ProxyVersion, Tuning, TuningPatch,
+};
 pub(crate) use bounds::*;
 pub(crate) use global::*;
 pub(crate) use grammar::*;
@@ -28,9 +31,6 @@ pub(crate) use health::*;
 pub(crate) use http::*;
 pub(crate) use listener::*;
 pub(crate) use self_loop::*;
-pub(crate) use crate::config::settings::{
-    proxy_protocol_name, Fastclose, ProxyVersion, Tuning, TuningPatch,
-};
 
 use std::path::PathBuf;
 
