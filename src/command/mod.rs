@@ -481,6 +481,14 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
         ("listen", false, []) => show(Setting::Listen),
         ("listen", false, [addr]) => set(Command::Listen(addr.to_string())),
         ("control", false, []) => show(Setting::Control),
+        _ => parse_query(name, negated, args),
+    }
+}
+
+/// The actions that change no setting (`status`, `write`, `reload`...), and the refusals of
+/// words that take no argument or no `no`; after [`parse_action`]'s settings.
+fn parse_query(name: &str, negated: bool, args: &[&str]) -> Result<Action, CommandError> {
+    match (name, negated, args) {
         ("status", false, []) => Ok(Action::Status),
         ("recent", false, []) => Ok(Action::Recent(300)),
         ("recent", false, _) => Ok(Action::Recent(bounded_arg(

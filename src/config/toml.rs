@@ -140,6 +140,81 @@ fn from_toml_with(
             e.message().trim().replace('\n', " ")
         ))
     })?;
+    let global = read_global(&raw, origin, &at)?;
+    let default_health = match &raw.health {
+        Some(h) => Some(
+            h.get_ref()
+                .build()
+                .map_err(|e| ConfigError::usage(format!("{}{e}", at(h.span()))))?,
+        ),
+        None => None,
+    };
+    if let (Some(n), Some(id)) = (&raw.control_acl, global.control_acl) {
+        Config {
+            global: global.clone(),
+            listeners: Vec::new(),
+            pools: Vec::new(),
+        }
+        .check_control_acl(id)
+        .map_err(|e| ConfigError::usage(format!("{}{e}", at(n.span()))))?;
+    }
+    let default_slow_start = raw.slow_start.map_or(Duration::ZERO, |d| d.0);
+    let dir = Path::new(origin)
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let mut http_defaults = HttpSettings::default();
+    if let Some(h) = &raw.http {
+        http_defaults.apply(&h.get_ref().patch(&at, &dir)?);
+        h.get_ref().check(&http_defaults, h.span(), &at)?;
+    }
+    let mut defaults = Tuning::default();
+    defaults.apply(&raw.tuning(&at)?);
+    defaults.apply(cli);
+    let tls_defaults = RawTls::defaults(raw.tls.as_ref(), &dir, &at)?;
+    let file = FileDefaults {
+        tuning: &defaults,
+        http: &http_defaults,
+        tls: &tls_defaults,
+        all_http,
+        dir: &dir,
+    };
+    if raw.listener.is_empty() {
+        return Err(ConfigError::usage(format!(
+            "{origin}:1: no [[listener]] defined"
+        )));
+    }
+    let pools = read_pools(
+        &raw,
+        &defaults,
+        &default_health,
+        default_slow_start,
+        &dir,
+        &at,
+    )?;
+    let listeners = read_listeners(
+        &raw,
+        &file,
+        &default_health,
+        default_slow_start,
+        &pools,
+        &at,
+    )?;
+    let config = Config {
+        global,
+        listeners,
+        pools,
+    };
+    check_whole(&config, &raw, &at)?;
+    config.validate()?;
+    Ok(config)
+}
+
+/// The process-wide settings of a file (its top-level keys, ACLs and geoip database).
+fn read_global(
+    raw: &RawFile,
+    origin: &str,
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<Global, ConfigError> {
     let mut global = Global::default();
     let bounded = |v: &Option<Spanned<u32>>, name: &str, range: RangeInclusive<u32>| {
         v.as_ref()
@@ -190,6 +265,35 @@ fn from_toml_with(
             ))
         })?;
     }
+    read_control(raw, &mut global, origin, at)?;
+    global.allow_exit = raw.allow_exit.unwrap_or(false);
+    // Relative to the file that names it, as `include` is: the file is read at start and on
+    // every reload, like `-F`, and `write` without FILE writes there.
+    global.command_file = raw
+        .command_file
+        .as_ref()
+        .map(|f| match Path::new(origin).parent() {
+            Some(dir) => dir.join(f),
+            None => f.clone(),
+        });
+    global.status_file = here("status_file", &raw.status_file);
+    read_acls(raw, &mut global, origin, at)?;
+    Ok(global)
+}
+
+/// The control socket and admin listener keys of a file: `control`, `control_acl`,
+/// `control_level`, the token files and `admin`.
+fn read_control(
+    raw: &RawFile,
+    global: &mut Global,
+    origin: &str,
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<(), ConfigError> {
+    let file_dir = Path::new(origin).parent().unwrap_or(Path::new(""));
+    let relative = |what: &str, p: &Option<PathBuf>| {
+        p.as_ref()
+            .map(|p| relative_to_file(origin, file_dir, what, p))
+    };
     if let Some(c) = &raw.control {
         let value = c.get_ref();
         // A control address is HOST:PORT or a port; anything else is the Unix socket's path
@@ -220,28 +324,27 @@ fn from_toml_with(
             ))
         })?;
     }
-    global.control_token_file = here("control_token_file", &raw.control_token_file);
-    global.admin_token_file = here("admin_token_file", &raw.admin_token_file);
+    global.control_token_file = relative("control_token_file", &raw.control_token_file);
+    global.admin_token_file = relative("admin_token_file", &raw.admin_token_file);
     if let Some(a) = &raw.admin {
         global.admin = Some(
             parse_admin(a.get_ref())
                 .map_err(|e| ConfigError::usage(format!("{}admin: {e}", at(a.span()))))?,
         );
     }
-    global.allow_exit = raw.allow_exit.unwrap_or(false);
-    // Relative to the file that names it, as `include` is: the file is read at start and on
-    // every reload, like `-F`, and `write` without FILE writes there.
-    global.command_file = raw
-        .command_file
-        .as_ref()
-        .map(|f| match Path::new(origin).parent() {
-            Some(dir) => dir.join(f),
-            None => f.clone(),
-        });
-    global.status_file = here("status_file", &raw.status_file);
+    Ok(())
+}
+
+/// The ACL lists of a file (`[acl]`) and the geoip database their country entries need.
+fn read_acls(
+    raw: &RawFile,
+    global: &mut Global,
+    origin: &str,
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<(), ConfigError> {
     if let Some(g) = &raw.geoip {
         let dir = Path::new(origin).parent().unwrap_or(Path::new("."));
-        global.acls.geo = Some(geoip::load(g, dir, &at)?);
+        global.acls.geo = Some(geoip::load(g, dir, at)?);
     }
     for (n, lines) in &raw.acl {
         let prefix = at(lines.span());
@@ -262,53 +365,23 @@ fn from_toml_with(
                 .find(|(n, _)| acl::parse_list(n).ok() == Some(id))
                 .map(|(_, l)| l.span())
         },
-        &at,
+        at,
     )?;
-    let default_health = match &raw.health {
-        Some(h) => Some(
-            h.get_ref()
-                .build()
-                .map_err(|e| ConfigError::usage(format!("{}{e}", at(h.span()))))?,
-        ),
-        None => None,
-    };
-    if let (Some(n), Some(id)) = (&raw.control_acl, global.control_acl) {
-        Config {
-            global: global.clone(),
-            listeners: Vec::new(),
-            pools: Vec::new(),
-        }
-        .check_control_acl(id)
-        .map_err(|e| ConfigError::usage(format!("{}{e}", at(n.span()))))?;
-    }
-    let default_slow_start = raw.slow_start.map_or(Duration::ZERO, |d| d.0);
-    let dir = Path::new(origin)
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let mut http_defaults = HttpSettings::default();
-    if let Some(h) = &raw.http {
-        http_defaults.apply(&h.get_ref().patch(&at, &dir)?);
-        h.get_ref().check(&http_defaults, h.span(), &at)?;
-    }
-    let mut defaults = Tuning::default();
-    defaults.apply(&raw.tuning(&at)?);
-    defaults.apply(cli);
-    let tls_defaults = RawTls::defaults(raw.tls.as_ref(), &dir, &at)?;
-    let file = FileDefaults {
-        tuning: &defaults,
-        http: &http_defaults,
-        tls: &tls_defaults,
-        all_http,
-        dir: &dir,
-    };
-    if raw.listener.is_empty() {
-        return Err(ConfigError::usage(format!(
-            "{origin}:1: no [[listener]] defined"
-        )));
-    }
+    Ok(())
+}
+
+/// The named pools (`[[pool]]`) of a file, each with the file's defaults.
+fn read_pools(
+    raw: &RawFile,
+    defaults: &Tuning,
+    default_health: &Option<HealthCheck>,
+    default_slow_start: Duration,
+    dir: &Path,
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<Vec<ListenerConfig>, ConfigError> {
     let mut pools: Vec<ListenerConfig> = Vec::new();
     for rp in &raw.pool {
-        let mut p = build_pool(rp, &defaults, &dir, &at)?;
+        let mut p = build_pool(rp, defaults, dir, at)?;
         if p.health.is_none() {
             p.health = default_health.clone();
         }
@@ -324,9 +397,21 @@ fn from_toml_with(
         }
         pools.push(p);
     }
+    Ok(pools)
+}
+
+/// The listeners of a file, each with the file's defaults; a route's pool must be one of `pools`.
+fn read_listeners(
+    raw: &RawFile,
+    file: &FileDefaults,
+    default_health: &Option<HealthCheck>,
+    default_slow_start: Duration,
+    pools: &[ListenerConfig],
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<Vec<ListenerConfig>, ConfigError> {
     let mut listeners: Vec<ListenerConfig> = Vec::new();
     for rl in &raw.listener {
-        let mut l = build_listener(rl, &file, &at)?;
+        let mut l = build_listener(rl, file, at)?;
         // The file-wide checks connect over TCP: a UDP listener's servers have no such port.
         if l.health.is_none() && l.udp.is_none() {
             l.health = default_health.clone();
@@ -364,11 +449,16 @@ fn from_toml_with(
         }
         listeners.push(l);
     }
-    let config = Config {
-        global,
-        listeners,
-        pools,
-    };
+    Ok(listeners)
+}
+
+/// The checks of a whole file that name a line: a server that is Quill itself, and listeners that
+/// would mix kinds of lines in one access log.
+fn check_whole(
+    config: &Config,
+    raw: &RawFile,
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<(), ConfigError> {
     if let Some(found) = config.self_loop() {
         let span = match (raw.listener.get(found.listener), found.member) {
             (Some(rl), Member::Server(i)) => rl.servers.get(i).map(|s| s.span()),
@@ -387,7 +477,7 @@ fn from_toml_with(
         return Err(ConfigError::usage(format!(
             "{}{}",
             at(span),
-            found.message(&config)
+            found.message(config)
         )));
     }
     if let Some((i, why)) = config.log_mix() {
@@ -397,8 +487,7 @@ fn from_toml_with(
         });
         return Err(ConfigError::usage(format!("{}{why}", at(span))));
     }
-    config.validate()?;
-    Ok(config)
+    Ok(())
 }
 
 /// Why a route does not fit its listener: a TCP listener's routes pick a pool by TLS server name
