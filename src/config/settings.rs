@@ -521,6 +521,52 @@ impl Kind for IpWord {
     }
 }
 
+/// A thread count (`workers = 4`).
+pub(crate) struct Threads {
+    pub file: RangeInclusive<u64>,
+}
+
+impl Kind for Threads {
+    type Value = usize;
+    const TYPE: &'static str = "integer";
+    type Raw = Spanned<usize>;
+    fn read(&self, key: &str, raw: &Spanned<usize>) -> Result<usize, (String, Range<usize>)> {
+        let n = *raw.get_ref();
+        in_range(key, n as u64, self.file.clone())
+            .map(|()| n)
+            .map_err(|e| (e, raw.span()))
+    }
+    fn check(&self, name: &str, v: &usize) -> Result<(), String> {
+        in_range(name, *v as u64, self.file.clone())
+    }
+    fn shown(&self, v: &usize) -> String {
+        v.to_string()
+    }
+}
+
+/// An optional limit within bounds (`max_connections = 5000`); none: no limit of its own.
+pub(crate) struct Limit {
+    pub file: RangeInclusive<u64>,
+}
+
+impl Kind for Limit {
+    type Value = Option<u32>;
+    const TYPE: &'static str = "integer";
+    type Raw = Spanned<u32>;
+    fn read(&self, key: &str, raw: &Spanned<u32>) -> Result<Option<u32>, (String, Range<usize>)> {
+        let n = *raw.get_ref();
+        in_range(key, n.into(), self.file.clone())
+            .map(|()| Some(n))
+            .map_err(|e| (e, raw.span()))
+    }
+    fn check(&self, name: &str, v: &Option<u32>) -> Result<(), String> {
+        v.map_or(Ok(()), |n| in_range(name, n.into(), self.file.clone()))
+    }
+    fn shown(&self, v: &Option<u32>) -> String {
+        v.map_or_else(|| "none".to_string(), |n| n.to_string())
+    }
+}
+
 // === Descriptors ===
 
 /// Which listeners `write` states a setting for.
@@ -833,6 +879,130 @@ impl Tuning {
             .collect()
     }
 }
+
+// === The process-wide table ===
+
+/// Calls macro `$m` with `$pre` and then the process-wide scalar settings (top-level keys of a
+/// file). The order is the TOML reader's and the checks'. Each entry: the doc, `key: Type =
+/// default`, the kind, how `explain` tells of it and the bounds in words. The other process-wide
+/// settings (paths, the control socket, ACLs) are hand-written in `model::Global`.
+macro_rules! global_table {
+    ($m:ident $($pre:tt)*) => {
+        $m! { $($pre)* ;
+            /// Worker threads (`-W`; default: the number of cores).
+            workers: usize = std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+                Threads { file: 1..=crate::config::settings::MAX_WORKERS as u64 }, Own,
+                "1 to 1024";
+            /// Sessions per process (`-x`); None = what the open-file limit allows.
+            max_connections: Option<u32> = None,
+                Limit { file: 1..=crate::addr::MAX_SESSIONS as u64 }, Own, "1 to 1000000";
+            /// The listen backlog.
+            backlog: u32 = 1024,
+                Count {
+                    file: 1..=crate::config::settings::MAX_BACKLOG as u64,
+                    control: 1..=crate::config::settings::MAX_BACKLOG as u64,
+                    floor: 0,
+                },
+                Own, "1 to 65535";
+            /// Accepts per wake-up (`-m`).
+            accept_batch: u32 = 100,
+                Count {
+                    file: 1..=crate::config::settings::MAX_ACCEPT_BATCH as u64,
+                    control: 1..=crate::config::settings::MAX_ACCEPT_BATCH as u64,
+                    floor: 0,
+                },
+                Own, "1 to 10000";
+            /// How long a drain (reload, takeover, SIGTERM) lets sessions finish.
+            drain_timeout: Duration = Duration::from_secs(30), Secs { nonzero: false }, Own, "";
+            /// How long a drain keeps idle HTTP clients (kept alive, or accepted with no request
+            /// yet) open for one more request, answered with `Connection: close`; capped by
+            /// `drain_timeout`.
+            drain_grace: Duration = Duration::from_secs(2), Secs { nonzero: false }, Own, "";
+            /// TCP Fast Open on the listeners.
+            tfo: bool = true, Flag { write_off: false }, Quiet, "";
+            /// SO_REUSEPORT on the listeners.
+            reuseport: bool = false, Flag { write_off: false }, Quiet, "";
+            /// Bulk flows move through splice pipes (zero copy); false copies everything through
+            /// buffers.
+            splice: bool = true, Flag { write_off: false }, Quiet, "";
+        }
+    };
+}
+pub(crate) use global_table;
+
+/// The most worker threads.
+pub(crate) const MAX_WORKERS: usize = 1024;
+/// The largest listen backlog (the kernel caps it at `net.core.somaxconn` anyway).
+pub(crate) const MAX_BACKLOG: u32 = 65_535;
+/// The most accepts per wake-up (`-m`).
+pub(crate) const MAX_ACCEPT_BATCH: u32 = 10_000;
+
+/// Generates `Global` (in `model`): the table's settings, then the others given before the `;`
+/// (`name: Type = default,`), and the descriptors `GLOBAL`.
+macro_rules! define_global {
+    (
+        $(#[$meta:meta])*
+        { $( $(#[doc = $xdoc:literal])* $xfield:ident : $xty:ty = $xdefault:expr, )* } ;
+        $(
+            $(#[doc = $doc:literal])*
+            $field:ident : $ty:ty = $default:expr, $kty:ident $({ $($kbody:tt)* })?,
+                $explain:ident, $bounds:expr;
+        )*
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub(crate) struct Global {
+            $( $(#[doc = $doc])* pub $field: $ty, )*
+            $( $(#[doc = $xdoc])* pub $xfield: $xty, )*
+        }
+
+        impl Default for Global {
+            fn default() -> Global {
+                Global {
+                    $( $field: $default, )*
+                    $( $xfield: $xdefault, )*
+                }
+            }
+        }
+
+        impl Global {
+            /// The reload merge of every field: `theirs` (the sources now) if the sources
+            /// changed it since `base`, else the running value (`ours`); see `state::merge`.
+            pub(crate) fn merge(base: &Global, ours: &Global, theirs: &Global) -> Global {
+                let mut out = theirs.clone();
+                for e in GLOBAL {
+                    e.merge(base, ours, theirs, &mut out);
+                }
+                $(
+                    if base.$xfield == theirs.$xfield {
+                        out.$xfield = ours.$xfield.clone();
+                    }
+                )*
+                out
+            }
+        }
+
+        /// The descriptors of the process-wide scalar settings, in the table's order.
+        pub(crate) static GLOBAL: &[&dyn settings::Entry<Global>] = &[
+            $( &settings::Field::<Global, _> {
+                about: settings::About {
+                    key: stringify!($field),
+                    word: None,
+                    bounds: $bounds,
+                    doc: concat!($($doc, )*),
+                    scope: settings::Scope::All,
+                    explain: settings::Explain::$explain,
+                },
+                kind: settings::$kty $({ $($kbody)* })?,
+                get: |g: &Global| &g.$field,
+                get_mut: |g: &mut Global| &mut g.$field,
+            }, )*
+        ];
+    };
+}
+pub(crate) use define_global;
 
 // === The [http] table ===
 

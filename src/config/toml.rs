@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::ops::{Range, RangeInclusive};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -25,8 +25,7 @@ use super::model::ErrorPage;
 use super::model::{
     in_range, nonzero, parse_status_range, pool_addr, validate_check_path, CheckKind, Config,
     ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings, ListenerConfig,
-    LogFormat, Member, RouteAction, RouteConfig, Tuning, TuningPatch, MAX_ACCEPT_BATCH,
-    MAX_BACKLOG, MAX_SESSIONS, MAX_WEIGHT, MAX_WORKERS,
+    LogFormat, Member, RouteAction, RouteConfig, Tuning, TuningPatch, MAX_SESSIONS, MAX_WEIGHT,
 };
 use super::routes::RawRoute;
 use super::settings::{self, Dur};
@@ -216,35 +215,7 @@ fn read_global(
     at: &dyn Fn(Range<usize>) -> String,
 ) -> Result<Global, ConfigError> {
     let mut global = Global::default();
-    let bounded = |v: &Option<Spanned<u32>>, name: &str, range: RangeInclusive<u32>| {
-        v.as_ref()
-            .map(|v| {
-                let n = *v.get_ref();
-                in_range(
-                    name,
-                    n.into(),
-                    (*range.start()).into()..=(*range.end()).into(),
-                )
-                .map(|()| n)
-                .map_err(|e| ConfigError::usage(format!("{}{e}", at(v.span()))))
-            })
-            .transpose()
-    };
-    if let Some(w) = &raw.workers {
-        in_range("workers", *w.get_ref() as u64, 1..=MAX_WORKERS as u64)
-            .map_err(|e| ConfigError::usage(format!("{}{e}", at(w.span()))))?;
-        global.workers = *w.get_ref();
-    }
-    global.max_connections = bounded(&raw.max_connections, "max_connections", 1..=MAX_SESSIONS)?
-        .or(global.max_connections);
-    global.backlog = bounded(&raw.backlog, "backlog", 1..=MAX_BACKLOG)?.unwrap_or(global.backlog);
-    global.accept_batch = bounded(&raw.accept_batch, "accept_batch", 1..=MAX_ACCEPT_BATCH)?
-        .unwrap_or(global.accept_batch);
-    global.drain_timeout = raw.drain_timeout.map_or(global.drain_timeout, |d| d.0);
-    global.drain_grace = raw.drain_grace.map_or(global.drain_grace, |d| d.0);
-    global.tfo = raw.tfo.unwrap_or(global.tfo);
-    global.reuseport = raw.reuseport.unwrap_or(global.reuseport);
-    global.splice = raw.splice.unwrap_or(global.splice);
+    raw.global_scalars(&mut global, at)?;
     // Relative paths in the file are the file's directory's (as its TLS files, error pages,
     // command_file and geoip always were); command-line paths stay the working directory's.
     let file_dir = Path::new(origin).parent().unwrap_or(Path::new(""));
@@ -1289,20 +1260,56 @@ macro_rules! with_tuning_keys {
     };
 }
 
-settings::tuning_table! {
-    with_tuning_keys
+/// Declares `RawFile` with the process-wide scalar keys of `settings::global_table` first, then
+/// the keys given, then (through `with_tuning_keys`) the tuning keys; and reads the scalar keys
+/// with their kinds.
+macro_rules! with_global_keys {
+    (
+        $(#[$meta:meta])* struct $name:ident { $($(#[$fmeta:meta])* $f:ident : $fty:ty,)* } ;
+        $(
+            $(#[doc = $doc:literal])*
+            $field:ident : $ty:ty = $default:expr, $kty:ident $({ $($kbody:tt)* })?,
+                $explain:ident, $bounds:expr;
+        )*
+    ) => {
+        settings::tuning_table! {
+            with_tuning_keys
+            $(#[$meta])*
+            struct $name {
+                $( $field: Option<<settings::$kty as settings::Kind>::Raw>, )*
+                $($(#[$fmeta])* $f: $fty,)*
+            }
+        }
+
+        impl $name {
+            /// Sets the process-wide scalar keys given here; a value out of range is an error
+            /// naming its line.
+            fn global_scalars(
+                &self,
+                global: &mut Global,
+                at: &dyn Fn(Range<usize>) -> String,
+            ) -> Result<(), ConfigError> {
+                $(
+                    if let Some(raw) = &self.$field {
+                        global.$field = settings::Kind::read(
+                            &settings::$kty $({ $($kbody)* })?,
+                            stringify!($field),
+                            raw,
+                        )
+                        .map_err(|(e, span)| ConfigError::usage(format!("{}{e}", at(span))))?;
+                    }
+                )*
+                Ok(())
+            }
+        }
+    };
+}
+
+settings::global_table! {
+    with_global_keys
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
     struct RawFile {
-        workers: Option<Spanned<usize>>,
-        max_connections: Option<Spanned<u32>>,
-        backlog: Option<Spanned<u32>>,
-        accept_batch: Option<Spanned<u32>>,
-        drain_timeout: Option<Dur>,
-        drain_grace: Option<Dur>,
-        tfo: Option<bool>,
-        reuseport: Option<bool>,
-        splice: Option<bool>,
         pid_file: Option<PathBuf>,
         log: Option<PathBuf>,
         user: Option<String>,

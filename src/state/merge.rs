@@ -68,14 +68,10 @@ pub(super) fn merge(base: &Config, ours: &Config, theirs: &Config) -> Config {
 }
 
 fn merge_global(base: &Global, ours: &Global, theirs: &Global) -> Global {
-    let mut out = theirs.clone();
-    merge_fields!(Global, base, ours, theirs, out;
-        workers, max_connections, backlog, accept_batch, drain_timeout, drain_grace, tfo, reuseport, splice,
-        pid_file, log, user, chroot, log_format, control, control_acl, control_level,
-        control_token_file, admin_token_file, admin, allow_exit, command_file, status_file,
-        debug, exit_idle_time;
-        acls);
-    // Each of Pen's ten lists on its own: `acl 3 ...` at run time survives an edit of list 4.
+    // Every field picked as one, then each of Pen's ten lists on its own: `acl 3 ...` at run
+    // time survives an edit of list 4.
+    let mut out = Global::merge(base, ours, theirs);
+    out.acls = theirs.acls.clone();
     for id in Acls::ids() {
         out.acls[id] = pick(&base.acls[id], &ours.acls[id], &theirs.acls[id]);
     }

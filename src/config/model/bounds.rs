@@ -14,17 +14,13 @@ use super::ConfigError;
 
 pub(crate) use crate::balancer::MAX_CLIENTS;
 pub(crate) use quill_core::duration::{format_duration, parse_duration, MAX_DURATION};
-/// The most worker threads.
-pub(crate) const MAX_WORKERS: usize = 1024;
-/// The largest listen backlog (the kernel caps it at `net.core.somaxconn` anyway).
-pub(crate) const MAX_BACKLOG: u32 = 65_535;
-/// The most accepts per wake-up (`-m`).
-pub(crate) const MAX_ACCEPT_BATCH: u32 = 10_000;
 /// The largest health-check `rise` and `fall`.
 pub(crate) const MAX_RISE_FALL: u32 = 1_000;
 pub(crate) use crate::addr::{MAX_SESSIONS, MAX_WEIGHT};
 
-pub(crate) use crate::config::settings::{check_duration, in_range};
+pub(crate) use crate::config::settings::{
+    check_duration, in_range, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_WORKERS,
+};
 
 /// `dsr_wait`'s bounds, in ms: the kernel takes whole milliseconds, and past a second a lone
 /// frame would wait longer than a client's TCP retransmission.

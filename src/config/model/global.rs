@@ -8,56 +8,43 @@ use std::time::Duration;
 use crate::acl::{AclId, Acls};
 use crate::addr::ListenAddr;
 
-use super::bounds::{
-    check_duration, in_range, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_SESSIONS, MAX_WORKERS,
-};
+use crate::config::settings::{self, define_global};
 
-/// Process-wide settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Global {
-    pub workers: usize,
-    /// Sessions per process (`-x`); None = what the open-file limit allows.
-    pub max_connections: Option<u32>,
-    pub backlog: u32,
-    pub accept_batch: u32,
-    pub drain_timeout: Duration,
-    /// How long a drain keeps idle HTTP clients (kept alive, or accepted with no request yet)
-    /// open for one more request, answered with `Connection: close`; capped by `drain_timeout`.
-    pub drain_grace: Duration,
-    pub tfo: bool,
-    pub reuseport: bool,
-    /// Bulk flows move through splice pipes (zero copy); false copies everything through buffers.
-    pub splice: bool,
-    pub pid_file: Option<PathBuf>,
-    pub log: Option<PathBuf>,
-    pub user: Option<String>,
-    pub chroot: Option<PathBuf>,
-    /// Access log line format.
-    pub log_format: LogFormat,
-    /// The control socket (`-C`): a Unix socket path or a TCP address.
-    pub control: Option<ListenAddr>,
-    /// ACL checked against control clients over TCP (`control_acl`).
-    pub control_acl: Option<AclId>,
-    /// What TCP control clients may do (`control_level`); the Unix socket is always `admin`.
-    pub control_level: ControlLevel,
-    /// A file holding the bearer token TCP control clients must present (`control_token_file`).
-    pub control_token_file: Option<PathBuf>,
-    /// A file holding the bearer token admin HTTP clients must present (`admin_token_file`).
-    pub admin_token_file: Option<PathBuf>,
-    /// The admin HTTP listener (`--admin`): metrics, status API and page.
-    pub admin: Option<SocketAddr>,
-    /// Whether the `exit` control command is allowed (`-X`).
-    pub allow_exit: bool,
-    /// Control commands read at start and on every reload (`-F`).
-    pub command_file: Option<PathBuf>,
-    /// Pen's HTML status report, written on SIGUSR1 and `status` (`-w`).
-    pub status_file: Option<PathBuf>,
-    /// Pen's ACL lists 0-9.
-    pub acls: Acls,
-    /// Debug level (`-d`, `debug N`).
-    pub debug: u8,
-    /// Exit once no session has been open for this long (socket-proxyd's `--exit-idle-time`).
-    pub exit_idle_time: Option<Duration>,
+crate::config::settings::global_table! {
+    define_global
+    /// Process-wide settings. The scalar ones come from `settings::global_table`.
+    {
+        pid_file: Option<PathBuf> = None,
+        log: Option<PathBuf> = None,
+        user: Option<String> = None,
+        chroot: Option<PathBuf> = None,
+        /// Access log line format.
+        log_format: LogFormat = LogFormat::Text,
+        /// The control socket (`-C`): a Unix socket path or a TCP address.
+        control: Option<ListenAddr> = None,
+        /// ACL checked against control clients over TCP (`control_acl`).
+        control_acl: Option<AclId> = None,
+        /// What TCP control clients may do (`control_level`); the Unix socket is always `admin`.
+        control_level: ControlLevel = ControlLevel::default(),
+        /// A file holding the bearer token TCP control clients must present (`control_token_file`).
+        control_token_file: Option<PathBuf> = None,
+        /// A file holding the bearer token admin HTTP clients must present (`admin_token_file`).
+        admin_token_file: Option<PathBuf> = None,
+        /// The admin HTTP listener (`--admin`): metrics, status API and page.
+        admin: Option<SocketAddr> = None,
+        /// Whether the `exit` control command is allowed (`-X`).
+        allow_exit: bool = false,
+        /// Control commands read at start and on every reload (`-F`).
+        command_file: Option<PathBuf> = None,
+        /// Pen's HTML status report, written on SIGUSR1 and `status` (`-w`).
+        status_file: Option<PathBuf> = None,
+        /// Pen's ACL lists 0-9.
+        acls: Acls = Default::default(),
+        /// Debug level (`-d`, `debug N`).
+        debug: u8 = 0,
+        /// Exit once no session has been open for this long (socket-proxyd's `--exit-idle-time`).
+        exit_idle_time: Option<Duration> = None,
+    }
 }
 
 /// What a control client may do, as HAProxy's runtime API levels. Each level includes the ones
@@ -160,55 +147,9 @@ pub(crate) fn same_log_file(a: &std::path::Path, b: &std::path::Path) -> bool {
     }
 }
 
-impl Default for Global {
-    fn default() -> Global {
-        Global {
-            workers: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
-            max_connections: None,
-            backlog: 1024,
-            accept_batch: 100,
-            drain_timeout: Duration::from_secs(30),
-            drain_grace: Duration::from_secs(2),
-            tfo: true,
-            reuseport: false,
-            splice: true,
-            pid_file: None,
-            log: None,
-            user: None,
-            chroot: None,
-            log_format: LogFormat::Text,
-            control: None,
-            control_acl: None,
-            control_level: ControlLevel::default(),
-            control_token_file: None,
-            admin_token_file: None,
-            admin: None,
-            allow_exit: false,
-            command_file: None,
-            status_file: None,
-            acls: Default::default(),
-            debug: 0,
-            exit_idle_time: None,
-        }
-    }
-}
-
 impl Global {
     /// Checks every bound of the process-wide settings.
     pub(crate) fn check(&self) -> Result<(), String> {
-        in_range("workers", self.workers as u64, 1..=MAX_WORKERS as u64)?;
-        if let Some(n) = self.max_connections {
-            in_range("max_connections", n.into(), 1..=MAX_SESSIONS.into())?;
-        }
-        in_range("backlog", self.backlog.into(), 1..=MAX_BACKLOG.into())?;
-        in_range(
-            "accept_batch",
-            self.accept_batch.into(),
-            1..=MAX_ACCEPT_BATCH.into(),
-        )?;
-        check_duration("drain_timeout", self.drain_timeout)?;
-        check_duration("drain_grace", self.drain_grace)
+        GLOBAL.iter().try_for_each(|e| e.check(self))
     }
 }
