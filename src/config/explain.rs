@@ -10,102 +10,14 @@ impl Config {
     /// A human explanation of what this configuration does (for `quill check`).
     pub(crate) fn explain(&self) -> String {
         let g = &self.global;
-        let mut out = format!(
-            "{} listener(s), {} worker(s), max connections {}, backlog {}, drain timeout {}, drain grace {}\n",
-            self.listeners.len(),
-            g.workers,
-            g.max_connections
-                .map_or("from the open-file limit".to_string(), |n| n.to_string()),
-            g.backlog,
-            format_duration(g.drain_timeout),
-            format_duration(g.drain_grace.min(g.drain_timeout))
-        );
-        if let Some(c) = &g.control {
-            let level = match c {
-                ListenAddr::Unix(_) => "admin (Unix socket)".to_string(),
-                ListenAddr::Tcp(_) => format!("control_level {}", g.control_level.name()),
-            };
-            out += &format!(
-                "control socket {c}: {level}{}, {}\n",
-                g.control_acl
-                    .map_or(String::new(), |n| format!(", control_acl {n}")),
-                if g.control_token_file.is_some() {
-                    "token required (control_token_file)"
-                } else {
-                    "no token"
-                }
-            );
-        }
-        if let Some(f) = &g.command_file {
-            out += &format!(
-                "command file {} (applied at start and on every reload)\n",
-                f.display()
-            );
-        }
-        if let Some(a) = &g.admin {
-            out += &format!(
-                "admin listener http://{a}/ (metrics at /metrics), {}\n",
-                if g.admin_token_file.is_some() {
-                    "token required (admin_token_file)"
-                } else {
-                    "no token"
-                }
-            );
-        }
-        if let Some(geo) = &g.acls.geo {
-            out += &format!(
-                "geoip: {} ({}), for country entries\n",
-                geo.path.display(),
-                geo.db.database_type()
-            );
-        }
-        for (n, acl) in g.acls.iter().filter(|(_, a)| !a.entries.is_empty()) {
-            let entries: Vec<String> = acl.entries.iter().map(|e| e.to_string()).collect();
-            out += &format!("acl {n}: {}\n", entries.join(", "));
-        }
+        let mut out = self.explain_global();
         for p in &self.pools {
             out += &format!("pool '{}': mode {}\n", p.name, p.mode);
             explain_pool(p, &mut out);
             explain_server_tls(p, &mut out);
         }
         for l in &self.listeners {
-            let t = &l.tuning;
-            out += &format!(
-                "listener '{}' on {}: mode {}; connect timeout {}, blacklist {}, idle timeout {}, fin timeout {}\n",
-                l.name,
-                l.listen,
-                l.mode,
-                format_duration(t.connect_timeout),
-                format_duration(t.blacklist),
-                format_duration(t.idle_timeout),
-                format_duration(t.fin_timeout)
-            );
-            out += &format!(
-                "  clients tracked: {}, sessions per client address: {}\n",
-                t.clients_max,
-                match t.max_per_source {
-                    0 => "no limit".to_string(),
-                    n => n.to_string(),
-                }
-            );
-            if let Some(log) = self.listener_log(l) {
-                out += &format!(
-                    "  access log {}: {}, {}\n",
-                    log.path.display(),
-                    log.kind.describe(),
-                    if log.own {
-                        "its own file (log)"
-                    } else {
-                        "the process-wide file"
-                    }
-                );
-            }
-            if t.transparent {
-                out += "  transparent: server connections leave from the client's address\n";
-            }
-            if let Some(ip) = t.source {
-                out += &format!("  server connections leave from {ip} (source)\n");
-            }
+            self.explain_tuning(l, &mut out);
             if let (Some(ifname), Some((vip, port))) = (&l.dsr_if, l.dsr_vip()) {
                 out += &format!(
                     "  direct server return on {ifname}: frames for {vip}:{port} go to the servers, replies bypass Quill{}\n",
@@ -181,6 +93,115 @@ impl Config {
             }
         }
         out
+    }
+
+    /// The first lines of [`Config::explain`]: the process-wide settings, the control socket,
+    /// the admin listener, geoip and the ACLs.
+    fn explain_global(&self) -> String {
+        let g = &self.global;
+        let mut out = format!(
+        "{} listener(s), {} worker(s), max connections {}, backlog {}, drain timeout {}, drain grace {}\n",
+        self.listeners.len(),
+        g.workers,
+        g.max_connections
+            .map_or("from the open-file limit".to_string(), |n| n.to_string()),
+        g.backlog,
+        format_duration(g.drain_timeout),
+        format_duration(g.drain_grace.min(g.drain_timeout))
+    );
+        if let Some(c) = &g.control {
+            let level = match c {
+                ListenAddr::Unix(_) => "admin (Unix socket)".to_string(),
+                ListenAddr::Tcp(_) => format!("control_level {}", g.control_level.name()),
+            };
+            out += &format!(
+                "control socket {c}: {level}{}, {}\n",
+                g.control_acl
+                    .map_or(String::new(), |n| format!(", control_acl {n}")),
+                if g.control_token_file.is_some() {
+                    "token required (control_token_file)"
+                } else {
+                    "no token"
+                }
+            );
+        }
+        if let Some(f) = &g.command_file {
+            out += &format!(
+                "command file {} (applied at start and on every reload)\n",
+                f.display()
+            );
+        }
+        if let Some(a) = &g.admin {
+            out += &format!(
+                "admin listener http://{a}/ (metrics at /metrics), {}\n",
+                if g.admin_token_file.is_some() {
+                    "token required (admin_token_file)"
+                } else {
+                    "no token"
+                }
+            );
+        }
+        if let Some(geo) = &g.acls.geo {
+            out += &format!(
+                "geoip: {} ({}), for country entries\n",
+                geo.path.display(),
+                geo.db.database_type()
+            );
+        }
+        for (n, acl) in g.acls.iter().filter(|(_, a)| !a.entries.is_empty()) {
+            let entries: Vec<String> = acl.entries.iter().map(|e| e.to_string()).collect();
+            out += &format!("acl {n}: {}\n", entries.join(", "));
+        }
+        out
+    }
+
+    /// A listener's first lines: its address, mode and tuning settings, its access log and where
+    /// its server connections leave from.
+    fn explain_tuning(&self, l: &ListenerConfig, out: &mut String) {
+        let t = &l.tuning;
+        *out += &format!(
+            "listener '{}' on {}: mode {}; connect timeout {}, blacklist {}, idle timeout {}, fin timeout {}\n",
+            l.name,
+            l.listen,
+            l.mode,
+            format_duration(t.connect_timeout),
+            format_duration(t.blacklist),
+            format_duration(t.idle_timeout),
+            format_duration(t.fin_timeout)
+        );
+        *out += &format!(
+            "  clients tracked: {}, sessions per client address: {}\n",
+            t.clients_max,
+            match t.max_per_source {
+                0 => "no limit".to_string(),
+                n => n.to_string(),
+            }
+        );
+        let listed = t.listed_differences();
+        if !listed.is_empty() {
+            *out += &format!(
+                "  other settings that differ from the defaults: {}\n",
+                listed.join("; ")
+            );
+        }
+        if let Some(log) = self.listener_log(l) {
+            *out += &format!(
+                "  access log {}: {}, {}\n",
+                log.path.display(),
+                log.kind.describe(),
+                if log.own {
+                    "its own file (log)"
+                } else {
+                    "the process-wide file"
+                }
+            );
+        }
+        if t.transparent {
+            *out += "  transparent: server connections leave from the client's address\n";
+        }
+        if let Some(ip) = t.source {
+            *out += &format!("  server connections leave from {ip} (source)\n");
+        }
     }
 }
 

@@ -16,6 +16,7 @@ use super::model::{
     format_duration, in_range, ConfigError, ErrorPage, ForwardedFor, HeaderEdit, HttpSettings,
     NormalizePath,
 };
+use super::settings::{http_table, About, Entry, Explain, Field, Kind, Scope, HTTP_EXPLAIN_ORDER};
 use quill_core::http1::rewrite::EditOp;
 
 /// The smallest `max_request_line` and `max_header_bytes` (a request line of a few hundred bytes
@@ -48,113 +49,15 @@ const MANAGED: [&str; 8] = [
     "upgrade",
 ];
 
-/// A partial `HttpSettings`: what one table (`[http]`, a `[listener.http]`) sets. Applied key by
-/// key over the defaults.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct HttpSettingsPatch {
-    pub header_timeout: Option<Duration>,
-    pub keepalive_timeout: Option<Duration>,
-    pub body_timeout: Option<Duration>,
-    pub response_timeout: Option<Duration>,
-    pub tunnel_timeout: Option<Duration>,
-    pub server_keepalive: Option<u32>,
-    pub server_idle_timeout: Option<Duration>,
-    pub max_body: Option<u64>,
-    pub max_request_line: Option<u32>,
-    pub max_header_bytes: Option<u32>,
-    pub max_headers: Option<u32>,
-    pub forwarded_for: Option<ForwardedFor>,
-    pub trusted_proxies: Option<Vec<Net>>,
-    pub x_forwarded_proto: Option<bool>,
-    pub x_forwarded_host: Option<bool>,
-    pub forwarded: Option<bool>,
-    /// Some(None): `via = false`.
-    pub via: Option<Option<String>>,
-    pub request_id: Option<bool>,
-    pub normalize_path: Option<NormalizePath>,
-    pub underscores_in_headers: Option<bool>,
-    pub request_headers: Option<Vec<HeaderEdit>>,
-    pub response_headers: Option<Vec<HeaderEdit>>,
-    pub error_pages: Option<Vec<ErrorPage>>,
-}
-
 impl HttpSettings {
-    /// Sets every key the patch sets (a list replaces the list it overrides).
-    pub(crate) fn apply(&mut self, p: &HttpSettingsPatch) {
-        fn set<T: Clone>(slot: &mut T, value: &Option<T>) {
-            if let Some(v) = value {
-                *slot = v.clone();
-            }
-        }
-        set(&mut self.header_timeout, &p.header_timeout);
-        set(&mut self.keepalive_timeout, &p.keepalive_timeout);
-        set(&mut self.body_timeout, &p.body_timeout);
-        set(&mut self.response_timeout, &p.response_timeout);
-        set(&mut self.tunnel_timeout, &p.tunnel_timeout);
-        set(&mut self.server_keepalive, &p.server_keepalive);
-        set(&mut self.server_idle_timeout, &p.server_idle_timeout);
-        if let Some(n) = p.max_body {
-            self.max_body = Some(n);
-        }
-        set(&mut self.max_request_line, &p.max_request_line);
-        set(&mut self.max_header_bytes, &p.max_header_bytes);
-        set(&mut self.max_headers, &p.max_headers);
-        set(&mut self.forwarded_for, &p.forwarded_for);
-        set(&mut self.trusted_proxies, &p.trusted_proxies);
-        set(&mut self.x_forwarded_proto, &p.x_forwarded_proto);
-        set(&mut self.x_forwarded_host, &p.x_forwarded_host);
-        set(&mut self.forwarded, &p.forwarded);
-        set(&mut self.via, &p.via);
-        set(&mut self.request_id, &p.request_id);
-        set(&mut self.normalize_path, &p.normalize_path);
-        set(&mut self.underscores_in_headers, &p.underscores_in_headers);
-        set(&mut self.request_headers, &p.request_headers);
-        set(&mut self.response_headers, &p.response_headers);
-        set(&mut self.error_pages, &p.error_pages);
-    }
-
     /// Checks every bound; the message names the key, the value and the range.
     pub(crate) fn check(&self) -> Result<(), String> {
-        for (name, d) in [
-            ("header_timeout", self.header_timeout),
-            ("keepalive_timeout", self.keepalive_timeout),
-            ("body_timeout", self.body_timeout),
-            ("response_timeout", self.response_timeout),
-            ("tunnel_timeout", self.tunnel_timeout),
-            ("server_idle_timeout", self.server_idle_timeout),
-        ] {
-            check_timeout(name, d)?;
-        }
-        in_range(
-            "server_keepalive",
-            self.server_keepalive.into(),
-            0..=MAX_SERVER_KEEPALIVE,
-        )?;
-        in_range(
-            "max_request_line",
-            self.max_request_line.into(),
-            MIN_HEAD_LIMIT..=MAX_HEAD_LIMIT,
-        )?;
-        in_range(
-            "max_header_bytes",
-            self.max_header_bytes.into(),
-            MIN_HEAD_LIMIT..=MAX_HEAD_LIMIT,
-        )?;
-        in_range("max_headers", self.max_headers.into(), 1..=MAX_HEADERS)?;
+        HTTP.iter().try_for_each(|e| e.check(self))?;
         if self.max_request_line > self.max_header_bytes {
             return Err(format!(
                 "max_request_line: {} is more than max_header_bytes {} (the request line is part of the head)",
                 self.max_request_line, self.max_header_bytes
             ));
-        }
-        if self.trusted_proxies.len() > MAX_TRUSTED_PROXIES {
-            return Err(format!(
-                "trusted_proxies: {} entries (at most {MAX_TRUSTED_PROXIES})",
-                self.trusted_proxies.len()
-            ));
-        }
-        if let Some(v) = &self.via {
-            check_via(v)?;
         }
         for (key, edits) in [
             ("request_headers", &self.request_headers),
@@ -173,117 +76,31 @@ impl HttpSettings {
         Ok(())
     }
 
-    /// The settings that differ from the defaults, each as `key value` (for `quill check`).
+    /// The settings that differ from the defaults, each as `key value` (for `quill check`), in
+    /// [`HTTP_EXPLAIN_ORDER`].
     pub(crate) fn differences(&self) -> Vec<String> {
         let d = HttpSettings::default();
         let mut out = Vec::new();
-        let mut dur = |name: &str, mine: Duration, default: Duration| {
-            if mine != default {
-                out.push(format!("{name} {}", format_duration(mine)));
+        for key in HTTP_EXPLAIN_ORDER {
+            if let Some(e) = HTTP.iter().find(|e| e.about().key == *key) {
+                if !e.is_default(self, &d) {
+                    out.push(format!("{key} {}", e.shown(self)));
+                }
+                continue;
             }
-        };
-        dur("header_timeout", self.header_timeout, d.header_timeout);
-        dur(
-            "keepalive_timeout",
-            self.keepalive_timeout,
-            d.keepalive_timeout,
-        );
-        dur("body_timeout", self.body_timeout, d.body_timeout);
-        dur(
-            "response_timeout",
-            self.response_timeout,
-            d.response_timeout,
-        );
-        dur("tunnel_timeout", self.tunnel_timeout, d.tunnel_timeout);
-        if self.server_keepalive != d.server_keepalive {
-            out.push(format!("server_keepalive {}", self.server_keepalive));
-        }
-        if self.server_idle_timeout != d.server_idle_timeout {
-            out.push(format!(
-                "server_idle_timeout {}",
-                format_duration(self.server_idle_timeout)
-            ));
-        }
-        if let Some(n) = self.max_body {
-            out.push(format!("max_body {}", format_size(n)));
-        }
-        for (name, mine, default) in [
-            (
-                "max_request_line",
-                self.max_request_line,
-                d.max_request_line,
-            ),
-            (
-                "max_header_bytes",
-                self.max_header_bytes,
-                d.max_header_bytes,
-            ),
-        ] {
-            if mine != default {
-                out.push(format!("{name} {}", format_size(mine.into())));
+            let shown: Vec<String> = match *key {
+                "request_headers" => self.request_headers.iter().map(show_edit).collect(),
+                "response_headers" => self.response_headers.iter().map(show_edit).collect(),
+                "error_pages" => self
+                    .error_pages
+                    .iter()
+                    .map(|p| format!("{} {}", p.status, p.path.display()))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if !shown.is_empty() {
+                out.push(format!("{key} {}", shown.join(", ")));
             }
-        }
-        if self.max_headers != d.max_headers {
-            out.push(format!("max_headers {}", self.max_headers));
-        }
-        if self.forwarded_for != d.forwarded_for {
-            out.push(format!(
-                "forwarded_for {}",
-                forwarded_for_name(self.forwarded_for)
-            ));
-        }
-        if !self.trusted_proxies.is_empty() {
-            let nets: Vec<String> = self.trusted_proxies.iter().map(|n| n.to_string()).collect();
-            out.push(format!("trusted_proxies {}", nets.join(" ")));
-        }
-        for (name, mine, default) in [
-            (
-                "x_forwarded_proto",
-                self.x_forwarded_proto,
-                d.x_forwarded_proto,
-            ),
-            (
-                "x_forwarded_host",
-                self.x_forwarded_host,
-                d.x_forwarded_host,
-            ),
-            ("forwarded", self.forwarded, d.forwarded),
-            ("request_id", self.request_id, d.request_id),
-            (
-                "underscores_in_headers",
-                self.underscores_in_headers,
-                d.underscores_in_headers,
-            ),
-        ] {
-            if mine != default {
-                out.push(format!("{name} {mine}"));
-            }
-        }
-        if let Some(v) = &self.via {
-            out.push(format!("via \"{v}\""));
-        }
-        if self.normalize_path != d.normalize_path {
-            out.push(format!(
-                "normalize_path {} (servers get the path in normal form)",
-                normalize_path_name(self.normalize_path)
-            ));
-        }
-        for (name, edits) in [
-            ("request_headers", &self.request_headers),
-            ("response_headers", &self.response_headers),
-        ] {
-            if !edits.is_empty() {
-                let shown: Vec<String> = edits.iter().map(show_edit).collect();
-                out.push(format!("{name} {}", shown.join(", ")));
-            }
-        }
-        if !self.error_pages.is_empty() {
-            let shown: Vec<String> = self
-                .error_pages
-                .iter()
-                .map(|p| format!("{} {}", p.status, p.path.display()))
-                .collect();
-            out.push(format!("error_pages {}", shown.join(", ")));
         }
         out
     }
@@ -540,6 +357,344 @@ pub(crate) fn edits(
     Ok(Some(out))
 }
 
+// === The grammars of the [http] settings (`settings::http_table`'s kinds) ===
+
+/// Reads a file value with `parse`; the error names the key (its line is the value's).
+fn read_value<T>(
+    key: &str,
+    raw: &Spanned<toml::Value>,
+    parse: impl FnOnce(&toml::Value) -> Result<T, String>,
+) -> Result<T, (String, Range<usize>)> {
+    parse(raw.get_ref()).map_err(|e| (format!("{key}: {e}"), raw.span()))
+}
+
+/// Drops a message's `key: ` prefix (the reader adds it back with the line).
+fn reason(key: &str, e: String) -> String {
+    e.trim_start_matches(key)
+        .trim_start_matches(": ")
+        .to_string()
+}
+
+/// A size in a file: bytes, or a string with k, m or g.
+fn size(v: &toml::Value) -> Result<u64, String> {
+    match v {
+        toml::Value::Integer(n) => {
+            u64::try_from(*n).map_err(|_| format!("{n} is not a size (bytes, 0 or more)"))
+        }
+        toml::Value::String(s) => parse_size(s),
+        other => Err(format!(
+            "{} is not a size (expected bytes, or a number with k, m or g such as \"16k\")",
+            shown(other)
+        )),
+    }
+}
+
+/// A timeout of an HTTP listener ([`check_timeout`]).
+pub(crate) struct HttpSecs;
+
+impl Kind for HttpSecs {
+    type Value = Duration;
+    const TYPE: &'static str = "duration";
+    type Raw = Spanned<toml::Value>;
+    fn read(&self, key: &str, raw: &Self::Raw) -> Result<Duration, (String, Range<usize>)> {
+        read_value(key, raw, |v| {
+            let d = match v {
+                toml::Value::Integer(n) => match u64::try_from(*n) {
+                    Ok(s) if s <= super::model::MAX_DURATION.as_secs() => Duration::from_secs(s),
+                    _ => return Err(format!("{n} is not a duration of 0 to 30 days")),
+                },
+                // Never a control character in a message: it must stay one line.
+                toml::Value::String(s) if s.chars().any(char::is_control) => {
+                    return Err(format!(
+                        "invalid duration '{}' (expected e.g. 30, 500ms, 2s, 5m, 1h)",
+                        s.escape_debug()
+                    ))
+                }
+                toml::Value::String(s) => super::model::parse_duration(s)?,
+                other => {
+                    return Err(format!(
+                        "{} is not a duration (expected e.g. 30, \"500ms\", \"2s\", \"5m\")",
+                        shown(other)
+                    ))
+                }
+            };
+            // The range check names the key itself: keep only its reason.
+            check_timeout(key, d)
+                .map(|()| d)
+                .map_err(|e| reason(key, e))
+        })
+    }
+    fn check(&self, name: &str, v: &Duration) -> Result<(), String> {
+        check_timeout(name, *v)
+    }
+    fn shown(&self, v: &Duration) -> String {
+        format_duration(*v)
+    }
+}
+
+/// `max_body`: a size, or none (unlimited).
+pub(crate) struct Size;
+
+impl Kind for Size {
+    type Value = Option<u64>;
+    const TYPE: &'static str = "size";
+    type Raw = Spanned<toml::Value>;
+    fn read(&self, key: &str, raw: &Self::Raw) -> Result<Option<u64>, (String, Range<usize>)> {
+        read_value(key, raw, size).map(Some)
+    }
+    fn shown(&self, v: &Option<u64>) -> String {
+        v.map_or_else(|| "none".to_string(), format_size)
+    }
+}
+
+/// A number within `range`; `sized`: written as a size (`16k`).
+pub(crate) struct Ranged {
+    pub range: std::ops::RangeInclusive<u64>,
+    pub sized: bool,
+}
+
+impl Kind for Ranged {
+    type Value = u32;
+    const TYPE: &'static str = "integer";
+    type Raw = Spanned<toml::Value>;
+    fn read(&self, key: &str, raw: &Self::Raw) -> Result<u32, (String, Range<usize>)> {
+        read_value(key, raw, |v| {
+            let range = self.range.clone();
+            let n = if self.sized {
+                size(v)?
+            } else {
+                match v {
+                    toml::Value::Integer(n) => u64::try_from(*n).map_err(|_| {
+                        format!("{n} is out of range ({} to {})", range.start(), range.end())
+                    })?,
+                    other => return Err(format!("{} is not an integer", shown(other))),
+                }
+            };
+            in_range(key, n, range).map_err(|e| reason(key, e))?;
+            u32::try_from(n).map_err(|_| format!("{n} is too large"))
+        })
+    }
+    fn check(&self, name: &str, v: &u32) -> Result<(), String> {
+        in_range(name, (*v).into(), self.range.clone())
+    }
+    fn type_name(&self) -> &'static str {
+        if self.sized {
+            "size"
+        } else {
+            Self::TYPE
+        }
+    }
+    fn shown(&self, v: &u32) -> String {
+        if self.sized {
+            format_size((*v).into())
+        } else {
+            v.to_string()
+        }
+    }
+}
+
+/// `true` or `false`.
+pub(crate) struct HttpBool;
+
+impl Kind for HttpBool {
+    type Value = bool;
+    const TYPE: &'static str = "bool";
+    type Raw = Spanned<toml::Value>;
+    fn read(&self, key: &str, raw: &Self::Raw) -> Result<bool, (String, Range<usize>)> {
+        read_value(key, raw, |v| match v {
+            toml::Value::Boolean(b) => Ok(*b),
+            other => Err(format!("{} is not true or false", shown(other))),
+        })
+    }
+    fn shown(&self, v: &bool) -> String {
+        v.to_string()
+    }
+}
+
+/// `forwarded_for`: append, replace or off.
+pub(crate) struct ForwardedForWord;
+
+impl Kind for ForwardedForWord {
+    type Value = ForwardedFor;
+    const TYPE: &'static str = "string";
+    type Raw = Spanned<toml::Value>;
+    fn read(&self, key: &str, raw: &Self::Raw) -> Result<ForwardedFor, (String, Range<usize>)> {
+        read_value(key, raw, |v| {
+            v.as_str().and_then(parse_forwarded_for).ok_or_else(|| {
+                format!(
+                    "invalid value {} (expected \"append\", \"replace\" or \"off\")",
+                    shown(v)
+                )
+            })
+        })
+    }
+    fn shown(&self, v: &ForwardedFor) -> String {
+        forwarded_for_name(*v).to_string()
+    }
+}
+
+/// `trusted_proxies`: a list of addresses or networks.
+pub(crate) struct Proxies;
+
+impl Kind for Proxies {
+    type Value = Vec<Net>;
+    const TYPE: &'static str = "array";
+    type Raw = Spanned<toml::Value>;
+    fn read(&self, key: &str, raw: &Self::Raw) -> Result<Vec<Net>, (String, Range<usize>)> {
+        read_value(key, raw, |v| {
+            let not_list = || {
+                format!(
+                    "{} is not a list of addresses or networks (e.g. [\"10.0.0.0/8\", \"127.0.0.1\"])",
+                    shown(v)
+                )
+            };
+            let list = v.as_array().ok_or_else(not_list)?;
+            if list.len() > MAX_TRUSTED_PROXIES {
+                return Err(format!(
+                    "{} entries (at most {})",
+                    list.len(),
+                    MAX_TRUSTED_PROXIES
+                ));
+            }
+            list.iter()
+                .map(|e| {
+                    let text = e.as_str().ok_or_else(not_list)?;
+                    if text.chars().any(char::is_control) {
+                        return Err(format!(
+                            "'{}' is not an address or network",
+                            text.escape_debug()
+                        ));
+                    }
+                    crate::acl::parse_net(text, None)
+                        .map_err(|why| format!("'{}': {why}", text.escape_debug()))
+                })
+                .collect()
+        })
+    }
+    fn check(&self, name: &str, v: &Vec<Net>) -> Result<(), String> {
+        if v.len() > MAX_TRUSTED_PROXIES {
+            return Err(format!(
+                "{name}: {} entries (at most {MAX_TRUSTED_PROXIES})",
+                v.len()
+            ));
+        }
+        Ok(())
+    }
+    fn shown(&self, v: &Vec<Net>) -> String {
+        let nets: Vec<String> = v.iter().map(|n| n.to_string()).collect();
+        nets.join(" ")
+    }
+}
+
+/// `via`: true (`quill`), false (none) or a name.
+pub(crate) struct ViaWord;
+
+impl Kind for ViaWord {
+    type Value = Option<String>;
+    const TYPE: &'static str = "string";
+    type Raw = Spanned<toml::Value>;
+    fn read(&self, key: &str, raw: &Self::Raw) -> Result<Option<String>, (String, Range<usize>)> {
+        read_value(key, raw, |v| match v {
+            toml::Value::Boolean(true) => Ok(Some("quill".to_string())),
+            toml::Value::Boolean(false) => Ok(None),
+            toml::Value::String(name) => check_via(name)
+                .map(|()| Some(name.clone()))
+                .map_err(|e| e.trim_start_matches("via: ").to_string()),
+            other => Err(format!("{} is not a name or true or false", shown(other))),
+        })
+    }
+    fn check(&self, _name: &str, v: &Option<String>) -> Result<(), String> {
+        v.as_deref().map_or(Ok(()), check_via)
+    }
+    fn shown(&self, v: &Option<String>) -> String {
+        v.as_ref()
+            .map_or_else(|| "none".to_string(), |v| format!("\"{v}\""))
+    }
+}
+
+/// `normalize_path`: match or forward.
+pub(crate) struct NormalizeWord;
+
+impl Kind for NormalizeWord {
+    type Value = NormalizePath;
+    const TYPE: &'static str = "string";
+    type Raw = Spanned<toml::Value>;
+    fn read(&self, key: &str, raw: &Self::Raw) -> Result<NormalizePath, (String, Range<usize>)> {
+        read_value(key, raw, |v| {
+            v.as_str().and_then(parse_normalize_path).ok_or_else(|| {
+                format!(
+                    "invalid value {} (expected \"match\" or \"forward\")",
+                    shown(v)
+                )
+            })
+        })
+    }
+    fn shown(&self, v: &NormalizePath) -> String {
+        match v {
+            NormalizePath::Match => "match".to_string(),
+            NormalizePath::Forward => format!(
+                "{} (servers get the path in normal form)",
+                normalize_path_name(*v)
+            ),
+        }
+    }
+}
+
+/// Generates `HttpSettingsPatch` (what one `[http]` or `[listener.http]` table sets), its
+/// application and the descriptors `HTTP` from the table, with the structured keys given
+/// before the `;`.
+macro_rules! define_http_patch {
+    (
+        { $( $xfield:ident : $xty:ty, )* } ;
+        $(
+            $(#[doc = $doc:literal])*
+            $field:ident : $ty:ty = $default:expr, $kty:ident $({ $($kbody:tt)* })?, $bounds:expr;
+        )*
+    ) => {
+        /// A partial `HttpSettings`: what one table (`[http]`, a `[listener.http]`) sets.
+        /// Applied key by key over the defaults.
+        #[derive(Clone, Debug, Default)]
+        pub(crate) struct HttpSettingsPatch {
+            $( pub $field: Option<$ty>, )*
+            $( pub $xfield: Option<$xty>, )*
+        }
+
+        impl HttpSettings {
+            /// Sets every key the patch sets (a list replaces the list it overrides).
+            pub(crate) fn apply(&mut self, p: &HttpSettingsPatch) {
+                $( if let Some(v) = &p.$field { self.$field = v.clone(); } )*
+                $( if let Some(v) = &p.$xfield { self.$xfield = v.clone(); } )*
+            }
+        }
+
+        /// The descriptors of the `[http]` settings, in the table's order.
+        pub(crate) static HTTP: &[&dyn Entry<HttpSettings>] = &[
+            $( &Field::<HttpSettings, _> {
+                about: About {
+                    key: stringify!($field),
+                    word: None,
+                    bounds: $bounds,
+                    doc: concat!($($doc, )*),
+                    scope: Scope::All,
+                    explain: Explain::Listed,
+                },
+                kind: $kty $({ $($kbody)* })?,
+                get: |h: &HttpSettings| &h.$field,
+                get_mut: |h: &mut HttpSettings| &mut h.$field,
+            }, )*
+        ];
+    };
+}
+
+http_table! {
+    define_http_patch
+    {
+        request_headers: Vec<HeaderEdit>,
+        response_headers: Vec<HeaderEdit>,
+        error_pages: Vec<ErrorPage>,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -633,7 +788,7 @@ mod tests {
         let mut h = HttpSettings::default();
         h.apply(&HttpSettingsPatch {
             response_timeout: Some(Duration::from_secs(5)),
-            max_body: Some(1 << 20),
+            max_body: Some(Some(1 << 20)),
             via: Some(Some("edge".into())),
             ..HttpSettingsPatch::default()
         });

@@ -5,11 +5,11 @@
 //! Every error names the offending value; errors from a file start with `PATH:LINE:`.
 //!
 //! One file per job; `model` is below the others and imports none of them:
-//! - `model`: the types (`Config`, `Global`, `ListenerConfig`, `Tuning`, `HealthCheck`...), the
-//!   bounds of every number and `validate`;
+//! - `settings`: each scalar setting described once (key, control word, type, bounds, default,
+//!   doc), and what the table generates (`Tuning`, `TuningPatch`, `Tune`); below `model`;
+//! - `model`: the types (`Config`, `Global`, `ListenerConfig`, `HealthCheck`...), the
+//!   bounds of every number and `validate`, one file per section;
 //! - `toml`: reading a TOML file into the model (`Raw*`, `from_toml`);
-//! - `apply`: control commands (`-O`, `-F` files, the control socket) applied to the model (command
-//!   files are read with `toml`'s `read_config_text`);
 //! - `write`: the model written back as control commands (the `write` command);
 //! - `explain`: `quill check`'s explanation (a server's limits in `write`'s words);
 //! - `http`: an HTTP listener's settings checked, patched key by key (`[http]`, `[listener.http]`)
@@ -17,20 +17,19 @@
 //! - `routes`: `[[listener.route]]` tables read into `RouteConfig` (named `[[pool]]`s are read by
 //!   `toml`, as listeners without a socket).
 //!
-//! Everything is re-exported here, so `crate::config::X` names any of it; `command`, below the
-//! loaders, imports `config::model` only.
+//! Everything is re-exported here, so `crate::config::X` names any of it. Control commands are
+//! applied to the model by `command::apply` (above `config`, which imports no `command`).
 
-mod apply;
 mod explain;
 pub(crate) mod http;
 pub(crate) mod model;
 #[cfg(test)]
-mod property;
+mod proptests;
 mod routes;
+pub(crate) mod settings;
 mod toml;
 mod write;
 
-pub(crate) use apply::{CommandFile, Quoting};
 pub(crate) use model::{
     compile_pattern, format_duration, parse_check_kind, parse_duration, parse_status_range,
     proxy_protocol_name, CheckKind, Config, ConfigError, ControlLevel, ErrorKind, Global,
@@ -38,7 +37,7 @@ pub(crate) use model::{
     ProxyVersion, RateLimit, RouteAction, RouteConfig, Tuning, TuningPatch, ValueMatch,
     MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_RISE_FALL, MAX_SESSIONS, MAX_WORKERS,
 };
-pub(crate) use toml::{check_certificates, load_file, parse_admin};
+pub(crate) use toml::{check_certificates, load_file, parse_admin, read_config_text};
 // What only the unit tests of other modules reach through `config`.
 #[cfg(test)]
 pub(crate) use model::MAX_DURATION;

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::ops::{Range, RangeInclusive};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,21 +16,29 @@ use crate::acl::{self, AclId};
 use crate::addr::{self, AdminState};
 use crate::balancer::ModeWord;
 
-use super::http::{self as http_settings, HttpSettingsPatch};
-use super::http::{edits, shown, RawEdits};
+use super::http::{
+    self as http_settings, HttpSettingsPatch, MAX_HEADERS, MAX_HEAD_LIMIT, MAX_SERVER_KEEPALIVE,
+    MIN_HEAD_LIMIT,
+};
+use super::http::{edits, RawEdits};
 use super::model::ErrorPage;
 use super::model::{
-    in_range, nonzero, parse_duration, parse_status_range, pool_addr, validate_check_path,
-    CheckKind, Config, ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings,
-    ListenerConfig, LogFormat, Member, RouteAction, RouteConfig, Tuning, TuningPatch,
-    MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT,
-    MAX_WORKERS,
+    in_range, nonzero, parse_status_range, pool_addr, validate_check_path, CheckKind, Config,
+    ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings, ListenerConfig,
+    LogFormat, Member, RouteAction, RouteConfig, Tuning, TuningPatch, MAX_SESSIONS, MAX_WEIGHT,
 };
 use super::routes::RawRoute;
+use super::settings::{self, Dur};
 
 mod geoip;
+mod global_table;
+mod health_table;
+mod http_table;
 mod tls_table;
 mod udp_table;
+use global_table::read_global;
+use health_table::RawHealth;
+use http_table::RawHttp;
 pub(crate) use tls_table::check_certificates;
 use tls_table::{RawServerTls, RawTls, TlsDefaults};
 #[cfg(test)]
@@ -137,130 +145,7 @@ fn from_toml_with(
             e.message().trim().replace('\n', " ")
         ))
     })?;
-    let mut global = Global::default();
-    let bounded = |v: &Option<Spanned<u32>>, name: &str, range: RangeInclusive<u32>| {
-        v.as_ref()
-            .map(|v| {
-                let n = *v.get_ref();
-                in_range(
-                    name,
-                    n.into(),
-                    (*range.start()).into()..=(*range.end()).into(),
-                )
-                .map(|()| n)
-                .map_err(|e| ConfigError::usage(format!("{}{e}", at(v.span()))))
-            })
-            .transpose()
-    };
-    if let Some(w) = &raw.workers {
-        in_range("workers", *w.get_ref() as u64, 1..=MAX_WORKERS as u64)
-            .map_err(|e| ConfigError::usage(format!("{}{e}", at(w.span()))))?;
-        global.workers = *w.get_ref();
-    }
-    global.max_connections = bounded(&raw.max_connections, "max_connections", 1..=MAX_SESSIONS)?
-        .or(global.max_connections);
-    global.backlog = bounded(&raw.backlog, "backlog", 1..=MAX_BACKLOG)?.unwrap_or(global.backlog);
-    global.accept_batch = bounded(&raw.accept_batch, "accept_batch", 1..=MAX_ACCEPT_BATCH)?
-        .unwrap_or(global.accept_batch);
-    global.drain_timeout = raw.drain_timeout.map_or(global.drain_timeout, |d| d.0);
-    global.drain_grace = raw.drain_grace.map_or(global.drain_grace, |d| d.0);
-    global.tfo = raw.tfo.unwrap_or(global.tfo);
-    global.reuseport = raw.reuseport.unwrap_or(global.reuseport);
-    global.splice = raw.splice.unwrap_or(global.splice);
-    // Relative paths in the file are the file's directory's (as its TLS files, error pages,
-    // command_file and geoip always were); command-line paths stay the working directory's.
-    let file_dir = Path::new(origin).parent().unwrap_or(Path::new(""));
-    let here = |what: &str, p: &Option<PathBuf>| {
-        p.as_ref()
-            .map(|p| relative_to_file(origin, file_dir, what, p))
-    };
-    global.pid_file = here("pid_file", &raw.pid_file);
-    global.log = here("log", &raw.log);
-    global.user = raw.user.clone();
-    global.chroot = raw.chroot.clone();
-    if let Some(f) = &raw.log_format {
-        global.log_format = LogFormat::parse(f.get_ref()).ok_or_else(|| {
-            ConfigError::usage(format!(
-                "{}invalid log_format '{}' (expected text or json)",
-                at(f.span()),
-                f.get_ref()
-            ))
-        })?;
-    }
-    if let Some(c) = &raw.control {
-        let value = c.get_ref();
-        // A control address is HOST:PORT or a port; anything else is the Unix socket's path
-        // (`ctl.sock` as well as `./ctl.sock`), relative to the file's directory.
-        let is_path = value.contains('/')
-            || (!value.contains(':') && !value.bytes().all(|b| b.is_ascii_digit()));
-        global.control = Some(if is_path {
-            crate::addr::ListenAddr::Unix(relative_to_file(
-                origin,
-                file_dir,
-                "control",
-                Path::new(value),
-            ))
-        } else {
-            addr::parse_listen(value)
-                .map_err(|e| ConfigError::from_addr(e, &format!("{}control: ", at(c.span()))))?
-        });
-    }
-    if let Some(n) = &raw.control_acl {
-        global.control_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
-    }
-    if let Some(l) = &raw.control_level {
-        global.control_level = ControlLevel::parse(l.get_ref()).ok_or_else(|| {
-            ConfigError::usage(format!(
-                "{}invalid control_level '{}' (expected read, operate or admin)",
-                at(l.span()),
-                l.get_ref()
-            ))
-        })?;
-    }
-    global.control_token_file = here("control_token_file", &raw.control_token_file);
-    global.admin_token_file = here("admin_token_file", &raw.admin_token_file);
-    if let Some(a) = &raw.admin {
-        global.admin = Some(
-            parse_admin(a.get_ref())
-                .map_err(|e| ConfigError::usage(format!("{}admin: {e}", at(a.span()))))?,
-        );
-    }
-    global.allow_exit = raw.allow_exit.unwrap_or(false);
-    // Relative to the file that names it, as `include` is: the file is read at start and on
-    // every reload, like `-F`, and `write` without FILE writes there.
-    global.command_file = raw
-        .command_file
-        .as_ref()
-        .map(|f| match Path::new(origin).parent() {
-            Some(dir) => dir.join(f),
-            None => f.clone(),
-        });
-    global.status_file = here("status_file", &raw.status_file);
-    if let Some(g) = &raw.geoip {
-        let dir = Path::new(origin).parent().unwrap_or(Path::new("."));
-        global.acls.geo = Some(geoip::load(g, dir, &at)?);
-    }
-    for (n, lines) in &raw.acl {
-        let prefix = at(lines.span());
-        let list =
-            acl::parse_list(n).map_err(|e| ConfigError::usage(format!("{prefix}acl: {e}")))?;
-        for line in lines.get_ref() {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            let entry = acl::parse_entry(&words)
-                .map_err(|e| ConfigError::usage(format!("{prefix}acl {list} '{line}': {e}")))?;
-            global.acls[list].entries.push(entry);
-        }
-    }
-    geoip::check(
-        &global.acls,
-        &|id| {
-            raw.acl
-                .iter()
-                .find(|(n, _)| acl::parse_list(n).ok() == Some(id))
-                .map(|(_, l)| l.span())
-        },
-        &at,
-    )?;
+    let global = read_global(&raw, origin, &at)?;
     let default_health = match &raw.health {
         Some(h) => Some(
             h.get_ref()
@@ -303,9 +188,44 @@ fn from_toml_with(
             "{origin}:1: no [[listener]] defined"
         )));
     }
+    let pools = read_pools(
+        &raw,
+        &defaults,
+        &default_health,
+        default_slow_start,
+        &dir,
+        &at,
+    )?;
+    let listeners = read_listeners(
+        &raw,
+        &file,
+        &default_health,
+        default_slow_start,
+        &pools,
+        &at,
+    )?;
+    let config = Config {
+        global,
+        listeners,
+        pools,
+    };
+    check_whole(&config, &raw, &at)?;
+    config.validate()?;
+    Ok(config)
+}
+
+/// The named pools (`[[pool]]`) of a file, each with the file's defaults.
+fn read_pools(
+    raw: &RawFile,
+    defaults: &Tuning,
+    default_health: &Option<HealthCheck>,
+    default_slow_start: Duration,
+    dir: &Path,
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<Vec<ListenerConfig>, ConfigError> {
     let mut pools: Vec<ListenerConfig> = Vec::new();
     for rp in &raw.pool {
-        let mut p = build_pool(rp, &defaults, &dir, &at)?;
+        let mut p = build_pool(rp, defaults, dir, at)?;
         if p.health.is_none() {
             p.health = default_health.clone();
         }
@@ -321,9 +241,21 @@ fn from_toml_with(
         }
         pools.push(p);
     }
+    Ok(pools)
+}
+
+/// The listeners of a file, each with the file's defaults; a route's pool must be one of `pools`.
+fn read_listeners(
+    raw: &RawFile,
+    file: &FileDefaults,
+    default_health: &Option<HealthCheck>,
+    default_slow_start: Duration,
+    pools: &[ListenerConfig],
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<Vec<ListenerConfig>, ConfigError> {
     let mut listeners: Vec<ListenerConfig> = Vec::new();
     for rl in &raw.listener {
-        let mut l = build_listener(rl, &file, &at)?;
+        let mut l = build_listener(rl, file, at)?;
         // The file-wide checks connect over TCP: a UDP listener's servers have no such port.
         if l.health.is_none() && l.udp.is_none() {
             l.health = default_health.clone();
@@ -361,11 +293,16 @@ fn from_toml_with(
         }
         listeners.push(l);
     }
-    let config = Config {
-        global,
-        listeners,
-        pools,
-    };
+    Ok(listeners)
+}
+
+/// The checks of a whole file that name a line: a server that is Quill itself, and listeners that
+/// would mix kinds of lines in one access log.
+fn check_whole(
+    config: &Config,
+    raw: &RawFile,
+    at: &dyn Fn(Range<usize>) -> String,
+) -> Result<(), ConfigError> {
     if let Some(found) = config.self_loop() {
         let span = match (raw.listener.get(found.listener), found.member) {
             (Some(rl), Member::Server(i)) => rl.servers.get(i).map(|s| s.span()),
@@ -384,7 +321,7 @@ fn from_toml_with(
         return Err(ConfigError::usage(format!(
             "{}{}",
             at(span),
-            found.message(&config)
+            found.message(config)
         )));
     }
     if let Some((i, why)) = config.log_mix() {
@@ -394,8 +331,7 @@ fn from_toml_with(
         });
         return Err(ConfigError::usage(format!("{}{why}", at(span))));
     }
-    config.validate()?;
-    Ok(config)
+    Ok(())
 }
 
 /// Why a route does not fit its listener: a TCP listener's routes pick a pool by TLS server name
@@ -852,46 +788,6 @@ impl<'de> Deserialize<'de> for MsText {
     }
 }
 
-/// A duration in a file: integer seconds or a string with a unit.
-#[derive(Clone, Copy, Debug)]
-struct Dur(Duration);
-
-impl<'de> Deserialize<'de> for Dur {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Dur, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Dur;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a duration such as 30, \"500ms\", \"2s\", \"5m\"")
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
-                match u64::try_from(v).map(Duration::from_secs) {
-                    Ok(d) if d <= MAX_DURATION => Ok(Dur(d)),
-                    Ok(_) => Err(E::custom(format!(
-                        "invalid duration {v}: at most 30 days (2592000 seconds)"
-                    ))),
-                    Err(_) => Err(E::custom(format!("invalid duration {v}"))),
-                }
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
-                parse_duration(v).map(Dur).map_err(E::custom)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-impl<'de> Deserialize<'de> for Fastclose {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Fastclose, D::Error> {
-        let s = String::deserialize(d)?;
-        Fastclose::parse(&s).ok_or_else(|| {
-            de::Error::custom(format!(
-                "invalid tcp_fastclose '{s}' (expected off, up, down, both)"
-            ))
-        })
-    }
-}
-
 /// A server in a file: a Pen spec string or a table.
 #[derive(Debug)]
 enum RawServer {
@@ -909,461 +805,6 @@ struct RawServerTable {
     prio: Option<u32>,
     acl: Option<u8>,
     state: Option<String>,
-}
-
-/// `[health]` / `[listener.health]`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawHealth {
-    /// "tcp" or "http".
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    path: Option<String>,
-    expect: Option<String>,
-    /// The datagram of a `udp` check.
-    send: Option<String>,
-    interval: Option<Dur>,
-    timeout: Option<Dur>,
-    rise: Option<u32>,
-    fall: Option<u32>,
-    /// The `Host` of an HTTP check (a name or address, with an optional port).
-    host: Option<String>,
-}
-
-impl RawHealth {
-    fn build(&self) -> Result<HealthCheck, String> {
-        let mut h = HealthCheck::default();
-        let kind = self
-            .kind
-            .as_deref()
-            .unwrap_or(if self.path.is_some() { "http" } else { "tcp" });
-        h.kind = match kind {
-            "udp" => {
-                if self.path.is_some() || self.host.is_some() {
-                    return Err("health: path and host need type = \"http\"".into());
-                }
-                let send = self.send.clone().unwrap_or_default();
-                let expect = self.expect.clone().unwrap_or_default();
-                if send.len() > 1024 || expect.len() > 1024 {
-                    return Err("health: send and expect are at most 1024 bytes".into());
-                }
-                CheckKind::Udp { send, expect }
-            }
-            "tcp" => {
-                if self.path.is_some() || self.expect.is_some() || self.host.is_some() {
-                    return Err("health: path, expect and host need type = \"http\"".into());
-                }
-                if self.send.is_some() {
-                    return Err("health: send needs type = \"udp\"".into());
-                }
-                CheckKind::Tcp
-            }
-            "http" => {
-                if self.send.is_some() {
-                    return Err("health: send needs type = \"udp\"".into());
-                }
-                // An empty path is `/`, as `--check http:` says.
-                let path = match self.path.as_deref() {
-                    None | Some("") => "/",
-                    Some(p) => p,
-                };
-                validate_check_path(path)?;
-                let path = path.to_string();
-                let expect = match &self.expect {
-                    Some(e) => parse_status_range(e)?,
-                    None => (200, 399),
-                };
-                CheckKind::Http { path, expect }
-            }
-            other => {
-                return Err(format!(
-                    "health: unknown type '{other}' (expected tcp, http or udp)"
-                ))
-            }
-        };
-        if let Some(host) = &self.host {
-            let ok = !host.is_empty()
-                && host.len() <= 255
-                && host
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b));
-            if !ok {
-                return Err(format!(
-                    "health: host '{}' is not a host name or address with an optional port",
-                    host.escape_debug()
-                ));
-            }
-            h.host = Some(host.clone());
-        }
-        if let Some(d) = self.interval {
-            h.interval = nonzero(d.0, "health interval").map_err(|e| e.message)?;
-        }
-        if let Some(d) = self.timeout {
-            h.timeout = nonzero(d.0, "health timeout").map_err(|e| e.message)?;
-        }
-        for (v, slot, name) in [
-            (self.rise, &mut h.rise, "rise"),
-            (self.fall, &mut h.fall, "fall"),
-        ] {
-            if let Some(n) = v {
-                if n == 0 {
-                    return Err(format!("health: {name} must be at least 1"));
-                }
-                *slot = n;
-            }
-        }
-        h.check()?;
-        Ok(h)
-    }
-}
-
-/// `error_pages = { 503 = "path" }`: each status one Quill answers itself, each file read now
-/// (relative to `dir`, the configuration file's directory), a regular file of at most 12 KiB.
-fn error_pages(v: &toml::Value, dir: &std::path::Path) -> Result<Vec<ErrorPage>, String> {
-    let toml::Value::Table(t) = v else {
-        return Err(
-            "expected a table of status = \"file\" (error_pages = { 503 = \"503.html\" })".into(),
-        );
-    };
-    let mut pages = Vec::new();
-    for (key, value) in t {
-        let status: u16 = key
-            .parse()
-            .ok()
-            .filter(|s| http_settings::ERROR_PAGE_STATUSES.contains(s))
-            .ok_or_else(|| {
-                format!(
-                    "'{}' is not a status Quill answers itself (one of {})",
-                    key.escape_debug(),
-                    http_settings::ERROR_PAGE_STATUSES
-                        .map(|s| s.to_string())
-                        .join(", ")
-                )
-            })?;
-        let toml::Value::String(file) = value else {
-            return Err(format!("{status}: expected a file name in quotes"));
-        };
-        let path = dir.join(file);
-        let body = read_page(&path).map_err(|e| format!("{status}: {}: {e}", path.display()))?;
-        let html = path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm"));
-        pages.push(ErrorPage {
-            status,
-            path,
-            content_type: if html {
-                "text/html; charset=utf-8"
-            } else {
-                "text/plain; charset=utf-8"
-            },
-            body: body.into(),
-        });
-    }
-    Ok(pages)
-}
-
-/// An error page's bytes: a regular file of at most [`http_settings::MAX_ERROR_PAGE`] bytes.
-fn read_page(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
-    }
-    let mut body = Vec::new();
-    file.take(http_settings::MAX_ERROR_PAGE + 1)
-        .read_to_end(&mut body)
-        .map_err(|e| e.to_string())?;
-    if body.len() as u64 > http_settings::MAX_ERROR_PAGE {
-        return Err(format!(
-            "larger than {} KiB",
-            http_settings::MAX_ERROR_PAGE >> 10
-        ));
-    }
-    Ok(body)
-}
-
-/// `[http]` / `[listener.http]`: every key of `HttpSettings`, each kept as a TOML value with its
-/// span so that every error names the key, the value and the line.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawHttp {
-    header_timeout: Option<Spanned<toml::Value>>,
-    keepalive_timeout: Option<Spanned<toml::Value>>,
-    body_timeout: Option<Spanned<toml::Value>>,
-    response_timeout: Option<Spanned<toml::Value>>,
-    tunnel_timeout: Option<Spanned<toml::Value>>,
-    server_keepalive: Option<Spanned<toml::Value>>,
-    server_idle_timeout: Option<Spanned<toml::Value>>,
-    max_body: Option<Spanned<toml::Value>>,
-    max_request_line: Option<Spanned<toml::Value>>,
-    max_header_bytes: Option<Spanned<toml::Value>>,
-    max_headers: Option<Spanned<toml::Value>>,
-    forwarded_for: Option<Spanned<toml::Value>>,
-    trusted_proxies: Option<Spanned<toml::Value>>,
-    x_forwarded_proto: Option<Spanned<toml::Value>>,
-    x_forwarded_host: Option<Spanned<toml::Value>>,
-    forwarded: Option<Spanned<toml::Value>>,
-    via: Option<Spanned<toml::Value>>,
-    request_id: Option<Spanned<toml::Value>>,
-    normalize_path: Option<Spanned<toml::Value>>,
-    underscores_in_headers: Option<Spanned<toml::Value>>,
-    request_headers: Option<Spanned<RawEdits>>,
-    response_headers: Option<Spanned<RawEdits>>,
-    error_pages: Option<Spanned<toml::Value>>,
-}
-
-impl RawHttp {
-    /// The keys set here, each checked on its own; errors start with the key's `FILE:LINE:`.
-    /// `dir`: where relative `error_pages` files are (the configuration file's directory).
-    fn patch(
-        &self,
-        at: &dyn Fn(Range<usize>) -> String,
-        dir: &Path,
-    ) -> Result<HttpSettingsPatch, ConfigError> {
-        type Key<'a> = &'a Option<Spanned<toml::Value>>;
-        // Runs `parse` on a key's value; an error names the file, the line and the key.
-        fn read<T>(
-            key: Key,
-            name: &str,
-            at: &dyn Fn(Range<usize>) -> String,
-            parse: impl Fn(&toml::Value) -> Result<T, String>,
-        ) -> Result<Option<T>, ConfigError> {
-            key.as_ref()
-                .map(|v| {
-                    parse(v.get_ref())
-                        .map_err(|e| ConfigError::usage(format!("{}{name}: {e}", at(v.span()))))
-                })
-                .transpose()
-        }
-        let duration = |name: &'static str| {
-            move |v: &toml::Value| -> Result<Duration, String> {
-                let d = match v {
-                    toml::Value::Integer(n) => match u64::try_from(*n) {
-                        Ok(s) if s <= MAX_DURATION.as_secs() => Duration::from_secs(s),
-                        _ => return Err(format!("{n} is not a duration of 0 to 30 days")),
-                    },
-                    // Never a control character in a message: it must stay one line.
-                    toml::Value::String(s) if s.chars().any(char::is_control) => {
-                        return Err(format!(
-                            "invalid duration '{}' (expected e.g. 30, 500ms, 2s, 5m, 1h)",
-                            s.escape_debug()
-                        ))
-                    }
-                    toml::Value::String(s) => parse_duration(s)?,
-                    other => {
-                        return Err(format!(
-                            "{} is not a duration (expected e.g. 30, \"500ms\", \"2s\", \"5m\")",
-                            shown(other)
-                        ))
-                    }
-                };
-                // The range check names the key itself: keep only its reason.
-                http_settings::check_timeout(name, d)
-                    .map(|()| d)
-                    .map_err(|e| {
-                        e.trim_start_matches(name)
-                            .trim_start_matches(": ")
-                            .to_string()
-                    })
-            }
-        };
-        let size = |v: &toml::Value| -> Result<u64, String> {
-            match v {
-                toml::Value::Integer(n) => {
-                    u64::try_from(*n).map_err(|_| format!("{n} is not a size (bytes, 0 or more)"))
-                }
-                toml::Value::String(s) => http_settings::parse_size(s),
-                other => Err(format!(
-                    "{} is not a size (expected bytes, or a number with k, m or g such as \"16k\")",
-                    shown(other)
-                )),
-            }
-        };
-        let ranged = |name: &'static str, range: RangeInclusive<u64>, sized: bool| {
-            let range = range.clone();
-            move |v: &toml::Value| -> Result<u32, String> {
-                let n = if sized {
-                    size(v)?
-                } else {
-                    match v {
-                        toml::Value::Integer(n) => u64::try_from(*n).map_err(|_| {
-                            format!("{n} is out of range ({} to {})", range.start(), range.end())
-                        })?,
-                        other => return Err(format!("{} is not an integer", shown(other))),
-                    }
-                };
-                in_range(name, n, range.clone()).map_err(|e| {
-                    e.trim_start_matches(name)
-                        .trim_start_matches(": ")
-                        .to_string()
-                })?;
-                u32::try_from(n).map_err(|_| format!("{n} is too large"))
-            }
-        };
-        let boolean = |v: &toml::Value| match v {
-            toml::Value::Boolean(b) => Ok(*b),
-            other => Err(format!("{} is not true or false", shown(other))),
-        };
-        let head = http_settings::MIN_HEAD_LIMIT..=http_settings::MAX_HEAD_LIMIT;
-        Ok(HttpSettingsPatch {
-            header_timeout: read(
-                &self.header_timeout,
-                "header_timeout",
-                at,
-                duration("header_timeout"),
-            )?,
-            keepalive_timeout: read(
-                &self.keepalive_timeout,
-                "keepalive_timeout",
-                at,
-                duration("keepalive_timeout"),
-            )?,
-            body_timeout: read(
-                &self.body_timeout,
-                "body_timeout",
-                at,
-                duration("body_timeout"),
-            )?,
-            response_timeout: read(
-                &self.response_timeout,
-                "response_timeout",
-                at,
-                duration("response_timeout"),
-            )?,
-            tunnel_timeout: read(
-                &self.tunnel_timeout,
-                "tunnel_timeout",
-                at,
-                duration("tunnel_timeout"),
-            )?,
-            server_keepalive: read(
-                &self.server_keepalive,
-                "server_keepalive",
-                at,
-                ranged(
-                    "server_keepalive",
-                    0..=http_settings::MAX_SERVER_KEEPALIVE,
-                    false,
-                ),
-            )?,
-            server_idle_timeout: read(
-                &self.server_idle_timeout,
-                "server_idle_timeout",
-                at,
-                duration("server_idle_timeout"),
-            )?,
-            max_body: read(&self.max_body, "max_body", at, size)?,
-            max_request_line: read(
-                &self.max_request_line,
-                "max_request_line",
-                at,
-                ranged("max_request_line", head.clone(), true),
-            )?,
-            max_header_bytes: read(
-                &self.max_header_bytes,
-                "max_header_bytes",
-                at,
-                ranged("max_header_bytes", head, true),
-            )?,
-            max_headers: read(
-                &self.max_headers,
-                "max_headers",
-                at,
-                ranged("max_headers", 1..=http_settings::MAX_HEADERS, false),
-            )?,
-            forwarded_for: read(&self.forwarded_for, "forwarded_for", at, |v| {
-                v.as_str()
-                    .and_then(http_settings::parse_forwarded_for)
-                    .ok_or_else(|| {
-                        format!(
-                            "invalid value {} (expected \"append\", \"replace\" or \"off\")",
-                            shown(v)
-                        )
-                    })
-            })?,
-            trusted_proxies: read(&self.trusted_proxies, "trusted_proxies", at, |v| {
-                let not_list = || {
-                    format!(
-                        "{} is not a list of addresses or networks (e.g. [\"10.0.0.0/8\", \"127.0.0.1\"])",
-                        shown(v)
-                    )
-                };
-                let list = v.as_array().ok_or_else(not_list)?;
-                if list.len() > http_settings::MAX_TRUSTED_PROXIES {
-                    return Err(format!(
-                        "{} entries (at most {})",
-                        list.len(),
-                        http_settings::MAX_TRUSTED_PROXIES
-                    ));
-                }
-                list.iter()
-                    .map(|e| {
-                        let text = e.as_str().ok_or_else(not_list)?;
-                        if text.chars().any(char::is_control) {
-                            return Err(format!(
-                                "'{}' is not an address or network",
-                                text.escape_debug()
-                            ));
-                        }
-                        acl::parse_net(text, None)
-                            .map_err(|why| format!("'{}': {why}", text.escape_debug()))
-                    })
-                    .collect()
-            })?,
-            x_forwarded_proto: read(&self.x_forwarded_proto, "x_forwarded_proto", at, boolean)?,
-            x_forwarded_host: read(&self.x_forwarded_host, "x_forwarded_host", at, boolean)?,
-            forwarded: read(&self.forwarded, "forwarded", at, boolean)?,
-            via: read(&self.via, "via", at, |v| match v {
-                toml::Value::Boolean(true) => Ok(Some("quill".to_string())),
-                toml::Value::Boolean(false) => Ok(None),
-                toml::Value::String(name) => http_settings::check_via(name)
-                    .map(|()| Some(name.clone()))
-                    .map_err(|e| e.trim_start_matches("via: ").to_string()),
-                other => Err(format!("{} is not a name or true or false", shown(other))),
-            })?,
-            request_id: read(&self.request_id, "request_id", at, boolean)?,
-            normalize_path: read(&self.normalize_path, "normalize_path", at, |v| {
-                v.as_str()
-                    .and_then(http_settings::parse_normalize_path)
-                    .ok_or_else(|| {
-                        format!(
-                            "invalid value {} (expected \"match\" or \"forward\")",
-                            shown(v)
-                        )
-                    })
-            })?,
-            underscores_in_headers: read(
-                &self.underscores_in_headers,
-                "underscores_in_headers",
-                at,
-                boolean,
-            )?,
-            request_headers: edits(&self.request_headers, "request_headers", at)?,
-            response_headers: edits(&self.response_headers, "response_headers", at)?,
-            error_pages: read(&self.error_pages, "error_pages", at, |v| {
-                error_pages(v, dir)
-            })?,
-        })
-    }
-
-    /// Checks the settings this table gives a listener as a whole (`max_request_line` within
-    /// `max_header_bytes`); the error names the line of the key that broke it, else the table's.
-    fn check(
-        &self,
-        settings: &HttpSettings,
-        table: Range<usize>,
-        at: &dyn Fn(Range<usize>) -> String,
-    ) -> Result<(), ConfigError> {
-        settings.check().map_err(|e| {
-            let span = self
-                .max_request_line
-                .as_ref()
-                .or(self.max_header_bytes.as_ref())
-                .map_or(table, |v| v.span());
-            ConfigError::usage(format!("{}{e}", at(span)))
-        })
-    }
 }
 
 impl<'de> Deserialize<'de> for RawServer {
@@ -1387,96 +828,92 @@ impl<'de> Deserialize<'de> for RawServer {
 }
 
 /// Declares a raw file struct with the tuning keys that may appear both at the top level and in a
-/// listener (serde cannot combine `flatten` with `deny_unknown_fields`).
+/// listener (serde cannot combine `flatten` with `deny_unknown_fields`): the keys, their raw types
+/// and their reading come from the settings table (`settings::tuning_table`).
 macro_rules! with_tuning_keys {
-    ($(#[$meta:meta])* struct $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty,)* }) => {
+    (
+        $(#[$meta:meta])* struct $name:ident { $($(#[$fmeta:meta])* $f:ident : $fty:ty,)* } ;
+        $(
+            $(#[doc = $doc:literal])*
+            $field:ident : $ty:ty = $default:expr,
+                $variant:ident, $word:expr, $kty:ident $({ $($kbody:tt)* })?, $scope:ident, $explain:ident,
+                $bounds:expr;
+        )*
+    ) => {
         $(#[$meta])*
         struct $name {
-            $($(#[$fmeta])* $field: $ty,)*
-            connect_timeout: Option<Dur>,
-            blacklist: Option<Dur>,
-            tracking_time: Option<Dur>,
-            clients_max: Option<Spanned<u32>>,
-            idle_timeout: Option<Dur>,
-            fin_timeout: Option<Dur>,
-            tcp_nodelay: Option<bool>,
-            tcp_fastclose: Option<Spanned<Fastclose>>,
-            keepalive: Option<bool>,
-            max_per_source: Option<Spanned<u32>>,
-            transparent: Option<bool>,
-            source: Option<Spanned<String>>,
-            proxy_protocol: Option<Spanned<String>>,
+            $($(#[$fmeta])* $f: $fty,)*
+            $( $field: Option<<settings::$kty as settings::Kind>::Raw>, )*
         }
 
         impl $name {
-            /// The tuning keys set here; numbers out of range are errors naming their line.
+            /// The tuning keys set here; a value out of range is an error naming its line.
             fn tuning(&self, at: &dyn Fn(Range<usize>) -> String) -> Result<TuningPatch, ConfigError> {
-                let bounded = |v: &Option<Spanned<u32>>, name: &str, range: RangeInclusive<u64>| {
-                    v.as_ref()
-                        .map(|v| {
-                            in_range(name, (*v.get_ref()).into(), range)
-                                .map(|()| *v.get_ref())
-                                .map_err(|e| ConfigError::usage(format!("{}{e}", at(v.span()))))
-                        })
-                        .transpose()
-                };
                 Ok(TuningPatch {
-                    connect_timeout: self.connect_timeout.map(|d| d.0),
-                    blacklist: self.blacklist.map(|d| d.0),
-                    tracking_time: self.tracking_time.map(|d| d.0),
-                    clients_max: bounded(&self.clients_max, "clients_max", 1..=MAX_CLIENTS.into())?,
-                    idle_timeout: self.idle_timeout.map(|d| d.0),
-                    fin_timeout: self.fin_timeout.map(|d| d.0),
-                    tcp_nodelay: self.tcp_nodelay,
-                    tcp_fastclose: self.tcp_fastclose.as_ref().map(|f| *f.get_ref()),
-                    keepalive: self.keepalive,
-                    max_per_source: bounded(&self.max_per_source, "max_per_source", 0..=MAX_SESSIONS.into())?,
-                    transparent: self.transparent,
-                    source: self
-                        .source
+                    $( $field: self
+                        .$field
                         .as_ref()
-                        .map(|s| {
-                            s.get_ref().parse().map_err(|_| {
-                                ConfigError::usage(format!(
-                                    "{}source: '{}' is not an IP address",
-                                    at(s.span()),
-                                    s.get_ref().escape_debug()
-                                ))
-                            })
+                        .map(|raw| {
+                            settings::Kind::read(&settings::$kty $({ $($kbody)* })?, stringify!($field), raw)
+                                .map_err(|(e, span)| ConfigError::usage(format!("{}{e}", at(span))))
                         })
-                        .transpose()?,
-                    proxy_protocol: self
-                        .proxy_protocol
-                        .as_ref()
-                        .map(|p| {
-                            crate::config::model::parse_proxy_protocol(p.get_ref()).ok_or_else(|| {
-                                ConfigError::usage(format!(
-                                    "{}invalid proxy_protocol '{}' (expected v1, v2 or off)",
-                                    at(p.span()),
-                                    p.get_ref().escape_debug()
-                                ))
-                            })
-                        })
-                        .transpose()?,
+                        .transpose()?, )*
                 })
             }
         }
     };
 }
 
-with_tuning_keys! {
+/// Declares `RawFile` with the process-wide scalar keys of `settings::global_table` first, then
+/// the keys given, then (through `with_tuning_keys`) the tuning keys; and reads the scalar keys
+/// with their kinds.
+macro_rules! with_global_keys {
+    (
+        $(#[$meta:meta])* struct $name:ident { $($(#[$fmeta:meta])* $f:ident : $fty:ty,)* } ;
+        $(
+            $(#[doc = $doc:literal])*
+            $field:ident : $ty:ty = $default:expr, $kty:ident $({ $($kbody:tt)* })?,
+                $explain:ident, $bounds:expr;
+        )*
+    ) => {
+        settings::tuning_table! {
+            with_tuning_keys
+            $(#[$meta])*
+            struct $name {
+                $( $field: Option<<settings::$kty as settings::Kind>::Raw>, )*
+                $($(#[$fmeta])* $f: $fty,)*
+            }
+        }
+
+        impl $name {
+            /// Sets the process-wide scalar keys given here; a value out of range is an error
+            /// naming its line.
+            fn global_scalars(
+                &self,
+                global: &mut Global,
+                at: &dyn Fn(Range<usize>) -> String,
+            ) -> Result<(), ConfigError> {
+                $(
+                    if let Some(raw) = &self.$field {
+                        global.$field = settings::Kind::read(
+                            &settings::$kty $({ $($kbody)* })?,
+                            stringify!($field),
+                            raw,
+                        )
+                        .map_err(|(e, span)| ConfigError::usage(format!("{}{e}", at(span))))?;
+                    }
+                )*
+                Ok(())
+            }
+        }
+    };
+}
+
+settings::global_table! {
+    with_global_keys
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
     struct RawFile {
-        workers: Option<Spanned<usize>>,
-        max_connections: Option<Spanned<u32>>,
-        backlog: Option<Spanned<u32>>,
-        accept_batch: Option<Spanned<u32>>,
-        drain_timeout: Option<Dur>,
-        drain_grace: Option<Dur>,
-        tfo: Option<bool>,
-        reuseport: Option<bool>,
-        splice: Option<bool>,
         pid_file: Option<PathBuf>,
         log: Option<PathBuf>,
         user: Option<String>,
@@ -1505,7 +942,8 @@ with_tuning_keys! {
     }
 }
 
-with_tuning_keys! {
+settings::tuning_table! {
+    with_tuning_keys
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
     struct RawListener {
@@ -1537,7 +975,8 @@ with_tuning_keys! {
     }
 }
 
-with_tuning_keys! {
+settings::tuning_table! {
+    with_tuning_keys
     /// A `[[pool]]`: a listener's pool keys, without a socket.
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]

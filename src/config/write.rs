@@ -4,7 +4,7 @@
 use crate::addr::{AdminState, BackendAddr, ServerSpec};
 use crate::balancer::ModeWord;
 
-use super::model::{format_duration, Config, ListenerConfig};
+use super::model::{Config, ListenerConfig};
 
 /// A server's limits in the control language's words: `max M hard H weight W prio P [acl A]`.
 pub(crate) fn server_limits(s: &ServerSpec) -> String {
@@ -120,7 +120,6 @@ fn write_tls(out: &mut String, prefix: &str, name: &str, t: &crate::tls::TlsSett
 
 /// The pool settings and servers of a listener or named pool, each line after `prefix`.
 fn write_pool(out: &mut String, prefix: &str, l: &ListenerConfig) {
-    let t = &l.tuning;
     // Words that are off first: `no p2c` after `leastconn` would reset the base policy.
     let (on, off): (Vec<ModeWord>, Vec<ModeWord>) =
         ModeWord::ALL.into_iter().partition(|w| l.mode.is_set(*w));
@@ -130,38 +129,9 @@ fn write_pool(out: &mut String, prefix: &str, l: &ListenerConfig) {
     for w in on {
         *out += &format!("{prefix}{}\n", w.name());
     }
-    *out += &format!("{prefix}blacklist {}\n", format_duration(t.blacklist));
-    *out += &format!("{prefix}timeout {}\n", format_duration(t.connect_timeout));
-    *out += &format!("{prefix}tracking {}\n", format_duration(t.tracking_time));
-    *out += &format!("{prefix}clients_max {}\n", t.clients_max);
-    *out += &format!("{prefix}max_per_source {}\n", t.max_per_source);
-    *out += &format!("{prefix}idle_timeout {}\n", format_duration(t.idle_timeout));
     // A UDP listener has no TCP connection to its clients or servers: the TCP-only settings
     // are left out of its lines rather than written as if it had.
-    let tcp = l.udp.is_none();
-    if tcp {
-        *out += &format!("{prefix}tcp_fastclose {}\n", t.tcp_fastclose.name());
-    }
-    *out += &format!(
-        "{prefix}proxy_protocol {}\n",
-        crate::config::proxy_protocol_name(t.proxy_protocol)
-    );
-    if tcp {
-        *out += &format!(
-            "{prefix}{}tcp_nodelay\n",
-            if t.tcp_nodelay { "" } else { "no " }
-        );
-        *out += &format!(
-            "{prefix}{}keepalive\n",
-            if t.keepalive { "" } else { "no " }
-        );
-    }
-    if t.transparent {
-        *out += &format!("{prefix}transparent\n");
-    }
-    if let Some(ip) = t.source {
-        *out += &format!("{prefix}source {ip}\n");
-    }
+    l.tuning.write(out, prefix, l.udp.is_some());
     if let Some(name) = &l.dsr_if {
         *out += &format!("{prefix}dsr_if {name}\n");
     }

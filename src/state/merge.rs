@@ -68,14 +68,10 @@ pub(super) fn merge(base: &Config, ours: &Config, theirs: &Config) -> Config {
 }
 
 fn merge_global(base: &Global, ours: &Global, theirs: &Global) -> Global {
-    let mut out = theirs.clone();
-    merge_fields!(Global, base, ours, theirs, out;
-        workers, max_connections, backlog, accept_batch, drain_timeout, drain_grace, tfo, reuseport, splice,
-        pid_file, log, user, chroot, log_format, control, control_acl, control_level,
-        control_token_file, admin_token_file, admin, allow_exit, command_file, status_file,
-        debug, exit_idle_time;
-        acls);
-    // Each of Pen's ten lists on its own: `acl 3 ...` at run time survives an edit of list 4.
+    // Every field picked as one, then each of Pen's ten lists on its own: `acl 3 ...` at run
+    // time survives an edit of list 4.
+    let mut out = Global::merge(base, ours, theirs);
+    out.acls = theirs.acls.clone();
     for id in Acls::ids() {
         out.acls[id] = pick(&base.acls[id], &ours.acls[id], &theirs.acls[id]);
     }
@@ -93,7 +89,7 @@ fn merge_listener(
         tls, server_tls, dsr_if, dsr_ip, dsr_wait, tarpit_acl, udp, accept_proxy, log, log_format;
         mode, tuning, servers, initial_blacklist);
     out.mode = merge_mode(base, ours, theirs);
-    out.tuning = merge_tuning(&base.tuning, &ours.tuning, &theirs.tuning);
+    out.tuning = Tuning::merge(&base.tuning, &ours.tuning, &theirs.tuning);
     out.servers = merge_servers(&base.servers, &ours.servers, &theirs.servers);
     // `server N blacklist T` in the sources applies again on every reload, to the same server
     // wherever it now stands.
@@ -115,14 +111,6 @@ fn merge_mode(base: &ListenerConfig, ours: &ListenerConfig, theirs: &ListenerCon
     let (b, o, t) = (&base.mode, &ours.mode, &theirs.mode);
     let mut out = *t;
     merge_fields!(Mode, b, o, t, out; roundrobin, hash, weight, prio, stubborn, base;);
-    out
-}
-
-fn merge_tuning(base: &Tuning, ours: &Tuning, theirs: &Tuning) -> Tuning {
-    let mut out = theirs.clone();
-    merge_fields!(Tuning, base, ours, theirs, out;
-        connect_timeout, blacklist, tracking_time, clients_max, idle_timeout, fin_timeout,
-        tcp_nodelay, tcp_fastclose, keepalive, max_per_source, transparent, source, proxy_protocol;);
     out
 }
 

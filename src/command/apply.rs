@@ -7,14 +7,13 @@ use std::path::Path;
 
 use crate::acl::Acl;
 use crate::addr::{self, BackendAddr, ServerSpec};
-use crate::command::{Command, SslCommand};
+use crate::config::model::{
+    in_range, Config, ConfigError, Global, ListenerConfig, MAX_SESSIONS, MAX_WEIGHT,
+};
+use crate::config::read_config_text;
 use crate::tls::{FileData, TlsVersion};
 
-use super::model::{
-    in_range, nonzero, Config, ConfigError, Global, ListenerConfig, MAX_CLIENTS, MAX_SESSIONS,
-    MAX_WEIGHT,
-};
-use super::toml::read_config_text;
+use super::{Command, SslCommand};
 
 impl ListenerConfig {
     /// Applies one control command (from `-O`, a command file or the control socket).
@@ -22,19 +21,7 @@ impl ListenerConfig {
         let t = &mut self.tuning;
         match cmd {
             Command::Mode(word, on) => self.mode.set(*word, *on),
-            Command::Blacklist(d) => t.blacklist = *d,
-            Command::Timeout(d) => t.connect_timeout = nonzero(*d, "timeout")?,
-            Command::Tracking(d) => t.tracking_time = *d,
-            Command::ClientsMax(n) => {
-                in_range("clients_max", (*n).into(), 0..=MAX_CLIENTS.into())
-                    .map_err(ConfigError::usage)?;
-                t.clients_max = (*n).max(1)
-            }
-            Command::MaxPerSource(n) => {
-                in_range("max_per_source", (*n).into(), 0..=MAX_SESSIONS.into())
-                    .map_err(ConfigError::usage)?;
-                t.max_per_source = *n
-            }
+            Command::Tune(tune) => tune.apply(t).map_err(ConfigError::usage)?,
             Command::ConnMax(0) => {
                 return Err(ConfigError::usage(
                     "conn_max: must be at least 1 (0 would refuse every client)",
@@ -45,17 +32,10 @@ impl ListenerConfig {
                     .map_err(ConfigError::usage)?;
                 global.max_connections = Some(*n)
             }
-            Command::TcpNodelay(on) => t.tcp_nodelay = *on,
-            Command::TcpFastclose(f) => t.tcp_fastclose = *f,
-            Command::ProxyProtocol(v) => t.proxy_protocol = *v,
-            Command::Keepalive(on) => t.keepalive = *on,
-            Command::Transparent(on) => t.transparent = *on,
-            Command::Source(ip) => t.source = *ip,
             Command::DsrIf(name) => self.dsr_if = name.clone(),
             Command::DsrIp(ip) => self.dsr_ip = *ip,
             Command::DsrWait(d) => self.dsr_wait = *d,
             Command::TarpitAcl(n) => self.tarpit_acl = *n,
-            Command::IdleTimeout(d) => t.idle_timeout = *d,
             Command::Server(index, change) => self.change_server(*index, change)?,
             Command::ServerAdd(spec) => {
                 let spec = addr::parse_server(spec, self.listen.port())
@@ -87,7 +67,7 @@ impl ListenerConfig {
             }
             // An HTTP listener stays as it is, with its settings (`http` twice changes nothing).
             Command::Http(true) if self.http.is_some() => {}
-            Command::Http(true) => self.http = Some(super::model::HttpSettings::default()),
+            Command::Http(true) => self.http = Some(crate::config::HttpSettings::default()),
             Command::Http(false) => self.no_http()?,
             Command::Ssl(ssl) => self.apply_ssl(ssl)?,
         }

@@ -1,6 +1,8 @@
 //! Pen's control language (penctl): one command per line, parsed into a [`Command`]. Used by `-O`/`-o`
 //! at start-up now, and by the control socket and `-F` files later. Parsing is pure; applying a
-//! command to a configuration lives in `config`.
+//! command to a configuration lives in `apply`.
+
+mod apply;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,10 +11,10 @@ use crate::acl::{self, AclId};
 // `ModeWord` lives beside `Mode`; its old path `command::ModeWord` still works.
 use crate::addr::AdminState;
 pub(crate) use crate::balancer::ModeWord;
-use crate::config::model::{
-    in_range, parse_duration, ControlLevel, Fastclose, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS,
-    MAX_WEIGHT,
-};
+use crate::config::model::{parse_duration, ControlLevel, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT};
+pub(crate) use crate::config::settings::CommandError;
+use crate::config::settings::{bounded_arg, no_args, number_arg, one_arg, Parsed, Tune};
+pub(crate) use apply::{CommandFile, Quoting};
 
 /// Changes to one server (`server N ...`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -34,22 +36,10 @@ pub(crate) struct ServerChange {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Command {
     Mode(ModeWord, bool),
-    Blacklist(Duration),
-    Timeout(Duration),
-    Tracking(Duration),
-    ClientsMax(u32),
+    /// A tuning setting of the listener (`timeout 5`, `no keepalive`, `source IP`...): the
+    /// words and values of `config::settings`'s table.
+    Tune(Tune),
     ConnMax(u32),
-    /// `max_per_source N`: sessions one client address may hold on the listener; 0 = no limit.
-    MaxPerSource(u32),
-    TcpNodelay(bool),
-    TcpFastclose(Fastclose),
-    /// `proxy_protocol v1|v2|off`: the PROXY header sent to the listener's servers.
-    ProxyProtocol(Option<crate::config::model::ProxyVersion>),
-    Keepalive(bool),
-    /// `transparent` / `no transparent`: server connections leave from the client's address.
-    Transparent(bool),
-    /// `source IP` / `no source`: the local address of server connections.
-    Source(Option<std::net::IpAddr>),
     /// `dsr_if IF` / `no dsr_if`: direct server return on interface IF.
     DsrIf(Option<String>),
     /// `dsr_ip IP` / `no dsr_ip`: the DSR virtual address.
@@ -58,7 +48,6 @@ pub(crate) enum Command {
     DsrWait(Option<Duration>),
     /// `tarpit_acl N` / `no tarpit_acl`.
     TarpitAcl(Option<AclId>),
-    IdleTimeout(Duration),
     Server(usize, ServerChange),
     /// `server add SPEC`: a new server at the end of the list.
     ServerAdd(String),
@@ -351,11 +340,6 @@ pub(crate) struct Request {
     pub action: Action,
 }
 
-/// Why a command line was rejected; the message names the offending word.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{0}")]
-pub(crate) struct CommandError(pub String);
-
 fn err<T>(msg: impl Into<String>) -> Result<T, CommandError> {
     Err(CommandError(msg.into()))
 }
@@ -431,19 +415,16 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
     }
     let show = |s: Setting| Ok(Action::Show(s));
     let set = |c: Command| Ok(Action::Set(c));
+    if let Some(parsed) = Tune::parse(name, negated, args) {
+        return match parsed? {
+            Parsed::Set(tune) => set(Command::Tune(tune)),
+            Parsed::Show => {
+                show_tuning(name).map_or_else(|| err(format!("{name} needs a value")), show)
+            }
+        };
+    }
     match (name, negated, args) {
-        ("tcp_nodelay", _, _) => no_args(name, args).and(set(Command::TcpNodelay(!negated))),
-        ("keepalive", _, _) => no_args(name, args).and(set(Command::Keepalive(!negated))),
         ("http", _, _) => no_args(name, args).and(set(Command::Http(!negated))),
-        ("transparent", _, _) => no_args(name, args).and(set(Command::Transparent(!negated))),
-        ("source", false, []) => show(Setting::Source),
-        ("source", false, [ip]) => {
-            set(Command::Source(Some(ip.parse().map_err(|_| {
-                CommandError(format!("source: '{ip}' is not an IP address"))
-            })?)))
-        }
-        ("source", false, _) => err("source needs one IP address"),
-        ("source", true, []) => set(Command::Source(None)),
         ("dsr_if", false, [ifname]) => set(Command::DsrIf(Some(ifname.to_string()))),
         ("dsr_if", true, []) => set(Command::DsrIf(None)),
         ("dsr_if", _, _) => err("dsr_if needs one interface name"),
@@ -462,46 +443,12 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
         ("tarpit_acl", false, [n]) => set(Command::TarpitAcl(Some(list_arg(n)?))),
         ("tarpit_acl", true, []) => set(Command::TarpitAcl(None)),
         ("tarpit_acl", _, _) => err("tarpit_acl needs an ACL number"),
-        ("blacklist", false, []) => show(Setting::Blacklist),
-        ("blacklist", false, _) => set(Command::Blacklist(duration_arg(name, args)?)),
-        ("timeout", false, []) => show(Setting::Timeout),
-        ("timeout", false, _) => set(Command::Timeout(duration_arg(name, args)?)),
-        ("tracking", false, []) => show(Setting::Tracking),
-        ("tracking", false, _) => set(Command::Tracking(duration_arg(name, args)?)),
-        ("idle_timeout", false, []) => show(Setting::IdleTimeout),
-        ("idle_timeout", false, _) => set(Command::IdleTimeout(duration_arg(name, args)?)),
-        ("clients_max", false, []) => show(Setting::ClientsMax),
-        ("clients_max", false, _) => set(Command::ClientsMax(bounded_arg(
-            name,
-            args,
-            0..=MAX_CLIENTS.into(),
-        )?)),
         ("conn_max", false, []) => show(Setting::ConnMax),
         ("conn_max", false, _) => set(Command::ConnMax(bounded_arg(
             name,
             args,
             1..=MAX_SESSIONS.into(),
         )?)),
-        ("max_per_source", false, []) => show(Setting::MaxPerSource),
-        ("max_per_source", false, _) => set(Command::MaxPerSource(bounded_arg(
-            name,
-            args,
-            0..=MAX_SESSIONS.into(),
-        )?)),
-        ("tcp_fastclose", false, []) => show(Setting::TcpFastclose),
-        ("tcp_fastclose", false, [value]) => {
-            set(Command::TcpFastclose(Fastclose::parse(value).ok_or_else(
-                || CommandError(format!("tcp_fastclose: '{value}' is not up|down|both|off")),
-            )?))
-        }
-        ("tcp_fastclose", false, _) => err("tcp_fastclose needs one of up|down|both|off"),
-        ("proxy_protocol", false, []) => show(Setting::ProxyProtocol),
-        ("proxy_protocol", false, [value]) => set(Command::ProxyProtocol(
-            crate::config::model::parse_proxy_protocol(value).ok_or_else(|| {
-                CommandError(format!("proxy_protocol: '{value}' is not v1|v2|off"))
-            })?,
-        )),
-        ("proxy_protocol", false, _) => err("proxy_protocol needs one of v1|v2|off"),
         ("mode", false, []) => show(Setting::Mode),
         ("server", false, ["add", spec]) => set(Command::ServerAdd(spec.to_string())),
         ("server", false, ["add", ..]) => {
@@ -534,6 +481,14 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
         ("listen", false, []) => show(Setting::Listen),
         ("listen", false, [addr]) => set(Command::Listen(addr.to_string())),
         ("control", false, []) => show(Setting::Control),
+        _ => parse_query(name, negated, args),
+    }
+}
+
+/// The actions that change no setting (`status`, `write`, `reload`...), and the refusals of
+/// words that take no argument or no `no`; after [`parse_action`]'s settings.
+fn parse_query(name: &str, negated: bool, args: &[&str]) -> Result<Action, CommandError> {
+    match (name, negated, args) {
         ("status", false, []) => Ok(Action::Status),
         ("recent", false, []) => Ok(Action::Recent(300)),
         ("recent", false, _) => Ok(Action::Recent(bounded_arg(
@@ -571,42 +526,20 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
     }
 }
 
-fn no_args(name: &str, args: &[&str]) -> Result<(), CommandError> {
-    match args.first() {
-        None => Ok(()),
-        Some(extra) => err(format!("{name}: unexpected argument '{extra}'")),
-    }
-}
-
-fn one_arg<'a>(name: &str, args: &[&'a str]) -> Result<&'a str, CommandError> {
-    match args {
-        [value] => Ok(value),
-        [] => err(format!("{name} needs a value")),
-        [_, extra, ..] => err(format!("{name}: unexpected argument '{extra}'")),
-    }
-}
-
-fn duration_arg(name: &str, args: &[&str]) -> Result<Duration, CommandError> {
-    let value = one_arg(name, args)?;
-    parse_duration(value).map_err(|e| CommandError(format!("{name}: {e}")))
-}
-
-fn number_arg<T: std::str::FromStr>(name: &str, args: &[&str]) -> Result<T, CommandError> {
-    let value = one_arg(name, args)?;
-    value
-        .parse()
-        .map_err(|_| CommandError(format!("{name}: '{value}' is not a number")))
-}
-
-/// A number within `range`; out of range names the command, the value and the bounds.
-fn bounded_arg<T: TryFrom<u64>>(
-    name: &str,
-    args: &[&str],
-    range: std::ops::RangeInclusive<u64>,
-) -> Result<T, CommandError> {
-    let n: u64 = number_arg(name, args)?;
-    in_range(name, n, range).map_err(CommandError)?;
-    T::try_from(n).map_err(|_| CommandError(format!("{name}: {n} is out of range")))
+/// The setting a bare tuning word shows (`timeout`, `source`...); None for those it never did.
+fn show_tuning(word: &str) -> Option<Setting> {
+    Some(match word {
+        "blacklist" => Setting::Blacklist,
+        "timeout" => Setting::Timeout,
+        "tracking" => Setting::Tracking,
+        "idle_timeout" => Setting::IdleTimeout,
+        "clients_max" => Setting::ClientsMax,
+        "max_per_source" => Setting::MaxPerSource,
+        "tcp_fastclose" => Setting::TcpFastclose,
+        "proxy_protocol" => Setting::ProxyProtocol,
+        "source" => Setting::Source,
+        _ => return None,
+    })
 }
 
 fn list_arg(n: &str) -> Result<AclId, CommandError> {
@@ -676,6 +609,7 @@ fn parse_server(args: &[&str]) -> Result<Command, CommandError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::model::Fastclose;
 
     #[test]
     fn parses_pen_commands() {
@@ -683,27 +617,41 @@ mod tests {
             |line: &str, expected: Command| assert_eq!(parse(line).unwrap(), expected, "{line}");
         check("hash", Command::Mode(ModeWord::Hash, true));
         check("no  roundrobin", Command::Mode(ModeWord::RoundRobin, false));
-        check("blacklist 10", Command::Blacklist(Duration::from_secs(10)));
+        check(
+            "blacklist 10",
+            Command::Tune(Tune::Blacklist(Duration::from_secs(10))),
+        );
         check(
             "timeout 500ms",
-            Command::Timeout(Duration::from_millis(500)),
+            Command::Tune(Tune::ConnectTimeout(Duration::from_millis(500))),
         );
-        check("tcp_fastclose both", Command::TcpFastclose(Fastclose::Both));
+        check(
+            "tcp_fastclose both",
+            Command::Tune(Tune::TcpFastclose(Fastclose::Both)),
+        );
         check(
             "proxy_protocol v2",
-            Command::ProxyProtocol(Some(crate::config::model::ProxyVersion::V2)),
+            Command::Tune(Tune::ProxyProtocol(Some(
+                crate::config::model::ProxyVersion::V2,
+            ))),
         );
-        check("proxy_protocol off", Command::ProxyProtocol(None));
-        check("no tcp_nodelay", Command::TcpNodelay(false));
-        check("transparent", Command::Transparent(true));
-        check("no transparent", Command::Transparent(false));
+        check(
+            "proxy_protocol off",
+            Command::Tune(Tune::ProxyProtocol(None)),
+        );
+        check("no tcp_nodelay", Command::Tune(Tune::TcpNodelay(false)));
+        check("transparent", Command::Tune(Tune::Transparent(true)));
+        check("no transparent", Command::Tune(Tune::Transparent(false)));
         check(
             "source 10.0.0.1",
-            Command::Source(Some("10.0.0.1".parse().unwrap())),
+            Command::Tune(Tune::Source(Some("10.0.0.1".parse().unwrap()))),
         );
-        check("no source", Command::Source(None));
-        check("max_per_source 10", Command::MaxPerSource(10));
-        check("clients_max 1000000", Command::ClientsMax(1_000_000));
+        check("no source", Command::Tune(Tune::Source(None)));
+        check("max_per_source 10", Command::Tune(Tune::MaxPerSource(10)));
+        check(
+            "clients_max 1000000",
+            Command::Tune(Tune::ClientsMax(1_000_000)),
+        );
         check("http", Command::Http(true));
         check("no  http", Command::Http(false));
         check(

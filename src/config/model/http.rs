@@ -1,0 +1,181 @@
+//! An HTTP listener's model: its settings (`HttpSettings`), its routes (`RouteConfig`) with their
+//! matchers and actions, rate limits and error pages.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::acl::{AclId, Net};
+use crate::config::settings::define_http_settings;
+
+/// One `[[listener.route]]` (DESIGN §6.2): what a request must match (every matcher given), what
+/// happens to it, and the edits made on the way. Patterns are kept as text here (the model is
+/// compared and written back); `route::Routes` compiles them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RouteConfig {
+    /// `route-N` (N from 1, the route's place in the listener) unless named.
+    pub name: String,
+    /// Any of these hosts (lower case, port ignored); empty = any host.
+    pub hosts: Vec<HostMatch>,
+    /// TCP listeners: any of these TLS server names (the ClientHello's SNI, lower case), read
+    /// without decrypting; the only matcher a TCP listener's route has.
+    pub sni: Vec<HostMatch>,
+    pub path: Option<PathMatch>,
+    /// Any of these methods (case-sensitive tokens); empty = any method.
+    pub methods: Vec<String>,
+    /// Every one of these fields (names in lower case) with a matching value.
+    pub headers: Vec<(String, ValueMatch)>,
+    /// Pen's ACL list the client's address must pass.
+    pub client_acl: Option<AclId>,
+    pub action: RouteAction,
+    pub request_headers: Vec<HeaderEdit>,
+    pub response_headers: Vec<HeaderEdit>,
+    /// `rewrite_path = { prefix, replace }`: the path's prefix replaced before it is sent.
+    pub rewrite_path: Option<(String, String)>,
+    pub rate: Option<RateLimit>,
+}
+
+/// A `host` matcher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum HostMatch {
+    /// `example.com`: this host only.
+    Exact(String),
+    /// `*.example.com`, kept as `.example.com`: any subdomain, not the domain itself.
+    Suffix(String),
+}
+
+impl fmt::Display for HostMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostMatch::Exact(h) => f.write_str(h),
+            HostMatch::Suffix(s) => write!(f, "*{s}"),
+        }
+    }
+}
+
+/// A `path` (prefix) or `path_regex` matcher, on the path as sent (before `?`, not decoded).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PathMatch {
+    Prefix(String),
+    Regex(String),
+}
+
+/// A header matcher's value: exact, or a regex found anywhere in the value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ValueMatch {
+    Exact(String),
+    Regex(String),
+}
+
+/// What a route does with a request it matches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RouteAction {
+    /// To the named `[[pool]]`.
+    Pool(String),
+    /// `redirect`: `to` (with the request's path and query appended unless `exact`).
+    Redirect {
+        to: String,
+        status: u16,
+        exact: bool,
+    },
+    /// `respond`: a fixed answer, no server involved.
+    Respond {
+        status: u16,
+        body: String,
+        content_type: String,
+    },
+    /// `deny = true`: 403.
+    Deny,
+}
+
+impl fmt::Display for RouteAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RouteAction::Pool(p) => write!(f, "pool {p}"),
+            RouteAction::Redirect { to, status, exact } => {
+                write!(f, "redirect {status} to {to}")?;
+                if !exact {
+                    f.write_str(" + path and query")?;
+                }
+                Ok(())
+            }
+            RouteAction::Respond {
+                status,
+                body,
+                content_type,
+            } => write!(
+                f,
+                "respond {status} ({} bytes of {content_type})",
+                body.len()
+            ),
+            RouteAction::Deny => f.write_str("deny (403)"),
+        }
+    }
+}
+
+/// `rate = "N/s"` (or `/m`, `/h`) with `burst`: a token bucket per client address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RateLimit {
+    /// Requests per `period` in the long run.
+    pub count: u32,
+    pub period: Duration,
+    /// Requests a client may make at once after being idle (at least 1).
+    pub burst: u32,
+}
+
+impl fmt::Display for RateLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let unit = match self.period.as_secs() {
+            60 => "m",
+            3600 => "h",
+            _ => "s",
+        };
+        write!(f, "{}/{unit} burst {}", self.count, self.burst)
+    }
+}
+
+/// How `X-Forwarded-For` is written (DESIGN §6.3).
+pub(crate) use quill_core::http1::rewrite::ForwardedFor;
+/// A request or response header edit (`set`, `add`, `remove`).
+pub(crate) use quill_core::http1::rewrite::HeaderEdit;
+
+/// What the normal form of a request path is used for (`normalize_path`): routes always match
+/// it; with `Forward` servers receive it too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum NormalizePath {
+    #[default]
+    Match,
+    Forward,
+}
+
+/// The body Quill sends with one of its own answers instead of its built-in one (`error_pages`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ErrorPage {
+    pub status: u16,
+    /// The file it was read from (read when the configuration is loaded or reloaded).
+    pub path: PathBuf,
+    /// `text/html; charset=utf-8` for a `.html`/`.htm` file, else `text/plain; charset=utf-8`.
+    pub content_type: &'static str,
+    pub body: std::sync::Arc<[u8]>,
+}
+
+crate::config::settings::http_table! {
+    define_http_settings
+    /// An HTTP listener's settings (`[http]` defaults, `[listener.http]`; DESIGN §6.3). Timeouts
+    /// replace `idle_timeout` and `fin_timeout` on an HTTP listener (they keep their meaning for
+    /// tunnels after an Upgrade). The scalar settings come from `settings::http_table`.
+    {
+        /// Edits applied to every request and response of the listener.
+        request_headers: Vec<HeaderEdit> = Vec::new(),
+        response_headers: Vec<HeaderEdit> = Vec::new(),
+        /// Bodies of Quill's own answers by status (`error_pages = { 503 = "file.html" }`).
+        error_pages: Vec<ErrorPage> = Vec::new(),
+    }
+}
+
+impl HttpSettings {
+    /// The page configured for `status`, if any.
+    pub(crate) fn error_page(&self, status: u16) -> Option<&ErrorPage> {
+        self.error_pages.iter().find(|p| p.status == status)
+    }
+}
