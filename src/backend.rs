@@ -489,11 +489,11 @@ impl Pool {
             cursor: old.map_or_else(Arc::default, |o| o.cursor.clone()),
             clients,
             client_acl: l.client_acl,
-            http: l.http.clone().map(Arc::new),
+            http: l.http().cloned().map(Arc::new),
             routes: None,
             tls: None,
             server_tls: None,
-            accept_proxy: l.accept_proxy.clone(),
+            accept_proxy: l.accept_proxy().to_vec(),
             local: match &l.listen {
                 crate::addr::ListenAddr::Tcp(a) if !a.ip().is_unspecified() => Some(*a),
                 _ => None,
@@ -501,7 +501,7 @@ impl Pool {
             sticky,
             acls,
             health: l.health.clone(),
-            udp: l.udp.clone(),
+            udp: l.udp().cloned(),
         }
     }
 

@@ -1284,7 +1284,7 @@ fn show(
         Setting::Mode => {
             // Pen's flags; `http` after them on an HTTP listener, as Pen's `http` sets it.
             let l = pick()?;
-            let m = match l.http {
+            let m = match l.http() {
                 Some(_) => format!("{} http", l.mode),
                 None => l.mode.to_string(),
             };

@@ -22,13 +22,14 @@ use super::model::ErrorPage;
 use super::model::{
     in_range, nonzero, parse_duration, parse_status_range, pool_addr, validate_check_path,
     CheckKind, Config, ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings,
-    ListenerConfig, LogFormat, Member, RouteAction, RouteConfig, Tuning, TuningPatch,
+    ListenerConfig, LogFormat, Member, RouteAction, RouteConfig, StreamProto, Tuning, TuningPatch,
     MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT,
     MAX_WORKERS,
 };
 use super::routes::RawRoute;
 
 mod geoip;
+mod kind;
 mod tls_table;
 mod udp_table;
 pub(crate) use tls_table::check_certificates;
@@ -325,7 +326,7 @@ fn from_toml_with(
     for rl in &raw.listener {
         let mut l = build_listener(rl, &file, &at)?;
         // The file-wide checks connect over TCP: a UDP listener's servers have no such port.
-        if l.health.is_none() && l.udp.is_none() {
+        if l.health.is_none() && l.udp().is_none() {
             l.health = default_health.clone();
         }
         if rl.slow_start.is_none() {
@@ -450,33 +451,7 @@ fn build_listener(
     let listen = addr::parse_listen(rl.listen.get_ref())
         .map_err(|e| ConfigError::from_addr(e, &at(rl.listen.span())))?;
     let mut l = ListenerConfig::new(name, listen);
-    let is_udp = rl
-        .protocol
-        .as_ref()
-        .is_some_and(|p| p.get_ref().as_str() == "udp");
-    if is_udp {
-        if let Some(e) = udp_misfit(rl) {
-            return Err(ConfigError::usage(format!(
-                "{}listener '{name}': {e} (not with protocol = \"udp\")",
-                at(rl.name.span())
-            )));
-        }
-        if let crate::addr::ListenAddr::Unix(_) = &l.listen {
-            return Err(ConfigError::usage(format!(
-                "{}protocol 'udp' needs an IP address and port, not a Unix socket path",
-                at(rl.listen.span())
-            )));
-        }
-        l.udp = Some(match &rl.udp {
-            Some(u) => u.get_ref().build(at)?,
-            None => crate::config::model::UdpSettings::default(),
-        });
-    } else if let Some(u) = &rl.udp {
-        return Err(ConfigError::usage(format!(
-            "{}listener '{name}': [listener.udp] needs protocol = \"udp\"",
-            at(u.span())
-        )));
-    }
+    let udp = kind::udp(rl, &l.listen, name, at)?;
     let is_http = match &rl.protocol {
         None => defaults.all_http,
         Some(p) => match p.get_ref().as_str() {
@@ -493,7 +468,7 @@ fn build_listener(
         },
     };
     l.tuning = defaults.tuning.clone();
-    if is_http {
+    let proto = if is_http {
         // A file-wide `tcp_fastclose` is the default of its TCP listeners only.
         l.tuning.tcp_fastclose = Fastclose::Off;
         // So is a file-wide `transparent` (an HTTP server connection serves many clients).
@@ -511,65 +486,37 @@ fn build_listener(
             settings.apply(&h.get_ref().patch(at, defaults.dir)?);
             h.get_ref().check(&settings, h.span(), at)?;
         }
-        l.http = Some(settings);
+        StreamProto::Http(settings)
     } else if let Some(h) = &rl.http {
         return Err(ConfigError::usage(format!(
             "{}listener '{name}': [listener.http] needs protocol = \"http\"",
             at(h.span())
         )));
-    }
+    } else {
+        StreamProto::Tcp
+    };
     l.tuning.apply(&rl.tuning(at)?);
-    if let Some(t) = &rl.tls {
-        l.tls = Some(
+    let tls = match &rl.tls {
+        Some(t) => Some(
             t.get_ref()
                 .build(defaults.tls, t.span(), is_http, defaults.dir, at)?,
-        );
-    }
+        ),
+        None => None,
+    };
     if let Some(t) = &rl.server_tls {
         l.server_tls = Some(t.get_ref().build(defaults.dir, at)?);
     }
     if let Some(n) = &rl.client_acl {
         l.client_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
     }
-    l.dsr_if = rl.dsr_if.clone();
-    if let Some(ip) = &rl.dsr_ip {
-        l.dsr_ip = Some(ip.get_ref().parse().map_err(|_| {
-            ConfigError::usage(format!(
-                "{}dsr_ip: '{}' is not an IPv4 address",
-                at(ip.span()),
-                ip.get_ref().escape_debug()
-            ))
-        })?);
-    }
-    if let Some(w) = &rl.dsr_wait {
-        l.dsr_wait = Some(
-            super::model::parse_dsr_wait(&w.get_ref().0)
-                .map_err(|e| ConfigError::usage(format!("{}{e}", at(w.span()))))?,
-        );
-    }
-    if let Some(n) = &rl.tarpit_acl {
-        l.tarpit_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
-    }
-    if let Some(list) = &rl.accept_proxy {
-        if !matches!(l.listen, addr::ListenAddr::Tcp(_)) {
-            return Err(ConfigError::usage(format!(
-                "{}accept_proxy: listener '{name}' is not a TCP listener",
-                at(list.span())
-            )));
-        }
-        if list.get_ref().is_empty() {
-            return Err(ConfigError::usage(format!(
-                "{}accept_proxy: empty (list the trusted networks, or leave the key out)",
-                at(list.span())
-            )));
-        }
-        for cidr in list.get_ref() {
-            l.accept_proxy
-                .push(acl::parse_net(cidr.trim(), None).map_err(|e| {
-                    ConfigError::usage(format!("{}accept_proxy: {e}", at(list.span())))
-                })?);
-        }
-    }
+    let parts = kind::Parts {
+        dsr: kind::dsr_keys(rl, at)?,
+        accept_proxy: kind::accept_proxy(rl, &l.listen, name, at)?,
+        udp,
+        proto,
+        tls,
+    };
+    l.kind = kind::assemble(rl, parts, name, at)?;
     // Relative to the file's directory, as the top-level `log` is.
     l.log = rl.log.as_ref().map(|p| defaults.dir.join(p.get_ref()));
     if let Some(f) = &rl.log_format {
@@ -589,7 +536,7 @@ fn build_listener(
     }
     for (i, r) in rl.route.iter().enumerate() {
         let route = r.get_ref().build(i + 1, r.span(), at)?;
-        if let Some(e) = route_misfit(&route, l.http.is_some()) {
+        if let Some(e) = route_misfit(&route, l.is_http()) {
             return Err(ConfigError::usage(format!(
                 "{}listener '{name}': route '{}': {e}",
                 at(r.span()),
@@ -628,26 +575,6 @@ fn build_listener(
         ..e
     })?;
     Ok(l)
-}
-
-/// What a UDP listener cannot have: TLS, HTTP and routes are about streams.
-fn udp_misfit(rl: &RawListener) -> Option<&'static str> {
-    if rl.tls.is_some() {
-        return Some("tls");
-    }
-    if rl.server_tls.is_some() {
-        return Some("server_tls");
-    }
-    if rl.http.is_some() {
-        return Some("[listener.http]");
-    }
-    if !rl.route.is_empty() {
-        return Some("[[listener.route]]");
-    }
-    if rl.sticky_cookie.is_some() {
-        return Some("sticky_cookie");
-    }
-    None
 }
 
 /// The keys a listener and a `[[pool]]` share.
@@ -1684,7 +1611,7 @@ servers = ["127.0.0.1:9001"]
 "#,
         )
         .unwrap();
-        let web = c.listeners[0].http.as_ref().expect("web is HTTP");
+        let web = c.listeners[0].http().expect("web is HTTP");
         assert_eq!(web.response_timeout, Duration::from_secs(5));
         assert_eq!(web.header_timeout, Duration::from_secs(10));
         assert_eq!(web.tunnel_timeout, Duration::from_secs(3600));
@@ -1710,7 +1637,7 @@ servers = ["127.0.0.1:9001"]
             ]
         );
         assert_eq!(web.response_headers.len(), 1);
-        let other = c.listeners[1].http.as_ref().expect("other is HTTP");
+        let other = c.listeners[1].http().expect("other is HTTP");
         assert_eq!(other.via, None);
         assert_eq!(other.forwarded_for, ForwardedFor::Replace);
         assert_eq!(web.normalize_path, super::super::NormalizePath::Match);
@@ -1724,22 +1651,22 @@ servers = ["127.0.0.1:9001"]
         // A list replaces the list it overrides.
         assert_eq!(other.request_headers.len(), 1);
         assert_eq!(other.max_body, Some(10 << 20));
-        assert_eq!(c.listeners[2].http, None);
+        assert_eq!(c.listeners[2].http(), None);
     }
 
     #[test]
     fn a_listener_is_tcp_unless_it_says_http() {
         let c = load(&format!("[http]\nmax_body = 5\n{LISTENER}")).unwrap();
-        assert_eq!(c.listeners[0].http, None);
+        assert_eq!(c.listeners[0].http(), None);
         let c = load(&format!("{LISTENER}protocol = \"http\"\n")).unwrap();
-        assert_eq!(c.listeners[0].http, Some(HttpSettings::default()));
+        assert_eq!(c.listeners[0].http(), Some(&HttpSettings::default()));
     }
 
     #[test]
     fn all_http_makes_every_listener_http_with_the_file_defaults() {
         let text = format!("[http]\nmax_body = \"1k\"\n{LISTENER}protocol = \"tcp\"\n");
         let c = from_toml_with("h.toml", &text, &TuningPatch::default(), true).unwrap();
-        assert_eq!(c.listeners[0].http.as_ref().unwrap().max_body, Some(1024));
+        assert_eq!(c.listeners[0].http().unwrap().max_body, Some(1024));
     }
 
     #[test]
@@ -1759,13 +1686,13 @@ servers = ["127.0.0.1:9001"]
     #[test]
     fn protocols_other_than_tcp_http_and_udp_are_refused() {
         let c = load(&format!("{LISTENER}protocol = \"udp\"\n")).unwrap();
-        let udp = c.listeners[0].udp.clone().unwrap();
+        let udp = c.listeners[0].udp().cloned().unwrap();
         assert_eq!(udp, crate::config::model::UdpSettings::default());
         let c = load(&format!(
             "{LISTENER}protocol = \"udp\"\nudp = {{ flow_timeout = \"5s\", max_flows = 10, flow_responses = 1, max_flows_per_source = 3 }}\n"
         ))
         .unwrap();
-        let udp = c.listeners[0].udp.clone().unwrap();
+        let udp = c.listeners[0].udp().cloned().unwrap();
         assert_eq!(
             (
                 udp.flow_timeout,

@@ -88,7 +88,7 @@ fn session_limit(asked: Option<u32>, nofile: u64, fit: u64) -> u64 {
 
 /// Runs Quill with `config` until it has stopped.
 pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
-    if config.listeners.iter().any(|l| l.dsr_if.is_some()) {
+    if config.listeners.iter().any(|l| l.dsr().is_some()) {
         // Frames, not sessions: no listening socket, workers or control socket (see `dsr`).
         let opened = crate::dsr::open(&config)?;
         // The packet sockets are open: what follows needs no privilege.
@@ -526,7 +526,7 @@ fn vet_handed_over(handed: Vec<Inherited>, config: &Config) -> Vec<Inherited> {
         let udp = config
             .listeners
             .iter()
-            .find(|l| l.name == name && l.udp.is_some());
+            .find(|l| l.name == name && l.udp().is_some());
         if let Some(l) = udp {
             // One of a UDP listener's sockets: kept when it is bound where the listener is.
             match crate::listener::udp_addr(socket.fd.as_fd()) {

@@ -45,7 +45,11 @@ fn bind_options(g: &Global, l: &ListenerConfig) -> BindOptions {
         tfo: g.tfo,
         nodelay: l.tuning.tcp_nodelay,
         keepalive: l.tuning.keepalive,
-        udp_sockets: if l.udp.is_some() { g.workers.max(1) } else { 0 },
+        udp_sockets: if l.udp().is_some() {
+            g.workers.max(1)
+        } else {
+            0
+        },
     }
 }
 
@@ -55,7 +59,7 @@ fn open_socket(
     g: &Global,
     inherited: &mut Vec<Inherited>,
 ) -> Result<ListenSocket, String> {
-    if let (Some(_), crate::addr::ListenAddr::Tcp(at)) = (&l.udp, &l.listen) {
+    if let (Some(_), crate::addr::ListenAddr::Tcp(at)) = (&l.udp(), &l.listen) {
         // A UDP listener takes every socket handed over under its name (vetted to be bound at
         // its address), then binds the rest of its sockets beside them.
         let mut taken = Vec::new();
@@ -165,7 +169,7 @@ fn listener_pool(
     workers: usize,
 ) -> Result<Pool, String> {
     let mut pool = Pool::build(l, acls.clone(), old, now);
-    pool.server_tls = server_tls(l, old, l.http.is_some())?;
+    pool.server_tls = server_tls(l, old, l.http().is_some())?;
     if !l.routes.is_empty() {
         let routes = Routes::build(
             &l.name,
@@ -177,13 +181,13 @@ fn listener_pool(
         )?;
         pool.routes = Some(Arc::new(routes));
     }
-    if let Some(settings) = &l.tls {
+    if let Some(settings) = l.tls() {
         pool.tls = Some(match old.and_then(|o| o.tls.as_ref()) {
             Some(was) if was.settings == *settings => was.clone(),
             _ => Arc::new(
                 crate::tls::build_server(
                     settings,
-                    l.http.is_some(),
+                    l.http().is_some(),
                     &crate::tls::tickets::shared_keys(),
                 )
                 .map_err(|e| format!("{}: {e}", l.what()))?,
@@ -342,7 +346,7 @@ impl Controller {
             // Draining has emptied the listener list: a change now would bind them all again.
             return Err("stopping: the configuration no longer changes".into());
         }
-        if let Some(l) = next.listeners.iter().find(|l| l.dsr_if.is_some()) {
+        if let Some(l) = next.listeners.iter().find(|l| l.dsr().is_some()) {
             return Err(format!(
                 "{}: dsr_if: direct server return starts with the process, not in a running proxy (restart Quill)",
                 l.what()
@@ -382,7 +386,7 @@ impl Controller {
             let kept = current.iter().any(|c| {
                 c.name == l.name
                     && c.addr == l.listen
-                    && c.socket.udp().is_some() == l.udp.is_some()
+                    && c.socket.udp().is_some() == l.udp().is_some()
             });
             if !kept {
                 let socket = open_socket(l, &next.global, &mut Vec::new())?;
@@ -427,7 +431,7 @@ impl Controller {
             let same = current.iter().find(|c| {
                 c.name == l.name
                     && c.addr == l.listen
-                    && c.socket.udp().is_some() == l.udp.is_some()
+                    && c.socket.udp().is_some() == l.udp().is_some()
             });
             if let Some(was) = old.listeners.iter().find(|o| o.name == l.name) {
                 describe_pool_change(was, l, &mut notes);
@@ -550,7 +554,7 @@ impl Controller {
         if let Some(n) = name {
             match running.listeners.iter().find(|l| l.name == n) {
                 None => return Err(format!("no listener named '{n}'")),
-                Some(l) if l.tls.is_none() => {
+                Some(l) if l.tls().is_none() => {
                     return Err(format!("listener '{n}' does not terminate TLS"))
                 }
                 Some(_) => {}
@@ -559,7 +563,7 @@ impl Controller {
         let chosen: Vec<&ListenerConfig> = running
             .listeners
             .iter()
-            .filter(|l| l.tls.is_some() && name.is_none_or(|n| n == l.name))
+            .filter(|l| l.tls().is_some() && name.is_none_or(|n| n == l.name))
             .collect();
         if chosen.is_empty() {
             return Ok("no listener terminates TLS".into());
@@ -572,14 +576,18 @@ impl Controller {
         };
         let mut fresh = Vec::new();
         for l in chosen {
-            let Some(was) = &l.tls else { continue };
+            let Some(was) = l.tls() else { continue };
             let from_sources = sources
                 .as_ref()
                 .and_then(|c| c.listeners.iter().find(|s| s.name == l.name))
-                .and_then(|s| s.tls.as_ref());
+                .and_then(|s| s.tls());
             let now = reread_tls(was, from_sources).map_err(|e| e.to_string())?;
-            crate::tls::build_server(&now, l.http.is_some(), &crate::tls::tickets::shared_keys())
-                .map_err(|e| e.to_string())?;
+            crate::tls::build_server(
+                &now,
+                l.http().is_some(),
+                &crate::tls::tickets::shared_keys(),
+            )
+            .map_err(|e| e.to_string())?;
             fresh.push((l.name.clone(), was.clone(), now));
         }
         let mut st = self.lock();
@@ -587,9 +595,9 @@ impl Controller {
         let mut reread = Vec::new();
         for (lname, was, now) in &fresh {
             // A change that came in meanwhile wins over what was read here.
-            let same = |l: &&mut ListenerConfig| l.name == *lname && l.tls.as_ref() == Some(was);
+            let same = |l: &&mut ListenerConfig| l.name == *lname && l.tls() == Some(was);
             if let Some(l) = next.listeners.iter_mut().find(same) {
-                l.tls = Some(now.clone());
+                l.set_tls(Some(now.clone()));
                 reread.push(format!("'{lname}'"));
             }
         }
@@ -597,9 +605,9 @@ impl Controller {
         // The sources' files are the ones just read: a later reload that finds them unchanged
         // keeps them.
         for (lname, was, now) in fresh {
-            let same = |l: &&mut ListenerConfig| l.name == lname && l.tls.as_ref() == Some(&was);
+            let same = |l: &&mut ListenerConfig| l.name == lname && l.tls() == Some(&was);
             if let Some(l) = st.loaded.listeners.iter_mut().find(same) {
-                l.tls = Some(now);
+                l.set_tls(Some(now));
             }
         }
         Ok(format!(
@@ -610,7 +618,7 @@ impl Controller {
 }
 
 fn has_sni_path(l: &ListenerConfig) -> bool {
-    l.tls.as_ref().is_some_and(|t| t.sni_path.is_some())
+    l.tls().is_some_and(|t| t.sni_path.is_some())
 }
 
 /// `settings` with every file read again; with `sni_path`, the certificates of `sources` (the
