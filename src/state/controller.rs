@@ -14,7 +14,7 @@ use arc_swap::ArcSwap;
 use super::shared::{Listener, Phase, Shared};
 use super::{merge, Msg, Rebuild, RunError};
 use crate::acl::Acls;
-use crate::backend::{Pool, Routes};
+use crate::backend::{Pool, PoolKind, Routes};
 use crate::clock::Clock;
 use crate::command::{Command, CommandFile, Quoting};
 use crate::config::{Config, Global, ListenerConfig};
@@ -181,8 +181,8 @@ fn listener_pool(
         )?;
         pool.routes = Some(Arc::new(routes));
     }
-    if let Some(settings) = l.tls() {
-        pool.tls = Some(match old.and_then(|o| o.tls.as_ref()) {
+    if let (Some(settings), PoolKind::Stream(stream)) = (l.tls(), &mut pool.kind) {
+        stream.tls = Some(match old.and_then(|o| o.tls()) {
             Some(was) if was.settings == *settings => was.clone(),
             _ => Arc::new(
                 crate::tls::build_server(

@@ -155,11 +155,6 @@ impl ListenerConfig {
         self.stream()?.tls.as_ref()
     }
 
-    /// A stream listener's trusted upstream proxies; empty for any other kind.
-    pub(crate) fn accept_proxy(&self) -> &[Net] {
-        self.stream().map_or(&[], |s| &s.accept_proxy[..])
-    }
-
     /// Sets a stream listener's TLS termination (Pen's `-E`); a listener of another kind has
     /// none to set, and is left as it is.
     pub(crate) fn set_tls(&mut self, tls: Option<TlsSettings>) {

@@ -87,5 +87,5 @@ fn tls_and_accept_proxy_belong_to_stream_listeners() {
     l.set_tls(None);
     assert_eq!(l.tls(), None);
     assert_eq!(l.udp(), Some(&UdpSettings::default()));
-    assert!(l.accept_proxy().is_empty());
+    assert!(l.stream().is_none());
 }
