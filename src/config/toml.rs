@@ -22,7 +22,7 @@ use super::model::ErrorPage;
 use super::model::{
     in_range, nonzero, parse_duration, parse_status_range, pool_addr, validate_check_path,
     CheckKind, Config, ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings,
-    ListenerConfig, LogFormat, Member, RouteAction, RouteConfig, StreamProto, Tuning, TuningPatch,
+    ListenerConfig, LogFormat, Member, RouteAction, StreamProto, Tuning, TuningPatch,
     MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_DURATION, MAX_SESSIONS, MAX_WEIGHT,
     MAX_WORKERS,
 };
@@ -399,30 +399,6 @@ fn from_toml_with(
     Ok(config)
 }
 
-/// Why a route does not fit its listener: a TCP listener's routes pick a pool by TLS server name
-/// (`sni` and `pool` only); an HTTP listener's match requests, not `sni`.
-fn route_misfit(r: &RouteConfig, http: bool) -> Option<&'static str> {
-    if http {
-        return (!r.sni.is_empty())
-            .then_some("sni is for TCP listeners (an HTTP listener's routes match host)");
-    }
-    let http_only = !r.hosts.is_empty()
-        || r.path.is_some()
-        || !r.methods.is_empty()
-        || !r.headers.is_empty()
-        || r.client_acl.is_some()
-        || !r.request_headers.is_empty()
-        || !r.response_headers.is_empty()
-        || r.rewrite_path.is_some()
-        || r.rate.is_some();
-    if r.sni.is_empty() || http_only || !matches!(r.action, RouteAction::Pool(_)) {
-        return Some(
-            "a TCP listener's route takes sni and pool only (any other matcher or action needs protocol = \"http\")",
-        );
-    }
-    None
-}
-
 /// What every listener of a file starts from.
 struct FileDefaults<'a> {
     tuning: &'a Tuning,
@@ -452,57 +428,18 @@ fn build_listener(
         .map_err(|e| ConfigError::from_addr(e, &at(rl.listen.span())))?;
     let mut l = ListenerConfig::new(name, listen);
     let udp = kind::udp(rl, &l.listen, name, at)?;
-    let is_http = match &rl.protocol {
-        None => defaults.all_http,
-        Some(p) => match p.get_ref().as_str() {
-            "tcp" => defaults.all_http,
-            "http" => true,
-            "udp" => false,
-            other => {
-                return Err(ConfigError::usage(format!(
-                    "{}invalid protocol '{}' (expected tcp, http or udp)",
-                    at(p.span()),
-                    other.escape_debug()
-                )))
-            }
-        },
-    };
     l.tuning = defaults.tuning.clone();
-    let proto = if is_http {
-        // A file-wide `tcp_fastclose` is the default of its TCP listeners only.
-        l.tuning.tcp_fastclose = Fastclose::Off;
-        // So is a file-wide `transparent` (an HTTP server connection serves many clients).
-        l.tuning.transparent = false;
-        if let Some(f) = &rl.tcp_fastclose {
-            return Err(ConfigError::usage(format!(
-                "{}tcp_fastclose: '{}' does not apply to HTTP listener '{name}' \
-                 (HTTP framing decides when an exchange ends)",
-                at(f.span()),
-                f.get_ref().name()
-            )));
-        }
-        let mut settings = defaults.http.clone();
-        if let Some(h) = &rl.http {
-            settings.apply(&h.get_ref().patch(at, defaults.dir)?);
-            h.get_ref().check(&settings, h.span(), at)?;
-        }
-        StreamProto::Http(settings)
-    } else if let Some(h) = &rl.http {
-        return Err(ConfigError::usage(format!(
-            "{}listener '{name}': [listener.http] needs protocol = \"http\"",
-            at(h.span())
-        )));
-    } else {
-        StreamProto::Tcp
-    };
+    let proto = kind::stream_proto(rl, defaults, &mut l.tuning, name, at)?;
+    let is_http = matches!(proto, StreamProto::Http(_));
     l.tuning.apply(&rl.tuning(at)?);
-    let tls = match &rl.tls {
-        Some(t) => Some(
+    let tls = rl
+        .tls
+        .as_ref()
+        .map(|t| {
             t.get_ref()
-                .build(defaults.tls, t.span(), is_http, defaults.dir, at)?,
-        ),
-        None => None,
-    };
+                .build(defaults.tls, t.span(), is_http, defaults.dir, at)
+        })
+        .transpose()?;
     if let Some(t) = &rl.server_tls {
         l.server_tls = Some(t.get_ref().build(defaults.dir, at)?);
     }
@@ -534,24 +471,7 @@ fn build_listener(
                 .map_err(|err| ConfigError::from_addr(err, &at(e.span())))?,
         );
     }
-    for (i, r) in rl.route.iter().enumerate() {
-        let route = r.get_ref().build(i + 1, r.span(), at)?;
-        if let Some(e) = route_misfit(&route, l.is_http()) {
-            return Err(ConfigError::usage(format!(
-                "{}listener '{name}': route '{}': {e}",
-                at(r.span()),
-                route.name
-            )));
-        }
-        if let Some(other) = l.routes.iter().find(|o| o.name == route.name) {
-            return Err(ConfigError::usage(format!(
-                "{}listener '{name}': two routes are named '{}'",
-                at(r.span()),
-                other.name
-            )));
-        }
-        l.routes.push(route);
-    }
+    l.routes = kind::routes(rl, l.is_http(), name, at)?;
     if rl.servers.is_empty() && l.routes.is_empty() {
         return Err(ConfigError::usage(format!(
             "{}listener '{name}' has no servers",

@@ -1,14 +1,15 @@
 //! A `[[listener]]`'s kind read at parse time: `protocol`, `[listener.udp]`, `[listener.http]`,
 //! `tls`, `accept_proxy` and the DSR keys become one `ListenerKind`, and a mix no listener can run
-//! is refused here, at its line, instead of being built and refused later.
+//! is refused here, at its line, instead of being built and refused later; its routes are read
+//! here too, each checked against the kind (`sni` routes for TCP, request routes for HTTP).
 
 use std::ops::Range;
 
 use super::super::model::{
-    parse_dsr_wait, ConfigError, DsrSettings, ListenerKind, StreamKind, StreamProto, UdpSettings,
-    NOT_HTTP_OR_TLS,
+    parse_dsr_wait, ConfigError, DsrSettings, Fastclose, ListenerKind, RouteAction, RouteConfig,
+    StreamKind, StreamProto, Tuning, UdpSettings, NOT_HTTP_OR_TLS,
 };
-use super::{acl_number, RawListener};
+use super::{acl_number, FileDefaults, RawListener};
 use crate::acl::{self, Net};
 use crate::addr::ListenAddr;
 
@@ -71,6 +72,115 @@ fn udp_misfit(rl: &RawListener) -> Option<&'static str> {
     }
     if rl.dsr_if.is_some() {
         return Some("dsr_if");
+    }
+    None
+}
+
+/// What a stream listener's clients speak (`protocol`, `-H` with `--config`), with its
+/// `[listener.http]` over the file's `[http]`; an HTTP listener does not take the file-wide
+/// `tcp_fastclose` and `transparent` into `tuning`. UDP reads as TCP here ([`udp`] says more).
+pub(super) fn stream_proto(
+    rl: &RawListener,
+    defaults: &FileDefaults,
+    tuning: &mut Tuning,
+    name: &str,
+    at: At,
+) -> Result<StreamProto, ConfigError> {
+    let is_http = match &rl.protocol {
+        None => defaults.all_http,
+        Some(p) => match p.get_ref().as_str() {
+            "tcp" => defaults.all_http,
+            "http" => true,
+            "udp" => false,
+            other => {
+                return Err(ConfigError::usage(format!(
+                    "{}invalid protocol '{}' (expected tcp, http or udp)",
+                    at(p.span()),
+                    other.escape_debug()
+                )))
+            }
+        },
+    };
+    let proto = if is_http {
+        // A file-wide `tcp_fastclose` is the default of its TCP listeners only.
+        tuning.tcp_fastclose = Fastclose::Off;
+        // So is a file-wide `transparent` (an HTTP server connection serves many clients).
+        tuning.transparent = false;
+        if let Some(f) = &rl.tcp_fastclose {
+            return Err(ConfigError::usage(format!(
+                "{}tcp_fastclose: '{}' does not apply to HTTP listener '{name}' \
+                 (HTTP framing decides when an exchange ends)",
+                at(f.span()),
+                f.get_ref().name()
+            )));
+        }
+        let mut settings = defaults.http.clone();
+        if let Some(h) = &rl.http {
+            settings.apply(&h.get_ref().patch(at, defaults.dir)?);
+            h.get_ref().check(&settings, h.span(), at)?;
+        }
+        StreamProto::Http(settings)
+    } else if let Some(h) = &rl.http {
+        return Err(ConfigError::usage(format!(
+            "{}listener '{name}': [listener.http] needs protocol = \"http\"",
+            at(h.span())
+        )));
+    } else {
+        StreamProto::Tcp
+    };
+    Ok(proto)
+}
+
+/// A listener's routes (`[[listener.route]]`), each fitting its kind: an HTTP listener's
+/// match requests, a TCP listener's pick a pool by TLS server name.
+pub(super) fn routes(
+    rl: &RawListener,
+    http: bool,
+    name: &str,
+    at: At,
+) -> Result<Vec<RouteConfig>, ConfigError> {
+    let mut routes: Vec<RouteConfig> = Vec::with_capacity(rl.route.len());
+    for (i, r) in rl.route.iter().enumerate() {
+        let route = r.get_ref().build(i + 1, r.span(), at)?;
+        if let Some(e) = route_misfit(&route, http) {
+            return Err(ConfigError::usage(format!(
+                "{}listener '{name}': route '{}': {e}",
+                at(r.span()),
+                route.name
+            )));
+        }
+        if let Some(other) = routes.iter().find(|o| o.name == route.name) {
+            return Err(ConfigError::usage(format!(
+                "{}listener '{name}': two routes are named '{}'",
+                at(r.span()),
+                other.name
+            )));
+        }
+        routes.push(route);
+    }
+    Ok(routes)
+}
+
+/// Why a route does not fit its listener: a TCP listener's routes pick a pool by TLS server name
+/// (`sni` and `pool` only); an HTTP listener's match requests, not `sni`.
+fn route_misfit(r: &RouteConfig, http: bool) -> Option<&'static str> {
+    if http {
+        return (!r.sni.is_empty())
+            .then_some("sni is for TCP listeners (an HTTP listener's routes match host)");
+    }
+    let http_only = !r.hosts.is_empty()
+        || r.path.is_some()
+        || !r.methods.is_empty()
+        || !r.headers.is_empty()
+        || r.client_acl.is_some()
+        || !r.request_headers.is_empty()
+        || !r.response_headers.is_empty()
+        || r.rewrite_path.is_some()
+        || r.rate.is_some();
+    if r.sni.is_empty() || http_only || !matches!(r.action, RouteAction::Pool(_)) {
+        return Some(
+            "a TCP listener's route takes sni and pool only (any other matcher or action needs protocol = \"http\")",
+        );
     }
     None
 }
