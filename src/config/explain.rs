@@ -133,7 +133,7 @@ impl Config {
                     )
                 };
             }
-            if let Some(u) = &l.udp() {
+            if let Some(u) = l.udp() {
                 out += &format!(
                     "  UDP listener (protocol udp): a flow per client address and port; flow_timeout {}, max_flows {}, max_flows_per_source {}, flow_responses {}\n",
                     crate::config::format_duration(u.flow_timeout),
@@ -152,7 +152,7 @@ impl Config {
                 );
                 out += "  UDP datagrams from Quill's own listening addresses or from a server of the pool are dropped (they would loop); an ICMP error takes a server out only when it comes from that server and quotes a datagram the flow sent (two of them, or one and a datagram unanswered for 1s)\n";
             }
-            if let Some(t) = &l.tls() {
+            if let Some(t) = l.tls() {
                 explain_tls(t, l.http().is_some(), &mut out);
             }
             for r in &l.routes {

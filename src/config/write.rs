@@ -4,7 +4,9 @@
 use crate::addr::{AdminState, BackendAddr, ServerSpec};
 use crate::balancer::ModeWord;
 
-use super::model::{format_duration, Config, ListenerConfig};
+use super::model::{
+    format_duration, Config, ListenerConfig, ListenerKind, StreamKind, StreamProto,
+};
 
 /// A server's limits in the control language's words: `max M hard H weight W prio P [acl A]`.
 pub(crate) fn server_limits(s: &ServerSpec) -> String {
@@ -55,28 +57,36 @@ impl Config {
             } else {
                 String::new()
             };
-            if l.http().is_some() {
-                // `http` keeps an HTTP listener as it is: its HTTP settings come from its
-                // source (`-H`, `protocol = "http"`, `[listener.http]`) on every start and reload.
-                out += &format!(
+            match &l.kind {
+                ListenerKind::Stream(StreamKind {
+                    proto: StreamProto::Http(_),
+                    ..
+                }) => {
+                    // `http` keeps an HTTP listener as it is: its HTTP settings come from
+                    // its source (`-H`, `protocol = "http"`, `[listener.http]`) on every start
+                    // and reload.
+                    out += &format!(
                     "# listener {}: HTTP (its HTTP settings come from -H or the TOML file)\n{prefix}http\n",
                     l.name
                 );
-            } else if l.udp().is_some() {
-                // A UDP listener stays UDP: `-U` or `protocol = "udp"` says so at every start.
-                out += &format!(
-                    "# listener {}: UDP (its flow settings come from -U or the TOML file)\n",
-                    l.name
-                );
-            } else {
-                out += &format!("{prefix}no http\n");
+                }
+                ListenerKind::Udp(_) => {
+                    // A UDP listener stays UDP: `-U` or `protocol = "udp"` says so at every start.
+                    out += &format!(
+                        "# listener {}: UDP (its flow settings come from -U or the TOML file)\n",
+                        l.name
+                    );
+                }
+                ListenerKind::Stream(_) | ListenerKind::Dsr(_) => {
+                    out += &format!("{prefix}no http\n");
+                }
             }
             // Always with `listener NAME`: without it, `log` is the process-wide file.
             out += &match &l.log {
                 Some(p) => format!("listener {} log {}\n", l.name, p.display()),
                 None => format!("listener {} no log\n", l.name),
             };
-            if let Some(t) = &l.tls() {
+            if let Some(t) = l.tls() {
                 write_tls(&mut out, &prefix, &l.name, t);
             }
             write_pool(&mut out, &prefix, l);
