@@ -13,7 +13,8 @@ use crate::acl::{AclId, Acls};
 use crate::addr::{AdminState, BackendAddr, ServerSpec};
 use crate::balancer::{ClientTable, Cursor, Mode, ServerSet};
 use crate::clock::millis;
-use crate::config::{HealthCheck, HttpSettings, ListenerConfig, Tuning};
+use crate::config::model::UdpSettings;
+use crate::config::{HealthCheck, HttpSettings, ListenerConfig, ListenerKind, StreamProto, Tuning};
 use quill_core::http1::rewrite::{EditOp, HeaderEdit};
 
 const NO_ACL: u8 = u8::MAX;
@@ -314,27 +315,75 @@ pub(crate) struct Pool {
     /// The process's ACL lists (client and per-server ACLs refer to them).
     pub acls: Arc<Acls>,
     pub health: Option<HealthCheck>,
-    /// The HTTP settings of an HTTP listener's pool; None for TCP.
-    pub http: Option<Arc<HttpSettings>>,
+    /// What the listener accepts (its `ListenerKind`, with TLS built): what `Worker::admit`
+    /// matches on.
+    pub kind: PoolKind,
     /// HTTP cookie stickiness (`sticky_cookie`), on an HTTP listener's own pool or a named pool.
     pub sticky: Option<Sticky>,
     /// An HTTP listener's routes (None when it has none; always None on a named pool). Set by
     /// the controller after `build`, once the named pools they point to exist; a reload swaps
     /// them with the pool, so the next request sees the new routes.
     pub routes: Option<Arc<Routes>>,
-    /// A listener's TLS termination (None: clients speak in clear). Set by the controller after
-    /// `build`, kept from the previous pool while the listener's TLS settings are unchanged.
-    pub tls: Option<Arc<crate::tls::ServerTls>>,
     /// TLS to the pool's servers (`server_tls`), kept from the previous pool while its settings
     /// are unchanged.
     pub server_tls: Option<Arc<crate::tls::client::ClientTls>>,
-    /// A UDP listener's flow settings; None for TCP and HTTP.
-    pub udp: Option<crate::config::model::UdpSettings>,
-    /// The listener's trusted upstream proxies (`accept_proxy`); empty: none.
-    pub accept_proxy: Vec<crate::acl::Net>,
     /// The listener's address when it is one IP's (not a wildcard): every client reached it, so
     /// the PROXY header sent to servers names it without a `getsockname`.
     pub local: Option<std::net::SocketAddr>,
+}
+
+/// A pool's side of its listener's kind (`config::ListenerKind`).
+#[derive(Debug)]
+pub(crate) enum PoolKind {
+    /// A stream listener's pool, or a named pool (a stream without TLS of its own).
+    Stream(StreamPool),
+    /// A UDP listener's flow settings.
+    Udp(UdpSettings),
+    /// A DSR listener: frames, no sessions.
+    Dsr,
+}
+
+/// Which session an accepted client of a stream listener gets (see [`Pool::admission`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// A TLS handshake first (then HTTP or TCP inside).
+    Tls,
+    /// HTTP in clear.
+    Http,
+    /// The TLS ClientHello read, untouched, to pick a pool by its server name (SNI routes).
+    Peek,
+    /// Bytes relayed to a server; a client `client_acl` denies goes to the abuse server or is
+    /// closed.
+    Tcp,
+}
+
+/// A stream listener's pool: TLS, PROXY acceptance and what its clients speak.
+#[derive(Debug)]
+pub(crate) struct StreamPool {
+    /// TLS termination (None: clients speak in clear). Set by the controller after `build`,
+    /// kept from the previous pool while the listener's TLS settings are unchanged.
+    pub tls: Option<Arc<crate::tls::ServerTls>>,
+    /// The listener's trusted upstream proxies (`accept_proxy`); empty: none.
+    pub accept_proxy: Vec<crate::acl::Net>,
+    /// The HTTP settings of an HTTP listener's pool; None for TCP.
+    pub http: Option<Arc<HttpSettings>>,
+}
+
+impl PoolKind {
+    fn of(kind: &ListenerKind) -> PoolKind {
+        match kind {
+            ListenerKind::Stream(s) => PoolKind::Stream(StreamPool {
+                tls: None,
+                accept_proxy: s.accept_proxy.clone(),
+                http: match &s.proto {
+                    StreamProto::Http(h) => Some(Arc::new(h.clone())),
+                    StreamProto::Tcp => None,
+                },
+            }),
+            ListenerKind::Udp(u) => PoolKind::Udp(u.clone()),
+            ListenerKind::Dsr(_) => PoolKind::Dsr,
+        }
+    }
 }
 
 /// A listener's routes, whose pool actions hold named pools.
@@ -489,11 +538,9 @@ impl Pool {
             cursor: old.map_or_else(Arc::default, |o| o.cursor.clone()),
             clients,
             client_acl: l.client_acl,
-            http: l.http.clone().map(Arc::new),
+            kind: PoolKind::of(&l.kind),
             routes: None,
-            tls: None,
             server_tls: None,
-            accept_proxy: l.accept_proxy.clone(),
             local: match &l.listen {
                 crate::addr::ListenAddr::Tcp(a) if !a.ip().is_unspecified() => Some(*a),
                 _ => None,
@@ -501,7 +548,50 @@ impl Pool {
             sticky,
             acls,
             health: l.health.clone(),
-            udp: l.udp.clone(),
+        }
+    }
+
+    /// A stream pool's settings; None for UDP and DSR.
+    pub(crate) fn stream(&self) -> Option<&StreamPool> {
+        match &self.kind {
+            PoolKind::Stream(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// An HTTP listener's settings; None for any other pool.
+    pub(crate) fn http(&self) -> Option<&Arc<HttpSettings>> {
+        self.stream()?.http.as_ref()
+    }
+
+    /// The listener's TLS termination; None when its clients speak in clear.
+    pub(crate) fn tls(&self) -> Option<&Arc<crate::tls::ServerTls>> {
+        self.stream()?.tls.as_ref()
+    }
+
+    /// The listener's trusted upstream proxies; empty: none.
+    pub(crate) fn accept_proxy(&self) -> &[crate::acl::Net] {
+        self.stream().map_or(&[], |s| &s.accept_proxy[..])
+    }
+
+    /// What session a client accepted on this pool's listener gets; `denied`: `client_acl`
+    /// denied it (it gets a TCP session to the abuse server, or is closed). UDP and DSR
+    /// listeners accept no stream: TCP, as for a denied client.
+    pub(crate) fn admission(&self, denied: bool) -> Admission {
+        match &self.kind {
+            PoolKind::Stream(_) if denied => Admission::Tcp,
+            PoolKind::Stream(StreamPool { tls: Some(_), .. }) => Admission::Tls,
+            PoolKind::Stream(StreamPool { http: Some(_), .. }) => Admission::Http,
+            PoolKind::Stream(_) if self.routes.is_some() => Admission::Peek,
+            PoolKind::Stream(_) | PoolKind::Udp(_) | PoolKind::Dsr => Admission::Tcp,
+        }
+    }
+
+    /// A UDP listener's flow settings; None for any other pool.
+    pub(crate) fn udp(&self) -> Option<&UdpSettings> {
+        match &self.kind {
+            PoolKind::Udp(u) => Some(u),
+            _ => None,
         }
     }
 
@@ -626,5 +716,27 @@ mod tests {
         );
         assert!(Arc::ptr_eq(&drained.servers[0], &enabled.servers[0]));
         assert_eq!(enabled.servers[0].ramp(55_000), 500);
+    }
+
+    #[test]
+    fn a_client_is_admitted_as_its_listeners_kind_says() {
+        let pool = |kind| {
+            let mut l = ListenerConfig::new("p", crate::addr::ListenAddr::Unix("/l".into()));
+            l.kind = kind;
+            Pool::build(&l, Arc::default(), None, 0)
+        };
+        let tcp = pool(ListenerKind::default());
+        assert_eq!(tcp.admission(false), Admission::Tcp);
+        let http = pool(ListenerKind::http(HttpSettings::default()));
+        assert_eq!(http.admission(false), Admission::Http);
+        assert_eq!(
+            http.admission(true),
+            Admission::Tcp,
+            "denied: abuse server or closed"
+        );
+        assert!(http.http().is_some() && http.tls().is_none() && http.udp().is_none());
+        let udp = pool(ListenerKind::Udp(UdpSettings::default()));
+        assert_eq!(udp.admission(false), Admission::Tcp);
+        assert!(udp.udp().is_some() && udp.http().is_none());
     }
 }

@@ -10,7 +10,9 @@ use clap::{ArgAction, Parser, Subcommand};
 
 use crate::addr;
 use crate::command::{self, ModeWord};
-use crate::config::{self, Config, ConfigError, ErrorKind, Global, ListenerConfig, TuningPatch};
+use crate::config::{
+    self, Config, ConfigError, ErrorKind, Global, ListenerConfig, ListenerKind, TuningPatch,
+};
 use crate::demo::{Behaviour, DemoServer};
 use crate::runtime::{self, Start};
 use crate::state::Rebuild;
@@ -768,17 +770,17 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
             let mut l = ListenerConfig::new("default", listen);
             l.tuning.apply(&cli.tuning_patch());
             if cli.http {
-                l.http = Some(config::HttpSettings::default());
+                l.kind = ListenerKind::http(config::HttpSettings::default());
             }
-            l.tls = cli.tls.settings()?;
+            l.set_tls(cli.tls.settings()?);
             if cli.later.udp {
-                if cli.http || l.tls.is_some() {
+                if cli.http || l.tls().is_some() {
                     return Err(ConfigError::usage("-U (UDP) cannot be combined with -H or TLS (-E, -K)"));
                 }
                 if let addr::ListenAddr::Unix(_) = l.listen {
                     return Err(ConfigError::usage("-U (UDP) needs an IP address and port, not a Unix socket path"));
                 }
-                l.udp = Some(config::model::UdpSettings::default());
+                l.kind = ListenerKind::Udp(config::model::UdpSettings::default());
             }
             for s in &cli.servers {
                 l.servers.push(addr::parse_server(s, l.listen.port()).map_err(|e| addr_error(e, ""))?);
@@ -859,9 +861,9 @@ fn proxyd_config(cli: &Cli) -> Result<(Config, Vec<crate::systemd::Inherited>), 
         l.tuning.blacklist = Duration::ZERO;
         l.tuning.apply(&cli.tuning_patch());
         if cli.http {
-            l.http = Some(config::HttpSettings::default());
+            l.kind = ListenerKind::http(config::HttpSettings::default());
         }
-        l.tls = cli.tls.settings()?;
+        l.set_tls(cli.tls.settings()?);
         listeners.push(l);
         named.push(crate::systemd::Inherited {
             name: Some(name),
@@ -1038,7 +1040,7 @@ fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
         let mut h = listeners[0].clone();
         h.name = "demo-http".into();
         h.listen = addr::ListenAddr::Tcp(a);
-        h.http = Some(config::HttpSettings::default());
+        h.kind = ListenerKind::http(config::HttpSettings::default());
         h.routes = vec![config::RouteConfig {
             name: "api".into(),
             hosts: Vec::new(),

@@ -98,7 +98,7 @@ fn random_u64() -> u64 {
 
 impl Engine {
     fn open(l: &ListenerConfig, config: &Config) -> Result<Engine, RunError> {
-        let ifname = l.dsr_if.clone().unwrap_or_default();
+        let ifname = l.dsr().map(|d| d.ifname().to_string()).unwrap_or_default();
         let (vip, port) = l
             .dsr_vip()
             .ok_or_else(|| RunError::DsrAddress { what: l.what() })?;
@@ -138,7 +138,10 @@ impl Engine {
             vip,
             port,
             servers,
-            tarpit: l.tarpit_acl.map(|n| (config.global.acls.clone(), n)),
+            tarpit: l
+                .dsr()
+                .and_then(|d| d.tarpit_acl)
+                .map(|n| (config.global.acls.clone(), n)),
             key: random_u64(),
             stats: Arc::default(),
         })

@@ -285,8 +285,8 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
             mode: pool.mode.to_string(),
             protocol: protocol(pool),
             health_check: pool.health.as_ref().map(|h| h.to_string()),
-            http: pool.http.as_ref().map(|_| http_listener(http, pool)),
-            tls: pool.tls.as_ref().map(|t| listener_tls(t, now_unix)),
+            http: pool.http().map(|_| http_listener(http, pool)),
+            tls: pool.tls().map(|t| listener_tls(t, now_unix)),
             servers: pool
                 .servers
                 .iter()
@@ -372,9 +372,9 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
 
 /// What a listener's clients speak: `http`, `udp` or `tcp`.
 pub(crate) fn protocol(pool: &Pool) -> &'static str {
-    if pool.http.is_some() {
+    if pool.http().is_some() {
         "http"
-    } else if pool.udp.is_some() {
+    } else if pool.udp().is_some() {
         "udp"
     } else {
         "tcp"

@@ -8,7 +8,8 @@ use std::path::Path;
 use crate::acl::Acl;
 use crate::addr::{self, BackendAddr, ServerSpec};
 use crate::config::model::{
-    in_range, Config, ConfigError, Global, ListenerConfig, MAX_SESSIONS, MAX_WEIGHT,
+    in_range, Config, ConfigError, Global, ListenerConfig, DSR_IP_NEEDS_IF, DSR_WAIT_NEEDS_IF,
+    MAX_SESSIONS, MAX_WEIGHT,
 };
 use crate::config::read_config_text;
 use crate::tls::{FileData, TlsVersion};
@@ -32,10 +33,11 @@ impl ListenerConfig {
                     .map_err(ConfigError::usage)?;
                 global.max_connections = Some(*n)
             }
-            Command::DsrIf(name) => self.dsr_if = name.clone(),
-            Command::DsrIp(ip) => self.dsr_ip = *ip,
-            Command::DsrWait(d) => self.dsr_wait = *d,
-            Command::TarpitAcl(n) => self.tarpit_acl = *n,
+            Command::DsrIf(_)
+            | Command::DsrIp(_)
+            | Command::DsrWait(_)
+            | Command::TarpitAcl(_)
+            | Command::Http(_) => self.apply_kind(cmd)?,
             Command::Server(index, change) => self.change_server(*index, change)?,
             Command::ServerAdd(spec) => {
                 let spec = addr::parse_server(spec, self.listen.port())
@@ -65,13 +67,27 @@ impl ListenerConfig {
                 self.listen =
                     addr::parse_listen(text).map_err(|e| ConfigError::from_addr(e, "listen: "))?;
             }
-            // An HTTP listener stays as it is, with its settings (`http` twice changes nothing).
-            Command::Http(true) if self.http.is_some() => {}
-            Command::Http(true) => self.http = Some(crate::config::HttpSettings::default()),
-            Command::Http(false) => self.no_http()?,
             Command::Ssl(ssl) => self.apply_ssl(ssl)?,
         }
         Ok(())
+    }
+
+    /// The commands that change the listener's kind (see `ListenerConfig::make_http` and
+    /// `set_dsr_if`): a change that would mix two kinds is refused, naming the listener.
+    fn apply_kind(&mut self, cmd: &Command) -> Result<(), ConfigError> {
+        let changed = match cmd {
+            // An HTTP listener stays as it is, with its settings (`http` twice changes nothing).
+            Command::Http(true) => self.make_http(),
+            Command::Http(false) => return self.no_http(),
+            Command::DsrIf(name) => self.set_dsr_if(name.clone()),
+            Command::DsrIp(ip) => self.set_dsr(ip.is_some(), DSR_IP_NEEDS_IF, |d| d.ip = *ip),
+            Command::TarpitAcl(n) => {
+                self.set_dsr(n.is_some(), DSR_IP_NEEDS_IF, |d| d.tarpit_acl = *n)
+            }
+            Command::DsrWait(w) => self.set_dsr(w.is_some(), DSR_WAIT_NEEDS_IF, |d| d.wait = *w),
+            _ => Ok(()),
+        };
+        changed.map_err(|why| ConfigError::usage(format!("{}: {why}", self.what())))
     }
 
     /// `no http`: back to TCP, unless the listener has routes (only HTTP can route).
@@ -82,7 +98,7 @@ impl ListenerConfig {
                 self.name
             )));
         }
-        self.http = None;
+        self.make_tcp();
         Ok(())
     }
 
@@ -354,9 +370,9 @@ impl ListenerConfig {
     /// and the listener keeps what it had. Files are read now (they are small and bounded).
     fn apply_ssl(&mut self, cmd: &SslCommand) -> Result<(), ConfigError> {
         let what = self.what();
-        let http = self.http.is_some();
+        let http = self.is_http();
         let refused = |why: String| ConfigError::usage(format!("{}: {what}: {why}", cmd.name()));
-        let Some(tls) = self.tls.as_mut() else {
+        let Some(tls) = self.stream_mut().and_then(|s| s.tls.as_mut()) else {
             return Err(refused(
                 "no TLS termination here (start it with -E CERTFILE, or give it tls = { ... })"
                     .into(),

@@ -18,10 +18,11 @@ impl Config {
         }
         for l in &self.listeners {
             self.explain_tuning(l, &mut out);
-            if let (Some(ifname), Some((vip, port))) = (&l.dsr_if, l.dsr_vip()) {
+            if let (Some(dsr), Some((vip, port))) = (l.dsr(), l.dsr_vip()) {
+                let ifname = dsr.ifname();
                 out += &format!(
                     "  direct server return on {ifname}: frames for {vip}:{port} go to the servers, replies bypass Quill{}\n",
-                    match l.tarpit_acl {
+                    match dsr.tarpit_acl {
                         Some(n) => format!("; clients ACL {n} denies are tarpitted"),
                         None => String::new(),
                     }
@@ -29,10 +30,10 @@ impl Config {
                 out += &format!(
                     "  a frame waits up to {} ms in Quill's receive ring when traffic is light (dsr_wait{})\n",
                     l.dsr_wait_ms(),
-                    if l.dsr_wait.is_some() { "" } else { ", default" }
+                    if dsr.wait.is_some() { "" } else { ", default" }
                 );
             }
-            if let Some(h) = &l.http {
+            if let Some(h) = l.http() {
                 let changed = h.differences();
                 out += &if changed.is_empty() {
                     "  HTTP listener (protocol http), every HTTP setting at its default\n"
@@ -44,7 +45,7 @@ impl Config {
                     )
                 };
             }
-            if let Some(u) = &l.udp {
+            if let Some(u) = l.udp() {
                 out += &format!(
                     "  UDP listener (protocol udp): a flow per client address and port; flow_timeout {}, max_flows {}, max_flows_per_source {}, flow_responses {}\n",
                     crate::config::format_duration(u.flow_timeout),
@@ -63,14 +64,14 @@ impl Config {
                 );
                 out += "  UDP datagrams from Quill's own listening addresses or from a server of the pool are dropped (they would loop); an ICMP error takes a server out only when it comes from that server and quotes a datagram the flow sent (two of them, or one and a datagram unanswered for 1s)\n";
             }
-            if let Some(t) = &l.tls {
-                explain_tls(t, l.http.is_some(), &mut out);
+            if let Some(t) = l.tls() {
+                explain_tls(t, l.http().is_some(), &mut out);
             }
             for r in &l.routes {
                 out += &format!("  {}\n", explain_route(r));
             }
             if !l.routes.is_empty() {
-                out += &if l.servers.is_empty() && l.emergency.is_none() && l.http.is_none() {
+                out += &if l.servers.is_empty() && l.emergency.is_none() && l.http().is_none() {
                     "  no route matched: closed (the listener has no servers)\n".to_string()
                 } else if l.servers.is_empty() && l.emergency.is_none() {
                     "  no route matched: 404 (the listener has no servers)\n".to_string()

@@ -342,7 +342,7 @@ proptest! {
             Ok(c) => {
                 accepted(&c, &[]);
                 for l in &c.listeners {
-                    let h = l.http.as_ref().expect("[listener.http] only on an HTTP listener");
+                    let h = l.http().expect("[listener.http] only on an HTTP listener");
                     prop_assert_eq!(h.check(), Ok(()));
                 }
             }

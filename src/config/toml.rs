@@ -24,8 +24,8 @@ use super::http::{edits, RawEdits};
 use super::model::ErrorPage;
 use super::model::{
     in_range, nonzero, parse_status_range, pool_addr, validate_check_path, CheckKind, Config,
-    ConfigError, ControlLevel, Fastclose, Global, HealthCheck, HttpSettings, ListenerConfig,
-    LogFormat, Member, RouteAction, RouteConfig, Tuning, TuningPatch, MAX_SESSIONS, MAX_WEIGHT,
+    ConfigError, ControlLevel, Global, HealthCheck, HttpSettings, ListenerConfig, LogFormat,
+    Member, RouteAction, StreamProto, Tuning, TuningPatch, MAX_SESSIONS, MAX_WEIGHT,
 };
 use super::routes::RawRoute;
 use super::settings::{self, Dur};
@@ -34,6 +34,7 @@ mod geoip;
 mod global_table;
 mod health_table;
 mod http_table;
+mod kind;
 mod tls_table;
 mod udp_table;
 use global_table::read_global;
@@ -257,7 +258,7 @@ fn read_listeners(
     for rl in &raw.listener {
         let mut l = build_listener(rl, file, at)?;
         // The file-wide checks connect over TCP: a UDP listener's servers have no such port.
-        if l.health.is_none() && l.udp.is_none() {
+        if l.health.is_none() && l.udp().is_none() {
             l.health = default_health.clone();
         }
         if rl.slow_start.is_none() {
@@ -334,30 +335,6 @@ fn check_whole(
     Ok(())
 }
 
-/// Why a route does not fit its listener: a TCP listener's routes pick a pool by TLS server name
-/// (`sni` and `pool` only); an HTTP listener's match requests, not `sni`.
-fn route_misfit(r: &RouteConfig, http: bool) -> Option<&'static str> {
-    if http {
-        return (!r.sni.is_empty())
-            .then_some("sni is for TCP listeners (an HTTP listener's routes match host)");
-    }
-    let http_only = !r.hosts.is_empty()
-        || r.path.is_some()
-        || !r.methods.is_empty()
-        || !r.headers.is_empty()
-        || r.client_acl.is_some()
-        || !r.request_headers.is_empty()
-        || !r.response_headers.is_empty()
-        || r.rewrite_path.is_some()
-        || r.rate.is_some();
-    if r.sni.is_empty() || http_only || !matches!(r.action, RouteAction::Pool(_)) {
-        return Some(
-            "a TCP listener's route takes sni and pool only (any other matcher or action needs protocol = \"http\")",
-        );
-    }
-    None
-}
-
 /// What every listener of a file starts from.
 struct FileDefaults<'a> {
     tuning: &'a Tuning,
@@ -386,126 +363,33 @@ fn build_listener(
     let listen = addr::parse_listen(rl.listen.get_ref())
         .map_err(|e| ConfigError::from_addr(e, &at(rl.listen.span())))?;
     let mut l = ListenerConfig::new(name, listen);
-    let is_udp = rl
-        .protocol
-        .as_ref()
-        .is_some_and(|p| p.get_ref().as_str() == "udp");
-    if is_udp {
-        if let Some(e) = udp_misfit(rl) {
-            return Err(ConfigError::usage(format!(
-                "{}listener '{name}': {e} (not with protocol = \"udp\")",
-                at(rl.name.span())
-            )));
-        }
-        if let crate::addr::ListenAddr::Unix(_) = &l.listen {
-            return Err(ConfigError::usage(format!(
-                "{}protocol 'udp' needs an IP address and port, not a Unix socket path",
-                at(rl.listen.span())
-            )));
-        }
-        l.udp = Some(match &rl.udp {
-            Some(u) => u.get_ref().build(at)?,
-            None => crate::config::model::UdpSettings::default(),
-        });
-    } else if let Some(u) = &rl.udp {
-        return Err(ConfigError::usage(format!(
-            "{}listener '{name}': [listener.udp] needs protocol = \"udp\"",
-            at(u.span())
-        )));
-    }
-    let is_http = match &rl.protocol {
-        None => defaults.all_http,
-        Some(p) => match p.get_ref().as_str() {
-            "tcp" => defaults.all_http,
-            "http" => true,
-            "udp" => false,
-            other => {
-                return Err(ConfigError::usage(format!(
-                    "{}invalid protocol '{}' (expected tcp, http or udp)",
-                    at(p.span()),
-                    other.escape_debug()
-                )))
-            }
-        },
-    };
+    let udp = kind::udp(rl, &l.listen, name, at)?;
     l.tuning = defaults.tuning.clone();
-    if is_http {
-        // A file-wide `tcp_fastclose` is the default of its TCP listeners only.
-        l.tuning.tcp_fastclose = Fastclose::Off;
-        // So is a file-wide `transparent` (an HTTP server connection serves many clients).
-        l.tuning.transparent = false;
-        if let Some(f) = &rl.tcp_fastclose {
-            return Err(ConfigError::usage(format!(
-                "{}tcp_fastclose: '{}' does not apply to HTTP listener '{name}' \
-                 (HTTP framing decides when an exchange ends)",
-                at(f.span()),
-                f.get_ref().name()
-            )));
-        }
-        let mut settings = defaults.http.clone();
-        if let Some(h) = &rl.http {
-            settings.apply(&h.get_ref().patch(at, defaults.dir)?);
-            h.get_ref().check(&settings, h.span(), at)?;
-        }
-        l.http = Some(settings);
-    } else if let Some(h) = &rl.http {
-        return Err(ConfigError::usage(format!(
-            "{}listener '{name}': [listener.http] needs protocol = \"http\"",
-            at(h.span())
-        )));
-    }
+    let proto = kind::stream_proto(rl, defaults, &mut l.tuning, name, at)?;
+    let is_http = matches!(proto, StreamProto::Http(_));
     l.tuning.apply(&rl.tuning(at)?);
-    if let Some(t) = &rl.tls {
-        l.tls = Some(
+    let tls = rl
+        .tls
+        .as_ref()
+        .map(|t| {
             t.get_ref()
-                .build(defaults.tls, t.span(), is_http, defaults.dir, at)?,
-        );
-    }
+                .build(defaults.tls, t.span(), is_http, defaults.dir, at)
+        })
+        .transpose()?;
     if let Some(t) = &rl.server_tls {
         l.server_tls = Some(t.get_ref().build(defaults.dir, at)?);
     }
     if let Some(n) = &rl.client_acl {
         l.client_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
     }
-    l.dsr_if = rl.dsr_if.clone();
-    if let Some(ip) = &rl.dsr_ip {
-        l.dsr_ip = Some(ip.get_ref().parse().map_err(|_| {
-            ConfigError::usage(format!(
-                "{}dsr_ip: '{}' is not an IPv4 address",
-                at(ip.span()),
-                ip.get_ref().escape_debug()
-            ))
-        })?);
-    }
-    if let Some(w) = &rl.dsr_wait {
-        l.dsr_wait = Some(
-            super::model::parse_dsr_wait(&w.get_ref().0)
-                .map_err(|e| ConfigError::usage(format!("{}{e}", at(w.span()))))?,
-        );
-    }
-    if let Some(n) = &rl.tarpit_acl {
-        l.tarpit_acl = Some(acl_number(*n.get_ref(), &at(n.span()))?);
-    }
-    if let Some(list) = &rl.accept_proxy {
-        if !matches!(l.listen, addr::ListenAddr::Tcp(_)) {
-            return Err(ConfigError::usage(format!(
-                "{}accept_proxy: listener '{name}' is not a TCP listener",
-                at(list.span())
-            )));
-        }
-        if list.get_ref().is_empty() {
-            return Err(ConfigError::usage(format!(
-                "{}accept_proxy: empty (list the trusted networks, or leave the key out)",
-                at(list.span())
-            )));
-        }
-        for cidr in list.get_ref() {
-            l.accept_proxy
-                .push(acl::parse_net(cidr.trim(), None).map_err(|e| {
-                    ConfigError::usage(format!("{}accept_proxy: {e}", at(list.span())))
-                })?);
-        }
-    }
+    let parts = kind::Parts {
+        dsr: kind::dsr_keys(rl, at)?,
+        accept_proxy: kind::accept_proxy(rl, &l.listen, name, at)?,
+        udp,
+        proto,
+        tls,
+    };
+    l.kind = kind::assemble(rl, parts, name, at)?;
     // Relative to the file's directory, as the top-level `log` is.
     l.log = rl.log.as_ref().map(|p| defaults.dir.join(p.get_ref()));
     if let Some(f) = &rl.log_format {
@@ -523,24 +407,7 @@ fn build_listener(
                 .map_err(|err| ConfigError::from_addr(err, &at(e.span())))?,
         );
     }
-    for (i, r) in rl.route.iter().enumerate() {
-        let route = r.get_ref().build(i + 1, r.span(), at)?;
-        if let Some(e) = route_misfit(&route, l.http.is_some()) {
-            return Err(ConfigError::usage(format!(
-                "{}listener '{name}': route '{}': {e}",
-                at(r.span()),
-                route.name
-            )));
-        }
-        if let Some(other) = l.routes.iter().find(|o| o.name == route.name) {
-            return Err(ConfigError::usage(format!(
-                "{}listener '{name}': two routes are named '{}'",
-                at(r.span()),
-                other.name
-            )));
-        }
-        l.routes.push(route);
-    }
+    l.routes = kind::routes(rl, l.is_http(), name, at)?;
     if rl.servers.is_empty() && l.routes.is_empty() {
         return Err(ConfigError::usage(format!(
             "{}listener '{name}' has no servers",
@@ -564,26 +431,6 @@ fn build_listener(
         ..e
     })?;
     Ok(l)
-}
-
-/// What a UDP listener cannot have: TLS, HTTP and routes are about streams.
-fn udp_misfit(rl: &RawListener) -> Option<&'static str> {
-    if rl.tls.is_some() {
-        return Some("tls");
-    }
-    if rl.server_tls.is_some() {
-        return Some("server_tls");
-    }
-    if rl.http.is_some() {
-        return Some("[listener.http]");
-    }
-    if !rl.route.is_empty() {
-        return Some("[[listener.route]]");
-    }
-    if rl.sticky_cookie.is_some() {
-        return Some("sticky_cookie");
-    }
-    None
 }
 
 /// The keys a listener and a `[[pool]]` share.
@@ -1048,6 +895,7 @@ mod tests {
 #[cfg(test)]
 mod http_tests {
     use super::*;
+    use crate::config::settings::Fastclose;
     use quill_core::http1::rewrite::{EditOp, ForwardedFor};
 
     const LISTENER: &str =
@@ -1123,7 +971,7 @@ servers = ["127.0.0.1:9001"]
 "#,
         )
         .unwrap();
-        let web = c.listeners[0].http.as_ref().expect("web is HTTP");
+        let web = c.listeners[0].http().expect("web is HTTP");
         assert_eq!(web.response_timeout, Duration::from_secs(5));
         assert_eq!(web.header_timeout, Duration::from_secs(10));
         assert_eq!(web.tunnel_timeout, Duration::from_secs(3600));
@@ -1149,7 +997,7 @@ servers = ["127.0.0.1:9001"]
             ]
         );
         assert_eq!(web.response_headers.len(), 1);
-        let other = c.listeners[1].http.as_ref().expect("other is HTTP");
+        let other = c.listeners[1].http().expect("other is HTTP");
         assert_eq!(other.via, None);
         assert_eq!(other.forwarded_for, ForwardedFor::Replace);
         assert_eq!(web.normalize_path, super::super::NormalizePath::Match);
@@ -1163,22 +1011,22 @@ servers = ["127.0.0.1:9001"]
         // A list replaces the list it overrides.
         assert_eq!(other.request_headers.len(), 1);
         assert_eq!(other.max_body, Some(10 << 20));
-        assert_eq!(c.listeners[2].http, None);
+        assert_eq!(c.listeners[2].http(), None);
     }
 
     #[test]
     fn a_listener_is_tcp_unless_it_says_http() {
         let c = load(&format!("[http]\nmax_body = 5\n{LISTENER}")).unwrap();
-        assert_eq!(c.listeners[0].http, None);
+        assert_eq!(c.listeners[0].http(), None);
         let c = load(&format!("{LISTENER}protocol = \"http\"\n")).unwrap();
-        assert_eq!(c.listeners[0].http, Some(HttpSettings::default()));
+        assert_eq!(c.listeners[0].http(), Some(&HttpSettings::default()));
     }
 
     #[test]
     fn all_http_makes_every_listener_http_with_the_file_defaults() {
         let text = format!("[http]\nmax_body = \"1k\"\n{LISTENER}protocol = \"tcp\"\n");
         let c = from_toml_with("h.toml", &text, &TuningPatch::default(), true).unwrap();
-        assert_eq!(c.listeners[0].http.as_ref().unwrap().max_body, Some(1024));
+        assert_eq!(c.listeners[0].http().unwrap().max_body, Some(1024));
     }
 
     #[test]
@@ -1198,13 +1046,13 @@ servers = ["127.0.0.1:9001"]
     #[test]
     fn protocols_other_than_tcp_http_and_udp_are_refused() {
         let c = load(&format!("{LISTENER}protocol = \"udp\"\n")).unwrap();
-        let udp = c.listeners[0].udp.clone().unwrap();
+        let udp = c.listeners[0].udp().cloned().unwrap();
         assert_eq!(udp, crate::config::model::UdpSettings::default());
         let c = load(&format!(
             "{LISTENER}protocol = \"udp\"\nudp = {{ flow_timeout = \"5s\", max_flows = 10, flow_responses = 1, max_flows_per_source = 3 }}\n"
         ))
         .unwrap();
-        let udp = c.listeners[0].udp.clone().unwrap();
+        let udp = c.listeners[0].udp().cloned().unwrap();
         assert_eq!(
             (
                 udp.flow_timeout,

@@ -4,7 +4,7 @@
 use crate::addr::{AdminState, BackendAddr, ServerSpec};
 use crate::balancer::ModeWord;
 
-use super::model::{Config, ListenerConfig};
+use super::model::{Config, ListenerConfig, ListenerKind, StreamKind, StreamProto};
 
 /// A server's limits in the control language's words: `max M hard H weight W prio P [acl A]`.
 pub(crate) fn server_limits(s: &ServerSpec) -> String {
@@ -55,28 +55,36 @@ impl Config {
             } else {
                 String::new()
             };
-            if l.http.is_some() {
-                // `http` keeps an HTTP listener as it is: its HTTP settings come from its
-                // source (`-H`, `protocol = "http"`, `[listener.http]`) on every start and reload.
-                out += &format!(
+            match &l.kind {
+                ListenerKind::Stream(StreamKind {
+                    proto: StreamProto::Http(_),
+                    ..
+                }) => {
+                    // `http` keeps an HTTP listener as it is: its HTTP settings come from
+                    // its source (`-H`, `protocol = "http"`, `[listener.http]`) on every start
+                    // and reload.
+                    out += &format!(
                     "# listener {}: HTTP (its HTTP settings come from -H or the TOML file)\n{prefix}http\n",
                     l.name
                 );
-            } else if l.udp.is_some() {
-                // A UDP listener stays UDP: `-U` or `protocol = "udp"` says so at every start.
-                out += &format!(
-                    "# listener {}: UDP (its flow settings come from -U or the TOML file)\n",
-                    l.name
-                );
-            } else {
-                out += &format!("{prefix}no http\n");
+                }
+                ListenerKind::Udp(_) => {
+                    // A UDP listener stays UDP: `-U` or `protocol = "udp"` says so at every start.
+                    out += &format!(
+                        "# listener {}: UDP (its flow settings come from -U or the TOML file)\n",
+                        l.name
+                    );
+                }
+                ListenerKind::Stream(_) | ListenerKind::Dsr(_) => {
+                    out += &format!("{prefix}no http\n");
+                }
             }
             // Always with `listener NAME`: without it, `log` is the process-wide file.
             out += &match &l.log {
                 Some(p) => format!("listener {} log {}\n", l.name, p.display()),
                 None => format!("listener {} no log\n", l.name),
             };
-            if let Some(t) = &l.tls {
+            if let Some(t) = l.tls() {
                 write_tls(&mut out, &prefix, &l.name, t);
             }
             write_pool(&mut out, &prefix, l);
@@ -131,18 +139,18 @@ fn write_pool(out: &mut String, prefix: &str, l: &ListenerConfig) {
     }
     // A UDP listener has no TCP connection to its clients or servers: the TCP-only settings
     // are left out of its lines rather than written as if it had.
-    l.tuning.write(out, prefix, l.udp.is_some());
-    if let Some(name) = &l.dsr_if {
-        *out += &format!("{prefix}dsr_if {name}\n");
-    }
-    if let Some(ip) = l.dsr_ip {
-        *out += &format!("{prefix}dsr_ip {ip}\n");
-    }
-    if let Some(d) = l.dsr_wait {
-        *out += &format!("{prefix}dsr_wait {}\n", d.as_millis());
-    }
-    if let Some(n) = l.tarpit_acl {
-        *out += &format!("{prefix}tarpit_acl {n}\n");
+    l.tuning.write(out, prefix, l.udp().is_some());
+    if let Some(dsr) = l.dsr() {
+        *out += &format!("{prefix}dsr_if {}\n", dsr.ifname());
+        if let Some(ip) = dsr.ip {
+            *out += &format!("{prefix}dsr_ip {ip}\n");
+        }
+        if let Some(d) = dsr.wait {
+            *out += &format!("{prefix}dsr_wait {}\n", d.as_millis());
+        }
+        if let Some(n) = dsr.tarpit_acl {
+            *out += &format!("{prefix}tarpit_acl {n}\n");
+        }
     }
     if !l.is_pool() {
         // A named pool has no clients of its own: the listener's `client_acl` checks them.
@@ -234,10 +242,10 @@ mod tests {
         assert!(!written.contains("# listener tcp: HTTP"), "{written}");
         let restarted = read_back(text, &written, "http");
         assert_eq!(restarted, running, "{written}");
-        let web = restarted.listeners[0].http.as_ref().expect("still HTTP");
+        let web = restarted.listeners[0].http().expect("still HTTP");
         assert_eq!(web.response_timeout, std::time::Duration::from_secs(5));
         assert_eq!(web.max_body, Some(1 << 20));
-        assert_eq!(restarted.listeners[1].http, None);
+        assert_eq!(restarted.listeners[1].http(), None);
     }
 
     /// A named pool's runtime changes (`pool NAME server N drain`) are written as `pool NAME`

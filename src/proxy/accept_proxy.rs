@@ -55,7 +55,7 @@ impl ProxyWait {
             0 => HEADER_TIMEOUT_MS,
             ms => ms,
         };
-        let http = pool.http.is_some();
+        let http = pool.http().is_some();
         ProxyWait {
             id,
             listener: listener.clone(),

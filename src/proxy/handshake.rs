@@ -196,7 +196,7 @@ impl Handshaking {
     /// The listener is an HTTP one: a client that ends in the handshake is logged as a request
     /// line without a request, in the listener's one format.
     pub(crate) fn is_http(&self) -> bool {
-        self.pool.http.is_some()
+        self.pool.http().is_some()
     }
 
     /// A client just accepted on a TLS listener; Err (the caller closes and counts it) when the
@@ -209,7 +209,7 @@ impl Handshaking {
         addr: ClientAddr,
         now: u64,
     ) -> Result<Handshaking, Stream> {
-        let Some(tls) = pool.tls.clone() else {
+        let Some(tls) = pool.tls().cloned() else {
             return Err(client);
         };
         let Some(slot) = Slot::take(tls.max_handshakes) else {
@@ -307,7 +307,7 @@ impl Handshaking {
                 let Some(client) = self.client.take() else {
                     return Next::Step(Step::Close(End::Error));
                 };
-                let session = if self.pool.http.is_some() {
+                let session = if self.pool.http().is_some() {
                     super::Session::http(self.listener.clone(), self.id, client, self.addr, cx.now)
                 } else {
                     super::Session::tcp(

@@ -529,8 +529,8 @@ const CERT_SUBJECT: &str = "X-Client-Cert-Subject";
 
 fn settings(pool: &Pool) -> &HttpSettings {
     static DEFAULT: std::sync::OnceLock<HttpSettings> = std::sync::OnceLock::new();
-    pool.http
-        .as_deref()
+    pool.http()
+        .map(|h| &**h)
         .unwrap_or_else(|| DEFAULT.get_or_init(HttpSettings::default))
 }
 
@@ -672,7 +672,7 @@ impl HttpSession {
     /// served the same certificate for (RFC 9110 §15.5.20: 421): the client reused a connection
     /// for another site.
     fn misdirected(&self, pool: &Pool, host: Option<&[u8]>) -> bool {
-        let (Some(tls), Some(server), Some(host)) = (self.client.tls(), &pool.tls, host) else {
+        let (Some(tls), Some(server), Some(host)) = (self.client.tls(), pool.tls(), host) else {
             return false;
         };
         let sni = tls.server_name();

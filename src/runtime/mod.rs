@@ -40,7 +40,7 @@ pub(crate) struct Start {
 /// Runs Quill with `config` until it has stopped: start-up in phases (see [`startup`]), then the
 /// main loop until the last worker is done. A DSR configuration starts its own way ([`dsr`]).
 pub(crate) fn run(config: Config, start: Start) -> Result<(), RunError> {
-    if config.listeners.iter().any(|l| l.dsr_if.is_some()) {
+    if config.listeners.iter().any(|l| l.dsr().is_some()) {
         // Frames, not sessions: no listening socket, workers or control socket (see `dsr`).
         return dsr::run(&config);
     }

@@ -276,7 +276,7 @@ fn vet_handed_over(handed: Vec<Inherited>, config: &Config) -> Vec<Inherited> {
         let udp = config
             .listeners
             .iter()
-            .find(|l| l.name == name && l.udp.is_some());
+            .find(|l| l.name == name && l.udp().is_some());
         if let Some(l) = udp {
             // One of a UDP listener's sockets: kept when it is bound where the listener is.
             match crate::listener::udp_addr(socket.fd.as_fd()) {

@@ -19,6 +19,7 @@ use super::panics;
 use super::resolver::{self, Resolver};
 use super::timers::{Armed, Timer, Timers};
 use super::PIPES_PER_WORKER;
+use crate::backend::Admission;
 use crate::log::HttpEntry;
 use crate::log::{AccessLog, Entry, LogPlan};
 use crate::metrics::{Counters, End};
@@ -620,13 +621,13 @@ impl Worker {
     fn open(&mut self, listener: &Arc<Listener>, stream: Stream, peer: ClientAddr, now: u64) {
         Counters::add(&self.counters().accepted, 1);
         let pool = listener.pool.load();
-        if pool.accept_proxy.is_empty() {
+        if pool.accept_proxy().is_empty() {
             return self.admit(listener, stream, peer, now);
         }
-        let http = pool.http.is_some();
+        let http = pool.http().is_some();
         let trusted = peer
             .ip()
-            .is_some_and(|ip| pool.accept_proxy.iter().any(|n| n.contains(ip)));
+            .is_some_and(|ip| pool.accept_proxy().iter().any(|n| n.contains(ip)));
         drop(pool);
         if !trusted {
             // Not one of the listener's upstream proxies: closed at accept.
@@ -685,7 +686,7 @@ impl Worker {
     /// `-x`, `client_acl`, `max_per_source`, then the session its listener calls for.
     fn admit(&mut self, listener: &Arc<Listener>, stream: Stream, peer: ClientAddr, now: u64) {
         let pool = listener.pool.load_full();
-        let http = pool.http.is_some();
+        let http = pool.http().is_some();
         if let Some(ip) = peer.ip() {
             if self.recent.len() == RECENT {
                 self.recent.pop_front();
@@ -718,11 +719,11 @@ impl Worker {
             _ => None,
         };
         let id = self.next_id();
-        if let Some(tls) = pool.tls.as_ref().filter(|_| !denied) {
+        if let Some(tls) = pool.tls().filter(|_| !denied) {
             self.make_room_for_handshake(tls, peer.ip(), now);
         }
-        let session = if pool.tls.is_some() && !denied {
-            match Session::tls(listener.clone(), pool, id, stream, peer, now) {
+        let session = match pool.admission(denied) {
+            Admission::Tls => match Session::tls(listener.clone(), pool, id, stream, peer, now) {
                 Ok(s) => s,
                 Err(_closed) => {
                     // Over `max_handshakes` in progress on this worker: closed at once.
@@ -733,14 +734,11 @@ impl Worker {
                     self.log_refused(&peer, End::Refused, http, listener);
                     return;
                 }
-            }
-        } else if pool.http.is_some() && !denied {
-            Session::http(listener.clone(), id, stream, peer, now)
-        } else if pool.routes.is_some() && !denied {
+            },
+            Admission::Http => Session::http(listener.clone(), id, stream, peer, now),
             // A TCP listener's routes pick the pool by the TLS ClientHello's server name.
-            Session::peek(pool, id, stream, peer, now)
-        } else {
-            Session::tcp(pool, id, stream, peer, denied, now)
+            Admission::Peek => Session::peek(pool, id, stream, peer, now),
+            Admission::Tcp => Session::tcp(pool, id, stream, peer, denied, now),
         };
         self.install(session, source, listener, now);
     }

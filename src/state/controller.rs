@@ -16,7 +16,7 @@ use super::plan::{Applied, ApplyError, Note, Plan, Running, Socket, SocketOption
 use super::shared::{Listener, Phase, Shared};
 use super::{merge, Msg, Rebuild, RunError};
 use crate::acl::Acls;
-use crate::backend::{Pool, Routes};
+use crate::backend::{Pool, PoolKind, Routes};
 use crate::clock::Clock;
 use crate::command::{Command, CommandFile, Quoting};
 use crate::config::{Config, Global, ListenerConfig};
@@ -66,7 +66,11 @@ fn bind_options(g: &Global, l: &ListenerConfig) -> BindOptions {
         tfo: g.tfo,
         nodelay: l.tuning.tcp_nodelay,
         keepalive: l.tuning.keepalive,
-        udp_sockets: if l.udp.is_some() { g.workers.max(1) } else { 0 },
+        udp_sockets: if l.udp().is_some() {
+            g.workers.max(1)
+        } else {
+            0
+        },
     }
 }
 
@@ -76,7 +80,7 @@ fn open_socket(
     g: &Global,
     inherited: &mut Vec<Inherited>,
 ) -> Result<ListenSocket, ApplyError> {
-    if let (Some(_), crate::addr::ListenAddr::Tcp(at)) = (&l.udp, &l.listen) {
+    if let (Some(_), crate::addr::ListenAddr::Tcp(at)) = (&l.udp(), &l.listen) {
         // A UDP listener takes every socket handed over under its name (vetted to be bound at
         // its address), then binds the rest of its sockets beside them.
         let mut taken = Vec::new();
@@ -201,7 +205,7 @@ fn listener_pool(
     workers: usize,
 ) -> Result<Pool, ApplyError> {
     let mut pool = Pool::build(l, acls.clone(), old, now);
-    pool.server_tls = server_tls(l, old, l.http.is_some())?;
+    pool.server_tls = server_tls(l, old, l.http().is_some())?;
     if !l.routes.is_empty() {
         let routes = Routes::build(
             &l.name,
@@ -214,13 +218,13 @@ fn listener_pool(
         .map_err(ApplyError::Routes)?;
         pool.routes = Some(Arc::new(routes));
     }
-    if let Some(settings) = &l.tls {
-        pool.tls = Some(match old.and_then(|o| o.tls.as_ref()) {
+    if let (Some(settings), PoolKind::Stream(stream)) = (l.tls(), &mut pool.kind) {
+        stream.tls = Some(match old.and_then(|o| o.tls()) {
             Some(was) if was.settings == *settings => was.clone(),
             _ => Arc::new(
                 crate::tls::build_server(
                     settings,
-                    l.http.is_some(),
+                    l.http().is_some(),
                     &crate::tls::tickets::shared_keys(),
                 )
                 .map_err(|source| ApplyError::Tls {
@@ -568,14 +572,14 @@ impl Controller {
         if let Some(n) = name {
             match running.listeners.iter().find(|l| l.name == n) {
                 None => return Err(ApplyError::NoListener(n.to_string())),
-                Some(l) if l.tls.is_none() => return Err(ApplyError::NotTls(n.to_string())),
+                Some(l) if l.tls().is_none() => return Err(ApplyError::NotTls(n.to_string())),
                 Some(_) => {}
             }
         }
         let chosen: Vec<&ListenerConfig> = running
             .listeners
             .iter()
-            .filter(|l| l.tls.is_some() && name.is_none_or(|n| n == l.name))
+            .filter(|l| l.tls().is_some() && name.is_none_or(|n| n == l.name))
             .collect();
         if chosen.is_empty() {
             return Ok(Applied::new(vec![Note::NoTlsListener], true));
@@ -586,9 +590,9 @@ impl Controller {
         let mut reread = Vec::new();
         for (lname, was, now) in &fresh {
             // A change that came in meanwhile wins over what was read here.
-            let same = |l: &&mut ListenerConfig| l.name == *lname && l.tls.as_ref() == Some(was);
+            let same = |l: &&mut ListenerConfig| l.name == *lname && l.tls() == Some(was);
             if let Some(l) = next.listeners.iter_mut().find(same) {
-                l.tls = Some(now.clone());
+                l.set_tls(Some(now.clone()));
                 reread.push(lname.clone());
             }
         }
@@ -596,9 +600,9 @@ impl Controller {
         // The sources' files are the ones just read: a later reload that finds them unchanged
         // keeps them.
         for (lname, was, now) in fresh {
-            let same = |l: &&mut ListenerConfig| l.name == lname && l.tls.as_ref() == Some(&was);
+            let same = |l: &&mut ListenerConfig| l.name == lname && l.tls() == Some(&was);
             if let Some(l) = st.loaded.listeners.iter_mut().find(same) {
-                l.tls = Some(now);
+                l.set_tls(Some(now));
             }
         }
         applied.notes.insert(0, Note::Reread(reread));
@@ -614,14 +618,18 @@ impl Controller {
         };
         let mut fresh = Vec::new();
         for l in chosen {
-            let Some(was) = &l.tls else { continue };
+            let Some(was) = l.tls() else { continue };
             let from_sources = sources
                 .as_ref()
                 .and_then(|c| c.listeners.iter().find(|s| s.name == l.name))
-                .and_then(|s| s.tls.as_ref());
+                .and_then(|s| s.tls());
             let now = reread_tls(was, from_sources).map_err(ApplyError::TlsFiles)?;
-            crate::tls::build_server(&now, l.http.is_some(), &crate::tls::tickets::shared_keys())
-                .map_err(ApplyError::TlsFiles)?;
+            crate::tls::build_server(
+                &now,
+                l.http().is_some(),
+                &crate::tls::tickets::shared_keys(),
+            )
+            .map_err(ApplyError::TlsFiles)?;
             fresh.push((l.name.clone(), was.clone(), now));
         }
         Ok(fresh)
@@ -632,7 +640,7 @@ impl Controller {
 type Reread = (String, crate::tls::TlsSettings, crate::tls::TlsSettings);
 
 fn has_sni_path(l: &ListenerConfig) -> bool {
-    l.tls.as_ref().is_some_and(|t| t.sni_path.is_some())
+    l.tls().is_some_and(|t| t.sni_path.is_some())
 }
 
 /// `settings` with every file read again; with `sni_path`, the certificates of `sources` (the

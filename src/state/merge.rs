@@ -18,7 +18,9 @@ use std::collections::HashMap;
 use crate::acl::Acls;
 use crate::addr::{BackendAddr, ServerSpec};
 use crate::balancer::Mode;
-use crate::config::{Config, Global, ListenerConfig, Tuning};
+use crate::config::{
+    Config, DsrSettings, Global, ListenerConfig, ListenerKind, StreamKind, Tuning,
+};
 
 /// `theirs` if the sources changed the value since the last load, else the running one.
 fn pick<T: PartialEq + Clone>(base: &T, ours: &T, theirs: &T) -> T {
@@ -85,9 +87,10 @@ fn merge_listener(
 ) -> ListenerConfig {
     let mut out = theirs.clone();
     merge_fields!(ListenerConfig, base, ours, theirs, out;
-        name, listen, emergency, health, slow_start, client_acl, abuse, http, routes, sticky_cookie,
-        tls, server_tls, dsr_if, dsr_ip, dsr_wait, tarpit_acl, udp, accept_proxy, log, log_format;
-        mode, tuning, servers, initial_blacklist);
+        name, listen, emergency, health, slow_start, client_acl, abuse, routes, sticky_cookie,
+        server_tls, log, log_format;
+        mode, tuning, servers, initial_blacklist, kind);
+    out.kind = merge_kind(&base.kind, &ours.kind, &theirs.kind);
     out.mode = merge_mode(base, ours, theirs);
     out.tuning = Tuning::merge(&base.tuning, &ours.tuning, &theirs.tuning);
     out.servers = merge_servers(&base.servers, &ours.servers, &theirs.servers);
@@ -105,6 +108,26 @@ fn merge_listener(
         })
         .collect();
     out
+}
+
+/// A listener's kind: part by part while the three agree on what kind it is (TLS, PROXY
+/// acceptance and HTTP-or-TCP of a stream listener; each DSR setting), else the sources' kind
+/// if they changed it, else the running one.
+fn merge_kind(base: &ListenerKind, ours: &ListenerKind, theirs: &ListenerKind) -> ListenerKind {
+    use ListenerKind::{Dsr, Stream};
+    match (base, ours, theirs) {
+        (Stream(b), Stream(o), Stream(t)) => {
+            let mut out = t.clone();
+            merge_fields!(StreamKind, b, o, t, out; tls, accept_proxy, proto;);
+            Stream(out)
+        }
+        (Dsr(b), Dsr(o), Dsr(t)) => {
+            let mut out = t.clone();
+            merge_fields!(DsrSettings, b, o, t, out; interface, ip, wait, tarpit_acl;);
+            Dsr(out)
+        }
+        _ => pick(base, ours, theirs),
+    }
 }
 
 fn merge_mode(base: &ListenerConfig, ours: &ListenerConfig, theirs: &ListenerConfig) -> Mode {
@@ -289,12 +312,12 @@ mod tests {
     #[test]
     fn a_reload_keeps_an_http_listener_http_and_applies_its_new_settings() {
         let mut base = config(&[A]);
-        base.listeners[0].http = Some(crate::config::HttpSettings::default());
+        base.listeners[0].kind = ListenerKind::http(crate::config::HttpSettings::default());
         let mut ours = base.clone();
         ours.listeners[0].servers[0].weight = 3;
         // Unchanged sources: still HTTP, runtime change kept.
         let got = merge(&base, &ours, &base.clone());
-        assert_eq!(got.listeners[0].http, base.listeners[0].http);
+        assert_eq!(got.listeners[0].http(), base.listeners[0].http());
         assert_eq!(got.listeners[0].servers[0].weight, 3);
         // The file changed a setting: the new settings, still HTTP.
         let mut theirs = base.clone();
@@ -302,12 +325,12 @@ mod tests {
             response_timeout: std::time::Duration::from_secs(5),
             ..Default::default()
         };
-        theirs.listeners[0].http = Some(h.clone());
-        assert_eq!(merge(&base, &ours, &theirs).listeners[0].http, Some(h));
+        theirs.listeners[0].kind = ListenerKind::http(h.clone());
+        assert_eq!(merge(&base, &ours, &theirs).listeners[0].http(), Some(&h));
         // The file turned HTTP off: TCP again.
         let mut tcp = base.clone();
-        tcp.listeners[0].http = None;
-        assert_eq!(merge(&base, &ours, &tcp).listeners[0].http, None);
+        tcp.listeners[0].kind = ListenerKind::default();
+        assert_eq!(merge(&base, &ours, &tcp).listeners[0].http(), None);
     }
 
     #[test]

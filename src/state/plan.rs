@@ -124,7 +124,7 @@ impl Plan {
         new: &Config,
         running: &[Running<'_>],
     ) -> Result<Plan, ApplyError> {
-        if let Some(l) = new.listeners.iter().find(|l| l.dsr_if.is_some()) {
+        if let Some(l) = new.listeners.iter().find(|l| l.dsr().is_some()) {
             return Err(ApplyError::DsrAtRuntime { what: l.what() });
         }
         let (old_logs, new_logs) = (LogPlan::new(old), LogPlan::new(new));
@@ -223,7 +223,7 @@ fn step(old: &Config, l: &ListenerConfig, running: &[Running<'_>]) -> Step {
     }
     let kept = running
         .iter()
-        .position(|c| c.name == l.name && *c.addr == l.listen && c.udp == l.udp.is_some());
+        .position(|c| c.name == l.name && *c.addr == l.listen && c.udp == l.udp().is_some());
     let socket = match kept {
         Some(i) => {
             let options = SocketOptions::of(l);

@@ -21,7 +21,7 @@ fn running(c: &Config) -> Vec<Running<'_>> {
         .map(|l| Running {
             name: &l.name,
             addr: &l.listen,
-            udp: l.udp.is_some(),
+            udp: l.udp().is_some(),
             options: SocketOptions::of(l),
             file: match &l.listen {
                 ListenAddr::Unix(p) => Some(p.as_path()),
@@ -262,7 +262,7 @@ fn conn_max_back_to_its_default_changes_nothing_at_run_time() {
 fn direct_server_return_is_refused_in_a_running_process() {
     let old = config(TWO);
     let mut new = old.clone();
-    new.listeners[1].dsr_if = Some("eth0".into());
+    new.listeners[1].set_dsr_if(Some("eth0".into())).unwrap();
     let e = Plan::between(&old, &new, &running(&old)).unwrap_err();
     assert!(matches!(e, ApplyError::DsrAtRuntime { .. }));
     assert_eq!(

@@ -479,13 +479,11 @@ impl UdpWorker {
         // and a source's share of those.
         let budget = cx.shared.fd_sessions.load(Ordering::Relaxed);
         let max = pool
-            .udp
-            .as_ref()
+            .udp()
             .and_then(|u| u.max_flows)
             .map_or(budget, |n| u64::from(n).min(budget));
         let per_source = pool
-            .udp
-            .as_ref()
+            .udp()
             .and_then(|u| u.max_flows_per_source)
             .map_or((max / 4).max(1), u64::from);
         if !listener.flow_sources.take(dg.from.ip(), per_source) {
@@ -642,7 +640,7 @@ impl UdpWorker {
             // datagram has had its replies (a client that sends its next query before the
             // first answer, as DNS clients do on one socket, keeps its flow until both are
             // answered). No more than those are read: a later reply is not the client's.
-            let per = flow.pool.udp.as_ref().map_or(0, |u| u.flow_responses);
+            let per = flow.pool.udp().map_or(0, |u| u.flow_responses);
             let owed = per.saturating_mul(flow.datagrams_in.max(1));
             let want = if per > 0 {
                 owed.saturating_sub(flow.responses).max(1) as usize
@@ -976,8 +974,7 @@ fn refused(end: End) -> End {
 fn timeout_ms(t: &Table) -> u64 {
     let pool = t.listener.pool.load();
     millis(
-        pool.udp
-            .as_ref()
+        pool.udp()
             .map_or(std::time::Duration::from_secs(30), |u| u.flow_timeout),
     )
 }

@@ -14,7 +14,8 @@ use super::bounds::{
     MAX_SESSIONS, MAX_WEIGHT,
 };
 use super::health::{CheckKind, HealthCheck};
-use super::http::{HttpSettings, RouteConfig};
+use super::http::RouteConfig;
+use super::kind::{ListenerKind, DEFAULT_DSR_WAIT};
 use super::{pool_addr, ConfigError, LogFormat};
 use crate::config::settings::{Fastclose, ProxyVersion, Tuning};
 
@@ -37,32 +38,15 @@ pub(crate) struct ListenerConfig {
     pub client_acl: Option<AclId>,
     /// Where clients denied by `client_acl` go (`-B`); None = closed.
     pub abuse: Option<BackendAddr>,
-    /// Some for an HTTP listener (`-H`, `protocol = "http"`): its HTTP settings.
-    pub http: Option<HttpSettings>,
+    /// What it accepts and how: TCP or HTTP (with TLS and PROXY acceptance), UDP or DSR.
+    pub kind: ListenerKind,
     /// HTTP: stick clients to servers by this cookie, inserted by Quill (`sticky_cookie`).
     pub sticky_cookie: Option<String>,
     /// An HTTP listener's routes (`[[listener.route]]`), first match wins; a request no route
     /// matches goes to the listener's own servers (404 when it has none).
     pub routes: Vec<RouteConfig>,
-    /// TLS termination (`tls = { ... }`, Pen's `-E`/`-K`): clients speak TLS to this listener.
-    pub tls: Option<crate::tls::TlsSettings>,
     /// TLS to this pool's servers (`server_tls = { ... }`).
     pub server_tls: Option<crate::tls::ClientSettings>,
-    /// Trusted upstream proxies (`accept_proxy = ["CIDR", ...]`): a client from one of these
-    /// networks must start with a PROXY header, whose address then stands for the client; any
-    /// other client is closed at accept. Empty: no PROXY header is read.
-    pub accept_proxy: Vec<crate::acl::Net>,
-    /// Pen's `dsr_if`: direct server return on this interface (see `crate::dsr`).
-    pub dsr_if: Option<String>,
-    /// Pen's `dsr_ip`: the virtual address (default: the listen address).
-    pub dsr_ip: Option<std::net::Ipv4Addr>,
-    /// `dsr_wait MS`: how long the kernel holds a receive-ring block that does not fill before
-    /// handing it to Quill (None: [`DEFAULT_DSR_WAIT`]); see [`parse_dsr_wait`].
-    pub dsr_wait: Option<Duration>,
-    /// Pen's `tarpit_acl N` (DSR): clients that ACL N denies get a tarpit instead of a server.
-    pub tarpit_acl: Option<AclId>,
-    /// Some for a UDP listener (`-U`, `protocol = "udp"`): its flow settings.
-    pub udp: Option<UdpSettings>,
     /// Its own access log file (`log = "FILE"` in its `[[listener]]`, `listener NAME log FILE`);
     /// None: the process-wide `log`.
     pub log: Option<PathBuf>,
@@ -88,10 +72,6 @@ pub(crate) struct UdpSettings {
     /// A flow ends after this many replies from its server (`flow_responses`; 0 = never).
     pub flow_responses: u32,
 }
-
-/// `dsr_wait`'s default: measured in `bench/dsr.sh` (README, DSR), 2 ms kept Quill's CPU per
-/// GiB at about a tenth of TCP mode's; 1 ms cost half as much again, 4 ms slowed downloads.
-pub(crate) const DEFAULT_DSR_WAIT: Duration = Duration::from_millis(2);
 
 impl Default for UdpSettings {
     fn default() -> Self {
@@ -119,17 +99,10 @@ impl ListenerConfig {
             slow_start: Duration::ZERO,
             client_acl: None,
             abuse: None,
-            http: None,
+            kind: ListenerKind::default(),
             sticky_cookie: None,
             routes: Vec::new(),
-            tls: None,
             server_tls: None,
-            dsr_if: None,
-            dsr_ip: None,
-            dsr_wait: None,
-            tarpit_acl: None,
-            udp: None,
-            accept_proxy: Vec::new(),
             log: None,
             log_format: None,
         }
@@ -148,12 +121,12 @@ impl ListenerConfig {
     /// Checks what can only be checked on the whole listener (or named pool).
     /// The virtual address and port of a DSR listener (`dsr_if`), None for any other.
     pub(crate) fn dsr_vip(&self) -> Option<(std::net::Ipv4Addr, u16)> {
-        self.dsr_if.as_ref()?;
+        let dsr = self.dsr()?;
         let (ip, port) = match &self.listen {
             ListenAddr::Tcp(a) => (a.ip(), a.port()),
             _ => return None,
         };
-        match (self.dsr_ip, ip) {
+        match (dsr.ip, ip) {
             (Some(vip), _) => Some((vip, port)),
             (None, IpAddr::V4(v4)) if !v4.is_unspecified() => Some((v4, port)),
             _ => None,
@@ -162,27 +135,24 @@ impl ListenerConfig {
 
     /// How long a DSR listener's lone frame may wait in the receive ring (`dsr_wait`), in ms.
     pub(crate) fn dsr_wait_ms(&self) -> u32 {
-        let d = self.dsr_wait.unwrap_or(DEFAULT_DSR_WAIT);
+        let d = self.dsr().and_then(|d| d.wait).unwrap_or(DEFAULT_DSR_WAIT);
         u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
     }
 
     /// `dsr_if`, `dsr_ip` and `tarpit_acl`: a DSR listener forwards frames to IPv4 servers on
     /// the interface's network, by address.
     fn check_dsr(&self) -> Result<(), String> {
-        let Some(ifname) = &self.dsr_if else {
-            if self.dsr_ip.is_some() || self.tarpit_acl.is_some() {
-                return Err("dsr_ip and tarpit_acl need dsr_if".into());
-            }
-            if self.dsr_wait.is_some() {
-                return Err("dsr_wait needs dsr_if".into());
-            }
+        let ListenerKind::Dsr(dsr) = &self.kind else {
             return Ok(());
+        };
+        let Some(ifname) = &dsr.interface else {
+            return Err(dsr.needs_if().into());
         };
         if ifname.is_empty() || ifname.len() > 15 || ifname.contains(['/', ' ', '\0']) {
             return Err(format!("dsr_if '{ifname}': not an interface name"));
         }
-        if self.http.is_some() || self.tls.is_some() || self.is_pool() {
-            return Err("dsr_if: direct server return forwards frames, not HTTP or TLS".into());
+        if self.is_pool() {
+            return Err(NOT_HTTP_OR_TLS.into());
         }
         if self.dsr_vip().is_none() {
             return Err("dsr_if: needs an IPv4 virtual address (dsr_ip, or an IPv4 listen address that is not 0.0.0.0)".into());
@@ -198,11 +168,45 @@ impl ListenerConfig {
         Ok(())
     }
 
+    /// What the listener's kind and its health check and routes must agree on.
+    fn check_kind(&self) -> Result<(), String> {
+        let udp_check = matches!(
+            self.health.as_ref().map(|h| &h.kind),
+            Some(CheckKind::Udp { .. })
+        );
+        if self.udp().is_some() && self.health.is_some() && !udp_check {
+            return Err(
+                "a UDP listener's health check must be type udp (a datagram sent, an answer expected)".into(),
+            );
+        }
+        if self.udp().is_none() && udp_check {
+            return Err("a udp health check needs a UDP listener (protocol = \"udp\")".into());
+        }
+        // A TCP listener's routes pick a pool by TLS server name (`sni`), and only that.
+        if !self.is_http() && self.routes.iter().any(|r| r.sni.is_empty()) {
+            return Err("routes need an HTTP listener (protocol = \"http\") or sni".into());
+        }
+        // SNI routes forward TLS untouched: this listener would have to terminate it.
+        if self.tls().is_some() && self.routes.iter().any(|r| !r.sni.is_empty()) {
+            return Err(
+                "sni routes forward TLS untouched, so the listener cannot also terminate it (tls)"
+                    .into(),
+            );
+        }
+        if self.routes.len() > MAX_ROUTES {
+            return Err(format!(
+                "{} routes (at most {MAX_ROUTES})",
+                self.routes.len()
+            ));
+        }
+        Ok(())
+    }
+
     /// `transparent` and `source`: where they apply, and a source address of every literal
     /// server's family.
     fn check_source(&self) -> Result<(), String> {
         let t = &self.tuning;
-        if t.transparent && (self.http.is_some() || self.is_pool()) {
+        if t.transparent && (self.is_http() || self.is_pool()) {
             return Err("transparent: applies to a TCP listener only (an HTTP server connection serves many clients)".into());
         }
         if let (true, Some(ip)) = (t.transparent, t.source) {
@@ -241,44 +245,12 @@ impl ListenerConfig {
             )));
         }
         let named = |e: String| ConfigError::usage(format!("{}: {e}", self.what()));
-        let udp_check = matches!(
-            self.health.as_ref().map(|h| &h.kind),
-            Some(CheckKind::Udp { .. })
-        );
-        if self.udp.is_some() && self.health.is_some() && !udp_check {
-            return Err(named(
-                "a UDP listener's health check must be type udp (a datagram sent, an answer expected)".into(),
-            ));
-        }
-        if self.udp.is_none() && udp_check {
-            return Err(named(
-                "a udp health check needs a UDP listener (protocol = \"udp\")".into(),
-            ));
-        }
-        // A TCP listener's routes pick a pool by TLS server name (`sni`), and only that.
-        if self.http.is_none() && self.routes.iter().any(|r| r.sni.is_empty()) {
-            return Err(named(
-                "routes need an HTTP listener (protocol = \"http\") or sni".into(),
-            ));
-        }
-        // SNI routes forward TLS untouched: this listener would have to terminate it.
-        if self.tls.is_some() && self.routes.iter().any(|r| !r.sni.is_empty()) {
-            return Err(named(
-                "sni routes forward TLS untouched, so the listener cannot also terminate it (tls)"
-                    .into(),
-            ));
-        }
-        if self.routes.len() > MAX_ROUTES {
-            return Err(named(format!(
-                "{} routes (at most {MAX_ROUTES})",
-                self.routes.len()
-            )));
-        }
+        self.check_kind().map_err(named)?;
         self.tuning.check().map_err(named)?;
         if let Some(v) = self.tuning.proxy_protocol {
             // (With `server_tls` the header goes in plaintext before the TLS handshake.)
             // v1 is text for a stream: a datagram has only v2's DGRAM form.
-            if self.udp.is_some() && v == ProxyVersion::V1 {
+            if self.udp().is_some() && v == ProxyVersion::V1 {
                 return Err(named(
                     "proxy_protocol v1 has no datagram form: a UDP listener takes v2".into(),
                 ));
@@ -291,7 +263,7 @@ impl ListenerConfig {
         if let Some(h) = &self.health {
             h.check().map_err(named)?;
         }
-        if let Some(h) = &self.http {
+        if let Some(h) = self.http() {
             h.check().map_err(named)?;
             if self.tuning.tcp_fastclose != Fastclose::Off {
                 return Err(named(format!(
@@ -313,7 +285,7 @@ impl ListenerConfig {
                     .map_err(named)?;
             }
         }
-        if let Some(t) = &self.tls {
+        if let Some(t) = self.tls() {
             check_tls_bounds(t).map_err(|e| named(format!("tls: {e}")))?;
             if self.is_pool() {
                 return Err(named(
@@ -328,12 +300,12 @@ impl ListenerConfig {
     /// client CAs), so that a bad file or cipher fails the command or the load that brought it
     /// rather than the first handshake. The error is one line naming the file at fault.
     pub(crate) fn check_tls(&self) -> Result<(), String> {
-        let Some(settings) = &self.tls else {
+        let Some(settings) = self.tls() else {
             return Ok(());
         };
         crate::tls::build_server(
             settings,
-            self.http.is_some(),
+            self.is_http(),
             &crate::tls::tickets::shared_keys(),
         )
         .map(|_| ())
@@ -346,6 +318,10 @@ impl ListenerConfig {
         })
     }
 }
+
+/// Why a listener cannot be both DSR and a stream listener with HTTP or TLS (or a named pool).
+pub(crate) const NOT_HTTP_OR_TLS: &str =
+    "dsr_if: direct server return forwards frames, not HTTP or TLS";
 
 /// The bounds of a listener's TLS settings (what `build_server` does not check itself).
 fn check_tls_bounds(t: &crate::tls::TlsSettings) -> Result<(), String> {

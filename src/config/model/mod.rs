@@ -16,6 +16,7 @@ mod global;
 mod grammar;
 mod health;
 mod http;
+mod kind;
 mod listener;
 mod self_loop;
 #[cfg(test)]
@@ -29,6 +30,7 @@ pub(crate) use global::*;
 pub(crate) use grammar::*;
 pub(crate) use health::*;
 pub(crate) use http::*;
+pub(crate) use kind::*;
 pub(crate) use listener::*;
 pub(crate) use self_loop::*;
 
@@ -102,7 +104,7 @@ impl Config {
     /// Validates the whole configuration.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.global.check().map_err(ConfigError::usage)?;
-        let dsr = self.listeners.iter().filter(|l| l.dsr_if.is_some()).count();
+        let dsr = self.listeners.iter().filter(|l| l.dsr().is_some()).count();
         if dsr > 0 && dsr < self.listeners.len() {
             return Err(ConfigError::usage(
                 "dsr_if: a process doing direct server return runs DSR listeners only",
@@ -179,7 +181,7 @@ impl Config {
     pub(crate) fn listener_log(&self, l: &ListenerConfig) -> Option<ListenerLog> {
         let path = l.log.as_ref().or(self.global.log.as_ref())?;
         let format = l.log_format.unwrap_or(self.global.log_format);
-        let kind = match (format, l.http.is_some()) {
+        let kind = match (format, l.http().is_some()) {
             (LogFormat::Json, _) => LineKind::Json,
             (LogFormat::Text, true) => LineKind::Combined,
             (LogFormat::Text, false) => LineKind::Pen,

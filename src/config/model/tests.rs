@@ -281,11 +281,38 @@ fn dsr_wait_takes_milliseconds_within_range_and_needs_dsr_if() {
     apply(&mut c, "no dsr_wait").unwrap();
     assert_eq!(c.listeners[0].dsr_wait_ms(), 2);
     apply(&mut c, "dsr_wait 40").unwrap();
-    assert_eq!(c.listeners[0].dsr_wait, Some(Duration::from_millis(40)));
+    assert_eq!(
+        c.listeners[0].dsr().and_then(|d| d.wait),
+        Some(Duration::from_millis(40))
+    );
     refused(apply(&mut c, "dsr_wait 0"), "out of range");
     assert_eq!(c.listeners[0].dsr_wait_ms(), 40);
     refused(toml("", "dsr_wait = 9"), "dsr_wait needs dsr_if");
     let mut plain = one();
     assert!(apply(&mut plain, "dsr_wait 9").is_err());
-    assert_eq!(plain.listeners[0].dsr_wait, None);
+    assert_eq!(plain.listeners[0].dsr().and_then(|d| d.wait), None);
+}
+
+#[test]
+fn a_listener_of_two_kinds_is_refused_when_the_file_is_read() {
+    refused(
+        toml("", "protocol = \"udp\"\ndsr_if = \"eth0\""),
+        "listener 'a': dsr_if (not with protocol = \"udp\")",
+    );
+    refused(
+        toml("", "protocol = \"udp\"\naccept_proxy = [\"10.0.0.0/8\"]"),
+        "accept_proxy: listener 'a' is not a TCP listener",
+    );
+    refused(
+        toml("", "dsr_if = \"eth0\"\naccept_proxy = [\"10.0.0.0/8\"]"),
+        "accept_proxy: listener 'a' is not a TCP listener",
+    );
+    refused(
+        toml("", "protocol = \"http\"\ndsr_if = \"eth0\""),
+        "b.toml:3: listener 'a': dsr_if: direct server return forwards frames, not HTTP or TLS",
+    );
+    refused(
+        toml("", "protocol = \"udp\"\ndsr_ip = \"10.0.0.1\""),
+        "b.toml:3: listener 'a': dsr_ip and tarpit_acl need dsr_if",
+    );
 }

@@ -91,7 +91,7 @@ impl Fixture {
 
     fn tls(&self, tls: &str) -> crate::tls::TlsSettings {
         match self.listener(tls) {
-            Ok(c) => c.listeners[0].tls.clone().expect("tls"),
+            Ok(c) => c.listeners[0].tls().cloned().expect("tls"),
             Err(e) => panic!("{tls}: {}", e.message),
         }
     }
@@ -135,7 +135,7 @@ fn cert_and_key_are_read_relative_to_the_file_with_every_default() {
             "{LISTENER}tls = {{ cert = \"site.pem\", key = \"site.key\" }}\n"
         ))
         .unwrap();
-    assert_eq!(inline.listeners[0].tls.as_ref(), Some(&s));
+    assert_eq!(inline.listeners[0].tls(), Some(&s));
 }
 
 #[test]
@@ -258,7 +258,7 @@ fn ticket_keys_name_a_file_read_at_load() {
     // The file is read and handed to the ticket builder, whose error names it.
     let e = f
         .listener("cert = \"both.pem\"\nticket_keys = \"keys.txt\"\n")
-        .map(|c| c.listeners[0].tls.clone())
+        .map(|c| c.listeners[0].tls().cloned())
         .map_err(|e| e.message);
     match e {
         Ok(Some(s)) => assert_eq!(s.ticket_keys.map(|k| k.path), Some(f.path("keys.txt"))),
@@ -279,15 +279,15 @@ fn the_tls_section_gives_defaults_that_a_listener_overrides() {
              [[listener]]\nname = \"plain\"\nlisten = \"127.0.0.1:8445\"\nservers = [\"127.0.0.1:1\"]\n"
         ))
         .unwrap();
-    let web = c.listeners[0].tls.as_ref().unwrap();
+    let web = c.listeners[0].tls().unwrap();
     assert_eq!(web.min_version, TlsVersion::V1_3);
     assert_eq!(web.handshake_timeout, Duration::from_secs(5));
     assert!(web.client_auth.is_some());
-    let b = c.listeners[1].tls.as_ref().unwrap();
+    let b = c.listeners[1].tls().unwrap();
     assert_eq!(b.handshake_timeout, Duration::from_secs(3));
     assert_eq!(b.client_auth, None);
     // [tls] alone turns TLS on nowhere.
-    assert_eq!(c.listeners[2].tls, None);
+    assert_eq!(c.listeners[2].tls(), None);
 }
 
 #[test]
@@ -463,7 +463,7 @@ fn pens_ssl_commands_change_the_listeners_tls() {
         &format!("ssl_ocsp_response {}", f.path("a.ocsp").display()),
     )
     .unwrap();
-    let t = c.listeners[0].tls.as_ref().unwrap();
+    let t = c.listeners[0].tls().unwrap();
     assert_eq!(
         t.ciphers,
         [

@@ -97,7 +97,7 @@ fn of_listener(setting: Setting, l: &ListenerConfig) -> (String, Value) {
         }
         Setting::Mode => {
             // Pen's flags; `http` after them on an HTTP listener, as Pen's `http` sets it.
-            let m = match l.http {
+            let m = match l.http() {
                 Some(_) => format!("{} http", l.mode),
                 None => l.mode.to_string(),
             };
