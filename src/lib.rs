@@ -1,17 +1,6 @@
 //! Quill: a Pen-compatible TCP load balancer for Linux, with one event loop per worker thread.
 //!
-//! Layers, lowest first. A module imports only from its own layer or lower ones, and no modules
-//! import each other in a circle; `tests/layers.rs` holds this table and checks it
-//! (`cargo test --test layers`), naming the file and line of any import that breaks it.
-//! - leaves: [`sys`] (all `unsafe`, from quill-core), [`addr`], [`acl`], [`clock`], [`metrics`];
-//! - pure model: [`balancer`], [`command`], [`config`] (its `model` below its loaders and
-//!   writers), [`backend`];
-//! - sockets and outputs, which never read the running state: [`net`], [`listener`], [`systemd`],
-//!   [`log`];
-//! - running state: [`state`] (the shared tables and the controller that changes them);
-//! - services, which read the running state or carry sessions: [`proxy`], [`takeover`],
-//!   [`health`], [`status`], [`admin`], [`control`], [`demo`];
-//! - assembly: [`runtime`], [`cli`], `generate`.
+//! The modules' layers (which may import which) are listed and checked in `tests/layers.rs`.
 
 // An item is `pub` only when another crate can reach it (the binary, the tests, the other
 // crates of the workspace); the rest is `pub(crate)`, so the compiler finds what is dead.
