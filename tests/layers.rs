@@ -44,11 +44,23 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("sockets", &["net", "listener", "systemd", "log"]),
     // The running state: the shared tables and the controller that changes them.
     ("state", &["state"]),
-    // I/O that reads the running state or serves sessions.
+    // I/O that reads the running state or serves sessions. Two rooms of `proxy` are nodes of
+    // their own so that nothing of the sessions creeps into them: the buffers and copy loop, and
+    // the HTTP request decision (pure: no socket, no session).
     (
         "services",
         &[
-            "proxy", "udp", "takeover", "health", "status", "admin", "control", "demo", "dsr",
+            "proxy",
+            "proxy::copy",
+            "proxy::http::request",
+            "udp",
+            "takeover",
+            "health",
+            "status",
+            "admin",
+            "control",
+            "demo",
+            "dsr",
         ],
     ),
     // Assembly: start-up, threads, the main loop, the command line (`generate`: man pages and

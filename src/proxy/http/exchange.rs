@@ -373,19 +373,7 @@ impl Exchange {
             upgrade: self.upgrade,
         };
         let mut out = cx.pools.buffer();
-        // A new connection to a pool with `proxy_protocol` starts with the header, in the same
-        // write as the head (never a shared idle one: the connector takes none for such a pool;
-        // the session's private one carried this client's header already; with `server_tls`
-        // the header went before the TLS handshake, `Progress::Preface`).
-        let mut at = 0;
-        if let Some(version) = self.connector.pool().tuning.proxy_protocol {
-            if !self.connector.is_reused() && self.connector.pool().server_tls.is_none() {
-                let header =
-                    connect::proxy_header(version, client.addr, client.stream, client.local);
-                at = header.as_bytes().len();
-                out[..at].copy_from_slice(header.as_bytes());
-            }
-        }
+        let at = self.write_preface(client, &mut out[..]);
         let n = match rewrite::write_request_indexed(msg, &head, &self.fields, &rw, &mut out[at..])
         {
             Ok(n) => n + at,
@@ -396,28 +384,13 @@ impl Exchange {
         };
         // The body bytes read with the head.
         let body_start = start + head.len;
-        let avail = input.end as usize - body_start;
-        let (taken, rest, whole) = match head.framing {
-            Framing::None | Framing::Close => (0, BodyRest::Done, true),
-            Framing::Length(len) => {
-                let k = len.min(avail as u64) as usize;
-                let rest = len - k as u64;
-                if rest == 0 {
-                    (k, BodyRest::Done, true)
-                } else {
-                    (k, BodyRest::Raw(Direction::limited(rest)), false)
-                }
-            }
-            Framing::Chunked => {
-                let mut body = Body::new(Framing::Chunked);
-                match body.feed(&buf[body_start..input.end as usize]) {
-                    Ok(f) => (f.used, BodyRest::Chunked(body), f.done),
-                    Err(e) => {
-                        cx.pools.give_buffer(out);
-                        cx.counters.http_parse_error(e);
-                        return Err(Unsent::Refuse(e.request_status()));
-                    }
-                }
+        let after_head = &buf[body_start..input.end as usize];
+        let (taken, rest, whole) = match request_body(head.framing, after_head) {
+            Ok(body) => body,
+            Err(e) => {
+                cx.pools.give_buffer(out);
+                cx.counters.http_parse_error(e);
+                return Err(Unsent::Refuse(e.request_status()));
             }
         };
         if !whole {
@@ -429,6 +402,25 @@ impl Exchange {
         self.sent_ms = cx.now;
         self.active_ms = cx.now;
         Ok(())
+    }
+
+    /// A new connection to a pool with `proxy_protocol` starts with the header, in the same
+    /// write as the head: written at the start of `out`, its length returned (0: none). Never on
+    /// a shared idle connection (the connector takes none for such a pool), nor on the session's
+    /// private one (it carried this client's header already), nor with `server_tls` (the header
+    /// went before the TLS handshake, `Progress::Preface`).
+    fn write_preface(&self, client: &Client, out: &mut [u8]) -> usize {
+        let pool = self.connector.pool();
+        let Some(version) = pool.tuning.proxy_protocol else {
+            return 0;
+        };
+        if self.connector.is_reused() || pool.server_tls.is_some() {
+            return 0;
+        }
+        let header = connect::proxy_header(version, client.addr, client.stream, client.local);
+        let at = header.as_bytes().len();
+        out[..at].copy_from_slice(header.as_bytes());
+        at
     }
 
     /// After a 101: the client's side of the tunnel starts with what it sent after its request.
@@ -674,13 +666,10 @@ impl Exchange {
             self.close |=
                 !self.head.keep_alive() || closing || head.framing == Framing::Close || !sent;
         }
-        // A sticky pool's server gives the client its cookie unless the client has it already.
-        let pool = self.connector.pool();
-        let cookie: &[HeaderEdit] = match (pool.sticky.as_ref(), self.connector.current()) {
-            (Some(st), Some(i)) if !interim && self.sticky != Some(i) => {
-                st.set_cookie.get(i as usize).map_or(&[], |e| &e[..])
-            }
-            _ => &[],
+        let cookie = if interim {
+            &[][..]
+        } else {
+            self.sticky_cookie()
         };
         let rw = ResponseRewrite {
             client_version: self.head.version,
@@ -699,31 +688,12 @@ impl Exchange {
             }
         };
         let body_start = base + head.len;
-        let avail = end - body_start;
-        let (taken, rest) = match head.framing {
-            // After a 101 everything the server sends is the new protocol's, to its end.
-            _ if tunnel => (avail, BodyRest::Raw(Direction::default())),
-            Framing::None => (0, BodyRest::Done),
-            Framing::Length(len) => {
-                let k = len.min(avail as u64) as usize;
-                let rest = len - k as u64;
-                if rest == 0 {
-                    (k, BodyRest::Done)
-                } else {
-                    (k, BodyRest::Raw(Direction::limited(rest)))
-                }
-            }
-            Framing::Close => (avail, BodyRest::Raw(Direction::default())),
-            Framing::Chunked => {
-                let mut body = Body::new(Framing::Chunked);
-                match body.feed(&buf[body_start..end]) {
-                    Ok(f) => (f.used, BodyRest::Chunked(body)),
-                    Err(e) => {
-                        cx.pools.give_buffer(out);
-                        cx.counters.http_parse_error(e);
-                        return DownOutcome::Fault(502);
-                    }
-                }
+        let (taken, rest) = match response_body(head.framing, tunnel, &buf[body_start..end]) {
+            Ok(body) => body,
+            Err(e) => {
+                cx.pools.give_buffer(out);
+                cx.counters.http_parse_error(e);
+                return DownOutcome::Fault(502);
             }
         };
         self.sinput.fwd = body_start as u32;
@@ -751,6 +721,20 @@ impl Exchange {
             DownOutcome::Interim
         } else {
             DownOutcome::Headed
+        }
+    }
+
+    /// The `Set-Cookie` edit of a final response: a sticky pool's server gives the client its
+    /// cookie unless the client has it already.
+    fn sticky_cookie(&self) -> &[HeaderEdit] {
+        match (
+            self.connector.pool().sticky.as_ref(),
+            self.connector.current(),
+        ) {
+            (Some(st), Some(i)) if self.sticky != Some(i) => {
+                st.set_cookie.get(i as usize).map_or(&[], |e| &e[..])
+            }
+            _ => &[],
         }
     }
 
@@ -814,4 +798,60 @@ impl Exchange {
     pub(super) fn status(&self) -> u16 {
         self.status
     }
+}
+
+/// The part of a request body read with its head that goes with it (`after_head`: the bytes read
+/// after the head), what is left of the body, and whether the body is all there (a replay needs
+/// it whole). Err: a malformed chunked body.
+fn request_body(
+    framing: Framing,
+    after_head: &[u8],
+) -> Result<(usize, BodyRest, bool), http1::Error> {
+    Ok(match framing {
+        Framing::None | Framing::Close => (0, BodyRest::Done, true),
+        Framing::Length(len) => {
+            let k = len.min(after_head.len() as u64) as usize;
+            let rest = len - k as u64;
+            if rest == 0 {
+                (k, BodyRest::Done, true)
+            } else {
+                (k, BodyRest::Raw(Direction::limited(rest)), false)
+            }
+        }
+        Framing::Chunked => {
+            let mut body = Body::new(Framing::Chunked);
+            let f = body.feed(after_head)?;
+            (f.used, BodyRest::Chunked(body), f.done)
+        }
+    })
+}
+
+/// The part of a response body read with its head that goes with it, and what is left of the
+/// body; after a 101 (`tunnel`) everything the server sends is the new protocol's, to its end.
+/// Err: a malformed chunked body.
+fn response_body(
+    framing: Framing,
+    tunnel: bool,
+    after_head: &[u8],
+) -> Result<(usize, BodyRest), http1::Error> {
+    let avail = after_head.len();
+    Ok(match framing {
+        _ if tunnel => (avail, BodyRest::Raw(Direction::default())),
+        Framing::None => (0, BodyRest::Done),
+        Framing::Length(len) => {
+            let k = len.min(avail as u64) as usize;
+            let rest = len - k as u64;
+            if rest == 0 {
+                (k, BodyRest::Done)
+            } else {
+                (k, BodyRest::Raw(Direction::limited(rest)))
+            }
+        }
+        Framing::Close => (avail, BodyRest::Raw(Direction::default())),
+        Framing::Chunked => {
+            let mut body = Body::new(Framing::Chunked);
+            let f = body.feed(after_head)?;
+            (f.used, BodyRest::Chunked(body))
+        }
+    })
 }
