@@ -44,12 +44,16 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("sockets", &["net", "listener", "systemd", "log"]),
     // The running state: the shared tables and the controller that changes them.
     ("state", &["state"]),
-    // I/O that reads the running state or serves sessions. `control::exec` (what each control
-    // command does) is a module of its own: it never reaches back to the socket and its loop.
+    // I/O that reads the running state or serves sessions. Three rooms are nodes of their own so
+    // that nothing creeps into them: `proxy::copy` (the buffers and copy loop), the HTTP request
+    // decision `proxy::http::request` (pure: no socket, no session) and `control::exec` (what each
+    // control command does: it never reaches back to the socket and its loop).
     (
         "services",
         &[
             "proxy",
+            "proxy::copy",
+            "proxy::http::request",
             "udp",
             "takeover",
             "health",

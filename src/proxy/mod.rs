@@ -40,30 +40,6 @@ use http::HttpSession;
 use peek::{PeekSession, Peeked};
 use tcp::TcpSession;
 
-/// The PROXY protocol header of `version` for a client: its address and the address it reached
-/// (`listener`: the listener's own when it is not a wildcard, else the client socket's local
-/// address, one `getsockname`); `UNKNOWN`/LOCAL for a Unix-socket client or when the local
-/// address cannot be had.
-pub(crate) fn proxy_header(
-    version: crate::config::ProxyVersion,
-    client: &ClientAddr,
-    socket: &Stream,
-    listener: Option<SocketAddr>,
-) -> quill_core::proxy_header::Encoded {
-    use quill_core::proxy_header::{encode, encode_unknown};
-    let local = || match listener {
-        Some(a) => Some(a),
-        None => socket2::SockRef::from(socket)
-            .local_addr()
-            .ok()?
-            .as_socket(),
-    };
-    match (client, local()) {
-        (ClientAddr::Ip(src), Some(dst)) => encode(version, *src, dst),
-        _ => encode_unknown(version),
-    }
-}
-
 /// No deadline: the session waits for events only.
 pub(crate) const NEVER: u64 = u64::MAX;
 
