@@ -14,7 +14,7 @@
 //! Terminated TLS (the server side, what a listener accepts) does its handshake on rustls'
 //! *unbuffered* API, then drops rustls' connection: its traffic secrets and a `KernelConnection`
 //! (rustls' kernel API, for key updates) become the traffic state, and records are protected by
-//! our record layer ([`records`], pure) with rustls' own `MessageEncrypter`/`MessageDecrypter`.
+//! our record layer (`quill_core::tls_records`, pure) with rustls' own `MessageEncrypter`/`MessageDecrypter`.
 //! The records read from the socket and the records made for it live in buffers this module
 //! lends from a per-worker (thread-local) pool only while they hold bytes, so an idle connection
 //! owns no buffer at all, only its keys and sequence numbers. rustls' buffered connection keeps a
@@ -38,9 +38,7 @@ use rustls::{ClientConnection, HandshakeKind, ProtocolVersion};
 
 use super::{Ready, Stream};
 
-mod records;
-
-use records::{Event, Records};
+use quill_core::tls_records::{Event, Records};
 
 /// The most plaintext encrypted per write: one full record.
 const CHUNK: usize = 16 * 1024;
@@ -277,7 +275,7 @@ impl Span {
 }
 
 /// The server side: rustls' unbuffered API for the handshake, then our record layer
-/// ([`records`]). Every buffer is empty (no memory) unless it holds bytes.
+/// (`quill_core::tls_records`). Every buffer is empty (no memory) unless it holds bytes.
 struct Server {
     state: State,
     /// The handshake is over and rustls has nothing left to send: the connection can become its
