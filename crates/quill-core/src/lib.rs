@@ -2,7 +2,8 @@
 //! `sys` wrappers (the workspace's only `unsafe`), the duration grammar and, pure and fuzzed,
 //! the HTTP/1 module, the TLS ClientHello reader (`tls_hello`, SNI routing without termination)
 //! the frames of direct server return (`dsr`), the PROXY protocol header (`proxy_header`) and,
-//! with the `tls` feature, the record layer of terminated TLS (`tls_records`).
+//! with the `tls` feature, the record layer of terminated TLS (`tls_records`); and the one random
+//! number generator (`rand::Rng`).
 
 // An item is `pub` only when another crate can reach it (the binary, the tests, the other
 // crates of the workspace); the rest is `pub(crate)`, so the compiler finds what is dead.
@@ -16,6 +17,7 @@ pub mod duration;
 pub mod flows;
 pub mod http1;
 pub mod proxy_header;
+pub mod rand;
 pub mod sys;
 pub mod tls_hello;
 // Built for the quill package (which enables `tls`) and for this crate's own tests.
