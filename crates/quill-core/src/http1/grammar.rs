@@ -1,7 +1,8 @@
 //! The byte classes of HTTP/1's grammar (RFC 9110 and 9112): token characters, request-target
-//! bytes, field-value bytes, whitespace, `Host` bytes and controls, each a table lookup (one load
-//! per byte on the hot loops), and a test of eight value bytes at once. Shared by the head parser,
-//! the body's trailer reader and the rewriter; it imports nothing of theirs.
+//! bytes, field-value bytes, whitespace, `Host` bytes (and a whole `host[:port]`) and controls,
+//! each a table lookup (one load per byte on the hot loops), and a test of eight value bytes at
+//! once. Shared by the head parser, the body's trailer reader and the rewriter; it imports
+//! nothing of theirs.
 
 /// Whether one of the eight bytes of `word` is below 0x20 (HTAB included) or is 0x7f: every
 /// other byte is a value byte. Exact: a borrow can only spread from a byte that is itself one.
@@ -71,6 +72,40 @@ pub(super) fn is_space(b: u8) -> bool {
 /// A byte of a `Host` value: reg-name, IP literal and port characters (RFC 3986).
 pub(super) fn is_host_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%:[]".contains(&b)
+}
+
+/// `host [":" port]` (RFC 3986 §3.2.2-3): a non-empty reg-name of unreserved and sub-delims
+/// bytes (no percent-encoding: a name that could be read two ways), or an IP literal in
+/// brackets; a port of at most 5 digits (possibly none). No userinfo.
+pub(super) fn is_host_and_port(a: &[u8]) -> bool {
+    let (host, port) = if a.first() == Some(&b'[') {
+        let Some(close) = a.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let inner = &a[1..close];
+        let ok = !inner.is_empty()
+            && inner
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b":.-_~!$&'()*+,;=".contains(&b));
+        if !ok {
+            return false;
+        }
+        (&a[..=close], &a[close + 1..])
+    } else {
+        let end = a.iter().position(|&b| b == b':').unwrap_or(a.len());
+        (&a[..end], &a[end..])
+    };
+    let reg_name = |h: &[u8]| {
+        !h.is_empty()
+            && h.iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b))
+    };
+    (host.first() == Some(&b'[') || reg_name(host))
+        && match port.split_first() {
+            None => true,
+            Some((b':', digits)) => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+            Some(_) => false,
+        }
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 
 use super::body::Framing;
 use super::grammar::{
-    has_control, is_control, is_host_byte, is_space, is_target_byte, is_tchar, is_value_byte,
+    has_control, is_control, is_host_and_port, is_host_byte, is_space, is_target_byte, is_tchar,
+    is_value_byte,
 };
 use super::{Error, Limits, Span};
 
@@ -602,40 +603,6 @@ fn absolute_authority(buf: &[u8], target: Span) -> (bool, Span) {
             end: start + len,
         },
     )
-}
-
-/// `host [":" port]` (RFC 3986 §3.2.2-3): a non-empty reg-name of unreserved and sub-delims
-/// bytes (no percent-encoding: a name that could be read two ways), or an IP literal in
-/// brackets; a port of at most 5 digits (possibly none). No userinfo.
-pub(super) fn is_host_and_port(a: &[u8]) -> bool {
-    let (host, port) = if a.first() == Some(&b'[') {
-        let Some(close) = a.iter().position(|&b| b == b']') else {
-            return false;
-        };
-        let inner = &a[1..close];
-        let ok = !inner.is_empty()
-            && inner
-                .iter()
-                .all(|&b| b.is_ascii_alphanumeric() || b":.-_~!$&'()*+,;=".contains(&b));
-        if !ok {
-            return false;
-        }
-        (&a[..=close], &a[close + 1..])
-    } else {
-        let end = a.iter().position(|&b| b == b':').unwrap_or(a.len());
-        (&a[..end], &a[end..])
-    };
-    let reg_name = |h: &[u8]| {
-        !h.is_empty()
-            && h.iter()
-                .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b))
-    };
-    (host.first() == Some(&b'[') || reg_name(host))
-        && match port.split_first() {
-            None => true,
-            Some((b':', digits)) => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
-            Some(_) => false,
-        }
 }
 
 /// Whether two authorities name the same host (without case) and port (none, or an empty one,
