@@ -21,8 +21,9 @@ use crate::sys;
 /// Reads the ICMP errors queued on the flow's socket (IP_RECVERR) and weighs them: one counts
 /// only when it is a port unreachable from the server's own address, about a datagram to the
 /// server, quoting the start of one the flow sent (an off-path sender cannot know it); others
-/// are counted as ignored. True when the server is to be taken out ([`IcmpWatch`]: two such
-/// errors, or one and an unanswered datagram).
+/// are counted as ignored. True when the server is to be taken out
+/// ([`IcmpWatch`](quill_core::flows::IcmpWatch): two such errors, or one and an unanswered
+/// datagram).
 pub(super) fn read_errors(flow: &mut Flow, hasher: &RandomState, cx: &Cx<'_>) -> bool {
     let (Some(socket), Some(lease)) = (&flow.socket, &flow.lease) else {
         return false;
