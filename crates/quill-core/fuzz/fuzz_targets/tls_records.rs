@@ -12,7 +12,7 @@ use std::io::Write;
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use quill_core::tls_records::Records;
+use quill_core::tls_records::{Event, Records};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::ConnectionState;
@@ -121,7 +121,7 @@ fuzz_target!(|data: &[u8]| {
         match rec.read(&mut wire[at..]) {
             Ok(Some((used, event))) => {
                 assert!(used >= 5 && at + used <= wire.len());
-                if let records::Event::Data(r) = event {
+                if let Event::Data(r) = event {
                     assert!(r.end <= used);
                 }
                 at += used;
