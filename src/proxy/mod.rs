@@ -79,7 +79,7 @@ pub(crate) struct Ctx<'a> {
     pub server_token: Token,
     /// Clock ms of this turn.
     pub now: u64,
-    pub rng: &'a mut u64,
+    pub rng: &'a mut quill_core::rand::Rng,
     pub counters: &'a Counters,
     pub pools: &'a mut Pools,
     /// The worker's server connections (HTTP sessions).
@@ -99,11 +99,7 @@ pub(crate) struct Ctx<'a> {
 impl Ctx<'_> {
     /// The next number of the worker's xorshift generator (balancer choices).
     pub(crate) fn rand(&mut self) -> u64 {
-        let r = &mut *self.rng;
-        *r ^= *r << 13;
-        *r ^= *r >> 7;
-        *r ^= *r << 17;
-        *r
+        self.rng.next_u64()
     }
 }
 

@@ -36,12 +36,7 @@ macro_rules! udp_cx {
         crate::udp::Cx {
             registry: $w.poll.registry(),
             now: $now,
-            rand: {
-                $w.rng ^= $w.rng << 13;
-                $w.rng ^= $w.rng >> 7;
-                $w.rng ^= $w.rng << 17;
-                $w.rng
-            },
+            rand: $w.rng.next_u64(),
             counters: &$w.shared.counters[$w.id],
             shared: &$w.shared,
             // A flow writes to its listener's file (found by the name of its pool snapshot).
@@ -129,7 +124,7 @@ pub(crate) struct Worker {
     logs: Vec<Option<AccessLog>>,
     log_plan: LogPlan,
     log_generation: u64,
-    rng: u64,
+    rng: quill_core::rand::Rng,
     draining: bool,
     /// While draining, the end of the drain grace (clock ms; `NEVER` before).
     grace_end: u64,
@@ -189,7 +184,9 @@ impl Worker {
             logs,
             log_plan,
             log_generation,
-            rng: 0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) << 17) ^ crate::clock::unix_time(),
+            rng: quill_core::rand::Rng::new(
+                0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) << 17) ^ crate::clock::unix_time(),
+            ),
             draining: false,
             grace_end: NEVER,
             next_sweep: 0,
