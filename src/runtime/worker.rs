@@ -26,6 +26,7 @@ use crate::net::{ClientAddr, Stream};
 use crate::proxy::copy::Pools;
 use crate::proxy::{Ctx, Session, Side, Step, NEVER};
 use crate::state::idle::{Owner, ServerConns};
+use crate::state::permit::SessionPermit;
 use crate::state::shared::{Listener, Phase, Report, Request, Shared, SourceSlot};
 use crate::sys;
 use crate::udp::UdpWorker;
@@ -85,6 +86,8 @@ fn decode(t: Token) -> (usize, u32, usize) {
 struct Slot {
     gen: u32,
     session: Option<Session>,
+    /// The session's place under `-x` (`Shared::active`): Some exactly while `session` is.
+    permit: Option<SessionPermit>,
     /// The session counted against its client address (`max_per_source`).
     source: Option<SourceSlot>,
     /// The session's live timer.
@@ -492,10 +495,11 @@ impl Worker {
     /// A trusted client's PROXY header was read: its slot is freed without an end (it is the
     /// same client) and it is admitted as a client from `addr`.
     fn admit_proxied(&mut self, idx: usize, addr: ClientAddr, now: u64) {
-        let Some(mut s) = self.free_slot(idx) else {
+        let Some((mut s, permit)) = self.free_slot(idx) else {
             return;
         };
-        self.shared.active.fetch_sub(1, Ordering::Relaxed);
+        // Its place under `-x` is given back and taken again by `admit`, as for a new client.
+        drop(permit);
         if let Some((listener, stream)) = s.take_proxied() {
             self.admit(&listener, stream, addr, now);
         }
@@ -630,16 +634,14 @@ impl Worker {
         drop(pool);
         if !trusted {
             // Not one of the listener's upstream proxies: closed at accept.
-            self.counters().ended(End::ProxyUntrusted);
-            self.log_refused(&peer, End::ProxyUntrusted, http, listener);
-            return;
+            return self.refuse(&peer, End::ProxyUntrusted, http, listener);
         }
-        if self.over_max(&peer, http, listener) {
+        let Some(permit) = self.permit_or_refuse(&peer, http, listener) else {
             return;
-        }
+        };
         let id = self.next_id();
         let session = Session::proxy_header(listener.clone(), id, stream, peer, now);
-        self.install(session, None, listener, now);
+        self.install(session, permit, None, listener, now);
     }
 
     /// The next session id: unique in the process (worker number in the low part).
@@ -649,10 +651,11 @@ impl Worker {
         id
     }
 
-    /// Puts a new session of `listener` in a free slot and starts it.
+    /// Puts a new session of `listener` (and its permit) in a free slot and starts it.
     fn install(
         &mut self,
         session: Session,
+        permit: SessionPermit,
         source: Option<SourceSlot>,
         listener: &Listener,
         now: u64,
@@ -663,6 +666,7 @@ impl Worker {
                 self.slots.push(Slot {
                     gen: 0,
                     session: None,
+                    permit: None,
                     source: None,
                     timer: Armed::default(),
                     listener: 0,
@@ -671,6 +675,7 @@ impl Worker {
                 self.slots.len() - 1
             }
         };
+        self.slots[idx].permit = Some(permit);
         self.slots[idx].source = source;
         self.slots[idx].listener = listener.id;
         self.slots[idx].log = self.log_plan.file_of(&listener.name);
@@ -692,15 +697,13 @@ impl Worker {
             }
             self.recent.push_back((ip, now));
         }
-        if self.over_max(&peer, http, listener) {
+        let Some(permit) = self.permit_or_refuse(&peer, http, listener) else {
             return;
-        }
+        };
         let denied = !pool.admits(peer.ip());
         if denied && pool.abuse.is_none() {
-            self.shared.active.fetch_sub(1, Ordering::Relaxed);
-            self.counters().ended(End::Denied);
-            self.log_refused(&peer, End::Denied, http, listener);
-            return;
+            drop(permit);
+            return self.refuse(&peer, End::Denied, http, listener);
         }
         let limit = pool.tuning.max_per_source;
         let source = match peer.ip() {
@@ -708,10 +711,8 @@ impl Worker {
                 let slot = self.shared.sources().admit(listener.id, ip, limit);
                 if slot.is_none() {
                     // Over its address's share: closed at once, as over `-x`.
-                    self.shared.active.fetch_sub(1, Ordering::Relaxed);
-                    self.counters().ended(End::Refused);
-                    self.log_refused(&peer, End::Refused, http, listener);
-                    return;
+                    drop(permit);
+                    return self.refuse(&peer, End::Refused, http, listener);
                 }
                 slot
             }
@@ -728,10 +729,8 @@ impl Worker {
                     // Over `max_handshakes` in progress on this worker: closed at once.
                     crate::proxy::handshake::overloaded(self.counters());
                     drop(source);
-                    self.shared.active.fetch_sub(1, Ordering::Relaxed);
-                    self.counters().ended(End::Refused);
-                    self.log_refused(&peer, End::Refused, http, listener);
-                    return;
+                    drop(permit);
+                    return self.refuse(&peer, End::Refused, http, listener);
                 }
             }
         } else if pool.http.is_some() && !denied {
@@ -742,7 +741,7 @@ impl Worker {
         } else {
             Session::tcp(pool, id, stream, peer, denied, now)
         };
-        self.install(session, source, listener, now);
+        self.install(session, permit, source, listener, now);
     }
 
     /// Closes the least recently active TLS handshakes (counted as evicted) while a new one from
@@ -1044,9 +1043,14 @@ impl Worker {
         self.udp.close_all(end, &mut cx);
     }
 
-    /// Counts a new session against `-x` (and what the open-file limit allows); true when
-    /// there is no room: the client was refused (counted and logged), and must be closed.
-    fn over_max(&mut self, peer: &ClientAddr, http: bool, listener: &Listener) -> bool {
+    /// Takes a place for a new session under `-x` (and what the open-file limit allows), or,
+    /// when there is no room, refuses the client (counted and logged): the caller closes it.
+    fn permit_or_refuse(
+        &mut self,
+        peer: &ClientAddr,
+        http: bool,
+        listener: &Listener,
+    ) -> Option<SessionPermit> {
         // UDP flows hold one descriptor each: sessions (two each) get what they leave.
         let flows = self.shared.udp_flows.load(Ordering::Relaxed);
         let max = self.shared.max_sessions.load(Ordering::Relaxed).min(
@@ -1055,33 +1059,39 @@ impl Worker {
                 .load(Ordering::Relaxed)
                 .saturating_sub(flows.div_ceil(2)),
         );
-        if self.shared.active.fetch_add(1, Ordering::Relaxed) < max {
-            return false;
+        let permit = self.shared.active.try_take(max);
+        if permit.is_none() {
+            self.refuse(peer, End::Refused, http, listener);
         }
-        self.shared.active.fetch_sub(1, Ordering::Relaxed);
-        self.counters().ended(End::Refused);
-        self.log_refused(peer, End::Refused, http, listener);
-        true
+        permit
     }
 
-    /// Takes slot `idx`'s session out and frees the slot (a new generation, its source count
-    /// and timer given back); None when it held none.
-    fn free_slot(&mut self, idx: usize) -> Option<Session> {
+    /// A client refused at accept as `end`: counted and logged (the caller closes it).
+    fn refuse(&mut self, peer: &ClientAddr, end: End, http: bool, listener: &Listener) {
+        self.counters().ended(end);
+        self.log_refused(peer, end, http, listener);
+    }
+
+    /// Takes slot `idx`'s session and its permit out and frees the slot (a new generation, its
+    /// source count and timer given back); None when it held none. The caller drops the permit
+    /// when the session is done with.
+    fn free_slot(&mut self, idx: usize) -> Option<(Session, Option<SessionPermit>)> {
         let slot = &mut self.slots[idx];
         let s = slot.session.take()?;
+        let permit = slot.permit.take();
         slot.gen = (slot.gen + 1) & GEN_MASK;
         slot.source = None;
         slot.timer.clear();
         self.free.push(idx as u32);
         self.live -= 1;
         self.publish_load();
-        Some(s)
+        Some((s, permit))
     }
 
     fn close(&mut self, idx: usize, end: End, now: u64) {
         let owner = token(idx, self.slots[idx].gen, CLIENT);
         let log = self.slots[idx].log;
-        let Some(mut s) = self.free_slot(idx) else {
+        let Some((mut s, permit)) = self.free_slot(idx) else {
             return;
         };
         let http = matches!(s, Session::Http(_));
@@ -1094,7 +1104,7 @@ impl Worker {
         }
         let c = match closed {
             Ok(c) => c,
-            Err(panic) => return self.close_panicked(s, owner, &panic),
+            Err(panic) => return self.close_panicked(s, permit, owner, &panic),
         };
         // The lease (the server's count of this session) lives to the end of this call, since the
         // log line below names its server; dropping it there instead of ending it first saves an
@@ -1102,7 +1112,7 @@ impl Worker {
         if let Some(lease) = &c.server {
             lease.server().count_bytes(c.bytes_in, c.bytes_out);
         }
-        self.shared.active.fetch_sub(1, Ordering::Relaxed);
+        drop(permit);
         self.shared.last_busy_ms.store(now, Ordering::Relaxed);
         let counters = &self.shared.counters[self.id];
         counters.ended(end);
@@ -1138,7 +1148,13 @@ impl Worker {
 
     /// A session panicked while it was being closed: it is dropped as it is (its sockets closed,
     /// its lease given back by their own drops) and counted; nothing of it is logged but the panic.
-    fn close_panicked(&mut self, s: Session, owner: Token, panic: &str) {
+    fn close_panicked(
+        &mut self,
+        s: Session,
+        permit: Option<SessionPermit>,
+        owner: Token,
+        panic: &str,
+    ) {
         tracing::error!(
             "worker {}: session {} panicked while closing; dropped: {panic}",
             self.id,
@@ -1151,7 +1167,7 @@ impl Worker {
             );
         }
         self.conns.forget_owned_by(owner);
-        self.shared.active.fetch_sub(1, Ordering::Relaxed);
+        drop(permit);
         self.counters().ended(End::Panic);
     }
 
