@@ -28,6 +28,9 @@ fn listen_addr_for_http(listen: &str) -> addr::ListenAddr {
     addr::ListenAddr::Tcp(a)
 }
 
+/// `quill demo`: Quill on `listen`, round robin over `backends` demo HTTP backends, with a
+/// health check, a control socket, the status page and (on the next port) an HTTP listener
+/// with a route; prints what to try, then runs until stopped.
 pub(super) fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
     let listen_addr = match addr::parse_listen(listen) {
         Ok(a) => a,
@@ -40,25 +43,13 @@ pub(super) fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
     // `quill bench --idle 1000` opens about 1000 / N backend connections in a burst.
     let backlog = Global::default().backlog;
     for i in 1..=backends {
-        match DemoServer::start_with_backlog(
-            "127.0.0.1:0",
-            Behaviour::Http {
-                name: format!("demo-{i}"),
-            },
-            backlog,
-        ) {
-            Ok(s) => {
-                l.servers
-                    .push(addr::ServerSpec::new(addr::BackendAddr::Tcp(s.addr())));
-                servers.push(s);
-            }
-            Err(e) => {
-                return fail(
-                    ErrorKind::Runtime,
-                    &format!("cannot start demo backend: {e}"),
-                )
-            }
-        }
+        let s = match start_backend(format!("demo-{i}"), backlog) {
+            Ok(s) => s,
+            Err(code) => return code,
+        };
+        l.servers
+            .push(addr::ServerSpec::new(addr::BackendAddr::Tcp(s.addr())));
+        servers.push(s);
     }
     // Show the operations side too: a health check, a control socket and the status page.
     l.health = Some(config::HealthCheck {
@@ -79,71 +70,120 @@ pub(super) fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
         ..Global::default()
     };
     global.debug = debug;
-    // An HTTP listener on the next port: `/api/` to its own pool, everything else to the demo
-    // backends above, each request balanced on its own over kept-alive server connections.
     let mut listeners = vec![l];
     let mut pools = Vec::new();
     let mut http_lines = String::new();
     if let addr::ListenAddr::Tcp(a) = listen_addr_for_http(listen) {
-        let api = match DemoServer::start_with_backlog(
-            "127.0.0.1:0",
-            Behaviour::Http {
-                name: "api-1".into(),
-            },
-            backlog,
-        ) {
-            Ok(s) => s,
-            Err(e) => {
-                return fail(
-                    ErrorKind::Runtime,
-                    &format!("cannot start demo backend: {e}"),
-                )
-            }
+        let http = match DemoHttp::start(a, &listeners[0], backlog) {
+            Ok(http) => http,
+            Err(code) => return code,
         };
-        let mut pool = ListenerConfig::new("api", config::model::pool_addr());
-        pool.mode.set(ModeWord::RoundRobin, true);
-        pool.servers
-            .push(addr::ServerSpec::new(addr::BackendAddr::Tcp(api.addr())));
-        pools.push(pool);
-        let mut h = listeners[0].clone();
-        h.name = "demo-http".into();
-        h.listen = addr::ListenAddr::Tcp(a);
-        h.http = Some(config::HttpSettings::default());
-        h.routes = vec![config::RouteConfig {
-            name: "api".into(),
-            hosts: Vec::new(),
-            sni: Vec::new(),
-            path: Some(config::PathMatch::Prefix("/api/".into())),
-            methods: Vec::new(),
-            headers: Vec::new(),
-            client_acl: None,
-            action: config::RouteAction::Pool("api".into()),
-            request_headers: Vec::new(),
-            response_headers: Vec::new(),
-            rewrite_path: None,
-            rate: None,
-        }];
-        listeners.push(h);
-        servers.push(api);
-        let metrics = admin.map_or(String::new(), |m| {
-            format!(
-                "\x20 curl -s http://{m}/metrics | grep server_connections    # opened vs reused server connections\n"
-            )
-        });
-        http_lines = format!(
-            "And HTTP mode (a reverse proxy with routes) on http://{a}/:\n\
-             \x20 curl http://{a}/api/users       # route /api/ -> pool api (api-1)\n\
-             \x20 curl http://{a}/                # no route matches -> the demo backends, round robin\n\
-             \x20 curl http://{a}/headers         # what the backend received: X-Forwarded-For, X-Request-ID, ...\n\
-             \x20 curl -sv http://{a}/ http://{a}/ 2>&1 | grep -i 're-using'   # two requests, one kept-alive connection\n\
-             {metrics}"
-        );
+        pools.push(http.pool);
+        listeners.push(http.listener);
+        servers.push(http.api);
+        http_lines = http_lines_to_try(a, admin);
     }
     let config = Config {
         global,
         listeners,
         pools,
     };
+    print_what_to_try(listen, backends, &servers, &control, admin, &http_lines);
+    run(config, Start::default())
+}
+
+/// Starts a demo HTTP backend that names itself `name`; when it cannot, says so (exit 1).
+fn start_backend(name: String, backlog: u32) -> Result<DemoServer, ExitCode> {
+    DemoServer::start_with_backlog("127.0.0.1:0", Behaviour::Http { name }, backlog).map_err(|e| {
+        fail(
+            ErrorKind::Runtime,
+            &format!("cannot start demo backend: {e}"),
+        )
+    })
+}
+
+/// The demo's HTTP listener: `/api/` to its own pool, everything else to the demo backends,
+/// each request balanced on its own over kept-alive server connections.
+struct DemoHttp {
+    /// The TCP listener's settings in HTTP mode, on the next port, with the route.
+    listener: ListenerConfig,
+    /// Pool `api`, over its one backend.
+    pool: ListenerConfig,
+    /// That backend (`api-1`).
+    api: DemoServer,
+}
+
+impl DemoHttp {
+    /// The HTTP listener on `a`, made from the TCP listener `tcp`, and its `api` pool's backend
+    /// started.
+    fn start(
+        a: std::net::SocketAddr,
+        tcp: &ListenerConfig,
+        backlog: u32,
+    ) -> Result<DemoHttp, ExitCode> {
+        let api = start_backend("api-1".into(), backlog)?;
+        let mut pool = ListenerConfig::new("api", config::model::pool_addr());
+        pool.mode.set(ModeWord::RoundRobin, true);
+        pool.servers
+            .push(addr::ServerSpec::new(addr::BackendAddr::Tcp(api.addr())));
+        let mut h = tcp.clone();
+        h.name = "demo-http".into();
+        h.listen = addr::ListenAddr::Tcp(a);
+        h.http = Some(config::HttpSettings::default());
+        h.routes = vec![api_route()];
+        Ok(DemoHttp {
+            listener: h,
+            pool,
+            api,
+        })
+    }
+}
+
+/// The demo's one route: a path under `/api/` goes to pool `api`.
+fn api_route() -> config::RouteConfig {
+    config::RouteConfig {
+        name: "api".into(),
+        hosts: Vec::new(),
+        sni: Vec::new(),
+        path: Some(config::PathMatch::Prefix("/api/".into())),
+        methods: Vec::new(),
+        headers: Vec::new(),
+        client_acl: None,
+        action: config::RouteAction::Pool("api".into()),
+        request_headers: Vec::new(),
+        response_headers: Vec::new(),
+        rewrite_path: None,
+        rate: None,
+    }
+}
+
+/// What to try on the HTTP listener on `a` (and the server connection metrics on `admin`).
+fn http_lines_to_try(a: std::net::SocketAddr, admin: Option<std::net::SocketAddr>) -> String {
+    let metrics = admin.map_or(String::new(), |m| {
+        format!(
+            "\x20 curl -s http://{m}/metrics | grep server_connections    # opened vs reused server connections\n"
+        )
+    });
+    format!(
+        "And HTTP mode (a reverse proxy with routes) on http://{a}/:\n\
+         \x20 curl http://{a}/api/users       # route /api/ -> pool api (api-1)\n\
+         \x20 curl http://{a}/                # no route matches -> the demo backends, round robin\n\
+         \x20 curl http://{a}/headers         # what the backend received: X-Forwarded-For, X-Request-ID, ...\n\
+         \x20 curl -sv http://{a}/ http://{a}/ 2>&1 | grep -i 're-using'   # two requests, one kept-alive connection\n\
+         {metrics}"
+    )
+}
+
+/// Prints what the demo runs and what to try: the first `backends` of `servers` are the demo
+/// backends; `http_lines` is what to try on the HTTP listener (empty without one).
+fn print_what_to_try(
+    listen: &str,
+    backends: u16,
+    servers: &[DemoServer],
+    control: &std::path::Path,
+    admin: Option<std::net::SocketAddr>,
+    http_lines: &str,
+) {
     let backends_list: Vec<String> = servers
         .iter()
         .take(usize::from(backends))
@@ -169,5 +209,4 @@ pub(super) fn demo(listen: &str, backends: u16, debug: u8) -> ExitCode {
         backends,
         backends_list.join(", ")
     );
-    run(config, Start::default())
 }
