@@ -1,6 +1,7 @@
 //! The layer rule of ARCHITECTURE.md, checked: every module of `src/` has a layer in [`LAYERS`],
 //! imports only from its own layer or lower ones, and no modules import each other in a circle.
-//! The crates under `crates/` are checked for circles (they have no layers of their own).
+//! The crates under `crates/` are checked for circles (they have no layers of their own), file by
+//! file: two files of one folder that import each other are a circle too.
 //!
 //! What counts as an import: every `use` path and every `crate::`/`super::` path in code, read
 //! from the source text (comments and string literals skipped). Test code (`#[cfg(test)]` items
@@ -44,12 +45,16 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("sockets", &["net", "listener", "systemd", "log"]),
     // The running state: the shared tables and the controller that changes them.
     ("state", &["state"]),
-    // I/O that reads the running state or serves sessions. `control::exec` (what each control
-    // command does) is a module of its own: it never reaches back to the socket and its loop.
+    // I/O that reads the running state or serves sessions. Three rooms are nodes of their own so
+    // that nothing creeps into them: `proxy::copy` (the buffers and copy loop), the HTTP request
+    // decision `proxy::http::request` (pure: no socket, no session) and `control::exec` (what each
+    // control command does: it never reaches back to the socket and its loop).
     (
         "services",
         &[
             "proxy",
+            "proxy::copy",
+            "proxy::http::request",
             "udp",
             "takeover",
             "health",
@@ -170,6 +175,50 @@ fn a_circle_within_one_layer_is_named() {
         report.contains("circle: a -> c (src/a.rs:1) -> a (src/c/inner.rs:1)"),
         "{report}"
     );
+}
+
+#[test]
+fn in_a_crate_a_circle_between_two_files_of_one_folder_is_named_but_not_one_with_the_folder() {
+    // quill-core's `http1` had this one: `body` took `is_tchar` from `head`, `head` took
+    // `Framing` from `body`. The folder's `mod.rs` re-exports both and both use its `Error`.
+    let files = src(&[
+        ("src/lib.rs", "pub mod http1;\n"),
+        (
+            "src/http1/mod.rs",
+            "pub mod body;\npub mod head;\npub use body::Framing;\npub use head::parse;\n",
+        ),
+        (
+            "src/http1/body.rs",
+            "use super::head::is_tchar;\nuse super::Error;\n",
+        ),
+        (
+            "src/http1/head.rs",
+            "use super::body::Framing;\nuse super::Error;\n",
+        ),
+    ]);
+    let report = check(&files, None, &[]);
+    assert_eq!(
+        report,
+        "circle: http1::body -> http1::head (src/http1/body.rs:1) -> http1::body \
+         (src/http1/head.rs:1)\n"
+    );
+    // With the byte classes in a file of their own, nothing is left.
+    let files = src(&[
+        (
+            "src/http1/mod.rs",
+            "pub mod body;\npub mod grammar;\npub mod head;\n",
+        ),
+        ("src/http1/grammar.rs", "pub fn is_tchar() {}\n"),
+        (
+            "src/http1/body.rs",
+            "use super::grammar::is_tchar;\nuse super::Error;\n",
+        ),
+        (
+            "src/http1/head.rs",
+            "use super::body::Framing;\nuse super::Error;\n",
+        ),
+    ]);
+    assert_eq!(check(&files, None, &[]), "");
 }
 
 #[test]
@@ -310,7 +359,8 @@ struct Import {
 }
 
 /// The report: one line per fault, empty when the rule holds. `layers` None: circles only, each
-/// top module a node.
+/// module with a file of its own a node (a folder module and the files inside it are not a
+/// circle: it declares and re-exports them, they use what it defines).
 fn check(
     files: &[(String, String)],
     layers: Option<&[(&str, &[&str])]>,
@@ -324,11 +374,18 @@ fn check(
         }
     };
     let layer_name = |i: usize| layers.map_or("", |t| t[i].0);
-    // A module path → its node: the longest table entry it starts with (or its top module).
+    let modules: BTreeSet<Vec<String>> = files.iter().filter_map(|(f, _)| module_of(f)).collect();
+    // A module path → its node: the longest table entry it starts with (without layers: the
+    // longest module with a file that it starts with, or its top module).
     let node_of = |path: &[String]| -> Option<String> {
         let entries: Vec<&str> = match layers {
             Some(table) => table.iter().flat_map(|(_, n)| n.iter().copied()).collect(),
-            None => return path.first().cloned(),
+            None => {
+                let known = (1..=path.len())
+                    .rev()
+                    .find(|&n| modules.contains(&path[..n]));
+                return known.map_or_else(|| path.first().cloned(), |n| Some(path[..n].join("::")));
+            }
         };
         entries
             .into_iter()
@@ -375,7 +432,8 @@ fn check(
                 }
                 continue;
             };
-            if to != from {
+            let nested = |a: &str, b: &str| a.starts_with(b) && a[b.len()..].starts_with("::");
+            if to != from && (layers.is_some() || !(nested(&to, &from) || nested(&from, &to))) {
                 edges
                     .entry((from.clone(), to))
                     .or_default()

@@ -18,6 +18,7 @@ use std::thread;
 use std::time::Duration;
 
 use mio::{Events, Poll, Registry, Token};
+use quill_core::rand::Rng;
 
 use crate::addr::BackendAddr;
 use crate::backend::{Health, Pool, Server};
@@ -132,7 +133,7 @@ struct Checker {
     /// Earliest due time or probe deadline; nothing to do before it.
     next_wake_ms: u64,
     last_local_warn_ms: u64,
-    rng: u64,
+    rng: Rng,
 }
 
 impl Checker {
@@ -147,7 +148,7 @@ impl Checker {
             next_sync_ms: 0,
             next_wake_ms: u64::MAX,
             last_local_warn_ms: 0,
-            rng: seed | 1,
+            rng: Rng::new(seed | 1),
         }
     }
 
@@ -314,10 +315,7 @@ impl Checker {
     }
 
     fn next_rand(&mut self) -> u64 {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        self.rng
+        self.rng.next_u64()
     }
 }
 

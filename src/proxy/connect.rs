@@ -27,6 +27,31 @@ use crate::net::tls::{Handshake, HandshakeError, TlsStream};
 use crate::net::{self, ClientAddr, Ready, Stream};
 use crate::state::idle::ServerConns;
 
+/// The PROXY protocol header of `version` for a client (`proxy_protocol`: sent first on a new
+/// server connection by the TCP session, the HTTP exchange, or [`Connector::send_preface`] before
+/// a TLS handshake): its address and the address it reached (`listener`: the listener's own when
+/// it is not a wildcard, else the client socket's local address, one `getsockname`);
+/// `UNKNOWN`/LOCAL for a Unix-socket client or when the local address cannot be had.
+pub(crate) fn proxy_header(
+    version: crate::config::ProxyVersion,
+    client: &ClientAddr,
+    socket: &Stream,
+    listener: Option<SocketAddr>,
+) -> quill_core::proxy_header::Encoded {
+    use quill_core::proxy_header::{encode, encode_unknown};
+    let local = || match listener {
+        Some(a) => Some(a),
+        None => socket2::SockRef::from(socket)
+            .local_addr()
+            .ok()?
+            .as_socket(),
+    };
+    match (client, local()) {
+        (ClientAddr::Ip(src), Some(dst)) => encode(version, *src, dst),
+        _ => encode_unknown(version),
+    }
+}
+
 /// Where a connector is after a call.
 #[derive(Debug)]
 pub(crate) enum Progress {
@@ -62,18 +87,14 @@ pub(crate) struct Connector {
     /// The listener whose client this is, when the pool may be a named one (HTTP routes):
     /// failure lines name both. None: the pool is the listener's own (same name).
     listener: Option<Arc<crate::state::shared::Listener>>,
-    /// The client's ACL denied it: it goes to the abuse server, once.
-    denied: bool,
-    /// The balancer was asked.
-    picked: bool,
-    emergency: bool,
-    /// Waiting for the resolver to turn the server's name into an address.
-    resolving: bool,
-    /// The server socket is connected (the search is over): TLS to the server included.
-    connected: bool,
-    /// The TCP connect is done and the TLS handshake with the server (`server_tls`) under way:
-    /// part of connecting (a failed handshake fails the server over like a refused connect).
-    tls_pending: bool,
+    /// Whose search it is: a TCP client's (a denied one's), or an HTTP exchange's.
+    kind: Kind,
+    /// Which servers were offered so far.
+    pick: Pick,
+    /// Where the attempt under way is.
+    phase: Phase,
+    /// Where the connection came from (meaningful once connected).
+    source: Source,
     /// The balancer's first choice, the origin of the failover order. Server indexes are kept
     /// in 32 bits: a session is small; a pool never nears 4 billion servers.
     first: Option<u32>,
@@ -89,20 +110,74 @@ pub(crate) struct Connector {
     lease: Option<ServerLease>,
     /// What the server socket's events said so far.
     ready: Ready,
-    /// HTTP: the connection may be one of the worker's idle ones, and its socket has a server
-    /// connection slot ([`crate::state::idle::ServerConns`]) instead of the session's server token.
-    http: bool,
     /// The server connection slot of the socket (HTTP).
     conn: Option<u32>,
-    /// The connection was an idle one, reused.
-    reused: bool,
-    /// Never reuse an idle connection (a retry after a reused one failed).
-    fresh: bool,
     /// HTTP: the server the request's stickiness cookie names, taken like a tracked client's.
     sticky: Option<u32>,
-    /// HTTP: the connection is the client session's private one (it carried a PROXY header
-    /// naming this client on an earlier request): it must never join the shared idle pool.
-    private: bool,
+}
+
+/// Whose search a [`Connector`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A TCP client's: the session's server token, no idle connections.
+    Tcp,
+    /// A TCP client the ACL denied: it goes to the abuse server, once, with no failover.
+    Denied,
+    /// An HTTP exchange's: the connection may be one of the worker's idle ones, and its socket
+    /// has a server connection slot ([`crate::state::idle::ServerConns`]) instead of the session's
+    /// server token.
+    Http,
+    /// An HTTP exchange's that never reuses an idle connection (a retry after a reused one
+    /// failed).
+    HttpFresh,
+}
+
+impl Kind {
+    fn is_http(self) -> bool {
+        matches!(self, Kind::Http | Kind::HttpFresh)
+    }
+}
+
+/// Which servers a [`Connector`] offered, in Pen's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pick {
+    /// The balancer was not asked yet.
+    Unasked,
+    /// The balancer chose; failover goes on in the pool.
+    Pool,
+    /// The emergency server (or, for a denied client, the abuse server) was offered: the last.
+    Emergency,
+}
+
+/// Where a [`Connector`]'s attempt is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No attempt under way: about to pick the next server (or none left).
+    Picking,
+    /// Waiting for the resolver to turn the server's name into an address.
+    Resolving,
+    /// The nonblocking TCP connect is under way.
+    Connecting,
+    /// The TCP connect is done and the TLS handshake with the server (`server_tls`) under way:
+    /// part of connecting (a failed handshake fails the server over like a refused connect).
+    Handshaking,
+    /// The server socket is connected (the search is over): TLS to the server included.
+    Connected,
+    /// HTTP: the exchange is over and the connection was handed on (to the idle pool, to the
+    /// client session, or closed).
+    Released,
+}
+
+/// Where a connected [`Connector`]'s connection came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// Connected by this connector.
+    Fresh,
+    /// An idle connection of the worker's pool, reused (HTTP).
+    Idle,
+    /// The client session's private connection (it carried a PROXY header naming this client on
+    /// an earlier request): it must never join the shared idle pool (HTTP).
+    Private,
 }
 
 /// An HTTP client session's own server connection between its requests: it began with a PROXY
@@ -128,12 +203,10 @@ impl Connector {
         Connector {
             pool,
             listener: None,
-            denied,
-            picked: false,
-            emergency: false,
-            resolving: false,
-            connected: false,
-            tls_pending: false,
+            kind: if denied { Kind::Denied } else { Kind::Tcp },
+            pick: Pick::Unasked,
+            phase: Phase::Picking,
+            source: Source::Fresh,
             first: None,
             tried: 0,
             current: None,
@@ -141,12 +214,8 @@ impl Connector {
             socket: None,
             lease: None,
             ready: Ready::default(),
-            http: false,
             conn: None,
-            reused: false,
-            fresh: false,
             sticky: None,
-            private: false,
         }
     }
 
@@ -155,8 +224,7 @@ impl Connector {
     /// after a reused connection failed).
     pub(crate) fn for_http(pool: Arc<Pool>, fresh: bool, sticky: Option<u32>) -> Connector {
         Connector {
-            http: true,
-            fresh,
+            kind: if fresh { Kind::HttpFresh } else { Kind::Http },
             sticky,
             ..Connector::new(pool, false)
         }
@@ -175,12 +243,19 @@ impl Connector {
 
     /// Whether the connection is an idle one reused (HTTP).
     pub(crate) fn is_reused(&self) -> bool {
-        self.connected && self.reused
+        self.phase == Phase::Connected && self.source != Source::Fresh
     }
 
-    /// Whether the connection is the client session's private one, reused (HTTP).
-    pub(crate) fn is_private(&self) -> bool {
-        self.connected && self.private
+    /// Whether the connection began with a PROXY header naming this client (`proxy_protocol`):
+    /// the client session's private one, reused, or a new one to a pool that sends the header.
+    /// It serves no other client (HTTP).
+    pub(crate) fn names_client(&self) -> bool {
+        self.phase == Phase::Connected
+            && match self.source {
+                Source::Private => true,
+                Source::Fresh => self.pool.tuning.proxy_protocol.is_some(),
+                Source::Idle => false,
+            }
     }
 
     /// The exchange is over (HTTP) on a connection that carried this client's PROXY header and
@@ -188,7 +263,7 @@ impl Connector {
     /// worker's idle pool. The lease ends. None (and the connection is left to
     /// [`Connector::release`]) when it is not connected or in error.
     pub(crate) fn keep_private(&mut self) -> Option<PrivateConn> {
-        if !self.connected || self.ready.error {
+        if self.phase != Phase::Connected || self.ready.error {
             return None;
         }
         let (Some(socket), Some(lease), Some(conn)) =
@@ -196,7 +271,7 @@ impl Connector {
         else {
             return None;
         };
-        self.connected = false;
+        self.phase = Phase::Released;
         Some(PrivateConn {
             socket,
             conn,
@@ -212,7 +287,8 @@ impl Connector {
         let Some(id) = self.conn.take() else {
             return;
         };
-        match (socket, lease, keep && self.connected && !self.ready.error) {
+        let connected = self.phase == Phase::Connected;
+        match (socket, lease, keep && connected && !self.ready.error) {
             (Some(socket), Some(lease), true) => {
                 cx.conns.checkin(id, socket, lease.end(), max_idle, expires);
             }
@@ -220,7 +296,7 @@ impl Connector {
                 cx.conns.forget(id);
             }
         }
-        self.connected = false;
+        self.phase = Phase::Released;
     }
 
     pub(crate) fn pool(&self) -> &Arc<Pool> {
@@ -228,12 +304,12 @@ impl Connector {
     }
 
     pub(crate) fn is_connected(&self) -> bool {
-        self.connected
+        self.phase == Phase::Connected
     }
 
     /// The connected server socket and its readiness (None before the connect completes).
     pub(crate) fn server_side(&mut self) -> Option<(&Stream, &mut Ready)> {
-        match (&self.socket, self.connected) {
+        match (&self.socket, self.phase == Phase::Connected) {
             (Some(s), true) => Some((s, &mut self.ready)),
             _ => None,
         }
@@ -246,7 +322,7 @@ impl Connector {
 
     /// Whether the connector waits for the resolver.
     pub(crate) fn is_resolving(&self) -> bool {
-        self.resolving
+        self.phase == Phase::Resolving
     }
 
     /// When the attempt under way fails.
@@ -299,7 +375,9 @@ impl Connector {
         let rand = cx.rand();
         let first = self.next_server(client, cx.now, rand);
         match first {
-            Some(server) if !self.fresh && Arc::ptr_eq(&server, &private.server) => {
+            Some(server)
+                if self.kind != Kind::HttpFresh && Arc::ptr_eq(&server, &private.server) =>
+            {
                 let PrivateConn { socket, conn, .. } = private;
                 self.socket = Some(socket);
                 self.conn = Some(conn);
@@ -310,9 +388,8 @@ impl Connector {
                     writable: true,
                     ..Ready::default()
                 };
-                self.reused = true;
-                self.private = true;
-                self.connected = true;
+                self.source = Source::Private;
+                self.phase = Phase::Connected;
                 cx.conns.reused += 1;
                 self.remember(client, cx.now);
                 Progress::Connected
@@ -344,13 +421,13 @@ impl Connector {
             if matches!(lease.server().addr(), BackendAddr::Name { .. }) {
                 let server = lease.server().clone();
                 self.lease = Some(lease);
-                self.resolving = true;
+                self.phase = Phase::Resolving;
                 self.deadline = self.deadline_from(cx.now);
                 return Progress::Resolve(server, self.deadline);
             }
             // A pool that sends PROXY headers takes no idle connection (each one named its
             // client and stays private to it: see `connect_private`).
-            if self.http && !self.fresh && self.pool.tuning.proxy_protocol.is_none() {
+            if self.kind == Kind::Http && self.pool.tuning.proxy_protocol.is_none() {
                 if let Some((id, socket)) =
                     cx.conns
                         .checkout(lease.server(), cx.client_token, cx.registry)
@@ -363,8 +440,8 @@ impl Connector {
                         writable: true,
                         ..Ready::default()
                     };
-                    self.reused = true;
-                    self.connected = true;
+                    self.source = Source::Idle;
+                    self.phase = Phase::Connected;
                     self.remember(client, cx.now);
                     return Progress::Connected;
                 }
@@ -384,11 +461,10 @@ impl Connector {
             return Progress::Waiting(self.deadline);
         };
         self.ready.update(ev);
-        if self.connected {
-            return Progress::Connected;
-        }
-        if self.tls_pending {
-            return self.drive_tls(client, cx);
+        match self.phase {
+            Phase::Connected => return Progress::Connected,
+            Phase::Handshaking => return self.drive_tls(client, cx),
+            Phase::Picking | Phase::Resolving | Phase::Connecting | Phase::Released => {}
         }
         if ev.is_error() || (ev.is_write_closed() && !ev.is_writable()) {
             let why = socket.take_error().ok().flatten();
@@ -405,14 +481,14 @@ impl Connector {
             return Progress::Waiting(self.deadline);
         }
         if matches!(socket, Stream::Tls(_)) {
-            self.tls_pending = true;
+            self.phase = Phase::Handshaking;
             if self.pool.tuning.proxy_protocol.is_some() {
                 return Progress::Preface;
             }
             return self.drive_tls(client, cx);
         }
-        self.connected = true;
-        self.reused = false;
+        self.phase = Phase::Connected;
+        self.source = Source::Fresh;
         self.remember(client, cx.now);
         Progress::Connected
     }
@@ -453,9 +529,8 @@ impl Connector {
         match tls.handshake(&mut self.ready) {
             Ok(Handshake::Pending) => Progress::Waiting(self.deadline),
             Ok(Handshake::Done) => {
-                self.tls_pending = false;
-                self.connected = true;
-                self.reused = false;
+                self.phase = Phase::Connected;
+                self.source = Source::Fresh;
                 self.remember(client, cx.now);
                 Progress::Connected
             }
@@ -465,7 +540,6 @@ impl Connector {
                     HandshakeError::Closed => "TLS handshake: closed by the server".to_string(),
                     HandshakeError::Io(e) => format!("TLS handshake: {e}"),
                 };
-                self.tls_pending = false;
                 self.fail(&io::Error::other(why), cx);
                 self.connect_next(client, cx)
             }
@@ -490,10 +564,10 @@ impl Connector {
         client: &ClientAddr,
         cx: &mut Ctx,
     ) -> Progress {
-        if !self.resolving {
+        if self.phase != Phase::Resolving {
             return self.state();
         }
-        self.resolving = false;
+        self.phase = Phase::Picking;
         let Some(lease) = self.lease.take() else {
             return Progress::Failed(End::Error);
         };
@@ -516,10 +590,10 @@ impl Connector {
     /// The deadline may have passed: fail the attempt (blacklisting its server) and try the
     /// next. A call before the deadline changes nothing.
     pub(crate) fn on_deadline(&mut self, client: &ClientAddr, cx: &mut Ctx) -> Progress {
-        if self.connected || cx.now < self.deadline {
+        if self.phase == Phase::Connected || cx.now < self.deadline {
             return self.state();
         }
-        let why = if self.resolving {
+        let why = if self.phase == Phase::Resolving {
             "name resolution timed out"
         } else {
             "connect timed out"
@@ -529,7 +603,7 @@ impl Connector {
     }
 
     fn state(&self) -> Progress {
-        if self.connected {
+        if self.phase == Phase::Connected {
             Progress::Connected
         } else {
             Progress::Waiting(self.deadline)
@@ -540,18 +614,17 @@ impl Connector {
     /// then the emergency server. `stubborn` stops after the first choice.
     fn next_server(&mut self, client: &ClientAddr, now_ms: u64, rand: u64) -> Option<Arc<Server>> {
         let pool = &self.pool;
-        if self.denied {
+        if self.kind == Kind::Denied {
             // Pen sends denied clients to the abuse server, once, with no failover.
-            if self.picked {
+            if self.pick != Pick::Unasked {
                 return None;
             }
-            self.picked = true;
-            self.emergency = true;
+            self.pick = Pick::Emergency;
             self.current = None;
             return pool.abuse.clone();
         }
-        if !self.picked {
-            self.picked = true;
+        if self.pick == Pick::Unasked {
+            self.pick = Pick::Pool;
             let t = &pool.tuning;
             let client = match client {
                 ClientAddr::Ip(addr) => Client {
@@ -595,10 +668,10 @@ impl Connector {
             }
         }
         let stubborn_failed = pool.mode.stubborn && self.first.is_some();
-        if self.emergency || stubborn_failed {
+        if self.pick == Pick::Emergency || stubborn_failed {
             return None;
         }
-        self.emergency = true;
+        self.pick = Pick::Emergency;
         self.current = None;
         pool.emergency.clone()
     }
@@ -640,7 +713,7 @@ impl Connector {
         };
         match opened {
             Ok(mut stream) => {
-                let token = if self.http {
+                let token = if self.kind.is_http() {
                     let (id, token) = cx.conns.open(cx.client_token);
                     self.conn = Some(id);
                     token
@@ -660,7 +733,8 @@ impl Connector {
                 }
                 self.socket = Some(stream);
                 self.lease = Some(lease);
-                self.private = false;
+                self.source = Source::Fresh;
+                self.phase = Phase::Connecting;
                 self.ready = Ready::default();
                 self.deadline = self.deadline_from(cx.now);
                 Started::Connecting
@@ -683,8 +757,7 @@ impl Connector {
     /// The attempt under way failed (refused, unreachable, timed out; or the resolver did not
     /// answer in time): blacklist the server and forget the socket.
     fn fail(&mut self, why: &io::Error, cx: &mut Ctx) {
-        self.resolving = false;
-        self.tls_pending = false;
+        self.phase = Phase::Picking;
         self.socket = None;
         if let Some(id) = self.conn.take() {
             cx.conns.forget(id);

@@ -40,30 +40,6 @@ use http::HttpSession;
 use peek::{PeekSession, Peeked};
 use tcp::TcpSession;
 
-/// The PROXY protocol header of `version` for a client: its address and the address it reached
-/// (`listener`: the listener's own when it is not a wildcard, else the client socket's local
-/// address, one `getsockname`); `UNKNOWN`/LOCAL for a Unix-socket client or when the local
-/// address cannot be had.
-pub(crate) fn proxy_header(
-    version: crate::config::ProxyVersion,
-    client: &ClientAddr,
-    socket: &Stream,
-    listener: Option<SocketAddr>,
-) -> quill_core::proxy_header::Encoded {
-    use quill_core::proxy_header::{encode, encode_unknown};
-    let local = || match listener {
-        Some(a) => Some(a),
-        None => socket2::SockRef::from(socket)
-            .local_addr()
-            .ok()?
-            .as_socket(),
-    };
-    match (client, local()) {
-        (ClientAddr::Ip(src), Some(dst)) => encode(version, *src, dst),
-        _ => encode_unknown(version),
-    }
-}
-
 /// No deadline: the session waits for events only.
 pub(crate) const NEVER: u64 = u64::MAX;
 
@@ -103,7 +79,7 @@ pub(crate) struct Ctx<'a> {
     pub server_token: Token,
     /// Clock ms of this turn.
     pub now: u64,
-    pub rng: &'a mut u64,
+    pub rng: &'a mut quill_core::rand::Rng,
     pub counters: &'a Counters,
     pub pools: &'a mut Pools,
     /// The worker's server connections (HTTP sessions).
@@ -123,11 +99,7 @@ pub(crate) struct Ctx<'a> {
 impl Ctx<'_> {
     /// The next number of the worker's xorshift generator (balancer choices).
     pub(crate) fn rand(&mut self) -> u64 {
-        let r = &mut *self.rng;
-        *r ^= *r << 13;
-        *r ^= *r >> 7;
-        *r ^= *r << 17;
-        *r
+        self.rng.next_u64()
     }
 }
 

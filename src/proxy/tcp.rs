@@ -197,7 +197,7 @@ impl TcpSession {
                 let (Some(version), local) = (pool.tuning.proxy_protocol, pool.local) else {
                     return Step::Close(End::Error);
                 };
-                let header = super::proxy_header(version, &self.addr, &self.client, local);
+                let header = super::connect::proxy_header(version, &self.addr, &self.client, local);
                 let progress = self
                     .connector
                     .send_preface(header.as_bytes(), &self.addr, cx);
@@ -208,7 +208,8 @@ impl TcpSession {
                 let pool = self.connector.pool();
                 if let (Some(version), None) = (pool.tuning.proxy_protocol, &pool.server_tls) {
                     let local = self.connector.pool().local;
-                    let header = super::proxy_header(version, &self.addr, &self.client, local);
+                    let header =
+                        super::connect::proxy_header(version, &self.addr, &self.client, local);
                     self.up.preload(header.as_bytes(), cx.pools);
                 }
                 self.active_ms = cx.now;

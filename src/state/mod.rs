@@ -1,6 +1,7 @@
 //! The running state, one layer below everything that reads it: [`shared`] (what the workers,
-//! the control socket, the health checker and the admin listener read and count) and
-//! [`controller`] (changes to the running configuration, one at a time, each decided first by a
+//! the control socket, the health checker and the admin listener read and count), [`permit`]
+//! (the session count against `-x` and the permit each session holds) and [`controller`]
+//! (changes to the running configuration, one at a time, each decided first by a
 //! [`plan::Plan`]), with the messages the main thread waits for and [`RunError`], why the process
 //! could not start or run.
 
@@ -8,6 +9,7 @@ pub(crate) mod controller;
 mod error;
 pub(crate) mod idle;
 mod merge;
+pub(crate) mod permit;
 pub(crate) mod plan;
 pub(crate) mod shared;
 

@@ -13,6 +13,7 @@ use arc_swap::ArcSwap;
 use mio::Waker;
 
 use super::idle::IdlePools;
+use super::permit::SessionCount;
 use crate::addr::ListenAddr;
 use crate::backend::Pool;
 use crate::clock::Clock;
@@ -153,7 +154,8 @@ pub(crate) struct Shared {
     /// UDP flows open in all workers (one descriptor each): they take at most `fd_sessions`
     /// descriptors, half of the sessions' share, and sessions get what they leave.
     pub udp_flows: AtomicU64,
-    pub active: AtomicU64,
+    /// Sessions open in all workers; each holds a permit of it (`Worker::admit`).
+    pub active: Arc<SessionCount>,
     pub accept_batch: u32,
     /// Whether bulk flows use splice pipes.
     pub splice: bool,
@@ -232,7 +234,7 @@ impl Shared {
             max_sessions: AtomicU64::new(max_sessions),
             fd_sessions: AtomicU64::new(u64::MAX),
             udp_flows: AtomicU64::new(0),
-            active: AtomicU64::new(0),
+            active: Arc::new(SessionCount::default()),
             accept_batch: g.accept_batch.max(1),
             splice: g.splice,
             phase: AtomicU8::new(0),

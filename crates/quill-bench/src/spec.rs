@@ -172,22 +172,6 @@ mod tests {
         assert_eq!(parse_sweep("1:1000:1").unwrap().len(), 1000);
     }
 
-    /// A tiny deterministic generator (xorshift64*), so the robustness test needs no crate.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
-
     /// Random strings built from the pieces these grammars care about never panic a parser,
     /// and whatever is accepted keeps the documented invariants.
     #[test]
@@ -248,10 +232,12 @@ mod tests {
             "_",
             "",
         ];
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut rng = quill_core::rand::Rng::new(0x9E37_79B9_7F4A_7C15);
         for _ in 0..20_000 {
             let len = rng.below(10);
-            let s: String = (0..len).map(|_| PIECES[rng.below(PIECES.len())]).collect();
+            let s: String = (0..len)
+                .map(|_| PIECES[rng.below(PIECES.len() as u64) as usize])
+                .collect();
             if let Ok(levels) = parse_sweep(&s) {
                 assert!(
                     !levels.is_empty() && levels.len() <= MAX_SWEEP_POINTS,

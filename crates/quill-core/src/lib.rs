@@ -1,12 +1,15 @@
 //! What the product (`quill`) and its load generator (`quill-bench`) share, below both: the
 //! `sys` wrappers (the workspace's only `unsafe`), the duration grammar and, pure and fuzzed,
 //! the HTTP/1 module, the TLS ClientHello reader (`tls_hello`, SNI routing without termination)
-//! the frames of direct server return (`dsr`) and the PROXY protocol header (`proxy_header`).
+//! the frames of direct server return (`dsr`), the PROXY protocol header (`proxy_header`) and,
+//! with the `tls` feature, the record layer of terminated TLS (`tls_records`); and the one random
+//! number generator (`rand::Rng`).
 
 // An item is `pub` only when another crate can reach it (the binary, the tests, the other
 // crates of the workspace); the rest is `pub(crate)`, so the compiler finds what is dead.
 #![deny(unreachable_pub)]
-// Only `sys` may contain unsafe code; the compiler enforces it for every other module.
+// Only `sys` may contain unsafe code (each of its files allows it on its own); the compiler
+// enforces it for every other module.
 #![deny(unsafe_code)]
 
 pub mod dsr;
@@ -14,6 +17,9 @@ pub mod duration;
 pub mod flows;
 pub mod http1;
 pub mod proxy_header;
-#[allow(unsafe_code)]
+pub mod rand;
 pub mod sys;
 pub mod tls_hello;
+// Built for the quill package (which enables `tls`) and for this crate's own tests.
+#[cfg(any(feature = "tls", test))]
+pub mod tls_records;

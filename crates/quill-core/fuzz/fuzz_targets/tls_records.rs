@@ -1,7 +1,6 @@
-//! Fuzz target on Quill's own TLS record layer (src/net/tls/records.rs, included here by path:
-//! it needs only rustls): a real in-memory handshake (a rustls unbuffered server turned into its
-//! kernel connection, as Quill's TLS streams do, and a rustls client), then arbitrary bytes read
-//! as records from the client, as `Server::traffic_pass` reads them: each whole record taken,
+//! Fuzz target on Quill's own TLS record layer (`quill_core::tls_records`, the `tls` feature): a
+//! real in-memory handshake (a rustls unbuffered server turned into its kernel connection, as
+//! Quill's TLS streams do, and a rustls client), then arbitrary bytes read as records from the client, as `Server::traffic_pass` reads them: each whole record taken,
 //! what is owed (a key update, an alert) sealed, and writes in between. The first byte picks TLS
 //! 1.2 or 1.3; the input may also start with records the client really sealed (its second byte
 //! says how many), so the fuzzer reaches past the MAC check. Nothing may panic; an error ends
@@ -13,16 +12,11 @@ use std::io::Write;
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
+use quill_core::tls_records::{Event, Records};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::ConnectionState;
 use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig};
-
-#[allow(dead_code)]
-#[path = "../../../../src/net/tls/records.rs"]
-mod records;
-
-use records::Records;
 
 fn configs(v13: bool) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
     static CONFIGS: OnceLock<[(Arc<ServerConfig>, Arc<ClientConfig>); 2]> = OnceLock::new();
@@ -127,7 +121,7 @@ fuzz_target!(|data: &[u8]| {
         match rec.read(&mut wire[at..]) {
             Ok(Some((used, event))) => {
                 assert!(used >= 5 && at + used <= wire.len());
-                if let records::Event::Data(r) = event {
+                if let Event::Data(r) = event {
                     assert!(r.end <= used);
                 }
                 at += used;

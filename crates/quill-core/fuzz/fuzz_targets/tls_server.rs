@@ -1,6 +1,6 @@
 //! Fuzz target on the TLS record path: arbitrary bytes from a client fed to a rustls
-//! `UnbufferedServerConnection` the way Quill's TLS streams (src/net/tls.rs) feed it: the bytes
-//! read so far in one buffer, `process_tls_records` over them, each state handled (records
+//! `UnbufferedServerConnection` the way Quill's TLS streams (src/net/tls/server.rs) feed it: the
+//! bytes read so far in one buffer, `process_tls_records` over them, each state handled (records
 //! encoded and "sent", plaintext read, close_notify seen), `discard` applied before the next call;
 //! after an error only the queued alert is taken, the failed bytes are never processed again. The
 //! ClientHello is also read by `quill_core::tls_hello` for its server name, as Quill does. A real

@@ -7,7 +7,7 @@
 //! trailer field syntax, bounded line lengths), so a message that could be read two ways is
 //! refused before its end is forwarded.
 
-use super::head::is_tchar;
+use super::grammar::is_tchar;
 use super::Error;
 
 /// How the end of a body is found.

@@ -27,9 +27,8 @@ use std::fmt;
 use std::net::IpAddr;
 
 use super::body::Framing;
-use super::head::{
-    is_host_byte, is_target_byte, is_tchar, Field, FieldIndex, RequestHead, ResponseHead, Target,
-};
+use super::grammar::{is_host_byte, is_target_byte, is_tchar};
+use super::head::{Field, FieldIndex, RequestHead, ResponseHead, Target};
 use super::{path, Version};
 
 /// How `X-Forwarded-For` is written on requests.

@@ -1,5 +1,7 @@
 //! The record layer of a terminated TLS connection once its handshake is done, pure (bytes in;
-//! plaintext, events and records out; no socket).
+//! plaintext, events and records out; no socket). Quill's TLS streams (`net::tls` in the quill
+//! package) drive it; it lives here, behind the `tls` feature, so that its fuzz target builds it
+//! as a crate item rather than including a file of the product.
 //!
 //! After the handshake the server's rustls connection is turned into its traffic secrets and a
 //! `KernelConnection` (rustls' kernel API, made for kTLS): the connection's large state is
@@ -37,7 +39,7 @@ use rustls::{
 };
 
 /// The most plaintext a record carries.
-pub(crate) const MAX_PLAIN: usize = 1 << 14;
+pub const MAX_PLAIN: usize = 1 << 14;
 /// The largest TLS 1.3 record payload (plaintext, content type, padding and tag).
 const MAX_CIPHER_13: usize = MAX_PLAIN + 256;
 /// The largest TLS 1.2 record payload.
@@ -65,7 +67,7 @@ const MAX_HANDSHAKE_MESSAGE: u32 = 0xffff;
 
 /// What a record read brought.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Event {
+pub enum Event {
     /// Application data, decrypted in place: this range of the buffer given.
     Data(Range<usize>),
     /// close_notify: the peer's plaintext has ended.
@@ -75,7 +77,7 @@ pub(crate) enum Event {
 }
 
 /// The traffic state of a server connection: keys, sequence numbers, what is owed to the peer.
-pub(crate) struct Records {
+pub struct Records {
     kernel: Box<KernelConnection<ServerConnectionData>>,
     enc: Box<dyn MessageEncrypter>,
     dec: Box<dyn MessageDecrypter>,
@@ -209,7 +211,7 @@ fn decrypter(
 
 impl Records {
     /// The traffic state from what `dangerous_into_kernel_connection` gave.
-    pub(crate) fn new(
+    pub fn new(
         secrets: ExtractedSecrets,
         kernel: KernelConnection<ServerConnectionData>,
     ) -> Result<Records, Error> {
@@ -243,12 +245,12 @@ impl Records {
         })
     }
 
-    pub(crate) fn is_tls13(&self) -> bool {
+    pub fn is_tls13(&self) -> bool {
         self.tls13
     }
 
     /// Whether nothing more can be written (close_notify sent, or the connection failed).
-    pub(crate) fn write_closed(&self) -> bool {
+    pub fn write_closed(&self) -> bool {
         self.closed_tx || self.failed
     }
 
@@ -263,7 +265,7 @@ impl Records {
 
     /// Reads the first record of `buf`: `Ok(None)` while it is not whole, else the bytes it took
     /// and what it brought. An error is fatal (its alert, if any, is owed).
-    pub(crate) fn read(&mut self, buf: &mut [u8]) -> Result<Option<(usize, Event)>, Error> {
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<Option<(usize, Event)>, Error> {
         if self.failed {
             return Err(Error::General("the TLS connection failed".into()));
         }
@@ -556,7 +558,7 @@ impl Records {
     }
 
     /// What is owed to the peer (a fatal alert, or our KeyUpdate), sealed for `emit`.
-    pub(crate) fn owed(&mut self, emit: &mut dyn FnMut(&[u8])) {
+    pub fn owed(&mut self, emit: &mut dyn FnMut(&[u8])) {
         if let Some(desc) = self.owe_alert.take() {
             self.closed_tx = true;
             let alert: &[&[u8]] = &[&[2, u8::from(desc)]];
@@ -583,11 +585,7 @@ impl Records {
     }
 
     /// Encrypts application data (any length, cut into records) for `emit`.
-    pub(crate) fn write(
-        &mut self,
-        data: &[&[u8]],
-        emit: &mut dyn FnMut(&[u8]),
-    ) -> Result<(), Error> {
+    pub fn write(&mut self, data: &[&[u8]], emit: &mut dyn FnMut(&[u8])) -> Result<(), Error> {
         self.owed(emit);
         if self.write_closed() {
             return Err(Error::General(
@@ -615,7 +613,7 @@ impl Records {
     }
 
     /// close_notify (once), sealed for `emit`.
-    pub(crate) fn close_notify(&mut self, emit: &mut dyn FnMut(&[u8])) {
+    pub fn close_notify(&mut self, emit: &mut dyn FnMut(&[u8])) {
         self.owed(emit);
         if self.write_closed() {
             return;
@@ -627,5 +625,5 @@ impl Records {
 }
 
 #[cfg(test)]
-#[path = "records_tests.rs"]
+#[path = "tls_records_tests.rs"]
 mod tests;

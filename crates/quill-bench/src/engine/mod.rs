@@ -20,6 +20,9 @@
 //!   is delayed by that much at most (the read does not rely on the kernel signalling it);
 //! - a response that turns out shorter than its mark turns the marks off in that event loop for
 //!   the rest of the run (each thread, and each spread child, finds out for itself).
+//!
+//! The files: `tally.rs` what a run counts ([`Tally`], failures by [`Kind`]), `response.rs` the
+//! reading of one response into a slot, `udp.rs` the engine of `udp://` targets.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -28,16 +31,22 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
-use serde::{Deserialize, Serialize};
 use socket2::{Domain, Socket, Type};
 
 use super::{Options, Stop};
-use quill_core::http1::{self, Body, Framing, Limits, ResponseHead};
+use quill_core::http1::{Body, Framing, Limits, ResponseHead};
 
+mod response;
+mod tally;
 mod udp;
+
+pub use tally::Tally;
+pub(crate) use tally::{Failures, Kind};
+
+use response::{is_wait, read_response};
+use tally::MAX_LATENCY_US;
 
 /// Receive buffer per active slot: a response head must fit in it; bodies stream through it.
 const RECV_BUF: usize = 16 * 1024;
@@ -54,173 +63,6 @@ const IDLE_BATCH: usize = 256;
 const SWEEP: Duration = Duration::from_millis(100);
 /// How often requests waiting behind a receive low-water mark are checked (see the module doc).
 const PROBE: Duration = Duration::from_millis(1);
-/// Largest latency the histogram holds (one hour, in µs); longer ones are clamped.
-const MAX_LATENCY_US: u64 = 3_600_000_000;
-
-// === Tally ===
-
-/// Why a request (or an idle connection) failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Refused,
-    Reset,
-    Timeout,
-    BadResponse,
-    IdleClosed,
-    Other,
-}
-
-impl Kind {
-    fn of(e: &io::Error) -> Kind {
-        match e.kind() {
-            io::ErrorKind::ConnectionRefused => Kind::Refused,
-            io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe => Kind::Reset,
-            io::ErrorKind::TimedOut => Kind::Timeout,
-            _ => Kind::Other,
-        }
-    }
-}
-
-/// Failures by kind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Failures {
-    pub refused: u64,
-    pub reset: u64,
-    pub timeout: u64,
-    pub bad_response: u64,
-    pub idle_closed: u64,
-    pub other: u64,
-}
-
-impl Failures {
-    pub fn add(&mut self, kind: Kind) {
-        *match kind {
-            Kind::Refused => &mut self.refused,
-            Kind::Reset => &mut self.reset,
-            Kind::Timeout => &mut self.timeout,
-            Kind::BadResponse => &mut self.bad_response,
-            Kind::IdleClosed => &mut self.idle_closed,
-            Kind::Other => &mut self.other,
-        } += 1;
-    }
-
-    pub fn total(&self) -> u64 {
-        self.refused + self.reset + self.timeout + self.bad_response + self.idle_closed + self.other
-    }
-
-    /// (name, count) for every kind, in a fixed order.
-    pub fn by_name(&self) -> [(&'static str, u64); 6] {
-        [
-            ("refused", self.refused),
-            ("reset", self.reset),
-            ("timeout", self.timeout),
-            ("bad_response", self.bad_response),
-            ("idle_closed", self.idle_closed),
-            ("other", self.other),
-        ]
-    }
-
-    fn merge(&mut self, o: &Failures) {
-        self.refused += o.refused;
-        self.reset += o.reset;
-        self.timeout += o.timeout;
-        self.bad_response += o.bad_response;
-        self.idle_closed += o.idle_closed;
-        self.other += o.other;
-    }
-}
-
-/// What one engine (thread, process, or all of them merged) measured.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Tally {
-    /// Requests answered in full with a 2xx status (a whole line in tcp mode).
-    pub complete: u64,
-    pub failures: Failures,
-    /// Bytes received on active connections (heads and bodies).
-    pub bytes: u64,
-    /// Body bytes among them (chunk framing excluded); a whole line in tcp mode.
-    pub body_bytes: u64,
-    /// Idle connections still open when they were checked at the end.
-    pub idle_held: u64,
-    /// udp:// only: datagrams sent by the active flows (each one is answered, lost, refused or
-    /// bad, or was still in flight when a `--requests` run ended).
-    #[serde(default)]
-    pub sent: u64,
-    /// udp:// only: replies that matched no request in flight (late: after their request's
-    /// `--timeout`, already counted lost; or duplicates).
-    #[serde(default)]
-    pub late: u64,
-    /// Seconds from the start of the active phase to its end.
-    pub seconds: f64,
-    /// Latency of every finished request (successful or not), in µs.
-    #[serde(with = "pairs")]
-    pub latency: Histogram<u64>,
-}
-
-impl Default for Tally {
-    fn default() -> Tally {
-        Tally {
-            complete: 0,
-            failures: Failures::default(),
-            bytes: 0,
-            body_bytes: 0,
-            idle_held: 0,
-            sent: 0,
-            late: 0,
-            seconds: 0.0,
-            latency: new_histogram(),
-        }
-    }
-}
-
-impl Tally {
-    /// Adds another tally's counters and latencies; the run time is the longer of the two.
-    pub fn merge(&mut self, o: &Tally) {
-        self.complete += o.complete;
-        self.failures.merge(&o.failures);
-        self.bytes += o.bytes;
-        self.body_bytes += o.body_bytes;
-        self.idle_held += o.idle_held;
-        self.sent += o.sent;
-        self.late += o.late;
-        self.seconds = self.seconds.max(o.seconds);
-        // Both histograms have the same fixed bounds, so adding cannot fail.
-        let _ = self.latency.add(&o.latency);
-    }
-}
-
-#[expect(
-    clippy::expect_used,
-    reason = "the bounds are constants, valid by construction"
-)]
-fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("constant histogram bounds are valid")
-}
-
-/// A histogram as JSON: the list of recorded (value, count) pairs, which is all a merge needs.
-mod pairs {
-    use super::*;
-    use serde::{Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer>(h: &Histogram<u64>, s: S) -> Result<S::Ok, S::Error> {
-        let v: Vec<(u64, u64)> = h
-            .iter_recorded()
-            .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
-            .collect();
-        v.serialize(s)
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Histogram<u64>, D::Error> {
-        let v: Vec<(u64, u64)> = Vec::deserialize(d)?;
-        let mut h = new_histogram();
-        for (value, count) in v {
-            h.saturating_record_n(value.min(MAX_LATENCY_US), count);
-        }
-        Ok(h)
-    }
-}
 
 // === Running ===
 
@@ -977,102 +819,4 @@ impl<'p> Engine<'p> {
             }
         }
     }
-}
-
-/// Reads from `conn` until the response is whole, the socket is drained, or something fails.
-fn read_response(conn: &mut TcpStream, slot: &mut Slot, line_mode: bool) -> Read_ {
-    loop {
-        let from = if slot.head.is_some() || line_mode {
-            0
-        } else {
-            slot.filled
-        };
-        if from == slot.buf.len() {
-            // The head does not fit in the buffer.
-            return Read_::Failed(Kind::BadResponse);
-        }
-        let n = match conn.read(&mut slot.buf[from..]) {
-            Ok(0) => return eof(slot, line_mode),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Read_::Wait,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Read_::Failed(Kind::of(&e)),
-        };
-        slot.raw += n as u64;
-        let outcome = if line_mode {
-            take_line(slot, n)
-        } else {
-            take_http(slot, from, n)
-        };
-        if let Some(r) = outcome {
-            return r;
-        }
-    }
-}
-
-fn is_wait(e: &io::Error) -> bool {
-    // A write while the connect is still in progress fails with EAGAIN (or ENOTCONN on some paths).
-    e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::NotConnected
-}
-
-/// The server closed the connection: the end of an until-close body, else a truncated response.
-fn eof(slot: &mut Slot, line_mode: bool) -> Read_ {
-    match slot.head {
-        Some(h) if !line_mode && h.framing == Framing::Close => Read_::Whole(is_ok(&h), false),
-        _ => Read_::Failed(if slot.raw == 0 {
-            Kind::Reset
-        } else {
-            Kind::BadResponse
-        }),
-    }
-}
-
-/// A 2xx response counts as a success.
-fn is_ok(head: &ResponseHead) -> bool {
-    (200..300).contains(&head.status)
-}
-
-/// Tcp mode: the response is whole at the first newline.
-fn take_line(slot: &mut Slot, n: usize) -> Option<Read_> {
-    match slot.buf[..n].iter().position(|&b| b == b'\n') {
-        Some(at) => {
-            slot.body += at as u64 + 1;
-            Some(Read_::Whole(true, at + 1 == n))
-        }
-        None => {
-            slot.body += n as u64;
-            None
-        }
-    }
-}
-
-/// HTTP: `n` new bytes at `from` in the slot's buffer. None: the response is not whole yet.
-fn take_http(slot: &mut Slot, from: usize, n: usize) -> Option<Read_> {
-    let (head, body_at) = match slot.head {
-        Some(h) => (h, from),
-        None => {
-            slot.filled = from + n;
-            match http1::parse_response(&slot.buf[..slot.filled], &LIMITS, false) {
-                Ok(Some(h)) => {
-                    slot.head = Some(h);
-                    slot.framing = Body::new(h.framing);
-                    (h, h.len)
-                }
-                Ok(None) => return None,
-                Err(_) => return Some(Read_::Failed(Kind::BadResponse)),
-            }
-        }
-    };
-    let end = from + n;
-    let fed = match slot.framing.feed(&slot.buf[body_at..end]) {
-        Ok(f) => f,
-        Err(_) => return Some(Read_::Failed(Kind::BadResponse)),
-    };
-    slot.body += fed.payload;
-    if !fed.done {
-        return None;
-    }
-    // Bytes after the end of the response: the server is out of step; do not reuse.
-    let clean = body_at + fed.used == end;
-    Some(Read_::Whole(is_ok(&head), head.keep_alive() && clean))
 }
