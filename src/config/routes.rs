@@ -530,3 +530,7 @@ fn normal_prefix(key: &str, prefix: &str) -> Result<(), String> {
         )),
     }
 }
+
+#[cfg(test)]
+#[path = "routes_tests.rs"]
+mod tests;
