@@ -117,227 +117,177 @@ fn host(v: &toml::Value) -> Result<HostMatch, String> {
     }
 }
 
+/// Turns a key's span and reason into the load's error; the route's ones start `route 'NAME': `.
+type Fail<'a> = &'a dyn Fn(Range<usize>, String) -> ConfigError;
+
+/// One key given as a single value or as a list of them.
+fn one_or_list(v: &toml::Value) -> Vec<toml::Value> {
+    match v {
+        toml::Value::Array(a) => a.clone(),
+        one => vec![one.clone()],
+    }
+}
+
+/// A `path` prefix: sized, starts with `/`, visible, no `?`, in normal form.
+fn path_prefix(prefix: &str) -> Result<(), String> {
+    sized("path", prefix)?;
+    if prefix.starts_with('/') && visible(prefix) && !prefix.contains('?') {
+        normal_prefix("path", prefix)
+    } else {
+        Err(format!(
+            "path: '{}' is not a path prefix (starts with /, no space or ?)",
+            prefix.escape_debug()
+        ))
+    }
+}
+
+/// One word of `methods`: a token of at most 32 bytes, in upper case.
+fn method(word: &str) -> Result<(), String> {
+    if word.is_empty()
+        || word.len() > 32
+        || !word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(format!(
+            "methods: '{}' is not a method",
+            word.escape_debug()
+        ));
+    }
+    // Methods are case-sensitive (RFC 9110 §9.1): `get` is not GET, and is most likely a typo.
+    if word.bytes().any(|b| b.is_ascii_lowercase()) {
+        return Err(format!(
+            "methods: '{word}' (methods are case-sensitive: write {})",
+            word.to_ascii_uppercase()
+        ));
+    }
+    Ok(())
+}
+
+/// One entry of `headers`: a field name and an exact value or `{ regex = "..." }`; the error
+/// is what follows `headers: `.
+fn header_match(field: &str, v: &toml::Value) -> Result<ValueMatch, String> {
+    if field.is_empty()
+        || !field
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    {
+        return Err(format!("'{}' is not a header name", field.escape_debug()));
+    }
+    match v {
+        toml::Value::String(s) => {
+            if s.len() > MAX_ROUTE_TEXT {
+                return Err(format!("{field}: longer than {MAX_ROUTE_TEXT} bytes"));
+            }
+            Ok(ValueMatch::Exact(s.clone()))
+        }
+        toml::Value::Table(r) if r.len() == 1 && r.contains_key("regex") => {
+            let Some(p) = r.get("regex").and_then(|p| p.as_str()) else {
+                return Err(format!("{field}: regex must be a string"));
+            };
+            sized(field, p)
+                .and_then(|()| compile_pattern(p).map(drop))
+                .map_err(|e| format!("{field}: {e}"))?;
+            Ok(ValueMatch::Regex(p.to_string()))
+        }
+        other => Err(format!(
+            "{field} = {} (expected a value or {{ regex = \"...\" }})",
+            shown(other)
+        )),
+    }
+}
+
+/// `redirect = { to, status, exact }`; the error is what follows `redirect: `.
+fn redirect(r: &RawRedirect) -> Result<RouteAction, String> {
+    let RawRedirect { to, status, exact } = r;
+    sized("to", to)?;
+    if !visible(to) {
+        return Err(format!(
+            "to '{}' holds a space or control character",
+            to.escape_debug()
+        ));
+    }
+    let status = status.unwrap_or(302);
+    if ![301, 302, 303, 307, 308].contains(&status) {
+        return Err(format!(
+            "status {status} is not a redirect (expected 301, 302, 303, 307 or 308)"
+        ));
+    }
+    Ok(RouteAction::Redirect {
+        to: to.clone(),
+        status,
+        exact: exact.unwrap_or(false),
+    })
+}
+
+/// `respond = { status, body, content_type }`; the error is what follows `respond: `.
+fn respond(r: &RawRespond) -> Result<RouteAction, String> {
+    let RawRespond {
+        status,
+        body,
+        content_type,
+    } = r;
+    let status = status.unwrap_or(200);
+    // A 1xx is not a final answer: the client would wait for another.
+    if !(200..=599).contains(&status) {
+        return Err(format!("status {status} is out of range (200 to 599)"));
+    }
+    let body = body.clone().unwrap_or_default();
+    if body.len() > MAX_RESPOND_BODY {
+        return Err(format!("body: longer than {MAX_RESPOND_BODY} bytes"));
+    }
+    if matches!(status, 204 | 304) && !body.is_empty() {
+        return Err(format!("status {status} has no body"));
+    }
+    let content_type = content_type
+        .clone()
+        .unwrap_or_else(|| "text/plain; charset=utf-8".into());
+    sized("content_type", &content_type)?;
+    if !content_type
+        .bytes()
+        .all(|b| b == b' ' || b.is_ascii_graphic())
+    {
+        return Err(format!(
+            "content_type '{}' holds a control character",
+            content_type.escape_debug()
+        ));
+    }
+    Ok(RouteAction::Respond {
+        status,
+        body,
+        content_type,
+    })
+}
+
 impl RawRoute {
     /// The route numbered `n` (from 1) of a listener, checked; errors start with `FILE:LINE:`.
+    /// Keys are checked in a fixed order (name, matchers, action, edits, rewrite, rate, sni), so
+    /// a route with several faults always reports the same one.
     pub(super) fn build(
         &self,
         n: usize,
         span: Range<usize>,
         at: &dyn Fn(Range<usize>) -> String,
     ) -> Result<RouteConfig, ConfigError> {
-        let fail = |span: Range<usize>, e: String| ConfigError::usage(format!("{}{e}", at(span)));
-        let name = match &self.name {
-            Some(v) => {
-                let name = v.get_ref().trim();
-                if name.is_empty() || name.len() > 64 || !visible(name) {
-                    return Err(fail(
-                        v.span(),
-                        format!(
-                            "route name '{}': 1 to 64 visible characters, no spaces",
-                            name.escape_debug()
-                        ),
-                    ));
-                }
-                name.to_string()
-            }
-            None => format!("route-{n}"),
+        let name = self.name_of(n, at)?;
+        let fail = |span: Range<usize>, e: String| {
+            ConfigError::usage(format!("{}route '{name}': {e}", at(span)))
         };
-        let named = |e: String| format!("route '{name}': {e}");
-        let mut hosts = Vec::new();
-        if let Some(v) = &self.host {
-            let list = match v.get_ref() {
-                toml::Value::Array(a) => a.clone(),
-                one => vec![one.clone()],
-            };
-            if list.is_empty() || list.len() > MAX_MATCHERS {
-                return Err(fail(
-                    v.span(),
-                    named(format!("host: 1 to {MAX_MATCHERS} hosts")),
-                ));
-            }
-            for h in &list {
-                hosts.push(host(h).map_err(|e| fail(v.span(), named(e)))?);
-            }
-        }
-        let path = match (&self.path, &self.path_regex) {
-            (Some(_), Some(r)) => {
-                return Err(fail(
-                    r.span(),
-                    named("path and path_regex: give one or the other".into()),
-                ))
-            }
-            (Some(p), None) => {
-                let prefix = p.get_ref();
-                sized("path", prefix)
-                    .and_then(|()| {
-                        if prefix.starts_with('/') && visible(prefix) && !prefix.contains('?') {
-                            normal_prefix("path", prefix)
-                        } else {
-                            Err(format!(
-                                "path: '{}' is not a path prefix (starts with /, no space or ?)",
-                                prefix.escape_debug()
-                            ))
-                        }
-                    })
-                    .map_err(|e| fail(p.span(), named(e)))?;
-                Some(PathMatch::Prefix(prefix.clone()))
-            }
-            (None, Some(r)) => {
-                sized("path_regex", r.get_ref())
-                    .and_then(|()| compile_pattern(r.get_ref()).map(drop))
-                    .map_err(|e| fail(r.span(), named(format!("path_regex: {e}"))))?;
-                Some(PathMatch::Regex(r.get_ref().clone()))
-            }
-            (None, None) => None,
-        };
-        let mut methods = Vec::new();
-        if let Some(m) = &self.methods {
-            if m.get_ref().is_empty() || m.get_ref().len() > MAX_MATCHERS {
-                return Err(fail(
-                    m.span(),
-                    named(format!("methods: 1 to {MAX_MATCHERS} methods")),
-                ));
-            }
-            for word in m.get_ref() {
-                if word.is_empty()
-                    || word.len() > 32
-                    || !word
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-                {
-                    return Err(fail(
-                        m.span(),
-                        named(format!(
-                            "methods: '{}' is not a method",
-                            word.escape_debug()
-                        )),
-                    ));
-                }
-                // Methods are case-sensitive (RFC 9110 §9.1): `get` is not GET, and is most
-                // likely a typo.
-                if word.bytes().any(|b| b.is_ascii_lowercase()) {
-                    return Err(fail(
-                        m.span(),
-                        named(format!(
-                            "methods: '{word}' (methods are case-sensitive: write {})",
-                            word.to_ascii_uppercase()
-                        )),
-                    ));
-                }
-                methods.push(word.clone());
-            }
-        }
-        let mut headers = Vec::new();
-        if let Some(t) = &self.headers {
-            let f = |e: String| fail(t.span(), named(format!("headers: {e}")));
-            if t.get_ref().is_empty() || t.get_ref().len() > MAX_MATCHERS {
-                return Err(f(format!("1 to {MAX_MATCHERS} header matchers")));
-            }
-            for (field, v) in t.get_ref() {
-                if field.is_empty()
-                    || !field
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-                {
-                    return Err(f(format!(
-                        "'{}' is not a header name",
-                        field.escape_debug()
-                    )));
-                }
-                let m = match v {
-                    toml::Value::String(s) => {
-                        if s.len() > MAX_ROUTE_TEXT {
-                            return Err(f(format!("{field}: longer than {MAX_ROUTE_TEXT} bytes")));
-                        }
-                        ValueMatch::Exact(s.clone())
-                    }
-                    toml::Value::Table(r) if r.len() == 1 && r.contains_key("regex") => {
-                        let Some(p) = r.get("regex").and_then(|p| p.as_str()) else {
-                            return Err(f(format!("{field}: regex must be a string")));
-                        };
-                        sized(field, p)
-                            .and_then(|()| compile_pattern(p).map(drop))
-                            .map_err(|e| f(format!("{field}: {e}")))?;
-                        ValueMatch::Regex(p.to_string())
-                    }
-                    other => {
-                        return Err(f(format!(
-                            "{field} = {} (expected a value or {{ regex = \"...\" }})",
-                            shown(other)
-                        )))
-                    }
-                };
-                headers.push((field.to_ascii_lowercase(), m));
-            }
-        }
-        let client_acl = match &self.client_acl {
-            Some(n) => Some(
-                acl::parse_list(&n.get_ref().to_string())
-                    .map_err(|e| fail(n.span(), named(format!("client_acl: {e}"))))?,
-            ),
-            None => None,
-        };
-        let action = self.action(&span, &named, &fail)?;
+        let hosts = self.hosts_of(&fail)?;
+        let path = self.path_of(&fail)?;
+        let methods = self.methods_of(&fail)?;
+        let headers = self.headers_of(&fail)?;
+        let client_acl = self.client_acl_of(&fail)?;
+        let action = self.action(&span, &fail)?;
         let request_headers =
             edits(&self.request_headers, "request_headers", at)?.unwrap_or_default();
         let response_headers =
             edits(&self.response_headers, "response_headers", at)?.unwrap_or_default();
-        let rewrite_path = match &self.rewrite_path {
-            Some(r) => {
-                let RawRewrite { prefix, replace } = r.get_ref();
-                let ok = |s: &str| s.starts_with('/') && visible(s) && s.len() <= MAX_ROUTE_TEXT;
-                if !ok(prefix) || !ok(replace) || prefix.contains('?') || replace.contains('?') {
-                    return Err(fail(
-                        r.span(),
-                        named(
-                            "rewrite_path: prefix and replace must be paths (start with /, no space or ?)"
-                                .into(),
-                        ),
-                    ));
-                }
-                if !matches!(action, RouteAction::Pool(_)) {
-                    return Err(fail(
-                        r.span(),
-                        named("rewrite_path: only a route to a pool sends a path on".into()),
-                    ));
-                }
-                normal_prefix("rewrite_path: prefix", prefix)
-                    .map_err(|e| fail(r.span(), named(e)))?;
-                Some((prefix.clone(), replace.clone()))
-            }
-            None => None,
-        };
-        let rate = match (&self.rate, &self.burst) {
-            (None, None) => None,
-            (None, Some(b)) => {
-                return Err(fail(b.span(), named("burst needs a rate".into())));
-            }
-            (Some(r), burst) => {
-                let (count, period) =
-                    parse_rate(r.get_ref()).map_err(|e| fail(r.span(), named(e)))?;
-                let burst = match burst {
-                    Some(b) if *b.get_ref() == 0 || *b.get_ref() > MAX_RATE => {
-                        return Err(fail(
-                            b.span(),
-                            named(format!(
-                                "burst: {} is out of range (1 to {MAX_RATE})",
-                                b.get_ref()
-                            )),
-                        ))
-                    }
-                    Some(b) => *b.get_ref(),
-                    // By default a client may spend one period's allowance at once.
-                    None => count,
-                };
-                Some(RateLimit {
-                    count,
-                    period,
-                    burst,
-                })
-            }
-        };
+        let rewrite_path = self.rewrite_of(&action, &fail)?;
+        let rate = self.rate_of(&fail)?;
+        let sni = self.sni_of(&fail)?;
         Ok(RouteConfig {
-            sni: self.sni_of(&|s, e| fail(s, named(e)))?,
+            sni,
             name,
             hosts,
             path,
@@ -352,19 +302,170 @@ impl RawRoute {
         })
     }
 
+    /// `name`, trimmed: 1 to 64 visible characters; `route-N` when not given.
+    fn name_of(
+        &self,
+        n: usize,
+        at: &dyn Fn(Range<usize>) -> String,
+    ) -> Result<String, ConfigError> {
+        let Some(v) = &self.name else {
+            return Ok(format!("route-{n}"));
+        };
+        let name = v.get_ref().trim();
+        if name.is_empty() || name.len() > 64 || !visible(name) {
+            return Err(ConfigError::usage(format!(
+                "{}route name '{}': 1 to 64 visible characters, no spaces",
+                at(v.span()),
+                name.escape_debug()
+            )));
+        }
+        Ok(name.to_string())
+    }
+
+    /// `host = "name"` or a list of names and `*.suffix` wildcards.
+    fn hosts_of(&self, fail: Fail) -> Result<Vec<HostMatch>, ConfigError> {
+        let Some(v) = &self.host else {
+            return Ok(Vec::new());
+        };
+        let list = one_or_list(v.get_ref());
+        if list.is_empty() || list.len() > MAX_MATCHERS {
+            return Err(fail(v.span(), format!("host: 1 to {MAX_MATCHERS} hosts")));
+        }
+        list.iter()
+            .map(|h| host(h).map_err(|e| fail(v.span(), e)))
+            .collect()
+    }
+
+    /// `path` (a prefix) or `path_regex`, not both.
+    fn path_of(&self, fail: Fail) -> Result<Option<PathMatch>, ConfigError> {
+        match (&self.path, &self.path_regex) {
+            (Some(_), Some(r)) => Err(fail(
+                r.span(),
+                "path and path_regex: give one or the other".into(),
+            )),
+            (Some(p), None) => {
+                path_prefix(p.get_ref()).map_err(|e| fail(p.span(), e))?;
+                Ok(Some(PathMatch::Prefix(p.get_ref().clone())))
+            }
+            (None, Some(r)) => {
+                sized("path_regex", r.get_ref())
+                    .and_then(|()| compile_pattern(r.get_ref()).map(drop))
+                    .map_err(|e| fail(r.span(), format!("path_regex: {e}")))?;
+                Ok(Some(PathMatch::Regex(r.get_ref().clone())))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// `methods = [...]`: 1 to [`MAX_MATCHERS`] methods.
+    fn methods_of(&self, fail: Fail) -> Result<Vec<String>, ConfigError> {
+        let Some(m) = &self.methods else {
+            return Ok(Vec::new());
+        };
+        if m.get_ref().is_empty() || m.get_ref().len() > MAX_MATCHERS {
+            return Err(fail(
+                m.span(),
+                format!("methods: 1 to {MAX_MATCHERS} methods"),
+            ));
+        }
+        for word in m.get_ref() {
+            method(word).map_err(|e| fail(m.span(), e))?;
+        }
+        Ok(m.get_ref().clone())
+    }
+
+    /// `headers = { field = "value", other = { regex = "..." } }`, field names lower-cased.
+    fn headers_of(&self, fail: Fail) -> Result<Vec<(String, ValueMatch)>, ConfigError> {
+        let Some(t) = &self.headers else {
+            return Ok(Vec::new());
+        };
+        let f = |e: String| fail(t.span(), format!("headers: {e}"));
+        if t.get_ref().is_empty() || t.get_ref().len() > MAX_MATCHERS {
+            return Err(f(format!("1 to {MAX_MATCHERS} header matchers")));
+        }
+        t.get_ref()
+            .iter()
+            .map(|(field, v)| {
+                Ok((
+                    field.to_ascii_lowercase(),
+                    header_match(field, v).map_err(f)?,
+                ))
+            })
+            .collect()
+    }
+
+    /// `client_acl = N`: the ACL a client's address must pass.
+    fn client_acl_of(&self, fail: Fail) -> Result<Option<acl::AclId>, ConfigError> {
+        self.client_acl
+            .as_ref()
+            .map(|n| {
+                acl::parse_list(&n.get_ref().to_string())
+                    .map_err(|e| fail(n.span(), format!("client_acl: {e}")))
+            })
+            .transpose()
+    }
+
+    /// `rewrite_path = { prefix, replace }`, on a route to a pool only.
+    fn rewrite_of(
+        &self,
+        action: &RouteAction,
+        fail: Fail,
+    ) -> Result<Option<(String, String)>, ConfigError> {
+        let Some(r) = &self.rewrite_path else {
+            return Ok(None);
+        };
+        let RawRewrite { prefix, replace } = r.get_ref();
+        let ok = |s: &str| s.starts_with('/') && visible(s) && s.len() <= MAX_ROUTE_TEXT;
+        if !ok(prefix) || !ok(replace) || prefix.contains('?') || replace.contains('?') {
+            return Err(fail(
+                r.span(),
+                "rewrite_path: prefix and replace must be paths (start with /, no space or ?)"
+                    .into(),
+            ));
+        }
+        if !matches!(action, RouteAction::Pool(_)) {
+            return Err(fail(
+                r.span(),
+                "rewrite_path: only a route to a pool sends a path on".into(),
+            ));
+        }
+        normal_prefix("rewrite_path: prefix", prefix).map_err(|e| fail(r.span(), e))?;
+        Ok(Some((prefix.clone(), replace.clone())))
+    }
+
+    /// `rate = "N/period"` with an optional `burst` (by default one period's allowance).
+    fn rate_of(&self, fail: Fail) -> Result<Option<RateLimit>, ConfigError> {
+        let r = match (&self.rate, &self.burst) {
+            (None, None) => return Ok(None),
+            (None, Some(b)) => return Err(fail(b.span(), "burst needs a rate".into())),
+            (Some(r), _) => r,
+        };
+        let (count, period) = parse_rate(r.get_ref()).map_err(|e| fail(r.span(), e))?;
+        let burst = match &self.burst {
+            Some(b) if *b.get_ref() == 0 || *b.get_ref() > MAX_RATE => {
+                return Err(fail(
+                    b.span(),
+                    format!("burst: {} is out of range (1 to {MAX_RATE})", b.get_ref()),
+                ))
+            }
+            Some(b) => *b.get_ref(),
+            // By default a client may spend one period's allowance at once.
+            None => count,
+        };
+        Ok(Some(RateLimit {
+            count,
+            period,
+            burst,
+        }))
+    }
+
     /// `sni = "name"` or a list of names and `*.suffix` wildcards (TCP listeners: the TLS
     /// ClientHello's server name), lower-cased.
-    fn sni_of(
-        &self,
-        fail: &dyn Fn(Range<usize>, String) -> ConfigError,
-    ) -> Result<Vec<HostMatch>, ConfigError> {
+    fn sni_of(&self, fail: Fail) -> Result<Vec<HostMatch>, ConfigError> {
         let Some(v) = &self.sni else {
             return Ok(Vec::new());
         };
-        let list = match v.get_ref() {
-            toml::Value::Array(a) => a.clone(),
-            one => vec![one.clone()],
-        };
+        let list = one_or_list(v.get_ref());
         if list.is_empty() || list.len() > MAX_MATCHERS {
             return Err(fail(v.span(), format!("sni: 1 to {MAX_MATCHERS} names")));
         }
@@ -400,13 +501,34 @@ impl RawRoute {
         Ok(names)
     }
 
-    /// The one action the route gives.
-    fn action(
-        &self,
-        span: &Range<usize>,
-        named: &dyn Fn(String) -> String,
-        fail: &dyn Fn(Range<usize>, String) -> ConfigError,
-    ) -> Result<RouteAction, ConfigError> {
+    /// The one action the route gives: exactly one of `pool`, `redirect`, `respond`, `deny`.
+    fn action(&self, span: &Range<usize>, fail: Fail) -> Result<RouteAction, ConfigError> {
+        self.one_action(span, fail)?;
+        if let Some(p) = &self.pool {
+            let name = p.get_ref().trim();
+            if name.is_empty() {
+                return Err(fail(p.span(), "pool: no name given".into()));
+            }
+            return Ok(RouteAction::Pool(name.to_string()));
+        }
+        if let Some(r) = &self.redirect {
+            return redirect(r.get_ref()).map_err(|e| fail(r.span(), format!("redirect: {e}")));
+        }
+        if let Some(r) = &self.respond {
+            return respond(r.get_ref()).map_err(|e| fail(r.span(), format!("respond: {e}")));
+        }
+        match &self.deny {
+            Some(d) if *d.get_ref() => Ok(RouteAction::Deny),
+            Some(d) => Err(fail(
+                d.span(),
+                "deny = false is not an action (leave it out, or give another)".into(),
+            )),
+            None => Err(fail(span.clone(), "no action".into())),
+        }
+    }
+
+    /// Refuses a route with no action key or with two (named at the second one's line).
+    fn one_action(&self, span: &Range<usize>, fail: Fail) -> Result<(), ConfigError> {
         let given: Vec<(&str, Range<usize>)> = [
             ("pool", self.pool.as_ref().map(|v| v.span())),
             ("redirect", self.redirect.as_ref().map(|v| v.span())),
@@ -417,94 +539,15 @@ impl RawRoute {
         .filter_map(|(k, s)| s.map(|s| (k, s)))
         .collect();
         match given.as_slice() {
-            [] => {
-                return Err(fail(
-                    span.clone(),
-                    named("no action (give one of pool, redirect, respond, deny)".into()),
-                ))
-            }
-            [_] => {}
-            [(a, _), (b, s), ..] => {
-                return Err(fail(
-                    s.clone(),
-                    named(format!("{a} and {b}: a route has exactly one action")),
-                ))
-            }
-        }
-        if let Some(p) = &self.pool {
-            let name = p.get_ref().trim();
-            if name.is_empty() {
-                return Err(fail(p.span(), named("pool: no name given".into())));
-            }
-            return Ok(RouteAction::Pool(name.to_string()));
-        }
-        if let Some(r) = &self.redirect {
-            let RawRedirect { to, status, exact } = r.get_ref();
-            let f = |e: String| fail(r.span(), named(format!("redirect: {e}")));
-            sized("to", to).map_err(f)?;
-            if !visible(to) {
-                return Err(f(format!(
-                    "to '{}' holds a space or control character",
-                    to.escape_debug()
-                )));
-            }
-            let status = status.unwrap_or(302);
-            if ![301, 302, 303, 307, 308].contains(&status) {
-                return Err(f(format!(
-                    "status {status} is not a redirect (expected 301, 302, 303, 307 or 308)"
-                )));
-            }
-            return Ok(RouteAction::Redirect {
-                to: to.clone(),
-                status,
-                exact: exact.unwrap_or(false),
-            });
-        }
-        if let Some(r) = &self.respond {
-            let RawRespond {
-                status,
-                body,
-                content_type,
-            } = r.get_ref();
-            let f = |e: String| fail(r.span(), named(format!("respond: {e}")));
-            let status = status.unwrap_or(200);
-            // A 1xx is not a final answer: the client would wait for another.
-            if !(200..=599).contains(&status) {
-                return Err(f(format!("status {status} is out of range (200 to 599)")));
-            }
-            let body = body.clone().unwrap_or_default();
-            if body.len() > MAX_RESPOND_BODY {
-                return Err(f(format!("body: longer than {MAX_RESPOND_BODY} bytes")));
-            }
-            if matches!(status, 204 | 304) && !body.is_empty() {
-                return Err(f(format!("status {status} has no body")));
-            }
-            let content_type = content_type
-                .clone()
-                .unwrap_or_else(|| "text/plain; charset=utf-8".into());
-            sized("content_type", &content_type).map_err(f)?;
-            if !content_type
-                .bytes()
-                .all(|b| b == b' ' || b.is_ascii_graphic())
-            {
-                return Err(f(format!(
-                    "content_type '{}' holds a control character",
-                    content_type.escape_debug()
-                )));
-            }
-            return Ok(RouteAction::Respond {
-                status,
-                body,
-                content_type,
-            });
-        }
-        match &self.deny {
-            Some(d) if *d.get_ref() => Ok(RouteAction::Deny),
-            Some(d) => Err(fail(
-                d.span(),
-                named("deny = false is not an action (leave it out, or give another)".into()),
+            [] => Err(fail(
+                span.clone(),
+                "no action (give one of pool, redirect, respond, deny)".into(),
             )),
-            None => Err(fail(span.clone(), named("no action".into()))),
+            [_] => Ok(()),
+            [(a, _), (b, s), ..] => Err(fail(
+                s.clone(),
+                format!("{a} and {b}: a route has exactly one action"),
+            )),
         }
     }
 }
@@ -530,3 +573,7 @@ fn normal_prefix(key: &str, prefix: &str) -> Result<(), String> {
         )),
     }
 }
+
+#[cfg(test)]
+#[path = "routes_tests.rs"]
+mod tests;

@@ -341,7 +341,8 @@ impl RawTls {
         Ok(certs)
     }
 
-    /// The keys other than the certificates, over `s` and `client`.
+    /// The keys other than the certificates, over `s` and `client`, in a fixed order (versions
+    /// and ciphers, handshakes, tickets, client certificates).
     fn apply(
         &self,
         s: &mut TlsSettings,
@@ -349,27 +350,16 @@ impl RawTls {
         dir: &Path,
         at: At,
     ) -> Result<(), ConfigError> {
+        self.apply_protocol(s, at)?;
+        self.apply_handshakes(s, at)?;
+        self.apply_tickets(s, dir, at)?;
+        self.apply_client(client, dir, at)
+    }
+
+    /// `min_version`, `ciphers`, `server_cipher_order`, `alpn`, `strict_sni`.
+    fn apply_protocol(&self, s: &mut TlsSettings, at: At) -> Result<(), ConfigError> {
         if let Some(v) = &self.min_version {
-            let text = string(v, "min_version", at)?;
-            s.min_version = match TlsVersion::parse(text) {
-                Some(version) => version,
-                None if matches!(text, "1.0" | "1.1" | "1" | "TLSv1" | "TLSv1.1" | "SSLv3") => {
-                    return Err(fail(
-                        at,
-                        v,
-                        "min_version",
-                        format!("'{text}' is not supported: rustls speaks TLS 1.2 and 1.3"),
-                    ))
-                }
-                None => {
-                    return Err(fail(
-                        at,
-                        v,
-                        "min_version",
-                        format!("'{}' is not \"1.2\" or \"1.3\"", text.escape_debug()),
-                    ))
-                }
-            };
+            s.min_version = min_version(v, at)?;
         }
         if let Some(v) = &self.ciphers {
             s.ciphers = ciphers(v, at)?;
@@ -383,6 +373,12 @@ impl RawTls {
         if let Some(v) = &self.strict_sni {
             s.strict_sni = boolean(v, "strict_sni", at)?;
         }
+        Ok(())
+    }
+
+    /// `handshake_timeout`, `handshake_first_byte_timeout`, `max_handshakes_per_source`,
+    /// `max_handshakes`.
+    fn apply_handshakes(&self, s: &mut TlsSettings, at: At) -> Result<(), ConfigError> {
         if let Some(v) = &self.handshake_timeout {
             s.handshake_timeout = handshake_timeout(v, "handshake_timeout", at)?;
         }
@@ -391,37 +387,27 @@ impl RawTls {
                 handshake_timeout(v, "handshake_first_byte_timeout", at)?;
         }
         if let Some(v) = &self.max_handshakes_per_source {
-            s.max_handshakes_per_source = match v.get_ref() {
-                toml::Value::Integer(n) if (1..=i64::from(MAX_HANDSHAKES)).contains(n) => *n as u32,
-                other => {
-                    return Err(fail(
-                        at,
-                        v,
-                        "max_handshakes_per_source",
-                        format!("{} is out of range (1 to {MAX_HANDSHAKES})", shown(other)),
-                    ))
-                }
-            };
+            s.max_handshakes_per_source = handshakes(v, "max_handshakes_per_source", at)?;
         }
         if let Some(v) = &self.max_handshakes {
-            s.max_handshakes = match v.get_ref() {
-                toml::Value::Integer(n) if (1..=i64::from(MAX_HANDSHAKES)).contains(n) => *n as u32,
-                other => {
-                    return Err(fail(
-                        at,
-                        v,
-                        "max_handshakes",
-                        format!("{} is out of range (1 to {MAX_HANDSHAKES})", shown(other)),
-                    ))
-                }
-            };
+            s.max_handshakes = handshakes(v, "max_handshakes", at)?;
         }
+        Ok(())
+    }
+
+    /// `ticket_keys` (a file, read now) and `tickets`.
+    fn apply_tickets(&self, s: &mut TlsSettings, dir: &Path, at: At) -> Result<(), ConfigError> {
         if let Some(v) = &self.ticket_keys {
             s.ticket_keys = Some(file(v, "ticket_keys", dir, at)?);
         }
         if let Some(v) = &self.tickets {
             s.tickets = boolean(v, "tickets", at)?;
         }
+        Ok(())
+    }
+
+    /// `client_ca`, `client_ca_dir`, `client_crl` (files read now) and `client_verify`.
+    fn apply_client(&self, client: &mut ClientKeys, dir: &Path, at: At) -> Result<(), ConfigError> {
         if let Some(v) = &self.client_ca {
             let f = file(v, "client_ca", dir, at)?;
             check_certificates(&f).map_err(|e| fail(at, v, "client_ca", e))?;
@@ -434,38 +420,78 @@ impl RawTls {
             client.ca_dir_path = Some(path);
         }
         if let Some(v) = &self.client_crl {
-            let files: Vec<Spanned<toml::Value>> = match v.get_ref() {
-                toml::Value::String(_) => vec![v.clone()],
-                _ => strings(v, "client_crl", at)?
-                    .into_iter()
-                    .map(|s| Spanned::new(v.span(), toml::Value::String(s)))
-                    .collect(),
-            };
-            client.crls = files
-                .iter()
-                .map(|f| file(f, "client_crl", dir, at))
-                .collect::<Result<_, _>>()?;
+            client.crls = crl_files(v, dir, at)?;
         }
         if let Some(v) = &self.client_verify {
-            let verify = match string(v, "client_verify", at)? {
-                "none" => Verify::None,
-                "optional" => Verify::Optional,
-                "required" => Verify::Required,
-                other => {
-                    return Err(fail(
-                        at,
-                        v,
-                        "client_verify",
-                        format!(
-                            "'{}' is not none, optional or required",
-                            other.escape_debug()
-                        ),
-                    ))
-                }
-            };
-            client.verify = Some((verify, v.span()));
+            client.verify = Some((verify(v, at)?, v.span()));
         }
         Ok(())
+    }
+}
+
+/// `min_version`: "1.2" or "1.3" (older versions named as such: rustls does not speak them).
+fn min_version(v: &Spanned<toml::Value>, at: At) -> Result<TlsVersion, ConfigError> {
+    let text = string(v, "min_version", at)?;
+    match TlsVersion::parse(text) {
+        Some(version) => Ok(version),
+        None if matches!(text, "1.0" | "1.1" | "1" | "TLSv1" | "TLSv1.1" | "SSLv3") => Err(fail(
+            at,
+            v,
+            "min_version",
+            format!("'{text}' is not supported: rustls speaks TLS 1.2 and 1.3"),
+        )),
+        None => Err(fail(
+            at,
+            v,
+            "min_version",
+            format!("'{}' is not \"1.2\" or \"1.3\"", text.escape_debug()),
+        )),
+    }
+}
+
+/// `max_handshakes` or `max_handshakes_per_source` (`name`): 1 to [`MAX_HANDSHAKES`].
+fn handshakes(v: &Spanned<toml::Value>, name: &str, at: At) -> Result<u32, ConfigError> {
+    match v.get_ref() {
+        toml::Value::Integer(n) if (1..=i64::from(MAX_HANDSHAKES)).contains(n) => Ok(*n as u32),
+        other => Err(fail(
+            at,
+            v,
+            name,
+            format!("{} is out of range (1 to {MAX_HANDSHAKES})", shown(other)),
+        )),
+    }
+}
+
+/// `client_crl`: one file or a list of them, each read now.
+fn crl_files(v: &Spanned<toml::Value>, dir: &Path, at: At) -> Result<Vec<FileData>, ConfigError> {
+    let files: Vec<Spanned<toml::Value>> = match v.get_ref() {
+        toml::Value::String(_) => vec![v.clone()],
+        _ => strings(v, "client_crl", at)?
+            .into_iter()
+            .map(|s| Spanned::new(v.span(), toml::Value::String(s)))
+            .collect(),
+    };
+    files
+        .iter()
+        .map(|f| file(f, "client_crl", dir, at))
+        .collect()
+}
+
+/// `client_verify`: none, optional or required.
+fn verify(v: &Spanned<toml::Value>, at: At) -> Result<Verify, ConfigError> {
+    match string(v, "client_verify", at)? {
+        "none" => Ok(Verify::None),
+        "optional" => Ok(Verify::Optional),
+        "required" => Ok(Verify::Required),
+        other => Err(fail(
+            at,
+            v,
+            "client_verify",
+            format!(
+                "'{}' is not none, optional or required",
+                other.escape_debug()
+            ),
+        )),
     }
 }
 

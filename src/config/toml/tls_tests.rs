@@ -354,6 +354,7 @@ fn every_bad_tls_value_names_its_file_line_and_key() {
         ("cert = \"both.pem\"\nhandshake_timeout = \"soon\"\n", 8, &["tls: handshake_timeout: ", "soon"]),
         ("cert = \"both.pem\"\nmax_handshakes = 0\n", 8, &["tls: max_handshakes: 0 is out of range (1 to 65536)"]),
         ("cert = \"both.pem\"\nmax_handshakes = 65537\n", 8, &["65537 is out of range"]),
+        ("cert = \"both.pem\"\nmax_handshakes_per_source = 0\n", 8, &["tls: max_handshakes_per_source: 0 is out of range (1 to 65536)"]),
         ("cert = \"both.pem\"\nclient_ca = \"site.key\"\n", 8, &["tls: client_ca: ", "site.key", "no PEM certificate"]),
         ("cert = \"both.pem\"\nclient_ca_dir = \"sni/b.example.key\"\n", 8, &["tls: client_ca_dir: ", "cannot read"]),
         ("cert = \"both.pem\"\nclient_crl = [\"gone.pem\"]\n", 8, &["tls: client_crl: ", "gone.pem"]),
