@@ -215,7 +215,7 @@ out.append("")
 fails = [(r, n, c, f) for (r, n, c), (_, _, f) in sorted(data.items()) if f not in ("0",)]
 out.append("Failed requests: " + ("none." if not fails else ", ".join("round %d -n%d %s: %s" % x for x in fails)))
 out.append("")
-out.append("Seed reference (DESIGN.md §4): the seeds' socket-activation bridge added 0.57 ms to a 1.35 ms "
+out.append("Seed reference (docs/benchmarks.md#the-socket-proxyd-bridge): the seeds' socket-activation bridge added 0.57 ms to a 1.35 ms "
            "request (\`ab -n1000 -c10\`, nginx), on another host.")
 out.append("")
 out.append("## Every round")

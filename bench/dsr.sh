@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # bench/dsr.sh: Quill's CPU seconds per GiB downloaded, proxied in TCP mode against direct server
-# return (issue 13's target: DSR at most a tenth of TCP mode's). Network namespaces joined by a
-# bridge (private addresses 10.72.0.0/24 only): a client, Quill (10.72.0.1, eth0), two servers
-# (10.72.0.11, .12) holding the virtual address 10.72.0.100 on their loopback with
-# arp_ignore=1/arp_announce=2. Each server sends SIZE bytes of zeros per connection (socat).
-# Rounds alternate TCP mode (quill 10.72.0.1:8001 -> servers) and DSR (quill -O "dsr_if eth0"
+# return (the target of docs/benchmarks.md#direct-server-return: DSR at most a tenth of TCP mode's).
+# Network namespaces joined by a bridge (private addresses 10.72.0.0/24 only): a client, Quill
+# (10.72.0.1, eth0), two servers (10.72.0.11, .12) holding the virtual address 10.72.0.100 on their
+# loopback with arp_ignore=1/arp_announce=2. Each server sends SIZE bytes of zeros per connection
+# (socat). Rounds alternate TCP mode (quill 10.72.0.1:8001 -> servers) and DSR (quill -O "dsr_if
+# eth0"
 # 10.72.0.100:8000); Quill's CPU is utime+stime from /proc/PID/stat around each download, and
 # Quill's interface counters show what crossed it. Everything started is stopped by PID and the
 # namespaces are deleted on exit.

@@ -3,7 +3,7 @@
 nginx `http` proxying, with Quill's TCP mode and a direct connection for reference, all over the
 same two nginx backends as bench/run.sh (127.0.0.1:9001 and :9002).
 
-Workloads (issue 11, "Benchmarks" and "Targets"):
+Workloads (docs/benchmarks.md#http-mode):
   1. load, in interleaved rounds (every candidate per round, order rotating): `wrk` keep-alive
      1 KiB and 200 KiB, `ab` without keep-alive 1 KiB; requests/s, p99, CPU µs per request of the
      proxy (utime+stime of its processes from /proc), ratios to the better of HAProxy and nginx;

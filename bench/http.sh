@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The HTTP shoot-out (issue 11): Quill's HTTP mode against HAProxy mode http and nginx http
-# proxying, with Quill's TCP mode and a direct connection for reference, over the same two nginx
-# backends as run.sh. Interleaved rounds, medians, ratios to the better of HAProxy and nginx.
+# The HTTP shoot-out (docs/benchmarks.md#http-mode): Quill's HTTP mode against HAProxy mode http and
+# nginx http proxying, with Quill's TCP mode and a direct connection for reference, over the same
+# two nginx backends as run.sh. Interleaved rounds, medians, ratios to the better of HAProxy and
+# nginx.
 #
 #   bash bench/http.sh [--rounds N] [--quick] [--duration S] [--idle N] [--only a,b,...]
 #                      [--ab-requests N] [--conn-requests N] [--strace-duration S] [--quill-toml]

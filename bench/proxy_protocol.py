@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PROXY protocol cost (issue 13): Quill's TCP mode, plain and with `proxy_protocol = "v2"`, in one
+"""PROXY protocol cost (docs/benchmarks.md#proxy-protocol): Quill's TCP mode, plain and with `proxy_protocol = "v2"`, in one
 run, in front of one nginx (1 worker) serving a small response on two listeners of the same
 server block: 127.0.0.1:9071 plain and 127.0.0.1:9072 with `proxy_protocol` (nginx strips and
 checks the header). Quill (2 workers) listens on 9271 (to 9071) and 9272 (to 9072, v2 header).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PROXY protocol in HTTP mode and over TLS to servers (issue 13 point 2), one run.
+"""PROXY protocol in HTTP mode and over TLS to servers (docs/design.md#proxy-protocol), one run.
 
 A. Keep-alive clients through an HTTP listener with `proxy_protocol = "v1"` to nginx (1 worker,
    `listen ... proxy_protocol`): BASE_BIN (a build from before private server connections: a new

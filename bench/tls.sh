@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The TLS termination shoot-out (issue 12): Quill (`[listener.tls]`, 2 workers) against HAProxy 2.6
-# (nbthread 2, OpenSSL 3) and nginx 1.22 (2 workers) terminating TLS in front of the same two nginx
-# backends, ECDSA P-256 and RSA 2048 certificates made at bench time. Interleaved rounds, medians,
-# the proxy's CPU per handshake / request from /proc, ratios to the peers and the issue's targets.
+# The TLS termination shoot-out (docs/benchmarks.md#tls-termination): Quill (`[listener.tls]`, 2
+# workers) against HAProxy 2.6 (nbthread 2, OpenSSL 3) and nginx 1.22 (2 workers) terminating TLS in
+# front of the same two nginx backends, ECDSA P-256 and RSA 2048 certificates made at bench time.
+# Interleaved rounds, medians, the proxy's CPU per handshake / request from /proc, ratios to the
+# peers and the issue's targets.
 #
 #   bash bench/tls.sh [--rounds N] [--quick] [--duration S] [--hs-secs S] [--idle N] [--only a,b,...]
 #                     [--callgrind N]

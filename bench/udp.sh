@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The UDP shoot-out (issue 13): direct vs Quill (`protocol = "udp"`, 2 workers) vs nginx `stream`
-# (`listen … udp reuseport`, 2 workers) vs Pen `-U`, in front of the same backends: DNS (dnsperf
-# against two dnsmasq instances answering from local records; as fast as it goes, then at the rate
-# nginx sustains, counting lost queries), raw UDP request/response (`quill bench udp://`, two echo
-# backends), and idle flows (100,000 over K Quill processes sharing the port, K nginx workers;
-# RssAnon per flow). Interleaved rounds, medians and ranges, ratios to nginx, the issue's targets.
+# The UDP shoot-out (docs/benchmarks.md#udp): direct vs Quill (`protocol = "udp"`, 2 workers) vs
+# nginx `stream` (`listen … udp reuseport`, 2 workers) vs Pen `-U`, in front of the same backends:
+# DNS (dnsperf against two dnsmasq instances answering from local records; as fast as it goes, then
+# at the rate nginx sustains, counting lost queries), raw UDP request/response (`quill bench
+# udp://`, two echo backends), and idle flows (100,000 over K Quill processes sharing the port, K
+# nginx workers; RssAnon per flow). Interleaved rounds, medians and ranges, ratios to nginx, the
+# issue's targets.
 #
 #   bash bench/udp.sh [--rounds N] [--quick] [--duration S] [--idle N] [--procs K] [--only a,b,...]
 #

@@ -13,10 +13,10 @@
 //! wakes the thread once per block of frames (a block is handed over when full or about
 //! `dsr_wait`, default 2 ms, after its first frame), not once per frame; the frames are rewritten
 //! in place in the ring and sent on with one `sendmmsg` per block (up to 64 frames a call), with
-//! PACKET_QDISC_BYPASS. Measured in `bench/dsr.sh` (README, DSR): Quill's CPU per forwarded
-//! frame went from about 20 µs with one blocking `recvmsg` and one `send` per frame (a wake-up per
-//! frame) to 2-3 µs. What is left per frame is mostly the kernel's sending work (an skb, the
-//! driver's transmit). IPv4 only: IPv6 neighbour discovery is left.
+//! PACKET_QDISC_BYPASS. Measured in `bench/dsr.sh` (docs/benchmarks.md#direct-server-return):
+//! Quill's CPU per forwarded frame went from about 20 µs with one blocking `recvmsg` and one `send`
+//! per frame (a wake-up per frame) to 2-3 µs. What is left per frame is mostly the kernel's sending
+//! work (an skb, the driver's transmit). IPv4 only: IPv6 neighbour discovery is left.
 //!
 //! The pure frame work (parsing, hashing, the server choice, ARP and the tarpit's SYN-ACK) is in
 //! `quill_core::dsr`; the packet socket in `quill_core::sys`.
@@ -54,9 +54,10 @@ const RING_BLOCKS: usize = 64;
 // A block that does not fill is handed to Quill after the listener's `dsr_wait`
 // (`ListenerConfig::dsr_wait_ms`, default 2 ms; kernels that retire blocks on their clock tick
 // round it up to a tick): about the most a frame waits on a quiet segment, and what lets one
-// wake-up carry many frames on a busy one. Measured in `bench/dsr.sh` (README, DSR): 1 ms left
-// Quill's CPU per GiB at 0.14 of TCP mode's, 2 ms at 0.09-0.10 with the same download speed, 4 ms
-// at 0.09 with slower downloads (the clients' ACKs wait longer).
+// wake-up carry many frames on a busy one. Measured in `bench/dsr.sh`
+// (docs/benchmarks.md#direct-server-return): 1 ms left Quill's CPU per GiB at 0.14 of TCP mode's, 2
+// ms at 0.09-0.10 with the same download speed, 4 ms at 0.09 with slower downloads (the clients'
+// ACKs wait longer).
 
 /// What one DSR listener did (logged at stop).
 #[derive(Default)]

@@ -316,7 +316,7 @@ impl AccessLog {
     }
 
     /// One HTTP request: `text` is the Apache combined format followed by Quill's fields,
-    /// `json` the same fields as one object (README, "Access log").
+    /// `json` the same fields as one object (docs/observability.md#access-log).
     pub(crate) fn write_http(&mut self, e: &HttpEntry<'_>) {
         let line = &mut self.line;
         line.clear();

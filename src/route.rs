@@ -1,5 +1,5 @@
-//! HTTP routes (DESIGN §6.2), compiled from `config::RouteConfig`: which route a request takes
-//! (first match wins), which route a TLS client's server name takes on a TCP listener
+//! HTTP routes (docs/design.md#http-routes), compiled from `config::RouteConfig`: which route a
+//! request takes (first match wins), which route a TLS client's server name takes on a TCP listener
 //! ([`Routes::find_sni`]: SNI routing without termination), what the route does with it, the answers Quill writes itself for a route
 //! (redirect, fixed response, 403, 404, 429) and the per-client-address rate limits. Each route
 //! carries its request counters ([`HttpStats`]), handed on to the route of the same name when the
@@ -8,8 +8,8 @@
 //! Pure: no sockets, no clock (the time is an argument). Generic over the pool type `P` so that
 //! this module needs nothing from `backend` (which holds `Routes<Pool>` in a listener's pool).
 
-// Read by the HTTP session once it routes requests (issue 11, wired by the session's owner); until
-// then only the tests and the controller reach most of it.
+// Read by the HTTP session once it routes requests (docs/design.md#http-routes, wired by the
+// session's owner); until then only the tests and the controller reach most of it.
 #![allow(dead_code)]
 
 use std::borrow::Cow;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The TLS termination shoot-out (called by bench/tls.sh, issue 12 "Benchmarks and targets"):
+"""The TLS termination shoot-out (called by bench/tls.sh; the targets of docs/benchmarks.md#tls-termination):
 Quill (`protocol = "http"` with `[listener.tls]`, 2 workers) against HAProxy 2.6 (`mode http`,
 `nbthread 2`, OpenSSL 3) and nginx 1.22 (2 workers, OpenSSL 3) terminating TLS in front of the
 same two nginx backends (127.0.0.1:9051 and :9052, plain HTTP, 1 worker each).

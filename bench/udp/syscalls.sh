@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Syscalls per DNS query of one Quill binary (issue 13 point 1: "many datagrams per syscall"):
-# Quill (2 workers, `flow_responses = 1`) in front of two dnsmasq answering from local records, as in
-# bench/udp/udp.py's dns run, under `dnsperf -c 8 -q 100 -t 2 -l S` (at -Q RATE when given), counted
-# with `perf stat` on the syscall tracepoints of Quill's process (needs perf and tracefs access).
+# Syscalls per DNS query of one Quill binary (docs/design.md#udp-flows: "many datagrams per
+# syscall"): Quill (2 workers, `flow_responses = 1`) in front of two dnsmasq answering from local
+# records, as in bench/udp/udp.py's dns run, under `dnsperf -c 8 -q 100 -t 2 -l S` (at -Q RATE when
+# given), counted with `perf stat` on the syscall tracepoints of Quill's process (needs perf and
+# tracefs access).
 #
 #   bash bench/udp/syscalls.sh QUILL_BIN [SECONDS] [RATE]
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The UDP shoot-out (called by bench/udp.sh; issue 13 "Benchmarks and targets", UDP items):
+"""The UDP shoot-out (called by bench/udp.sh; the UDP targets of docs/benchmarks.md#udp):
 direct vs Quill (`protocol = "udp"`, 2 workers) vs nginx 1.22 `stream` (`listen … udp reuseport`,
 2 workers) vs Pen `-U` (one process), in front of the same two backends.
 
@@ -618,7 +618,7 @@ def render(results, cands, meta):
                 "ephemeral ports: nginx binds its server sockets over ten loopback addresses (`proxy_bind`",
                 "by client port) to hold 100,000; a balancer that cannot stops near 28,000 flows minus the",
                 "client's, and its missing flows show as \"no answer\"."]
-    out += ["", "## Targets (issue 13)", ""] + targets(results, cands, meta)
+    out += ["", "## Targets", ""] + targets(results, cands, meta)
     if results["failures"]:
         out += ["", "## Failures", ""]
         for f in results["failures"]:

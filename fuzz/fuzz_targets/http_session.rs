@@ -1,10 +1,11 @@
-//! Whole HTTP sessions through Quill (issue 22 point 1). Started once per fuzzing process: a
-//! scripted server on loopback and Quill itself, in this process (`quill::cli::main_with`), with
-//! two HTTP listeners in front of the server, one plain and one with TLS (a certificate made at
-//! start-up). Each input is a session (tests/support/session.rs, the model the property tests in
-//! tests/http/sessions.rs play too): its first byte picks the listener, the rest the requests,
-//! their pieces and the server's answers. A wrong, missing or reordered response is a panic
-//! here; a panic in a Quill worker aborts the process; libFuzzer reports both.
+//! Whole HTTP sessions through Quill (docs/design.md#positions-move-with-the-buffer). Started once
+//! per fuzzing process: a scripted server on loopback and Quill itself, in this process
+//! (`quill::cli::main_with`), with two HTTP listeners in front of the server, one plain and one
+//! with TLS (a certificate made at start-up). Each input is a session (tests/support/session.rs,
+//! the model the property tests in tests/http/sessions.rs play too): its first byte picks the
+//! listener, the rest the requests, their pieces and the server's answers. A wrong, missing or
+//! reordered response is a panic here; a panic in a Quill worker aborts the process; libFuzzer
+//! reports both.
 
 #![no_main]
 

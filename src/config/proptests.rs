@@ -1,7 +1,8 @@
-//! A property test (issue 9, D3 and D16): arbitrary control lines (the real command words mixed
-//! with hostile numbers, addresses and random text) applied to a configuration, and arbitrary TOML
-//! files, never panic; every configuration accepted is within every bound and builds its pools
-//! with a tracking table no larger than `MAX_CLIENTS`. Runs in a few seconds; more cases with
+//! A property test (D3 and D16, docs/design.md#bounded-input): arbitrary control lines (the real
+//! command words mixed with hostile numbers, addresses and random text) applied to a configuration,
+//! and arbitrary TOML files, never panic; every configuration accepted is within every bound and
+//! builds its pools with a tracking table no larger than `MAX_CLIENTS`. Runs in a few seconds; more
+//! cases with
 //! `PROPTEST_CASES=N`.
 
 use super::*;

@@ -1,6 +1,7 @@
-//! Reading `[[listener.route]]` tables (DESIGN §6.2) into `model::RouteConfig`: matchers, exactly
-//! one action, header edits, path rewrite and rate limit, each checked with the line of its key.
-//! Whether a `pool` action names a pool that exists is checked by the loader, which knows them.
+//! Reading `[[listener.route]]` tables (docs/design.md#http-routes) into `model::RouteConfig`:
+//! matchers, exactly one action, header edits, path rewrite and rate limit, each checked with the
+//! line of its key. Whether a `pool` action names a pool that exists is checked by the loader,
+//! which knows them.
 
 use std::ops::Range;
 

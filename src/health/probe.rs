@@ -439,8 +439,8 @@ fn open_udp(
 
 /// Reads the answers to a UDP check (to EAGAIN): passes on one holding `expect` (any answer when
 /// empty). An ICMP port unreachable (the socket's pending error) does not fail it: anyone who
-/// knows the server's address can forge one (issue 22, E6), so only an answer decides, and a server
-/// that gives none fails the check at its timeout.
+/// knows the server's address can forge one (E6, docs/design.md#udp-cannot-loop-or-starve), so only
+/// an answer decides, and a server that gives none fails the check at its timeout.
 fn udp_answer(socket: &mio::net::UdpSocket, expect: &[u8]) -> Option<Outcome> {
     let mut buf = [0u8; 2048];
     loop {

@@ -1,4 +1,5 @@
-//! Reading the PROXY protocol header of a client from a trusted upstream proxy (issue 13, point 2:
+//! Reading the PROXY protocol header of a client from a trusted upstream proxy
+//! (docs/design.md#proxy-protocol:
 //! `accept_proxy = ["CIDR", ...]` on a listener). The first phase of such a client's session,
 //! before TLS and before any pick: the worker has checked at accept that the client's source is
 //! one of the listener's trusted networks. The phase looks at the client's bytes with

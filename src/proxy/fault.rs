@@ -1,4 +1,5 @@
-//! Fault injection for the panic-containment test (issue 22, point 2; `runtime::panics`).
+//! Fault injection for the panic-containment test (docs/design.md#a-bug-ends-one-session;
+//! `runtime::panics`).
 //!
 //! `QUILL_FAULT_PANIC_TARGET`, read once (at start, when the worker's panic hook is installed),
 //! names a request target that makes an HTTP session panic once it holds its server connection,

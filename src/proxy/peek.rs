@@ -1,8 +1,8 @@
-//! SNI routing without termination (issue 12, point 7): the first phase of a session on a TCP
-//! listener whose routes name TLS server names. The session looks at the client's ClientHello
-//! with `recv(MSG_PEEK)`, consuming nothing, again on each readable edge until the hello is
-//! whole ([`quill_core::tls_hello::parse`]); the first route whose `sni` names the server name
-//! gives the pool, else the listener's own servers. The client then goes to a
+//! SNI routing without termination (docs/design.md#sni-routing-without-termination): the first
+//! phase of a session on a TCP listener whose routes name TLS server names. The session looks at
+//! the client's ClientHello with `recv(MSG_PEEK)`, consuming nothing, again on each readable edge
+//! until the hello is whole ([`quill_core::tls_hello::parse`]); the first route whose `sni` names
+//! the server name gives the pool, else the listener's own servers. The client then goes to a
 //! [`TcpSession`] with that pool, so the TLS bytes, the ClientHello included, reach the server
 //! untouched on the TCP data path (splice included). Quill holds no key and decrypts nothing.
 //!

@@ -1,4 +1,4 @@
-//! A bug in one session ends that session, not the process (issue 22, point 2).
+//! A bug in one session ends that session, not the process (docs/design.md#a-bug-ends-one-session).
 //!
 //! The release profile unwinds (`panic = "abort"` made any panic the end of every listener and
 //! session). The worker makes each call into a session through [`contain`]: a panic unwinds to

@@ -1,4 +1,5 @@
-//! Server connections of HTTP sessions, and the pools of idle kept-alive ones (DESIGN §6.3).
+//! Server connections of HTTP sessions, and the pools of idle kept-alive ones
+//! (docs/design.md#keep-alive-and-the-idle-pool).
 //!
 //! Each worker numbers the server connections it holds ([`ServerConns`]): a connection has a slot
 //! whose token stays the same while the worker holds it, busy (lent to a session) or idle (kept

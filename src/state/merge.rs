@@ -1,9 +1,10 @@
-//! What a reload keeps of the operator's runtime changes (DESIGN §2.4), as HAProxy keeps server
-//! state across reloads with `server-state-file`. Three configurations meet: what the sources
-//! (TOML file, command line, `-F` file) said at the last load, what runs now (those sources plus
-//! every change made over the control socket since), and what the sources say now. Each setting
-//! (a server's weight, its drain, a listener's `roundrobin`, a timeout, ...) takes the new
-//! sources' value if the sources changed it since the last load, else keeps the running value.
+//! What a reload keeps of the operator's runtime changes
+//! (docs/design.md#reload-keeps-runtime-changes), as HAProxy keeps server state across reloads with
+//! `server-state-file`. Three configurations meet: what the sources (TOML file, command line, `-F`
+//! file) said at the last load, what runs now (those sources plus every change made over the
+//! control socket since), and what the sources say now. Each setting (a server's weight, its drain,
+//! a listener's `roundrobin`, a timeout, ...) takes the new sources' value if the sources changed
+//! it since the last load, else keeps the running value.
 //!
 //! Servers are matched by address (the n-th server of an address with the n-th one). A server
 //! added at run time stays, unless the new sources name its address too (it is then theirs); a

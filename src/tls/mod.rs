@@ -1,7 +1,7 @@
-//! TLS (issue 12), the model half: what a listener's TLS termination is configured with
-//! ([`TlsSettings`], files already read, so a reload that finds a file changed makes the
-//! configuration differ), and the rustls objects built from it ([`ServerTls`]) that every worker
-//! shares. No sockets here: `net::tls` drives a connection over a socket, `proxy::handshake`
+//! TLS (docs/design.md#tls-on-the-same-workers), the model half: what a listener's TLS termination
+//! is configured with ([`TlsSettings`], files already read, so a reload that finds a file changed
+//! makes the configuration differ), and the rustls objects built from it ([`ServerTls`]) that every
+//! worker shares. No sockets here: `net::tls` drives a connection over a socket, `proxy::handshake`
 //! carries a session through its handshake.
 //!
 //! - [`certs`]: certificates and keys read and checked, the SNI resolver (exact names, wildcards,

@@ -403,7 +403,7 @@ fn admin_slow_client_does_not_block_others_and_is_cut_at_the_deadline() {
 
 #[test]
 fn admin_full_of_idle_connections_closes_the_oldest_to_serve_a_new_one() {
-    // The admin listener serves at most 1024 connections at once (README, "Security").
+    // The admin listener serves at most 1024 connections at once (docs/security.md).
     const CAP: usize = 1024;
     // The test holds CAP sockets at once: more than a default soft limit of 1024 descriptors.
     let _ = quill_core::sys::raise_nofile_limit();

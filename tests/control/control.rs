@@ -1,7 +1,8 @@
-//! The control socket (DESIGN.md §2.3): Pen's framing over a Unix socket (mode 0600) or loopback
-//! TCP, `quill ctl`, the safety rules, and every penctl command group: settings, servers,
-//! sessions, process, files (`write`, `-F`, `include`), JSON replies and several listeners.
-//! Backends are Greet servers, so the first line a client reads names the server it reached.
+//! The control socket (docs/design.md#control-protocol): Pen's framing over a Unix socket (mode
+//! 0600) or loopback TCP, `quill ctl`, the safety rules, and every penctl command group: settings,
+//! servers, sessions, process, files (`write`, `-F`, `include`), JSON replies and several
+//! listeners. Backends are Greet servers, so the first line a client reads names the server it
+//! reached.
 
 use crate::ctl;
 use crate::support;

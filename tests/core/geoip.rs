@@ -1,4 +1,4 @@
-//! GeoIP (issue 13, point 5): `acl N permit|deny country CC` against a MaxMind DB
+//! GeoIP (docs/design.md#geoip): `acl N permit|deny country CC` against a MaxMind DB
 //! (`geoip = "FILE"`), reloaded with the configuration. The clients' addresses come in PROXY
 //! headers from a trusted loopback source (127.0.0.2, `accept_proxy`): the test database's
 //! networks (81.2.69.142 is GB, 89.160.20.112 SE, per MaxMind's test data) are only written in

@@ -1,8 +1,8 @@
-//! PROXY protocol (issue 13, point 2): headers sent to servers per pool (`proxy_protocol = "v1" |
-//! "v2"`, the `proxy_protocol` control command, health checks) and the configuration errors
-//! around it. The servers here are real TCP servers written for the test: each reads the header
-//! its own way (not with Quill's parser: a v1 line up to its CRLF, or the v2 fixed part and the
-//! length it gives), records it, and echoes what follows.
+//! PROXY protocol (docs/design.md#proxy-protocol): headers sent to servers per pool
+//! (`proxy_protocol = "v1" | "v2"`, the `proxy_protocol` control command, health checks) and the
+//! configuration errors around it. The servers here are real TCP servers written for the test: each
+//! reads the header its own way (not with Quill's parser: a v1 line up to its CRLF, or the v2 fixed
+//! part and the length it gives), records it, and echoes what follows.
 
 use crate::ctl;
 use crate::http_support;

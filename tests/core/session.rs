@@ -263,11 +263,12 @@ fn idle_timeout_counts_from_the_last_traffic_not_from_the_first_deadline() {
     assert!(seconds(&line) >= 4.5, "idle closed too early: {}", line.raw);
 }
 
-/// Issue 22 point 2: a panic in one session's code (injected with `QUILL_FAULT_PANIC_TARGET`
-/// once the session holds a server connection, its buffers and a lease) resets that client alone,
-/// twice over, on a one-worker Quill: a kept-alive client and a download in progress on the same
-/// worker go on, new clients are served, the server's session count comes back to 0 (no lease
-/// kept), the panics are logged with a backtrace and counted, and the process lives.
+/// docs/design.md#a-bug-ends-one-session: a panic in one session's code (injected with
+/// `QUILL_FAULT_PANIC_TARGET` once the session holds a server connection, its buffers and a lease)
+/// resets that client alone, twice over, on a one-worker Quill: a kept-alive client and a download
+/// in progress on the same worker go on, new clients are served, the server's session count comes
+/// back to 0 (no lease kept), the panics are logged with a backtrace and counted, and the process
+/// lives.
 #[test]
 fn a_panicking_session_is_reset_and_every_other_session_goes_on() {
     let gate = Gate::new();

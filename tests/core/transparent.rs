@@ -2,9 +2,9 @@
 //! real binary. The transparent test builds three hosts out of network namespaces: a client
 //! (10.71.1.2), Quill (10.71.1.1 towards the client, 10.71.2.1 towards the server) and a server
 //! (10.71.2.2, routing the client subnet back through Quill), with the policy routing a
-//! transparent set-up needs on Quill's host (the README's commands); the server answers each
-//! connection with the peer address it sees. The `source` test runs on loopback (127.0.0.2 is a
-//! local address there). The errors need no namespace.
+//! transparent set-up needs on Quill's host (the commands of docs/transparent.md); the server
+//! answers each connection with the peer address it sees. The `source` test runs on loopback
+//! (127.0.0.2 is a local address there). The errors need no namespace.
 
 use crate::ctl;
 use crate::netns;
@@ -48,7 +48,7 @@ fn read_peer(s: TcpStream) -> SocketAddr {
 }
 
 /// Client, Quill and server namespaces joined by two veth pairs; Quill's host with the policy
-/// routing of README "Transparent proxying". Returns the lab and the three namespace names.
+/// routing of docs/transparent.md. Returns the lab and the three namespace names.
 fn transparent_lab(test: &str) -> Option<(Lab, String, String, String)> {
     let mut lab = lab_or_skip(test)?;
     let (c, q, s) = (lab.ns("c"), lab.ns("q"), lab.ns("s"));
@@ -109,7 +109,7 @@ fn transparent_server_sees_client_address() {
         local.ip(),
         "server saw {seen}, client was {local}"
     );
-    // Port 0 on purpose: the kernel picks the server connection's port (see README).
+    // Port 0 on purpose: the kernel picks the server connection's port (see docs/transparent.md).
     let plain = lab.within(&c, || TcpStream::connect("10.71.1.1:8000").unwrap());
     assert_eq!(read_peer(plain).ip().to_string(), "10.71.1.2");
     lab.stop(quill);

@@ -261,7 +261,8 @@ fn bad_size_is_refused_with_the_key() {
 
 #[test]
 fn protocols_other_than_tcp_http_and_udp_are_refused() {
-    // protocol = "udp" is supported since issue 13 (tests/udp/udp.rs), but not with HTTP settings.
+    // protocol = "udp" is supported since docs/design.md#layer-4-beyond-tcp (tests/udp/udp.rs), but
+    // not with HTTP settings.
     expect_refused(
         &format!("{WEB}protocol = \"udp\"\n[listener.http]\nmax_headers = 5\n"),
         "name",

@@ -1,4 +1,4 @@
-//! Pen's `http` / `no http` control commands (issue 11, research/features.md): `http` turns a
+//! Pen's `http` / `no http` control commands (docs/design.md#http-mode): `http` turns a
 //! listener into an HTTP reverse proxy for the connections it accepts from then on (default HTTP
 //! settings, `X-Forwarded-For` added, as `-H` does), `no http` back into a TCP forwarder;
 //! connections already open keep the mode they started in. `no http` is refused on a listener

@@ -1,9 +1,10 @@
-//! HTTP mode errors, timeouts and lifecycle (issue 11 point 7, DESIGN §6.3): dead servers (503,
-//! failover), servers that reset (502 before the head, a cut client after it), a silent server
-//! (504), slowloris (408, without delaying anyone else), idle keep-alive clients and idle server
-//! connections, and draining on SIGTERM or `--takeover` (issue 22 point 9, trial U1): busy clients
-//! answered with `Connection: close`, idle ones (kept alive, or accepted with no request yet) kept
-//! for one more request within `drain_grace`, the silent ones closed spread over it.
+//! HTTP mode errors, timeouts and lifecycle (docs/design.md#errors-quill-answers): dead servers
+//! (503, failover), servers that reset (502 before the head, a cut client after it), a silent
+//! server (504), slowloris (408, without delaying anyone else), idle keep-alive clients and idle
+//! server connections, and draining on SIGTERM or `--takeover` (U1,
+//! docs/design.md#drain-loses-no-request): busy clients answered with `Connection: close`, idle
+//! ones (kept alive, or accepted with no request yet) kept for one more request within
+//! `drain_grace`, the silent ones closed spread over it.
 
 use crate::http_support;
 use crate::support;

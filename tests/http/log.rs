@@ -1,6 +1,7 @@
-//! The access log of an HTTP listener (issue 11 point 9): one line per request, not per
-//! connection; `text` is Apache's combined format followed by Quill's fields, `json` the same
-//! fields as one object (README, "Access log"). X-Request-ID is logged, the client's or Quill's.
+//! The access log of an HTTP listener (docs/design.md#access-log-and-metrics): one line per
+//! request, not per connection; `text` is Apache's combined format followed by Quill's fields,
+//! `json` the same fields as one object (docs/observability.md#access-log). X-Request-ID is logged,
+//! the client's or Quill's.
 
 use crate::http_support;
 use crate::support;

@@ -1,4 +1,4 @@
-//! HTTP observability (issue 11 point 9, DESIGN §6.3 Metrics): `/metrics` counts an HTTP
+//! HTTP observability (docs/design.md#access-log-and-metrics): `/metrics` counts an HTTP
 //! listener's requests by status class and their durations, the server connections opened and
 //! reused and the idle ones, and parse errors by kind; `/api/status` (what the status page
 //! reads) carries the same per HTTP listener, and per route for a listener with routes

@@ -1,6 +1,6 @@
-//! HTTP mode property tests over arbitrary bytes (issue 11 point 8), at the proxy level: one
-//! Quill HTTP listener with short timeouts in front of a recording backend, both started once per
-//! property; each case on a fresh client connection.
+//! HTTP mode property tests over arbitrary bytes (docs/design.md#http-parsing-rules), at the proxy
+//! level: one Quill HTTP listener with short timeouts in front of a recording backend, both started
+//! once per property; each case on a fresh client connection.
 //!
 //! - Request path: arbitrary bytes, valid requests (GET, POST with Content-Length, chunked with
 //!   trailers, pipelined pairs, HTTP/1.0, HEAD, hop-by-hop fields, `Expect`, `Upgrade`) and

@@ -1,4 +1,4 @@
-//! HTTP mode, protocol and headers (issue 11 points 2 and 3, DESIGN §6.3): keep-alive both ways,
+//! HTTP mode, protocol and headers (docs/design.md#http-behaviour): keep-alive both ways,
 //! HTTP/1.0 and 1.1, pipelining, HEAD/1xx/204/304 framing, `Expect: 100-continue`, chunked (with
 //! trailers), close-delimited and large bodies streamed, SSE event by event, hop-by-hop removal,
 //! X-Forwarded-*, Via, Forwarded, X-Request-ID and listener header edits. Each test starts the
@@ -387,9 +387,10 @@ fn http_informational_1xx_is_passed_before_the_final_response() {
 
 #[test]
 fn two_thousand_interim_responses_then_the_final_one_reach_the_client() {
-    // Issue 22 E10: 2,000 `102 Processing` heads at once (56,000 bytes, more than the 16 KiB
-    // server buffer) piled up in it and the client got a reset after 606 of them. Each is passed
-    // on and forgotten; the final response follows, and the connection is reused.
+    // E10 (docs/design.md#framing-passed-on-is-framing-understood): 2,000 `102 Processing` heads at
+    // once (56,000 bytes, more than the 16 KiB server buffer) piled up in it and the client got a
+    // reset after 606 of them. Each is passed on and forgotten; the final response follows, and the
+    // connection is reused.
     const N: usize = 2000;
     let b = Backend::start(|_| {
         let mut all = b"HTTP/1.1 102 Processing\r\n\r\n".repeat(N);

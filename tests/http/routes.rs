@@ -1,4 +1,4 @@
-//! Named pools and routes (issue 11 points 1 and 4, DESIGN §6.1-6.2): `[[pool]]` and
+//! Named pools and routes (docs/design.md#http-mode, docs/design.md#http-routes): `[[pool]]` and
 //! `[[listener.route]]` read from TOML (what `quill check` says of them, every error one line
 //! with FILE:LINE), and requests through the real binary taking their routes: by host (exact and
 //! `*.suffix`), path prefix and regex, method and header; to named pools, redirects, fixed
@@ -750,7 +750,7 @@ fn named_pool_servers_are_health_checked() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Stickiness by an inserted cookie (issue 11 point 5)
+// Stickiness by an inserted cookie (docs/design.md#stickiness)
 // ---------------------------------------------------------------------------------------------
 
 /// The `Set-Cookie` value Quill gave (`NAME=VALUE`), if any.

@@ -1,6 +1,7 @@
-//! HTTP mode safety (issue 11 point 8, DESIGN §6.4): one test per parsing rule, each proving that
-//! the server receives not one byte of the rejected request (a fresh backend records every byte)
-//! and that the client gets the status and a close; the same rules on responses give 502; and the
+//! HTTP mode safety (docs/design.md#http-parsing-rules): one test per parsing rule, each proving
+//! that the server receives not one byte of the rejected request (a fresh backend records every
+//! byte) and that the client gets the status and a close; the same rules on responses give 502; and
+//! the
 //! `http_desync_guardian` corpus (159 cases) sent through an HTTP listener.
 //!
 //! Every bad request is sent in one write, so the proxy has it whole before it forwards anything:
@@ -148,8 +149,9 @@ fn http_unknown_transfer_coding_gets_501() {
 
 #[test]
 fn transfer_encoding_gzip_chunked_is_refused_with_501() {
-    // Issue 22 E14: `gzip, chunked` went to the server as `chunked` with the gzip-coded bytes.
-    // A request is refused (501, nothing forwarded); a response is a 502.
+    // E14 (docs/design.md#framing-passed-on-is-framing-understood): `gzip, chunked` went to the
+    // server as `chunked` with the gzip-coded bytes. A request is refused (501, nothing forwarded);
+    // a response is a 502.
     rejected(
         "",
         &req("Transfer-Encoding: gzip, chunked\r\n", "0\r\n\r\n"),
@@ -171,9 +173,10 @@ fn transfer_encoding_gzip_chunked_is_refused_with_501() {
 
 #[test]
 fn zero_padded_chunk_sizes_are_refused() {
-    // Issue 22 E14: a 66-digit zero-padded chunk size reached the server as it came. At most 20
-    // digits (16 significant and four zeros of padding); a request with more is a 400 with
-    // nothing forwarded, a response a 502; the same for a chunk extension over 1 KiB.
+    // E14 (docs/design.md#framing-passed-on-is-framing-understood): a 66-digit zero-padded chunk
+    // size reached the server as it came. At most 20 digits (16 significant and four zeros of
+    // padding); a request with more is a 400 with nothing forwarded, a response a 502; the same for
+    // a chunk extension over 1 KiB.
     let padded = format!("{}5\r\nhello\r\n0\r\n\r\n", "0".repeat(65));
     rejected("", &req("Transfer-Encoding: chunked\r\n", &padded), 400);
     let long_ext = format!("5;{}\r\nhello\r\n0\r\n\r\n", "e".repeat(2000));
@@ -713,7 +716,8 @@ fn normalised(c: &Case, got: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// Compliant cases DESIGN §6.4's own rules refuse, each with the rule.
+/// Compliant cases the parsing rules (docs/design.md#http-parsing-rules) refuse, each with the
+/// rule.
 fn compliant_exception(c: &Case, status: u16) -> Option<&'static str> {
     let te_values: Vec<String> = c
         .headers
@@ -722,13 +726,14 @@ fn compliant_exception(c: &Case, status: u16) -> Option<&'static str> {
         .map(|(_, v, _)| String::from_utf8_lossy(v).to_ascii_lowercase())
         .collect();
     if status == 501 && te_values.iter().any(|v| v.contains("identity")) {
-        // DESIGN §6.4: the obsolete `identity` coding is not one Quill knows.
+        // docs/design.md#http-parsing-rules: the obsolete `identity` coding is not one Quill knows.
         return Some("501 for the obsolete identity coding");
     }
     let codings = te_values.iter().flat_map(|v| v.split(',')).map(str::trim);
     if status == 501 && codings.filter(|c| !c.is_empty() && *c != "chunked").count() > 0 {
-        // Issue 22 E14: Quill decodes no coding but chunked, so it passes none on
-        // (`gzip, chunked` went to servers as `chunked` with gzip-coded bytes).
+        // E14 (docs/design.md#framing-passed-on-is-framing-understood): Quill decodes no coding but
+        // chunked, so it passes none on (`gzip, chunked` went to servers as `chunked` with
+        // gzip-coded bytes).
         return Some("501 for a coding besides chunked");
     }
     if status == 400 && te_values.iter().any(|v| v.contains("chunked;")) {
@@ -742,8 +747,8 @@ fn compliant_exception(c: &Case, status: u16) -> Option<&'static str> {
             .iter()
             .all(|&b| b.is_ascii_graphic() && !b"\"<>\\^`{|}".contains(&b));
     if status == 400 && !uri_ok {
-        // DESIGN §6.4: a target that is not origin-form (empty, raw non-ASCII, or bytes RFC 3986
-        // does not allow: " < > \\ ^ ` { | }) is refused.
+        // docs/design.md#http-parsing-rules: a target that is not origin-form (empty, raw
+        // non-ASCII, or bytes RFC 3986 does not allow: " < > \\ ^ ` { | }) is refused.
         return Some("400 for a target outside RFC 3986");
     }
     None

@@ -1,9 +1,9 @@
-//! Idle server connections shared between workers (issue 11, DESIGN §6.3): each worker keeps its
-//! own pool of idle kept-alive server connections, and a worker with none to the server it needs
-//! takes one from another worker's pool before it opens a new one. So clients that do not keep
-//! their connections alive, spread over two workers, make Quill open about as many server
-//! connections as requests are in flight at once, not the sum of each worker's peak. Each test
-//! starts the real binary (`--workers 2 -H --admin`) in front of the scripted backend of
+//! Idle server connections shared between workers (docs/design.md#keep-alive-and-the-idle-pool):
+//! each worker keeps its own pool of idle kept-alive server connections, and a worker with none to
+//! the server it needs takes one from another worker's pool before it opens a new one. So clients
+//! that do not keep their connections alive, spread over two workers, make Quill open about as many
+//! server connections as requests are in flight at once, not the sum of each worker's peak. Each
+//! test starts the real binary (`--workers 2 -H --admin`) in front of the scripted backend of
 //! tests/support/http.rs, which counts the connections it accepts and keeps them alive.
 
 use crate::admin_support;

@@ -1,10 +1,10 @@
-//! Whole HTTP sessions through the real binary (issue 22 point 1): pipelining cannot crash
-//! anything. The attack itself (80 pipelined 207-byte GETs in one write, whose 80th head
-//! straddles the end of the 16 KiB input buffer: probe E1 aborted the process), plain and TLS;
-//! then a property over generated sessions (`tests/support/session.rs`: GET, HEAD, bodies with
-//! Content-Length, chunked, `Expect: 100-continue`, interim responses, upgrades, refused
-//! requests, pipelined and cut at random points, answered with random framings in random pieces)
-//! checking that every response arrives, in order, is its request's, and that Quill never
+//! Whole HTTP sessions through the real binary (docs/design.md#positions-move-with-the-buffer):
+//! pipelining cannot crash anything. The attack itself (80 pipelined 207-byte GETs in one write,
+//! whose 80th head straddles the end of the 16 KiB input buffer: probe E1 aborted the process),
+//! plain and TLS; then a property over generated sessions (`tests/support/session.rs`: GET, HEAD,
+//! bodies with Content-Length, chunked, `Expect: 100-continue`, interim responses, upgrades,
+//! refused requests, pipelined and cut at random points, answered with random framings in random
+//! pieces) checking that every response arrives, in order, is its request's, and that Quill never
 //! panics and stays alive.
 //!
 //! `PROPTEST_CASES=N` runs N cases per property instead of the default (for long runs, with

@@ -1,4 +1,4 @@
-//! WebSocket and other upgrades through an HTTP listener (issue 11 point 6, DESIGN §6.3): after a
+//! WebSocket and other upgrades through an HTTP listener (docs/design.md#upgrades): after a
 //! `101 Switching Protocols` the connection is a tunnel on the TCP data path, with its own
 //! `tunnel_timeout`. The WebSocket client and server are `tungstenite`'s (RFC 6455 handshake,
 //! masked frames, the close handshake), not ours.

@@ -552,7 +552,8 @@ fn status_still_shows_pools_while_draining() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// HTTP under wrk across takeovers, reloads and a SIGTERM restart (issue 22 point 9, trial U1)
+// HTTP under wrk across takeovers, reloads and a SIGTERM restart (U1,
+// docs/design.md#drain-loses-no-request)
 // ---------------------------------------------------------------------------------------------
 
 /// The supervisor of a socket-activated restart, as systemd: binds and listens on the port once,

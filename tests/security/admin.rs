@@ -1,4 +1,4 @@
-//! The admin listener under attack (issue 9; D7, D15, D17 of the probe report): idle and slow
+//! The admin listener under attack (D7, D15, D17 in docs/design.md#probe-findings): idle and slow
 //! connections held against it cannot starve a scrape; a DNS-rebinding page (a foreign `Host`)
 //! reads nothing; the optional token (`admin_token_file`) is required when set, as a Bearer token
 //! or the Basic password; a listener bound beyond loopback is warned about; and a process out of

@@ -1,5 +1,5 @@
-//! The control socket under attack (issue 9; probe report D1, D2, D7, D14, D17): what a TCP
-//! client may do at each `control_level`, that nothing over TCP reaches files, paths or local
+//! The control socket under attack (D1, D2, D7, D14, D17 in docs/design.md#probe-findings): what a
+//! TCP client may do at each `control_level`, that nothing over TCP reaches files, paths or local
 //! sockets, the Unix socket's peer uid check, the bearer token, and that idle, dripping or
 //! oversized clients and a full descriptor table never leave a legitimate client unanswered.
 

@@ -1,6 +1,6 @@
-//! Attacks on the data path (issue 9): truncation masked as a clean end (D5), one client address
-//! holding every session (`max_per_source`), and running out of descriptors starving the control
-//! socket and the admin listener (D17).
+//! Attacks on the data path (docs/design.md#probe-findings): truncation masked as a clean end (D5),
+//! one client address holding every session (`max_per_source`), and running out of descriptors
+//! starving the control socket and the admin listener (D17).
 
 use crate::support;
 

@@ -1,6 +1,7 @@
-//! Hostile and careless input (issue 9: D3, D4, D6, D10, D11, D13, D16): every number has a bound
-//! checked where it is parsed, server addresses that cannot be a server are refused, ACL entries in
-//! IPv4-mapped form match IPv4 clients, `control_acl` cannot name an empty list, TOML
+//! Hostile and careless input (D3, D4, D6, D10, D11, D13, D16 in docs/design.md#probe-findings):
+//! every number has a bound checked where it is parsed, server addresses that cannot be a server
+//! are refused, ACL entries in IPv4-mapped form match IPv4 clients, `control_acl` cannot name an
+//! empty list, TOML
 //! `command_file` works like `-F`, a server cannot be Quill's own listener, 40,000 servers check
 //! quickly, and the text access log keeps one session on one line. Each test is named after the
 //! attack it repeats; each failed on the code before the fix.

@@ -185,15 +185,15 @@ fn idle_sessions_hold_no_buffers() {
     drop(clients);
 }
 
-/// Issue 11's memory target, smaller: idle keep-alive HTTP clients, each after one complete
-/// request, cost at most 1 KiB of quill's memory each. The requests come in waves of `WAVE`, and
-/// the backend answers none of a wave before all of it has arrived (or 5 s have passed), so every
-/// request of a wave is in flight in quill at once, each holding pooled copy buffers: far more
-/// than the pools keep. The C heap would keep that peak once those are freed (about 1 KiB more
-/// per client here) if the workers did not give its free pages back to the OS after the burst.
-/// Measured: 0.75 to 0.95 KiB per client in a debug build (its slab slot, 336 bytes; its session,
-/// 224; the pools' 16 buffers per worker and the heap's fragments, spread over the clients), 0.6
-/// in a release build.
+/// The memory budget of docs/design.md#idle-connections-cost-almost-nothing, smaller: idle
+/// keep-alive HTTP clients, each after one complete request, cost at most 1 KiB of quill's memory
+/// each. The requests come in waves of `WAVE`, and the backend answers none of a wave before all of
+/// it has arrived (or 5 s have passed), so every request of a wave is in flight in quill at once,
+/// each holding pooled copy buffers: far more than the pools keep. The C heap would keep that peak
+/// once those are freed (about 1 KiB more per client here) if the workers did not give its free
+/// pages back to the OS after the burst. Measured: 0.75 to 0.95 KiB per client in a debug build
+/// (its slab slot, 336 bytes; its session, 224; the pools' 16 buffers per worker and the heap's
+/// fragments, spread over the clients), 0.6 in a release build.
 #[test]
 fn http_idle_keep_alive_clients_cost_at_most_1_kib_each() {
     const N: usize = 6000;

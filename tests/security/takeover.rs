@@ -1,10 +1,10 @@
 //! `--takeover` against a changed configuration and against a hostile or silent "old process"
-//! (issue 9: D9, D14). Handed-over sockets are adopted only when they listen where the new
-//! configuration says; a listener, admin listener or control socket that moved is bound anew
-//! (the old address is released when the old process exits), and a socket at any other address,
-//! or one that is not a listening stream socket, is closed. The fake old processes here speak the
-//! handshake themselves: read `takeover\n`, answer the names as a JSON line with the sockets
-//! attached (SCM_RIGHTS), then read `done\n`.
+//! (D9, D14 in docs/design.md#probe-findings). Handed-over sockets are adopted only when they
+//! listen where the new configuration says; a listener, admin listener or control socket that moved
+//! is bound anew (the old address is released when the old process exits), and a socket at any
+//! other address, or one that is not a listening stream socket, is closed. The fake old processes
+//! here speak the handshake themselves: read `takeover\n`, answer the names as a JSON line with the
+//! sockets attached (SCM_RIGHTS), then read `done\n`.
 
 use crate::support;
 

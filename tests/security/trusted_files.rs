@@ -1,10 +1,11 @@
 //! Files Quill reads as configuration (`include`, `-F`, `--config`) or writes to (`log FILE`), and
-//! the files at the paths where it binds Unix sockets, under attack (issue 9: D8, D12, D14 and the
-//! Unix-bind part of point 1). A configuration file is a regular file of at most 4 MiB, opened
-//! without waiting and read before the controller's lock is taken; an `include` error never quotes
-//! the file; an access log that cannot be opened is refused before anything changes; a Unix bind
-//! only ever replaces a stale socket, and the clean-up at exit only ever removes a socket. Also: a
-//! SIGHUP while draining changes nothing (it used to bind the listeners again).
+//! the files at the paths where it binds Unix sockets, under attack (D8, D12, D14 and the
+//! Unix-bind part of D1 and D2, in docs/design.md#probe-findings). A configuration file is a
+//! regular file of at most 4 MiB, opened without waiting and read before the controller's lock is
+//! taken; an `include` error never quotes the file; an access log that cannot be opened is refused
+//! before anything changes; a Unix bind only ever replaces a stale socket, and the clean-up at exit
+//! only ever removes a socket. Also: a SIGHUP while draining changes nothing (it used to bind the
+//! listeners again).
 
 use crate::ctl;
 use crate::support;

@@ -1,7 +1,8 @@
-//! Whole HTTP sessions, generated, played and checked (issue 22 point 1): a sequence of requests
-//! (GET, HEAD, bodies with Content-Length, chunked, `Expect: 100-continue`, an upgrade, a request
-//! that must be refused) pipelined on one client connection and written in pieces cut at random
-//! points, against a scripted server that answers each request as the case says (a
+//! Whole HTTP sessions, generated, played and checked
+//! (docs/design.md#positions-move-with-the-buffer): a sequence of requests (GET, HEAD, bodies with
+//! Content-Length, chunked, `Expect: 100-continue`, an upgrade, a request that must be refused)
+//! pipelined on one client connection and written in pieces cut at random points, against a
+//! scripted server that answers each request as the case says (a
 //! `Content-Length`, chunked, close-delimited or empty body, interim 1xx heads first, written in
 //! pieces too). Each request names its exchange id in its target (`/s/ID`); the server answers
 //! with `X-Id: ID` and a body made from the id, so the client can tell every response is its

@@ -1,4 +1,4 @@
-//! TLS seen from outside (issue 12, point 9): a second, independent TLS stack (GnuTLS's
+//! TLS seen from outside (docs/design.md#tls): a second, independent TLS stack (GnuTLS's
 //! `gnutls-cli`) talks HTTP through a TLS listener, and `testssl.sh` (Debian's `testssl`) audits
 //! a listener with the default settings: no HIGH or CRITICAL finding. The certificate is a proper
 //! one (a CA testssl is told to trust, the address and name in subjectAltName, a year of

@@ -1,5 +1,5 @@
-//! Configuring TLS (issue 12): `tls = { ... }` in TOML and what `quill check` says of it, the
-//! errors for a missing file or an unknown cipher (one line, FILE:LINE, the key and the file),
+//! Configuring TLS (docs/design.md#tls): `tls = { ... }` in TOML and what `quill check` says of it,
+//! the errors for a missing file or an unknown cipher (one line, FILE:LINE, the key and the file),
 //! Pen's `-E`/`-K`/`-G`/`-A`/`-R`/`-L`/`-Z` on the command line, Pen's `ssl_*` commands over the
 //! control socket and `write` saving them, and the versions and suites actually offered, seen by
 //! `openssl s_client`. Certificates are made by the test (rcgen) into a temporary directory.

@@ -1,4 +1,4 @@
-//! TLS on HTTP listeners (issue 12, points 5 and 7): a verified client certificate's subject goes
+//! TLS on HTTP listeners (docs/design.md#tls): a verified client certificate's subject goes
 //! to servers as `X-Client-Cert-Subject` and into the access log, a client-sent field of that
 //! name never reaches a server, and a request whose Host names another certificate's site than
 //! the handshake's server name is answered 421. And the 1 KiB keep-alive target's path: a kept-alive

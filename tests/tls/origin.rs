@@ -1,4 +1,4 @@
-//! TLS to servers (issue 12, point 6): `server_tls = { verify, ca, sni, cert, key }` on a pool.
+//! TLS to servers (docs/design.md#tls): `server_tls = { verify, ca, sni, cert, key }` on a pool.
 //! The servers here are real TLS servers (rustls, in test threads) with certificates made by the
 //! test; they record what each handshake said (server name, client certificate) and serve an
 //! echo (TCP) or a small HTTP answer.

@@ -1,4 +1,5 @@
-//! SNI routing without termination (issue 12, point 7): a TCP listener whose
+//! SNI routing without termination (docs/design.md#sni-routing-without-termination): a TCP listener
+//! whose
 //! `[[listener.route]]` tables name TLS server names (`sni = [...]`, `pool = "NAME"`) reads the
 //! client's ClientHello without consuming or decrypting it, picks the pool by the name, and
 //! forwards the TLS bytes untouched. The servers here are real TLS servers (rustls, each with

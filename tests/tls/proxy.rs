@@ -1,5 +1,5 @@
-//! TLS termination on the data path (issue 12, points 1, 8 and 9): a TCP listener forwards the
-//! clear bytes (half-close included: close_notify both ways), an HTTP listener adds
+//! TLS termination on the data path (docs/design.md#tls-on-the-same-workers): a TCP listener
+//! forwards the clear bytes (half-close included: close_notify both ways), an HTTP listener adds
 //! `X-Forwarded-Proto: https`, bulk transfers never splice raw records, slow or silent clients
 //! are timed out, handshakes in progress are bounded per worker, garbage never harms the process,
 //! and the handshake metrics count what happened. Certificates are made by the test (rcgen).
@@ -686,13 +686,13 @@ fn tls_bad_record_after_the_handshake_is_refused_with_an_alert() {
 
 #[test]
 fn rejected_early_data_from_a_foreign_ticket_does_not_fail_the_handshake() {
-    // E12 (issue 22 point 7): a client resuming with a ticket another server gave it (one that
-    // allows 0-RTT) sends early data Quill cannot decrypt. rustls drops such records after
-    // refusing the PSK ("trial decryption", at most 16 KiB); a dropped record that was the last
-    // one rustls was shown is not counted as consumed, and Quill showed it again on every pass
-    // over the same bytes, so its length counted three times or more before the client's
-    // Finished: bad_record_mac and a reset while the client was still handshaking. Shown again
-    // only with a new record after it, it counts twice, as with rustls' own server.
+    // E12 (docs/design.md#the-record-layer-behaves-as-rustls-does): a client resuming with a ticket
+    // another server gave it (one that allows 0-RTT) sends early data Quill cannot decrypt. rustls
+    // drops such records after refusing the PSK ("trial decryption", at most 16 KiB); a dropped
+    // record that was the last one rustls was shown is not counted as consumed, and Quill showed it
+    // again on every pass over the same bytes, so its length counted three times or more before the
+    // client's Finished: bad_record_mac and a reset while the client was still handshaking. Shown
+    // again only with a new record after it, it counts twice, as with rustls' own server.
     let echo = echo();
     let s = start(&[echo.addr()], false, "");
     let (q, p) = (&s.q, &s.pki);

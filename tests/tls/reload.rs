@@ -1,4 +1,5 @@
-//! Certificates reloaded without loss (issue 12, item 3): SIGHUP, `quill ctl reload` and
+//! Certificates reloaded without loss (docs/design.md#tls-on-the-same-workers): SIGHUP, `quill ctl
+//! reload` and
 //! `quill ctl tls reload [NAME]` re-read a TLS listener's files; new handshakes get the new
 //! certificate, connections opened before keep working, a bad file keeps the old certificate and
 //! the answer names the file, and no handshake fails while reloads happen.

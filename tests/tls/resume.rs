@@ -1,9 +1,11 @@
-//! TLS session resumption by stateless tickets (issue 12, item 4): the ticket keys are the same in
-//! every worker, in every process reading the same `ticket_keys` file (HAProxy's format), and in
-//! the process that took over from the one that issued the ticket; a rotated key file keeps the
+//! TLS session resumption by stateless tickets
+//! (docs/design.md#resumption-across-workers-and-processes): the ticket keys are the same in every
+//! worker, in every process reading the same `ticket_keys` file (HAProxy's format), and in the
+//! process that took over from the one that issued the ticket; a rotated key file keeps the
 //! previous key's sessions; no resumption where client certificates are asked for; a bad key file
-//! is refused with its file and line. A takeover keeps an established TLS session (the old
-//! process drains it) and fails no handshake made while it happens. `openssl s_client -sess_out` saves a session and
+//! is refused with its file and line. A takeover keeps an established TLS session (the old process
+//! drains it) and fails no handshake made while it happens. `openssl s_client -sess_out` saves a
+//! session and
 //! `-sess_in` offers it again; s_client says `Reused` or `New`.
 
 use crate::support;

@@ -1,5 +1,5 @@
-//! UDP balancing (issue 13, point 1): `-U` and `protocol = "udp"`, per-client flows relayed to
-//! real UDP echo servers the tests start on loopback, through the real `quill` binary.
+//! UDP balancing (docs/design.md#udp-flows): `-U` and `protocol = "udp"`, per-client flows relayed
+//! to real UDP echo servers the tests start on loopback, through the real `quill` binary.
 
 use crate::ctl;
 use crate::support;
@@ -528,8 +528,9 @@ fn udp_access_log_has_one_line_per_flow() {
     );
 }
 
-/// Issue 22 point 11 (L1): a UDP listener with its own `log` writes its flows there, another
-/// UDP listener on the process-wide file writes there: each file holds its listener's flows only.
+/// L1 (docs/design.md#what-an-operator-sees-is-whole): a UDP listener with its own `log` writes its
+/// flows there, another UDP listener on the process-wide file writes there: each file holds its
+/// listener's flows only.
 #[test]
 fn udp_listeners_each_log_to_their_own_file() {
     let a = UdpServer::start("a");
@@ -1314,7 +1315,7 @@ fn udp_replies_from_many_flows_in_one_turn_all_reach_their_clients() {
     assert_eq!(value("quill_udp_flows_active"), PER as u64);
 }
 
-// Issue 22, point 8 (probe turn 3, E4, E5, E6, E15): UDP cannot loop or starve. Forging a
+// E4, E5, E6, E15 (docs/design.md#udp-cannot-loop-or-starve): UDP cannot loop or starve. Forging a
 // source address or an ICMP error takes a raw socket (IP_HDRINCL): these tests run as root (as
 // CI does) and send only to 127.0.0.1.
 

@@ -8,9 +8,9 @@ use std::time::Duration;
 use crate::acl::{AclId, Net};
 use crate::config::settings::define_http_settings;
 
-/// One `[[listener.route]]` (DESIGN §6.2): what a request must match (every matcher given), what
-/// happens to it, and the edits made on the way. Patterns are kept as text here (the model is
-/// compared and written back); `route::Routes` compiles them.
+/// One `[[listener.route]]` (docs/design.md#http-routes): what a request must match (every matcher
+/// given), what happens to it, and the edits made on the way. Patterns are kept as text here (the
+/// model is compared and written back); `route::Routes` compiles them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RouteConfig {
     /// `route-N` (N from 1, the route's place in the listener) unless named.
@@ -134,7 +134,7 @@ impl fmt::Display for RateLimit {
     }
 }
 
-/// How `X-Forwarded-For` is written (DESIGN §6.3).
+/// How `X-Forwarded-For` is written (docs/design.md#forwarding-fields).
 pub(crate) use quill_core::http1::rewrite::ForwardedFor;
 /// A request or response header edit (`set`, `add`, `remove`).
 pub(crate) use quill_core::http1::rewrite::HeaderEdit;
@@ -161,9 +161,10 @@ pub(crate) struct ErrorPage {
 
 crate::config::settings::http_table! {
     define_http_settings
-    /// An HTTP listener's settings (`[http]` defaults, `[listener.http]`; DESIGN §6.3). Timeouts
-    /// replace `idle_timeout` and `fin_timeout` on an HTTP listener (they keep their meaning for
-    /// tunnels after an Upgrade). The scalar settings come from `settings::http_table`.
+    /// An HTTP listener's settings (`[http]` defaults, `[listener.http]`;
+    /// docs/design.md#http-settings-and-timeouts). Timeouts replace `idle_timeout` and
+    /// `fin_timeout` on an HTTP listener (they keep their meaning for tunnels after an Upgrade).
+    /// The scalar settings come from `settings::http_table`.
     {
         /// Edits applied to every request and response of the listener.
         request_headers: Vec<HeaderEdit> = Vec::new(),

@@ -105,8 +105,9 @@ impl DsrSettings {
     }
 }
 
-/// `dsr_wait`'s default: measured in `bench/dsr.sh` (README, DSR), 2 ms kept Quill's CPU per
-/// GiB at about a tenth of TCP mode's; 1 ms cost half as much again, 4 ms slowed downloads.
+/// `dsr_wait`'s default: measured in `bench/dsr.sh` (docs/benchmarks.md#direct-server-return), 2 ms
+/// kept Quill's CPU per GiB at about a tenth of TCP mode's; 1 ms cost half as much again, 4 ms
+/// slowed downloads.
 pub(crate) const DEFAULT_DSR_WAIT: Duration = Duration::from_millis(2);
 
 impl ListenerKind {

@@ -1,4 +1,4 @@
-//! `geoip = "FILE"` (issue 13, point 5): the MaxMind DB that `acl N permit|deny country CC`
+//! `geoip = "FILE"` (docs/design.md#geoip): the MaxMind DB that `acl N permit|deny country CC`
 //! entries are checked against, read (and checked: `crate::geoip`) with the configuration, so
 //! a reload reads it again and a bad file fails the reload, naming the file, while the running
 //! configuration keeps the database it has. A relative path is taken from the file's directory.

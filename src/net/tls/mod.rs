@@ -28,7 +28,8 @@
 //! not fit waits in a pooled plaintext buffer); plaintext (several slices gathered) is sealed by
 //! rustls' encrypter into a record of its own and copied into the pooled outgoing buffer, written
 //! from there. A TLS stream never splices: the kernel
-//! holds records, not the session's bytes (kTLS would change that: see ARCHITECTURE.md).
+//! holds records, not the session's bytes (kTLS would change that: see
+//! docs/internals/tls.md#where-ktls-would-plug-in).
 //!
 //! The files: this one holds [`TlsStream`], what a session sees, and dispatches to a side;
 //! `server.rs` the server side (the handshake on the unbuffered API, then the traffic pass over

@@ -97,7 +97,7 @@ pub(super) enum Reply {
     Replied,
 }
 
-/// Whether the request may be sent again on a new connection (DESIGN §6.3).
+/// Whether the request may be sent again on a new connection (docs/design.md#http-behaviour).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Replay {
     /// Not idempotent, or its body was not all read with the head.
@@ -225,8 +225,9 @@ pub(super) struct Peer<'a> {
 
 thread_local! {
     /// The boxes of this worker's finished exchanges (buffers and server connection already let
-    /// go), for its next requests: the steady state allocates nothing per request (DESIGN §6.5).
-    /// What a spare box still holds (its pool snapshot) is dropped when it is used again.
+    /// go), for its next requests: the steady state allocates nothing per request
+    /// (docs/design.md#http-performance-shape). What a spare box still holds (its pool snapshot) is
+    /// dropped when it is used again.
     #[expect(clippy::vec_box, reason = "the boxes are what is kept: one moves into a session's `ex`")]
     static SPARE: RefCell<Vec<Box<Exchange>>> = const { RefCell::new(Vec::new()) };
 }
@@ -621,7 +622,8 @@ impl Exchange {
                 Ok(Filled::Full) => return DownOutcome::Fault(502),
                 Ok(Filled::Eof) | Err(_) => {
                     // Closed (or reset) before a whole head: a kept-alive connection the server
-                    // gave up just as the request went out is retried once (DESIGN §6.3).
+                    // gave up just as the request went out is retried once
+                    // (docs/design.md#retries).
                     if self.reply == Reply::Awaited
                         && self.connector.is_reused()
                         && self.replay == Replay::Once
@@ -739,8 +741,8 @@ impl Exchange {
     }
 
     /// A reused connection failed before any byte of the response: the request goes again,
-    /// once, on a new connection (DESIGN §6.3), from its head, still in the client's `input`.
-    /// The caller connects the new connector.
+    /// once, on a new connection (docs/design.md#retries), from its head, still in the client's
+    /// `input`. The caller connects the new connector.
     pub(super) fn restart(&mut self, listener: &Arc<Listener>, input: &mut Input, cx: &mut Ctx) {
         tracing::debug!(
             "a reused server connection failed; sending the request again on a new one"

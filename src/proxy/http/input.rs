@@ -15,7 +15,7 @@ use crate::proxy::copy::{Buf, Pools, BUF_SIZE};
 /// Every position into the buffer lives here, and [`Input::fill`] is the one place that moves
 /// bytes (its compaction): it moves every position with them. A position kept anywhere else
 /// would point at other bytes after a compaction (the crash of a head straddling the buffer's
-/// end, issue 22 E1), so none is.
+/// end, E1 in docs/design.md#positions-move-with-the-buffer), so none is.
 #[derive(Debug, Default)]
 pub(super) struct Input {
     pub(super) buf: Option<Buf>,

@@ -1,7 +1,7 @@
-//! An HTTP/1.x session (DESIGN §6): a client connection carrying requests one after the other
-//! (kept alive, pipelined requests answered in order), each one an [`Exchange`] with a server
-//! connection that a [`Connector`](connect::Connector) picks per request (Pen's selection, failover, blacklisting and
-//! emergency server) and takes from the worker's idle pool when it can.
+//! An HTTP/1.x session (docs/design.md#http-mode): a client connection carrying requests one after
+//! the other (kept alive, pipelined requests answered in order), each one an [`Exchange`] with a
+//! server connection that a [`Connector`](connect::Connector) picks per request (Pen's selection,
+//! failover, blacklisting and emergency server) and takes from the worker's idle pool when it can.
 //!
 //! The data path is the TCP session's: heads are parsed in place in a pooled read buffer by the
 //! strict parser of `quill_core::http1`, rewritten into a second pooled buffer, and written
@@ -716,7 +716,7 @@ impl HttpSession {
     }
 
     /// A reused connection failed before any byte of the response: the request goes again,
-    /// once, on a new connection (DESIGN §6.3).
+    /// once, on a new connection (docs/design.md#retries).
     fn retry(&mut self, cx: &mut Ctx) -> Result<(), Step> {
         let Some(ex) = self.ex.as_mut() else {
             return Ok(());
@@ -893,7 +893,8 @@ mod tests {
     use super::*;
 
     /// An idle kept-alive client costs its socket, the `Session` slot and this box: well under the
-    /// 1 KiB per idle client of issue 11 (no buffer, no exchange, no server connection).
+    /// 1 KiB per idle client of docs/design.md#idle-connections-cost-almost-nothing (no buffer, no
+    /// exchange, no server connection).
     #[test]
     fn idle_http_session_is_small() {
         let size = std::mem::size_of::<HttpSession>();

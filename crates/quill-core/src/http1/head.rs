@@ -1,5 +1,5 @@
 //! Request and response heads: one left-to-right pass over the bytes received so far, with the
-//! strict rules of DESIGN §6.4.
+//! strict rules of docs/design.md#http-parsing-rules.
 //!
 //! A syntax error is reported at the byte that shows it, looking ahead only as far as the rule
 //! needs (a CR's LF, the colon after a space), and "incomplete" is returned whenever the bytes

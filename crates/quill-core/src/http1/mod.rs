@@ -4,10 +4,11 @@
 //!
 //! No sockets, no clock, no allocation: functions take the bytes received so far and return
 //! offsets into them ([`Span`]), so the caller keeps its buffer and forwards bytes as they are.
-//! The parsers follow RFC 9112 with the strict rules of DESIGN §6.4: every way a message could be
-//! read two ways (bare CR or LF, obs-fold, a space before a colon, conflicting framing headers,
-//! an unknown transfer coding ...) is an [`Error`] of its own kind, so the proxy can answer 400,
-//! 431, 501 or 502, count parse errors by kind, and never forward a message it then rejects.
+//! The parsers follow RFC 9112 with the strict rules of docs/design.md#http-parsing-rules: every
+//! way a message could be read two ways (bare CR or LF, obs-fold, a space before a colon,
+//! conflicting framing headers, an unknown transfer coding ...) is an [`Error`] of its own kind, so
+//! the proxy can answer 400, 431, 501 or 502, count parse errors by kind, and never forward a
+//! message it then rejects.
 //!
 //! - [`head`]: [`parse_request`] and [`parse_response`] read a whole head in one left-to-right
 //!   pass (an error is reported as soon as the bytes show it, so a head parsed again as bytes
@@ -92,7 +93,7 @@ impl Default for Limits {
     }
 }
 
-/// Why a message is refused. Each rule of DESIGN §6.4 has its own kind.
+/// Why a message is refused. Each rule of docs/design.md#http-parsing-rules has its own kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Error {
     /// The head is longer than [`Limits::max_head`] (431).

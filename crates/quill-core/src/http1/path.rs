@@ -1,5 +1,6 @@
 //! Request paths in normal form, for matching routes the way a server that resolves the path
-//! would read it (issue 22, E13): `//admin`, `/%61dmin`, `/./admin` and `/x/../admin` are all
+//! would read it (E13, docs/design.md#routes-match-normal-paths): `//admin`, `/%61dmin`, `/./admin`
+//! and `/x/../admin` are all
 //! `/admin`.
 //!
 //! The normal form, as nginx matches `location`: percent-encoded unreserved bytes (RFC 3986

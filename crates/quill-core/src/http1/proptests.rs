@@ -328,7 +328,8 @@ proptest! {
     }
 
     /// A chunk size is read as its value when it has at most `MAX_CHUNK_SIZE_DIGITS` digits
-    /// (zeros of padding included) and refused when it has more, in any split (issue 22 E14).
+    /// (zeros of padding included) and refused when it has more, in any split (E14,
+    /// docs/design.md#framing-passed-on-is-framing-understood).
     #[test]
     fn chunk_sizes_are_read_by_value_within_the_digit_bound(
         value in 1u64..100_000,

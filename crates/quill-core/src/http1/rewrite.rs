@@ -1,6 +1,7 @@
 //! Rewriting heads on their way through the proxy: the request head a server receives and the
 //! response head a client receives, written into an output buffer from the parsed head and the
-//! bytes it was parsed from (DESIGN §6.3, §6.5).
+//! bytes it was parsed from (docs/design.md#hop-by-hop-fields-and-framing,
+//! docs/design.md#http-performance-shape).
 //!
 //! Pure: no sockets, no clock, no allocation. The input head is never changed; fields are copied
 //! or skipped line by line, then the proxy's own fields are appended (but the `Host` of an

@@ -1,5 +1,5 @@
-//! One test per rule of DESIGN §6.4 (named after it), plus response framing (RFC 9112 §6.3), the
-//! chunked decoder, the status peek of health checks and the canned replies.
+//! One test per rule of docs/design.md#http-parsing-rules (named after it), plus response framing
+//! (RFC 9112 §6.3), the chunked decoder, the status peek of health checks and the canned replies.
 
 use super::*;
 
@@ -251,8 +251,9 @@ fn transfer_encoding_whose_last_coding_is_not_chunked_is_rejected() {
 
 #[test]
 fn unknown_transfer_coding_is_rejected_with_501() {
-    // A registered coding under chunked is refused too (issue 22 E14): Quill decodes none, so
-    // it cannot pass one on as understood.
+    // A registered coding under chunked is refused too (E14,
+    // docs/design.md#framing-passed-on-is-framing-understood): Quill decodes none, so it cannot
+    // pass one on as understood.
     for value in [
         "identity",
         "br, chunked",
@@ -686,8 +687,8 @@ fn bad_chunk_size_is_rejected() {
 
 #[test]
 fn zero_padded_chunk_sizes_are_bounded() {
-    // Issue 22 E14: a 66-digit zero-padded size went to servers as it came. At most
-    // MAX_CHUNK_SIZE_DIGITS digits, zeros included.
+    // E14 (docs/design.md#framing-passed-on-is-framing-understood): a 66-digit zero-padded size
+    // went to servers as it came. At most MAX_CHUNK_SIZE_DIGITS digits, zeros included.
     let max = body::MAX_CHUNK_SIZE_DIGITS as usize;
     let padded = |digits: usize| {
         let mut v = "0".repeat(digits - 1).into_bytes();

@@ -1,6 +1,6 @@
-//! The PROXY protocol header (issue 13, point 2), versions 1 (text) and 2 (binary): read from the
-//! bytes a trusted upstream load balancer sends first, and written before the first bytes Quill
-//! sends to a server, so that the client's address travels with the connection.
+//! The PROXY protocol header (docs/design.md#proxy-protocol), versions 1 (text) and 2 (binary):
+//! read from the bytes a trusted upstream load balancer sends first, and written before the first
+//! bytes Quill sends to a server, so that the client's address travels with the connection.
 //!
 //! Pure: no sockets, no clock, no allocation. [`parse`] takes what has arrived so far and answers
 //! [`Parse::Incomplete`] until the whole header is there, [`Parse::Invalid`] with the reason as

@@ -1,7 +1,7 @@
-//! A TLS ClientHello read without decrypting anything (issue 12, point 7: SNI routing without
-//! termination): the server name, the ALPN protocols and the versions a client offers, from the
-//! bytes a client sends first, so that a TCP listener can pick a pool by name and forward the TLS
-//! bytes untouched.
+//! A TLS ClientHello read without decrypting anything
+//! (docs/design.md#sni-routing-without-termination: SNI routing without termination): the server
+//! name, the ALPN protocols and the versions a client offers, from the bytes a client sends first,
+//! so that a TCP listener can pick a pool by name and forward the TLS bytes untouched.
 //!
 //! Pure: no sockets, no clock, no allocation. [`parse`] takes what has arrived so far and answers
 //! `Ok(None)` until the whole ClientHello is there. The message may span several handshake
