@@ -91,7 +91,18 @@ fn demo_http_listener_routes_api_and_keeps_connections_alive() {
         .and_then(|rest| rest.strip_suffix("/:"))
         .unwrap_or_else(|| panic!("no HTTP listener in the demo's hints:\n{out}"))
         .to_string();
-    let mut s = std::net::TcpStream::connect(&addr).expect("connect to the HTTP listener");
+    // The demo's listeners are bound one after the other: the first one accepting (what
+    // `start_demo` waits for) does not mean the HTTP one already listens. Bounded wait: 5 s.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut s = loop {
+        match std::net::TcpStream::connect(&addr) {
+            Ok(s) => break s,
+            Err(e) if std::time::Instant::now() >= deadline => {
+                panic!("connect to the HTTP listener: {e}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let ask = |s: &mut std::net::TcpStream, path: &str| {
         let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
