@@ -1254,7 +1254,7 @@ mod robustness {
     /// give a configuration or an error naming `file:line`, never a panic.
     #[test]
     fn mutated_files_never_panic() {
-        let example = include_str!("../../examples/quill.toml");
+        let example = include_str!("../../../examples/quill.toml");
         let mut rng = 0x2545_f491_4f6c_dd1d_u64;
         let mut next = move || {
             rng ^= rng << 13;
