@@ -163,6 +163,48 @@ fn http_idle_keepalive_client_is_closed_after_keepalive_timeout() {
 }
 
 #[test]
+fn http_keepalive_requests_closes_the_connection_after_its_last_request() {
+    let b = Backend::echo();
+    let p = start_proxy("keepalive_requests = 3\n", &[b.addr()]);
+    let mut c = p.client();
+    for path in ["/1", "/2"] {
+        let r = c.roundtrip(&get(path));
+        assert_eq!(r.status, 200);
+        assert_ne!(
+            r.header("connection")
+                .map(str::to_ascii_lowercase)
+                .as_deref(),
+            Some("close"),
+            "{}",
+            show(&r.raw_head)
+        );
+    }
+    let last = c.roundtrip(&get("/3"));
+    assert_eq!(last.status, 200);
+    assert_eq!(
+        last.header("connection")
+            .map(str::to_ascii_lowercase)
+            .as_deref(),
+        Some("close"),
+        "{}",
+        show(&last.raw_head)
+    );
+    assert!(
+        c.expect_closed(Duration::from_secs(5)).is_ok(),
+        "not closed after the third"
+    );
+    // The count is per connection: a new one carries its own three.
+    let mut c2 = p.client();
+    for _ in 0..2 {
+        assert_eq!(c2.roundtrip(&get("/again")).status, 200);
+    }
+    assert!(
+        c2.stays_open(Duration::from_millis(200)),
+        "closed before its third request"
+    );
+}
+
+#[test]
 fn http_idle_server_connection_closed_by_the_server_is_not_reused() {
     let b = Backend::start_with(
         BackendOptions {

@@ -153,6 +153,10 @@ macro_rules! http_table {
             /// An idle server connection is closed after this long (below usual server
             /// timeouts).
             server_idle_timeout: Duration = Duration::from_secs(4), HttpSecs, "";
+            /// Requests one client connection may carry; the response to the last one says
+            /// `Connection: close` (nginx's `keepalive_requests`). 0 = no limit.
+            keepalive_requests: u32 = 0,
+                Ranged { range: 0..=1_000_000, sized: false }, "0 to 1000000";
             /// Largest request body accepted (413 over it); None = unlimited.
             max_body: Option<u64> = None, Size, "";
             /// Longest request line (414 over it).
@@ -202,6 +206,7 @@ pub(crate) const HTTP_EXPLAIN_ORDER: &[&str] = &[
     "tunnel_timeout",
     "server_keepalive",
     "server_idle_timeout",
+    "keepalive_requests",
     "max_body",
     "max_request_line",
     "max_header_bytes",

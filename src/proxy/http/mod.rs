@@ -446,7 +446,8 @@ impl HttpSession {
             && head.framing == Framing::None
             && !self.draining
             && !cx.draining
-            && !settings(&self.pool).keepalive_timeout.is_zero();
+            && !settings(&self.pool).keepalive_timeout.is_zero()
+            && !self.is_last_request(settings(&self.pool));
         let head_only = head.method == Method::Head;
         let what_route = what.route();
         let mut out = cx.pools.buffer();
@@ -690,10 +691,16 @@ impl HttpSession {
         Err(Step::Again)
     }
 
+    /// Whether the request being answered is the last this connection may carry
+    /// (`keepalive_requests`; 0 = no limit): its response says `Connection: close`.
+    fn is_last_request(&self, s: &crate::config::HttpSettings) -> bool {
+        s.keepalive_requests != 0 && self.requests + 1 >= u64::from(s.keepalive_requests)
+    }
+
     /// Moves the response on.
     fn drive_down(&mut self, cx: &mut Ctx) -> DownOutcome {
-        let closing = self.draining || cx.draining || self.client_eof;
         let s = settings(&self.pool);
+        let closing = self.draining || cx.draining || self.client_eof || self.is_last_request(s);
         let Some(ex) = self.ex.as_mut() else {
             return DownOutcome::Finished;
         };
