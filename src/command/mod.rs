@@ -754,11 +754,9 @@ mod robustness {
             "\u{0}",
             "é",
         ];
-        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut gen = quill_core::rand::Rng::new(0x9e37_79b9_7f4a_7c15);
         for _ in 0..5_000 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
+            let rng = gen.next_u64();
             let n = (rng % 7) as usize;
             let line: Vec<&str> = (0..n)
                 .map(|k| words[((rng >> (k * 5)) % words.len() as u64) as usize])

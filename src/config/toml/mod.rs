@@ -1255,13 +1255,8 @@ mod robustness {
     #[test]
     fn mutated_files_never_panic() {
         let example = include_str!("../../../examples/quill.toml");
-        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut rng = quill_core::rand::Rng::new(0x2545_f491_4f6c_dd1d);
+        let mut next = move || rng.next_u64();
         for _ in 0..2_000 {
             let mut bytes = example.as_bytes().to_vec();
             for _ in 0..1 + next() % 4 {
