@@ -40,3 +40,4 @@ mod systemd;
 mod takeover;
 mod tls;
 mod udp;
+mod web;

@@ -20,7 +20,8 @@ use std::sync::{Arc, OnceLock};
 
 use crate::acl::{AclId, Acls};
 use crate::config::{
-    compile_pattern, HostMatch, PathMatch, RateLimit, RouteAction, RouteConfig, ValueMatch,
+    compile_pattern, HostMatch, PathMatch, RateLimit, RouteAction, RouteConfig, StaticAction,
+    ValueMatch,
 };
 use crate::metrics::HttpStats;
 use quill_core::http1::path::PathError;
@@ -99,6 +100,37 @@ pub(crate) enum Action<P> {
     },
     /// Answer 403.
     Deny,
+    /// Serve files from beneath a root (`web`).
+    Static(Arc<StaticRoot>),
+}
+
+/// A `static` action's root, open: the directory's descriptor, from which every file is opened
+/// beneath it, and an id that tells this opening from any other (the file caches' key).
+#[derive(Debug)]
+pub(crate) struct StaticRoot {
+    pub action: StaticAction,
+    pub dir: std::os::fd::OwnedFd,
+    pub id: u64,
+}
+
+impl StaticRoot {
+    /// Opens `action.root`; the error names it.
+    pub(crate) fn open(action: &StaticAction) -> Result<StaticRoot, String> {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let dir = std::fs::File::open(&action.root)
+            .map_err(|e| format!("static: root {}: {e}", action.root.display()))?;
+        if !dir.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+            return Err(format!(
+                "static: root {} is not a directory",
+                action.root.display()
+            ));
+        }
+        Ok(StaticRoot {
+            action: action.clone(),
+            dir: dir.into(),
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+        })
+    }
 }
 
 /// FNV-1a 64 of `bytes`: a stable hash (the same in every process and release), for route ids
@@ -178,6 +210,12 @@ impl<P> Routes<P> {
                     content_type: content_type.as_str().into(),
                 },
                 RouteAction::Deny => Action::Deny,
+                RouteAction::Static(a) => Action::Static(Arc::new(
+                    StaticRoot::open(a).map_err(named)?,
+                )),
+                RouteAction::Fastcgi(_) | RouteAction::Cgi(_) => {
+                    return Err(named("fastcgi and cgi are not served by this build yet".into()))
+                }
             };
             routes.push(Route {
                 name: r.name.clone(),
@@ -448,7 +486,7 @@ pub(crate) fn write_answer<P>(
 ) -> Result<usize, Overflow> {
     let mut o = Out { buf: out, len: 0 };
     match action {
-        Action::Pool(_) => return Ok(0),
+        Action::Pool(_) | Action::Static(_) => return Ok(0),
         Action::Redirect { to, status, exact } => {
             o.status(*status)?;
             o.put(b"Location: ")?;

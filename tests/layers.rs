@@ -64,6 +64,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "control::exec",
             "demo",
             "dsr",
+            "web",
         ],
     ),
     // Assembly: start-up, threads, the main loop, the command line (`generate`: man pages and

@@ -28,13 +28,15 @@ mod proptests;
 mod routes;
 pub(crate) mod settings;
 mod toml;
+mod web;
 mod write;
 
 pub(crate) use model::{
     compile_pattern, format_duration, parse_check_kind, parse_duration, parse_status_range,
     proxy_protocol_name, CheckKind, Config, ConfigError, ControlLevel, DsrSettings, ErrorKind,
     Global, HealthCheck, HostMatch, HttpSettings, ListenerConfig, ListenerKind, LogFormat,
-    NormalizePath, PathMatch, ProxyVersion, RateLimit, RouteAction, RouteConfig, StreamKind,
+    NormalizePath, PathMatch, ProxyVersion, RateLimit, RouteAction, RouteConfig, StaticAction,
+    StreamKind,
     StreamProto, Tuning, TuningPatch, ValueMatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS,
     MAX_RISE_FALL, MAX_SESSIONS, MAX_WORKERS,
 };

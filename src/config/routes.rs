@@ -4,6 +4,7 @@
 //! which knows them.
 
 use std::ops::Range;
+use std::path::Path;
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -11,6 +12,7 @@ use toml::Spanned;
 use crate::acl;
 
 use super::http::{edits, shown, RawEdits};
+use super::web::{RawCgi, RawFastcgi, RawStatic};
 use super::model::{
     compile_pattern, parse_rate, ConfigError, HostMatch, PathMatch, RateLimit, RouteAction,
     RouteConfig, ValueMatch, MAX_RATE, MAX_RESPOND_BODY,
@@ -37,6 +39,10 @@ pub(super) struct RawRoute {
     redirect: Option<Spanned<RawRedirect>>,
     respond: Option<Spanned<RawRespond>>,
     deny: Option<Spanned<bool>>,
+    #[serde(rename = "static")]
+    static_files: Option<Spanned<RawStatic>>,
+    fastcgi: Option<Spanned<RawFastcgi>>,
+    cgi: Option<Spanned<RawCgi>>,
     request_headers: Option<Spanned<RawEdits>>,
     response_headers: Option<Spanned<RawEdits>>,
     rewrite_path: Option<Spanned<RawRewrite>>,
@@ -269,6 +275,7 @@ impl RawRoute {
         n: usize,
         span: Range<usize>,
         at: &dyn Fn(Range<usize>) -> String,
+        dir: &Path,
     ) -> Result<RouteConfig, ConfigError> {
         let name = self.name_of(n, at)?;
         let fail = |span: Range<usize>, e: String| {
@@ -279,7 +286,7 @@ impl RawRoute {
         let methods = self.methods_of(&fail)?;
         let headers = self.headers_of(&fail)?;
         let client_acl = self.client_acl_of(&fail)?;
-        let action = self.action(&span, &fail)?;
+        let action = self.action(&span, dir, &fail)?;
         let request_headers =
             edits(&self.request_headers, "request_headers", at)?.unwrap_or_default();
         let response_headers =
@@ -502,9 +509,36 @@ impl RawRoute {
         Ok(names)
     }
 
-    /// The one action the route gives: exactly one of `pool`, `redirect`, `respond`, `deny`.
-    fn action(&self, span: &Range<usize>, fail: Fail) -> Result<RouteAction, ConfigError> {
+    /// The one action the route gives: exactly one of `pool`, `redirect`, `respond`, `deny`,
+    /// `static`, `fastcgi`, `cgi`; the web actions' roots are taken from `dir` when relative.
+    fn action(
+        &self,
+        span: &Range<usize>,
+        dir: &Path,
+        fail: Fail,
+    ) -> Result<RouteAction, ConfigError> {
         self.one_action(span, fail)?;
+        if let Some(s) = &self.static_files {
+            return s
+                .get_ref()
+                .build(dir)
+                .map(|a| RouteAction::Static(Box::new(a)))
+                .map_err(|e| fail(s.span(), format!("static: {e}")));
+        }
+        if let Some(f) = &self.fastcgi {
+            return f
+                .get_ref()
+                .build(dir)
+                .map(|a| RouteAction::Fastcgi(Box::new(a)))
+                .map_err(|e| fail(f.span(), format!("fastcgi: {e}")));
+        }
+        if let Some(c) = &self.cgi {
+            return c
+                .get_ref()
+                .build(dir)
+                .map(|a| RouteAction::Cgi(Box::new(a)))
+                .map_err(|e| fail(c.span(), format!("cgi: {e}")));
+        }
         if let Some(p) = &self.pool {
             let name = p.get_ref().trim();
             if name.is_empty() {
@@ -535,6 +569,9 @@ impl RawRoute {
             ("redirect", self.redirect.as_ref().map(|v| v.span())),
             ("respond", self.respond.as_ref().map(|v| v.span())),
             ("deny", self.deny.as_ref().map(|v| v.span())),
+            ("static", self.static_files.as_ref().map(|v| v.span())),
+            ("fastcgi", self.fastcgi.as_ref().map(|v| v.span())),
+            ("cgi", self.cgi.as_ref().map(|v| v.span())),
         ]
         .into_iter()
         .filter_map(|(k, s)| s.map(|s| (k, s)))
@@ -542,7 +579,7 @@ impl RawRoute {
         match given.as_slice() {
             [] => Err(fail(
                 span.clone(),
-                "no action (give one of pool, redirect, respond, deny)".into(),
+                "no action (give one of pool, redirect, respond, deny, static, fastcgi, cgi)".into(),
             )),
             [_] => Ok(()),
             [(a, _), (b, s), ..] => Err(fail(

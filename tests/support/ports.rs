@@ -14,10 +14,10 @@ use std::sync::OnceLock;
 /// The first port of the first block.
 const FIRST: u16 = 20_000;
 /// Ports in each binary's block.
-const BLOCK: u16 = 1_500;
+const BLOCK: u16 = 1_300;
 /// The test binaries that take ports, each with its block in this order (`tests/NAME/main.rs`).
-const BINARIES: [&str; 8] = [
-    "core", "http", "tls", "udp", "dsr", "control", "ops", "security",
+const BINARIES: [&str; 9] = [
+    "core", "http", "tls", "udp", "dsr", "control", "ops", "security", "web",
 ];
 
 /// The first port of this binary's block: its name is the crate being compiled.

@@ -86,6 +86,12 @@ pub(crate) enum RouteAction {
     },
     /// `deny = true`: 403.
     Deny,
+    /// `static = { root, ... }`: files from beneath a root.
+    Static(Box<super::StaticAction>),
+    /// `fastcgi = { pool, root, ... }`: a script run by a FastCGI pool.
+    Fastcgi(Box<super::FastcgiAction>),
+    /// `cgi = { root, ... }`: a script run as a child process.
+    Cgi(Box<super::CgiAction>),
 }
 
 impl fmt::Display for RouteAction {
@@ -109,6 +115,14 @@ impl fmt::Display for RouteAction {
                 body.len()
             ),
             RouteAction::Deny => f.write_str("deny (403)"),
+            RouteAction::Static(s) => write!(f, "{s}"),
+            RouteAction::Fastcgi(a) => write!(
+                f,
+                "FastCGI scripts from {} by pool {}",
+                a.root.display(),
+                a.pool
+            ),
+            RouteAction::Cgi(a) => write!(f, "CGI scripts from {}", a.root.display()),
         }
     }
 }

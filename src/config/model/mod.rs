@@ -19,6 +19,7 @@ mod http;
 mod kind;
 mod listener;
 mod self_loop;
+mod web;
 #[cfg(test)]
 mod tests;
 
@@ -33,6 +34,7 @@ pub(crate) use http::*;
 pub(crate) use kind::*;
 pub(crate) use listener::*;
 pub(crate) use self_loop::*;
+pub(crate) use web::*;
 
 use std::path::PathBuf;
 

@@ -138,10 +138,11 @@ pub(super) fn routes(
     http: bool,
     name: &str,
     at: At,
+    dir: &std::path::Path,
 ) -> Result<Vec<RouteConfig>, ConfigError> {
     let mut routes: Vec<RouteConfig> = Vec::with_capacity(rl.route.len());
     for (i, r) in rl.route.iter().enumerate() {
-        let route = r.get_ref().build(i + 1, r.span(), at)?;
+        let route = r.get_ref().build(i + 1, r.span(), at, dir)?;
         if let Some(e) = route_misfit(&route, http) {
             return Err(ConfigError::usage(format!(
                 "{}listener '{name}': route '{}': {e}",

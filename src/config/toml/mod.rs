@@ -407,7 +407,7 @@ fn build_listener(
                 .map_err(|err| ConfigError::from_addr(err, &at(e.span())))?,
         );
     }
-    l.routes = kind::routes(rl, l.is_http(), name, at)?;
+    l.routes = kind::routes(rl, l.is_http(), name, at, defaults.dir)?;
     if rl.servers.is_empty() && l.routes.is_empty() {
         return Err(ConfigError::usage(format!(
             "{}listener '{name}' has no servers",
