@@ -35,6 +35,26 @@ pub(crate) struct RouteConfig {
     pub rate: Option<RateLimit>,
 }
 
+impl RouteConfig {
+    /// A route named `name` that matches every request and does `action`.
+    pub(crate) fn new(name: &str, action: RouteAction) -> RouteConfig {
+        RouteConfig {
+            name: name.into(),
+            hosts: Vec::new(),
+            sni: Vec::new(),
+            path: None,
+            methods: Vec::new(),
+            headers: Vec::new(),
+            client_acl: None,
+            action,
+            request_headers: Vec::new(),
+            response_headers: Vec::new(),
+            rewrite_path: None,
+            rate: None,
+        }
+    }
+}
+
 /// A `host` matcher.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum HostMatch {
