@@ -210,11 +210,13 @@ impl<P> Routes<P> {
                     content_type: content_type.as_str().into(),
                 },
                 RouteAction::Deny => Action::Deny,
-                RouteAction::Static(a) => Action::Static(Arc::new(
-                    StaticRoot::open(a).map_err(named)?,
-                )),
+                RouteAction::Static(a) => {
+                    Action::Static(Arc::new(StaticRoot::open(a).map_err(named)?))
+                }
                 RouteAction::Fastcgi(_) | RouteAction::Cgi(_) => {
-                    return Err(named("fastcgi and cgi are not served by this build yet".into()))
+                    return Err(named(
+                        "fastcgi and cgi are not served by this build yet".into(),
+                    ))
                 }
             };
             routes.push(Route {

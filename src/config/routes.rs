@@ -12,11 +12,11 @@ use toml::Spanned;
 use crate::acl;
 
 use super::http::{edits, shown, RawEdits};
-use super::web::{RawCgi, RawFastcgi, RawStatic};
 use super::model::{
     compile_pattern, parse_rate, ConfigError, HostMatch, PathMatch, RateLimit, RouteAction,
     RouteConfig, ValueMatch, MAX_RATE, MAX_RESPOND_BODY,
 };
+use super::web::{RawCgi, RawFastcgi, RawStatic};
 
 /// The longest host, path prefix, redirect target or content type a route may name.
 const MAX_ROUTE_TEXT: usize = 2048;
@@ -579,7 +579,8 @@ impl RawRoute {
         match given.as_slice() {
             [] => Err(fail(
                 span.clone(),
-                "no action (give one of pool, redirect, respond, deny, static, fastcgi, cgi)".into(),
+                "no action (give one of pool, redirect, respond, deny, static, fastcgi, cgi)"
+                    .into(),
             )),
             [_] => Ok(()),
             [(a, _), (b, s), ..] => Err(fail(
