@@ -32,7 +32,7 @@ pub(super) struct ServeArgs {
     /// Index files tried for a directory, in order [default: index.html]
     #[arg(long, value_name = "NAME")]
     index: Vec<String>,
-    /// Serve NAME.br and NAME.gz beside NAME to clients that accept them
+    /// Serve NAME.br, NAME.zst and NAME.gz beside NAME to clients that accept them
     #[arg(long)]
     precompressed: bool,
     /// Serve names that start with a dot (`/.well-known/` always is)
@@ -100,7 +100,7 @@ pub(super) fn serve_config(args: &ServeArgs) -> Result<Config, ConfigError> {
         action.index.clone_from(&args.index);
     }
     if args.precompressed {
-        action.precompressed = vec![config::Precompressed::Br, config::Precompressed::Gzip];
+        action.precompressed = quill_core::files::coding::Coding::ALL.to_vec();
     }
     action.dotfiles = args.dotfiles;
     action.cache_control.clone_from(&args.cache_control);

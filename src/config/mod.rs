@@ -36,7 +36,7 @@ pub(crate) use model::{
     proxy_protocol_name, CheckKind, Config, ConfigError, ControlLevel, DsrSettings, ErrorKind,
     Global, HealthCheck, HostMatch, HttpSettings, ListenerConfig, ListenerKind, LogFormat,
     NormalizePath, PathMatch, ProxyVersion, RateLimit, RouteAction, RouteConfig, StaticAction,
-    StreamKind, StreamProto, Tuning, TuningPatch, ValueMatch, MAX_ACCEPT_BATCH, MAX_BACKLOG,
+    StreamKind, Symlinks, StreamProto, Tuning, TuningPatch, ValueMatch, MAX_ACCEPT_BATCH, MAX_BACKLOG,
     MAX_CLIENTS, MAX_RISE_FALL, MAX_SESSIONS, MAX_WORKERS,
 };
 pub(crate) use toml::{check_certificates, load_file, parse_admin, read_config_text};

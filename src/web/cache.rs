@@ -4,9 +4,9 @@
 //! cached file costs no `openat`, no `stat` and (small files) no read.
 //!
 //! Per worker, so no lock: each worker holds its own entries. An entry is trusted for
-//! [`VALID_MS`]; the first request after that compares the path's `statx` with the entry (one
-//! system call; a deploy that renamed a new file in place shows as another inode) and reopens on
-//! any change. Bounded: at most `max_entries` entries and `max_bytes` bytes of content per worker,
+//! [`VALID_MS`]; the first request after that opens the path again beneath the root and compares
+//! its `statx` with the entry (a deploy that renamed a new file in place shows as another inode),
+//! and loads it again on any change. Bounded: at most `max_entries` entries and `max_bytes` bytes of content per worker,
 //! the least recently used going first; the descriptors of all workers together stay inside a
 //! process-wide budget ([`FdBudget`]) taken from the `-x` reserve. Past the budget a large file
 //! is opened for its request only and closed after it.
@@ -16,11 +16,12 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use quill_core::files::coding::Coding;
 use quill_core::files::etag::{self, Etag};
 use quill_core::files::{date, mime};
-use quill_core::sys::file::{self as sysfile, FileInfo, FileKind, Links};
+use quill_core::sys::{self as sysfile, FileInfo, FileKind, Links};
 
-use crate::config::{Precompressed, StaticAction, Symlinks};
+use crate::config::{StaticAction, Symlinks};
 use crate::route::StaticRoot;
 
 /// How long an entry is trusted without looking at the file again (as lighttpd's stat cache).
@@ -86,8 +87,8 @@ impl Stamp {
             dev: i.dev,
             ino: i.ino,
             size: i.size,
-            mtime: i.mtime,
-            mtime_ns: i.mtime_ns,
+            mtime: i.mtime_sec,
+            mtime_ns: i.mtime_nsec,
         }
     }
 }
@@ -98,7 +99,7 @@ pub(crate) struct Found {
     pub identity: Arc<Rep>,
     pub mime: &'static str,
     /// The precompressed siblings present, in the root's `precompressed` order.
-    pub variants: Vec<(Precompressed, Arc<Rep>)>,
+    pub variants: Vec<(Coding, Arc<Rep>)>,
 }
 
 /// What a path beneath a root is.
@@ -222,10 +223,11 @@ impl FileCache {
         lookup
     }
 
-    /// Whether the file at `rel` is still the one slot `i` describes (one `statx`).
+    /// Whether the file at `rel` is still the one slot `i` describes: opened again beneath the
+    /// root (so a link that now leads out is not followed) and its `statx` compared.
     fn unchanged(&self, root: &StaticRoot, i: u32, rel: &[u8]) -> bool {
         let slot = &self.slots[i as usize];
-        let now = sysfile::stat_at(root.dir.as_fd(), rel).ok();
+        let now = open(root, rel).map(|(_, info)| info);
         match (slot.stamp, now) {
             (Some(old), Some(info)) => old == Stamp::of(&info),
             (None, None) => true,
@@ -355,7 +357,7 @@ fn load(root: &StaticRoot, rel: &[u8]) -> (Lookup, Option<Stamp>, usize) {
     let mut variants = Vec::new();
     for &coding in &root.action.precompressed {
         let mut name = rel.to_vec();
-        name.extend_from_slice(coding.suffix().as_bytes());
+        name.extend_from_slice(coding.file_suffix().as_bytes());
         let Some((vfd, vinfo)) = open(root, &name) else {
             continue;
         };
@@ -369,7 +371,7 @@ fn load(root: &StaticRoot, rel: &[u8]) -> (Lookup, Option<Stamp>, usize) {
     }
     let found = Found {
         identity: Arc::new(identity),
-        mime: mime::of_path(rel),
+        mime: mime::from_path(rel),
         variants,
     };
     (Lookup::File(Arc::new(found)), Some(Stamp::of(&info)), bytes)
@@ -391,7 +393,7 @@ fn open(root: &StaticRoot, rel: &[u8]) -> Option<(OwnedFd, FileInfo)> {
 
 /// A representation of the open regular file `fd`: read into memory when small, else kept open
 /// (counted in the budget; past it, kept for this request only).
-fn rep(fd: OwnedFd, info: &FileInfo, coding: Option<Precompressed>) -> Option<Rep> {
+fn rep(fd: OwnedFd, info: &FileInfo, coding: Option<Coding>) -> Option<Rep> {
     let body = if info.size <= SMALL_FILE {
         let mut buf = vec![0u8; info.size as usize];
         let mut got = 0;
@@ -412,9 +414,9 @@ fn rep(fd: OwnedFd, info: &FileInfo, coding: Option<Precompressed>) -> Option<Re
     };
     Some(Rep {
         size: info.size,
-        mtime: info.mtime,
-        etag: etag::strong(info.mtime, info.mtime_ns, info.size, coding.map(|c| c.token())),
-        last_modified: date::format(info.mtime),
+        mtime: info.mtime_sec,
+        etag: etag::strong(info.mtime_sec, info.mtime_nsec, info.size, coding),
+        last_modified: date::format(info.mtime_sec),
         body,
     })
 }

@@ -4,7 +4,7 @@
 use std::io;
 use std::os::fd::AsFd;
 
-use quill_core::sys::file::{self as sysfile, FileKind, Links};
+use quill_core::sys::{self as sysfile, FileKind, Links};
 
 use super::listing::Entry;
 use crate::config::Symlinks;

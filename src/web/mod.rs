@@ -44,10 +44,8 @@ impl Default for Files {
 
 impl Files {
     /// The `Date` field's value now (formatted once a second).
-    pub(crate) fn date(&mut self, _now_ms: u64) -> [u8; 29] {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
+    pub(crate) fn date(&mut self) -> [u8; 29] {
+        let secs = crate::clock::unix_time() as i64;
         if secs != self.date_secs {
             self.date_secs = secs;
             self.date = quill_core::files::date::format(secs);

@@ -13,7 +13,7 @@ use std::io::{self, IoSlice};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use quill_core::sys::file as sysfile;
+use quill_core::sys as sysfile;
 
 use super::cache::{Body, Rep};
 use crate::net::{Ready, Stream};
@@ -162,18 +162,19 @@ impl Sending {
         };
         let next = self.segs.get(self.at).copied();
         let mem = next.and_then(|s| self.mem_of(s));
-        let n = match (mem, next) {
+        let head_len = head.len();
+        let (n, from_body) = match (mem, next) {
             (Some(body), _) if !body.is_empty() => {
                 let n = dst.write_vectored(&[IoSlice::new(head), IoSlice::new(body)])?;
-                let from_body = n.saturating_sub(head.len());
-                self.advance_seg(from_body as u64);
-                n
+                (n, n.saturating_sub(head_len))
             }
-            (_, Some(Seg::File { .. })) if dst.can_splice() => dst.write_last(head)?,
-            _ => dst.write(head)?,
+            (_, Some(Seg::File { .. })) if dst.can_splice() => (dst.write_last(head)?, 0),
+            _ => (dst.write(head)?, 0),
         };
-        let from_head = n.min(head.len());
-        self.hstart += from_head as u32;
+        if from_body > 0 {
+            self.advance_seg(from_body as u64);
+        }
+        self.hstart += n.min(head_len) as u32;
         self.sent += n as u64;
         Ok(n)
     }

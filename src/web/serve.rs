@@ -9,7 +9,8 @@
 
 use std::sync::Arc;
 
-use quill_core::files::{coding, multipart, precondition, range};
+use quill_core::files::coding::{self, Coding};
+use quill_core::files::{multipart, precondition, range};
 use quill_core::http1::path;
 use quill_core::http1::Method;
 
@@ -28,6 +29,8 @@ pub(crate) struct Request<'a> {
     /// The value of a request field by lower-case name (repeated fields joined by `, `).
     pub field: &'a dyn Fn(&[u8]) -> Option<&'a [u8]>,
     pub keep_alive: bool,
+    /// Seconds since the epoch now (RFC 850 dates' century).
+    pub now_s: i64,
 }
 
 /// The answer: its status, what goes out, and what the access log says was served.
@@ -148,8 +151,13 @@ fn serve(found: &Arc<Found>, req: &Request, head: Head, boundary: u64, root: &St
     // get the same bytes whatever it now accepts).
     let chosen = match ((req.field)(b"accept-encoding"), ranged) {
         (Some(accept), None) if !found.variants.is_empty() => {
-            let tokens: Vec<&str> = found.variants.iter().map(|(c, _)| c.token()).collect();
-            coding::choose(accept, &tokens).map(|i| &found.variants[i])
+            let mut available = [Coding::Gzip; 3];
+            let n = found.variants.len().min(3);
+            for (slot, (c, _)) in available.iter_mut().zip(&found.variants) {
+                *slot = *c;
+            }
+            coding::choose(accept, &available[..n])
+                .and_then(|c| found.variants.iter().find(|(v, _)| *v == c))
         }
         _ => None,
     };
@@ -157,7 +165,7 @@ fn serve(found: &Arc<Found>, req: &Request, head: Head, boundary: u64, root: &St
         Some((c, r)) => (r, Some(c.token())),
         None => (&found.identity, None),
     };
-    let mut fields: Vec<(&[u8], &[u8])> = Vec::with_capacity(6);
+    let mut fields: Vec<(&[u8], &[u8])> = Vec::with_capacity(8);
     fields.push((b"Last-Modified", &rep.last_modified));
     fields.push((b"ETag", rep.etag.as_bytes()));
     if !found.variants.is_empty() {
@@ -173,87 +181,78 @@ fn serve(found: &Arc<Found>, req: &Request, head: Head, boundary: u64, root: &St
         if_unmodified_since: (req.field)(b"if-unmodified-since"),
         if_range: (req.field)(b"if-range"),
         range: ranged,
+        max_ranges: root.action.max_ranges as usize,
+        now_s: req.now_s,
     };
     let representation = precondition::Representation {
-        etag: rep.etag.as_bytes(),
-        last_modified: rep.mtime,
+        etag: rep.etag,
+        last_modified_s: rep.mtime,
         size: rep.size,
     };
-    let get = req.method == Method::Get || req.method == Method::Head;
-    match precondition::evaluate(&conditions, &representation, get) {
-        precondition::Verdict::NotModified => return head.status_only(304, &fields),
-        precondition::Verdict::Failed => return head.status_only(412, &[]),
-        precondition::Verdict::Full => {}
-        precondition::Verdict::Range(value) => {
-            return ranges(rep, value, found.mime, encoding, &fields, head, boundary, root)
-        }
+    let method = match req.method {
+        Method::Get => precondition::Method::Get,
+        Method::Head => precondition::Method::Head,
+        _ => precondition::Method::Other,
+    };
+    let verdict = precondition::evaluate(&conditions, &representation, method);
+    if matches!(verdict, precondition::Verdict::NotModified) {
+        return head.status_only(304, &fields);
     }
     fields.push((b"Accept-Ranges", b"bytes"));
     if let Some(e) = encoding {
         fields.push((b"Content-Encoding", e.as_bytes()));
     }
-    let mut a = head.file(200, found.mime.as_bytes(), rep.size, &fields, rep.clone());
-    a.sending.file(0, rep.size);
-    a
-}
-
-/// A GET whose `Range` applies: one range (206 with `Content-Range`), several
-/// (`multipart/byteranges`), none satisfiable (416), or too many or malformed (the whole file).
-#[allow(clippy::too_many_arguments)]
-fn ranges(
-    rep: &Arc<Rep>,
-    value: &[u8],
-    mime: &str,
-    encoding: Option<&str>,
-    fields: &[(&[u8], &[u8])],
-    head: Head,
-    boundary: u64,
-    root: &StaticRoot,
-) -> Answer {
-    let mut fields = fields.to_vec();
-    fields.push((b"Accept-Ranges", b"bytes"));
-    if let Some(e) = encoding {
-        fields.push((b"Content-Encoding", e.as_bytes()));
-    }
-    match range::parse(value, rep.size, root.action.max_ranges) {
-        range::Parsed::Ignore => {
-            let mut a = head.file(200, mime.as_bytes(), rep.size, &fields, rep.clone());
-            a.sending.file(0, rep.size);
-            a
-        }
-        range::Parsed::Unsatisfiable => {
+    let mime = found.mime.as_bytes();
+    match verdict {
+        precondition::Verdict::PreconditionFailed => head.status_only(412, &[]),
+        precondition::Verdict::RangeNotSatisfiable => {
             let cr = range::unsatisfied(rep.size);
             fields.push((b"Content-Range", cr.as_bytes()));
             head.status_only(416, &fields)
         }
-        range::Parsed::Ranges(set) if set.len() == 1 => {
-            let r = set.as_slice()[0];
-            let cr = range::content_range(r.start, r.end, rep.size);
-            fields.push((b"Content-Range", cr.as_bytes()));
-            let len = r.end - r.start + 1;
-            let mut a = head.file(206, mime.as_bytes(), len, &fields, rep.clone());
-            a.sending.file(r.start, r.end + 1);
-            a.range = Some((r.start, r.end));
-            a
-        }
-        range::Parsed::Ranges(set) => {
-            let b = multipart::Boundary::new(boundary);
-            let total = multipart::total_len(set.as_slice(), mime.as_bytes(), rep.size, &b);
-            let ct = multipart::content_type(&b);
-            let mut a = head.file(206, ct.as_bytes(), total, &fields, rep.clone());
-            let mut part = Vec::new();
-            for r in set.as_slice() {
-                part.clear();
-                multipart::part_head(&b, mime.as_bytes(), r.start, r.end, rep.size, &mut part);
-                a.sending.extra(&part);
-                a.sending.file(r.start, r.end + 1);
-            }
-            part.clear();
-            multipart::closing(&b, &mut part);
-            a.sending.extra(&part);
+        precondition::Verdict::Partial(set) => ranges(rep, &set, mime, &fields, head, boundary),
+        _ => {
+            let mut a = head.file(200, mime, rep.size, &fields, rep.clone());
+            a.sending.file(0, rep.size);
             a
         }
     }
+}
+
+/// A 206: one range with `Content-Range`, several as `multipart/byteranges` whose length is
+/// known before the first byte.
+fn ranges(
+    rep: &Arc<Rep>,
+    set: &range::Ranges,
+    mime: &[u8],
+    fields: &[(&[u8], &[u8])],
+    head: Head,
+    boundary: u64,
+) -> Answer {
+    if let [r] = set.as_slice() {
+        let cr = range::content_range(*r, rep.size);
+        let mut fields = fields.to_vec();
+        fields.push((b"Content-Range", cr.as_bytes()));
+        let mut a = head.file(206, mime, r.len(), &fields, rep.clone());
+        a.sending.file(r.start, r.end + 1);
+        a.range = Some((r.start, r.end));
+        return a;
+    }
+    let b = multipart::Boundary::from_u64(boundary);
+    let total = multipart::total_len(set, mime, rep.size);
+    let ct = b.content_type();
+    let mut a = head.file(206, &ct, total, fields, rep.clone());
+    let mut part = Vec::new();
+    for (i, r) in set.as_slice().iter().enumerate() {
+        part.clear();
+        multipart::write_part_head(&mut part, &b, i, mime, *r, rep.size);
+        a.sending.extra(&part);
+        a.sending.file(r.start, r.end + 1);
+    }
+    part.clear();
+    multipart::write_closing(&mut part, &b);
+    a.sending.extra(&part);
+    a
 }
 
 /// The query of a request target, without its `?`.

@@ -52,9 +52,10 @@ impl HttpSession {
             target: head.target.of(buf),
             field: &field,
             keep_alive: keep,
+            now_s: crate::clock::unix_time() as i64,
         };
         let boundary = cx.rand();
-        let date = cx.files.date(cx.now);
+        let date = cx.files.date();
         let answer = serve::answer(
             root,
             &req,

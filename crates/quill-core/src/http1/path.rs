@@ -318,3 +318,61 @@ mod proptests {
         }
     }
 }
+
+/// TEMPORARY (replaced by the path helper's): decode all escapes once, refuse NUL and `%2F`,
+/// then the dot-segment form.
+pub fn file_path(path: &[u8], out: &mut [u8]) -> Result<usize, PathError> {
+    let mut dec = Vec::with_capacity(path.len());
+    let mut i = 0;
+    while i < path.len() {
+        if path[i] == b'%' {
+            let d = path
+                .get(i + 1)
+                .zip(path.get(i + 2))
+                .and_then(|(&h, &l)| decoded(h, l))
+                .ok_or(PathError::BadEscape)?;
+            if d == 0 || d == b'/' {
+                return Err(PathError::BadEscape);
+            }
+            dec.push(d);
+            i += 3;
+        } else {
+            if path[i] == 0 {
+                return Err(PathError::BadEscape);
+            }
+            dec.push(path[i]);
+            i += 1;
+        }
+    }
+    // Re-escape `%` so the route normaliser leaves the decoded bytes alone.
+    let mut esc = Vec::with_capacity(dec.len());
+    for b in dec {
+        if b == b'%' {
+            esc.extend_from_slice(b"%25");
+        } else {
+            esc.push(b);
+        }
+    }
+    let mut tmp = vec![0u8; esc.len()];
+    let n = normalize_into(&esc, &mut tmp)?;
+    let mut w = 0;
+    let mut j = 0;
+    while j < n {
+        if tmp[j] == b'%' {
+            out[w] = b'%';
+            j += 3;
+        } else {
+            out[w] = tmp[j];
+            j += 1;
+        }
+        w += 1;
+    }
+    Ok(w)
+}
+
+/// TEMPORARY: a segment starting with `.` (not `/.well-known/` first).
+pub fn hidden_segment(path: &[u8]) -> bool {
+    path.split(|&b| b == b'/')
+        .enumerate()
+        .any(|(i, s)| s.first() == Some(&b'.') && !(i == 1 && s == b".well-known"))
+}
