@@ -9,8 +9,13 @@
 //! - [`date`]: HTTP-date, written and read (RFC 9110 §5.6.7).
 //! - [`coding`]: the content codings a file may be stored in (`br`, `zstd`, `gzip`) and the
 //!   choice by `Accept-Encoding` (RFC 9110 §12.5.3).
+//! - [`precondition`]: If-Match, If-None-Match, If-Modified-Since, If-Unmodified-Since, If-Range
+//!   and Range, in RFC 9110 §13.2.2's order, into one [`precondition::Verdict`].
+//! - [`range`]: `Range: bytes=…` against a size, bounded (RFC 9110 §14.1–§14.4).
 
 pub mod coding;
 pub mod date;
 pub mod etag;
 pub mod mime;
+pub mod precondition;
+pub mod range;
