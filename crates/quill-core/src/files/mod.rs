@@ -12,10 +12,12 @@
 //! - [`precondition`]: If-Match, If-None-Match, If-Modified-Since, If-Unmodified-Since, If-Range
 //!   and Range, in RFC 9110 §13.2.2's order, into one [`precondition::Verdict`].
 //! - [`range`]: `Range: bytes=…` against a size, bounded (RFC 9110 §14.1–§14.4).
+//! - [`multipart`]: the `multipart/byteranges` body of several ranges (RFC 9110 §14.6).
 
 pub mod coding;
 pub mod date;
 pub mod etag;
 pub mod mime;
+pub mod multipart;
 pub mod precondition;
 pub mod range;
