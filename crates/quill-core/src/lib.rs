@@ -14,6 +14,7 @@
 
 pub mod dsr;
 pub mod duration;
+pub mod files;
 pub mod flows;
 pub mod http1;
 pub mod proxy_header;
