@@ -171,7 +171,15 @@ mod tests {
 
     #[test]
     fn an_invalid_weight_refuses_the_coding() {
-        for v in ["br;q=2", "br;q=1.5", "br;q=0.0001", "br;q=", "br;q=abc", "br;q=-1", "br;q=.5"] {
+        for v in [
+            "br;q=2",
+            "br;q=1.5",
+            "br;q=0.0001",
+            "br;q=",
+            "br;q=abc",
+            "br;q=-1",
+            "br;q=.5",
+        ] {
             assert!(!accepts(v.as_bytes(), b"br"), "{v}");
         }
         assert!(accepts(b"br;level=5", b"br"));
@@ -180,8 +188,14 @@ mod tests {
     #[test]
     fn the_choice_follows_weight_then_server_order() {
         let server = [Coding::Br, Coding::Gzip];
-        assert_eq!(choose(b"gzip, deflate, br, zstd", &server), Some(Coding::Br));
-        assert_eq!(choose(b"gzip, deflate, br, zstd", &[Coding::Gzip, Coding::Br]), Some(Coding::Gzip));
+        assert_eq!(
+            choose(b"gzip, deflate, br, zstd", &server),
+            Some(Coding::Br)
+        );
+        assert_eq!(
+            choose(b"gzip, deflate, br, zstd", &[Coding::Gzip, Coding::Br]),
+            Some(Coding::Gzip)
+        );
         assert_eq!(choose(b"gzip;q=1, br;q=0.5", &server), Some(Coding::Gzip));
         assert_eq!(choose(b"gzip, deflate", &server), Some(Coding::Gzip));
         assert_eq!(choose(b"identity", &server), None);

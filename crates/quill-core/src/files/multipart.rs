@@ -122,7 +122,10 @@ mod tests {
     fn a_two_part_body_is_written_as_the_rfc_shows() {
         let file: Vec<u8> = (0..100u8).map(|i| b'a' + i % 26).collect();
         let b = Boundary::from_u64(0x0123_4567_89ab_cdef);
-        assert_eq!(&b.content_type()[..], b"multipart/byteranges; boundary=0123456789abcdef");
+        assert_eq!(
+            &b.content_type()[..],
+            b"multipart/byteranges; boundary=0123456789abcdef"
+        );
         let r = ranges("bytes=0-2,-3", 100);
         let out = body(&r, &b, b"text/plain", &file);
         let expect = "--0123456789abcdef\r\nContent-Type: text/plain\r\nContent-Range: bytes 0-2/100\r\n\r\nabc\

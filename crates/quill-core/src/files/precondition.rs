@@ -86,7 +86,10 @@ pub fn evaluate(req: &Conditions<'_>, rep: &Representation, method: Method) -> V
         if !etag::list_matches(v, tag, Comparison::Strong) {
             return Verdict::PreconditionFailed;
         }
-    } else if let Some(since) = req.if_unmodified_since.and_then(|v| date::parse(v, req.now_s)) {
+    } else if let Some(since) = req
+        .if_unmodified_since
+        .and_then(|v| date::parse(v, req.now_s))
+    {
         if rep.last_modified_s > since {
             return Verdict::PreconditionFailed;
         }
@@ -100,13 +103,19 @@ pub fn evaluate(req: &Conditions<'_>, rep: &Representation, method: Method) -> V
             };
         }
     } else if get_or_head {
-        let since = req.if_modified_since.and_then(|v| date::parse(v, req.now_s));
+        let since = req
+            .if_modified_since
+            .and_then(|v| date::parse(v, req.now_s));
         if since.is_some_and(|since| rep.last_modified_s <= since) {
             return Verdict::NotModified;
         }
     }
     match (method, req.range) {
-        (Method::Get, Some(r)) if req.if_range.is_none_or(|v| if_range_matches(v, rep, req.now_s)) => {
+        (Method::Get, Some(r))
+            if req
+                .if_range
+                .is_none_or(|v| if_range_matches(v, rep, req.now_s)) =>
+        {
             match range::parse(r, rep.size, req.max_ranges) {
                 RangeOutcome::Full => Verdict::Full,
                 RangeOutcome::Partial(p) => Verdict::Partial(p),

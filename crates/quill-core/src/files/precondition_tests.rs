@@ -33,7 +33,16 @@ fn tag() -> Vec<u8> {
 fn if_match_fails_with_412_unless_a_tag_matches_strongly() {
     let t = tag();
     let weak = [b"W/", &t[..]].concat();
-    let run = |v: &[u8]| evaluate(&Conditions { if_match: Some(v), ..cond() }, &rep(), Method::Get);
+    let run = |v: &[u8]| {
+        evaluate(
+            &Conditions {
+                if_match: Some(v),
+                ..cond()
+            },
+            &rep(),
+            Method::Get,
+        )
+    };
     assert_eq!(run(&t), Verdict::Full);
     assert_eq!(run(b"*"), Verdict::Full);
     assert_eq!(run(&weak), Verdict::PreconditionFailed);
@@ -46,11 +55,33 @@ fn if_unmodified_since_fails_when_the_file_is_newer_and_yields_to_if_match() {
     let run = |c: Conditions<'_>| evaluate(&c, &rep(), Method::Other);
     let before = b"Sun, 06 Nov 1994 08:49:36 GMT";
     let at = b"Sun, 06 Nov 1994 08:49:37 GMT";
-    assert_eq!(run(Conditions { if_unmodified_since: Some(before), ..cond() }), Verdict::PreconditionFailed);
-    assert_eq!(run(Conditions { if_unmodified_since: Some(at), ..cond() }), Verdict::Full);
-    assert_eq!(run(Conditions { if_unmodified_since: Some(b"yesterday"), ..cond() }), Verdict::Full);
+    assert_eq!(
+        run(Conditions {
+            if_unmodified_since: Some(before),
+            ..cond()
+        }),
+        Verdict::PreconditionFailed
+    );
+    assert_eq!(
+        run(Conditions {
+            if_unmodified_since: Some(at),
+            ..cond()
+        }),
+        Verdict::Full
+    );
+    assert_eq!(
+        run(Conditions {
+            if_unmodified_since: Some(b"yesterday"),
+            ..cond()
+        }),
+        Verdict::Full
+    );
     let t = tag();
-    let c = Conditions { if_match: Some(&t), if_unmodified_since: Some(before), ..cond() };
+    let c = Conditions {
+        if_match: Some(&t),
+        if_unmodified_since: Some(before),
+        ..cond()
+    };
     assert_eq!(run(c), Verdict::Full);
 }
 
@@ -60,14 +91,22 @@ fn if_none_match_is_304_for_get_and_head_and_412_otherwise() {
     let weak = [b"W/", &t[..]].concat();
     for v in [&t[..], &weak[..], b"*", b"\"a\", W/\"b\"", b"\"a\""] {
         let matched = v != b"\"a\", W/\"b\"" && v != b"\"a\"";
-        let c = Conditions { if_none_match: Some(v), ..cond() };
+        let c = Conditions {
+            if_none_match: Some(v),
+            ..cond()
+        };
         let expect = |m| match (matched, m) {
             (false, _) => Verdict::Full,
             (true, Method::Other) => Verdict::PreconditionFailed,
             (true, _) => Verdict::NotModified,
         };
         for m in [Method::Get, Method::Head, Method::Other] {
-            assert_eq!(evaluate(&c, &rep(), m), expect(m), "{:?} {m:?}", String::from_utf8_lossy(v));
+            assert_eq!(
+                evaluate(&c, &rep(), m),
+                expect(m),
+                "{:?} {m:?}",
+                String::from_utf8_lossy(v)
+            );
         }
     }
 }
@@ -76,28 +115,57 @@ fn if_none_match_is_304_for_get_and_head_and_412_otherwise() {
 fn if_modified_since_is_304_for_get_and_head_only_and_yields_to_if_none_match() {
     let at = b"Sun, 06 Nov 1994 08:49:37 GMT";
     let before = b"Sunday, 06-Nov-94 08:49:36 GMT";
-    let c = Conditions { if_modified_since: Some(at), ..cond() };
+    let c = Conditions {
+        if_modified_since: Some(at),
+        ..cond()
+    };
     assert_eq!(evaluate(&c, &rep(), Method::Get), Verdict::NotModified);
     assert_eq!(evaluate(&c, &rep(), Method::Head), Verdict::NotModified);
     assert_eq!(evaluate(&c, &rep(), Method::Other), Verdict::Full);
-    let c = Conditions { if_modified_since: Some(before), ..cond() };
+    let c = Conditions {
+        if_modified_since: Some(before),
+        ..cond()
+    };
     assert_eq!(evaluate(&c, &rep(), Method::Get), Verdict::Full);
-    let c = Conditions { if_modified_since: Some(b"Sun, 06 Nov 1994 08:49:37 GMT, x"), ..cond() };
+    let c = Conditions {
+        if_modified_since: Some(b"Sun, 06 Nov 1994 08:49:37 GMT, x"),
+        ..cond()
+    };
     assert_eq!(evaluate(&c, &rep(), Method::Get), Verdict::Full);
     // A changed tag wins over an unchanged date.
-    let c = Conditions { if_none_match: Some(b"\"old\""), if_modified_since: Some(at), ..cond() };
+    let c = Conditions {
+        if_none_match: Some(b"\"old\""),
+        if_modified_since: Some(at),
+        ..cond()
+    };
     assert_eq!(evaluate(&c, &rep(), Method::Get), Verdict::Full);
 }
 
 #[test]
 fn a_range_is_served_for_get_only() {
-    let c = Conditions { range: Some(b"bytes=0-9"), ..cond() };
-    assert!(matches!(evaluate(&c, &rep(), Method::Get), Verdict::Partial(_)));
+    let c = Conditions {
+        range: Some(b"bytes=0-9"),
+        ..cond()
+    };
+    assert!(matches!(
+        evaluate(&c, &rep(), Method::Get),
+        Verdict::Partial(_)
+    ));
     assert_eq!(evaluate(&c, &rep(), Method::Head), Verdict::Full);
     assert_eq!(evaluate(&c, &rep(), Method::Other), Verdict::Full);
-    let c = Conditions { range: Some(b"bytes=100-"), ..cond() };
-    assert_eq!(evaluate(&c, &rep(), Method::Get), Verdict::RangeNotSatisfiable);
-    let c = Conditions { range: Some(b"bytes=0-9"), max_ranges: 0, ..cond() };
+    let c = Conditions {
+        range: Some(b"bytes=100-"),
+        ..cond()
+    };
+    assert_eq!(
+        evaluate(&c, &rep(), Method::Get),
+        Verdict::RangeNotSatisfiable
+    );
+    let c = Conditions {
+        range: Some(b"bytes=0-9"),
+        max_ranges: 0,
+        ..cond()
+    };
     assert_eq!(evaluate(&c, &rep(), Method::Get), Verdict::Full);
 }
 
@@ -106,7 +174,11 @@ fn if_range_gates_the_range_by_strong_tag_or_exact_date() {
     let t = tag();
     let weak = [b"W/", &t[..]].concat();
     let run = |ir: &[u8]| {
-        let c = Conditions { range: Some(b"bytes=0-9"), if_range: Some(ir), ..cond() };
+        let c = Conditions {
+            range: Some(b"bytes=0-9"),
+            if_range: Some(ir),
+            ..cond()
+        };
         matches!(evaluate(&c, &rep(), Method::Get), Verdict::Partial(_))
     };
     assert!(run(&t));
@@ -117,7 +189,10 @@ fn if_range_gates_the_range_by_strong_tag_or_exact_date() {
     assert!(!run(b"Sun, 06 Nov 1994 08:49:36 GMT"));
     assert!(!run(b"not a validator"));
     // Without a Range, If-Range changes nothing.
-    let c = Conditions { if_range: Some(b"\"other\""), ..cond() };
+    let c = Conditions {
+        if_range: Some(b"\"other\""),
+        ..cond()
+    };
     assert_eq!(evaluate(&c, &rep(), Method::Get), Verdict::Full);
 }
 
@@ -126,14 +201,17 @@ fn reference(c: &Conditions<'_>, r: &Representation, m: Method) -> Verdict {
     let cur = r.etag.tag();
     let date = |v: Option<&[u8]>| v.and_then(|v| date::parse(v, c.now_s));
     // Step 1: If-Match present → evaluate; false → 412. Absent → step 2.
-    let step1 = c.if_match.map(|v| etag::list_matches(v, cur, Comparison::Strong));
+    let step1 = c
+        .if_match
+        .map(|v| etag::list_matches(v, cur, Comparison::Strong));
     if step1 == Some(false) {
         return Verdict::PreconditionFailed;
     }
     // Step 2: no If-Match, If-Unmodified-Since present (and valid) → false → 412.
     if step1.is_none() {
         if let Some(d) = date(c.if_unmodified_since) {
-            if !(r.last_modified_s <= d) {
+            let condition = r.last_modified_s <= d;
+            if !condition {
                 return Verdict::PreconditionFailed;
             }
         }
@@ -144,7 +222,11 @@ fn reference(c: &Conditions<'_>, r: &Representation, m: Method) -> Verdict {
         Some(v) => {
             let condition = !etag::list_matches(v, cur, Comparison::Weak);
             if !condition {
-                return if gh { Verdict::NotModified } else { Verdict::PreconditionFailed };
+                return if gh {
+                    Verdict::NotModified
+                } else {
+                    Verdict::PreconditionFailed
+                };
             }
         }
         // Step 4: GET/HEAD, no If-None-Match, If-Modified-Since present → false: 304.
@@ -161,7 +243,9 @@ fn reference(c: &Conditions<'_>, r: &Representation, m: Method) -> Verdict {
     if m != Method::Get {
         return Verdict::Full;
     }
-    let Some(range) = c.range else { return Verdict::Full };
+    let Some(range) = c.range else {
+        return Verdict::Full;
+    };
     if let Some(ir) = c.if_range {
         let is_tag = ir.first() == Some(&b'"') || ir.starts_with(b"W/");
         let condition = if is_tag {
