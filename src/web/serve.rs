@@ -198,7 +198,6 @@ fn serve(found: &Arc<Found>, req: &Request, head: Head, boundary: u64, root: &St
     if matches!(verdict, precondition::Verdict::NotModified) {
         return head.status_only(304, &fields);
     }
-    fields.push((b"Accept-Ranges", b"bytes"));
     if let Some(e) = encoding {
         fields.push((b"Content-Encoding", e.as_bytes()));
     }
@@ -212,6 +211,8 @@ fn serve(found: &Arc<Found>, req: &Request, head: Head, boundary: u64, root: &St
         }
         precondition::Verdict::Partial(set) => ranges(rep, &set, mime, &fields, head, boundary),
         _ => {
+            // Said on the whole file only (a 206 or 416 shows ranges are served), as nginx does.
+            fields.push((b"Accept-Ranges", b"bytes"));
             let mut a = head.file(200, mime, rep.size, &fields, rep.clone());
             a.sending.file(0, rep.size);
             a
