@@ -281,3 +281,172 @@ fn read_dir_stops_at_max_entries() {
     assert_eq!(listing(&t, b"", 0).len(), 0);
     assert_eq!(listing(&t, b".", 100).len(), 10);
 }
+
+/// What the traversal corpus expects of a request path.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// `file_path` refuses it: 400 before any file system call.
+    Refused(crate::http1::path::PathError),
+    /// The kernel refuses a step out of the root (`EXDEV`).
+    Escapes,
+    /// A symlink where none is allowed (`ELOOP`).
+    Link,
+    /// The name does not exist under the root (the bytes were a name, not a way out).
+    Missing,
+    /// It opens, as this kind.
+    Opens(FileKind),
+}
+
+/// A request path through `file_path` and `open_beneath` under `root`.
+fn serve(root: &OwnedFd, path: &[u8], links: Links) -> Outcome {
+    let mut form = vec![0u8; path.len()];
+    let n = match crate::http1::path::file_path(path, &mut form) {
+        Ok(n) => n,
+        Err(e) => return Outcome::Refused(e),
+    };
+    match kind(root, &form[1..n], links) {
+        Ok(k) => Outcome::Opens(k),
+        Err(e) => match e.raw_os_error() {
+            Some(libc::EXDEV) => Outcome::Escapes,
+            Some(libc::ELOOP) => Outcome::Link,
+            Some(libc::ENOENT) => Outcome::Missing,
+            _ => panic!("{}: {e}", String::from_utf8_lossy(path)),
+        },
+    }
+}
+
+#[test]
+fn the_traversal_corpus_never_leaves_the_root() {
+    use crate::http1::path::PathError::*;
+    use FileKind::*;
+    use Links::{Anywhere, Inside};
+    use Outcome::*;
+    let t = TempTree::new("corpus");
+    t.file("secret", b"outside the root");
+    t.dir("www");
+    t.file("www/index.html", b"<p>hi</p>");
+    t.dir("www/sub");
+    t.file("www/sub/page.html", b"page");
+    t.link("www/etc-link", "/etc");
+    t.link("www/up", "../../..");
+    t.link("www/secret-link", "../secret");
+    t.link("www/alias.html", "index.html");
+    t.link("www/sub/back.html", "../index.html");
+    t.link("www/null", "/dev/null");
+    t.fifo("www/pipe");
+    let root = OwnedFd::from(std::fs::File::open(t.0.join("www")).unwrap());
+    let corpus: &[(&str, &[u8], Links, Outcome)] = &[
+        ("dot dot", b"/..", Inside, Refused(AboveRoot)),
+        (
+            "dot dot to a file",
+            b"/../secret",
+            Inside,
+            Refused(AboveRoot),
+        ),
+        (
+            "encoded dot dot",
+            b"/%2e%2e/secret",
+            Inside,
+            Refused(AboveRoot),
+        ),
+        (
+            "mixed-case encoded dot dot",
+            b"/%2E%2e/",
+            Inside,
+            Refused(AboveRoot),
+        ),
+        (
+            "half-encoded dot dot",
+            b"/.%2e/secret",
+            Inside,
+            Refused(AboveRoot),
+        ),
+        (
+            "dot dot below a name",
+            b"/a/../../secret",
+            Inside,
+            Refused(AboveRoot),
+        ),
+        ("encoded slash", b"/%2f", Inside, Refused(EncodedSlash)),
+        (
+            "dot dot across encoded slashes",
+            b"/..%2f..%2fsecret",
+            Inside,
+            Refused(EncodedSlash),
+        ),
+        ("encoded NUL", b"/%00", Inside, Refused(Nul)),
+        (
+            "NUL before an extension",
+            b"/index.html%00.txt",
+            Inside,
+            Refused(Nul),
+        ),
+        ("raw NUL", b"/index.html\0", Inside, Refused(Nul)),
+        ("backslash dot dot", b"/\\..\\secret", Inside, Missing),
+        (
+            "encoded backslash dot dot",
+            b"/%5c..%5csecret",
+            Inside,
+            Missing,
+        ),
+        (
+            "overlong UTF-8 dots",
+            b"/%c0%ae%c0%ae/secret",
+            Inside,
+            Missing,
+        ),
+        (
+            "double-encoded dot dot",
+            b"/%252e%252e/secret",
+            Inside,
+            Missing,
+        ),
+        ("double slash to /etc", b"//etc/passwd", Inside, Missing),
+        (
+            "dot dot that stays inside",
+            b"/sub/../index.html",
+            Inside,
+            Opens(Regular),
+        ),
+        ("the root", b"/", Inside, Opens(Dir)),
+        ("a directory with its slash", b"/sub/", Inside, Opens(Dir)),
+        ("symlink to /etc", b"/etc-link/passwd", Inside, Escapes),
+        (
+            "symlink to /etc, anywhere",
+            b"/etc-link/passwd",
+            Anywhere,
+            Opens(Regular),
+        ),
+        ("symlink ../../..", b"/up/etc/passwd", Inside, Escapes),
+        (
+            "symlink to a file outside",
+            b"/secret-link",
+            Inside,
+            Escapes,
+        ),
+        ("symlink inside", b"/alias.html", Inside, Opens(Regular)),
+        (
+            "symlink inside, no links",
+            b"/alias.html",
+            Links::None,
+            Link,
+        ),
+        (
+            "symlink up but inside",
+            b"/sub/back.html",
+            Inside,
+            Opens(Regular),
+        ),
+        ("FIFO", b"/pipe", Inside, Opens(Other)),
+        (
+            "device through a symlink, anywhere",
+            b"/null",
+            Anywhere,
+            Opens(Other),
+        ),
+        ("device through a symlink", b"/null", Inside, Escapes),
+    ];
+    for (name, path, links, want) in corpus {
+        assert_eq!(&serve(&root, path, *links), want, "{name}");
+    }
+}
