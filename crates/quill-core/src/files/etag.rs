@@ -56,7 +56,8 @@ impl std::fmt::Debug for Etag {
 
 /// The strong entity tag of a file modified at `mtime_s` seconds and `mtime_ns` nanoseconds
 /// since the epoch (as `stat` gives them), `size` bytes long, stored in `coding` (`None`: the file
-/// itself). A time before the epoch is written with a leading `-`.
+/// itself). A time before the epoch is written with a leading `-`; `mtime_ns` past 999,999,999
+/// counts as 999,999,999.
 pub fn strong(mtime_s: i64, mtime_ns: u32, size: u64, coding: Option<Coding>) -> Etag {
     let mut e = Etag {
         buf: [0; MAX_LEN],
