@@ -122,7 +122,7 @@ fn actions_are_refused_with_their_line_and_reason() {
     let cases: &[(&str, &str)] = &[
         (
             "path = \"/\"",
-            "9: route 'route-1': no action (give one of pool, redirect, respond, deny)",
+            "9: route 'route-1': no action (give one of pool, redirect, respond, deny, static, fastcgi, cgi)",
         ),
         (
             "deny = true\nrespond = {}",

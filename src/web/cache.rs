@@ -323,11 +323,6 @@ impl FileCache {
         self.slots[i as usize].prev = NIL;
         self.slots[i as usize].next = NIL;
     }
-
-    /// Entries held now.
-    pub(crate) fn len(&self) -> usize {
-        self.map.len()
-    }
 }
 
 /// The symbolic-link rule of a root, as the opening call takes it.

@@ -104,8 +104,15 @@ impl fmt::Display for StaticAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "static files from {}", self.root.display())?;
         if self.listing {
-            f.write_str(" (listing on)")?;
+            f.write_str(", listing on")?;
         }
-        Ok(())
+        if !self.precompressed.is_empty() {
+            let codings: Vec<&str> = self.precompressed.iter().map(|c| c.token()).collect();
+            write!(f, ", precompressed {}", codings.join(" "))?;
+        }
+        if self.dotfiles {
+            f.write_str(", dotfiles served")?;
+        }
+        write!(f, ", symlinks {}", self.symlinks.name())
     }
 }
