@@ -146,6 +146,8 @@ fn api_route() -> config::RouteConfig {
         hosts: Vec::new(),
         sni: Vec::new(),
         path: Some(config::PathMatch::Prefix("/api/".into())),
+        path_case: config::PathCase::Sensitive,
+        invalid_referer: None,
         methods: Vec::new(),
         headers: Vec::new(),
         client_acl: None,

@@ -19,9 +19,9 @@ mod http;
 mod kind;
 mod listener;
 mod self_loop;
-mod web;
 #[cfg(test)]
 mod tests;
+mod web;
 
 pub(crate) use crate::config::settings::{
     proxy_protocol_name, Fastclose, ProxyVersion, Tuning, TuningPatch,
