@@ -27,7 +27,7 @@
 pub enum PathError {
     /// A `..` segment climbs above the root (`/../x`, `/a/../../x`).
     AboveRoot,
-    /// A `%` not followed by two hex digits, or `%00`.
+    /// A `%` not followed by two hex digits, `%00`, or an escaped overlong UTF-8 form.
     BadEscape,
     /// The output buffer is shorter than the path.
     NoRoom,
@@ -80,6 +80,24 @@ fn decodes(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/')
 }
 
+/// Whether the escape at `path[i]`, which decodes to `lead`, starts an overlong (or out of range)
+/// UTF-8 form: `lead` and the escaped continuation byte after it together spell nothing valid
+/// UTF-8 allows (RFC 3629 §3), only another way to write a shorter sequence (`%C0%AF` is `/`).
+/// A lone high escape (`%C0`, a Latin-1 `À`) is not one.
+fn overlong(path: &[u8], i: usize, lead: u8) -> bool {
+    let next = match path.get(i + 3..i + 6) {
+        Some([b'%', h, l]) => decoded(*h, *l),
+        _ => None,
+    };
+    let Some(next) = next else { return false };
+    match lead {
+        0xc0 | 0xc1 | 0xf5..=0xff => (0x80..=0xbf).contains(&next),
+        0xe0 => (0x80..=0x9f).contains(&next),
+        0xf0 => (0x80..=0x8f).contains(&next),
+        _ => false,
+    }
+}
+
 /// Whether `path` is in normal form already: nothing to decode, no empty segment, no `.` or
 /// `..` segment. A path that does not start with `/` (`*`, an authority) is left as it is, so
 /// it counts as normal.
@@ -93,7 +111,7 @@ pub fn is_normal(path: &[u8]) -> bool {
             b'%' => {
                 let escape = path.get(i + 1).zip(path.get(i + 2));
                 match escape.and_then(|(&h, &l)| decoded(h, l)) {
-                    Some(d) if d != 0 && !decodes(d) => i += 2,
+                    Some(d) if d != 0 && !decodes(d) && !overlong(path, i, d) => i += 2,
                     _ => return false,
                 }
             }
@@ -179,6 +197,7 @@ fn decode_into(path: &[u8], out: &mut [u8], decoding: Decoding) -> Result<usize,
             let escape = path.get(i + 1).zip(path.get(i + 2));
             match (escape.and_then(|(&h, &l)| decoded(h, l)), decoding) {
                 (None, _) | (Some(0), Decoding::Route) => return Err(PathError::BadEscape),
+                (Some(d), _) if overlong(path, i, d) => return Err(PathError::BadEscape),
                 (Some(0), Decoding::File) => return Err(PathError::Nul),
                 (Some(b'/'), Decoding::File) => return Err(PathError::EncodedSlash),
                 (Some(d), Decoding::File) => {
@@ -282,6 +301,10 @@ mod tests {
             ("/;/admin", "/;/admin"),
             ("/%25%32%46", "/%252F"),
             ("/.git/config", "/.git/config"),
+            ("/%C0", "/%C0"),
+            ("/%C3%A9t%C3%A9", "/%C3%A9t%C3%A9"),
+            ("/%E0%A0%80", "/%E0%A0%80"),
+            ("/%FCber", "/%FCber"),
             ("/...", "/..."),
             ("/a.", "/a."),
             ("*", "*"),
@@ -308,6 +331,22 @@ mod tests {
             assert_eq!(normal(path), Err(PathError::AboveRoot), "{path}");
         }
         for path in ["/a%zz", "/a%2", "/a%", "/a%%36%31", "/%00x", "/a%2x"] {
+            assert_eq!(normal(path), Err(PathError::BadEscape), "{path}");
+            assert!(!is_normal(path.as_bytes()), "{path}");
+        }
+    }
+
+    #[test]
+    fn escaped_overlong_utf8_forms_are_refused_but_lone_high_escapes_stay() {
+        for path in [
+            "/%C0%AE%C0%AE/private",
+            "/%c0%afprivate",
+            "/%C1%9C",
+            "/%E0%80%AF",
+            "/x%F0%80%80%AFy",
+            "/%F8%80%80%80%AF",
+            "/%FC%80%80%80%80%AF",
+        ] {
             assert_eq!(normal(path), Err(PathError::BadEscape), "{path}");
             assert!(!is_normal(path.as_bytes()), "{path}");
         }
@@ -425,7 +464,7 @@ mod proptests {
         let piece = prop::sample::select(
             &[
                 "/", "/", "/", ".", "..", "a", "b", "~", "%2e", "%2E", "%2F", "%2f", "%61", "%20",
-                "%3B", "%25", "%", "%2", "%00", "%zz", "?", ";", "A",
+                "%3B", "%25", "%", "%2", "%00", "%zz", "?", ";", "A", "%C0", "%E0", "%AE", "%80",
             ][..],
         );
         prop::collection::vec(piece, 0..24).prop_map(|pieces| {
