@@ -154,6 +154,7 @@ fn api_route() -> config::RouteConfig {
         response_headers: Vec::new(),
         rewrite_path: None,
         rate: None,
+        site: None,
     }
 }
 

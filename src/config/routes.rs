@@ -12,11 +12,11 @@ use toml::Spanned;
 use crate::acl;
 
 use super::http::{edits, shown, RawEdits};
-use super::web::{RawCgi, RawFastcgi, RawStatic};
 use super::model::{
     compile_pattern, parse_rate, ConfigError, HostMatch, PathMatch, RateLimit, RouteAction,
     RouteConfig, ValueMatch, MAX_RATE, MAX_RESPOND_BODY,
 };
+use super::web::{RawCgi, RawFastcgi, RawStatic};
 
 /// The longest host, path prefix, redirect target or content type a route may name.
 const MAX_ROUTE_TEXT: usize = 2048;
@@ -89,7 +89,7 @@ fn sized(what: &str, s: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn host(v: &toml::Value) -> Result<HostMatch, String> {
+pub(super) fn host(v: &toml::Value) -> Result<HostMatch, String> {
     let Some(h) = v.as_str() else {
         return Err(format!("host: {} is not a host name", shown(v)));
     };
@@ -267,6 +267,11 @@ fn respond(r: &RawRespond) -> Result<RouteAction, String> {
 }
 
 impl RawRoute {
+    /// Whether it has a `name` (else it is called after its place).
+    pub(super) fn is_named(&self) -> bool {
+        self.name.is_some()
+    }
+
     /// The route numbered `n` (from 1) of a listener, checked; errors start with `FILE:LINE:`.
     /// Keys are checked in a fixed order (name, matchers, action, edits, rewrite, rate, sni), so
     /// a route with several faults always reports the same one.
@@ -307,6 +312,7 @@ impl RawRoute {
             response_headers,
             rewrite_path,
             rate,
+            site: None,
         })
     }
 
@@ -579,7 +585,8 @@ impl RawRoute {
         match given.as_slice() {
             [] => Err(fail(
                 span.clone(),
-                "no action (give one of pool, redirect, respond, deny, static, fastcgi, cgi)".into(),
+                "no action (give one of pool, redirect, respond, deny, static, fastcgi, cgi)"
+                    .into(),
             )),
             [_] => Ok(()),
             [(a, _), (b, s), ..] => Err(fail(

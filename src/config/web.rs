@@ -93,7 +93,10 @@ impl RawStatic {
             a.precompressed = precompressed(list)?;
         }
         if let Some(cc) = &self.cache_control {
-            if cc.is_empty() || cc.len() > MAX_TEXT || !cc.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) {
+            if cc.is_empty()
+                || cc.len() > MAX_TEXT
+                || !cc.bytes().all(|b| b == b' ' || b.is_ascii_graphic())
+            {
                 return Err(format!(
                     "cache_control: '{}' is not a field value (visible ASCII and spaces)",
                     cc.escape_debug()

@@ -13,3 +13,5 @@ mod support;
 #[allow(dead_code)]
 #[path = "../support/tls.rs"]
 mod tls_support;
+
+mod sites;
