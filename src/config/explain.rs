@@ -69,9 +69,10 @@ impl Config {
             if let Some(t) = l.tls() {
                 explain_tls(t, l.http().is_some(), &mut out);
             }
-            for r in &l.routes {
+            for r in l.routes.iter().filter(|r| r.site.is_none()) {
                 out += &format!("  {}\n", explain_route(r));
             }
+            explain_sites(l, &mut out);
             if !l.routes.is_empty() {
                 out += &if l.servers.is_empty() && l.emergency.is_none() && l.http().is_none() {
                     "  no route matched: closed (the listener has no servers)\n".to_string()
@@ -395,6 +396,30 @@ fn explain_server_tls(l: &ListenerConfig, out: &mut String) {
             format!("; ALPN {}", s.alpn.join(", "))
         }
     );
+}
+
+/// A listener's sites (docs/sites.md): each with its names, certificates and routes, then
+/// what a host no site names gets.
+fn explain_sites(l: &ListenerConfig, out: &mut String) {
+    if l.sites.is_empty() {
+        return;
+    }
+    for (i, site) in l.sites.iter().enumerate() {
+        *out += &format!("  {site}\n");
+        for c in &site.certs {
+            *out += &format!("    certificate {} (chosen by SNI)\n", c.display());
+        }
+        for r in l.routes.iter().filter(|r| r.site == Some(i as u32)) {
+            *out += &format!("    {}\n", explain_route(r));
+        }
+        *out += "    no route of the site matched: 404\n";
+    }
+    let default = l.sites.iter().find(|s| s.default);
+    *out += &match (default, l.unknown_host.status()) {
+        (Some(d), _) => format!("  a host no site names: site '{}'\n", d.name),
+        (None, Some(status)) => format!("  a host no site names: {status}\n"),
+        (None, None) => "  a host no site names: the routes outside any site\n".to_string(),
+    };
 }
 
 /// One line for a route: `route 'NAME': MATCHERS -> ACTION [; extras]`.

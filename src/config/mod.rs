@@ -15,7 +15,8 @@
 //! - `http`: an HTTP listener's settings checked, patched key by key (`[http]`, `[listener.http]`)
 //!   and compared with the defaults; the size and header-edit grammars.
 //! - `routes`: `[[listener.route]]` tables read into `RouteConfig` (named `[[pool]]`s are read by
-//!   `toml`, as listeners without a socket).
+//!   `toml`, as listeners without a socket);
+//! - `sites`: `[[listener.site]]` tables read into `SiteConfig` and the site's routes.
 //!
 //! Everything is re-exported here, so `crate::config::X` names any of it. Control commands are
 //! applied to the model by `command::apply` (above `config`, which imports no `command`).
@@ -27,6 +28,7 @@ pub(crate) mod model;
 mod proptests;
 mod routes;
 pub(crate) mod settings;
+mod sites;
 mod toml;
 mod web;
 mod write;
@@ -36,7 +38,8 @@ pub(crate) use model::{
     proxy_protocol_name, CheckKind, Config, ConfigError, ControlLevel, DsrSettings, ErrorKind,
     Global, HealthCheck, HostMatch, HttpSettings, ListenerConfig, ListenerKind, LogFormat,
     NormalizePath, PathCase, PathMatch, ProxyVersion, RateLimit, RefererRule, RouteAction,
-    RouteConfig, StaticAction, StreamKind, StreamProto, Symlinks, Tuning, TuningPatch, ValueMatch,
+    RouteConfig, SiteConfig, StaticAction, StreamKind, StreamProto, Symlinks, Tuning, TuningPatch,
+    UnknownHost, ValueMatch,
     MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_RISE_FALL, MAX_SESSIONS, MAX_WORKERS,
 };
 pub(crate) use toml::{check_certificates, load_file, parse_admin, read_config_text};

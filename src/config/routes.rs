@@ -101,7 +101,7 @@ fn sized(what: &str, s: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn host(v: &toml::Value) -> Result<HostMatch, String> {
+pub(super) fn host(v: &toml::Value) -> Result<HostMatch, String> {
     let Some(h) = v.as_str() else {
         return Err(format!("host: {} is not a host name", shown(v)));
     };
@@ -279,6 +279,11 @@ fn respond(r: &RawRespond) -> Result<RouteAction, String> {
 }
 
 impl RawRoute {
+    /// Whether it has a `name` (else it is called after its place).
+    pub(super) fn is_named(&self) -> bool {
+        self.name.is_some()
+    }
+
     /// The route numbered `n` (from 1) of a listener, checked; errors start with `FILE:LINE:`.
     /// Keys are checked in a fixed order (name, matchers, action, edits, rewrite, rate, sni), so
     /// a route with several faults always reports the same one.
@@ -323,6 +328,7 @@ impl RawRoute {
             response_headers,
             rewrite_path,
             rate,
+            site: None,
         })
     }
 

@@ -23,6 +23,7 @@ use crate::config::{Config, Global, ListenerConfig};
 use crate::listener::{self, BindOptions, ListenSocket};
 use crate::log::LogPlan;
 use crate::metrics::HttpStats;
+use crate::route::Sites;
 use crate::systemd::Inherited;
 
 pub(crate) struct Controller {
@@ -216,6 +217,10 @@ fn listener_pool(
             workers,
         )
         .map_err(ApplyError::Routes)?;
+        let mut routes = routes;
+        if !l.sites.is_empty() {
+            routes.sites = Some(Sites::build(&l.sites, &l.routes, l.unknown_host));
+        }
         pool.routes = Some(Arc::new(routes));
     }
     if let (Some(settings), PoolKind::Stream(stream)) = (l.tls(), &mut pool.kind) {

@@ -88,7 +88,8 @@ fn merge_listener(
 ) -> ListenerConfig {
     let mut out = theirs.clone();
     merge_fields!(ListenerConfig, base, ours, theirs, out;
-        name, listen, emergency, health, slow_start, client_acl, abuse, routes, sticky_cookie,
+        name, listen, emergency, health, slow_start, client_acl, abuse, routes, sites,
+        unknown_host, sticky_cookie,
         server_tls, log, log_format;
         mode, tuning, servers, initial_blacklist, kind);
     out.kind = merge_kind(&base.kind, &ours.kind, &theirs.kind);

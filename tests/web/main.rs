@@ -16,3 +16,4 @@ mod tls_support;
 
 mod nginx_differential;
 mod static_files;
+mod sites;

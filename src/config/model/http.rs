@@ -38,9 +38,25 @@ pub(crate) struct RouteConfig {
     /// `rewrite_path = { prefix, replace }`: the path's prefix replaced before it is sent.
     pub rewrite_path: Option<(String, String)>,
     pub rate: Option<RateLimit>,
+    /// The site it belongs to (its index in `ListenerConfig::sites`); None: outside any site.
+    /// A site's routes follow the routes outside any site, grouped by site in order.
+    pub site: Option<u32>,
 }
 
 impl RouteConfig {
+    /// A route called `name` that matches every request and answers 404 (its action is
+    /// meant to be set by the caller).
+    pub(crate) fn any(name: String) -> RouteConfig {
+        RouteConfig::new(
+            &name,
+            RouteAction::Respond {
+                status: 404,
+                body: String::new(),
+                content_type: "text/plain; charset=utf-8".into(),
+            },
+        )
+    }
+
     /// A route named `name` that matches every request and does `action`.
     pub(crate) fn new(name: &str, action: RouteAction) -> RouteConfig {
         RouteConfig {
@@ -58,6 +74,7 @@ impl RouteConfig {
             response_headers: Vec::new(),
             rewrite_path: None,
             rate: None,
+            site: None,
         }
     }
 }

@@ -16,6 +16,7 @@ use super::bounds::{
 use super::health::{CheckKind, HealthCheck};
 use super::http::RouteConfig;
 use super::kind::{ListenerKind, DEFAULT_DSR_WAIT};
+use super::site::{SiteConfig, UnknownHost};
 use super::{pool_addr, ConfigError, LogFormat};
 use crate::config::settings::{Fastclose, ProxyVersion, Tuning};
 
@@ -45,6 +46,10 @@ pub(crate) struct ListenerConfig {
     /// An HTTP listener's routes (`[[listener.route]]`), first match wins; a request no route
     /// matches goes to the listener's own servers (404 when it has none).
     pub routes: Vec<RouteConfig>,
+    /// Its virtual hosts (`[[listener.site]]`, docs/sites.md); their routes are in `routes`.
+    pub sites: Vec<SiteConfig>,
+    /// What a request whose Host no site names gets (`unknown_host`).
+    pub unknown_host: UnknownHost,
     /// TLS to this pool's servers (`server_tls = { ... }`).
     pub server_tls: Option<crate::tls::ClientSettings>,
     /// Its own access log file (`log = "FILE"` in its `[[listener]]`, `listener NAME log FILE`);
@@ -102,6 +107,8 @@ impl ListenerConfig {
             kind: ListenerKind::default(),
             sticky_cookie: None,
             routes: Vec::new(),
+            sites: Vec::new(),
+            unknown_host: UnknownHost::default(),
             server_tls: None,
             log: None,
             log_format: None,

@@ -6,7 +6,7 @@
 //! One file per part: `bounds` (every `MAX_*` and the range checks), `global` (process-wide
 //! settings, control levels, access log formats), `listener` (`ListenerConfig`, `UdpSettings`,
 //! per-listener checks), `health` (`HealthCheck`), `http`
-//! (`HttpSettings`, `RouteConfig` and its matchers), `grammar` (the `parse_*` helpers of setting
+//! (`HttpSettings`, `RouteConfig` and its matchers), `site` (`SiteConfig`, `UnknownHost`), `grammar` (the `parse_*` helpers of setting
 //! values) and `self_loop`; `Config`, its errors and `validate` are here. Everything is
 //! re-exported here, so `model::X` names any of it, with `Tuning` and `TuningPatch`, which
 //! `settings` generates from its table.
@@ -19,6 +19,7 @@ mod http;
 mod kind;
 mod listener;
 mod self_loop;
+mod site;
 #[cfg(test)]
 mod tests;
 mod web;
@@ -34,6 +35,7 @@ pub(crate) use http::*;
 pub(crate) use kind::*;
 pub(crate) use listener::*;
 pub(crate) use self_loop::*;
+pub(crate) use site::*;
 pub(crate) use web::*;
 
 use std::path::PathBuf;

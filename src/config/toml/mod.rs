@@ -35,6 +35,7 @@ mod global_table;
 mod health_table;
 mod http_table;
 mod kind;
+mod site_table;
 mod tls_table;
 mod udp_table;
 use global_table::read_global;
@@ -408,6 +409,7 @@ fn build_listener(
         );
     }
     l.routes = kind::routes(rl, l.is_http(), name, at, defaults.dir)?;
+    site_table::read_sites(rl, &mut l, defaults.dir, at)?;
     if rl.servers.is_empty() && l.routes.is_empty() {
         return Err(ConfigError::usage(format!(
             "{}listener '{name}' has no servers",
@@ -817,8 +819,11 @@ settings::tuning_table! {
         log_format: Option<Spanned<String>>,
         #[serde(default)]
         servers: Vec<Spanned<RawServer>>,
+        unknown_host: Option<Spanned<String>>,
         #[serde(default)]
         route: Vec<Spanned<RawRoute>>,
+        #[serde(default)]
+        site: Vec<Spanned<super::sites::RawSite>>,
     }
 }
 

@@ -525,6 +525,43 @@ impl ClientKeys {
     }
 }
 
+/// A site's `certs = [...]` (the entries of a listener's `certs`), read and checked for a
+/// listener whose TLS they join; errors as the listener's (`tls: certs: ...`).
+pub(super) fn site_certs(
+    v: &Spanned<toml::Value>,
+    dir: &Path,
+    at: At,
+) -> Result<Vec<CertFiles>, ConfigError> {
+    RawTls {
+        certs: Some(v.clone()),
+        ..RawTls::default()
+    }
+    .certs(dir, at)
+}
+
+/// Checks a listener's TLS settings whole once a site's certificates joined them (a key that
+/// does not fit its certificate, too many certificates): `span` is the site's `certs`.
+pub(super) fn check_joined(
+    settings: &TlsSettings,
+    v: &Spanned<toml::Value>,
+    at: At,
+) -> Result<(), ConfigError> {
+    if settings.certs.len() > MAX_CERTS {
+        return Err(fail(
+            at,
+            v,
+            "certs",
+            format!(
+                "{} certificates with the sites' (at most {MAX_CERTS})",
+                settings.certs.len()
+            ),
+        ));
+    }
+    tls::build_server(settings, true, &tls::tickets::shared_keys())
+        .map(drop)
+        .map_err(|e| fail(at, v, "certs", reason(&e)))
+}
+
 /// One entry of `certs = [...]`.
 fn cert_entry(
     entry: &toml::Value,

@@ -182,8 +182,13 @@ pub(super) fn decide(
     let mut route_index = None;
     if let Some(routes) = &pool.routes {
         let method = head.method_span.of(buf);
-        let found = routes.find_index(method, &path, host, |name| fields.value(buf, name));
+        let found = routes.lookup(method, &path, host, |name| fields.value(buf, name));
         drop(path);
+        // A site chosen whose routes all missed, or a host no site names (`unknown_host`).
+        let found = match found {
+            Ok(found) => found,
+            Err(status) => return Decision::Local(Local::status(status)),
+        };
         if let Some(i) = found {
             let route = &routes.routes[i];
             route_index = Some(i as u32);

@@ -18,6 +18,9 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+mod site;
+pub(crate) use site::{Choice, Sites};
+
 use crate::acl::{AclId, Acls};
 use crate::config::{
     compile_pattern, HostMatch, PathCase, PathMatch, RateLimit, RefererRule, RouteAction,
@@ -38,6 +41,9 @@ pub(crate) struct Routes<P> {
     /// Requests that matched no route (sent to the listener's own servers, or answered 404),
     /// reported as route [`NO_ROUTE`].
     pub unrouted: Arc<HttpStats>,
+    /// The listener's sites (docs/sites.md), when it has any: they choose which routes a
+    /// request tries.
+    pub sites: Option<Sites>,
 }
 
 /// The `route` label of requests that matched no route. A route name has no spaces, so no route
@@ -290,6 +296,7 @@ impl<P> Routes<P> {
             routes,
             acls,
             unrouted,
+            sites: None,
         })
     }
 
@@ -343,10 +350,37 @@ impl<P> Routes<P> {
         host: Option<&'b [u8]>,
         field: impl Fn(&[u8]) -> Option<&'b [u8]>,
     ) -> Option<usize> {
+        self.lookup(method, path, host, field).ok().flatten()
+    }
+
+    /// As [`Routes::find_index`], with the listener's sites: the site the host names (else the
+    /// default site) has its routes tried, and a request none of them matches gets 404
+    /// (`Err(404)`); a host no site names gets the routes outside any site (`Ok(None)` when
+    /// none matches), or the `unknown_host` status (`Err(404)`, `Err(421)`). No allocation.
+    pub(crate) fn lookup<'b>(
+        &self,
+        method: &[u8],
+        path: &[u8],
+        host: Option<&'b [u8]>,
+        field: impl Fn(&[u8]) -> Option<&'b [u8]>,
+    ) -> Result<Option<usize>, u16> {
         let host = host.map(host_name);
-        self.routes
+        let (site, range) = match &self.sites {
+            None => (None, 0..self.routes.len()),
+            Some(sites) => match sites.choose(host) {
+                Choice::Routes { site, routes } => (site, routes),
+                Choice::Status(status) => return Err(status),
+            },
+        };
+        let start = range.start;
+        let found = self.routes[range]
             .iter()
             .position(|r| r.matches(method, path, host, &field))
+            .map(|i| i + start);
+        match (found, site) {
+            (None, Some(_)) => Err(404),
+            (found, _) => Ok(found),
+        }
     }
 
     /// The first route of a TCP listener whose `sni` names `name`, the server name of a TLS
