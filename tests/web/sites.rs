@@ -341,3 +341,25 @@ fn quill_check_explains_each_site_with_its_routes() {
         assert!(out.contains(want), "{want:?} in:\n{out}");
     }
 }
+
+#[test]
+fn each_site_serves_files_from_its_own_root_after_its_own_routes() {
+    let q = start(|dir, port| {
+        for (site, text) in [("a", "file of a"), ("b", "file of b")] {
+            let root = dir.join(site);
+            std::fs::create_dir_all(&root).unwrap();
+            std::fs::write(root.join("page.txt"), text).unwrap();
+            std::fs::write(root.join("index.html"), format!("<p>{site}</p>")).unwrap();
+        }
+        listener(port, "")
+            + "[[listener.site]]\nnames = [\"a.test\"]\nroot = \"a\"\n\
+               [[listener.site.route]]\npath = \"/api/\"\nrespond = { body = \"api of a\" }\n"
+            + "[[listener.site]]\nnames = [\"b.test\"]\nroot = \"b\"\n"
+    });
+    assert_eq!(get(&q, "a.test", "/page.txt"), (200, "file of a".into()));
+    assert_eq!(get(&q, "b.test", "/page.txt"), (200, "file of b".into()));
+    assert_eq!(get(&q, "a.test", "/"), (200, "<p>a</p>".into()));
+    assert_eq!(get(&q, "a.test", "/api/x"), (200, "api of a".into()));
+    assert_eq!(get(&q, "b.test", "/api/x").0, 404, "b has no such file and no api route");
+    assert_eq!(get(&q, "a.test", "/missing").0, 404);
+}
