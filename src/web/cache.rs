@@ -123,11 +123,6 @@ impl FdBudget {
         FDS_LIMIT.store(n, Ordering::Relaxed);
     }
 
-    /// Descriptors held by all file caches now.
-    pub(crate) fn held() -> usize {
-        FDS_HELD.load(Ordering::Relaxed)
-    }
-
     /// Takes a slot if one is left.
     fn take() -> bool {
         let limit = FDS_LIMIT.load(Ordering::Relaxed);
@@ -281,7 +276,7 @@ impl FileCache {
         self.bytes -= slot.bytes;
         slot.lookup = Lookup::Missing;
         slot.bytes = 0;
-        let key = std::mem::replace(&mut slot.key, (0, Box::default()));
+        let key = std::mem::take(&mut slot.key);
         self.map.remove(&key);
         self.free.push(i);
     }
