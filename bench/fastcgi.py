@@ -41,8 +41,9 @@ CONN_REQUESTS = 10000
 PACKAGES = ["nginx", "php8.2-fpm", "wrk", "nghttp2-client", "strace"]
 
 
-def write_files(work):
-    """The PHP docroot, php-fpm's configuration (two pools), nginx's and Quill's."""
+def write_files(work, children=2):
+    """The PHP docroot, php-fpm's configuration (two pools of `children` each), nginx's and
+    Quill's."""
     php = os.path.join(work, "php")
     os.makedirs(php, exist_ok=True)
     files = {"hello.php": '<?php echo "Hello, world\\n";\n',
@@ -56,10 +57,10 @@ def write_files(work):
     os.chmod(work, 0o755)
     sock = os.path.join(work, "php.sock")
     pool = """pm = static
-pm.max_children = 2
+pm.max_children = %d
 pm.status_path = /fpm-status
 catch_workers_output = yes
-"""
+""" % children
     with open(os.path.join(work, "php-fpm.conf"), "w") as f:
         f.write("""[global]
 pid = {w}/php-fpm.pid
@@ -257,6 +258,7 @@ class Bench:
                "fpm_cpu_us_per_req": per((f1 - f0) / harness.CLK_TCK),
                "gen_cpu_us_per_req": per(g1 - g0), "gen_core": (g1 - g0) / wall if wall else None, **r}
         row["valid"] = bool(r["rps"] and p.poll() is None and r["errors"] <= 0.01 * req)
+        row["stalled"] = not req  # not one response in the whole run
         if r["rps"] is None:
             row["output_tail"] = out[-1500:]
         log("  %-10s %-9s %-4s %8s req/s  proxy %s us/req  php-fpm %s us/req  client %s us/req  "
@@ -289,7 +291,10 @@ class Bench:
             return
         try:
             port = PORTS[name][TRANSPORTS.index(transport)]
-            cmd = ["h2load", "--h1", "-t1", "-c%d" % self.args.concurrency, "-n%d" % self.args.conn_requests,
+            # -N10: a connection with no response for 10 s is given up (counted as errors), so
+            # a stalled proxy shows as failed requests, not as a run that never ends.
+            cmd = ["h2load", "--h1", "-t1", "-N10", "-c%d" % self.args.concurrency,
+                   "-n%d" % self.args.conn_requests,
                    "http://127.0.0.1:%d/hello.php" % port]
             calls, total, window, out = harness.Bench.strace_window(
                 self, self.fpm_pids(), load_cmd=cmd, trace="accept,accept4")
@@ -311,7 +316,7 @@ class Bench:
 
     def run(self):
         t_start = time.monotonic()
-        write_files(self.work)
+        write_files(self.work, self.args.fpm_children)
         self.start_fpm()
         base = list(self.args.only)
         for rnd in range(self.args.rounds):
@@ -357,7 +362,8 @@ def summarize(results, cands):
                         "gen_cpu_us_per_req": median(get(c, s, t, "gen_cpu_us_per_req")),
                         "gen_core": median(get(c, s, t, "gen_core")),
                         "x_nginx": x_nginx(c, s, t, "rps"), "cpu_x_nginx": x_nginx(c, s, t, "cpu_us_per_req"),
-                        "errors": sum(r["errors"] for r in rows), "runs": len(get(c, s, t, "rps"))}
+                        "errors": sum(r["errors"] for r in rows), "runs": len(get(c, s, t, "rps")),
+                        "stalled": sum(1 for r in rows if r.get("stalled")), "rows": len(rows)}
     return {"load": load, "connections": results["connections"]}
 
 
@@ -379,27 +385,30 @@ def render(results, cands, meta, refused):
         results.get("elapsed_s", "–")))
     w("Versions: %s." % "; ".join("%s %s" % (k, v) for k, v in meta["versions"].items()))
     w("")
-    w("php-fpm 8.2 (`php-fpm8.2 -F -y CONF`, `pm = static`, `pm.max_children = 2`; pool `unix` on a Unix "
+    w("php-fpm 8.2 (`php-fpm8.2 -F -y CONF`, `pm = static`, `pm.max_children = %d`; pool `unix` on a Unix "
       "socket with `listen.mode = 0666`, pool `tcp` on 127.0.0.1:%d) serves `hello.php` (13 bytes) and "
       "`20k.php` (20,480 bytes) to `nginx` (2 workers, `fastcgi_pass` to an upstream with `keepalive 8`, "
       "`fastcgi_keep_conn on`) and `quill` (`%s`: `[[pool]] protocol = \"fastcgi\"` and a route "
-      "`fastcgi = { pool, root, index = \"index.php\", split_path = \".php\" }`)." % (PHP_TCP, meta["quill_cmd"]))
+      "`fastcgi = { pool, root, index = \"index.php\", split_path = \".php\" }`)." % (
+          meta["fpm_children"], PHP_TCP, meta["quill_cmd"]))
     w("")
     w("## Load (medians over rounds)")
     w("")
     w("| candidate | script | php-fpm via | req/s | ×nginx | proxy µs/req | CPU ×nginx | php-fpm µs/req "
-      "| client µs/req | client core | p99 ms | errors |")
-    w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+      "| client µs/req | client core | p99 ms | errors | stalled runs |")
+    w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for d in summ["load"].values():
-        w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d of %d |" % (
             d["candidate"], d["script"], d["transport"], fmt(d["rps"]), fmt(d["x_nginx"], 2),
             fmt(d["cpu_us_per_req"], 1), fmt(d["cpu_x_nginx"], 2), fmt(d["fpm_cpu_us_per_req"], 1),
-            fmt(d["gen_cpu_us_per_req"], 1), fmt(d["gen_core"], 2), fmt(d["p99_ms"], 2), d["errors"]))
+            fmt(d["gen_cpu_us_per_req"], 1), fmt(d["gen_core"], 2), fmt(d["p99_ms"], 2), d["errors"],
+            d["stalled"], d["rows"]))
     w("")
     w("`wrk -t1 -c%d -d%ds --latency URL` after a 1 s warm-up. proxy µs/req = utime+stime of the proxy's "
       "processes (/proc/PID/stat) / requests; php-fpm µs/req the same for php-fpm's master and children; "
       "client = wrk's own CPU (its rusage), client core = its CPU / wall time (≥ 0.90: wrk set the pace). "
-      "×nginx = median over rounds of the ratio to nginx in the same round." % (
+      "×nginx = median over rounds of the ratio to nginx in the same round. A stalled run (not one "
+      "response in the whole run) is left out of the medians and counted in the last column." % (
           meta["concurrency"], meta["duration"]))
     w("")
     if summ["connections"]:
@@ -411,7 +420,7 @@ def render(results, cands, meta, refused):
             w("| %s | %s | %s | %s | %s | %s |" % (r["candidate"], r["transport"], fmt(r["requests"]),
                                                    fmt(r["accepts"]), fmt(r["per_10k"], 1), r["errors"]))
         w("")
-        w("A fresh proxy, then `h2load --h1 -t1 -c%d -n%d …/hello.php` while `strace -f -c -e "
+        w("A fresh proxy, then `h2load --h1 -t1 -N10 -c%d -n%d …/hello.php` while `strace -f -c -e "
           "trace=accept,accept4` is attached to php-fpm's processes (its children accept); per 10,000 "
           "= accepted × 10,000 / requests completed." % (meta["concurrency"], meta["conn_requests"]))
         w("")
@@ -434,6 +443,7 @@ def main(argv):
     p.add_argument("--concurrency", type=int, default=10)
     p.add_argument("--conn-requests", type=int, default=CONN_REQUESTS,
                    help="requests of the php-fpm connection count (h2load -n)")
+    p.add_argument("--fpm-children", type=int, default=2, help="pm.max_children of each pool")
     p.add_argument("--no-strace", dest="strace", action="store_false")
     p.add_argument("--only", default="quill,nginx")
     p.add_argument("--skipped", default="")
@@ -446,8 +456,8 @@ def main(argv):
             p.error("unknown candidate %r (known: %s)" % (n, ", ".join(ALL_CANDIDATES)))
         if n in QUILL_BINS and not getattr(a, QUILL_BINS[n]):
             p.error("%s needs --%s" % (n, QUILL_BINS[n].replace("_", "-")))
-    if not 100 <= a.conn_requests <= 1000000:
-        p.error("--conn-requests must be 100..1000000")
+    if not 100 <= a.conn_requests <= 1000000 or not 1 <= a.fpm_children <= 256:
+        p.error("--conn-requests must be 100..1000000, --fpm-children 1..256")
     if not a.only or not 1 <= a.rounds <= 20 or not 1 <= a.duration <= 600 or not 1 <= a.concurrency <= 1000:
         p.error("need candidates; --rounds 1..20, --duration 1..600, --concurrency 1..1000")
     a.skipped = dict(x.split("=", 1) for x in a.skipped.split(";") if "=" in x)
@@ -473,6 +483,7 @@ def main(argv):
             "command": a.command, "rounds": a.rounds, "candidates": a.only,
             "kernel": "Linux " + platform.release(), "cpus": os.cpu_count(), "load_before": loadavg(),
             "duration": a.duration, "concurrency": a.concurrency, "conn_requests": a.conn_requests,
+            "fpm_children": a.fpm_children,
             "versions": vers,
             "quill_cmd": "quill -f --config WORK/quill.toml", "skipped": a.skipped}
     bench = Bench(a)

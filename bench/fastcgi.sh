@@ -6,23 +6,26 @@
 # request, php-fpm's, the load generator's own, and php-fpm connections opened per 10,000 requests.
 #
 #   bash bench/fastcgi.sh [--rounds N] [--quick] [--duration S] [--concurrency C] [--only a,b,...]
-#                         [--conn-requests N] [--no-strace]
+#                         [--conn-requests N] [--fpm-children N] [--no-strace]
 #
 # Candidates: quill nginx (the default), quill-base. --quick = 1 round, wrk 3 s, 2,000 requests for
-# the connection count. --concurrency: wrk's and h2load's connections (10).
+# the connection count. --concurrency: wrk's and h2load's connections (10). --fpm-children: each
+# pool's pm.max_children (2; nginx needs more than its workers x keepalive not to stall, see
+# docs/benchmarks.md#fastcgi).
 # Env: QUILL_BIN, QUILL_BASE_BIN, KEEP_WORK, RESULTS_DIR: as for bench/static.sh.
 # Writes bench/results/fastcgi.md and bench/results/fastcgi.json. See bench/README.md.
 # Exit status: 0, 1 (interrupted or setup failed), 2 (usage), 3 (a candidate refused to start or
 # to serve the scripts: the tables are written, with that candidate marked NOT measured).
 set -euo pipefail
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 ROUNDS=3
 QUICK=
 DURATION=
 CONCURRENCY=10
 CONN_REQUESTS=
+FPM_CHILDREN=2
 NO_STRACE=
 ONLY=quill,nginx
 while [ $# -gt 0 ]; do
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
         --duration) DURATION="${2:?--duration needs seconds}"; shift 2 ;;
         --concurrency) CONCURRENCY="${2:?}"; shift 2 ;;
         --conn-requests) CONN_REQUESTS="${2:?}"; shift 2 ;;
+        --fpm-children) FPM_CHILDREN="${2:?}"; shift 2 ;;
         --no-strace) NO_STRACE=--no-strace; shift ;;
         --only) ONLY="${2:?--only needs a list}"; shift 2 ;;
         --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
@@ -40,7 +44,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 DURATION="${DURATION%s}"
-for v in "$ROUNDS" "$CONCURRENCY" ${DURATION:+"$DURATION"} ${CONN_REQUESTS:+"$CONN_REQUESTS"}; do
+for v in "$ROUNDS" "$CONCURRENCY" "$FPM_CHILDREN" ${DURATION:+"$DURATION"} ${CONN_REQUESTS:+"$CONN_REQUESTS"}; do
     case "$v" in ''|*[!0-9]*) echo "fastcgi.sh: '$v' is not a number" >&2; exit 2 ;; esac
 done
 if [ -n "$QUICK" ]; then
@@ -71,7 +75,7 @@ BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$BENCH_DIR")"
 RESULTS="${RESULTS_DIR:-$BENCH_DIR/results}"
 COMMAND="bash bench/fastcgi.sh --rounds $ROUNDS --duration $DURATION --concurrency $CONCURRENCY"
-COMMAND="$COMMAND --conn-requests $CONN_REQUESTS${NO_STRACE:+ $NO_STRACE} --only $ONLY"
+COMMAND="$COMMAND --conn-requests $CONN_REQUESTS --fpm-children $FPM_CHILDREN${NO_STRACE:+ $NO_STRACE} --only $ONLY"
 [ -n "$WANT_BASE" ] && COMMAND="QUILL_BASE_BIN=$QUILL_BASE_BIN $COMMAND"
 
 say() { echo "[fastcgi.sh] $*" >&2; }
@@ -124,7 +128,7 @@ say "work dir $WORK; candidates: $ONLY_RUN; rounds: $ROUNDS; wrk ${DURATION}s -c
 set +e
 python3 "$BENCH_DIR/fastcgi.py" --work "$WORK" ${QUILL:+--quill-bin "$QUILL"} \
     ${QUILL_BASE:+--quill-base-bin "$QUILL_BASE"} --rounds "$ROUNDS" --duration "$DURATION" \
-    --concurrency "$CONCURRENCY" --conn-requests "$CONN_REQUESTS" $NO_STRACE \
+    --concurrency "$CONCURRENCY" --conn-requests "$CONN_REQUESTS" --fpm-children "$FPM_CHILDREN" $NO_STRACE \
     --only "$ONLY_RUN" --skipped "$SKIPPED" --results "$RESULTS" --command "$COMMAND" &
 DRIVER=$!
 wait "$DRIVER"

@@ -232,7 +232,7 @@ def parse_h2load(out):
                   r"(\d+) errored, (\d+) timeout", out)
     if m:
         r["requests"] = int(m.group(1))
-        r["errors"] = sum(int(x) for x in m.groups()[1:])
+        r["errors"] = int(m.group(2))  # "failed" already counts the errored and timed-out ones
     m = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
     if m:
         r["errors"] += int(m.group(3)) + int(m.group(4))
