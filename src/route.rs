@@ -20,11 +20,12 @@ use std::sync::{Arc, OnceLock};
 
 use crate::acl::{AclId, Acls};
 use crate::config::{
-    compile_pattern, HostMatch, PathMatch, RateLimit, RouteAction, RouteConfig, StaticAction,
-    ValueMatch,
+    compile_pattern, HostMatch, PathCase, PathMatch, RateLimit, RefererRule, RouteAction,
+    RouteConfig, StaticAction, ValueMatch,
 };
 use crate::metrics::HttpStats;
 use quill_core::http1::path::PathError;
+use quill_core::http1::referer::{self, Referer};
 use quill_core::http1::rewrite::{HeaderEdit, Overflow};
 use quill_core::http1::{self, reason};
 
@@ -53,6 +54,8 @@ pub(crate) struct Route<P> {
     /// TCP listeners: the TLS server names the route takes.
     sni: Vec<HostMatch>,
     path: Option<PathPattern>,
+    /// Matches only requests whose `Referer` this rule finds not valid.
+    invalid_referer: Option<RefererRule>,
     methods: Vec<Box<[u8]>>,
     headers: Vec<(Box<[u8]>, ValuePattern)>,
     pub client_acl: Option<AclId>,
@@ -72,7 +75,52 @@ pub(crate) struct Route<P> {
 #[derive(Debug)]
 enum PathPattern {
     Prefix(Box<[u8]>),
+    /// A prefix compared without ASCII case (`path_case = "insensitive"`).
+    PrefixNoCase(Box<[u8]>),
+    /// Compiled with `(?i)` when `path_case = "insensitive"`.
     Regex(regex::bytes::Regex),
+}
+
+impl PathPattern {
+    /// The compiled form of a route's `path` or `path_regex` and its `path_case`.
+    fn compile(path: &PathMatch, case: PathCase) -> Result<PathPattern, String> {
+        Ok(match (path, case) {
+            (PathMatch::Prefix(p), PathCase::Sensitive) => PathPattern::Prefix(p.as_bytes().into()),
+            (PathMatch::Prefix(p), PathCase::Insensitive) => {
+                PathPattern::PrefixNoCase(p.as_bytes().into())
+            }
+            (PathMatch::Regex(p), PathCase::Sensitive) => PathPattern::Regex(compile_pattern(p)?),
+            (PathMatch::Regex(p), PathCase::Insensitive) => {
+                PathPattern::Regex(compile_pattern(&format!("(?i){p}"))?)
+            }
+        })
+    }
+
+    /// Whether `path` (in normal form) matches; no allocation.
+    fn matches(&self, path: &[u8]) -> bool {
+        match self {
+            PathPattern::Prefix(p) => path.starts_with(p),
+            PathPattern::PrefixNoCase(p) => path
+                .get(..p.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(p)),
+            PathPattern::Regex(r) => r.is_match(path),
+        }
+    }
+}
+
+/// Whether `rule` finds the request's `Referer` (`value`, None when it has none) not valid; `host`
+/// is the request's own host (without port). No allocation.
+fn referer_invalid(rule: &RefererRule, value: Option<&[u8]>, host: Option<&[u8]>) -> bool {
+    let valid = match value.map(referer::classify) {
+        None => rule.none,
+        Some(Referer::Blocked) => rule.blocked,
+        Some(Referer::Invalid) => false,
+        Some(Referer::Host(h)) => {
+            (rule.server_names && host.is_some_and(|own| own.eq_ignore_ascii_case(h)))
+                || rule.valid.iter().any(|m| host_matches(m, h))
+        }
+    };
+    !valid
 }
 
 #[derive(Debug)]
@@ -176,13 +224,12 @@ impl<P> Routes<P> {
                 .find(|o| o.id == id)
                 .map_or_else(|| Arc::new(HttpStats::new(workers)), |o| o.stats.clone());
             let named = |e: String| format!("listener '{listener}': route '{}': {e}", r.name);
-            let path = match &r.path {
-                None => None,
-                Some(PathMatch::Prefix(p)) => Some(PathPattern::Prefix(p.as_bytes().into())),
-                Some(PathMatch::Regex(p)) => {
-                    Some(PathPattern::Regex(compile_pattern(p).map_err(named)?))
-                }
-            };
+            let path = r
+                .path
+                .as_ref()
+                .map(|p| PathPattern::compile(p, r.path_case))
+                .transpose()
+                .map_err(named)?;
             let mut headers = Vec::with_capacity(r.headers.len());
             for (name, m) in &r.headers {
                 let m = match m {
@@ -210,11 +257,13 @@ impl<P> Routes<P> {
                     content_type: content_type.as_str().into(),
                 },
                 RouteAction::Deny => Action::Deny,
-                RouteAction::Static(a) => Action::Static(Arc::new(
-                    StaticRoot::open(a).map_err(named)?,
-                )),
+                RouteAction::Static(a) => {
+                    Action::Static(Arc::new(StaticRoot::open(a).map_err(named)?))
+                }
                 RouteAction::Fastcgi(_) | RouteAction::Cgi(_) => {
-                    return Err(named("fastcgi and cgi are not served by this build yet".into()))
+                    return Err(named(
+                        "fastcgi and cgi are not served by this build yet".into(),
+                    ))
                 }
             };
             routes.push(Route {
@@ -223,6 +272,7 @@ impl<P> Routes<P> {
                 hosts: r.hosts.clone(),
                 sni: r.sni.clone(),
                 path,
+                invalid_referer: r.invalid_referer.clone(),
                 methods: r.methods.iter().map(|m| m.as_bytes().into()).collect(),
                 headers,
                 client_acl: r.client_acl,
@@ -268,8 +318,9 @@ impl<P> Routes<P> {
     /// request target (its path is matched in normal form, see [`normal_path`]; a path without
     /// one matches nothing); `host` the request's host (`RequestHead::authority`: the
     /// absolute-form target's authority, else `Host`); `field` looks a header up by name (lower
-    /// case given; compare without case) and gives its value without surrounding spaces. A
-    /// route's `client_acl` does not take part: see [`Routes::permits`].
+    /// case given; compare without case) and gives its value without surrounding spaces (a
+    /// route's `headers`, and `referer` for its `invalid_referer`). A route's `client_acl` does
+    /// not take part: see [`Routes::permits`].
     pub(crate) fn find<'a, 'b>(
         &'a self,
         method: &[u8],
@@ -334,13 +385,13 @@ impl<P> Route<P> {
                 return false;
             }
         }
-        let path_ok = match &self.path {
-            None => true,
-            Some(PathPattern::Prefix(p)) => path.starts_with(p),
-            Some(PathPattern::Regex(r)) => r.is_match(path),
-        };
-        if !path_ok {
+        if self.path.as_ref().is_some_and(|p| !p.matches(path)) {
             return false;
+        }
+        if let Some(rule) = &self.invalid_referer {
+            if !referer_invalid(rule, field(b"referer"), host) {
+                return false;
+            }
         }
         self.headers.iter().all(|(name, m)| match field(name) {
             None => false,
@@ -893,6 +944,102 @@ mod tests {
             "no route kept too"
         );
         assert!(Arc::ptr_eq(&new.routes[1].stats, &old.routes[0].stats));
+    }
+
+    #[test]
+    fn insensitive_paths_match_either_case_sensitive_ones_keep_it() {
+        let r = routes(
+            "[[listener.route]]\nname = \"admin\"\npath = \"/admin\"\npath_case = \"insensitive\"\ndeny = true\n\
+             [[listener.route]]\nname = \"php\"\npath_regex = '\\.php$'\npath_case = \"insensitive\"\ndeny = true\n\
+             [[listener.route]]\nname = \"private\"\npath = \"/private\"\ndeny = true\n",
+        );
+        for target in ["/admin", "/ADMIN/x", "/%41dmin", "/x/../AdMiN", "/adminx"] {
+            assert_eq!(
+                find(&r, "GET", target, None, &[]),
+                Some("admin"),
+                "{target}"
+            );
+        }
+        for target in ["/a.php", "/a.PHP", "/b/c.pHp?x", "/a.ph%70"] {
+            assert_eq!(find(&r, "GET", target, None, &[]), Some("php"), "{target}");
+        }
+        assert_eq!(find(&r, "GET", "/a.php.txt", None, &[]), None);
+        assert_eq!(
+            find(&r, "GET", "/adm", None, &[]),
+            None,
+            "shorter than the prefix"
+        );
+        assert_eq!(find(&r, "GET", "/private/x", None, &[]), Some("private"));
+        assert_eq!(find(&r, "GET", "/PRIVATE", None, &[]), None, "case kept");
+    }
+
+    #[test]
+    fn invalid_referer_matches_only_referers_the_rule_does_not_trust() {
+        let r = routes(
+            "[[listener.route]]\nname = \"all\"\ninvalid_referer = { valid = [\"*.example.com\"], \
+             none = true, blocked = true, server_names = true }\ndeny = true\n\
+             [[listener.route]]\nname = \"strict\"\ninvalid_referer = { valid = [\"example.com\"] }\n\
+             deny = true\n",
+        );
+        let host = Some("Site.example:8080");
+        // Valid for `all`: falls through to `strict`, which trusts example.com only.
+        assert_eq!(find(&r, "GET", "/", host, &[]), Some("strict"), "none");
+        assert_eq!(
+            find(&r, "GET", "/", host, &[("referer", "-")]),
+            Some("strict"),
+            "blocked"
+        );
+        assert_eq!(
+            find(
+                &r,
+                "GET",
+                "/",
+                host,
+                &[("referer", "http://site.EXAMPLE./p")]
+            ),
+            Some("strict"),
+            "server_names"
+        );
+        assert_eq!(
+            find(
+                &r,
+                "GET",
+                "/",
+                host,
+                &[("referer", "https://a.example.com:1/")]
+            ),
+            Some("strict")
+        );
+        assert_eq!(
+            find(&r, "GET", "/", host, &[("referer", "https://example.com/")]),
+            Some("all"),
+            "*.example.com is for subdomains only"
+        );
+        assert_eq!(
+            find(
+                &r,
+                "GET",
+                "/",
+                host,
+                &[("referer", "https://a.example.com/")]
+            ),
+            Some("strict"),
+            "strict trusts example.com itself only"
+        );
+        let bad: [&'static [(&str, &str)]; 4] = [
+            &[("referer", "https://evil.example.com.attacker.net/")],
+            &[("referer", "http://example.com@evil.net/")],
+            &[("referer", "http://ex%61mple.com/")],
+            &[("referer", "https://evil.net/")],
+        ];
+        for b in bad {
+            assert_eq!(find(&r, "GET", "/", host, b), Some("all"), "{b:?}");
+        }
+        assert_eq!(
+            find(&r, "GET", "/", None, &[("referer", "http://site.example/")]),
+            Some("all"),
+            "no Host: nothing is the own site"
+        );
     }
 
     #[test]

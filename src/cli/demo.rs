@@ -131,6 +131,10 @@ impl DemoHttp {
         h.listen = addr::ListenAddr::Tcp(a);
         h.kind = ListenerKind::http(config::HttpSettings::default());
         h.routes = vec![api_route()];
+        // A small site too: `/site/` from a directory written now (static files, listing on).
+        if let Some(site) = demo_site() {
+            h.routes.push(site);
+        }
         Ok(DemoHttp {
             listener: h,
             pool,
@@ -142,19 +146,38 @@ impl DemoHttp {
 /// The demo's one route: a path under `/api/` goes to pool `api`.
 fn api_route() -> config::RouteConfig {
     config::RouteConfig {
-        name: "api".into(),
-        hosts: Vec::new(),
-        sni: Vec::new(),
         path: Some(config::PathMatch::Prefix("/api/".into())),
-        methods: Vec::new(),
-        headers: Vec::new(),
-        client_acl: None,
-        action: config::RouteAction::Pool("api".into()),
-        request_headers: Vec::new(),
-        response_headers: Vec::new(),
-        rewrite_path: None,
-        rate: None,
+        ..config::RouteConfig::new("api", config::RouteAction::Pool("api".into()))
     }
+}
+
+/// The demo site's files: an index page, a stylesheet, a text file and a folder to list.
+const SITE_FILES: &[(&str, &str)] = &[
+    (
+        "site/index.html",
+        "<!doctype html>\n<html><head><title>Quill demo site</title>\n<link rel=\"stylesheet\" href=\"style.css\"></head>\n<body><h1>Served by Quill from a directory</h1>\n<p>Try <a href=\"files/\">a directory listing</a> and <a href=\"hello.txt\">a text file</a>.</p></body></html>\n",
+    ),
+    ("site/style.css", "body { font-family: sans-serif; margin: 2em; }\n"),
+    ("site/hello.txt", "Hello from Quill's static files.\n"),
+    ("site/files/one.txt", "one\n"),
+    ("site/files/two.txt", "two\n"),
+];
+
+/// The route serving the demo site: `/site/` from a directory written under the temporary
+/// folder (None when it cannot be written: the demo runs without it).
+fn demo_site() -> Option<config::RouteConfig> {
+    let root = std::env::temp_dir().join(format!("quill-demo-site-{}", std::process::id()));
+    for (name, text) in SITE_FILES {
+        let path = root.join(name);
+        std::fs::create_dir_all(path.parent()?).ok()?;
+        std::fs::write(&path, text).ok()?;
+    }
+    let mut action = config::StaticAction::new(root);
+    action.listing = true;
+    Some(config::RouteConfig {
+        path: Some(config::PathMatch::Prefix("/site/".into())),
+        ..config::RouteConfig::new("site", config::RouteAction::Static(Box::new(action)))
+    })
 }
 
 /// What to try on the HTTP listener on `a` (and the server connection metrics on `admin`).
@@ -170,6 +193,9 @@ fn http_lines_to_try(a: std::net::SocketAddr, admin: Option<std::net::SocketAddr
          \x20 curl http://{a}/                # no route matches -> the demo backends, round robin\n\
          \x20 curl http://{a}/headers         # what the backend received: X-Forwarded-For, X-Request-ID, ...\n\
          \x20 curl -sv http://{a}/ http://{a}/ 2>&1 | grep -i 're-using'   # two requests, one kept-alive connection\n\
+         \x20 curl http://{a}/site/            # a small site served from a directory (static files)\n\
+         \x20 curl -si http://{a}/site/hello.txt -H 'Range: bytes=0-4'   # 206, ETag, Last-Modified\n\
+         \x20 curl http://{a}/site/files/      # a directory listing\n\
          {metrics}"
     )
 }

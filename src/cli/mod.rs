@@ -21,11 +21,13 @@ mod check;
 mod demo;
 mod pen;
 mod proxyd;
+mod serve;
 
 use check::{check, check_command_line};
 use demo::demo;
 use pen::{build_config, PenTls};
 use proxyd::{is_proxyd_form, proxyd_config};
+use serve::{serve, ServeArgs};
 
 fn duration(s: &str) -> Result<Duration, String> {
     config::parse_duration(s)
@@ -294,6 +296,16 @@ enum Sub {
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
         backends: u16,
     },
+    /// Serve the files of a directory over HTTP (HTTPS with -E and -K)
+    #[command(
+        after_help = "Examples:\n  quill serve                                   the current directory on 127.0.0.1:8080\n  quill serve /srv/www --listen 0.0.0.0:80 --listing\n  quill serve site --listen 443 -E site.pem -K site.key --log access.log\n\nA file's configuration does the same with a route: static = { root = \"DIR\" } (docs/web.md)."
+    )]
+    Serve {
+        #[command(flatten)]
+        help: SubHelp,
+        #[command(flatten)]
+        args: Box<ServeArgs>,
+    },
     /// Validate a configuration file, or a command line, and explain what it does
     #[command(
         after_help = "Examples:\n  quill check --config /etc/quill/quill.toml\n  quill check -H -r 8080 10.0.0.1:80 10.0.0.2:80    a command line, checked without starting\n  quill check --config quill.toml -H                 the file as `quill --config quill.toml -H` reads it\n\nIn a checked command line -h is this help: write --hash for Pen's -h."
@@ -362,6 +374,7 @@ pub fn main_with(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
             backends,
             ..
         }) => return demo(listen, backends, cli.debug),
+        Some(Sub::Serve { ref args, .. }) => return serve(args),
         Some(Sub::Check {
             ref config,
             ref args,

@@ -11,7 +11,7 @@ use crate::config::{self, Config, ConfigError, Global, ListenerConfig, ListenerK
 use crate::tls::{CertFiles, ClientAuth, FileData, TlsSettings, TlsVersion};
 
 /// Pen's TLS options: termination on the listener of the command line.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(super) struct PenTls {
     /// TLS: the listener's certificate (PEM, the leaf then its chain); clients speak TLS
     #[arg(short = 'E', value_name = "CERTFILE")]

@@ -2,7 +2,9 @@
 
 use crate::addr::{AdminState, ListenAddr};
 
-use super::model::{format_duration, Config, ListenerConfig, PathMatch, RouteConfig, ValueMatch};
+use super::model::{
+    format_duration, Config, ListenerConfig, PathCase, PathMatch, RouteConfig, ValueMatch,
+};
 use super::write::server_limits;
 use crate::tls::{CertFiles, TlsSettings, TlsVersion};
 
@@ -406,10 +408,17 @@ fn explain_route(r: &RouteConfig) -> String {
         let hosts: Vec<String> = r.hosts.iter().map(|h| h.to_string()).collect();
         when.push(format!("host {}", hosts.join(" or ")));
     }
-    match &r.path {
-        Some(PathMatch::Prefix(p)) => when.push(format!("path {p}*")),
-        Some(PathMatch::Regex(p)) => when.push(format!("path ~ {}", p.escape_debug())),
-        None => {}
+    // `~*` and "without case", as nginx writes a case-insensitive location.
+    let nocase = r.path_case == PathCase::Insensitive;
+    match (&r.path, nocase) {
+        (Some(PathMatch::Prefix(p)), false) => when.push(format!("path {p}*")),
+        (Some(PathMatch::Prefix(p)), true) => when.push(format!("path {p}* without case")),
+        (Some(PathMatch::Regex(p)), false) => when.push(format!("path ~ {}", p.escape_debug())),
+        (Some(PathMatch::Regex(p)), true) => when.push(format!("path ~* {}", p.escape_debug())),
+        (None, _) => {}
+    }
+    if let Some(rule) = &r.invalid_referer {
+        when.push(rule.to_string());
     }
     if !r.methods.is_empty() {
         when.push(format!("method {}", r.methods.join(" or ")));

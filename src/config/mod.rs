@@ -35,10 +35,9 @@ pub(crate) use model::{
     compile_pattern, format_duration, parse_check_kind, parse_duration, parse_status_range,
     proxy_protocol_name, CheckKind, Config, ConfigError, ControlLevel, DsrSettings, ErrorKind,
     Global, HealthCheck, HostMatch, HttpSettings, ListenerConfig, ListenerKind, LogFormat,
-    NormalizePath, PathMatch, ProxyVersion, RateLimit, RouteAction, RouteConfig, StaticAction,
-    StreamKind,
-    StreamProto, Tuning, TuningPatch, ValueMatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS,
-    MAX_RISE_FALL, MAX_SESSIONS, MAX_WORKERS,
+    NormalizePath, PathCase, PathMatch, ProxyVersion, RateLimit, RefererRule, RouteAction,
+    RouteConfig, StaticAction, StreamKind, StreamProto, Symlinks, Tuning, TuningPatch, ValueMatch,
+    MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_RISE_FALL, MAX_SESSIONS, MAX_WORKERS,
 };
 pub(crate) use toml::{check_certificates, load_file, parse_admin, read_config_text};
 // What only the unit tests of other modules reach through `config`.

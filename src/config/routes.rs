@@ -12,11 +12,11 @@ use toml::Spanned;
 use crate::acl;
 
 use super::http::{edits, shown, RawEdits};
-use super::web::{RawCgi, RawFastcgi, RawStatic};
 use super::model::{
-    compile_pattern, parse_rate, ConfigError, HostMatch, PathMatch, RateLimit, RouteAction,
-    RouteConfig, ValueMatch, MAX_RATE, MAX_RESPOND_BODY,
+    compile_pattern, parse_rate, ConfigError, HostMatch, PathCase, PathMatch, RateLimit,
+    RefererRule, RouteAction, RouteConfig, ValueMatch, MAX_RATE, MAX_RESPOND_BODY,
 };
+use super::web::{RawCgi, RawFastcgi, RawStatic};
 
 /// The longest host, path prefix, redirect target or content type a route may name.
 const MAX_ROUTE_TEXT: usize = 2048;
@@ -32,6 +32,8 @@ pub(super) struct RawRoute {
     sni: Option<Spanned<toml::Value>>,
     path: Option<Spanned<String>>,
     path_regex: Option<Spanned<String>>,
+    path_case: Option<Spanned<String>>,
+    invalid_referer: Option<Spanned<RawReferer>>,
     methods: Option<Spanned<Vec<String>>>,
     headers: Option<Spanned<toml::Table>>,
     client_acl: Option<Spanned<u8>>,
@@ -64,6 +66,16 @@ struct RawRespond {
     status: Option<u16>,
     body: Option<String>,
     content_type: Option<String>,
+}
+
+/// `invalid_referer = { valid, none, blocked, server_names }` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReferer {
+    valid: Option<Vec<toml::Value>>,
+    none: Option<bool>,
+    blocked: Option<bool>,
+    server_names: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -283,6 +295,8 @@ impl RawRoute {
         };
         let hosts = self.hosts_of(&fail)?;
         let path = self.path_of(&fail)?;
+        let path_case = self.path_case_of(&fail)?;
+        let invalid_referer = self.referer_of(&fail)?;
         let methods = self.methods_of(&fail)?;
         let headers = self.headers_of(&fail)?;
         let client_acl = self.client_acl_of(&fail)?;
@@ -299,6 +313,8 @@ impl RawRoute {
             name,
             hosts,
             path,
+            path_case,
+            invalid_referer,
             methods,
             headers,
             client_acl,
@@ -363,6 +379,70 @@ impl RawRoute {
             }
             (None, None) => Ok(None),
         }
+    }
+
+    /// `path_case = "sensitive" | "insensitive"`, with a `path` or `path_regex` to apply to.
+    fn path_case_of(&self, fail: Fail) -> Result<PathCase, ConfigError> {
+        let Some(c) = &self.path_case else {
+            return Ok(PathCase::default());
+        };
+        let case = match c.get_ref().as_str() {
+            "sensitive" => PathCase::Sensitive,
+            "insensitive" => PathCase::Insensitive,
+            other => {
+                return Err(fail(
+                    c.span(),
+                    format!(
+                        "path_case: '{}' (expected \"sensitive\" or \"insensitive\")",
+                        other.escape_debug()
+                    ),
+                ))
+            }
+        };
+        if self.path.is_none() && self.path_regex.is_none() {
+            return Err(fail(
+                c.span(),
+                "path_case: no path or path_regex to apply to".into(),
+            ));
+        }
+        Ok(case)
+    }
+
+    /// `invalid_referer = { valid, none, blocked, server_names }`: at least one thing valid.
+    fn referer_of(&self, fail: Fail) -> Result<Option<RefererRule>, ConfigError> {
+        let Some(r) = &self.invalid_referer else {
+            return Ok(None);
+        };
+        let f = |e: String| fail(r.span(), format!("invalid_referer: {e}"));
+        let RawReferer {
+            valid,
+            none,
+            blocked,
+            server_names,
+        } = r.get_ref();
+        let valid = valid.as_deref().unwrap_or_default();
+        if valid.len() > MAX_MATCHERS {
+            return Err(f(format!("valid: at most {MAX_MATCHERS} hosts")));
+        }
+        let rule = RefererRule {
+            valid: valid
+                .iter()
+                .map(|h| {
+                    host(h).map_err(|e| f(format!("valid: {}", e.trim_start_matches("host: "))))
+                })
+                .collect::<Result<_, _>>()?,
+            none: none.unwrap_or(false),
+            blocked: blocked.unwrap_or(false),
+            server_names: server_names.unwrap_or(false),
+        };
+        if rule == RefererRule::default() {
+            return Err(f(
+                "nothing is valid, so every request would match (give valid hosts, or none, \
+                 blocked or server_names = true)"
+                    .into(),
+            ));
+        }
+        Ok(Some(rule))
     }
 
     /// `methods = [...]`: 1 to [`MAX_MATCHERS`] methods.
@@ -579,7 +659,8 @@ impl RawRoute {
         match given.as_slice() {
             [] => Err(fail(
                 span.clone(),
-                "no action (give one of pool, redirect, respond, deny, static, fastcgi, cgi)".into(),
+                "no action (give one of pool, redirect, respond, deny, static, fastcgi, cgi)"
+                    .into(),
             )),
             [_] => Ok(()),
             [(a, _), (b, s), ..] => Err(fail(

@@ -122,7 +122,7 @@ fn actions_are_refused_with_their_line_and_reason() {
     let cases: &[(&str, &str)] = &[
         (
             "path = \"/\"",
-            "9: route 'route-1': no action (give one of pool, redirect, respond, deny)",
+            "9: route 'route-1': no action (give one of pool, redirect, respond, deny, static, fastcgi, cgi)",
         ),
         (
             "deny = true\nrespond = {}",
@@ -267,4 +267,72 @@ fn a_route_of_every_kind_is_read_back_whole() {
             content_type: "text/plain; charset=utf-8".into()
         }
     );
+}
+
+#[test]
+fn path_case_and_invalid_referer_are_refused_with_their_line_and_reason() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "path = \"/a\"\npath_case = \"nocase\"",
+            "11: route 'route-1': path_case: 'nocase' (expected \"sensitive\" or \"insensitive\")",
+        ),
+        (
+            "path_case = \"insensitive\"",
+            "10: route 'route-1': path_case: no path or path_regex to apply to",
+        ),
+        (
+            "invalid_referer = { valid = [\"example.com:80\"] }",
+            "10: route 'route-1': invalid_referer: valid: 'example.com:80' is not a host name or \
+             *.suffix (no port, scheme or path)",
+        ),
+        (
+            "invalid_referer = { valid = [\"https://example.com/\"], none = true }",
+            "10: route 'route-1': invalid_referer: valid: 'https://example.com/' is not a host \
+             name or *.suffix (no port, scheme or path)",
+        ),
+        (
+            "invalid_referer = { none = false }",
+            "10: route 'route-1': invalid_referer: nothing is valid, so every request would match \
+             (give valid hosts, or none, blocked or server_names = true)",
+        ),
+    ];
+    for (body, want) in cases {
+        assert_eq!(to_pool(body), *want, "{body}");
+    }
+    // An unknown key of the table is named by serde with the line.
+    let e = to_pool("invalid_referer = { valid = [], hosts = [] }");
+    assert!(e.starts_with("10:") && e.contains("hosts"), "{e}");
+}
+
+#[test]
+fn path_case_and_invalid_referer_are_read_back_whole() {
+    use crate::config::{PathCase, RefererRule};
+    let r = routes(
+        "[[listener.route]]\npath_regex = '\\.php$'\npath_case = \"insensitive\"\ndeny = true\n\
+         [[listener.route]]\npath = \"/img/\"\n\
+         invalid_referer = { valid = [\"Example.com\", \"*.example.com\"], none = true, \
+         blocked = true, server_names = true }\ndeny = true\n\
+         [[listener.route]]\npath = \"/x\"\npath_case = \"sensitive\"\ndeny = true\n",
+    );
+    assert_eq!(r[0].path_case, PathCase::Insensitive);
+    assert_eq!(r[0].invalid_referer, None);
+    assert_eq!(r[1].path_case, PathCase::Sensitive);
+    let rule = RefererRule {
+        valid: vec![
+            HostMatch::Exact("example.com".into()),
+            HostMatch::Suffix(".example.com".into()),
+        ],
+        none: true,
+        blocked: true,
+        server_names: true,
+    };
+    assert_eq!(r[1].invalid_referer, Some(rule));
+    assert_eq!(
+        r[1].invalid_referer
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
+        Some("Referer not one of [none, blocked, server_names, example.com, *.example.com]")
+    );
+    assert_eq!(r[2].path_case, PathCase::Sensitive);
 }

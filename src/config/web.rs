@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::model::{
-    parse_duration, CgiAction, FastcgiAction, Precompressed, StaticAction, Symlinks, MAX_RANGES,
+    parse_duration, CgiAction, Coding, FastcgiAction, StaticAction, Symlinks, MAX_RANGES,
 };
 
 /// The longest index name, fallback path, split suffix or `Cache-Control` value.
@@ -93,7 +93,10 @@ impl RawStatic {
             a.precompressed = precompressed(list)?;
         }
         if let Some(cc) = &self.cache_control {
-            if cc.is_empty() || cc.len() > MAX_TEXT || !cc.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) {
+            if cc.is_empty()
+                || cc.len() > MAX_TEXT
+                || !cc.bytes().all(|b| b == b' ' || b.is_ascii_graphic())
+            {
                 return Err(format!(
                     "cache_control: '{}' is not a field value (visible ASCII and spaces)",
                     cc.escape_debug()
@@ -139,19 +142,15 @@ impl RawStatic {
     }
 }
 
-/// `precompressed = ["br", "gzip"]`: each coding once.
-fn precompressed(list: &[String]) -> Result<Vec<Precompressed>, String> {
+/// `precompressed = ["br", "zstd", "gzip"]`: each coding once.
+fn precompressed(list: &[String]) -> Result<Vec<Coding>, String> {
     let mut out = Vec::with_capacity(list.len());
     for c in list {
-        let coding = match c.as_str() {
-            "br" => Precompressed::Br,
-            "gzip" => Precompressed::Gzip,
-            other => {
-                return Err(format!(
-                    "precompressed: '{}' is not br or gzip",
-                    other.escape_debug()
-                ))
-            }
+        let Some(coding) = Coding::from_token(c.as_bytes()) else {
+            return Err(format!(
+                "precompressed: '{}' is not br, zstd or gzip",
+                c.escape_debug()
+            ));
         };
         if out.contains(&coding) {
             return Err(format!("precompressed: '{c}' is given twice"));

@@ -94,6 +94,8 @@ pub(crate) struct Ctx<'a> {
     pub grace_end: u64,
     /// Per-client-address rate limits of HTTP routes, shared by all workers.
     pub rates: &'a RateTable,
+    /// The worker's file cache (static roots).
+    pub files: &'a mut crate::web::Files,
 }
 
 impl Ctx<'_> {

@@ -46,6 +46,9 @@ const FD_RESERVE: u64 = 32;
 /// bounded number at once) and the spare each keeps to refuse clients cleanly on EMFILE: sessions
 /// never take these, so running out of descriptors on the data path never starves them.
 const FD_CONTROL_ADMIN: u64 = 64;
+/// Descriptors the file caches of static roots may hold open, all workers together, taken from
+/// the sessions' share when the configuration has a static root at start (`web::cache`).
+const FD_FILE_CACHE: u64 = 1024;
 /// The open-file limit assumed when it cannot be read or raised.
 const NOFILE_UNKNOWN: u64 = 1024;
 
@@ -64,18 +67,30 @@ impl Limits {
     /// Raises the open-file limit to its hard limit and derives the sessions `config` may have.
     pub(super) fn derive(config: &Config) -> Limits {
         let nofile = sys::raise_nofile_limit().unwrap_or(NOFILE_UNKNOWN);
+        // The file caches' descriptors come out of the sessions' share, so that serving files
+        // never takes a descriptor a session was promised (a reload that adds the first static
+        // root gets no budget: its large files are opened per request).
+        let files = if config.has_static_root() {
+            FD_FILE_CACHE.min(nofile / 8)
+        } else {
+            0
+        };
+        crate::web::cache::FdBudget::set_limit(files as usize);
+        let nofile_for_sessions = nofile - files;
         let servers = config
             .listeners
             .iter()
             .map(|l| l.servers.len() as u64)
             .sum();
-        Limits::for_counts(
-            nofile,
+        let mut limits = Limits::for_counts(
+            nofile_for_sessions,
             config.global.workers as u64,
             config.listeners.len() as u64,
             servers,
             config.global.max_connections,
-        )
+        );
+        limits.nofile = nofile;
+        limits
     }
 
     /// The limits for `nofile` descriptors, this many workers, listeners and servers, and `-x`.

@@ -1,2 +1,55 @@
-//! Quill as a web server (docs/web.md): the `static` route action's files and their directory
+//! Quill as a web server (docs/web.md): the `static` route action's files, their directory
 //! listings, and what a worker keeps to serve them fast.
+//!
+//! - [`cache`]: the worker's open-file cache and the process-wide descriptor budget;
+//! - [`serve`]: what a request to a static root gets (RFC 9110's methods, preconditions and
+//!   ranges, precompressed siblings, index files, listings), written by [`head`];
+//! - [`send`]: how the response goes out (`writev`, `MSG_MORE` + `sendfile`, `pread` over TLS);
+//! - [`dir`] and [`listing`]: a directory's entries and their HTML or JSON page.
+//!
+//! The HTTP session (`proxy::http`) calls [`serve::answer`] for a request routed to a static
+//! root and drives the [`send::Sending`] it returns.
+
+pub(crate) mod cache;
+pub(crate) mod dir;
+pub(crate) mod head;
+pub(crate) mod listing;
+pub(crate) mod send;
+pub(crate) mod serve;
+
+use cache::FileCache;
+
+/// A worker's web-server state: its file cache and the current `Date` value.
+#[derive(Debug)]
+pub(crate) struct Files {
+    pub cache: FileCache,
+    date_secs: i64,
+    date: [u8; 29],
+}
+
+/// Entries a worker's file cache holds at most.
+pub(crate) const CACHE_ENTRIES: usize = 10_000;
+/// Bytes of small files a worker's file cache holds at most.
+pub(crate) const CACHE_BYTES: usize = 64 << 20;
+
+impl Default for Files {
+    fn default() -> Files {
+        Files {
+            cache: FileCache::new(CACHE_ENTRIES, CACHE_BYTES),
+            date_secs: i64::MIN,
+            date: [b' '; 29],
+        }
+    }
+}
+
+impl Files {
+    /// The `Date` field's value now (formatted once a second).
+    pub(crate) fn date(&mut self) -> [u8; 29] {
+        let secs = crate::clock::unix_time() as i64;
+        if secs != self.date_secs {
+            self.date_secs = secs;
+            self.date = quill_core::files::date::format(secs);
+        }
+        self.date
+    }
+}

@@ -24,6 +24,7 @@ mod support;
 #[path = "../support/tls.rs"]
 mod tls_support;
 
+mod access_rules;
 mod config;
 mod control;
 mod http1;

@@ -13,3 +13,6 @@ mod support;
 #[allow(dead_code)]
 #[path = "../support/tls.rs"]
 mod tls_support;
+
+mod nginx_differential;
+mod static_files;

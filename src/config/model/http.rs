@@ -21,6 +21,11 @@ pub(crate) struct RouteConfig {
     /// without decrypting; the only matcher a TCP listener's route has.
     pub sni: Vec<HostMatch>,
     pub path: Option<PathMatch>,
+    /// `path_case`: whether `path` and `path_regex` compare letters without case.
+    pub path_case: PathCase,
+    /// `invalid_referer`: the route takes only requests whose `Referer` is not valid
+    /// (hotlinking).
+    pub invalid_referer: Option<RefererRule>,
     /// Any of these methods (case-sensitive tokens); empty = any method.
     pub methods: Vec<String>,
     /// Every one of these fields (names in lower case) with a matching value.
@@ -33,6 +38,28 @@ pub(crate) struct RouteConfig {
     /// `rewrite_path = { prefix, replace }`: the path's prefix replaced before it is sent.
     pub rewrite_path: Option<(String, String)>,
     pub rate: Option<RateLimit>,
+}
+
+impl RouteConfig {
+    /// A route named `name` that matches every request and does `action`.
+    pub(crate) fn new(name: &str, action: RouteAction) -> RouteConfig {
+        RouteConfig {
+            name: name.into(),
+            hosts: Vec::new(),
+            sni: Vec::new(),
+            path: None,
+            path_case: PathCase::Sensitive,
+            invalid_referer: None,
+            methods: Vec::new(),
+            headers: Vec::new(),
+            client_acl: None,
+            action,
+            request_headers: Vec::new(),
+            response_headers: Vec::new(),
+            rewrite_path: None,
+            rate: None,
+        }
+    }
 }
 
 /// A `host` matcher.
@@ -58,6 +85,56 @@ impl fmt::Display for HostMatch {
 pub(crate) enum PathMatch {
     Prefix(String),
     Regex(String),
+}
+
+/// `path_case`: how a route's `path` or `path_regex` compares letters with the request's path
+/// (nginx's `location ~` and `location ~*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum PathCase {
+    /// `/ADMIN` is another path than `/admin` (the default).
+    #[default]
+    Sensitive,
+    /// ASCII letters match either case: a rule on `/admin` takes `/ADMIN` and `/%41dmin`.
+    Insensitive,
+}
+
+impl fmt::Display for PathCase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PathCase::Sensitive => "sensitive",
+            PathCase::Insensitive => "insensitive",
+        })
+    }
+}
+
+/// `invalid_referer = { valid, none, blocked, server_names }` (nginx's `valid_referers`): which
+/// `Referer` values are valid; the route matches the requests whose value is not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RefererRule {
+    /// Hosts (`*.example.com`: subdomains) whose pages may link here.
+    pub valid: Vec<HostMatch>,
+    /// A request without `Referer` is valid.
+    pub none: bool,
+    /// A `Referer` that is not an `http://` or `https://` URL (blanked by a proxy) is valid.
+    pub blocked: bool,
+    /// A `Referer` naming the request's own host is valid.
+    pub server_names: bool,
+}
+
+impl fmt::Display for RefererRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut valid: Vec<String> = [
+            (self.none, "none"),
+            (self.blocked, "blocked"),
+            (self.server_names, "server_names"),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, w)| (*w).to_string())
+        .collect();
+        valid.extend(self.valid.iter().map(ToString::to_string));
+        write!(f, "Referer not one of [{}]", valid.join(", "))
+    }
 }
 
 /// A header matcher's value: exact, or a regex found anywhere in the value.

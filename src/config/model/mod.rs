@@ -19,9 +19,9 @@ mod http;
 mod kind;
 mod listener;
 mod self_loop;
-mod web;
 #[cfg(test)]
 mod tests;
+mod web;
 
 pub(crate) use crate::config::settings::{
     proxy_protocol_name, Fastclose, ProxyVersion, Tuning, TuningPatch,
@@ -94,6 +94,14 @@ impl ConfigError {
 }
 
 impl Config {
+    /// Whether a listener has a route serving static files.
+    pub(crate) fn has_static_root(&self) -> bool {
+        self.listeners
+            .iter()
+            .flat_map(|l| &l.routes)
+            .any(|r| matches!(r.action, RouteAction::Static(_)))
+    }
+
     /// Builds every listener's TLS ([`ListenerConfig::check_tls`]); the error names the listener.
     pub(crate) fn check_tls(&self) -> Result<(), ConfigError> {
         for l in &self.listeners {

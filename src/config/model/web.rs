@@ -6,6 +6,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub(crate) use quill_core::files::coding::Coding;
+
 /// How a static root treats symbolic links (`symlinks`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Symlinks {
@@ -29,31 +31,6 @@ impl Symlinks {
     }
 }
 
-/// A precompressed sibling's coding (`precompressed`): `NAME.br`, `NAME.gz`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Precompressed {
-    Br,
-    Gzip,
-}
-
-impl Precompressed {
-    /// The `Content-Encoding` token.
-    pub(crate) fn token(self) -> &'static str {
-        match self {
-            Precompressed::Br => "br",
-            Precompressed::Gzip => "gzip",
-        }
-    }
-
-    /// The file name suffix of the sibling.
-    pub(crate) fn suffix(self) -> &'static str {
-        match self {
-            Precompressed::Br => ".br",
-            Precompressed::Gzip => ".gz",
-        }
-    }
-}
-
 /// `static = { root, index, listing, precompressed, cache_control, fallback, max_ranges,
 /// dotfiles, symlinks }`: files served from beneath `root`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,8 +41,9 @@ pub(crate) struct StaticAction {
     pub index: Vec<String>,
     /// A directory without an index file is listed (HTML, or JSON when asked) instead of 404.
     pub listing: bool,
-    /// The siblings tried, in this order, for a client that accepts their coding.
-    pub precompressed: Vec<Precompressed>,
+    /// The siblings tried, in this order, for a client that accepts their coding (`NAME.br`,
+    /// `NAME.zst`, `NAME.gz`).
+    pub precompressed: Vec<Coding>,
     /// Sent as `Cache-Control` with every file.
     pub cache_control: Option<String>,
     /// A path under the root served for a GET or HEAD whose file does not exist (a single-page
@@ -98,7 +76,7 @@ impl StaticAction {
 /// `max_ranges` when not given.
 pub(crate) const DEFAULT_MAX_RANGES: u32 = 16;
 /// The most ranges `max_ranges` may allow.
-pub(crate) const MAX_RANGES: u32 = 1024;
+pub(crate) const MAX_RANGES: u32 = quill_core::files::range::MAX_PARTS as u32;
 
 /// `fastcgi = { pool, root, index, split_path }`: scripts under `root` run by the FastCGI pool
 /// `pool` (a `[[pool]]` with `protocol = "fastcgi"`).
@@ -126,8 +104,15 @@ impl fmt::Display for StaticAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "static files from {}", self.root.display())?;
         if self.listing {
-            f.write_str(" (listing on)")?;
+            f.write_str(", listing on")?;
         }
-        Ok(())
+        if !self.precompressed.is_empty() {
+            let codings: Vec<&str> = self.precompressed.iter().map(|c| c.token()).collect();
+            write!(f, ", precompressed {}", codings.join(" "))?;
+        }
+        if self.dotfiles {
+            f.write_str(", dotfiles served")?;
+        }
+        write!(f, ", symlinks {}", self.symlinks.name())
     }
 }

@@ -20,6 +20,7 @@
 //! the session's deadline ([`timing`]).
 
 mod exchange;
+mod files;
 mod input;
 mod leg;
 mod log;
@@ -64,6 +65,8 @@ pub(crate) struct HttpSession {
     pool: Arc<Pool>,
     input: Input,
     ex: Option<Box<Exchange>>,
+    /// A response from a static root in flight.
+    file: Option<Box<files::FileOut>>,
     started_ms: u64,
     /// Clock ms since when the client has been idle (no request in flight, none begun).
     idle_since: u64,
@@ -141,6 +144,7 @@ impl HttpSession {
             pool,
             input: Input::default(),
             ex: None,
+            file: None,
             started_ms: now_ms,
             idle_since: now_ms,
             head_since: None,
@@ -232,6 +236,12 @@ impl HttpSession {
         if now < self.deadline() {
             return self.wait();
         }
+        if self.file.is_some() {
+            // The client took nothing of the file for body_timeout.
+            self.end_file(End::IdleTimeout, cx);
+            self.client.reset_on_close();
+            return Step::Close(End::IdleTimeout);
+        }
         let Some(ex) = &mut self.ex else {
             if self.head_since.is_some() {
                 return self.refuse(408, cx);
@@ -310,7 +320,9 @@ impl HttpSession {
             self.drain_close_ms = cx.grace_end;
         }
         for _ in 0..64 {
-            let r = if self.ex.is_none() {
+            let r = if self.file.is_some() {
+                self.drive_file(cx)
+            } else if self.ex.is_none() {
                 self.read_head(cx)
             } else {
                 self.drive(cx)
@@ -413,6 +425,14 @@ impl HttpSession {
         };
         let forward = match request::decide(req, &self.pool, client, cx.rates, cx.now) {
             Decision::Forward(forward) => forward,
+            Decision::Local(Local::Route(i)) if self.static_root(i).is_some() => {
+                let root = self.static_root(i).cloned();
+                let keep = self.keeps_after(&head, cx);
+                return match root {
+                    Some(root) => self.serve_static(&head, &fields, &root, i, keep, cx),
+                    None => Err(Step::Close(End::Error)),
+                };
+            }
             Decision::Local(what) => return self.answer_locally(&head, what, cx),
             Decision::Refuse {
                 status,
@@ -442,12 +462,7 @@ impl HttpSession {
         what: Local,
         cx: &mut Ctx,
     ) -> Result<(), Step> {
-        let keep = head.keep_alive()
-            && head.framing == Framing::None
-            && !self.draining
-            && !cx.draining
-            && !settings(&self.pool).keepalive_timeout.is_zero()
-            && !self.is_last_request(settings(&self.pool));
+        let keep = self.keeps_after(head, cx);
         let head_only = head.method == Method::Head;
         let what_route = what.route();
         let mut out = cx.pools.buffer();
@@ -513,6 +528,25 @@ impl HttpSession {
             Ok(true) if keep => Ok(()),
             Ok(_) => Err(Step::Close(End::Done)),
             Err(_) => Err(Step::Close(End::ClientReset)),
+        }
+    }
+
+    /// Whether the connection may carry another request after Quill's own answer to this one:
+    /// the request has no body, the client keeps the connection, and nothing closes it.
+    fn keeps_after(&self, head: &http1::RequestHead, cx: &Ctx) -> bool {
+        head.keep_alive()
+            && head.framing == Framing::None
+            && !self.draining
+            && !cx.draining
+            && !settings(&self.pool).keepalive_timeout.is_zero()
+            && !self.is_last_request(settings(&self.pool))
+    }
+
+    /// The static root of route `i` of the current snapshot, if that route serves files.
+    fn static_root(&self, i: usize) -> Option<&Arc<route::StaticRoot>> {
+        match &route_of(&self.pool, Some(i as u32))?.action {
+            Action::Static(root) => Some(root),
+            _ => None,
         }
     }
 
@@ -827,6 +861,7 @@ impl HttpSession {
             bytes_in: self.bytes_in,
             bytes_out: self.bytes_out,
             state: match ex {
+                None if self.file.is_some() => "http-file",
                 None => "http-idle",
                 Some(ex) if !ex.connector.is_connected() => "connecting",
                 Some(ex) if ex.answer == Answer::Tunnel => "tunnel",
@@ -860,6 +895,10 @@ impl HttpSession {
         }
         if let Some(p) = self.take_private() {
             p.close(conns);
+        }
+        if let Some(mut f) = self.file.take() {
+            f.release(pools);
+            self.client.reset_on_close();
         }
         if end == End::Panic {
             self.client.reset_on_close();

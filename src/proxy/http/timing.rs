@@ -16,7 +16,10 @@ impl HttpSession {
     /// returned.
     pub(crate) fn drain(&mut self, close_at: u64, grace_end: u64) -> Option<u64> {
         self.draining = true;
-        let idle = self.ex.is_none() && self.head_since.is_none() && !self.input.has_unparsed();
+        let idle = self.ex.is_none()
+            && self.file.is_none()
+            && self.head_since.is_none()
+            && !self.input.has_unparsed();
         // A busy client that is not told to close (its response began before the drain) gets
         // the whole grace for its next request, as does a client that has not sent one yet.
         self.drain_close_ms = if idle && self.requests > 0 {
@@ -44,6 +47,12 @@ impl HttpSession {
     /// The session's one deadline.
     pub(super) fn deadline(&self) -> u64 {
         let s = settings(&self.pool);
+        if let Some(f) = &self.file {
+            if s.body_timeout.is_zero() {
+                return NEVER;
+            }
+            return f.active_ms.saturating_add(millis(s.body_timeout));
+        }
         let Some(ex) = &self.ex else {
             if let Some(since) = self.head_since {
                 return since.saturating_add(millis(s.header_timeout));

@@ -129,6 +129,8 @@ pub(crate) struct Worker {
     log_plan: LogPlan,
     log_generation: u64,
     rng: quill_core::rand::Rng,
+    /// The file cache of static roots.
+    files: crate::web::Files,
     draining: bool,
     /// While draining, the end of the drain grace (clock ms; `NEVER` before).
     grace_end: u64,
@@ -191,6 +193,7 @@ impl Worker {
             rng: quill_core::rand::Rng::new(
                 0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) << 17) ^ crate::clock::unix_time(),
             ),
+            files: crate::web::Files::default(),
             draining: false,
             grace_end: NEVER,
             next_sweep: 0,
@@ -396,6 +399,7 @@ impl Worker {
             draining: self.draining,
             grace_end: self.grace_end,
             rates: self.shared.rates(),
+            files: &mut self.files,
         };
         Some((s, cx))
     }

@@ -17,12 +17,15 @@
 //! - [`body`]: [`Framing`] says how a body ends; [`Body`] is fed the bytes after the head and says
 //!   how many belong to the message, validating chunk lines and trailers without re-chunking.
 //! - `grammar`: the byte classes (token, target, value, `Host`, control) the others share.
+//! - [`path`]: request paths in normal form (what routes match); [`referer`]: the host a
+//!   `Referer` names (hotlink rules).
 //! - [`reply`]: canned replies (`400`, `404`, ... `504`) as static bytes, and reason phrases.
 
 pub mod body;
 mod grammar;
 pub mod head;
 pub mod path;
+pub mod referer;
 pub mod reply;
 pub mod rewrite;
 

@@ -2,7 +2,8 @@
 //! expose, and over glibc's heap trim. This file holds the `check` helpers every wrapper uses, and
 //! the descriptor and socket calls (pipes and splice, exclusive epoll registration, inherited and
 //! replaced descriptors, integer socket options, a socket's unacknowledged bytes); by kind, the
-//! rest lives in `process` (resource limits, users, privilege drop, network namespaces, heap
+//! rest lives in `file` (the web server's opens beneath a root, metadata, body reads and sends,
+//! directory entries, all through rustix), `process` (resource limits, users, privilege drop, network namespaces, heap
 //! trim), `packet` (packet sockets, their receive ring and batched sends) and `udp` (packet
 //! info, the ICMP error queue, [`SendBatch`] and [`RecvBatch`]). Each file allows `unsafe` on its
 //! own and carries a `// SAFETY:` comment on every block; callers name everything as `sys::X`.
@@ -12,10 +13,15 @@
 
 #![allow(unsafe_code)]
 
+mod file;
 mod packet;
 mod process;
 mod udp;
 
+pub use file::{
+    file_info, open_beneath, pread, pread_nowait, read_dir, send_more, sendfile, DirEntry,
+    FileInfo, FileKind, Links,
+};
 pub use packet::{
     packet_recv, packet_rx_ring, packet_send, packet_send_many, packet_socket,
     set_packet_qdisc_bypass, PacketRing, PacketSocket, RingFrame, PACKET_SEND_BATCH,

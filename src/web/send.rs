@@ -1,0 +1,249 @@
+//! Sending a file response (docs/web.md#how-a-file-goes-out): the head, then the body's segments
+//! (the file's bytes, whole or by range, and a multipart response's part heads), in as few
+//! system calls as the socket allows.
+//!
+//! - A small file is in memory: head and body leave in one `writev`.
+//! - A larger file on a plain socket: the head with `MSG_MORE` (so the kernel sends it in the
+//!   same segment as the first file bytes, without `TCP_CORK`'s two extra calls), then
+//!   `sendfile` from the cached descriptor: no copy through user space.
+//! - Over TLS (no kTLS here): the file is read with `pread` into a pooled buffer and written
+//!   through the record layer.
+
+use std::io::{self, IoSlice};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use quill_core::sys as sysfile;
+
+use super::cache::{Body, Rep};
+use crate::net::{Ready, Stream};
+use crate::proxy::copy::{Buf, Pools, BUF_SIZE};
+
+/// The most body bytes one call of [`Sending::pump`] sends before it yields the worker to the
+/// other sessions (one `sendfile` call takes at most this).
+const TURN_BYTES: u64 = 1 << 20;
+
+/// One piece of a body.
+#[derive(Debug, Clone, Copy)]
+enum Seg {
+    /// The representation's bytes `from..to`.
+    File { from: u64, to: u64 },
+    /// Bytes `from..to` of `extra` (multipart part heads and the closing delimiter).
+    Extra { from: u32, to: u32 },
+}
+
+/// A response being sent.
+#[derive(Debug)]
+pub(crate) struct Sending {
+    head: Option<Buf>,
+    hstart: u32,
+    hend: u32,
+    rep: Option<Arc<Rep>>,
+    segs: Vec<Seg>,
+    extra: Vec<u8>,
+    /// The segment being sent.
+    at: usize,
+    /// Bytes written to the client, head included.
+    pub sent: u64,
+    /// A HEAD request: the body's segments are not sent.
+    head_only: bool,
+}
+
+/// Where a send is after a pump.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Sent {
+    Complete,
+    /// The socket is full: wait until it is writable.
+    Blocked,
+    /// Stopped on its budget with the socket still writable: drive it again this turn.
+    Yielded,
+}
+
+impl Sending {
+    /// A response whose head is the first `len` bytes of `head`, with no body yet.
+    pub(crate) fn new(head: Buf, len: usize) -> Sending {
+        Sending {
+            head: Some(head),
+            hstart: 0,
+            hend: len as u32,
+            rep: None,
+            segs: Vec::new(),
+            extra: Vec::new(),
+            at: 0,
+            sent: 0,
+            head_only: false,
+        }
+    }
+
+    /// Sends the head only (a HEAD request): segments added later are left out.
+    pub(crate) fn head_only(&mut self) {
+        self.head_only = true;
+    }
+
+    /// The body comes from this representation.
+    pub(crate) fn with_rep(mut self, rep: Arc<Rep>) -> Sending {
+        self.rep = Some(rep);
+        self
+    }
+
+    /// Adds the representation's bytes `from..to` to the body.
+    pub(crate) fn file(&mut self, from: u64, to: u64) {
+        if from < to && !self.head_only {
+            self.segs.push(Seg::File { from, to });
+        }
+    }
+
+    /// Adds bytes of Quill's own (a part head) to the body.
+    pub(crate) fn extra(&mut self, bytes: &[u8]) {
+        if self.head_only {
+            return;
+        }
+        let from = self.extra.len() as u32;
+        self.extra.extend_from_slice(bytes);
+        self.segs.push(Seg::Extra {
+            from,
+            to: self.extra.len() as u32,
+        });
+    }
+
+    /// Gives the pooled buffers back.
+    pub(crate) fn release(&mut self, pools: &mut Pools) {
+        if let Some(b) = self.head.take() {
+            pools.give_buffer(b);
+        }
+    }
+
+    /// Sends as much as the socket takes, up to [`TURN_BYTES`] of body.
+    pub(crate) fn pump(
+        &mut self,
+        dst: &Stream,
+        ready: &mut Ready,
+        pools: &mut Pools,
+    ) -> io::Result<Sent> {
+        let budget = self.sent + TURN_BYTES;
+        loop {
+            if self.hstart == self.hend && self.at == self.segs.len() {
+                if !dst.flush_backlog(ready)? {
+                    return Ok(Sent::Blocked);
+                }
+                self.release(pools);
+                return Ok(Sent::Complete);
+            }
+            if !ready.writable {
+                return Ok(Sent::Blocked);
+            }
+            if self.sent >= budget {
+                return Ok(Sent::Yielded);
+            }
+            let r = if self.hstart < self.hend {
+                self.send_head(dst)
+            } else {
+                self.send_seg(dst, pools)
+            };
+            match r {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    ready.writable = false;
+                    return Ok(Sent::Blocked);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes the rest of the head: with the first segment when it is in memory (one
+    /// `writev`), else with `MSG_MORE` ahead of a `sendfile`.
+    fn send_head(&mut self, dst: &Stream) -> io::Result<usize> {
+        let head = match &self.head {
+            Some(b) => &b[self.hstart as usize..self.hend as usize],
+            None => &[][..],
+        };
+        let next = self.segs.get(self.at).copied();
+        let mem = next.and_then(|s| self.mem_of(s));
+        let head_len = head.len();
+        let (n, from_body) = match (mem, next) {
+            (Some(body), _) if !body.is_empty() => {
+                let n = dst.write_vectored(&[IoSlice::new(head), IoSlice::new(body)])?;
+                (n, n.saturating_sub(head_len))
+            }
+            (_, Some(Seg::File { .. })) if dst.can_splice() => (dst.write_last(head)?, 0),
+            _ => (dst.write(head)?, 0),
+        };
+        if from_body > 0 {
+            self.advance_seg(from_body as u64);
+        }
+        self.hstart += n.min(head_len) as u32;
+        self.sent += n as u64;
+        Ok(n)
+    }
+
+    /// The bytes of a segment when they are in memory.
+    fn mem_of(&self, s: Seg) -> Option<&[u8]> {
+        match s {
+            Seg::Extra { from, to } => Some(&self.extra[from as usize..to as usize]),
+            Seg::File { from, to } => match &self.rep.as_deref()?.body {
+                Body::Bytes(b) => Some(&b[from as usize..to as usize]),
+                Body::File(_) => None,
+            },
+        }
+    }
+
+    /// Moves the current segment on by `n` bytes (to the next one when it is done).
+    fn advance_seg(&mut self, n: u64) {
+        let Some(seg) = self.segs.get_mut(self.at) else {
+            return;
+        };
+        let done = match seg {
+            Seg::File { from, to } => {
+                *from += n;
+                from >= to
+            }
+            Seg::Extra { from, to } => {
+                *from += n as u32;
+                from >= to
+            }
+        };
+        if done {
+            self.at += 1;
+        }
+    }
+
+    /// Writes from the current segment.
+    fn send_seg(&mut self, dst: &Stream, pools: &mut Pools) -> io::Result<usize> {
+        let seg = self.segs[self.at];
+        if let Some(mem) = self.mem_of(seg) {
+            let n = dst.write(mem)?;
+            self.advance_seg(n as u64);
+            self.sent += n as u64;
+            return Ok(n);
+        }
+        let Seg::File { from, to } = seg else {
+            return Ok(0);
+        };
+        let Some(Body::File(fd)) = self.rep.as_deref().map(|r| &r.body) else {
+            return Err(io::ErrorKind::InvalidData.into());
+        };
+        let want = (to - from).min(TURN_BYTES) as usize;
+        let n = if dst.can_splice() {
+            let mut offset = from;
+            sysfile::sendfile(dst.as_fd(), fd.as_fd(), &mut offset, want)?
+        } else {
+            // TLS: through a pooled buffer and the record layer.
+            let mut buf = pools.buffer();
+            let len = want.min(BUF_SIZE);
+            let r = sysfile::pread(fd.as_fd(), &mut buf[..len], from)
+                .and_then(|got| if got == 0 { Ok(0) } else { dst.write(&buf[..got]) });
+            pools.give_buffer(buf);
+            r?
+        };
+        if n == 0 {
+            // The file is shorter than when it was opened: the response cannot be completed.
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        self.advance_seg(n as u64);
+        self.sent += n as u64;
+        Ok(n)
+    }
+}
