@@ -733,13 +733,16 @@ class Bench:
         time.sleep(1.0)
 
     # -- syscalls per request
-    def strace_window(self, pids, seconds=None, load_cmd=None):
-        """Attach strace -f -c to pids; run load_cmd (or sleep `seconds`); detach.
+    def strace_window(self, pids, seconds=None, load_cmd=None, trace=None):
+        """Attach strace -f -c to pids; run load_cmd (or sleep `seconds`); detach. `trace`
+        (e.g. "openat,openat2") counts only those syscalls (strace -e trace=...).
         Returns (calls dict, total, window seconds, client output)."""
         out_file = os.path.join(self.work, "strace.out")
         if os.path.exists(out_file):
             os.unlink(out_file)
         cmd = ["strace", "-f", "-c", "-o", out_file]
+        if trace:
+            cmd += ["-e", "trace=" + trace]
         for p in pids:
             cmd += ["-p", str(p)]
         nthreads = thread_count(pids)
