@@ -195,14 +195,48 @@ impl<'a> Params<'a> {
         Ok(())
     }
 
+    /// Adds one parameter whose value is `parts` one after the other (`SCRIPT_FILENAME`: the
+    /// root and the script name), without joining them first.
+    pub fn add_joined(&mut self, name: &[u8], parts: &[&[u8]]) -> Result<(), NameRefused> {
+        let value_len = parts.iter().map(|p| p.len()).sum();
+        self.make_room(name.len(), value_len)?;
+        push_pair_lengths(self.out, name.len(), value_len);
+        self.out.extend_from_slice(name);
+        for part in parts {
+            self.out.extend_from_slice(part);
+        }
+        Ok(())
+    }
+
     /// Adds request field `field` as `HTTP_*` (see [`http_param_name`] for the name and what is
     /// refused; a refused field is not written and the stream goes on).
     pub fn add_field(&mut self, field: &[u8], value: &[u8]) -> Result<(), NameRefused> {
+        self.add_field_joined(field, std::iter::once(value), b"")
+    }
+
+    /// Adds request field `field` as `HTTP_*` with `values` joined by `sep` (a field sent
+    /// several times is one parameter).
+    pub fn add_field_joined<'v>(
+        &mut self,
+        field: &[u8],
+        values: impl Iterator<Item = &'v [u8]> + Clone,
+        sep: &[u8],
+    ) -> Result<(), NameRefused> {
         check_field_name(field)?;
-        self.make_room(HTTP_PREFIX.len() + field.len(), value.len())?;
-        push_pair_lengths(self.out, HTTP_PREFIX.len() + field.len(), value.len());
+        let (count, len) = values
+            .clone()
+            .fold((0usize, 0usize), |(c, l), v| (c + 1, l + v.len()));
+        let value_len = len + sep.len() * count.saturating_sub(1);
+        let name_len = HTTP_PREFIX.len() + field.len();
+        self.make_room(name_len, value_len)?;
+        push_pair_lengths(self.out, name_len, value_len);
         push_http_name(self.out, field);
-        self.out.extend_from_slice(value);
+        for (i, value) in values.enumerate() {
+            if i > 0 {
+                self.out.extend_from_slice(sep);
+            }
+            self.out.extend_from_slice(value);
+        }
         Ok(())
     }
 

@@ -16,10 +16,12 @@
 //! - [`decode`]: [`Decoder::feed`] takes the bytes read so far and yields [`Event`]s whose
 //!   `STDOUT` and `STDERR` content are ranges of those bytes (no copy), whatever the boundaries
 //!   the bytes arrived in.
-//! - [`split_script`]: a request path cut into the script and `PATH_INFO`.
+//! - [`split_script`]: a request path cut into the script and `PATH_INFO`; [`request`]: the
+//!   parameters of a request as nginx's `fastcgi_params` names them ([`write_params`]).
 
 pub mod decode;
 pub mod encode;
+pub mod request;
 
 #[cfg(test)]
 mod tests;
@@ -31,6 +33,7 @@ pub use encode::{
     abort_request, begin_request, end_stdin, get_values, http_param_name, padding, stdin,
     stdin_header, NameRefused, Params, Role,
 };
+pub use request::{write_params, Request};
 
 /// The only protocol version there is.
 pub const VERSION: u8 = 1;

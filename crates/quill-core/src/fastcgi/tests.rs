@@ -541,3 +541,115 @@ proptest! {
         prop_assert_eq!(read_params(&out).concat(), pairs);
     }
 }
+
+// === a request's parameters ===
+
+fn request<'a>() -> Request<'a> {
+    Request {
+        method: b"POST",
+        request_uri: b"/app/a.php/b?x=1",
+        document_uri: b"/app/a.php/b",
+        query: b"x=1",
+        script_name: b"/app/a.php",
+        path_info: b"/b",
+        document_root: b"/srv/www",
+        protocol: b"HTTP/1.1",
+        https: true,
+        content_type: b"text/plain",
+        content_length: Some(5),
+        server_name: b"example.com",
+        server_software: b"quill",
+        remote: "[::ffff:192.0.2.7]:40000".parse().unwrap(),
+        local: Some("[2001:db8::1]:443".parse().unwrap()),
+    }
+}
+
+#[test]
+fn a_request_gives_the_nginx_parameter_set_and_its_fields_as_http_names() {
+    let fields: [(&[u8], &[u8]); 7] = [
+        (b"Host", b"example.com"),
+        (b"Cookie", b"a=1"),
+        (b"Proxy", b"http://evil:1"),
+        (b"Content-Type", b"text/plain"),
+        (b"X-Dup", b"1"),
+        (b"cookie", b"b=2"),
+        (b"x-dup", b"2"),
+    ];
+    let mut out = Vec::new();
+    let mut params = Params::new(&mut out, REQUEST_ID);
+    let left_out = write_params(&request(), fields.iter().copied(), &mut params).unwrap();
+    params.finish();
+    assert_eq!(left_out, 2, "Proxy and Content-Type");
+    let pairs = read_params(&out).concat();
+    let text: Vec<String> = pairs
+        .iter()
+        .map(|(n, v)| {
+            format!(
+                "{}={}",
+                String::from_utf8_lossy(n),
+                String::from_utf8_lossy(v)
+            )
+        })
+        .collect();
+    let want = [
+        "GATEWAY_INTERFACE=CGI/1.1",
+        "SERVER_SOFTWARE=quill",
+        "REQUEST_METHOD=POST",
+        "REQUEST_URI=/app/a.php/b?x=1",
+        "DOCUMENT_URI=/app/a.php/b",
+        "QUERY_STRING=x=1",
+        "SCRIPT_NAME=/app/a.php",
+        "DOCUMENT_ROOT=/srv/www",
+        "SERVER_PROTOCOL=HTTP/1.1",
+        "REQUEST_SCHEME=https",
+        "CONTENT_TYPE=text/plain",
+        "SERVER_NAME=example.com",
+        "SCRIPT_FILENAME=/srv/www/app/a.php",
+        "PATH_INFO=/b",
+        "HTTPS=on",
+        "CONTENT_LENGTH=5",
+        "REMOTE_ADDR=192.0.2.7",
+        "REMOTE_PORT=40000",
+        "SERVER_ADDR=2001:db8::1",
+        "SERVER_PORT=443",
+        "REDIRECT_STATUS=200",
+        "HTTP_HOST=example.com",
+        "HTTP_COOKIE=a=1; b=2",
+        "HTTP_X_DUP=1, 2",
+    ];
+    assert_eq!(text, want);
+}
+
+#[test]
+fn a_plain_request_has_no_https_path_info_length_or_server_address() {
+    let req = Request {
+        https: false,
+        path_info: b"",
+        content_length: None,
+        local: None,
+        ..request()
+    };
+    let mut out = Vec::new();
+    let mut params = Params::new(&mut out, REQUEST_ID);
+    write_params(&req, std::iter::empty(), &mut params).unwrap();
+    params.finish();
+    let names: Vec<Vec<u8>> = read_params(&out)
+        .concat()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    for absent in [
+        &b"HTTPS"[..],
+        b"PATH_INFO",
+        b"CONTENT_LENGTH",
+        b"SERVER_ADDR",
+        b"SERVER_PORT",
+    ] {
+        assert!(
+            !names.iter().any(|n| n == absent),
+            "{:?}",
+            String::from_utf8_lossy(absent)
+        );
+    }
+    assert!(names.iter().any(|n| n == b"REQUEST_SCHEME"));
+}
