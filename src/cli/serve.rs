@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::pen::PenTls;
-use super::{addr_error, fail, run, ranged};
+use super::{addr_error, fail, ranged, run};
 use crate::addr;
 use crate::config::{
     self, Config, ConfigError, Global, ListenerConfig, ListenerKind, RouteAction, RouteConfig,
@@ -105,8 +105,7 @@ pub(super) fn serve_config(args: &ServeArgs) -> Result<Config, ConfigError> {
     action.dotfiles = args.dotfiles;
     action.cache_control.clone_from(&args.cache_control);
     action.fallback.clone_from(&args.fallback);
-    let listen =
-        addr::parse_listen(&args.listen).map_err(|e| addr_error(e, "--listen: "))?;
+    let listen = addr::parse_listen(&args.listen).map_err(|e| addr_error(e, "--listen: "))?;
     let mut l = ListenerConfig::new("serve", listen);
     l.kind = ListenerKind::http(config::HttpSettings::default());
     l.set_tls(args.tls.settings()?);
@@ -123,9 +122,8 @@ pub(super) fn serve_config(args: &ServeArgs) -> Result<Config, ConfigError> {
         })?;
     }
     if let Some(a) = &args.admin {
-        global.admin = Some(
-            config::parse_admin(a).map_err(|e| ConfigError::usage(format!("--admin: {e}")))?,
-        );
+        global.admin =
+            Some(config::parse_admin(a).map_err(|e| ConfigError::usage(format!("--admin: {e}")))?);
     }
     if let Some(c) = &args.control {
         // As Pen's `-C PORT`: a bare port is a loopback TCP port.

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use quill_core::http1::reason;
 
 use super::cache::Rep;
-use super::serve::Answer;
 use super::send::Sending;
+use super::serve::Answer;
 use crate::proxy::copy::Buf;
 
 /// A response head being written.

@@ -233,8 +233,13 @@ impl Sending {
             // TLS: through a pooled buffer and the record layer.
             let mut buf = pools.buffer();
             let len = want.min(BUF_SIZE);
-            let r = sysfile::pread(fd.as_fd(), &mut buf[..len], from)
-                .and_then(|got| if got == 0 { Ok(0) } else { dst.write(&buf[..got]) });
+            let r = sysfile::pread(fd.as_fd(), &mut buf[..len], from).and_then(|got| {
+                if got == 0 {
+                    Ok(0)
+                } else {
+                    dst.write(&buf[..got])
+                }
+            });
             pools.give_buffer(buf);
             r?
         };

@@ -16,8 +16,8 @@ use quill_core::http1::Method;
 
 use super::cache::{FileCache, Found, Lookup, Rep};
 use super::head::Head;
-use super::{dir, listing};
 use super::send::Sending;
+use super::{dir, listing};
 use crate::proxy::copy::Buf;
 use crate::route::StaticRoot;
 
@@ -145,7 +145,13 @@ fn directory(
 }
 
 /// A file: the representation the client accepts, then its preconditions and ranges.
-fn serve(found: &Arc<Found>, req: &Request, head: Head, boundary: u64, root: &StaticRoot) -> Answer {
+fn serve(
+    found: &Arc<Found>,
+    req: &Request,
+    head: Head,
+    boundary: u64,
+    root: &StaticRoot,
+) -> Answer {
     let ranged = (req.field)(b"range");
     // A range is of the identity representation only (a client that resumes a download must
     // get the same bytes whatever it now accepts).
@@ -270,8 +276,23 @@ fn encode_path(p: &[u8]) -> Vec<u8> {
         let plain = b.is_ascii_alphanumeric()
             || matches!(
                 b,
-                b'/' | b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')'
-                    | b'*' | b'+' | b',' | b';' | b'=' | b':' | b'@'
+                b'/' | b'-'
+                    | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'@'
             );
         if plain {
             out.push(b);

@@ -15,5 +15,5 @@ mod support;
 mod tls_support;
 
 mod nginx_differential;
-mod static_files;
 mod sites;
+mod static_files;

@@ -360,6 +360,10 @@ fn each_site_serves_files_from_its_own_root_after_its_own_routes() {
     assert_eq!(get(&q, "b.test", "/page.txt"), (200, "file of b".into()));
     assert_eq!(get(&q, "a.test", "/"), (200, "<p>a</p>".into()));
     assert_eq!(get(&q, "a.test", "/api/x"), (200, "api of a".into()));
-    assert_eq!(get(&q, "b.test", "/api/x").0, 404, "b has no such file and no api route");
+    assert_eq!(
+        get(&q, "b.test", "/api/x").0,
+        404,
+        "b has no such file and no api route"
+    );
     assert_eq!(get(&q, "a.test", "/missing").0, 404);
 }

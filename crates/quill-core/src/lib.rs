@@ -2,7 +2,8 @@
 //! `sys` wrappers (the workspace's only `unsafe`), the duration grammar and, pure and fuzzed,
 //! the HTTP/1 module, the TLS ClientHello reader (`tls_hello`, SNI routing without termination)
 //! the frames of direct server return (`dsr`), the PROXY protocol header (`proxy_header`), the
-//! HTTP semantics of serving a file (`files`: types, validators, conditionals, ranges) and,
+//! HTTP semantics of serving a file (`files`: types, validators, conditionals, ranges), FastCGI
+//! records (`fastcgi`) and the CGI response head (`cgi`) and,
 //! with the `tls` feature, the record layer of terminated TLS (`tls_records`); and the one random
 //! number generator (`rand::Rng`).
 
@@ -13,8 +14,10 @@
 // enforces it for every other module.
 #![deny(unsafe_code)]
 
+pub mod cgi;
 pub mod dsr;
 pub mod duration;
+pub mod fastcgi;
 pub mod files;
 pub mod flows;
 pub mod http1;

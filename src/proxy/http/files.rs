@@ -87,7 +87,9 @@ impl HttpSession {
             return Ok(true);
         };
         let before = out.sending.sent;
-        let pumped = out.sending.pump(&self.client, &mut self.client_ready, cx.pools);
+        let pumped = out
+            .sending
+            .pump(&self.client, &mut self.client_ready, cx.pools);
         if out.sending.sent != before {
             out.active_ms = cx.now;
         }

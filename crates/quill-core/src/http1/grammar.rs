@@ -53,7 +53,7 @@ static TARGET: [bool; 256] = table!(target_byte);
 static VALUE: [bool; 256] = table!(value_byte);
 
 /// `tchar` of RFC 9110 §5.6.2.
-pub(super) fn is_tchar(b: u8) -> bool {
+pub(crate) fn is_tchar(b: u8) -> bool {
     TCHAR[usize::from(b)]
 }
 

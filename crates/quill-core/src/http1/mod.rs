@@ -45,6 +45,8 @@ pub use head::{
     RequestHead, ResponseHead, Target, Version,
 };
 pub use reply::{canned, reason, Canned};
+// The token test, for the FastCGI and CGI field names.
+pub(crate) use grammar::is_tchar;
 
 /// A byte range of the buffer a head was parsed from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
