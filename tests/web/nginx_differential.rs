@@ -358,10 +358,10 @@ fn sixty_requests_get_what_nginx_answers_or_a_stated_difference() {
                     ));
                 }
             }
-            SameStatus(_) => {
+            SameStatus(why) => {
                 if n.status != qr.status {
                     failures.push(format!(
-                        "{}: nginx {} quill {}",
+                        "{}: nginx {} quill {} (only the fields were to differ: {why})",
                         c.name, n.status, qr.status
                     ));
                 }

@@ -439,21 +439,18 @@ fn paths_that_climb_out_of_the_root_never_reach_a_file_outside_it() {
     for target in corpus {
         let mut c = Client::connect(q.addr());
         c.send(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
-        match c.try_read_response(false, T) {
-            Ok(r) => {
-                assert!(
-                    r.status == 400 || r.status == 404,
-                    "{target}: {} {}",
-                    r.status,
-                    r.text()
-                );
-                assert!(
-                    !r.text().contains("OUTSIDE") && !r.text().contains("root:"),
-                    "{target}"
-                );
-            }
-            // A target the parser refuses outright may close the connection: nothing leaked.
-            Err(_) => {}
+        // A target the parser refuses outright may close the connection: nothing leaked.
+        if let Ok(r) = c.try_read_response(false, T) {
+            assert!(
+                r.status == 400 || r.status == 404,
+                "{target}: {} {}",
+                r.status,
+                r.text()
+            );
+            assert!(
+                !r.text().contains("OUTSIDE") && !r.text().contains("root:"),
+                "{target}"
+            );
         }
     }
     // A link that stays inside the root is followed.
