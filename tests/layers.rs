@@ -36,6 +36,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config::explain",
             "config::http",
             "config::routes",
+            "config::sites",
+            "config::web",
             "backend",
             "route",
             "tls",

@@ -78,7 +78,7 @@ fn weight(value: &[u8], coding: &[u8]) -> Weight {
     let mut star = None;
     for member in value.split(|&b| b == b',') {
         let mut parts = member.split(|&b| b == b';');
-        let name = super::etag::trim(parts.next().unwrap_or_default());
+        let name = super::trim(parts.next().unwrap_or_default());
         if name.is_empty() {
             continue;
         }
@@ -110,7 +110,7 @@ fn same_coding(a: &[u8], b: &[u8]) -> bool {
 fn member_weight<'a>(params: impl Iterator<Item = &'a [u8]>) -> Weight {
     let mut w = 1000;
     for p in params {
-        let p = super::etag::trim(p);
+        let p = super::trim(p);
         if p.len() >= 2 && p[..2].eq_ignore_ascii_case(b"q=") {
             w = qvalue(&p[2..]).unwrap_or(0);
         }

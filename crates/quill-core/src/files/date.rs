@@ -53,7 +53,7 @@ pub fn format(unix_s: i64) -> [u8; LEN] {
 /// §13.1.3). Names are case-sensitive, as the grammar says. An RFC 850 two-digit year is the one
 /// that is not more than 50 years after `now_s` (§5.6.7).
 pub fn parse(value: &[u8], now_s: i64) -> Option<i64> {
-    let v = super::etag::trim(value);
+    let v = super::trim(value);
     match v.get(3) {
         Some(b',') => parse_imf(v),
         Some(b' ') => parse_asctime(v),

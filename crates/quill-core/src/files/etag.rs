@@ -7,6 +7,7 @@
 //! tag, so a cache in front of both sees one representation.
 
 use super::coding::Coding;
+use super::{trim, trim_start};
 
 /// The longest tag [`strong`] makes: two quotes, a sign, 24 hex digits of nanoseconds (an `i64` of
 /// seconds times 10⁹ fits in 93 bits), a dash, 16 hex digits of size, and `-zst`.
@@ -200,22 +201,6 @@ fn read_tag(s: &[u8]) -> Option<(EntityTag<'_>, &[u8])> {
         return None;
     }
     Some((EntityTag { weak, opaque }, &s[end + 1..]))
-}
-
-fn trim_start(s: &[u8]) -> &[u8] {
-    let n = s.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
-    &s[n..]
-}
-
-/// `s` without leading and trailing spaces and tabs (OWS).
-pub(crate) fn trim(s: &[u8]) -> &[u8] {
-    let s = trim_start(s);
-    let n = s
-        .iter()
-        .rev()
-        .take_while(|&&b| b == b' ' || b == b'\t')
-        .count();
-    &s[..s.len() - n]
 }
 
 #[cfg(test)]

@@ -21,3 +21,20 @@ pub mod mime;
 pub mod multipart;
 pub mod precondition;
 pub mod range;
+
+/// `s` without leading spaces and tabs.
+fn trim_start(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+    &s[n..]
+}
+
+/// `s` without leading and trailing spaces and tabs (OWS), as every field reader here takes it.
+pub(crate) fn trim(s: &[u8]) -> &[u8] {
+    let s = trim_start(s);
+    let n = s
+        .iter()
+        .rev()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count();
+    &s[..s.len() - n]
+}

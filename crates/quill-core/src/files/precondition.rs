@@ -131,7 +131,7 @@ pub fn evaluate(req: &Conditions<'_>, rep: &Representation, method: Method) -> V
 /// Last-Modified is a strong validator only to the second; the entity tag, to the nanosecond, is
 /// the better validator and the one a client sends when it has both.
 fn if_range_matches(value: &[u8], rep: &Representation, now_s: i64) -> bool {
-    let v = etag::trim(value);
+    let v = super::trim(value);
     if v.starts_with(b"\"") || v.starts_with(b"W/") {
         return etag::parse(v).is_some_and(|t| etag::strong_eq(t, rep.etag.tag()));
     }

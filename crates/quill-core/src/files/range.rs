@@ -115,7 +115,7 @@ pub fn parse(value: &[u8], size: u64, max_ranges: usize) -> RangeOutcome {
     };
     let mut specs = 0usize;
     for member in set.split(|&b| b == b',') {
-        let member = super::etag::trim(member);
+        let member = super::trim(member);
         if member.is_empty() {
             continue; // `#rule`: empty list members are allowed
         }
@@ -142,7 +142,7 @@ pub fn parse(value: &[u8], size: u64, max_ranges: usize) -> RangeOutcome {
 
 /// `bytes=` (the unit case-insensitive, §14.1) stripped from the value, or `None`.
 fn strip_unit(value: &[u8]) -> Option<&[u8]> {
-    let v = super::etag::trim(value);
+    let v = super::trim(value);
     let (unit, rest) = v.split_at(v.iter().position(|&b| b == b'=')?);
     unit.eq_ignore_ascii_case(b"bytes").then_some(&rest[1..])
 }
