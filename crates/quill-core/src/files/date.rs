@@ -8,9 +8,9 @@
 /// The length of an IMF-fixdate.
 pub const LEN: usize = 29;
 
-/// The earliest time [`format`] writes: 0001-01-01 00:00:00 (a four-digit year).
+/// The earliest time [`format()`] writes: 0001-01-01 00:00:00 (a four-digit year).
 pub const MIN: i64 = -62_135_596_800;
-/// The latest time [`format`] writes: 9999-12-31 23:59:59.
+/// The latest time [`format()`] writes: 9999-12-31 23:59:59.
 pub const MAX: i64 = 253_402_300_799;
 
 const DAYS: [&[u8; 3]; 7] = [b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun"];
