@@ -197,7 +197,9 @@ fn decode_into(path: &[u8], out: &mut [u8], decoding: Decoding) -> Result<usize,
             let escape = path.get(i + 1).zip(path.get(i + 2));
             match (escape.and_then(|(&h, &l)| decoded(h, l)), decoding) {
                 (None, _) | (Some(0), Decoding::Route) => return Err(PathError::BadEscape),
-                (Some(d), _) if overlong(path, i, d) => return Err(PathError::BadEscape),
+                (Some(d), Decoding::Route) if overlong(path, i, d) => {
+                    return Err(PathError::BadEscape)
+                }
                 (Some(0), Decoding::File) => return Err(PathError::Nul),
                 (Some(b'/'), Decoding::File) => return Err(PathError::EncodedSlash),
                 (Some(d), Decoding::File) => {
