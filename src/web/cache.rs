@@ -162,7 +162,11 @@ pub(crate) struct CacheStats {
 /// A worker's file cache.
 #[derive(Debug)]
 pub(crate) struct FileCache {
-    map: HashMap<(u64, Box<[u8]>), u32>,
+    /// By root id, then by path: a lookup borrows the request's path (no key allocated per
+    /// request; only an insertion owns one).
+    map: HashMap<u64, HashMap<Box<[u8]>, u32>>,
+    /// Entries held, all roots together.
+    entries: usize,
     slots: Vec<Slot>,
     free: Vec<u32>,
     /// Most recently used first.
@@ -178,6 +182,7 @@ impl FileCache {
     pub(crate) fn new(max_entries: usize, max_bytes: usize) -> FileCache {
         FileCache {
             map: HashMap::new(),
+            entries: 0,
             slots: Vec::new(),
             free: Vec::new(),
             head: NIL,
@@ -192,8 +197,8 @@ impl FileCache {
     /// What `rel` (a file path beneath the root, without its leading `/`) is, from the cache
     /// when the entry is fresh (or still matches the file), else from the file system.
     pub(crate) fn lookup(&mut self, root: &StaticRoot, rel: &[u8], now_ms: u64) -> Lookup {
-        let key = (root.id, Box::<[u8]>::from(rel));
-        if let Some(&i) = self.map.get(&key) {
+        let found = self.map.get(&root.id).and_then(|m| m.get(rel)).copied();
+        if let Some(i) = found {
             let fresh = now_ms.saturating_sub(self.slots[i as usize].checked_ms) < VALID_MS;
             if fresh || self.unchanged(root, i, rel) {
                 self.slots[i as usize].checked_ms = now_ms;
@@ -213,7 +218,7 @@ impl FileCache {
             _ => true,
         };
         if keep {
-            self.insert(key, lookup.clone(), stamp, bytes, now_ms);
+            self.insert((root.id, rel.into()), lookup.clone(), stamp, bytes, now_ms);
         }
         lookup
     }
@@ -238,7 +243,7 @@ impl FileCache {
         bytes: usize,
         now_ms: u64,
     ) {
-        while self.map.len() >= self.max_entries
+        while self.entries >= self.max_entries
             || (self.bytes + bytes > self.max_bytes && self.tail != NIL)
         {
             if self.tail == NIL {
@@ -266,7 +271,8 @@ impl FileCache {
             }
         };
         self.bytes += bytes;
-        self.map.insert(key, i);
+        self.map.entry(key.0).or_default().insert(key.1, i);
+        self.entries += 1;
         self.link_front(i);
     }
 
@@ -276,8 +282,15 @@ impl FileCache {
         self.bytes -= slot.bytes;
         slot.lookup = Lookup::Missing;
         slot.bytes = 0;
-        let key = std::mem::take(&mut slot.key);
-        self.map.remove(&key);
+        let (root, path) = std::mem::take(&mut slot.key);
+        if let Some(m) = self.map.get_mut(&root) {
+            if m.remove(&path).is_some() {
+                self.entries -= 1;
+            }
+            if m.is_empty() {
+                self.map.remove(&root);
+            }
+        }
         self.free.push(i);
     }
 
@@ -321,7 +334,7 @@ impl FileCache {
 }
 
 /// The symbolic-link rule of a root, as the opening call takes it.
-fn links(a: &StaticAction) -> Links {
+pub(crate) fn links(a: &StaticAction) -> Links {
     match a.symlinks {
         Symlinks::Inside => Links::Inside,
         Symlinks::Never => Links::None,

@@ -4,20 +4,14 @@
 use std::io;
 use std::os::fd::AsFd;
 
-use quill_core::sys::{self as sysfile, FileKind, Links};
+use quill_core::sys::{self as sysfile, FileKind};
 
 use super::listing::Entry;
-use crate::config::Symlinks;
 use crate::route::StaticRoot;
 
 /// The entries of the directory `rel` beneath the root (at most `max`).
 pub(crate) fn read(root: &StaticRoot, rel: &[u8], max: usize) -> io::Result<Vec<Entry>> {
-    let links = match root.action.symlinks {
-        Symlinks::Inside => Links::Inside,
-        Symlinks::Never => Links::None,
-        Symlinks::Anywhere => Links::Anywhere,
-    };
-    let dir = sysfile::open_beneath(root.dir.as_fd(), rel, links)?;
+    let dir = sysfile::open_beneath(root.dir.as_fd(), rel, super::cache::links(&root.action))?;
     let entries = sysfile::read_dir(dir.as_fd(), max)?;
     Ok(entries
         .into_iter()

@@ -107,7 +107,6 @@ impl Head {
         Answer {
             status,
             sending: Sending::new(buf, len),
-            range: None,
         }
     }
 

@@ -38,8 +38,6 @@ pub(crate) struct Request<'a> {
 pub(crate) struct Answer {
     pub status: u16,
     pub sending: Sending,
-    /// The byte range served (`Some` for a 206 of one range).
-    pub range: Option<(u64, u64)>,
 }
 
 /// The most entries a listing shows.
@@ -242,7 +240,6 @@ fn ranges(
         fields.push((b"Content-Range", cr.as_bytes()));
         let mut a = head.file(206, mime, r.len(), &fields, rep.clone());
         a.sending.file(r.start, r.end + 1);
-        a.range = Some((r.start, r.end));
         return a;
     }
     let b = multipart::Boundary::from_u64(boundary);

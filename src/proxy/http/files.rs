@@ -22,7 +22,6 @@ pub(super) struct FileOut {
     status: u16,
     route: u32,
     keep: bool,
-    range: Option<(u64, u64)>,
     /// Clock ms of the last progress (body_timeout runs from it).
     pub(super) active_ms: u64,
 }
@@ -74,7 +73,6 @@ impl HttpSession {
             status: answer.status,
             route: route as u32,
             keep: keep && answer.status != 500,
-            range: answer.range,
             active_ms: cx.now,
         }));
         self.drive_file(cx).map(|_| ())
@@ -142,7 +140,6 @@ impl HttpSession {
             },
             cx,
         );
-        let _ = out.range;
         self.input.settle(cx.pools);
         self.idle_since = cx.now;
     }
