@@ -21,6 +21,9 @@
 
 #[cfg(test)]
 mod tests;
+pub mod translate;
+
+pub use translate::{BodyFraming, Translator};
 
 use std::fmt;
 use std::io::Write as _;
