@@ -360,28 +360,47 @@ fn server_that_is_quills_own_listener_is_refused() {
     );
 }
 
-#[test]
-fn forty_thousand_servers_check_in_under_a_second() {
+/// `quill check` of a listener with `n` servers: its time (the best of two runs) and output.
+fn check_servers(n: u32) -> (Duration, String) {
     let mut text = format!(
         "[[listener]]\nname = \"big\"\nlisten = \"127.0.0.1:{}\"\nservers = [\n",
         free_port()
     );
-    for i in 0..40_000u32 {
+    for i in 0..n {
         text += &format!("  \"10.{}.{}.{}:80\",\n", i >> 16, (i >> 8) & 255, i & 255);
     }
     text += "]\n";
-    let started = Instant::now();
-    let (code, out, err) = check_toml(&text);
-    let took = started.elapsed();
-    assert_eq!(code, 0, "{err}");
+    let mut best = Duration::MAX;
+    let mut last = String::new();
+    for _ in 0..2 {
+        let started = Instant::now();
+        let (code, out, err) = check_toml(&text);
+        best = best.min(started.elapsed());
+        assert_eq!(code, 0, "{err}");
+        last = out;
+    }
+    (best, last)
+}
+
+/// Checking 40,000 servers costs about ten times what 4,000 cost, not a hundred: no step of
+/// loading a config is quadratic in its servers (one was: 5 s for 40,000 in a release build).
+/// Both sizes run on the same machine at the same time, so the ratio holds on a busy one where a
+/// fixed time bound would not.
+#[test]
+fn forty_thousand_servers_check_in_linear_time() {
+    let (small, _) = check_servers(4_000);
+    let (big, out) = check_servers(40_000);
     assert!(
         out.contains("server 39999: 10.0.156.63:80"),
         "{}",
         &out[..200]
     );
-    // Well under a second in a release build; the bound is generous for a debug build on a busy
-    // machine (the quadratic code took 5 s in release).
-    assert!(took < Duration::from_secs(3), "quill check took {took:?}");
+    // Linear: about 10x (less, with the process's fixed start-up cost); quadratic: about 100x.
+    assert!(
+        big < small * 30,
+        "quill check took {big:?} for 40,000 servers, {small:?} for 4,000"
+    );
+    assert!(big < Duration::from_secs(60), "quill check took {big:?}");
 }
 
 #[test]
