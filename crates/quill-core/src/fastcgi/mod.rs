@@ -21,6 +21,7 @@
 
 pub mod decode;
 pub mod encode;
+pub mod gateway;
 pub mod request;
 
 #[cfg(test)]
@@ -33,6 +34,7 @@ pub use encode::{
     abort_request, begin_request, end_stdin, get_values, http_param_name, padding, stdin,
     stdin_header, NameRefused, Params, Role,
 };
+pub use gateway::{Context, Gateway};
 pub use request::{write_params, Request};
 
 /// The only protocol version there is.
