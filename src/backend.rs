@@ -327,6 +327,9 @@ pub(crate) struct Pool {
     /// TLS to the pool's servers (`server_tls`), kept from the previous pool while its settings
     /// are unchanged.
     pub server_tls: Option<Arc<crate::tls::client::ClientTls>>,
+    /// Its servers speak FastCGI (`protocol = "fastcgi"`): each connection is an
+    /// [`crate::net::fastcgi::FcgiStream`].
+    pub fastcgi: bool,
     /// The listener's address when it is one IP's (not a wildcard): every client reached it, so
     /// the PROXY header sent to servers names it without a `getsockname`.
     pub local: Option<std::net::SocketAddr>,
@@ -541,6 +544,7 @@ impl Pool {
             kind: PoolKind::of(&l.kind),
             routes: None,
             server_tls: None,
+            fastcgi: l.fastcgi,
             local: match &l.listen {
                 crate::addr::ListenAddr::Tcp(a) if !a.ip().is_unspecified() => Some(*a),
                 _ => None,

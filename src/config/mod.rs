@@ -36,11 +36,11 @@ mod write;
 pub(crate) use model::{
     compile_pattern, format_duration, parse_check_kind, parse_duration, parse_status_range,
     proxy_protocol_name, CheckKind, Config, ConfigError, ControlLevel, DsrSettings, ErrorKind,
-    Global, HealthCheck, HostMatch, HttpSettings, ListenerConfig, ListenerKind, LogFormat,
-    NormalizePath, PathCase, PathMatch, ProxyVersion, RateLimit, RefererRule, RouteAction,
-    RouteConfig, SiteConfig, StaticAction, StreamKind, StreamProto, Symlinks, Tuning, TuningPatch,
-    UnknownHost, ValueMatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_RISE_FALL,
-    MAX_SESSIONS, MAX_WORKERS,
+    FastcgiAction, Global, HealthCheck, HostMatch, HttpSettings, ListenerConfig, ListenerKind,
+    LogFormat, NormalizePath, PathCase, PathMatch, ProxyVersion, RateLimit, RefererRule,
+    RouteAction, RouteConfig, SiteConfig, StaticAction, StreamKind, StreamProto, Symlinks, Tuning,
+    TuningPatch, UnknownHost, ValueMatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS,
+    MAX_RISE_FALL, MAX_SESSIONS, MAX_WORKERS,
 };
 pub(crate) use toml::{check_certificates, load_file, parse_admin, read_config_text};
 // What only the unit tests of other modules reach through `config`.

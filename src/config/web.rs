@@ -41,6 +41,7 @@ pub(super) struct RawFastcgi {
     root: String,
     index: Option<String>,
     split_path: Option<String>,
+    fallback: Option<String>,
 }
 
 /// `cgi = { ... }` as written.
@@ -76,6 +77,22 @@ fn file_name(key: &str, s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A `fallback`: a path under the root (starts with `/`, no `.` or `..` segment, no query).
+fn fallback_path(f: &str) -> Result<String, String> {
+    let ok = f.starts_with('/')
+        && f.len() <= MAX_TEXT
+        && f.bytes().all(|b| b.is_ascii_graphic())
+        && !f.contains(['?', '#'])
+        && !f.split('/').any(|seg| seg == "." || seg == "..");
+    if !ok {
+        return Err(format!(
+            "fallback: '{}' is not a path under the root (starts with /, no . or .. segment)",
+            f.escape_debug()
+        ));
+    }
+    Ok(f.to_string())
+}
+
 impl RawStatic {
     pub(super) fn build(&self, dir: &Path) -> Result<StaticAction, String> {
         let mut a = StaticAction::new(root_dir(&self.root, dir)?);
@@ -105,18 +122,7 @@ impl RawStatic {
             a.cache_control = Some(cc.clone());
         }
         if let Some(f) = &self.fallback {
-            let ok = f.starts_with('/')
-                && f.len() <= MAX_TEXT
-                && f.bytes().all(|b| b.is_ascii_graphic())
-                && !f.contains(['?', '#'])
-                && !f.split('/').any(|seg| seg == "." || seg == "..");
-            if !ok {
-                return Err(format!(
-                    "fallback: '{}' is not a path under the root (starts with /, no . or .. segment)",
-                    f.escape_debug()
-                ));
-            }
-            a.fallback = Some(f.clone());
+            a.fallback = Some(fallback_path(f)?);
         }
         if let Some(n) = self.max_ranges {
             if n > MAX_RANGES {
@@ -170,11 +176,20 @@ impl RawFastcgi {
         file_name("index", &index)?;
         let split_path = self.split_path.clone().unwrap_or_else(|| ".php".into());
         file_name("split_path", &split_path)?;
+        let fallback = self.fallback.as_deref().map(fallback_path).transpose()?;
+        if let Some(f) = &fallback {
+            if quill_core::fastcgi::split_script(f.as_bytes(), split_path.as_bytes()).is_none() {
+                return Err(format!(
+                    "fallback: '{f}' is not a script (its name does not end with {split_path})"
+                ));
+            }
+        }
         Ok(FastcgiAction {
             pool: pool.to_string(),
             root: root_dir(&self.root, dir)?,
             index,
             split_path,
+            fallback,
         })
     }
 }

@@ -277,8 +277,8 @@ impl Probe {
             },
             // A Unix connect completes (or fails) inside connect() itself.
             Stream::Unix(_) => Ok(true),
-            // A TLS stream is made over a connected socket.
-            Stream::Tls(_) => Ok(true),
+            // A TLS stream is made over a connected socket (a probe makes no FastCGI stream).
+            Stream::Tls(_) | Stream::Fcgi(_) => Ok(true),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! nonblocking connects to a server ([`connect`], [`connect_tcp`]), and TLS over a socket
 //! ([`tls::TlsStream`]).
 
+pub(crate) mod fastcgi;
 pub(crate) mod tls;
 
 use std::fmt;
@@ -24,6 +25,8 @@ pub(crate) enum Stream {
     Unix(UnixStream),
     /// Boxed: a TLS connection is large and most streams are plain.
     Tls(Box<tls::TlsStream>),
+    /// A FastCGI server's connection, read and written as HTTP/1.1 ([`fastcgi::FcgiStream`]).
+    Fcgi(Box<fastcgi::FcgiStream>),
 }
 
 impl Stream {
@@ -32,6 +35,7 @@ impl Stream {
             Stream::Tcp(s) => (&*s).read(buf),
             Stream::Unix(s) => (&*s).read(buf),
             Stream::Tls(t) => t.read(buf),
+            Stream::Fcgi(f) => f.read(buf),
         }
     }
 
@@ -40,6 +44,7 @@ impl Stream {
             Stream::Tcp(s) => (&*s).write(buf),
             Stream::Unix(s) => (&*s).write(buf),
             Stream::Tls(t) => t.write(buf),
+            Stream::Fcgi(f) => f.write(buf),
         }
     }
 
@@ -49,12 +54,13 @@ impl Stream {
             Stream::Tcp(s) => (&*s).write_vectored(bufs),
             Stream::Unix(s) => (&*s).write_vectored(bufs),
             Stream::Tls(t) => t.write_vectored(bufs),
+            Stream::Fcgi(f) => f.write_vectored(bufs),
         }
     }
 
     /// Whether bytes may move by `splice(2)`: not through TLS, whose socket carries records.
     pub(crate) fn can_splice(&self) -> bool {
-        !matches!(self, Stream::Tls(_))
+        !matches!(self, Stream::Tls(_) | Stream::Fcgi(_))
     }
 
     /// Whether the stream holds bytes it took but the socket did not (TLS records); a plain
@@ -62,6 +68,7 @@ impl Stream {
     pub(crate) fn has_backlog(&self) -> bool {
         match self {
             Stream::Tls(t) => t.has_backlog(),
+            Stream::Fcgi(f) => f.has_backlog(),
             _ => false,
         }
     }
@@ -80,6 +87,17 @@ impl Stream {
                 }
                 Ok(done)
             }
+            Stream::Fcgi(f) => f.flush_backlog(ready),
+            _ => Ok(true),
+        }
+    }
+
+    /// Sends the backlog now (the caller knows the socket is writable): Ok(true) when none is
+    /// left. No syscall on a plain socket.
+    pub(crate) fn send_backlog(&self) -> io::Result<bool> {
+        match self {
+            Stream::Tls(t) => t.flush_backlog(),
+            Stream::Fcgi(f) => f.send_backlog(),
             _ => Ok(true),
         }
     }
@@ -89,6 +107,7 @@ impl Stream {
     pub(crate) fn ended(&self) -> bool {
         match self {
             Stream::Tls(t) => t.ended(),
+            Stream::Fcgi(f) => f.ended(),
             _ => false,
         }
     }
@@ -109,6 +128,7 @@ impl Stream {
             Stream::Tcp(s) => SockRef::from(s).send_with_flags(buf, libc::MSG_MORE),
             Stream::Unix(s) => (&*s).write(buf),
             Stream::Tls(t) => t.write(buf),
+            Stream::Fcgi(f) => f.write(buf),
         }
     }
 
@@ -120,6 +140,7 @@ impl Stream {
             Stream::Tcp(s) => s.shutdown(Shutdown::Write),
             Stream::Unix(s) => s.shutdown(Shutdown::Write),
             Stream::Tls(t) => t.shutdown_write(),
+            Stream::Fcgi(f) => f.sock().shutdown_write(),
         }
     }
 
@@ -129,6 +150,9 @@ impl Stream {
     pub(crate) fn reset_on_close(&self) {
         if let Stream::Tls(t) = self {
             return t.sock().reset_on_close();
+        }
+        if let Stream::Fcgi(f) = self {
+            return f.sock().reset_on_close();
         }
         if let Stream::Tcp(s) = self {
             // Best effort: if it fails the peer gets a FIN, as before.
@@ -141,6 +165,7 @@ impl Stream {
             Stream::Tcp(s) => s.take_error(),
             Stream::Unix(s) => s.take_error(),
             Stream::Tls(t) => t.sock().take_error(),
+            Stream::Fcgi(f) => f.sock().take_error(),
         }
     }
 
@@ -149,6 +174,7 @@ impl Stream {
             Stream::Tcp(s) => s,
             Stream::Unix(s) => s,
             Stream::Tls(t) => t.sock_mut().source(),
+            Stream::Fcgi(f) => f.sock_mut().source(),
         }
     }
 }
@@ -159,6 +185,7 @@ impl AsFd for Stream {
             Stream::Tcp(s) => s.as_fd(),
             Stream::Unix(s) => s.as_fd(),
             Stream::Tls(t) => t.sock().as_fd(),
+            Stream::Fcgi(f) => f.sock().as_fd(),
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::backend::{Pool, Server, ServerLease};
 use crate::balancer::{self, Client};
 use crate::clock::millis;
 use crate::metrics::{Counters, End};
+use crate::net::fastcgi::FcgiStream;
 use crate::net::tls::{Handshake, HandshakeError, TlsStream};
 use crate::net::{self, ClientAddr, Ready, Stream};
 use crate::state::idle::ServerConns;
@@ -709,6 +710,11 @@ impl Connector {
                     Err(e) => Err(io::Error::other(e.to_string())),
                 }
             }
+            // A FastCGI server's connection reads and writes as an HTTP/1.1 server's.
+            (Ok(stream), None) if self.pool.fastcgi => Ok(Stream::Fcgi(Box::new(FcgiStream::new(
+                stream,
+                &lease.server().addr().to_string(),
+            )))),
             (opened, _) => opened,
         };
         match opened {

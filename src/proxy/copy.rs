@@ -446,10 +446,8 @@ impl Direction {
     /// Writes pending data, releasing the buffer or pipe once all of it went.
     fn flush(&mut self, dst: &Stream, pools: &mut Pools) -> io::Result<Flushed> {
         match &mut self.pending {
-            Pending::Empty => match dst.tls() {
-                Some(t) if !t.flush_backlog()? => Ok(Flushed::DestinationFull),
-                _ => Ok(Flushed::All),
-            },
+            Pending::Empty if !dst.send_backlog()? => Ok(Flushed::DestinationFull),
+            Pending::Empty => Ok(Flushed::All),
             Pending::Buf { buf, start, end } => {
                 let bytes = &buf[*start as usize..*end as usize];
                 // With EOF already read, a shutdown() or close() always follows the last write.

@@ -18,6 +18,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+pub(crate) mod fastcgi;
 mod site;
 pub(crate) use site::{Choice, Sites};
 
@@ -156,6 +157,11 @@ pub(crate) enum Action<P> {
     Deny,
     /// Serve files from beneath a root (`web`).
     Static(Arc<StaticRoot>),
+    /// Run the script a request names under `root` on a server of this FastCGI pool.
+    Fastcgi {
+        pool: Arc<P>,
+        root: Arc<crate::route::fastcgi::FastcgiRoot>,
+    },
 }
 
 /// A `static` action's root, open: the directory's descriptor, from which every file is opened
@@ -266,10 +272,13 @@ impl<P> Routes<P> {
                 RouteAction::Static(a) => {
                     Action::Static(Arc::new(StaticRoot::open(a).map_err(named)?))
                 }
-                RouteAction::Fastcgi(_) | RouteAction::Cgi(_) => {
-                    return Err(named(
-                        "fastcgi and cgi are not served by this build yet".into(),
-                    ))
+                RouteAction::Fastcgi(a) => Action::Fastcgi {
+                    pool: pool(&a.pool)
+                        .ok_or_else(|| named(format!("no pool named '{}'", a.pool)))?,
+                    root: Arc::new(crate::route::fastcgi::FastcgiRoot::open(a).map_err(named)?),
+                },
+                RouteAction::Cgi(_) => {
+                    return Err(named("cgi is not served by this build yet".into()))
                 }
             };
             routes.push(Route {
@@ -571,7 +580,7 @@ pub(crate) fn write_answer<P>(
 ) -> Result<usize, Overflow> {
     let mut o = Out { buf: out, len: 0 };
     match action {
-        Action::Pool(_) | Action::Static(_) => return Ok(0),
+        Action::Pool(_) | Action::Static(_) | Action::Fastcgi { .. } => return Ok(0),
         Action::Redirect { to, status, exact } => {
             o.status(*status)?;
             o.put(b"Location: ")?;

@@ -90,7 +90,7 @@ fn merge_listener(
     merge_fields!(ListenerConfig, base, ours, theirs, out;
         name, listen, emergency, health, slow_start, client_acl, abuse, routes, sites,
         unknown_host, sticky_cookie,
-        server_tls, log, log_format;
+        server_tls, fastcgi, log, log_format;
         mode, tuning, servers, initial_blacklist, kind);
     out.kind = merge_kind(&base.kind, &ours.kind, &theirs.kind);
     out.mode = merge_mode(base, ours, theirs);

@@ -210,12 +210,20 @@ impl fmt::Display for RouteAction {
             ),
             RouteAction::Deny => f.write_str("deny (403)"),
             RouteAction::Static(s) => write!(f, "{s}"),
-            RouteAction::Fastcgi(a) => write!(
-                f,
-                "FastCGI scripts from {} by pool {}",
-                a.root.display(),
-                a.pool
-            ),
+            RouteAction::Fastcgi(a) => {
+                write!(
+                    f,
+                    "FastCGI scripts from {} by pool {} (split at {}, index {}",
+                    a.root.display(),
+                    a.pool,
+                    a.split_path,
+                    a.index
+                )?;
+                match &a.fallback {
+                    Some(s) => write!(f, ", else {s})"),
+                    None => f.write_str(")"),
+                }
+            }
             RouteAction::Cgi(a) => write!(f, "CGI scripts from {}", a.root.display()),
         }
     }

@@ -52,6 +52,9 @@ pub(crate) struct ListenerConfig {
     pub unknown_host: UnknownHost,
     /// TLS to this pool's servers (`server_tls = { ... }`).
     pub server_tls: Option<crate::tls::ClientSettings>,
+    /// Its servers speak FastCGI, not HTTP (a `[[pool]]`'s `protocol = "fastcgi"`): only a
+    /// route's `fastcgi` action sends to it (docs/fastcgi.md).
+    pub fastcgi: bool,
     /// Its own access log file (`log = "FILE"` in its `[[listener]]`, `listener NAME log FILE`);
     /// None: the process-wide `log`.
     pub log: Option<PathBuf>,
@@ -110,6 +113,7 @@ impl ListenerConfig {
             sites: Vec::new(),
             unknown_host: UnknownHost::default(),
             server_tls: None,
+            fastcgi: false,
             log: None,
             log_format: None,
         }

@@ -160,14 +160,25 @@ impl Config {
         }
         for l in &self.listeners {
             for r in &l.routes {
-                if let RouteAction::Pool(name) = &r.action {
-                    if !self.pools.iter().any(|p| &p.name == name) {
-                        return Err(ConfigError::usage(format!(
-                            "listener '{}': route '{}': no pool named '{name}'",
-                            l.name, r.name
-                        )));
+                let (name, fastcgi) = match &r.action {
+                    RouteAction::Pool(name) => (name, false),
+                    RouteAction::Fastcgi(f) => (&f.pool, true),
+                    _ => continue,
+                };
+                let why = match self.pools.iter().find(|p| &p.name == name) {
+                    None => format!("no pool named '{name}'"),
+                    Some(p) if p.fastcgi && !fastcgi => {
+                        format!("pool '{name}' speaks FastCGI: send to it with a fastcgi action")
                     }
-                }
+                    Some(p) if !p.fastcgi && fastcgi => {
+                        format!("fastcgi: pool '{name}' is not a FastCGI pool")
+                    }
+                    Some(_) => continue,
+                };
+                return Err(ConfigError::usage(format!(
+                    "listener '{}': route '{}': {why}",
+                    l.name, r.name
+                )));
             }
         }
         for l in &self.listeners {

@@ -88,6 +88,9 @@ pub(crate) struct FastcgiAction {
     pub index: String,
     /// Where a path is split into the script and `PATH_INFO` (`.php`: `/a.php/b` runs `/a.php`).
     pub split_path: String,
+    /// The script a path that names no script runs (`/index.php`: a front controller, as
+    /// nginx's `try_files $uri /index.php?$args`); None: 404.
+    pub fallback: Option<String>,
 }
 
 /// `cgi = { root, timeout, max_children }`: scripts under `root` run as child processes.

@@ -230,6 +230,16 @@ fn read_pools(
         let mut p = build_pool(rp, defaults, dir, at)?;
         if p.health.is_none() {
             p.health = default_health.clone();
+            // A FastCGI server answers no HTTP check: the file-wide one is a connect there.
+            if let (true, Some(h)) = (p.fastcgi, &mut p.health) {
+                if matches!(h.kind, CheckKind::Http { .. }) {
+                    h.kind = CheckKind::Tcp;
+                }
+            }
+        }
+        if p.fastcgi && rp.proxy_protocol.is_none() {
+            // Nor does it read a PROXY header: the file-wide `proxy_protocol` is for HTTP pools.
+            p.tuning.proxy_protocol = None;
         }
         if rp.slow_start.is_none() {
             p.slow_start = default_slow_start;
@@ -282,15 +292,32 @@ fn read_listeners(
             )));
         }
         for (r, raw_route) in l.routes.iter().zip(&rl.route) {
-            if let RouteAction::Pool(p) = &r.action {
-                if !pools.iter().any(|o| &o.name == p) {
-                    return Err(ConfigError::usage(format!(
-                        "{}listener '{}': route '{}': no pool named '{p}' (define it with [[pool]])",
-                        at(raw_route.span()),
-                        l.name,
-                        r.name
-                    )));
+            let (p, fastcgi) = match &r.action {
+                RouteAction::Pool(p) => (p, false),
+                RouteAction::Fastcgi(f) => (&f.pool, true),
+                _ => continue,
+            };
+            let fail = |e: String| {
+                Err(ConfigError::usage(format!(
+                    "{}listener '{}': route '{}': {e}",
+                    at(raw_route.span()),
+                    l.name,
+                    r.name
+                )))
+            };
+            match pools.iter().find(|o| &o.name == p) {
+                None => return fail(format!("no pool named '{p}' (define it with [[pool]])")),
+                Some(o) if o.fastcgi && !fastcgi => {
+                    return fail(format!(
+                        "pool '{p}' speaks FastCGI: send to it with fastcgi = {{ pool = \"{p}\", root = ... }}"
+                    ))
                 }
+                Some(o) if !o.fastcgi && fastcgi => {
+                    return fail(format!(
+                        "fastcgi: pool '{p}' is not a FastCGI pool (give it protocol = \"fastcgi\")"
+                    ))
+                }
+                Some(_) => {}
             }
         }
         listeners.push(l);
@@ -468,6 +495,7 @@ fn build_pool(
     if let Some(t) = &rp.server_tls {
         l.server_tls = Some(t.get_ref().build(dir, at)?);
     }
+    l.fastcgi = pool_protocol(rp, at)?;
     if rp.servers.is_empty() {
         return Err(ConfigError::usage(format!(
             "{}pool '{name}' has no servers",
@@ -491,6 +519,45 @@ fn build_pool(
         ..e
     })?;
     Ok(l)
+}
+
+/// A `[[pool]]`'s `protocol`: `http` (the default) or `fastcgi` (true), which takes no
+/// `server_tls`, `proxy_protocol` or HTTP health check (a FastCGI server speaks none of them).
+fn pool_protocol(rp: &RawPool, at: &dyn Fn(Range<usize>) -> String) -> Result<bool, ConfigError> {
+    let Some(p) = &rp.protocol else {
+        return Ok(false);
+    };
+    let fastcgi = match p.get_ref().as_str() {
+        "http" => false,
+        "fastcgi" => true,
+        other => {
+            return Err(ConfigError::usage(format!(
+                "{}invalid pool protocol '{}' (expected http or fastcgi)",
+                at(p.span()),
+                other.escape_debug()
+            )))
+        }
+    };
+    let refuse = |what: &str| {
+        Err(ConfigError::usage(format!(
+            "{}pool '{}': protocol = \"fastcgi\" takes no {what} (a FastCGI server speaks none)",
+            at(p.span()),
+            rp.name.get_ref().trim()
+        )))
+    };
+    if fastcgi && rp.server_tls.is_some() {
+        return refuse("server_tls");
+    }
+    if fastcgi && rp.proxy_protocol.is_some() {
+        return refuse("proxy_protocol");
+    }
+    if let (true, Some(h)) = (fastcgi, &rp.health) {
+        let check = h.get_ref().build().unwrap_or_default();
+        if matches!(check.kind, CheckKind::Http { .. }) {
+            return refuse("HTTP health check");
+        }
+    }
+    Ok(fastcgi)
 }
 
 /// Reads the pool keys into `l`: mode, emergency server, health check, slow start, servers.
@@ -840,6 +907,7 @@ settings::tuning_table! {
         slow_start: Option<Dur>,
         sticky_cookie: Option<Spanned<String>>,
         server_tls: Option<Spanned<RawServerTls>>,
+        protocol: Option<Spanned<String>>,
         #[serde(default)]
         servers: Vec<Spanned<RawServer>>,
     }

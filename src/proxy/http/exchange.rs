@@ -15,6 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use quill_core::fastcgi;
 use quill_core::http1::rewrite::{self, HeaderEdit, RequestRewrite, ResponseRewrite};
 use quill_core::http1::{self, Body, FieldIndex, Framing, Limits, Method, Version};
 
@@ -27,7 +28,8 @@ use crate::net::{ClientAddr, Ready, Stream};
 use crate::proxy::connect::{self, Connector, PrivateConn};
 use crate::proxy::copy::{Direction, Pools, BUF_SIZE};
 use crate::proxy::Ctx;
-use crate::route::Route;
+use crate::route::fastcgi::Script;
+use crate::route::{Action, Route};
 use crate::state::shared::Listener;
 
 /// Where the request is.
@@ -156,6 +158,8 @@ pub(super) struct Exchange {
     pub(super) first_byte_us: Option<u64>,
     /// The request id Quill made for this request (16 hex digits), sent if it had none.
     pub(super) request_id: [u8; 16],
+    /// For a `fastcgi` route: the script the request runs (found before the server was asked).
+    pub(super) script: Option<Box<Script>>,
 }
 
 /// What the request side of a drive asks for.
@@ -232,6 +236,10 @@ thread_local! {
     static SPARE: RefCell<Vec<Box<Exchange>>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Most bytes of a chunked request body collected for a FastCGI server (which needs its length
+/// first) when the listener sets no `max_body`.
+pub(super) const FASTCGI_BODY_MAX: u64 = 16 << 20;
+
 /// At most this many spare exchange boxes per worker (a burst's surplus is freed).
 const SPARE_MAX: usize = 64;
 
@@ -296,6 +304,7 @@ impl Exchange {
             connect_us: None,
             first_byte_us: None,
             request_id,
+            script: None,
         })
     }
 
@@ -338,6 +347,7 @@ impl Exchange {
         route: Option<&Route<Pool>>,
         cx: &mut Ctx,
     ) -> Result<(), Unsent> {
+        self.begin_fastcgi(client, s, route);
         let Some(buf) = input.buf.as_deref() else {
             return Err(Unsent::Lost);
         };
@@ -386,7 +396,7 @@ impl Exchange {
         // The body bytes read with the head.
         let body_start = start + head.len;
         let after_head = &buf[body_start..input.end as usize];
-        let (taken, rest, whole) = match request_body(head.framing, after_head) {
+        let (taken, rest, whole, payload) = match request_body(head.framing, after_head) {
             Ok(body) => body,
             Err(e) => {
                 cx.pools.give_buffer(out);
@@ -394,15 +404,62 @@ impl Exchange {
                 return Err(Unsent::Refuse(e.request_status()));
             }
         };
+        // A chunked body read with its head counts against `max_body` too (a `Content-Length`
+        // one was checked with the head).
+        if matches!(rest, BodyRest::Chunked(_)) && s.max_body.is_some_and(|max| payload > max) {
+            cx.pools.give_buffer(out);
+            return Err(Unsent::Refuse(413));
+        }
         if !whole {
             self.replay = Replay::No;
         }
         input.fwd = body_start as u32;
         input.fed = (body_start + taken) as u32;
-        self.up = Up::Sending(Leg::new(out, n, rest));
+        let mut leg = Leg::new(out, n, rest);
+        if matches!(leg.rest, BodyRest::Chunked(_)) {
+            leg.payload = payload;
+        }
+        self.up = Up::Sending(leg);
         self.sent_ms = cx.now;
         self.active_ms = cx.now;
         Ok(())
+    }
+
+    /// On a FastCGI server's connection, the request written next is the script's: what the
+    /// application is told beyond the request head (the client, the script, TLS).
+    fn begin_fastcgi(&mut self, client: &Client, s: &HttpSettings, route: Option<&Route<Pool>>) {
+        let (Some(script), Some(Action::Fastcgi { root, .. })) =
+            (&self.script, route.map(|r| &r.action))
+        else {
+            return;
+        };
+        let Some((Stream::Fcgi(f), _)) = self.connector.server_side() else {
+            return;
+        };
+        let remote = match client.addr {
+            ClientAddr::Ip(a) => *a,
+            ClientAddr::Unix => SocketAddr::from(([0, 0, 0, 0], 0)),
+        };
+        // The listener's own address when it is one IP's; else the client socket's end.
+        let local = client.local.or_else(|| match client.stream {
+            Stream::Tcp(t) => t.local_addr().ok(),
+            Stream::Tls(t) => match t.sock() {
+                Stream::Tcp(t) => t.local_addr().ok(),
+                _ => None,
+            },
+            _ => None,
+        });
+        f.begin(&fastcgi::Context {
+            remote,
+            local,
+            https: client.stream.tls().is_some(),
+            document_root: &root.document_root,
+            document_uri: script.document_uri(),
+            script_name: script.name(),
+            path_info: script.path_info(),
+            server_software: b"quill",
+            max_body: s.max_body.unwrap_or(FASTCGI_BODY_MAX),
+        });
     }
 
     /// A new connection to a pool with `proxy_protocol` starts with the header, in the same
@@ -808,22 +865,22 @@ impl Exchange {
 fn request_body(
     framing: Framing,
     after_head: &[u8],
-) -> Result<(usize, BodyRest, bool), http1::Error> {
+) -> Result<(usize, BodyRest, bool, u64), http1::Error> {
     Ok(match framing {
-        Framing::None | Framing::Close => (0, BodyRest::Done, true),
+        Framing::None | Framing::Close => (0, BodyRest::Done, true, 0),
         Framing::Length(len) => {
             let k = len.min(after_head.len() as u64) as usize;
             let rest = len - k as u64;
             if rest == 0 {
-                (k, BodyRest::Done, true)
+                (k, BodyRest::Done, true, k as u64)
             } else {
-                (k, BodyRest::Raw(Direction::limited(rest)), false)
+                (k, BodyRest::Raw(Direction::limited(rest)), false, k as u64)
             }
         }
         Framing::Chunked => {
             let mut body = Body::new(Framing::Chunked);
             let f = body.feed(after_head)?;
-            (f.used, BodyRest::Chunked(body), f.done)
+            (f.used, BodyRest::Chunked(body), f.done, f.payload)
         }
     })
 }

@@ -43,6 +43,7 @@ use crate::backend::{Pool, ServerLease};
 use crate::clock::millis;
 use crate::metrics::End;
 use crate::net::{ClientAddr, Ready, Stream};
+use crate::route::fastcgi::Script;
 use crate::route::{self, Action};
 use crate::state::idle::ServerConns;
 use crate::state::shared::{Listener, SessionInfo};
@@ -444,11 +445,25 @@ impl HttpSession {
                 return Err(self.refuse(status, cx));
             }
         };
+        // A FastCGI script must be there before its server is asked (else 404, counted for the
+        // route).
+        let script = match self.fastcgi_script(&head, forward.route) {
+            Ok(script) => script,
+            Err(status) => {
+                let what = Local::Status {
+                    status,
+                    retry_after: None,
+                    route: forward.route.map(|i| i as usize),
+                };
+                return self.answer_locally(&head, what, cx);
+            }
+        };
         self.input.start = self.input.fed;
         // The request id is made with the exchange, so Quill's own answer to it (503 when no
         // server can be reached) logs and sends a real id, as a forwarded request does.
         let id = route::hex16(cx.rand());
-        let ex = Exchange::boxed(forward, (head, fields), &self.listener, cx.now, id);
+        let mut ex = Exchange::boxed(forward, (head, fields), &self.listener, cx.now, id);
+        ex.script = script;
         self.ex = Some(ex);
         self.connect(cx)
     }
@@ -548,6 +563,21 @@ impl HttpSession {
             Action::Static(root) => Some(root),
             _ => None,
         }
+    }
+
+    /// The script of a request to route `i` when that route runs FastCGI scripts (None for any
+    /// other route); Err: the status to answer instead (no such script).
+    fn fastcgi_script(
+        &self,
+        head: &http1::RequestHead,
+        i: Option<u32>,
+    ) -> Result<Option<Box<Script>>, u16> {
+        let Some(Action::Fastcgi { root, .. }) = route_of(&self.pool, i).map(|r| &r.action) else {
+            return Ok(None);
+        };
+        let mut script = Box::default();
+        root.resolve(head.target.of(self.input.unparsed()), &mut script)?;
+        Ok(Some(script))
     }
 
     /// Looks for a server for the exchange (an idle connection or a new one).

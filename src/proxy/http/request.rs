@@ -201,7 +201,7 @@ pub(super) fn decide(
                 }
             }
             match &route.action {
-                Action::Pool(p) => target = Some(p),
+                Action::Pool(p) | Action::Fastcgi { pool: p, .. } => target = Some(p),
                 _ => return Decision::Local(Local::Route(i)),
             }
         }
