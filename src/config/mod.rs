@@ -42,6 +42,7 @@ pub(crate) use model::{
     UnknownHost, ValueMatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_RISE_FALL,
     MAX_SESSIONS, MAX_WORKERS,
 };
+pub(crate) use model::CgiAction;
 pub(crate) use toml::{check_certificates, load_file, parse_admin, read_config_text};
 // What only the unit tests of other modules reach through `config`.
 #[cfg(test)]
