@@ -33,6 +33,7 @@ mod toml;
 mod web;
 mod write;
 
+pub(crate) use model::CgiAction;
 pub(crate) use model::{
     compile_pattern, format_duration, parse_check_kind, parse_duration, parse_status_range,
     proxy_protocol_name, CheckKind, Config, ConfigError, ControlLevel, DsrSettings, ErrorKind,
@@ -42,7 +43,6 @@ pub(crate) use model::{
     UnknownHost, ValueMatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS, MAX_RISE_FALL,
     MAX_SESSIONS, MAX_WORKERS,
 };
-pub(crate) use model::CgiAction;
 pub(crate) use toml::{check_certificates, load_file, parse_admin, read_config_text};
 // What only the unit tests of other modules reach through `config`.
 #[cfg(test)]

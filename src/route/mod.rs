@@ -171,8 +171,8 @@ impl CgiRoot {
     /// Opens `action.root`; the error names it.
     pub(crate) fn open(action: &CgiAction) -> Result<CgiRoot, String> {
         let root = &action.root;
-        let dir = std::fs::File::open(root)
-            .map_err(|e| format!("cgi: root {}: {e}", root.display()))?;
+        let dir =
+            std::fs::File::open(root).map_err(|e| format!("cgi: root {}: {e}", root.display()))?;
         if !dir.metadata().map(|m| m.is_dir()).unwrap_or(false) {
             return Err(format!("cgi: root {} is not a directory", root.display()));
         }

@@ -91,7 +91,11 @@ fn write_scripts(dir: &Path) {
     std::fs::write(&plain, format!("#!/bin/sh\ntouch {d}/ran-plain\n")).unwrap();
     std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
     // Outside the root, reached through a link: must never run.
-    script(dir, "outside.sh", &format!("#!/bin/sh\ntouch {d}/ran-outside\n"));
+    script(
+        dir,
+        "outside.sh",
+        &format!("#!/bin/sh\ntouch {d}/ran-outside\n"),
+    );
     std::os::unix::fs::symlink(dir.join("outside.sh"), bin.join("link.sh")).unwrap();
 }
 
@@ -113,7 +117,7 @@ fn start(extra: &str) -> QuillProcess {
     })
 }
 
-fn get(q: &QuillProcess, target: &str, extra: &str) -> Response {
+fn fetch(q: &QuillProcess, target: &str, extra: &str) -> Response {
     let mut c = Client::connect(q.addr());
     c.roundtrip(&request("GET", target, extra, b""))
 }
@@ -180,7 +184,7 @@ fn env_of(r: &Response) -> Vec<String> {
 #[test]
 fn a_script_sees_the_rfc_3875_environment_of_its_request() {
     let q = start("");
-    let r = get(
+    let r = fetch(
         &q,
         "/env.sh/extra/path?x=1&y=two",
         "X-Custom: yes\r\nProxy: http://evil.test:1\r\n",
@@ -238,16 +242,16 @@ fn a_post_body_reaches_stdin_with_content_length_and_chunked() {
 #[test]
 fn status_location_and_unknown_length_become_the_response_head_and_framing() {
     let q = start("");
-    let r = get(&q, "/status.sh", "");
+    let r = fetch(&q, "/status.sh", "");
     assert_eq!(r.status, 404);
     assert!(r.raw_head.starts_with(b"HTTP/1.1 404 Not Here\r\n"));
     assert_eq!(r.body, b"nope\n");
 
-    let r = get(&q, "/redirect.sh", "");
+    let r = fetch(&q, "/redirect.sh", "");
     assert_eq!(r.status, 302);
     assert_eq!(r.header("location"), Some("https://example.com/elsewhere"));
 
-    let r = get(&q, "/nolength.sh", "");
+    let r = fetch(&q, "/nolength.sh", "");
     assert_eq!(r.status, 200);
     assert_eq!(r.header("transfer-encoding"), Some("chunked"));
     assert_eq!(r.body, b"one\ntwo\n");
@@ -263,7 +267,7 @@ fn status_location_and_unknown_length_become_the_response_head_and_framing() {
 #[test]
 fn a_large_output_arrives_byte_for_byte() {
     let q = start("");
-    let r = get(&q, "/big.py", "");
+    let r = fetch(&q, "/big.py", "");
     assert_eq!(r.status, 200, "{}", show(&r.raw_head));
     let want: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
     assert_eq!(r.body.len(), want.len());
@@ -273,7 +277,7 @@ fn a_large_output_arrives_byte_for_byte() {
 #[test]
 fn a_stderr_flood_is_logged_bounded_and_the_response_is_fine() {
     let q = start("");
-    let r = get(&q, "/noisy.sh", "");
+    let r = fetch(&q, "/noisy.sh", "");
     assert_eq!(r.status, 200, "{}", show(&r.raw_head));
     assert_eq!(r.body, b"fine\n");
     assert!(q.wait_stderr_contains("noise line 0", T), "{}", q.stderr());
@@ -285,7 +289,7 @@ fn a_stderr_flood_is_logged_bounded_and_the_response_is_fine() {
 fn a_script_that_never_exits_gets_504_and_its_process_group_is_killed() {
     let q = start(", timeout = \"1s\"");
     let started = Instant::now();
-    let r = get(&q, "/hang.sh?t1", "");
+    let r = fetch(&q, "/hang.sh?t1", "");
     assert_eq!(r.status, 504, "{}", show(&r.raw_head));
     assert!(started.elapsed() < Duration::from_secs(8));
     let script = read_pid(&q.path("t1.pid"), T);
@@ -347,7 +351,10 @@ fn two_hundred_requests_at_once_are_all_answered_within_max_children_and_leave_n
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let most = sampler.join().unwrap();
     assert!(most <= MAX, "{most} children at once");
-    assert!(statuses.get(&200).is_some_and(|&n| n >= MAX), "{statuses:?}");
+    assert!(
+        statuses.get(&200).is_some_and(|&n| n >= MAX),
+        "{statuses:?}"
+    );
     assert_eq!(
         statuses.keys().filter(|&&s| s != 200 && s != 503).count(),
         0,
@@ -367,7 +374,7 @@ fn beyond_max_children_a_request_gets_503() {
     let mut hold = Client::connect(q.addr());
     hold.send(&get("/hang.sh?t3"));
     read_pid(&q.path("t3.pid"), T);
-    let r = get(&q, "/quick.sh", "");
+    let r = fetch(&q, "/quick.sh", "");
     assert_eq!(r.status, 503);
     drop(hold);
 }
@@ -382,10 +389,10 @@ fn a_file_not_executable_or_outside_the_root_is_never_run() {
         ("/%2e%2e/outside.sh", &[400, 403, 404]),
     ];
     for (target, want) in cases {
-        let r = get(&q, target, "");
+        let r = fetch(&q, target, "");
         assert!(want.contains(&r.status), "{target}: {}", r.status);
     }
-    let r = get(&q, "/missing.sh", "");
+    let r = fetch(&q, "/missing.sh", "");
     assert_eq!(r.status, 404);
     std::thread::sleep(Duration::from_millis(200));
     for marker in ["ran-plain", "ran-outside"] {

@@ -542,7 +542,9 @@ fn collect(run: &mut CgiRun, input: &mut super::input::Input) -> Result<bool, u1
     while at < bytes.len() && !body.is_done() {
         // The payload of a chunk at once, its framing byte by byte.
         let step = match body.data_left() {
-            Some(left) => usize::try_from(left).unwrap_or(usize::MAX).min(bytes.len() - at),
+            Some(left) => usize::try_from(left)
+                .unwrap_or(usize::MAX)
+                .min(bytes.len() - at),
             None => 1,
         };
         let fed = body.feed(&bytes[at..at + step]).map_err(|_| 400u16)?;
@@ -560,8 +562,10 @@ fn collect(run: &mut CgiRun, input: &mut super::input::Input) -> Result<bool, u1
     if body.is_done() {
         let data = std::mem::take(data);
         if let Some(p) = run.pending.as_mut() {
-            p.env
-                .push((b"CONTENT_LENGTH".to_vec(), data.len().to_string().into_bytes()));
+            p.env.push((
+                b"CONTENT_LENGTH".to_vec(),
+                data.len().to_string().into_bytes(),
+            ));
         }
         run.body = ReqBody::Buffered(data, 0);
     }
@@ -723,7 +727,10 @@ fn stdout_to_client(
         (run.from_at, run.from_len) = (0, 0);
         let Some(stdout) = pipes.stdout.as_mut() else {
             // EOF was read: the response's end.
-            run.to_len = run.translator.finish(&mut to[..]).map_err(Failure::Script)?;
+            run.to_len = run
+                .translator
+                .finish(&mut to[..])
+                .map_err(Failure::Script)?;
             run.output_done = run.translator.is_finished();
             moved = true;
             continue;

@@ -43,7 +43,9 @@ pub(crate) fn running() -> u32 {
 /// Counts a child about to be started, unless `max` are running already (the request gets 503).
 pub(crate) fn admit(max: u32) -> bool {
     RUNNING
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
         .is_ok()
 }
 
