@@ -314,10 +314,7 @@ impl HttpSession {
     /// Moves the exchange on. Ok(true) when it ended and the next request may be read.
     pub(super) fn drive_cgi(&mut self, cx: &mut Ctx) -> Result<bool, Step> {
         for _ in 0..16 {
-            let moved = match self.cgi_turn(cx) {
-                Ok(t) => t,
-                Err(step) => return Err(step),
-            };
+            let moved = self.cgi_turn(cx)?;
             if self.cgi.as_ref().is_some_and(|r| r.finished()) {
                 return self.end_cgi_done(cx);
             }
