@@ -33,6 +33,7 @@ mod toml;
 mod web;
 mod write;
 
+pub(crate) use model::CgiAction;
 pub(crate) use model::{
     compile_pattern, format_duration, parse_check_kind, parse_duration, parse_status_range,
     proxy_protocol_name, CheckKind, Config, ConfigError, ControlLevel, DsrSettings, ErrorKind,

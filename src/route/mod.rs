@@ -24,8 +24,8 @@ pub(crate) use site::{Choice, Sites};
 
 use crate::acl::{AclId, Acls};
 use crate::config::{
-    compile_pattern, HostMatch, PathCase, PathMatch, RateLimit, RefererRule, RouteAction,
-    RouteConfig, StaticAction, ValueMatch,
+    compile_pattern, CgiAction, HostMatch, PathCase, PathMatch, RateLimit, RefererRule,
+    RouteAction, RouteConfig, StaticAction, ValueMatch,
 };
 use crate::metrics::HttpStats;
 use quill_core::http1::path::PathError;
@@ -162,6 +162,31 @@ pub(crate) enum Action<P> {
         pool: Arc<P>,
         root: Arc<crate::route::fastcgi::FastcgiRoot>,
     },
+    /// Run scripts from beneath a root as child processes (`web::cgi`).
+    Cgi(Arc<CgiRoot>),
+}
+
+/// A `cgi` action's root, open: scripts are looked up beneath its descriptor.
+#[derive(Debug)]
+pub(crate) struct CgiRoot {
+    pub action: CgiAction,
+    pub dir: std::os::fd::OwnedFd,
+}
+
+impl CgiRoot {
+    /// Opens `action.root`; the error names it.
+    pub(crate) fn open(action: &CgiAction) -> Result<CgiRoot, String> {
+        let root = &action.root;
+        let dir =
+            std::fs::File::open(root).map_err(|e| format!("cgi: root {}: {e}", root.display()))?;
+        if !dir.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+            return Err(format!("cgi: root {} is not a directory", root.display()));
+        }
+        Ok(CgiRoot {
+            action: action.clone(),
+            dir: dir.into(),
+        })
+    }
 }
 
 /// A `static` action's root, open: the directory's descriptor, from which every file is opened
@@ -277,9 +302,7 @@ impl<P> Routes<P> {
                         .ok_or_else(|| named(format!("no pool named '{}'", a.pool)))?,
                     root: Arc::new(crate::route::fastcgi::FastcgiRoot::open(a).map_err(named)?),
                 },
-                RouteAction::Cgi(_) => {
-                    return Err(named("cgi is not served by this build yet".into()))
-                }
+                RouteAction::Cgi(a) => Action::Cgi(Arc::new(CgiRoot::open(a).map_err(named)?)),
             };
             routes.push(Route {
                 name: r.name.clone(),
@@ -580,7 +603,9 @@ pub(crate) fn write_answer<P>(
 ) -> Result<usize, Overflow> {
     let mut o = Out { buf: out, len: 0 };
     match action {
-        Action::Pool(_) | Action::Static(_) | Action::Fastcgi { .. } => return Ok(0),
+        Action::Pool(_) | Action::Static(_) | Action::Fastcgi { .. } | Action::Cgi(_) => {
+            return Ok(0)
+        }
         Action::Redirect { to, status, exact } => {
             o.status(*status)?;
             o.put(b"Location: ")?;

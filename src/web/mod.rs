@@ -11,6 +11,7 @@
 //! root and drives the [`send::Sending`] it returns.
 
 pub(crate) mod cache;
+pub(crate) mod cgi;
 pub(crate) mod dir;
 pub(crate) mod head;
 pub(crate) mod listing;

@@ -14,6 +14,7 @@ mod support;
 #[path = "../support/tls.rs"]
 mod tls_support;
 
+mod cgi;
 mod fastcgi;
 mod nginx_differential;
 mod sites;

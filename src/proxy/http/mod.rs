@@ -19,6 +19,7 @@
 //! I/O ([`request`]), the exchange with a server ([`exchange`]), the access-log line ([`log`]) and
 //! the session's deadline ([`timing`]).
 
+mod cgi;
 mod exchange;
 mod files;
 mod input;
@@ -68,6 +69,8 @@ pub(crate) struct HttpSession {
     ex: Option<Box<Exchange>>,
     /// A response from a static root in flight.
     file: Option<Box<files::FileOut>>,
+    /// A CGI script's exchange in flight.
+    cgi: Option<Box<cgi::CgiRun>>,
     started_ms: u64,
     /// Clock ms since when the client has been idle (no request in flight, none begun).
     idle_since: u64,
@@ -146,6 +149,7 @@ impl HttpSession {
             input: Input::default(),
             ex: None,
             file: None,
+            cgi: None,
             started_ms: now_ms,
             idle_since: now_ms,
             head_since: None,
@@ -199,6 +203,8 @@ impl HttpSession {
     pub(crate) fn on_ready(&mut self, side: Side, ev: &Event, cx: &mut Ctx) -> Step {
         match side {
             Side::Client => self.client_ready.update(ev),
+            // A CGI child's pipes: the turn tries all three.
+            Side::Server if self.cgi.is_some() => {}
             Side::Server => {
                 if let Some(ex) = &mut self.ex {
                     let connecting = !ex.connector.is_connected();
@@ -236,6 +242,9 @@ impl HttpSession {
         let now = cx.now;
         if now < self.deadline() {
             return self.wait();
+        }
+        if self.cgi.is_some() {
+            return self.cgi_timed_out(cx);
         }
         if self.file.is_some() {
             // The client took nothing of the file for body_timeout.
@@ -321,7 +330,9 @@ impl HttpSession {
             self.drain_close_ms = cx.grace_end;
         }
         for _ in 0..64 {
-            let r = if self.file.is_some() {
+            let r = if self.cgi.is_some() {
+                self.drive_cgi(cx)
+            } else if self.file.is_some() {
                 self.drive_file(cx)
             } else if self.ex.is_none() {
                 self.read_head(cx)
@@ -431,6 +442,12 @@ impl HttpSession {
                 let keep = self.keeps_after(&head, cx);
                 return match root {
                     Some(root) => self.serve_static(&head, &fields, &root, i, keep, cx),
+                    None => Err(Step::Close(End::Error)),
+                };
+            }
+            Decision::Local(Local::Route(i)) if self.cgi_root(i).is_some() => {
+                return match self.cgi_root(i).cloned() {
+                    Some(root) => self.serve_cgi(&head, &fields, root, i, cx),
                     None => Err(Step::Close(End::Error)),
                 };
             }
@@ -892,6 +909,7 @@ impl HttpSession {
             bytes_out: self.bytes_out,
             state: match ex {
                 None if self.file.is_some() => "http-file",
+                None if self.cgi.is_some() => "http-cgi",
                 None => "http-idle",
                 Some(ex) if !ex.connector.is_connected() => "connecting",
                 Some(ex) if ex.answer == Answer::Tunnel => "tunnel",
@@ -928,6 +946,12 @@ impl HttpSession {
         }
         if let Some(mut f) = self.file.take() {
             f.release(pools);
+            self.client.reset_on_close();
+        }
+        if let Some(mut run) = self.cgi.take() {
+            // The child's process group is killed; the client must not take a cut response
+            // for a whole one.
+            run.release(pools);
             self.client.reset_on_close();
         }
         if end == End::Panic {

@@ -18,6 +18,7 @@ impl HttpSession {
         self.draining = true;
         let idle = self.ex.is_none()
             && self.file.is_none()
+            && self.cgi.is_none()
             && self.head_since.is_none()
             && !self.input.has_unparsed();
         // A busy client that is not told to close (its response began before the drain) gets
@@ -47,6 +48,9 @@ impl HttpSession {
     /// The session's one deadline.
     pub(super) fn deadline(&self) -> u64 {
         let s = settings(&self.pool);
+        if let Some(run) = &self.cgi {
+            return run.deadline(s.body_timeout);
+        }
         if let Some(f) = &self.file {
             if s.body_timeout.is_zero() {
                 return NEVER;

@@ -98,6 +98,15 @@ impl Body {
         Body { state, line: 0 }
     }
 
+    /// Payload bytes left in the current chunk, when the next byte fed is chunk data (a caller
+    /// that keeps the payload alone feeds that many at once, and the framing byte by byte).
+    pub fn data_left(&self) -> Option<u64> {
+        match self.state {
+            State::Data(left) => Some(left),
+            _ => None,
+        }
+    }
+
     /// Whether the body has ended.
     pub fn is_done(&self) -> bool {
         self.state == State::Done

@@ -369,6 +369,33 @@ proptest! {
         }
     }
 
+    /// Feeding a chunk's payload at once (`data_left`) and its framing byte by byte picks out
+    /// exactly the payload, whatever the chunk sizes.
+    #[test]
+    fn data_left_picks_out_the_payload_of_a_chunked_body(
+        chunks in prop::collection::vec(prop::collection::vec(any::<u8>(), 1..300), 0..8),
+    ) {
+        let mut body = Vec::new();
+        for c in &chunks {
+            body.extend(format!("{:x};ext=1\r\n", c.len()).bytes());
+            body.extend(c);
+            body.extend(b"\r\n");
+        }
+        body.extend(b"0\r\nTrailer: x\r\n\r\n");
+        let mut b = Body::new(Framing::Chunked);
+        let (mut at, mut payload) = (0, Vec::new());
+        while !b.is_done() {
+            let step = b.data_left().map_or(1, |left| left as usize);
+            let fed = b.feed(&body[at..at + step]).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+            if fed.payload > 0 {
+                payload.extend_from_slice(&body[at..at + fed.used]);
+            }
+            at += fed.used;
+        }
+        prop_assert_eq!(at, body.len());
+        prop_assert_eq!(payload, chunks.concat());
+    }
+
     #[test]
     fn arbitrary_bytes_parse_the_same_in_pieces_and_never_panic(
         buf in prop::collection::vec(any::<u8>(), 0..200),
