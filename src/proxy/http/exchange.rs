@@ -23,6 +23,7 @@ use super::leg::{BodyRest, Leg, LegError, LegState};
 use super::request::{idempotent, Forward};
 use crate::backend::Pool;
 use crate::config::{HttpSettings, NormalizePath};
+use crate::metrics::Source;
 use crate::net::{ClientAddr, Ready, Stream};
 use crate::proxy::connect::{self, Connector, PrivateConn};
 use crate::proxy::copy::{Direction, Pools, BUF_SIZE};
@@ -156,6 +157,9 @@ pub(super) struct Exchange {
     pub(super) first_byte_us: Option<u64>,
     /// The request id Quill made for this request (16 hex digits), sent if it had none.
     pub(super) request_id: [u8; 16],
+    /// Who answers, for the access log and the response counts: `Server`, or `Fastcgi` when
+    /// the pool's servers speak FastCGI (set it where the exchange learns that).
+    pub(super) source: Source,
 }
 
 /// What the request side of a drive asks for.
@@ -296,6 +300,7 @@ impl Exchange {
             connect_us: None,
             first_byte_us: None,
             request_id,
+            source: Source::Server,
         })
     }
 
