@@ -15,7 +15,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, Registry};
 
 use crate::config::{Config, LogFormat};
-use crate::metrics::End;
+use crate::metrics::{End, Source};
 
 /// A JSON string literal (quotes and escapes) for `s`.
 pub(crate) fn json_string(s: &str) -> String {
@@ -121,8 +121,10 @@ pub(crate) struct HttpEntry<'a> {
     pub generated_id: &'a [u8],
     /// 0 when no response was sent.
     pub status: u16,
-    /// Quill wrote the response itself (an error), rather than a server.
-    pub own: bool,
+    /// Who made the response (a server, a static root, FastCGI, CGI or Quill itself).
+    pub source: Source,
+    /// The range a 206 served, if it was a file's.
+    pub range: Option<Served>,
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub server: Option<&'a dyn std::fmt::Display>,
@@ -134,6 +136,25 @@ pub(crate) struct HttpEntry<'a> {
     pub end: End,
     /// The subject of the client's verified TLS certificate (mTLS), if any.
     pub client_cert: Option<&'a str>,
+}
+
+/// What a 206 served: one byte range of a representation (`Content-Range`'s value), or several
+/// as a `multipart/byteranges` body of this many parts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Served {
+    Bytes { first: u64, last: u64, size: u64 },
+    Multipart { parts: u32 },
+}
+
+impl Served {
+    /// `bytes 0-99/1000` or `multipart 3` (JSON); with `sep` `=` for the text line, where a
+    /// field has no space.
+    fn write(self, out: &mut String, sep: char) {
+        let _ = match self {
+            Served::Bytes { first, last, size } => write!(out, "bytes{sep}{first}-{last}/{size}"),
+            Served::Multipart { parts } => write!(out, "multipart{sep}{parts}"),
+        };
+    }
 }
 
 impl HttpEntry<'_> {
@@ -220,6 +241,9 @@ pub(crate) struct LogPlan {
     pub files: Vec<(PathBuf, LogFormat)>,
     /// Listener name and the index of its file (listeners that log nothing are absent).
     pub listeners: Vec<(String, u32)>,
+    /// Listener name, the index of one of its sites (in its `[[listener.site]]` order) and the
+    /// index of that site's own file (sites without a `log` are absent).
+    pub sites: Vec<(String, u32, u32)>,
 }
 
 impl LogPlan {
@@ -234,17 +258,38 @@ impl LogPlan {
             let Some(log) = config.listener_log(l) else {
                 continue;
             };
-            let entry = (log.path, log.format);
-            let i = match plan.files.iter().position(|f| *f == entry) {
-                Some(i) => i,
-                None => {
-                    plan.files.push(entry);
-                    plan.files.len() - 1
-                }
-            } as u32;
+            let i = plan.file((log.path, log.format));
             plan.listeners.push((l.name.clone(), i));
         }
+        for l in &config.listeners {
+            for (s, site) in l.sites.iter().enumerate() {
+                if let Some(log) = config.site_log(l, site) {
+                    let i = plan.file((log.path, log.format));
+                    plan.sites.push((l.name.clone(), s as u32, i));
+                }
+            }
+        }
         plan
+    }
+
+    /// The index of `entry` in `files`, added if it is new.
+    fn file(&mut self, entry: (PathBuf, LogFormat)) -> u32 {
+        let i = match self.files.iter().position(|f| *f == entry) {
+            Some(i) => i,
+            None => {
+                self.files.push(entry);
+                self.files.len() - 1
+            }
+        };
+        i as u32
+    }
+
+    /// The index of the own file of site `site` of listener `listener`, if it has one.
+    pub(crate) fn file_of_site(&self, listener: &str, site: u32) -> Option<u32> {
+        self.sites
+            .iter()
+            .find(|(n, s, _)| *s == site && n == listener)
+            .map(|&(_, _, i)| i)
     }
 
     /// The index of listener `name`'s file, if it logs.
@@ -253,6 +298,36 @@ impl LogPlan {
             .iter()
             .find(|(n, _)| n == name)
             .map(|&(_, i)| i)
+    }
+}
+
+/// The access log files an HTTP session may write a request's line to, for one call into it:
+/// the worker's open files, the plan they follow, and the session's listener's file. A request
+/// served by a site with its own `log` goes to that site's file instead of the listener's.
+pub(crate) struct Logs<'a> {
+    pub files: &'a mut [Option<AccessLog>],
+    pub plan: &'a LogPlan,
+    /// The file of the session's listener (None: it logs nothing of its own).
+    pub listener: Option<u32>,
+}
+
+impl Logs<'_> {
+    /// Whether a line of this session may be written anywhere (its listener logs, or some
+    /// site has its own file): when not, the request's text need not be kept.
+    pub(crate) fn is_on(&self) -> bool {
+        self.listener.is_some() || !self.plan.sites.is_empty()
+    }
+
+    /// The file for a request of listener `listener` served by its site `site` (None: by no
+    /// site): the site's own file if it has one, else the listener's.
+    pub(crate) fn for_request(
+        &mut self,
+        listener: &str,
+        site: Option<u32>,
+    ) -> Option<&mut AccessLog> {
+        let own = site.and_then(|s| self.plan.file_of_site(listener, s));
+        let i = own.or(self.listener)?;
+        self.files.get_mut(i as usize)?.as_mut()
     }
 }
 
@@ -321,7 +396,7 @@ impl AccessLog {
         let line = &mut self.line;
         line.clear();
         let server = e.server.map(|s| s.to_string());
-        let source = if e.own { "quill" } else { "server" };
+        let source = e.source.name();
         if self.format == LogFormat::Json {
             let text = |b: &[u8]| json_string(&String::from_utf8_lossy(b));
             let ms = |us: Option<u64>| {
@@ -331,7 +406,7 @@ impl AccessLog {
             };
             let _ = writeln!(
                 line,
-                "{{\"client\":{},\"time\":{},\"request\":{},\"host\":{},\"status\":{},\"bytes_in\":{},\"bytes_out\":{},\"referer\":{},\"user_agent\":{},\"server\":{},\"route\":{},\"source\":\"{source}\",\"connect_ms\":{},\"first_byte_ms\":{},\"total_ms\":{},\"end\":\"{}\",\"request_id\":{},\"client_cert\":{}}}",
+                "{{\"client\":{},\"time\":{},\"request\":{},\"host\":{},\"status\":{},\"bytes_in\":{},\"bytes_out\":{},\"referer\":{},\"user_agent\":{},\"server\":{},\"route\":{},\"source\":\"{source}\",\"connect_ms\":{},\"first_byte_ms\":{},\"total_ms\":{},\"end\":\"{}\",\"request_id\":{},\"client_cert\":{},\"range\":{}}}",
                 json_string(&e.client_ip.to_string()),
                 e.unix_time,
                 text(e.part(0)),
@@ -349,6 +424,12 @@ impl AccessLog {
                 e.end.name(),
                 text(e.request_id()),
                 e.client_cert.map_or("null".to_string(), json_string),
+                e.range.map_or("null".to_string(), |r| {
+                    let mut v = String::from("\"");
+                    r.write(&mut v, ' ');
+                    v.push('"');
+                    v
+                }),
             );
         } else {
             push_text_field(line, e.client_ip);
@@ -376,6 +457,11 @@ impl AccessLog {
                 // Only with a client certificate (mTLS): lines without one keep their fields.
                 line.push(' ');
                 push_quoted(line, subject.as_bytes());
+            }
+            if let Some(range) = e.range {
+                // Only on a file's 206, last and unquoted (so never taken for the subject).
+                line.push(' ');
+                range.write(line, '=');
             }
             line.push('\n');
         }
@@ -424,6 +510,112 @@ mod tests {
         assert_eq!(field("/tmp/\x1b[31mred"), "x /tmp/\\x1b[31mred");
         assert_eq!(field("a b\tc\rd\x7f\x00"), "x a\\x20b\\tc\\rd\\x7f\\x00");
         assert_eq!(field("back\\slash é"), "x back\\\\slash\\x20é");
+    }
+
+    fn http_entry(source: Source, range: Option<Served>, cert: Option<&str>) -> HttpEntry<'_> {
+        HttpEntry {
+            client_ip: &"127.0.0.1",
+            unix_time: 1_795_442_960,
+            text: b"GET /a HTTP/1.1",
+            lens: [15, 0, 0, 0, 0],
+            generated_id: b"0123456789abcdef",
+            status: 206,
+            source,
+            range,
+            bytes_in: 0,
+            bytes_out: 100,
+            server: None,
+            route: Some("files"),
+            connect_us: None,
+            first_byte_us: None,
+            total_us: 0,
+            end: End::Done,
+            client_cert: cert,
+        }
+    }
+
+    /// The lines `entries` make in `format`.
+    fn http_lines(format: LogFormat, entries: &[HttpEntry<'_>]) -> Vec<String> {
+        let dir =
+            std::env::temp_dir().join(format!("quill-log-r-{}-{format:?}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("access.log");
+        let mut log = AccessLog::open(&path, format).unwrap();
+        for e in entries {
+            log.write_http(e);
+        }
+        log.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        text.lines().map(String::from).collect()
+    }
+
+    #[test]
+    fn the_source_and_a_files_range_end_the_line_told_apart_from_the_subject() {
+        let one = Served::Bytes {
+            first: 0,
+            last: 99,
+            size: 1000,
+        };
+        let parts = Served::Multipart { parts: 3 };
+        let entries = [
+            http_entry(Source::File, Some(one), None),
+            http_entry(Source::File, Some(parts), Some("CN=a b")),
+            http_entry(Source::Server, None, None),
+            http_entry(Source::Quill, None, Some("CN=c")),
+        ];
+        let text = http_lines(LogFormat::Text, &entries);
+        assert!(
+            text[0].ends_with(" files file - - 0.000 done \"0123456789abcdef\" bytes=0-99/1000"),
+            "{}",
+            text[0]
+        );
+        assert!(
+            text[1].ends_with(" \"0123456789abcdef\" \"CN=a b\" multipart=3"),
+            "{}",
+            text[1]
+        );
+        assert!(
+            text[2].ends_with(" files server - - 0.000 done \"0123456789abcdef\""),
+            "{}",
+            text[2]
+        );
+        assert!(
+            text[3].ends_with(" files quill - - 0.000 done \"0123456789abcdef\" \"CN=c\""),
+            "{}",
+            text[3]
+        );
+        let json = http_lines(LogFormat::Json, &entries);
+        assert!(json[0].ends_with(",\"source\":\"file\",\"connect_ms\":null,\"first_byte_ms\":null,\"total_ms\":0.000,\"end\":\"done\",\"request_id\":\"0123456789abcdef\",\"client_cert\":null,\"range\":\"bytes 0-99/1000\"}"), "{}", json[0]);
+        assert!(
+            json[1].ends_with(",\"range\":\"multipart 3\"}"),
+            "{}",
+            json[1]
+        );
+        assert!(
+            json[2].contains("\"source\":\"server\"") && json[2].ends_with(",\"range\":null}"),
+            "{}",
+            json[2]
+        );
+        assert!(json[3].contains("\"source\":\"quill\""), "{}", json[3]);
+    }
+
+    #[test]
+    fn a_site_with_its_own_log_has_a_file_of_the_plan() {
+        let text = "log = \"/tmp/all.log\"\n\
+            [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\nprotocol = \"http\"\n\
+            [[listener.site]]\nnames = [\"a\"]\nlog = \"/tmp/a.log\"\n[[listener.site.route]]\nrespond = {}\n\
+            [[listener.site]]\nnames = [\"b\"]\n[[listener.site.route]]\nrespond = {}\n\
+            [[listener.site]]\nnames = [\"c\"]\nlog = \"/tmp/all.log\"\n[[listener.site.route]]\nrespond = {}\n";
+        let config = crate::config::from_toml("/tmp/c.toml", text, &Default::default()).unwrap();
+        let plan = LogPlan::new(&config);
+        assert_eq!(plan.files.len(), 2, "{plan:?}");
+        assert_eq!(plan.files[1].0, Path::new("/tmp/a.log"));
+        assert_eq!(plan.file_of("web"), Some(0));
+        assert_eq!(plan.file_of_site("web", 0), Some(1));
+        assert_eq!(plan.file_of_site("web", 1), None, "the listener's file");
+        assert_eq!(plan.file_of_site("web", 2), Some(0), "one file, once");
+        assert_eq!(plan.file_of_site("other", 0), None);
     }
 
     #[test]

@@ -2,6 +2,11 @@
 //! summed when read; HTTP requests per listener and per route ([`HttpStats`], one block per worker
 //! as well).
 //! Names follow `quill_<subsystem>_<what>_<unit>` when exported (src/admin/prometheus.rs).
+//!
+//! HTTP responses are also counted by [`Source`] (who made them) and status class, with the 304s
+//! and 206s apart; the worker's file cache publishes its hits, misses and entries here
+//! ([`FileCacheCounts`]); the running CGI children are one process-wide gauge
+//! ([`cgi_started`], [`cgi_ended`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -94,6 +99,70 @@ impl End {
     }
 }
 
+/// Who produced an HTTP response: the access log's SOURCE field and the `source` label of the
+/// response metrics. The HTTP session sets it per response: `Server` for an exchange with a
+/// pool's server (`Exchange::source`, which a FastCGI pool's exchange sets to `Fastcgi`), `File`
+/// for what a static root answers, `Cgi` for a CGI script's response, `Quill` for Quill's own
+/// answers (a route's redirect, respond or deny, a refusal, an error in place of a response).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Source {
+    #[default]
+    Server,
+    File,
+    Fastcgi,
+    Cgi,
+    Quill,
+}
+
+impl Source {
+    pub(crate) const ALL: [Source; 5] = [
+        Source::Server,
+        Source::File,
+        Source::Fastcgi,
+        Source::Cgi,
+        Source::Quill,
+    ];
+
+    /// Its word in the access log and its label value.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Source::Server => "server",
+            Source::File => "file",
+            Source::Fastcgi => "fastcgi",
+            Source::Cgi => "cgi",
+            Source::Quill => "quill",
+        }
+    }
+}
+
+/// What a worker's file cache has done and holds, as published (`Counters::publish_file_cache`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FileCacheCounts {
+    pub hits: u64,
+    pub misses: u64,
+    /// Entries held now.
+    pub entries: u64,
+}
+
+/// CGI children running now, process-wide (`quill_cgi_children`).
+static CGI_CHILDREN: AtomicU64 = AtomicU64::new(0);
+
+/// A CGI child was started: call once per child spawned, and [`cgi_ended`] once when it is
+/// reaped (whatever ended it), so the gauge reads the children alive.
+pub(crate) fn cgi_started() {
+    CGI_CHILDREN.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A CGI child counted by [`cgi_started`] was reaped. Never goes below 0.
+pub(crate) fn cgi_ended() {
+    let _ = CGI_CHILDREN.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+}
+
+/// The CGI children running now.
+pub(crate) fn cgi_children() -> u64 {
+    CGI_CHILDREN.load(Ordering::Relaxed)
+}
+
 /// One worker's counters. Aligned so two workers never share a cache line.
 #[derive(Debug, Default)]
 #[repr(align(128))]
@@ -116,6 +185,15 @@ pub(crate) struct Counters {
     /// `REQUEST_BUCKETS_US`, the last open-ended, and the sum in microseconds.
     request_buckets: [AtomicU64; REQUEST_BUCKETS_US.len() + 1],
     request_sum_us: AtomicU64,
+    /// HTTP responses by [`Source`] and status class (index as `http_classes`), and the 304s
+    /// and 206s among them by source.
+    responses: [[AtomicU64; 6]; Source::ALL.len()],
+    not_modified: [AtomicU64; Source::ALL.len()],
+    partial: [AtomicU64; Source::ALL.len()],
+    /// The worker's file cache, as published ([`FileCacheCounts`]).
+    file_cache_hits: AtomicU64,
+    file_cache_misses: AtomicU64,
+    file_cache_entries: AtomicU64,
     /// Malformed requests and responses, by `http1::Error` kind.
     http_parse_errors: [AtomicU64; HTTP_ERROR_KINDS],
     /// The worker's server connections for HTTP sessions (`state::idle::ServerConns`): opened and
@@ -441,6 +519,51 @@ impl Counters {
         }
     }
 
+    /// One HTTP response (status 0: none was sent) made by `source`, by class, and as a 304 or
+    /// 206 when it is one.
+    pub(crate) fn http_response(&self, source: Source, status: u16) {
+        let s = source as usize;
+        Self::add(&self.responses[s][class_of(status)], 1);
+        match status {
+            304 => Self::add(&self.not_modified[s], 1),
+            206 => Self::add(&self.partial[s], 1),
+            _ => {}
+        }
+    }
+
+    /// Responses of `source`: by class (index as [`Counters::http_classes`]), then the 304s and
+    /// the 206s.
+    pub(crate) fn http_responses(&self, source: Source) -> ([u64; 6], u64, u64) {
+        let s = source as usize;
+        (
+            std::array::from_fn(|i| self.responses[s][i].load(Ordering::Relaxed)),
+            self.not_modified[s].load(Ordering::Relaxed),
+            self.partial[s].load(Ordering::Relaxed),
+        )
+    }
+
+    /// Publishes the worker's file cache counts (a store each; only when they moved).
+    pub(crate) fn publish_file_cache(&self, now: FileCacheCounts) {
+        for (c, v) in [
+            (&self.file_cache_hits, now.hits),
+            (&self.file_cache_misses, now.misses),
+            (&self.file_cache_entries, now.entries),
+        ] {
+            if c.load(Ordering::Relaxed) != v {
+                c.store(v, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The file cache counts last published.
+    pub(crate) fn file_cache(&self) -> FileCacheCounts {
+        FileCacheCounts {
+            hits: self.file_cache_hits.load(Ordering::Relaxed),
+            misses: self.file_cache_misses.load(Ordering::Relaxed),
+            entries: self.file_cache_entries.load(Ordering::Relaxed),
+        }
+    }
+
     /// Publishes the worker's server connection counts (a store each; only when they moved).
     pub(crate) fn publish_server_conns(&self, now: ServerConnCounts) {
         for (c, v) in [
@@ -603,6 +726,52 @@ mod tests {
         };
         c.publish_server_conns(now);
         assert_eq!(c.server_conns(), now);
+    }
+
+    #[test]
+    fn responses_count_by_source_and_class_with_304_and_206_apart() {
+        let c = Counters::new(0);
+        c.http_response(Source::File, 200);
+        c.http_response(Source::File, 304);
+        c.http_response(Source::File, 206);
+        c.http_response(Source::File, 206);
+        c.http_response(Source::Server, 502);
+        c.http_response(Source::Quill, 0);
+        assert_eq!(c.http_responses(Source::File), ([0, 0, 3, 1, 0, 0], 1, 2));
+        assert_eq!(c.http_responses(Source::Server), ([0, 0, 0, 0, 0, 1], 0, 0));
+        assert_eq!(c.http_responses(Source::Quill), ([1, 0, 0, 0, 0, 0], 0, 0));
+        assert_eq!(c.http_responses(Source::Cgi), ([0; 6], 0, 0));
+        let names: std::collections::BTreeSet<_> = Source::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(names.len(), Source::ALL.len());
+    }
+
+    #[test]
+    fn file_cache_counts_publish_as_given() {
+        let c = Counters::new(0);
+        assert_eq!(c.file_cache(), FileCacheCounts::default());
+        let now = FileCacheCounts {
+            hits: 5,
+            misses: 2,
+            entries: 2,
+        };
+        c.publish_file_cache(now);
+        assert_eq!(c.file_cache(), now);
+    }
+
+    #[test]
+    fn the_cgi_gauge_never_goes_below_zero() {
+        // The one test that moves the process-wide gauge: it starts and ends at rest.
+        let at_rest = cgi_children();
+        cgi_started();
+        cgi_started();
+        assert_eq!(cgi_children(), at_rest + 2);
+        cgi_ended();
+        cgi_ended();
+        assert_eq!(cgi_children(), at_rest);
+        if at_rest == 0 {
+            cgi_ended();
+            assert_eq!(cgi_children(), 0);
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! A point-in-time picture of the whole process: listeners, pools, every server's state and
-//! counters, the session totals, and HTTP listeners' (and their routes') requests by status class
-//! and duration.
+//! counters, the session totals, HTTP listeners' (and their routes') requests by status class
+//! and duration, HTTP responses by source, the file caches and the CGI children.
 //! Everything that reports (the `servers` command, `/metrics`, `/api/status`, the status page,
 //! Pen's HTML report) renders one of these, so they agree.
 
@@ -13,11 +13,12 @@ use serde::Serialize;
 use crate::acl::AclId;
 use crate::backend::{Health, Pool, Server};
 use crate::metrics::{
-    End, HttpStats, ServerConnCounts, TlsFailure, TlsKind, CONNECT_BUCKETS_US, HTTP_CLASS_NAMES,
-    REQUEST_BUCKETS_US,
+    End, HttpStats, ServerConnCounts, Source, TlsFailure, TlsKind, CONNECT_BUCKETS_US,
+    HTTP_CLASS_NAMES, REQUEST_BUCKETS_US,
 };
 use crate::state::controller::Controller;
 use crate::state::shared::{Phase, Shared};
+use crate::web::cache::FdBudget;
 
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Snapshot {
@@ -36,6 +37,10 @@ pub(crate) struct Snapshot {
     pub http: HttpProcess,
     /// TLS handshakes of the whole process.
     pub tls: TlsProcess,
+    /// The workers' file caches (static roots) and the descriptors they hold.
+    pub files: FilesStatus,
+    /// CGI children.
+    pub cgi: CgiStatus,
     pub listeners: Vec<ListenerStatus>,
     /// The named pools (`[[pool]]`) in configuration order, with their servers: routes send
     /// requests to them, so their servers are watched as a listener's are.
@@ -51,6 +56,38 @@ pub(crate) struct PoolStatus {
     pub health_check: Option<String>,
     pub servers: Vec<ServerStatus>,
     pub emergency: Option<ServerStatus>,
+}
+
+/// The workers' file caches, summed, and the process-wide descriptor budget they share.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct FilesStatus {
+    /// Lookups answered from a cache entry, and those that went to the file system.
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    /// Entries held now.
+    pub cache_entries: u64,
+    /// Descriptors of large files held open by the caches now, and the most they may hold.
+    pub descriptors: u64,
+    pub descriptors_max: u64,
+}
+
+/// CGI children.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct CgiStatus {
+    /// Running now.
+    pub children: u64,
+}
+
+/// The HTTP responses one source made (`server`, `file`, `fastcgi`, `cgi`, `quill`), summed
+/// over the workers and the listeners.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct SourceStatus {
+    pub responses: u64,
+    /// By status class: `1xx` to `5xx`, and `none` for a request cut before any response.
+    pub classes: BTreeMap<&'static str, u64>,
+    /// The 304s and the 206s among them.
+    pub not_modified: u64,
+    pub partial: u64,
 }
 
 /// TLS handshakes of every listener, summed over the workers.
@@ -97,6 +134,8 @@ pub(crate) struct HttpProcess {
     pub server_connections_idle: u64,
     /// Requests and responses refused by the parser, by kind (`bare_lf`, `obs_fold`, ...).
     pub parse_errors: BTreeMap<&'static str, u64>,
+    /// Responses by who made them (`server`, `file`, `fastcgi`, `cgi`, `quill`).
+    pub sources: BTreeMap<&'static str, SourceStatus>,
 }
 
 /// One HTTP listener's requests.
@@ -365,6 +404,10 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
         },
         http: http_process(shared),
         tls: tls_process(shared),
+        files: files_status(shared),
+        cgi: CgiStatus {
+            children: crate::metrics::cgi_children(),
+        },
         listeners,
         pools,
     }
@@ -479,7 +522,44 @@ fn http_process(shared: &Shared) -> HttpProcess {
                 (e.name(), n)
             })
             .collect(),
+        sources: Source::ALL
+            .iter()
+            .map(|&s| (s.name(), source_status(shared, s)))
+            .collect(),
     }
+}
+
+fn source_status(shared: &Shared, source: Source) -> SourceStatus {
+    let (mut classes, mut not_modified, mut partial) = ([0u64; 6], 0, 0);
+    for c in &shared.counters {
+        let (by_class, n304, n206) = c.http_responses(source);
+        for (acc, n) in classes.iter_mut().zip(by_class) {
+            *acc += n;
+        }
+        not_modified += n304;
+        partial += n206;
+    }
+    SourceStatus {
+        responses: classes.iter().sum(),
+        classes: HTTP_CLASS_NAMES.iter().copied().zip(classes).collect(),
+        not_modified,
+        partial,
+    }
+}
+
+fn files_status(shared: &Shared) -> FilesStatus {
+    let mut f = FilesStatus {
+        descriptors: FdBudget::held() as u64,
+        descriptors_max: FdBudget::limit() as u64,
+        ..FilesStatus::default()
+    };
+    for c in &shared.counters {
+        let w = c.file_cache();
+        f.cache_hits += w.hits;
+        f.cache_misses += w.misses;
+        f.cache_entries += w.entries;
+    }
+    f
 }
 
 /// One line of `servers`, in Pen's format with Quill's columns appended.

@@ -112,8 +112,84 @@ pub(super) fn render(snap: &Snapshot) -> String {
     listeners(&mut out, snap);
     servers(&mut out, snap);
     http(&mut out, snap);
+    responses(&mut out, snap);
+    files(&mut out, snap);
     tls(&mut out, snap);
     out.text
+}
+
+/// HTTP responses of the whole process by who made them (`source`) and status class, and the
+/// 304s and 206s among them: always written, so alerts never lack a series.
+fn responses(out: &mut Exposition, snap: &Snapshot) {
+    let sources = &snap.http.sources;
+    let name = "quill_http_responses_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "HTTP responses of all listeners by source (server: a pool's server; file: a static root; fastcgi; cgi; quill: Quill's own answer) and status class (none: the request was cut before any response).",
+    );
+    for (source, s) in sources {
+        for (class, n) in &s.classes {
+            out.sample(name, &[("source", source), ("class", class)], *n);
+        }
+    }
+    let name = "quill_http_responses_not_modified_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "304 Not Modified responses by source (counted in quill_http_responses_total's 3xx too).",
+    );
+    for (source, s) in sources {
+        out.sample(name, &[("source", source)], s.not_modified);
+    }
+    let name = "quill_http_responses_partial_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "206 Partial Content responses by source (counted in quill_http_responses_total's 2xx too).",
+    );
+    for (source, s) in sources {
+        out.sample(name, &[("source", source)], s.partial);
+    }
+}
+
+/// The file caches of static roots, the descriptors they hold, and the CGI children.
+fn files(out: &mut Exposition, snap: &Snapshot) {
+    let f = &snap.files;
+    let name = "quill_file_cache_lookups_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "Lookups of a path beneath a static root in the workers' file caches: hit (a fresh or still valid entry) or miss (opened from the file system).",
+    );
+    out.sample(name, &[("result", "hit")], f.cache_hits);
+    out.sample(name, &[("result", "miss")], f.cache_misses);
+    let gauges: [(&str, &str, u64); 4] = [
+        (
+            "quill_file_cache_entries",
+            "Entries the workers' file caches hold now.",
+            f.cache_entries,
+        ),
+        (
+            "quill_file_cache_descriptors",
+            "Descriptors of large files the file caches hold open now.",
+            f.descriptors,
+        ),
+        (
+            "quill_file_cache_descriptors_max",
+            "The most descriptors the file caches may hold (their share of the open-file limit).",
+            f.descriptors_max,
+        ),
+        (
+            "quill_cgi_children",
+            "CGI children running now.",
+            snap.cgi.children,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        out.family(name, Kind::Gauge, help);
+        out.sample(name, &[], value);
+    }
 }
 
 fn tls(out: &mut Exposition, snap: &Snapshot) {
@@ -679,7 +755,26 @@ mod tests {
                 server_connections_reused: 9,
                 server_connections_idle: 2,
                 parse_errors: [("bare_lf", 1), ("obs_fold", 0)].into_iter().collect(),
+                sources: [(
+                    "file",
+                    crate::status::SourceStatus {
+                        responses: 4,
+                        classes: [("2xx", 3), ("3xx", 1)].into_iter().collect(),
+                        not_modified: 1,
+                        partial: 2,
+                    },
+                )]
+                .into_iter()
+                .collect(),
             },
+            files: crate::status::FilesStatus {
+                cache_hits: 7,
+                cache_misses: 3,
+                cache_entries: 3,
+                descriptors: 1,
+                descriptors_max: 100,
+            },
+            cgi: crate::status::CgiStatus { children: 2 },
             tls: crate::status::TlsProcess {
                 handshakes: vec![crate::status::TlsHandshakes {
                     version: "1.3",
@@ -832,6 +927,31 @@ mod tests {
         let mut out = Exposition::default();
         http(&mut out, &snapshot(vec![listener("tcp", None)]));
         assert!(!out.text.contains("quill_http_route_"));
+    }
+
+    #[test]
+    fn response_and_file_families_by_source_and_result() {
+        let snap = snapshot(Vec::new());
+        let mut out = Exposition::default();
+        responses(&mut out, &snap);
+        files(&mut out, &snap);
+        let samples: Vec<&str> = out.text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            samples,
+            [
+                "quill_http_responses_total{source=\"file\",class=\"2xx\"} 3",
+                "quill_http_responses_total{source=\"file\",class=\"3xx\"} 1",
+                "quill_http_responses_not_modified_total{source=\"file\"} 1",
+                "quill_http_responses_partial_total{source=\"file\"} 2",
+                "quill_file_cache_lookups_total{result=\"hit\"} 7",
+                "quill_file_cache_lookups_total{result=\"miss\"} 3",
+                "quill_file_cache_entries 3",
+                "quill_file_cache_descriptors 1",
+                "quill_file_cache_descriptors_max 100",
+                "quill_cgi_children 2",
+            ]
+        );
+        assert!(out.text.contains("# TYPE quill_cgi_children gauge\n"));
     }
 
     #[test]

@@ -398,7 +398,7 @@ fn explain_server_tls(l: &ListenerConfig, out: &mut String) {
     );
 }
 
-/// A listener's sites (docs/sites.md): each with its names, certificates and routes, then
+/// A listener's sites (docs/sites.md): each with its names, certificates, access log and routes, then
 /// what a host no site names gets.
 fn explain_sites(l: &ListenerConfig, out: &mut String) {
     if l.sites.is_empty() {
@@ -408,6 +408,9 @@ fn explain_sites(l: &ListenerConfig, out: &mut String) {
         *out += &format!("  {site}\n");
         for c in &site.certs {
             *out += &format!("    certificate {} (chosen by SNI)\n", c.display());
+        }
+        if let Some(log) = &site.log {
+            *out += &format!("    access log {} (its requests' lines)\n", log.display());
         }
         for r in l.routes.iter().filter(|r| r.site == Some(i as u32)) {
             *out += &format!("    {}\n", explain_route(r));

@@ -1,6 +1,6 @@
 //! Reading `[[listener.site]]` tables (docs/sites.md) into `model::SiteConfig` and the site's
 //! routes: its names, its own `[[listener.site.route]]`s and its `root` (a last `static` route),
-//! each checked with the line of its key. A site's certificates are read by the
+//! each checked with the line of its key, and its own access log (`log`). A site's certificates are read by the
 //! TOML loader, which adds them to the listener's TLS settings.
 
 use std::ops::Range;
@@ -28,7 +28,7 @@ pub(super) struct RawSite {
     static_files: Option<Spanned<toml::Table>>,
     /// Read by the TOML loader (`certs`): see [`RawSite::certs`].
     certs: Option<Spanned<toml::Value>>,
-    /// Refused for now: a site's own access log is not written yet.
+    /// Its own access log file (see `SiteConfig::log`).
     log: Option<Spanned<PathBuf>>,
     default: Option<Spanned<bool>>,
     #[serde(default)]
@@ -63,7 +63,8 @@ pub(super) fn sites(
     let mut sites: Vec<SiteConfig> = Vec::with_capacity(raw.len());
     let mut routes: Vec<RouteConfig> = Vec::new();
     for (i, rs) in raw.iter().enumerate() {
-        let site = rs.get_ref().build(rs.span(), &fail)?;
+        let mut site = rs.get_ref().build(rs.span(), &fail)?;
+        site.log = rs.get_ref().log.as_ref().map(|p| dir.join(p.get_ref()));
         check_against(&site, rs, &sites, &fail)?;
         let index = u32::try_from(i).unwrap_or(u32::MAX);
         for r in rs.get_ref().routes(&site, index, at, dir, &fail)? {
@@ -165,19 +166,12 @@ impl RawSite {
                 format!("site '{name}': serves nothing (give it a root or routes)"),
             ));
         }
-        if let Some(log) = &self.log {
-            return Err(fail(
-                log.span(),
-                format!(
-                    "site '{name}': log: a site's own access log is not written by this build yet (its requests are in the listener's log)"
-                ),
-            ));
-        }
         Ok(SiteConfig {
             name,
             names,
             default: self.default.as_ref().is_some_and(|d| *d.get_ref()),
             certs: Vec::new(),
+            log: None,
         })
     }
 

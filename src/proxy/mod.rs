@@ -26,7 +26,7 @@ use mio::event::Event;
 use mio::{Registry, Token};
 
 use crate::backend::{Pool, Server, ServerLease};
-use crate::log::AccessLog;
+use crate::log::Logs;
 use crate::metrics::{Counters, End};
 use crate::net::{ClientAddr, Stream};
 use crate::route::RateTable;
@@ -84,8 +84,9 @@ pub(crate) struct Ctx<'a> {
     pub pools: &'a mut Pools,
     /// The worker's server connections (HTTP sessions).
     pub conns: &'a mut ServerConns,
-    /// The access log, when it is on (HTTP sessions write a line per request).
-    pub log: Option<&'a mut AccessLog>,
+    /// The access log files (HTTP sessions write a line per request, to their listener's file
+    /// or their site's).
+    pub log: Logs<'a>,
     /// The worker is draining: HTTP sessions close after their current exchange.
     pub draining: bool,
     /// While draining, the end of the drain grace (clock ms; [`NEVER`] otherwise): an HTTP

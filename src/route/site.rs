@@ -113,6 +113,23 @@ impl Sites {
             },
         }
     }
+
+    /// The site a request was served by, for its access-log line: the site of `route` (an
+    /// index into the listener's routes) when it matched one, else the site its `host` chose
+    /// (a site whose routes all missed answers 404 itself). None: no site.
+    pub(crate) fn site_of(&self, route: Option<usize>, host: Option<&[u8]>) -> Option<u32> {
+        if let Some(i) = route {
+            return self
+                .spans
+                .iter()
+                .position(|s| s.contains(&i))
+                .map(|s| s as u32);
+        }
+        match self.choose(host) {
+            Choice::Routes { site, .. } => site,
+            Choice::Status(_) => None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -133,6 +150,7 @@ mod tests {
                 .collect(),
             default,
             certs: Vec::new(),
+            log: None,
         }
     }
 
@@ -175,6 +193,31 @@ mod tests {
         assert_eq!(s.choose(Some(b"www.x.b.test")), routes_of(3, 6..7));
         assert_eq!(s.choose(Some(b"xb.test")), routes_of(4, 7..8));
         assert_eq!(s.choose(None), routes_of(4, 7..8));
+    }
+
+    #[test]
+    fn a_request_is_its_routes_site_else_its_hosts() {
+        let sites = [site(&["a.test"], false), site(&["b.test"], false)];
+        let s = Sites::build(&sites, &routes(2, &[2, 1]), UnknownHost::Default);
+        assert_eq!(
+            s.site_of(Some(0), Some(b"a.test")),
+            None,
+            "outside any site"
+        );
+        assert_eq!(s.site_of(Some(3), None), Some(0));
+        assert_eq!(
+            s.site_of(Some(4), Some(b"a.test")),
+            Some(1),
+            "the route wins"
+        );
+        assert_eq!(
+            s.site_of(None, Some(b"B.test")),
+            Some(1),
+            "its routes all missed"
+        );
+        assert_eq!(s.site_of(None, Some(b"c.test")), None);
+        let s404 = Sites::build(&sites, &routes(0, &[1, 1]), UnknownHost::NotFound);
+        assert_eq!(s404.site_of(None, Some(b"c.test")), None);
     }
 
     #[test]

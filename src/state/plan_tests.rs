@@ -222,6 +222,27 @@ fn named_pools_added_and_removed_are_said() {
 }
 
 #[test]
+fn a_site_log_a_reload_adds_is_opened_first_and_moves_the_plan() {
+    let web = |site_log: &str| {
+        config(&format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:8003\"\nprotocol = \"http\"\n\
+             [[listener.site]]\nnames = [\"a.test\"]\n{site_log}\n\
+             [[listener.site.route]]\nrespond = {{}}\n"
+        ))
+    };
+    let old = web("");
+    let new = web("log = \"/tmp/quill-plan-site.log\"");
+    let p = plan(&old, &new);
+    assert_eq!(p.new_logs, [Path::new("/tmp/quill-plan-site.log")]);
+    let logs = p.logs.expect("a new log plan");
+    assert_eq!(logs.file_of_site("web", 0), Some(0));
+    // Taken away again: the plan moves back, nothing to open.
+    let p = plan(&new, &old);
+    assert!(p.new_logs.is_empty());
+    assert_eq!(p.logs, Some(LogPlan::new(&old)));
+}
+
+#[test]
 fn conn_max_debug_and_logs_are_planned_after_the_listeners() {
     let old = config(TWO);
     let mut new = old.clone();

@@ -22,6 +22,7 @@ use quill_core::files::{date, mime};
 use quill_core::sys::{self as sysfile, FileInfo, FileKind, Links};
 
 use crate::config::{StaticAction, Symlinks};
+use crate::metrics::FileCacheCounts;
 use crate::route::StaticRoot;
 
 /// How long an entry is trusted without looking at the file again (as lighttpd's stat cache).
@@ -136,6 +137,16 @@ impl FdBudget {
     fn release() {
         FDS_HELD.fetch_sub(1, Ordering::Relaxed);
     }
+
+    /// Descriptors the file caches of all workers hold now.
+    pub(crate) fn held() -> usize {
+        FDS_HELD.load(Ordering::Relaxed)
+    }
+
+    /// The most they may hold (set at start).
+    pub(crate) fn limit() -> usize {
+        FDS_LIMIT.load(Ordering::Relaxed)
+    }
 }
 
 /// A cache entry and its place in the recency list.
@@ -191,6 +202,15 @@ impl FileCache {
             max_entries: max_entries.max(1),
             max_bytes,
             stats: CacheStats::default(),
+        }
+    }
+
+    /// Its counters and its size, as the metrics take them.
+    pub(crate) fn counts(&self) -> FileCacheCounts {
+        FileCacheCounts {
+            hits: self.stats.hits,
+            misses: self.stats.misses,
+            entries: self.entries as u64,
         }
     }
 

@@ -107,6 +107,7 @@ impl Head {
         Answer {
             status,
             sending: Sending::new(buf, len),
+            range: None,
         }
     }
 

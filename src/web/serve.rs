@@ -18,6 +18,7 @@ use super::cache::{FileCache, Found, Lookup, Rep};
 use super::head::Head;
 use super::send::Sending;
 use super::{dir, listing};
+use crate::log::Served;
 use crate::proxy::copy::Buf;
 use crate::route::StaticRoot;
 
@@ -38,6 +39,8 @@ pub(crate) struct Request<'a> {
 pub(crate) struct Answer {
     pub status: u16,
     pub sending: Sending,
+    /// What a 206 serves (the access log's range).
+    pub range: Option<Served>,
 }
 
 /// The most entries a listing shows.
@@ -240,12 +243,20 @@ fn ranges(
         fields.push((b"Content-Range", cr.as_bytes()));
         let mut a = head.file(206, mime, r.len(), &fields, rep.clone());
         a.sending.file(r.start, r.end + 1);
+        a.range = (a.status == 206).then_some(Served::Bytes {
+            first: r.start,
+            last: r.end,
+            size: rep.size,
+        });
         return a;
     }
     let b = multipart::Boundary::from_u64(boundary);
     let total = multipart::total_len(set, mime, rep.size);
     let ct = b.content_type();
     let mut a = head.file(206, &ct, total, fields, rep.clone());
+    a.range = (a.status == 206).then_some(Served::Multipart {
+        parts: set.as_slice().len() as u32,
+    });
     let mut part = Vec::new();
     for (i, r) in set.as_slice().iter().enumerate() {
         part.clear();

@@ -1,7 +1,8 @@
 //! The live status page (`/` on the admin listener) in a real browser: headless Chromium loads
 //! it, its script runs (`--virtual-time-budget` lets it poll several times in a second or two of
 //! real time), and `--dump-dom` gives the DOM the script built. The page must show every listener
-//! and server, and its numbers must move when traffic flows, without a reload.
+//! and server, and its numbers must move when traffic flows, without a reload; the web server's
+//! numbers (responses by source, the file cache, CGI children) are there too.
 //!
 //! Needs Debian's `chromium` at /usr/bin/chromium (`scripts/test` installs it). Without it these
 //! tests fail: they never skip. The Chromium driver, the DOM readers and the gate that runs
@@ -297,4 +298,58 @@ fn status_page_chart_axis_label_of_100000_is_drawn_whole() {
             "axis label {label:?} drawn from {left} to {right} px, outside the chart's 0..{width}: {labels:?}"
         );
     }
+}
+
+#[test]
+fn status_page_shows_responses_by_source_the_file_cache_and_cgi_children() {
+    let (q, admin) = start_with_admin(|dir, port, admin| {
+        let root = dir.join("www");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("a.txt"), b"a\n").unwrap();
+        let cfg = dir.join("quill.toml");
+        let text = format!(
+            "workers = 1\nadmin = \"{admin}\"\n\
+             [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n\
+             [[listener.route]]\npath = \"/hello\"\nrespond = {{ body = \"hi\" }}\n\
+             [[listener.route]]\nstatic = {{ root = \"{}\" }}\n",
+            root.display()
+        );
+        std::fs::write(&cfg, text).unwrap();
+        vec!["--config".into(), cfg.display().to_string()]
+    });
+    let get = |path: &str| {
+        let raw = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        let r = request(q.addr(), raw.as_bytes());
+        assert_eq!(r.status, 200, "{path}: {}", r.head);
+    };
+    // A miss, then a hit; and Quill's own answer.
+    get("/a.txt");
+    get("/a.txt");
+    get("/hello");
+    wait_metrics(admin, "three responses", |m| {
+        m.sum("quill_http_responses_total", &[]) == 3.0
+    });
+
+    let dom = dump_dom(&format!("http://{admin}/"), 3000);
+    let source = |name: &str| {
+        let t = tag(&dom, &format!(" data-source=\"{name}\""))
+            .unwrap_or_else(|| panic!("no source {name} in DOM:\n{dom}"));
+        attr(t, "data-value").and_then(|v| v.parse::<u64>().ok())
+    };
+    assert_eq!(source("file"), Some(2));
+    assert_eq!(source("quill"), Some(1));
+    assert_eq!(source("server"), Some(0));
+    assert_eq!(source("cgi"), Some(0));
+    assert_eq!(id_value(&dom, "cache-hits"), 1.0);
+    assert_eq!(id_value(&dom, "cache-misses"), 1.0);
+    assert_eq!(id_value(&dom, "cache-entries"), 1.0);
+    assert_eq!(
+        id_value(&dom, "fds"),
+        0.0,
+        "a small file holds no descriptor"
+    );
+    assert!(id_value(&dom, "fds-max") > 0.0);
+    assert_eq!(id_value(&dom, "http-304"), 0.0);
+    assert_eq!(id_value(&dom, "http-206"), 0.0);
+    assert_eq!(id_value(&dom, "cgi-children"), 0.0);
 }

@@ -5,6 +5,9 @@
 //! One test binary (`cargo test --test web`); each file beside this one is a module of it.
 
 #[allow(dead_code)]
+#[path = "../admin_support/mod.rs"]
+mod admin_support;
+#[allow(dead_code)]
 #[path = "../support/http.rs"]
 mod http_support;
 #[allow(dead_code)]
@@ -17,5 +20,6 @@ mod tls_support;
 mod cgi;
 mod fastcgi;
 mod nginx_differential;
+mod observe;
 mod sites;
 mod static_files;

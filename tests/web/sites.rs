@@ -3,7 +3,7 @@
 //! own routes, `unknown_host` (404, 421, or the routes outside any site), a site's certificate
 //! chosen by SNI and 421 for a Host another site's certificate serves, a reload adding a site,
 //! what `quill check` says of sites, and the configuration errors with FILE:LINE (a site's own
-//! `log` is refused until it is written).
+//! `log` is in observe.rs).
 
 use crate::http_support;
 use crate::support;
@@ -313,9 +313,6 @@ fn site_configuration_errors_name_their_file_and_line() {
         "{HEAD}[[listener.site]]\nnames = [\"a.test\"]\n[[listener.site.route]]\npath = \"no-slash\"\nrespond = {{}}\n"
     );
     refused(&route, "no-slash", &["path"]);
-    // A site's own access log is refused until it is written.
-    let log = format!("{HEAD}{}", site("[\"a.test\"]", "A", "log = \"a.log\""));
-    refused(&log, "a.log", &["site 'a.test': log:", "not written"]);
 }
 
 #[test]

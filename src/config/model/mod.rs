@@ -203,18 +203,75 @@ impl Config {
     /// (None: not logged); in its own `log_format`, else the process-wide one.
     pub(crate) fn listener_log(&self, l: &ListenerConfig) -> Option<ListenerLog> {
         let path = l.log.as_ref().or(self.global.log.as_ref())?;
-        let format = l.log_format.unwrap_or(self.global.log_format);
-        let kind = match (format, l.http().is_some()) {
-            (LogFormat::Json, _) => LineKind::Json,
-            (LogFormat::Text, true) => LineKind::Combined,
-            (LogFormat::Text, false) => LineKind::Pen,
-        };
+        let (format, kind) = self.log_kind(l);
         Some(ListenerLog {
             path: path.clone(),
             format,
             kind,
             own: l.log.is_some(),
         })
+    }
+
+    /// Where the lines of site `site` of listener `l` go when it has its own `log`: that file,
+    /// in the listener's format (None: the site has no file of its own).
+    pub(crate) fn site_log(&self, l: &ListenerConfig, site: &SiteConfig) -> Option<ListenerLog> {
+        let (format, kind) = self.log_kind(l);
+        Some(ListenerLog {
+            path: site.log.clone()?,
+            format,
+            kind,
+            own: true,
+        })
+    }
+
+    /// The format listener `l` logs in (its own, else the process-wide one) and its lines'
+    /// kind.
+    fn log_kind(&self, l: &ListenerConfig) -> (LogFormat, LineKind) {
+        let format = l.log_format.unwrap_or(self.global.log_format);
+        let kind = match (format, l.http().is_some()) {
+            (LogFormat::Json, _) => LineKind::Json,
+            (LogFormat::Text, true) => LineKind::Combined,
+            (LogFormat::Text, false) => LineKind::Pen,
+        };
+        (format, kind)
+    }
+
+    /// [`Config::log_mix`] for the sites' own files (`logs`: each listener's file): a site's file
+    /// that another listener or site writes another kind of line into.
+    fn site_log_mix(&self, logs: &[Option<ListenerLog>]) -> Option<(usize, String)> {
+        let mut sites: Vec<(String, ListenerLog)> = Vec::new();
+        for (i, l) in self.listeners.iter().enumerate() {
+            for site in &l.sites {
+                let Some(mine) = self.site_log(l, site) else {
+                    continue;
+                };
+                let listeners =
+                    self.listeners.iter().zip(logs).filter_map(|(o, log)| {
+                        Some((format!("listener '{}'", o.name), log.as_ref()?))
+                    });
+                let earlier = sites.iter().map(|(who, log)| (who.clone(), log));
+                for (who, theirs) in listeners.chain(earlier) {
+                    if mine.kind != theirs.kind && same_log_file(&mine.path, &theirs.path) {
+                        return Some((
+                            i,
+                            format!(
+                                "site '{}' of listener '{}' would write {} into access log {}, where {who} writes {}: one file holds one format: give the site another file",
+                                site.name,
+                                l.name,
+                                mine.kind.describe(),
+                                mine.path.display(),
+                                theirs.kind.describe(),
+                            ),
+                        ));
+                    }
+                }
+                sites.push((
+                    format!("site '{}' of listener '{}'", site.name, l.name),
+                    mine,
+                ));
+            }
+        }
+        None
     }
 
     /// The first listener whose access log lines would share a file with another listener's of
@@ -258,7 +315,7 @@ impl Config {
                 }
             }
         }
-        None
+        self.site_log_mix(&logs)
     }
 
     /// `control_acl N` must name a list with entries: an empty list permits everyone (Pen's

@@ -26,6 +26,9 @@ pub(crate) struct SiteConfig {
     /// Its certificates' files (already in the listener's TLS certificates, chosen by SNI);
     /// kept here to explain the site.
     pub certs: Vec<PathBuf>,
+    /// Its own access log (`log = "FILE"`, relative to the configuration file's folder): its
+    /// requests' lines go there instead of the listener's file, in the listener's format.
+    pub log: Option<PathBuf>,
 }
 
 /// What a request whose Host no site names gets (`unknown_host`), when the listener has sites.

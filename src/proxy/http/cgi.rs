@@ -22,7 +22,7 @@ use super::log;
 use super::request::{route_of, route_stats, settings, Local};
 use super::HttpSession;
 use crate::clock::millis;
-use crate::metrics::End;
+use crate::metrics::{End, Source};
 use crate::proxy::copy::{Buf, Pools};
 use crate::proxy::{Ctx, Step, NEVER};
 use crate::route::CgiRoot;
@@ -450,15 +450,14 @@ impl HttpSession {
             status,
             Some(us),
         );
-        // obs: the access log's `source` field is `cgi` here.
-        let route_name = route_of(&self.pool, route).map(|r| r.name.as_str());
-        self.log(
+        self.record(
             log::Line {
                 status,
-                own: true,
+                source: Source::Cgi,
+                range: None,
                 bytes: (run.bytes_in, run.bytes_out),
                 ex: None,
-                route: route_name,
+                route,
                 end,
             },
             cx,

@@ -24,6 +24,7 @@ use super::leg::{BodyRest, Leg, LegError, LegState};
 use super::request::{idempotent, Forward};
 use crate::backend::Pool;
 use crate::config::{HttpSettings, NormalizePath};
+use crate::metrics::Source;
 use crate::net::{ClientAddr, Ready, Stream};
 use crate::proxy::connect::{self, Connector, PrivateConn};
 use crate::proxy::copy::{Direction, Pools, BUF_SIZE};
@@ -160,6 +161,9 @@ pub(super) struct Exchange {
     pub(super) request_id: [u8; 16],
     /// For a `fastcgi` route: the script the request runs (found before the server was asked).
     pub(super) script: Option<Box<Script>>,
+    /// Who answers, for the access log and the response counts: `Server`, or `Fastcgi` when
+    /// the pool's servers speak FastCGI.
+    pub(super) source: Source,
 }
 
 /// What the request side of a drive asks for.
@@ -278,6 +282,11 @@ impl Exchange {
             sticky,
             upgrade,
         } = forward;
+        let source = if pool.fastcgi {
+            Source::Fastcgi
+        } else {
+            Source::Server
+        };
         boxed(Exchange {
             connector: Connector::for_http(pool, false, sticky).via(listener),
             sticky,
@@ -305,6 +314,7 @@ impl Exchange {
             first_byte_us: None,
             request_id,
             script: None,
+            source,
         })
     }
 

@@ -1,15 +1,16 @@
 //! A request answered from a static root (docs/web.md): the session asks `web::serve` for the
 //! answer, then sends it over as many turns as the client's socket needs, and logs and counts it
-//! as its own answer with the source `file`.
+//! as its answer with the source `file` (and the range a 206 served).
 
 use std::sync::Arc;
 
 use quill_core::http1::{self, FieldIndex};
 
 use super::log;
-use super::request::{route_of, route_stats};
+use super::request::route_stats;
 use super::HttpSession;
-use crate::metrics::End;
+use crate::log::Served;
+use crate::metrics::{End, Source};
 use crate::proxy::{Ctx, Step};
 use crate::route::StaticRoot;
 use crate::web::send::{Sending, Sent};
@@ -22,6 +23,7 @@ pub(super) struct FileOut {
     status: u16,
     route: u32,
     keep: bool,
+    range: Option<Served>,
     /// Clock ms of the last progress (body_timeout runs from it).
     pub(super) active_ms: u64,
 }
@@ -64,6 +66,7 @@ impl HttpSession {
             cx.pools.buffer(),
             boundary,
         );
+        cx.counters.publish_file_cache(cx.files.cache.counts());
         // Past the request head: what follows is the next request (a body, which a GET or HEAD
         // does not have, closes the connection after the answer: `keep` is false then).
         self.input.fed += head.len as u32;
@@ -73,6 +76,7 @@ impl HttpSession {
             status: answer.status,
             route: route as u32,
             keep: keep && answer.status != 500,
+            range: answer.range,
             active_ms: cx.now,
         }));
         self.drive_file(cx).map(|_| ())
@@ -128,14 +132,14 @@ impl HttpSession {
             out.status,
             None,
         );
-        let route_name = route_of(&self.pool, route).map(|r| r.name.as_str());
-        self.log(
+        self.record(
             log::Line {
                 status: out.status,
-                own: true,
+                source: Source::File,
+                range: out.range,
                 bytes: (0, sent),
                 ex: None,
-                route: route_name,
+                route,
                 end,
             },
             cx,

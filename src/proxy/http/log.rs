@@ -1,15 +1,17 @@
 //! The access log of an HTTP session: the request's text kept for its line ([`RequestText`]:
 //! request line, Host, Referer, User-Agent, X-Request-ID, bounded, in one reused allocation) and
-//! the line written once the request is answered ([`write`], from a [`Line`]).
+//! the line written once the request is answered ([`write`], from a [`Line`]), to the file of the
+//! site that served it when the site has its own `log`, else to the listener's.
 
 use quill_core::http1::{self, RequestHead};
 
 use super::exchange::Exchange;
 use super::request::route_of;
 use crate::backend::Pool;
-use crate::log::{AccessLog, HttpEntry};
-use crate::metrics::End;
+use crate::log::{AccessLog, HttpEntry, Served};
+use crate::metrics::{End, Source};
 use crate::net::ClientAddr;
+use crate::route;
 
 /// The request's text for the access log (request line, Host, Referer, User-Agent, X-Request-ID;
 /// their lengths in `lens`), kept by the session to reuse its allocation.
@@ -76,24 +78,51 @@ impl RequestText {
     pub(super) fn client_request_id(&self) -> &[u8] {
         self.part(4)
     }
+
+    /// The request's Host as received (empty when it had none or was not read).
+    pub(super) fn host(&self) -> &[u8] {
+        self.part(1)
+    }
 }
 
 /// What one access-log line says beyond the client and the request's text.
 pub(super) struct Line<'a> {
     pub status: u16,
-    /// Quill answered itself.
-    pub own: bool,
+    /// Who made the response.
+    pub source: Source,
+    /// What a file's 206 served.
+    pub range: Option<Served>,
     /// Request bytes to the server, response bytes to the client.
     pub bytes: (u64, u64),
     /// The exchange, once the request reached routing (its server, timings and request id).
     pub ex: Option<&'a Exchange>,
-    /// The route's name when it is not the exchange's.
-    pub route: Option<&'a str>,
+    /// The route the request took when it is not the exchange's (an index into the listener
+    /// snapshot's routes).
+    pub route: Option<u32>,
     pub end: End,
 }
 
-/// Writes the request's line: `pool` is the listener's snapshot (the exchange's route names one
-/// of its routes), `cert` the subject of the client's verified certificate.
+impl Line<'_> {
+    /// The route the request took: its own, else its exchange's.
+    pub(super) fn route(&self) -> Option<u32> {
+        self.route.or_else(|| self.ex.and_then(|ex| ex.route))
+    }
+}
+
+/// The site of listener snapshot `pool` that served a request (its route's site, else the one
+/// its Host named); None, for the listener's file: no site, or a request that took no route and
+/// has no Host (refused before it was read, or an HTTP/1.0 request without one).
+pub(super) fn site_of(pool: &Pool, route: Option<u32>, text: &RequestText) -> Option<u32> {
+    let sites = pool.routes.as_ref()?.sites.as_ref()?;
+    let host = Some(text.host()).filter(|h| !h.is_empty());
+    if route.is_none() && host.is_none() {
+        return None;
+    }
+    sites.site_of(route.map(|i| i as usize), host.map(route::host_name))
+}
+
+/// Writes the request's line: `pool` is the listener's snapshot (the line's route is one of its
+/// routes), `cert` the subject of the client's verified certificate.
 pub(super) fn write(
     log: &mut AccessLog,
     client: &ClientAddr,
@@ -102,18 +131,16 @@ pub(super) fn write(
     pool: &Pool,
     line: Line,
 ) {
+    let route = route_of(pool, line.route()).map(|r| r.name.as_str());
     let Line {
         status,
-        own,
+        source,
+        range,
         bytes: (bytes_in, bytes_out),
         ex,
-        route,
         end,
+        ..
     } = line;
-    let route = route.or_else(|| {
-        ex.and_then(|ex| route_of(pool, ex.route))
-            .map(|r| r.name.as_str())
-    });
     let server = ex.and_then(|ex| ex.connector.server());
     let server_addr = server.map(|s| s.addr() as &dyn std::fmt::Display);
     log.write_http(&HttpEntry {
@@ -123,7 +150,8 @@ pub(super) fn write(
         lens: text.lens,
         generated_id: ex.map_or(&[][..], |ex| &ex.request_id[..]),
         status,
-        own,
+        source,
+        range,
         bytes_in,
         bytes_out,
         server: server_addr,

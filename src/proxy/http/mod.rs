@@ -42,7 +42,7 @@ use super::copy::{Pools, BUF_SIZE};
 use super::{Closing, Ctx, Side, Step, NEVER};
 use crate::backend::{Pool, ServerLease};
 use crate::clock::millis;
-use crate::metrics::End;
+use crate::metrics::{End, Source};
 use crate::net::{ClientAddr, Ready, Stream};
 use crate::route::fastcgi::Script;
 use crate::route::{self, Action};
@@ -423,7 +423,7 @@ impl HttpSession {
             }
         };
         self.head_since = None;
-        if cx.log.is_some() {
+        if cx.log.is_on() {
             self.log_text.capture(self.input.unparsed(), &head);
         }
         let req = request::Request {
@@ -541,14 +541,14 @@ impl HttpSession {
         let route_stats = route_stats(&self.pool, what_route);
         cx.counters
             .http_request(&self.listener.http, route_stats, status, None);
-        let route_name = route_of(&self.pool, what_route).map(|r| r.name.as_str());
-        self.log(
+        self.record(
             log::Line {
                 status,
-                own: true,
+                source: Source::Quill,
+                range: None,
                 bytes: (0, sent),
                 ex: None,
-                route: route_name,
+                route: what_route,
                 end: End::Done,
             },
             cx,
@@ -614,7 +614,7 @@ impl HttpSession {
 
     /// For the log line of a request refused unread: its first line as received (bounded).
     fn capture_request_line(&mut self, cx: &Ctx) {
-        if cx.log.is_some() {
+        if cx.log.is_on() {
             self.log_text.capture_line(self.input.unparsed());
         }
     }
@@ -686,10 +686,11 @@ impl HttpSession {
         cx.counters
             .http_request(&self.listener.http, route_stats, status, None);
         let ex = self.ex.take();
-        self.log(
+        self.record(
             log::Line {
                 status,
-                own: true,
+                source: Source::Quill,
+                range: None,
                 bytes: (0, leg.bytes),
                 ex: ex.as_deref(),
                 route: None,
@@ -857,10 +858,11 @@ impl HttpSession {
         let status = ex.status();
         cx.counters
             .http_request(&self.listener.http, route_stats, status, Some(us));
-        self.log(
+        self.record(
             log::Line {
                 status,
-                own: false,
+                source: ex.source,
+                range: None,
                 bytes: (up_bytes, down_bytes),
                 ex: Some(&ex),
                 route: None,
@@ -882,9 +884,19 @@ impl HttpSession {
         Ok(())
     }
 
-    /// Writes the request's access log line (if the log is on).
-    fn log(&self, line: log::Line, cx: &mut Ctx) {
-        let Some(access) = cx.log.as_deref_mut() else {
+    /// The request was answered (or cut): counts the response by its source and writes its
+    /// access-log line, to its site's file when the site has one, else the listener's (if the
+    /// log is on).
+    fn record(&self, line: log::Line, cx: &mut Ctx) {
+        cx.counters.http_response(line.source, line.status);
+        if !cx.log.is_on() {
+            return;
+        }
+        let site = match cx.log.plan.sites.is_empty() {
+            true => None,
+            false => log::site_of(&self.pool, line.route(), &self.log_text),
+        };
+        let Some(access) = cx.log.for_request(&self.listener.name, site) else {
             return;
         };
         let cert = self

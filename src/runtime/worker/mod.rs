@@ -382,9 +382,10 @@ impl Worker {
             return None;
         }
         let s = slot.session.as_mut()?;
-        let log = match slot.log {
-            Some(i) => self.logs.get_mut(i as usize).and_then(Option::as_mut),
-            None => None,
+        let log = crate::log::Logs {
+            files: &mut self.logs,
+            plan: &self.log_plan,
+            listener: slot.log,
         };
         let cx = Ctx {
             registry: self.poll.registry(),

@@ -33,13 +33,6 @@ static RUNNING: AtomicU32 = AtomicU32::new(0);
 /// The spawner's queue (the thread starts with the first job).
 static SPAWNER: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
 
-/// The CGI children running in the process now (the `quill_cgi_children` gauge's value).
-// obs: the gauge reads this; nothing else does yet.
-#[allow(dead_code)]
-pub(crate) fn running() -> u32 {
-    RUNNING.load(Ordering::Relaxed)
-}
-
 /// Counts a child about to be started, unless `max` are running already (the request gets 503).
 pub(crate) fn admit(max: u32) -> bool {
     RUNNING
@@ -175,6 +168,7 @@ fn start(job: Job, children: &mut Vec<(std::process::Child, Arc<Child>)>) {
     let mut s = lock(&job.child.state);
     match spawned {
         Ok(child) => {
+            crate::metrics::cgi_started();
             s.pid = Some(child.id());
             if s.cancelled {
                 kill_group(child.id());
@@ -199,6 +193,7 @@ fn reap(children: &mut Vec<(std::process::Child, Arc<Child>)>) {
             Ok(Some(_)) | Err(_) => {
                 s.reaped = true;
                 RUNNING.fetch_sub(1, Ordering::AcqRel);
+                crate::metrics::cgi_ended();
                 false
             }
         }
