@@ -211,6 +211,17 @@ fn a_php_script_answers_over_a_unix_socket_and_over_tcp() {
         );
         // No length from PHP: chunked to an HTTP/1.1 client.
         assert_eq!(r.header("transfer-encoding"), Some("chunked"), "{server}");
+        // The access log names the source.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let logged = loop {
+            let text = std::fs::read_to_string(q.log_path()).unwrap_or_default();
+            if text.contains("/hello.php") || Instant::now() > deadline {
+                break text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let line = logged.lines().find(|l| l.contains("/hello.php")).unwrap_or("");
+        assert!(line.contains(" fastcgi "), "{logged}");
     }
 }
 

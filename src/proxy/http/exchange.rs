@@ -242,7 +242,7 @@ thread_local! {
 
 /// Most bytes of a chunked request body collected for a FastCGI server (which needs its length
 /// first) when the listener sets no `max_body`.
-pub(super) const FASTCGI_BODY_MAX: u64 = 16 << 20;
+pub(super) const FASTCGI_BODY_MAX: u64 = 8 << 20;
 
 /// At most this many spare exchange boxes per worker (a burst's surplus is freed).
 const SPARE_MAX: usize = 64;
