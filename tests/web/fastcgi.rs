@@ -220,7 +220,10 @@ fn a_php_script_answers_over_a_unix_socket_and_over_tcp() {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let line = logged.lines().find(|l| l.contains("/hello.php")).unwrap_or("");
+        let line = logged
+            .lines()
+            .find(|l| l.contains("/hello.php"))
+            .unwrap_or("");
         assert!(line.contains(" fastcgi "), "{logged}");
     }
 }

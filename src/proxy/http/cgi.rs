@@ -190,6 +190,9 @@ impl HttpSession {
             BodyFraming::Close
         };
         translator.start(head.method == Method::Head, unknown);
+        if !keep {
+            translator.close_after();
+        }
         // Past the request head: the body (if any) is what follows.
         self.input.fed += head.len as u32;
         self.input.fwd = self.input.fed;

@@ -92,6 +92,8 @@ pub struct Translator {
     headed: bool,
     /// Body bytes past the program's `Content-Length`, dropped.
     excess: u64,
+    /// The consumer closes the connection after this response: the head says so.
+    close: bool,
 }
 
 impl Translator {
@@ -108,6 +110,7 @@ impl Translator {
             status: 0,
             headed: false,
             excess: 0,
+            close: false,
         }
     }
 
@@ -123,6 +126,13 @@ impl Translator {
         self.status = 0;
         self.headed = false;
         self.excess = 0;
+        self.close = unknown == BodyFraming::Close;
+    }
+
+    /// The response's head says `Connection: close` whatever its framing (the consumer closes
+    /// the connection after it). [`BodyFraming::Close`] implies it.
+    pub fn close_after(&mut self) {
+        self.close = true;
     }
 
     /// Whether the HTTP head has been produced (the response has begun: a failure now cuts it).
@@ -247,7 +257,7 @@ impl Translator {
             (None, _) if self.unknown == BodyFraming::Chunked => Framing::Chunked,
             (None, _) => Framing::Close,
         };
-        let connection = if framing == Framing::Close && !no_body {
+        let connection = if self.close {
             Connection::Close
         } else {
             Connection::Omit
@@ -434,6 +444,19 @@ mod tests {
         assert_eq!(
             text(&out),
             "HTTP/1.1 200 OK\r\nContent-Type: a/b\r\nConnection: close\r\n\r\nxyz"
+        );
+    }
+
+    #[test]
+    fn close_after_says_connection_close_with_a_length_too() {
+        let mut t = Translator::new(Limits::default());
+        t.start(false, BodyFraming::Chunked);
+        t.close_after();
+        let mut buf = [0u8; 256];
+        let (_, w) = t.feed(b"Content-Length: 2\n\nok", &mut buf).unwrap();
+        assert_eq!(
+            text(&buf[..w]),
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
         );
     }
 
