@@ -120,7 +120,7 @@ workers = 2
 [[pool]]
 name = "php"
 protocol = "fastcgi"
-servers = ["unix:{sock}"]
+servers = ["{sock}"]
 
 [[pool]]
 name = "php-tcp"

@@ -297,7 +297,7 @@ impl Translator {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -479,8 +479,8 @@ mod tests {
         assert_eq!(t.feed(b"x", &mut buf), Err(Error::AfterEnd));
     }
 
-    /// Decodes a chunked body (for the property below).
-    fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    /// Decodes a chunked body (for the property below, and the FastCGI gateway's).
+    pub(crate) fn dechunk(mut b: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         loop {
             let line = b.iter().position(|&c| c == b'\r').unwrap();

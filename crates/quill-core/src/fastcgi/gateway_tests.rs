@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::cgi::translate::tests::dechunk;
 use crate::fastcgi::{header, kind, padding_len};
 
 fn cx<'a>(script: &'a [u8], path_info: &'a [u8]) -> Context<'a> {
@@ -331,19 +332,5 @@ proptest! {
         g.begin(&cx(b"/a.php", b""));
         send(&mut g, b"GET /a.php HTTP/1.1\r\nHost: h\r\n\r\n", 100);
         let _ = receive(&mut g, &reply, 13, room);
-    }
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let line = b.iter().position(|&c| c == b'\r').unwrap();
-        let n = usize::from_str_radix(std::str::from_utf8(&b[..line]).unwrap(), 16).unwrap();
-        b = &b[line + 2..];
-        if n == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[..n]);
-        b = &b[n + 2..];
     }
 }
