@@ -474,8 +474,12 @@ fn the_access_log_has_a_line_per_file_request() {
     get_on(&q, "/hello.txt", "");
     get_on(&q, "/missing", "");
     let path = q.path("access.log");
+    // Each worker writes its lines to the file at the end of its own turn, after the response
+    // went out: the two connections may be on different workers, so wait for both lines.
     let ok = wait_until(T, || {
-        std::fs::read_to_string(&path).is_ok_and(|t| t.contains("/missing"))
+        std::fs::read_to_string(&path).is_ok_and(|t| {
+            t.contains("GET /hello.txt HTTP/1.1\" 200") && t.contains("GET /missing HTTP/1.1\" 404")
+        })
     });
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(ok, "log: {text}");
