@@ -1462,9 +1462,16 @@ fn start_blacklisting(servers: &[String]) -> (QuillProcess, PathBuf) {
     (q, sock)
 }
 
-/// The one flow socket Quill holds to `server` (asserted to be one), as 127.0.0.1:port.
+/// The one flow socket Quill holds to `server` (asserted to be one), as 127.0.0.1:port. Waits
+/// (5 s at most) for it to appear: the datagram that opens it may still be on its way through
+/// Quill when the client's own wait for an answer ran out.
 fn only_flow_to(server: SocketAddr) -> SocketAddr {
-    let ports = flow_ports(server);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut ports = flow_ports(server);
+    while ports.is_empty() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+        ports = flow_ports(server);
+    }
     assert_eq!(ports.len(), 1, "one flow socket to {server}: {ports:?}");
     SocketAddr::from(([127, 0, 0, 1], ports[0]))
 }
