@@ -252,6 +252,23 @@ fn parameters_name_the_script_path_info_query_and_client_as_nginx_does() {
 }
 
 #[test]
+fn an_http_1_0_client_gets_the_response_ended_by_the_close() {
+    let php = start_php();
+    let q = php_quill(&php);
+    let mut s = TcpStream::connect(q.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /hello.php HTTP/1.0\r\nHost: h\r\n\r\n")
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.ends_with("\r\n\r\nhello from php\n"), "{text}");
+    // The next HTTP/1.1 request on another connection still works (the pool is not stuck).
+    assert_eq!(get_from(&q, "/hello.php", "").body, b"hello from php\n");
+}
+
+#[test]
 fn a_proxy_header_never_becomes_http_proxy() {
     let php = start_php();
     let q = php_quill(&php);

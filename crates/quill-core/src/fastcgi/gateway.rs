@@ -300,9 +300,16 @@ impl Gateway {
         let used = head.len - before;
         self.head.truncate(head.len);
         self.head_len = head.len;
-        self.translator
-            .start(head.method == Method::Head, BodyFraming::Chunked);
-        begin_request(&mut self.out, REQUEST_ID, Role::Responder, true);
+        // An HTTP/1.0 request's response cannot be chunked: it ends with the connection, which
+        // the application closes (no keep-conn) once the request is done.
+        let http10 = head.version == Version::Http10;
+        let unknown = if http10 {
+            BodyFraming::Close
+        } else {
+            BodyFraming::Chunked
+        };
+        self.translator.start(head.method == Method::Head, unknown);
+        begin_request(&mut self.out, REQUEST_ID, Role::Responder, !http10);
         match head.framing {
             Framing::Chunked => self.up = Up::Chunked,
             Framing::Length(n) if n > 0 => {

@@ -242,6 +242,19 @@ fn a_php_reply_becomes_a_chunked_response_and_stderr_lines() {
 }
 
 #[test]
+fn an_http_1_0_request_gets_a_response_ended_by_the_close_without_keep_conn() {
+    let mut g = Gateway::new();
+    g.begin(&cx(b"/a.php", b""));
+    let recs = send(&mut g, b"GET /a.php HTTP/1.0\r\n\r\n", 100);
+    assert_eq!(recs[0], (kind::BEGIN_REQUEST, vec![0, 1, 0, 0, 0, 0, 0, 0]));
+    let out = receive(&mut g, &php_reply(b"hi"), 1000, 1000).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "HTTP/1.1 200 OK\r\nX-Powered-By: PHP\r\nContent-type: text/html; charset=UTF-8\r\nConnection: close\r\n\r\nhi"
+    );
+}
+
+#[test]
 fn an_overloaded_application_before_any_output_is_an_error() {
     let mut g = Gateway::new();
     g.begin(&cx(b"/a.php", b""));
