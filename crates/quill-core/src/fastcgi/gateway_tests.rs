@@ -2,6 +2,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::cgi::translate::tests::dechunk;
+use crate::fastcgi::tests::read_pairs;
 use crate::fastcgi::{header, kind, padding_len};
 
 fn cx<'a>(script: &'a [u8], path_info: &'a [u8]) -> Context<'a> {
@@ -41,29 +42,13 @@ fn stream(recs: &[(u8, Vec<u8>)], t: u8) -> Vec<u8> {
         .collect()
 }
 
-/// Name-value pairs of a PARAMS stream.
-fn pairs(mut b: &[u8]) -> Vec<(String, String)> {
-    fn len(b: &mut &[u8]) -> usize {
-        if b[0] < 128 {
-            let n = usize::from(b[0]);
-            *b = &b[1..];
-            n
-        } else {
-            let n = u32::from_be_bytes([b[0] & 0x7f, b[1], b[2], b[3]]) as usize;
-            *b = &b[4..];
-            n
-        }
-    }
-    let mut out = Vec::new();
-    while !b.is_empty() {
-        let n = len(&mut b);
-        let v = len(&mut b);
-        let name = String::from_utf8_lossy(&b[..n]).into_owned();
-        let value = String::from_utf8_lossy(&b[n..n + v]).into_owned();
-        out.push((name, value));
-        b = &b[n + v..];
-    }
-    out
+/// Name-value pairs of a PARAMS stream, as text.
+fn pairs(b: &[u8]) -> Vec<(String, String)> {
+    let text = |v: &[u8]| String::from_utf8_lossy(v).into_owned();
+    read_pairs(b)
+        .iter()
+        .map(|(n, v)| (text(n), text(v)))
+        .collect()
 }
 
 fn param<'a>(p: &'a [(String, String)], name: &str) -> Option<&'a str> {

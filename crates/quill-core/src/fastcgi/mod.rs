@@ -25,7 +25,7 @@ pub mod gateway;
 pub mod request;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::fmt;
 

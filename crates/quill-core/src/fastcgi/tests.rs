@@ -272,7 +272,8 @@ fn read_params(mut out: &[u8]) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
     }
 }
 
-fn read_pairs(mut content: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+/// The name-value pairs of a `PARAMS` record's content (for the gateway's tests too).
+pub(crate) fn read_pairs(mut content: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     let len = |c: &mut &[u8]| {
         if c[0] < 128 {
             let n = usize::from(c[0]);
