@@ -211,9 +211,15 @@ fn split_field(line: &[u8]) -> Option<(&[u8], &[u8])> {
 /// Fields the program may not decide: the status and length (read into the head) and what
 /// belongs to one connection.
 fn is_dropped(name: &[u8]) -> bool {
-    const DROPPED: [&[u8]; 9] = [
-        b"status",
-        b"content-length",
+    name.eq_ignore_ascii_case(b"status")
+        || name.eq_ignore_ascii_case(b"content-length")
+        || is_hop_by_hop(name)
+}
+
+/// The fields of one connection, not of the message (a gateway passes none of them on, in
+/// either direction).
+pub(crate) fn is_hop_by_hop(name: &[u8]) -> bool {
+    const HOP: [&[u8]; 7] = [
         b"connection",
         b"keep-alive",
         b"proxy-connection",
@@ -222,7 +228,7 @@ fn is_dropped(name: &[u8]) -> bool {
         b"transfer-encoding",
         b"upgrade",
     ];
-    DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d))
+    HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
 }
 
 /// Reads a CGI response head from the start of `buf`: `Ok(None)` while its blank line has not

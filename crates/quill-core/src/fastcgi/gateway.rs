@@ -20,7 +20,7 @@ use super::decode::{Decoder, Event, ProtocolStatus};
 use super::encode::{begin_request, end_stdin, stdin, NameRefused, Params, Role, STDIN_CHUNK};
 use super::request::{write_params, Request};
 use super::REQUEST_ID;
-use crate::cgi::{BodyFraming, Limits as CgiLimits, Translator};
+use crate::cgi::{is_hop_by_hop, BodyFraming, Limits as CgiLimits, Translator};
 use crate::http1::{self, Framing, Method, Version};
 
 /// What the web server knows of a request beyond its head.
@@ -551,19 +551,6 @@ fn after_size(n: u64) -> Dechunk {
     } else {
         Dechunk::Data(n)
     }
-}
-
-/// The fields of a request that are the connection's, not the application's.
-fn is_hop_by_hop(name: &[u8]) -> bool {
-    const HOP: [&[u8]; 6] = [
-        b"connection",
-        b"keep-alive",
-        b"te",
-        b"transfer-encoding",
-        b"upgrade",
-        b"proxy-connection",
-    ];
-    HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
 }
 
 /// A host without its port (`example.com:8080` → `example.com`, `[::1]:80` → `[::1]`).
