@@ -115,17 +115,18 @@ http {{
     for name in ("quill", "quill-base"):
         pu, pt = PORTS[name]
         with open(os.path.join(work, name + ".toml"), "w") as f:
-            f.write("""# written by bench/fastcgi.py: the issue's FastCGI route action, Unix and TCP pools
+            f.write("""# written by bench/fastcgi.py: the issue's FastCGI route action, Unix and TCP pools;
+# max = pm.max_children: connections kept, requests over it queued (docs/fastcgi.md#connections)
 workers = 2
 [[pool]]
 name = "php"
 protocol = "fastcgi"
-servers = ["{sock}"]
+servers = [{{ address = "{sock}", max = {children} }}]
 
 [[pool]]
 name = "php-tcp"
 protocol = "fastcgi"
-servers = ["127.0.0.1:{tcp}"]
+servers = [{{ address = "127.0.0.1:{tcp}", max = {children} }}]
 
 [[listener]]
 name = "unix"
@@ -146,7 +147,7 @@ keepalive_timeout = "600s"
 [[listener.route]]
 path = "/"
 fastcgi = {{ pool = "php-tcp", root = "{php}", index = "index.php", split_path = ".php" }}
-""".format(sock=sock, tcp=PHP_TCP, pu=pu, pt=pt, php=php))
+""".format(sock=sock, tcp=PHP_TCP, pu=pu, pt=pt, php=php, children=children))
 
 
 def candidate_cmd(name, work, quill_bin):
@@ -388,7 +389,7 @@ def render(results, cands, meta, refused):
     w("php-fpm 8.2 (`php-fpm8.2 -F -y CONF`, `pm = static`, `pm.max_children = %d`; pool `unix` on a Unix "
       "socket with `listen.mode = 0666`, pool `tcp` on 127.0.0.1:%d) serves `hello.php` (13 bytes) and "
       "`20k.php` (20,480 bytes) to `nginx` (2 workers, `fastcgi_pass` to an upstream with `keepalive 8`, "
-      "`fastcgi_keep_conn on`) and `quill` (`%s`: `[[pool]] protocol = \"fastcgi\"` and a route "
+      "`fastcgi_keep_conn on`) and `quill` (`%s`: `[[pool]] protocol = \"fastcgi\"`, each server's `max` = pm.max_children, and a route "
       "`fastcgi = { pool, root, index = \"index.php\", split_path = \".php\" }`)." % (
           meta["fpm_children"], PHP_TCP, meta["quill_cmd"]))
     w("")

@@ -15,6 +15,7 @@ use crate::balancer::{ClientTable, Cursor, Mode, ServerSet};
 use crate::clock::millis;
 use crate::config::model::UdpSettings;
 use crate::config::{HealthCheck, HttpSettings, ListenerConfig, ListenerKind, StreamProto, Tuning};
+use crate::state::queue::Queue;
 use quill_core::http1::rewrite::{EditOp, HeaderEdit};
 
 const NO_ACL: u8 = u8::MAX;
@@ -112,6 +113,11 @@ impl Server {
 
     pub(crate) fn addr(&self) -> &BackendAddr {
         &self.addr
+    }
+
+    /// MAXCONN: the soft limit on sessions (requests in flight, for HTTP); 0 = none.
+    pub(crate) fn max(&self) -> u32 {
+        self.max.load(Ordering::Relaxed)
     }
 
     pub(crate) fn weight(&self) -> u32 {
@@ -266,16 +272,28 @@ impl Server {
 /// [`ServerLease::new`] until the lease is dropped, whichever way the session or the attempt ends.
 /// For TCP the lease lasts from the connect attempt to the close; for HTTP it will be one request in
 /// flight.
+/// An HTTP request's lease also holds its pool's queue: the place it frees goes to the oldest
+/// request waiting there (`state::queue`).
 #[derive(Debug)]
 pub(crate) struct ServerLease {
     server: Arc<Server>,
+    queue: Option<Arc<Queue>>,
 }
 
 impl ServerLease {
     pub(crate) fn new(server: Arc<Server>) -> ServerLease {
         server.sessions.fetch_add(1, Ordering::Relaxed);
         server.total.fetch_add(1, Ordering::Relaxed);
-        ServerLease { server }
+        ServerLease {
+            server,
+            queue: None,
+        }
+    }
+
+    /// The same lease, waking the next request waiting in `queue` when it ends.
+    pub(crate) fn queued(mut self, queue: &Arc<Queue>) -> ServerLease {
+        self.queue = Some(queue.clone());
+        self
     }
 
     pub(crate) fn server(&self) -> &Arc<Server> {
@@ -293,6 +311,9 @@ impl ServerLease {
 impl Drop for ServerLease {
     fn drop(&mut self) {
         self.server.sessions.fetch_sub(1, Ordering::Relaxed);
+        if let Some(queue) = &self.queue {
+            queue.wake_one();
+        }
     }
 }
 
@@ -310,6 +331,8 @@ pub(crate) struct Pool {
     /// Where clients denied by `client_acl` go; None = closed.
     pub abuse: Option<Arc<Server>>,
     pub cursor: Arc<Cursor>,
+    /// HTTP requests waiting for a server while all are at `max` (kept across rebuilds).
+    pub queue: Arc<Queue>,
     pub clients: Arc<ClientTable>,
     pub client_acl: Option<AclId>,
     /// The process's ACL lists (client and per-server ACLs refer to them).
@@ -539,6 +562,7 @@ impl Pool {
             emergency,
             abuse,
             cursor: old.map_or_else(Arc::default, |o| o.cursor.clone()),
+            queue: old.map_or_else(Arc::default, |o| o.queue.clone()),
             clients,
             client_acl: l.client_acl,
             kind: PoolKind::of(&l.kind),
@@ -605,6 +629,16 @@ impl Pool {
             (Some(n), Some(ip)) => self.acls.permits(n, ip),
             _ => true,
         }
+    }
+
+    /// Whether an HTTP request that found no server should wait in the queue: waiting is on
+    /// (`queue_timeout`) and a server is usable but at its `max`, so a place will come free.
+    pub(crate) fn may_queue(&self, now_ms: u64) -> bool {
+        !self.tuning.queue_timeout.is_zero()
+            && self
+                .servers
+                .iter()
+                .any(|s| s.is_usable(now_ms) && !s.is_available(false, now_ms))
     }
 
     /// The pool as one client sees it: per-server ACLs and slow start apply.

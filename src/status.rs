@@ -56,6 +56,27 @@ pub(crate) struct PoolStatus {
     pub health_check: Option<String>,
     pub servers: Vec<ServerStatus>,
     pub emergency: Option<ServerStatus>,
+    pub queue: QueueStatus,
+}
+
+/// HTTP requests waiting for a server while every usable one is at its `max`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct QueueStatus {
+    /// Waiting now.
+    pub waiting: u64,
+    /// Ever put in line, and given up at `queue_timeout` (answered 503).
+    pub total: u64,
+    pub timed_out: u64,
+}
+
+impl QueueStatus {
+    fn of(q: &crate::state::queue::Queue) -> QueueStatus {
+        QueueStatus {
+            waiting: q.len() as u64,
+            total: q.queued.load(Ordering::Relaxed),
+            timed_out: q.timed_out.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// The workers' file caches, summed, and the process-wide descriptor budget they share.
@@ -69,6 +90,8 @@ pub(crate) struct FilesStatus {
     /// Descriptors of large files held open by the caches now, and the most they may hold.
     pub descriptors: u64,
     pub descriptors_max: u64,
+    /// File ranges found not in the page cache and read off the workers before being sent.
+    pub cold_reads: u64,
 }
 
 /// CGI children.
@@ -219,6 +242,7 @@ pub(crate) struct ListenerStatus {
     pub servers: Vec<ServerStatus>,
     pub emergency: Option<ServerStatus>,
     pub abuse: Option<ServerStatus>,
+    pub queue: QueueStatus,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -334,6 +358,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
                 .collect(),
             emergency: pool.emergency.as_ref().map(|s| server_status(0, s, now_ms)),
             abuse: pool.abuse.as_ref().map(|s| server_status(0, s, now_ms)),
+            queue: QueueStatus::of(&pool.queue),
         })
         .collect();
     let pools = shared
@@ -351,6 +376,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
                 .map(|(i, s)| server_status(i, s, now_ms))
                 .collect(),
             emergency: p.emergency.as_ref().map(|s| server_status(0, s, now_ms)),
+            queue: QueueStatus::of(&p.queue),
         })
         .collect();
     Snapshot {
@@ -551,6 +577,7 @@ fn files_status(shared: &Shared) -> FilesStatus {
     let mut f = FilesStatus {
         descriptors: FdBudget::held() as u64,
         descriptors_max: FdBudget::limit() as u64,
+        cold_reads: crate::web::readahead::reads(),
         ..FilesStatus::default()
     };
     for c in &shared.counters {

@@ -7,7 +7,9 @@
 use std::fmt::Write as _;
 
 use crate::metrics::End;
-use crate::status::{Histogram, HttpListenerStatus, HttpRouteStatus, ServerStatus, Snapshot};
+use crate::status::{
+    Histogram, HttpListenerStatus, HttpRouteStatus, QueueStatus, ServerStatus, Snapshot,
+};
 
 /// The Content-Type of the text format.
 pub(super) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -111,6 +113,7 @@ pub(super) fn render(snap: &Snapshot) -> String {
     connect_histogram(&mut out, snap);
     listeners(&mut out, snap);
     servers(&mut out, snap);
+    queues(&mut out, snap);
     http(&mut out, snap);
     responses(&mut out, snap);
     files(&mut out, snap);
@@ -164,6 +167,13 @@ fn files(out: &mut Exposition, snap: &Snapshot) {
     );
     out.sample(name, &[("result", "hit")], f.cache_hits);
     out.sample(name, &[("result", "miss")], f.cache_misses);
+    let name = "quill_file_cold_reads_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "File ranges (up to 1 MiB) found not in the page cache and read by the reader threads, off the workers, before they were sent.",
+    );
+    out.sample(name, &[], f.cold_reads);
     let gauges: [(&str, &str, u64); 4] = [
         (
             "quill_file_cache_entries",
@@ -523,6 +533,46 @@ fn servers(out: &mut Exposition, snap: &Snapshot) {
     }
 }
 
+/// Each listener's and named pool's queue of HTTP requests waiting for a server at its `max`.
+fn queues(out: &mut Exposition, snap: &Snapshot) {
+    let rows: Vec<_> = snap
+        .listeners
+        .iter()
+        .map(|l| (("listener", l.name.as_str()), &l.queue))
+        .chain(
+            snap.pools
+                .iter()
+                .map(|p| (("pool", p.name.as_str()), &p.queue)),
+        )
+        .collect();
+    let families: [(&str, Kind, &str, fn(&QueueStatus) -> u64); 3] = [
+        (
+            "quill_queue_waiting",
+            Kind::Gauge,
+            "HTTP requests waiting now for a server of the pool (every usable one at its max).",
+            |q| q.waiting,
+        ),
+        (
+            "quill_queue_requests_total",
+            Kind::Counter,
+            "HTTP requests that waited for a server of the pool.",
+            |q| q.total,
+        ),
+        (
+            "quill_queue_timeouts_total",
+            Kind::Counter,
+            "HTTP requests that waited queue_timeout without a server (answered 503).",
+            |q| q.timed_out,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        out.family(name, kind, help);
+        for (owner, q) in &rows {
+            out.sample(name, &[*owner], value(q));
+        }
+    }
+}
+
 /// Who an HTTP request series belongs to: the listener (routes will add a `route` label here).
 fn http_rows(snap: &Snapshot) -> Vec<(Vec<(&'static str, &str)>, &HttpListenerStatus)> {
     snap.listeners
@@ -800,6 +850,7 @@ mod tests {
             servers: Vec::new(),
             emergency: None,
             abuse: None,
+            queue: Default::default(),
         }
     }
 

@@ -15,7 +15,7 @@ impl Config {
         let mut out = self.explain_global();
         for p in &self.pools {
             out += &format!("pool '{}': mode {}\n", p.name, p.mode);
-            explain_pool(p, &mut out);
+            explain_pool(p, true, &mut out);
             explain_server_tls(p, &mut out);
         }
         for l in &self.listeners {
@@ -82,7 +82,7 @@ impl Config {
                     "  no route matched: the listener's own servers\n".to_string()
                 };
             }
-            explain_pool(l, &mut out);
+            explain_pool(l, l.is_http(), &mut out);
             explain_server_tls(l, &mut out);
             if let Some(n) = l.client_acl {
                 if g.acls[n].entries.is_empty() {
@@ -209,8 +209,9 @@ impl Config {
     }
 }
 
-/// The servers, emergency server, health check and slow start of a listener or named pool.
-fn explain_pool(l: &ListenerConfig, out: &mut String) {
+/// The servers, emergency server, health check and slow start of a listener or named pool;
+/// `http`: HTTP requests reach it (a named pool, an HTTP listener), so the queue applies.
+fn explain_pool(l: &ListenerConfig, http: bool, out: &mut String) {
     for (i, s) in l.servers.iter().enumerate() {
         let state = match s.state {
             AdminState::Enabled => String::new(),
@@ -220,6 +221,22 @@ fn explain_pool(l: &ListenerConfig, out: &mut String) {
     }
     if let Some(e) = &l.emergency {
         *out += &format!("  emergency: {e}\n");
+    }
+    if l.fastcgi {
+        let kept = l.servers.iter().filter(|s| s.max > 0).count();
+        *out += &format!(
+            "  FastCGI: connections kept between requests to the servers with a max ({kept} of {}); to the others, one connection per request\n",
+            l.servers.len()
+        );
+    }
+    if http && l.servers.iter().any(|s| s.max > 0) {
+        *out += &match l.tuning.queue_timeout {
+            d if d.is_zero() => "  HTTP requests over every server's max: refused at once (queue_timeout 0)\n".to_string(),
+            d => format!(
+                "  HTTP requests over every server's max wait up to {} in the queue (queue_timeout), then 503\n",
+                format_duration(d)
+            ),
+        };
     }
     if let Some(h) = &l.health {
         *out += &format!("  health check: {h}\n");

@@ -44,10 +44,13 @@ struct Raw {
 }
 
 impl FcgiStream {
-    pub(crate) fn new(sock: Stream, server: &str) -> FcgiStream {
+    /// A connection to `server`; `keep_conn`: ask it to keep the connection between requests.
+    pub(crate) fn new(sock: Stream, server: &str, keep_conn: bool) -> FcgiStream {
+        let mut gateway = Gateway::new();
+        gateway.keep_conn(keep_conn);
         FcgiStream {
             sock,
-            gateway: RefCell::new(Gateway::new()),
+            gateway: RefCell::new(gateway),
             raw: RefCell::new(Raw {
                 buf: vec![0; RAW].into_boxed_slice(),
                 start: 0,

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use mio::event::Event;
-use mio::Interest;
+use mio::{Interest, Token};
 
 use super::Ctx;
 use crate::addr::BackendAddr;
@@ -27,6 +27,7 @@ use crate::net::fastcgi::FcgiStream;
 use crate::net::tls::{Handshake, HandshakeError, TlsStream};
 use crate::net::{self, ClientAddr, Ready, Stream};
 use crate::state::idle::ServerConns;
+use crate::state::queue::RECHECK_MS;
 
 /// The PROXY protocol header of `version` for a client (`proxy_protocol`: sent first on a new
 /// server connection by the TCP session, the HTTP exchange, or [`Connector::send_preface`] before
@@ -115,6 +116,18 @@ pub(crate) struct Connector {
     conn: Option<u32>,
     /// HTTP: the server the request's stickiness cookie names, taken like a tracked client's.
     sticky: Option<u32>,
+    /// HTTP: the request's wait in the pool's queue, once it waited (boxed: rare, and a TCP
+    /// session's connector stays small).
+    wait: Option<Box<QueueWait>>,
+}
+
+/// An HTTP request's wait for a server of a full pool (`state::queue`).
+#[derive(Debug)]
+struct QueueWait {
+    /// When the wait ends with a 503 (clock ms).
+    until: u64,
+    /// The session's client token, which it waits under.
+    token: Token,
 }
 
 /// Whose search a [`Connector`] is.
@@ -162,6 +175,8 @@ enum Phase {
     /// The TCP connect is done and the TLS handshake with the server (`server_tls`) under way:
     /// part of connecting (a failed handshake fails the server over like a refused connect).
     Handshaking,
+    /// HTTP: every usable server is at its `max`: waiting in the pool's queue for a place.
+    Queued,
     /// The server socket is connected (the search is over): TLS to the server included.
     Connected,
     /// HTTP: the exchange is over and the connection was handed on (to the idle pool, to the
@@ -217,6 +232,7 @@ impl Connector {
             ready: Ready::default(),
             conn: None,
             sticky: None,
+            wait: None,
         }
     }
 
@@ -224,11 +240,10 @@ impl Connector {
     /// when the worker has one, or taken from another worker's pool (unless `fresh`: a retry
     /// after a reused connection failed).
     pub(crate) fn for_http(pool: Arc<Pool>, fresh: bool, sticky: Option<u32>) -> Connector {
-        Connector {
-            kind: if fresh { Kind::HttpFresh } else { Kind::Http },
-            sticky,
-            ..Connector::new(pool, false)
-        }
+        let mut c = Connector::new(pool, false);
+        c.kind = if fresh { Kind::HttpFresh } else { Kind::Http };
+        c.sticky = sticky;
+        c
     }
 
     /// Names `listener` as the one whose client this connector serves (in its failure lines).
@@ -291,7 +306,11 @@ impl Connector {
         let connected = self.phase == Phase::Connected;
         match (socket, lease, keep && connected && !self.ready.error) {
             (Some(socket), Some(lease), true) => {
-                cx.conns.checkin(id, socket, lease.end(), max_idle, expires);
+                // In the idle pool before the lease ends: the request the freed place wakes
+                // (state::queue), in any worker, finds the connection there.
+                cx.conns
+                    .checkin(id, socket, lease.server().clone(), max_idle, expires);
+                drop(lease);
             }
             _ => {
                 cx.conns.forget(id);
@@ -360,7 +379,62 @@ impl Connector {
     /// Starts a nonblocking connect to the next server that will take one, or asks for the
     /// server's name to be resolved first.
     pub(crate) fn connect_next(&mut self, client: &ClientAddr, cx: &mut Ctx) -> Progress {
+        // An HTTP request that arrives while others wait for a server joins the line behind
+        // them, whatever place it might find free (one a woken waiter is about to take).
+        if self.kind.is_http()
+            && self.pick == Pick::Unasked
+            && self.wait.is_none()
+            && self.pool.queue.len() > 0
+            && self.pool.may_queue(cx.now)
+        {
+            return self.queue_or_fail(cx);
+        }
         self.connect_from(None, client, cx)
+    }
+
+    /// Waits in the pool's queue (HTTP, a server usable but full, `queue_timeout` not over), or
+    /// there is no server for this request.
+    fn queue_or_fail(&mut self, cx: &mut Ctx) -> Progress {
+        if !self.kind.is_http() || !self.pool.may_queue(cx.now) {
+            return Progress::Failed(End::NoServer);
+        }
+        let front = self.wait.is_some();
+        let until = match &self.wait {
+            Some(w) if cx.now >= w.until => {
+                self.pool.queue.timed_out.fetch_add(1, Ordering::Relaxed);
+                return Progress::Failed(End::NoServer);
+            }
+            Some(w) => w.until,
+            None => {
+                let until = cx
+                    .now
+                    .saturating_add(millis(self.pool.tuning.queue_timeout));
+                self.wait = Some(Box::new(QueueWait {
+                    until,
+                    token: cx.client_token,
+                }));
+                until
+            }
+        };
+        self.pool.queue.wait(cx.client_token, cx.mailbox, front);
+        self.pick = Pick::Unasked;
+        self.first = None;
+        self.tried = 0;
+        self.current = None;
+        self.phase = Phase::Queued;
+        self.deadline = until.min(cx.now.saturating_add(RECHECK_MS));
+        Progress::Waiting(self.deadline)
+    }
+
+    /// A place came free on the pool this connector waits for (its worker was posted the wake):
+    /// it looks for a server again, back at the head of the line if the place is gone. None when
+    /// it no longer waits (the wake is then passed on).
+    pub(crate) fn on_wake(&mut self, client: &ClientAddr, cx: &mut Ctx) -> Option<Progress> {
+        if self.phase != Phase::Queued {
+            return None;
+        }
+        self.phase = Phase::Picking;
+        Some(self.connect_from(None, client, cx))
     }
 
     /// Like [`Connector::connect_next`] for an HTTP client session holding its private server
@@ -382,7 +456,7 @@ impl Connector {
                 let PrivateConn { socket, conn, .. } = private;
                 self.socket = Some(socket);
                 self.conn = Some(conn);
-                self.lease = Some(ServerLease::new(server));
+                self.lease = Some(self.lease_of(server));
                 // Idle and connected: its send buffer is empty (any readable event while it
                 // was idle closed it).
                 self.ready = Ready {
@@ -416,9 +490,9 @@ impl Connector {
                 None => self.next_server(client, cx.now, rand),
             };
             let Some(server) = next else {
-                return Progress::Failed(End::NoServer);
+                return self.queue_or_fail(cx);
             };
-            let lease = ServerLease::new(server);
+            let lease = self.lease_of(server);
             if matches!(lease.server().addr(), BackendAddr::Name { .. }) {
                 let server = lease.server().clone();
                 self.lease = Some(lease);
@@ -465,7 +539,11 @@ impl Connector {
         match self.phase {
             Phase::Connected => return Progress::Connected,
             Phase::Handshaking => return self.drive_tls(client, cx),
-            Phase::Picking | Phase::Resolving | Phase::Connecting | Phase::Released => {}
+            Phase::Picking
+            | Phase::Queued
+            | Phase::Resolving
+            | Phase::Connecting
+            | Phase::Released => {}
         }
         if ev.is_error() || (ev.is_write_closed() && !ev.is_writable()) {
             let why = socket.take_error().ok().flatten();
@@ -594,6 +672,15 @@ impl Connector {
         if self.phase == Phase::Connected || cx.now < self.deadline {
             return self.state();
         }
+        if self.phase == Phase::Queued {
+            // The periodic look, or the end of the wait: out of line, then a look (which puts
+            // it back at the head of the line, or ends the wait when its time is up).
+            if let Some(w) = &self.wait {
+                self.pool.queue.leave(w.token);
+            }
+            self.phase = Phase::Picking;
+            return self.connect_from(None, client, cx);
+        }
         let why = if self.phase == Phase::Resolving {
             "name resolution timed out"
         } else {
@@ -677,6 +764,16 @@ impl Connector {
         pool.emergency.clone()
     }
 
+    /// A claim on `server`; an HTTP request's wakes the pool's next waiter when it ends.
+    fn lease_of(&self, server: Arc<Server>) -> ServerLease {
+        let lease = ServerLease::new(server);
+        if self.kind.is_http() && !self.pool.tuning.queue_timeout.is_zero() {
+            lease.queued(&self.pool.queue)
+        } else {
+            lease
+        }
+    }
+
     fn deadline_from(&self, now_ms: u64) -> u64 {
         now_ms.saturating_add(millis(self.pool.tuning.connect_timeout))
     }
@@ -710,10 +807,14 @@ impl Connector {
                     Err(e) => Err(io::Error::other(e.to_string())),
                 }
             }
-            // A FastCGI server's connection reads and writes as an HTTP/1.1 server's.
+            // A FastCGI server's connection reads and writes as an HTTP/1.1 server's. It is kept
+            // between requests only when the server has a `max`: a php-fpm child serves one
+            // connection until it closes, so more kept connections than children would leave
+            // requests on connections no child accepts (docs/fastcgi.md#connections).
             (Ok(stream), None) if self.pool.fastcgi => Ok(Stream::Fcgi(Box::new(FcgiStream::new(
                 stream,
                 &lease.server().addr().to_string(),
+                lease.server().max() > 0,
             )))),
             (opened, _) => opened,
         };
@@ -793,6 +894,18 @@ impl Connector {
                 "emergency server {} (pool {pool}, listener {listener}) failed ({why})",
                 server.addr()
             );
+        }
+    }
+}
+
+impl Drop for Connector {
+    /// A request that closes while waiting leaves the line (its client went, or the session
+    /// was reset).
+    fn drop(&mut self) {
+        if self.phase == Phase::Queued {
+            if let Some(w) = &self.wait {
+                self.pool.queue.leave(w.token);
+            }
         }
     }
 }

@@ -97,6 +97,8 @@ pub(crate) struct Ctx<'a> {
     pub rates: &'a RateTable,
     /// The worker's file cache (static roots).
     pub files: &'a mut crate::web::Files,
+    /// Where wakes for this worker's requests waiting in a pool's queue are posted.
+    pub mailbox: &'a Arc<crate::state::queue::Mailbox>,
 }
 
 impl Ctx<'_> {
@@ -312,6 +314,16 @@ impl Session {
     }
 
     /// The session's deadline passed (or an earlier one the worker still had armed).
+    /// A wake posted for this session by another thread: a place came free in the queue its
+    /// request waits in, or (`read`) the file range it waits for is in the page cache. The step
+    /// it takes, or None when it does not wait for that (the worker passes a queue's wake on).
+    pub(crate) fn on_wake(&mut self, read: bool, cx: &mut Ctx) -> Option<Step> {
+        match self {
+            Session::Http(s) => s.on_wake(read, cx),
+            _ => None,
+        }
+    }
+
     pub(crate) fn on_deadline(&mut self, cx: &mut Ctx) -> Step {
         match self {
             Session::Tcp(s) => s.on_deadline(cx),

@@ -544,12 +544,12 @@ fn start_worker(
     logs: &LogFiles,
     resolver: Option<Arc<Resolver>>,
     done: mpsc::Sender<Msg>,
-) -> Result<Waker, RunError> {
+) -> Result<Arc<Waker>, RunError> {
     let poll = Poll::new().map_err(RunError::Epoll)?;
-    let waker = Waker::new(poll.registry(), WAKER).map_err(RunError::Waker)?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(RunError::Waker)?);
     let log = logs.for_worker()?;
     panics::install_hook();
-    let w = Worker::new(id, poll, shared.clone(), log, resolver)
+    let w = Worker::new(id, poll, shared.clone(), log, resolver, waker.clone())
         .map_err(|source| RunError::Worker { id, source })?;
     thread::Builder::new()
         .name(format!("quill-worker-{id}"))

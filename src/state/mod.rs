@@ -11,6 +11,7 @@ pub(crate) mod idle;
 mod merge;
 pub(crate) mod permit;
 pub(crate) mod plan;
+pub(crate) mod queue;
 pub(crate) mod shared;
 
 pub(crate) use error::{PrivilegeError, RunError, ThreadKind};

@@ -182,7 +182,7 @@ pub(crate) struct Shared {
     /// another's when its own has none to the server it needs.
     pub idle: Arc<IdlePools>,
     /// One per worker, set once the workers exist.
-    pub wakers: OnceLock<Vec<Waker>>,
+    pub wakers: OnceLock<Vec<Arc<Waker>>>,
     /// Set when a new process took the sockets over: the socket files belong to it now.
     pub handed_over: AtomicBool,
     /// Clock ms when the last session ended or the process started (for `--exit-idle-time`).

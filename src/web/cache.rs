@@ -4,9 +4,11 @@
 //! cached file costs no `openat`, no `stat` and (small files) no read.
 //!
 //! Per worker, so no lock: each worker holds its own entries. An entry is trusted for
-//! [`VALID_MS`]; the first request after that opens the path again beneath the root and compares
-//! its `statx` with the entry (a deploy that renamed a new file in place shows as another inode),
-//! and loads it again on any change. Bounded: at most `max_entries` entries and `max_bytes` bytes of content per worker,
+//! [`VALID_MS`]; the first request after that looks the path up again with `statx` (by name, no
+//! open) and compares device, inode, size and time with the entry (a deploy that renamed a new
+//! file in place shows as another inode), and loads it again, opened beneath the root, on any
+//! change. The `statx` is no containment check and needs none: only the very file that was
+//! opened beneath the root matches. Bounded: at most `max_entries` entries and `max_bytes` bytes of content per worker,
 //! the least recently used going first; the descriptors of all workers together stay inside a
 //! process-wide budget ([`FdBudget`]) taken from the `-x` reserve. Past the budget a large file
 //! is opened for its request only and closed after it.
@@ -243,11 +245,13 @@ impl FileCache {
         lookup
     }
 
-    /// Whether the file at `rel` is still the one slot `i` describes: opened again beneath the
-    /// root (so a link that now leads out is not followed) and its `statx` compared.
+    /// Whether the file at `rel` is still the one slot `i` describes: its `statx` by name
+    /// compared (a name that now leads elsewhere, out of the root included, is another file,
+    /// loaded again beneath the root).
     fn unchanged(&self, root: &StaticRoot, i: u32, rel: &[u8]) -> bool {
         let slot = &self.slots[i as usize];
-        let now = open(root, rel).map(|(_, info)| info);
+        let follow = !matches!(links(&root.action), Links::None);
+        let now = sysfile::file_info_at(root.dir.as_fd(), rel, follow).ok();
         match (slot.stamp, now) {
             (Some(old), Some(info)) => old == Stamp::of(&info),
             (None, None) => true,

@@ -15,6 +15,7 @@ pub(crate) mod cgi;
 pub(crate) mod dir;
 pub(crate) mod head;
 pub(crate) mod listing;
+pub(crate) mod readahead;
 pub(crate) mod send;
 pub(crate) mod serve;
 

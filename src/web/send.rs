@@ -47,6 +47,12 @@ pub(crate) struct Sending {
     pub sent: u64,
     /// A HEAD request: the body's segments are not sent.
     head_only: bool,
+    /// The file range last found in the page cache (or read into it): sends stay inside it,
+    /// and a send past it asks the kernel first (`cachestat`).
+    warm: (u64, u64),
+    /// The range found not cached: the session has it read off the worker
+    /// (`web::readahead`) before the send goes on.
+    cold: Option<(u64, u64)>,
 }
 
 /// Where a send is after a pump.
@@ -57,6 +63,9 @@ pub(crate) enum Sent {
     Blocked,
     /// Stopped on its budget with the socket still writable: drive it again this turn.
     Yielded,
+    /// The next file range is not in the page cache: [`Sending::cold_range`] gives it, to be
+    /// read off the worker; [`Sending::read_done`] then lets the send go on.
+    Cold,
 }
 
 impl Sending {
@@ -72,7 +81,56 @@ impl Sending {
             at: 0,
             sent: 0,
             head_only: false,
+            warm: (0, 0),
+            cold: None,
         }
+    }
+
+    /// The representation whose bytes are sent.
+    pub(crate) fn rep(&self) -> Option<&Arc<Rep>> {
+        self.rep.as_ref()
+    }
+
+    /// The range [`Sent::Cold`] stopped on: (offset, length) in the file.
+    pub(crate) fn cold_range(&self) -> Option<(u64, u64)> {
+        self.cold
+    }
+
+    /// The cold range is read into the page cache: the send may go on through it.
+    pub(crate) fn read_done(&mut self) {
+        if let Some(range) = self.cold.take() {
+            self.warm = (range.0, range.0 + range.1);
+        }
+    }
+
+    /// The representation's file, when the body is read from one.
+    fn file_fd(&self) -> Option<&super::cache::Fd> {
+        match self.rep.as_deref().map(|r| &r.body) {
+            Some(Body::File(fd)) => Some(fd),
+            _ => None,
+        }
+    }
+
+    /// Whether the current segment's next bytes must be read into the page cache first: a file
+    /// segment starting outside the warm range whose next [`TURN_BYTES`] are not all cached.
+    /// A kernel that cannot tell (no `cachestat`) counts as cached.
+    fn next_is_cold(&mut self) -> bool {
+        let Some(&Seg::File { from, to }) = self.segs.get(self.at) else {
+            return false;
+        };
+        if self.warm.0 <= from && from < self.warm.1 {
+            return false;
+        }
+        let len = (to - from).min(TURN_BYTES);
+        let Some(fd) = self.file_fd() else {
+            return false;
+        };
+        if let Ok(Some(false)) = sysfile::is_cached(fd.as_fd(), from, len) {
+            self.cold = Some((from, len));
+            return true;
+        }
+        self.warm = (from, from + len);
+        false
     }
 
     /// Sends the head only (a HEAD request): segments added later are left out.
@@ -137,6 +195,8 @@ impl Sending {
             }
             let r = if self.hstart < self.hend {
                 self.send_head(dst)
+            } else if self.next_is_cold() {
+                return Ok(Sent::Cold);
             } else {
                 self.send_seg(dst, pools)
             };
@@ -225,7 +285,13 @@ impl Sending {
         let Some(Body::File(fd)) = self.rep.as_deref().map(|r| &r.body) else {
             return Err(io::ErrorKind::InvalidData.into());
         };
-        let want = (to - from).min(TURN_BYTES) as usize;
+        // Within the range known to be cached (`next_is_cold` looked before).
+        let warm_left = if self.warm.0 <= from && from < self.warm.1 {
+            self.warm.1 - from
+        } else {
+            TURN_BYTES
+        };
+        let want = (to - from).min(TURN_BYTES).min(warm_left) as usize;
         let n = if dst.can_splice() {
             let mut offset = from;
             sysfile::sendfile(dst.as_fd(), fd.as_fd(), &mut offset, want)?

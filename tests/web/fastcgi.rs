@@ -82,6 +82,7 @@ fn write_scripts(www: &Path) {
         "<?php error_log('quill-stderr-marker'); echo 'warned';",
     );
     w("sleep.php", "<?php sleep(4); echo 'late';");
+    w("nap.php", "<?php usleep(20000); echo getmypid();");
     w(
         "partial.php",
         "<?php header('Content-Type: text/plain'); echo str_repeat('x', 100000); flush(); sleep(5); echo 'end';",
@@ -159,11 +160,31 @@ fn rustix_is_root() -> bool {
 /// scripts of `www`; `listener` and `http` are extra lines of the listener and its
 /// `[listener.http]`, `action` extra keys of the `fastcgi` action.
 fn quill(server: &str, www: &Path, listener: &str, http: &str, action: &str) -> QuillProcess {
+    quill_in(
+        "workers = 1",
+        &format!("\"{server}\""),
+        www,
+        listener,
+        http,
+        action,
+    )
+}
+
+/// As [`quill`], with `top` as the file's first lines and `server` the TOML value of the pool's
+/// one server (a string or a table).
+fn quill_in(
+    top: &str,
+    server: &str,
+    www: &Path,
+    listener: &str,
+    http: &str,
+    action: &str,
+) -> QuillProcess {
     let (q, _probe, _) = Quill::spawn_first(|dir, port| {
         let cfg = dir.join("quill.toml");
         let text = format!(
-            "workers = 1\nlog = \"{log}\"\n\
-             [[pool]]\nname = \"php\"\nprotocol = \"fastcgi\"\nservers = [\"{server}\"]\n\
+            "{top}\nlog = \"{log}\"\n\
+             [[pool]]\nname = \"php\"\nprotocol = \"fastcgi\"\nservers = [{server}]\n\
              [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nprotocol = \"http\"\n{listener}\n\
              [listener.http]\n{http}\n\
              [[listener.route]]\nname = \"php\"\nfastcgi = {{ pool = \"php\", root = \"{www}\"{action} }}\n",
@@ -481,9 +502,10 @@ fn php_fpm_killed_before_the_head_is_502_and_after_it_cuts_the_response() {
 }
 
 #[test]
-fn connections_to_php_fpm_are_kept_between_requests() {
+fn connections_to_a_server_with_max_are_kept_between_requests() {
     let php = start_php();
-    let q = quill(&php.tcp.to_string(), &php.www, "", "", "");
+    let server = format!("{{ address = \"{}\", max = 2 }}", php.tcp);
+    let q = quill_in("workers = 1", &server, &php.www, "", "", "");
     let status = |q: &QuillProcess| {
         let r = get_from(q, "/fpm-status.php", "");
         assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
@@ -514,6 +536,127 @@ fn connections_to_php_fpm_are_kept_between_requests() {
         "php-fpm saw {} requests",
         after - before
     );
+}
+
+/// `clients` clients at once, each sending `each` requests for `target` on its own kept-alive
+/// connection (a new one after an answer of Quill's own, which closes it); the statuses, in no
+/// particular order.
+fn load(q: &QuillProcess, target: &str, clients: usize, each: usize) -> Vec<u16> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut c = Client::connect(q.addr());
+                    (0..each)
+                        .map(|_| {
+                            let status = c.roundtrip(&get(target)).status;
+                            if status != 200 {
+                                c = Client::connect(q.addr());
+                            }
+                            status
+                        })
+                        .collect::<Vec<u16>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    })
+}
+
+#[test]
+fn without_max_more_clients_than_children_are_all_served() {
+    // php-fpm's pool has two children; a kept connection holds its child until it closes, so
+    // a proxy keeping more connections than children leaves requests on connections no child
+    // accepts (nginx with fastcgi_keep_conn stalls so: docs/benchmarks.md#fastcgi). Without a
+    // `max` Quill keeps none: eight clients at once are all served, well before the timeout.
+    let php = start_php();
+    let q = quill(
+        &php.tcp.to_string(),
+        &php.www,
+        "",
+        "response_timeout = \"10s\"",
+        "",
+    );
+    let started = Instant::now();
+    let statuses = load(&q, "/nap.php", 8, 10);
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "80 requests took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn over_max_requests_wait_in_the_queue_on_connections_kept_to_max() {
+    let php = start_php();
+    let server = format!("{{ address = \"{}\", max = 2 }}", php.tcp);
+    let q = quill_in(
+        "workers = 2\nqueue_timeout = \"20s\"",
+        &server,
+        &php.www,
+        "",
+        "response_timeout = \"20s\"",
+        "",
+    );
+    let statuses = load(&q, "/nap.php", 8, 10);
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    // Two workers, eight clients: never more connections than the server's max, each kept.
+    let opened = established_to(php.tcp);
+    assert!(opened <= 2, "{opened} connections to php-fpm");
+    assert!(opened >= 1, "no connection kept");
+}
+
+#[test]
+fn with_no_queue_requests_over_max_are_refused_at_once() {
+    // The contrast of the test above: with queue_timeout = 0 (Pen's way) a request that finds
+    // the server at its max gets 503.
+    let php = start_php();
+    let server = format!("{{ address = \"{}\", max = 1 }}", php.tcp);
+    let q = quill_in(
+        "workers = 1\nqueue_timeout = 0",
+        &server,
+        &php.www,
+        "",
+        "",
+        "",
+    );
+    let statuses = load(&q, "/nap.php", 6, 5);
+    assert!(statuses.contains(&503), "{statuses:?}");
+    assert!(statuses.contains(&200), "{statuses:?}");
+}
+
+#[test]
+fn a_request_waits_at_most_queue_timeout_then_gets_503() {
+    let php = start_php();
+    let server = format!("{{ address = \"{}\", max = 1 }}", php.sock.display());
+    let q = quill_in(
+        "workers = 1\nqueue_timeout = \"1s\"",
+        &server,
+        &php.www,
+        "",
+        "response_timeout = \"10s\"",
+        "",
+    );
+    std::thread::scope(|s| {
+        let slow = s.spawn(|| get_from(&q, "/sleep.php", ""));
+        // The slow request holds the one place first.
+        std::thread::sleep(Duration::from_millis(500));
+        let started = Instant::now();
+        let r = get_from(&q, "/hello.php", "");
+        let waited = started.elapsed();
+        assert_eq!(r.status, 503, "{}", show(&r.raw_head));
+        assert!(
+            waited >= Duration::from_millis(900) && waited < Duration::from_secs(3),
+            "answered after {waited:?}"
+        );
+        assert_eq!(slow.join().unwrap().status, 200);
+    });
+    // The place is free again: the next request is served at once.
+    assert_eq!(get_from(&q, "/hello.php", "").status, 200);
 }
 
 /// Established TCP connections to `addr` (from /proc/net/tcp: the remote end of Quill's side).
@@ -608,4 +751,39 @@ fn a_route_to_a_fastcgi_pool_without_the_fastcgi_action_is_refused_at_load() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("takes no server_tls"), "{err}");
+}
+
+#[test]
+fn quill_check_says_which_fastcgi_servers_keep_connections_and_how_long_requests_wait() {
+    let dir = scratch_dir();
+    let cfg = dir.path().join("quill.toml");
+    std::fs::write(
+        &cfg,
+        "queue_timeout = \"4s\"\n\
+         [[pool]]\nname = \"php\"\nprotocol = \"fastcgi\"\n\
+         servers = [{ address = \"/run/php.sock\", max = 5 }, \"127.0.0.1:9000\"]\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\nprotocol = \"http\"\n\
+         [[listener.route]]\nname = \"r\"\nfastcgi = { pool = \"php\", root = \"/srv\" }\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_quill"))
+        .args(["check", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("connections kept between requests to the servers with a max (1 of 2)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wait up to 4s in the queue (queue_timeout), then 503"),
+        "{text}"
+    );
 }

@@ -18,6 +18,7 @@ mod support;
 mod tls_support;
 
 mod cgi;
+mod cold_io;
 mod fastcgi;
 mod nginx_differential;
 mod observe;

@@ -178,7 +178,7 @@ fn write_states_each_setting_in_order() {
     Tuning::default().write(&mut out, "p ", false);
     assert_eq!(
         out,
-        "p blacklist 30s\np timeout 3s\np tracking 0s\np clients_max 2048\np max_per_source 0\n\
+        "p blacklist 30s\np timeout 3s\np queue_timeout 10s\np tracking 0s\np clients_max 2048\np max_per_source 0\n\
          p idle_timeout 0s\np tcp_fastclose off\np proxy_protocol off\np tcp_nodelay\n\
          p no keepalive\n"
     );

@@ -22,6 +22,10 @@ macro_rules! tuning_table {
             /// Backend connect timeout (`-t`).
             connect_timeout: Duration = Duration::from_secs(3),
                 ConnectTimeout, Some("timeout"), Secs { nonzero: true }, All, Own, "";
+            /// How long an HTTP request waits for a server while every usable one is at its
+            /// `max` (HAProxy's `timeout queue`), then 503; zero = refused at once (Pen's way).
+            queue_timeout: Duration = Duration::from_secs(10),
+                QueueTimeout, Some("queue_timeout"), Secs { nonzero: false }, All, Own, "";
             /// How long a failed server is skipped (`-b`).
             blacklist: Duration = Duration::from_secs(30),
                 Blacklist, Some("blacklist"), Secs { nonzero: false }, All, Own, "";
@@ -81,6 +85,7 @@ pub(crate) use tuning_table;
 pub(crate) const WRITE_ORDER: &[&str] = &[
     "blacklist",
     "connect_timeout",
+    "queue_timeout",
     "tracking_time",
     "clients_max",
     "max_per_source",

@@ -14,7 +14,7 @@ use crate::metrics::{End, Source};
 use crate::proxy::{Ctx, Step};
 use crate::route::StaticRoot;
 use crate::web::send::{Sending, Sent};
-use crate::web::serve;
+use crate::web::{readahead, serve};
 
 /// A file response in flight.
 #[derive(Debug)]
@@ -26,11 +26,23 @@ pub(super) struct FileOut {
     range: Option<Served>,
     /// Clock ms of the last progress (body_timeout runs from it).
     pub(super) active_ms: u64,
+    /// A cold range of the file is being read off the worker (`web::readahead`): the send
+    /// waits for the worker's wake.
+    reading: bool,
 }
 
 impl FileOut {
     pub(super) fn release(&mut self, pools: &mut crate::proxy::copy::Pools) {
         self.sending.release(pools);
+    }
+
+    /// The cold range it waited for is read: true if it was waiting.
+    pub(super) fn read_done(&mut self) -> bool {
+        if !std::mem::take(&mut self.reading) {
+            return false;
+        }
+        self.sending.read_done();
+        true
     }
 }
 
@@ -78,6 +90,7 @@ impl HttpSession {
             keep: keep && answer.status != 500,
             range: answer.range,
             active_ms: cx.now,
+            reading: false,
         }));
         self.drive_file(cx).map(|_| ())
     }
@@ -88,6 +101,9 @@ impl HttpSession {
         let Some(out) = self.file.as_mut() else {
             return Ok(true);
         };
+        if out.reading {
+            return Ok(false);
+        }
         let before = out.sending.sent;
         let pumped = out
             .sending
@@ -99,6 +115,32 @@ impl HttpSession {
             Ok(Sent::Complete) => {}
             Ok(Sent::Blocked) => return Ok(false),
             Ok(Sent::Yielded) => return Err(Step::Again),
+            Ok(Sent::Cold) => {
+                let (Some(rep), Some((from, len))) =
+                    (out.sending.rep().cloned(), out.sending.cold_range())
+                else {
+                    out.sending.read_done();
+                    return Err(Step::Again);
+                };
+                let job = readahead::Job {
+                    rep,
+                    from,
+                    len,
+                    token: cx.client_token,
+                    mailbox: cx.mailbox.clone(),
+                };
+                return match readahead::submit(job) {
+                    Ok(()) => {
+                        out.reading = true;
+                        Ok(false)
+                    }
+                    // No reader thread: send it anyway (waiting on the disk).
+                    Err(_) => {
+                        out.sending.read_done();
+                        Err(Step::Again)
+                    }
+                };
+            }
             Err(e) => {
                 tracing::debug!("{}: file response: {e}", self.addr.to_string_with_port());
                 self.end_file(End::ClientReset, cx);

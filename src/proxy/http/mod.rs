@@ -238,6 +238,24 @@ impl HttpSession {
         self.step(cx)
     }
 
+    /// A wake posted for this session: the file range it waited for is read (`read`), or a
+    /// place came free on the pool its request waits for (see `state::queue`). None when it
+    /// does not wait for that.
+    pub(crate) fn on_wake(&mut self, read: bool, cx: &mut Ctx) -> Option<Step> {
+        if read {
+            if !self.file.as_mut()?.read_done() {
+                return None;
+            }
+            return Some(self.step(cx));
+        }
+        let ex = self.ex.as_mut()?;
+        let progress = ex.connector.on_wake(&self.addr, cx)?;
+        Some(match self.follow(progress, cx) {
+            Some(step) => step,
+            None => self.step(cx),
+        })
+    }
+
     pub(crate) fn on_deadline(&mut self, cx: &mut Ctx) -> Step {
         let now = cx.now;
         if now < self.deadline() {

@@ -20,6 +20,7 @@ impl Worker {
             }
             self.answer(now);
             self.take_resolved(now);
+            self.take_queue_wakes(now);
         }
         for i in 0..self.listeners.len() {
             let p = self.listeners[i].paused_until;

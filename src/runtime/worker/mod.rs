@@ -30,6 +30,7 @@ use crate::proxy::copy::Pools;
 use crate::proxy::{Ctx, Session, Side, Step, NEVER};
 use crate::state::idle::{Owner, ServerConns};
 use crate::state::permit::SessionPermit;
+use crate::state::queue::{Mailbox, Wake};
 use crate::state::shared::{Listener, Phase, Shared, SourceSlot};
 use crate::udp::UdpWorker;
 
@@ -150,6 +151,10 @@ pub(crate) struct Worker {
     answers: Vec<resolver::Answer>,
     /// UDP listeners and their flows on this worker.
     udp: UdpWorker,
+    /// Wakes for requests waiting in pools' queues, posted by any worker, and the list being
+    /// handled (kept to reuse its allocation).
+    mailbox: Arc<Mailbox>,
+    queue_wakes: Vec<(Token, Wake)>,
 }
 
 impl Worker {
@@ -162,6 +167,7 @@ impl Worker {
         shared: Arc<Shared>,
         logs: Vec<std::fs::File>,
         resolver: Option<Arc<Resolver>>,
+        waker: Arc<mio::Waker>,
     ) -> io::Result<Worker> {
         let log_generation = shared.log_generation.load(Ordering::Relaxed);
         let log_plan = shared
@@ -206,6 +212,8 @@ impl Worker {
             resolver,
             answers: Vec::new(),
             udp: UdpWorker::new(id, shared.counters.len()),
+            mailbox: Arc::new(Mailbox::new(waker)),
+            queue_wakes: Vec::new(),
             shared,
         };
         w.sync_listeners()?;
@@ -401,6 +409,7 @@ impl Worker {
             grace_end: self.grace_end,
             rates: self.shared.rates(),
             files: &mut self.files,
+            mailbox: &self.mailbox,
         };
         Some((s, cx))
     }
@@ -471,6 +480,30 @@ impl Worker {
             self.call(idx, gen, now, |s, cx| s.on_resolved(answer.result, cx));
         }
         self.answers = answers;
+    }
+
+    /// Hands this worker's sessions what other threads posted for them: places freed in pools'
+    /// queues (a wake whose request no longer waits goes to the next in line) and file ranges
+    /// read into the page cache.
+    fn take_queue_wakes(&mut self, now: u64) {
+        let mut wakes = std::mem::take(&mut self.queue_wakes);
+        self.mailbox.take(&mut wakes);
+        for (token, wake) in wakes.drain(..) {
+            let (idx, gen, _) = decode(token);
+            let mut taken = false;
+            let read = matches!(wake, Wake::Read);
+            self.call(idx, gen, now, |s, cx| match s.on_wake(read, cx) {
+                Some(step) => {
+                    taken = true;
+                    step
+                }
+                None => s.on_deadline(cx),
+            });
+            if let (false, Wake::Queue(queue)) = (taken, wake) {
+                queue.wake_one();
+            }
+        }
+        self.queue_wakes = wakes;
     }
 
     /// Calls the sessions whose deadline came.

@@ -155,6 +155,8 @@ pub struct Gateway {
     stderr: Vec<u8>,
     stderr_lines: u32,
     stderr_dropped: u32,
+    /// Ask the application to keep the connection after each request (`FCGI_KEEP_CONN`).
+    keep_conn: bool,
 }
 
 impl Default for Gateway {
@@ -186,7 +188,15 @@ impl Gateway {
             stderr: Vec::new(),
             stderr_lines: 0,
             stderr_dropped: 0,
+            keep_conn: true,
         }
+    }
+
+    /// Whether requests ask the application to keep the connection (`FCGI_KEEP_CONN`; the
+    /// default). Without it the application closes the connection after each request, and each
+    /// response head says `Connection: close`, so the connection is not used again.
+    pub fn keep_conn(&mut self, keep: bool) {
+        self.keep_conn = keep;
     }
 
     /// Begins a request: the HTTP/1.1 request written next is this context's.
@@ -309,7 +319,15 @@ impl Gateway {
             BodyFraming::Chunked
         };
         self.translator.start(head.method == Method::Head, unknown);
-        begin_request(&mut self.out, REQUEST_ID, Role::Responder, !http10);
+        if !self.keep_conn && !http10 {
+            self.translator.close_after();
+        }
+        begin_request(
+            &mut self.out,
+            REQUEST_ID,
+            Role::Responder,
+            self.keep_conn && !http10,
+        );
         match head.framing {
             Framing::Chunked => self.up = Up::Chunked,
             Framing::Length(n) if n > 0 => {

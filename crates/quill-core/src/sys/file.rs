@@ -177,6 +177,23 @@ pub fn file_info(fd: BorrowedFd<'_>) -> io::Result<FileInfo> {
     Ok(stat_at(fd, b"", AtFlags::EMPTY_PATH)?.0)
 }
 
+/// The metadata of `rel` relative to `dir` by name, without opening it (`statx`): for checking
+/// that a file opened before beneath `dir` is still the one at that name. This is no
+/// containment check: the name may resolve anywhere (links are followed, except a link in the
+/// last component when `follow` is false), so only an identity equal to the opened file's
+/// (device, inode, size, time) says anything, and then it names that same file.
+pub fn file_info_at(dir: BorrowedFd<'_>, rel: &[u8], follow: bool) -> io::Result<FileInfo> {
+    let mut flags = if follow {
+        AtFlags::empty()
+    } else {
+        AtFlags::SYMLINK_NOFOLLOW
+    };
+    if rel.is_empty() {
+        flags |= AtFlags::EMPTY_PATH;
+    }
+    Ok(stat_at(dir, rel, flags)?.0)
+}
+
 /// Sends up to `count` bytes of `file`, from `*offset`, to the socket `out`, inside the kernel;
 /// `*offset` moves past what was sent (the file's own position never moves). Nonblocking as `out`
 /// is: `WouldBlock` when the socket's buffer is full. `Ok(0)` when `*offset` is at or past the end.

@@ -1,0 +1,148 @@
+//! HTTP requests waiting for a server of a full pool (docs/design.md#the-server-queue).
+//!
+//! When every usable server of a pool is at its `max` (MAXCONN), an HTTP request waits in the
+//! pool's [`Queue`] for up to the pool's `queue_timeout` instead of being refused: HAProxy's server
+//! queue. A FastCGI server needs it most: a php-fpm child serves one connection until it is closed,
+//! so a server's `max` is its `pm.max_children` and a request over it must wait for a child, not
+//! open a connection no child will accept.
+//!
+//! A waiter is its session's client token and its worker's [`Mailbox`]. Whenever a request's
+//! claim on a server of the pool ends ([`crate::backend::ServerLease`] dropped, in any worker),
+//! the oldest waiter is taken from the queue and posted to its worker's mailbox, and that
+//! worker woken: one wake per freed place, so a freed place is offered to the oldest request in
+//! line first. Requests that arrive while others wait join the line behind them. A woken waiter
+//! that finds the place taken meanwhile goes back to the head of the line; one that is gone (its
+//! client closed) passes the wake on. Queued requests also look again every [`RECHECK_MS`], so a
+//! place freed in a way that posts nothing (a control command raising `max`) is found.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use mio::{Token, Waker};
+
+/// How often a queued request looks for a free server without being woken (clock ms).
+pub(crate) const RECHECK_MS: u64 = 100;
+
+/// A pool's line of waiting requests, shared by all workers and kept across the pool's rebuilds
+/// (reloads, control changes), like its round-robin cursor.
+#[derive(Debug, Default)]
+pub(crate) struct Queue {
+    waiters: Mutex<VecDeque<Waiter>>,
+    /// How many wait now (written under the lock; read without it on the data path).
+    len: AtomicUsize,
+    /// Requests that ever waited, and those given up at `queue_timeout` (the metrics).
+    pub queued: AtomicU64,
+    pub timed_out: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    token: Token,
+    mailbox: Arc<Mailbox>,
+}
+
+/// Why a session is woken through its worker's [`Mailbox`].
+#[derive(Debug)]
+pub(crate) enum Wake {
+    /// A place came free in this queue (passed on when the session no longer waits there).
+    Queue(Arc<Queue>),
+    /// The file range it waited for is read into the page cache (`web::readahead`).
+    Read,
+}
+
+/// A worker's share of the wakes posted by other threads (a freed place in a pool's queue, a
+/// file range read), and its waker.
+#[derive(Debug)]
+pub(crate) struct Mailbox {
+    woken: Mutex<Vec<(Token, Wake)>>,
+    waker: Arc<Waker>,
+}
+
+impl Mailbox {
+    pub(crate) fn new(waker: Arc<Waker>) -> Mailbox {
+        Mailbox {
+            woken: Mutex::new(Vec::new()),
+            waker,
+        }
+    }
+
+    /// Moves the posted wakes into `out` (the worker's reused list).
+    pub(crate) fn take(&self, out: &mut Vec<(Token, Wake)>) {
+        out.append(&mut lock(&self.woken));
+    }
+
+    /// Posts that the file range session `token` waited for is read, and wakes the worker.
+    pub(crate) fn post_read(&self, token: Token) {
+        lock(&self.woken).push((token, Wake::Read));
+        // A worker that cannot be woken has stopped, and its sessions with it.
+        let _ = self.waker.wake();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Queue {
+    /// How many requests wait now.
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    /// Puts the session with client token `token` in line: at the back when it arrives, at the
+    /// front when it was woken and lost the place (`front`).
+    pub(crate) fn wait(&self, token: Token, mailbox: &Arc<Mailbox>, front: bool) {
+        let mut w = lock(&self.waiters);
+        let waiter = Waiter {
+            token,
+            mailbox: mailbox.clone(),
+        };
+        if front {
+            w.push_front(waiter);
+        } else {
+            w.push_back(waiter);
+            self.queued.fetch_add(1, Ordering::Relaxed);
+        }
+        self.len.store(w.len(), Ordering::Relaxed);
+    }
+
+    /// Takes the session out of line (it got a server on its own look, timed out or closed).
+    /// True if it was in line.
+    pub(crate) fn leave(&self, token: Token) -> bool {
+        let mut w = lock(&self.waiters);
+        let Some(at) = w.iter().position(|x| x.token == token) else {
+            return false;
+        };
+        w.remove(at);
+        self.len.store(w.len(), Ordering::Relaxed);
+        true
+    }
+
+    /// A place on one of the pool's servers was freed: the oldest waiter is posted to its
+    /// worker, which is woken. Nothing when no one waits.
+    pub(crate) fn wake_one(self: &Arc<Self>) {
+        if self.len() == 0 {
+            return;
+        }
+        let waiter = {
+            let mut w = lock(&self.waiters);
+            let waiter = w.pop_front();
+            self.len.store(w.len(), Ordering::Relaxed);
+            waiter
+        };
+        let Some(Waiter { token, mailbox }) = waiter else {
+            return;
+        };
+        lock(&mailbox.woken).push((token, Wake::Queue(self.clone())));
+        // A worker that cannot be woken has stopped: its sessions are gone, so pass the wake on.
+        if mailbox.waker.wake().is_err() {
+            lock(&mailbox.woken).retain(|(t, _)| *t != token);
+            self.wake_one();
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "queue_tests.rs"]
+mod tests;
