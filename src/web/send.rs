@@ -53,6 +53,8 @@ pub(crate) struct Sending {
     /// The range found not cached: the session has it read off the worker
     /// (`web::readahead`) before the send goes on.
     cold: Option<(u64, u64)>,
+    /// The next range, not cached, to read ahead without waiting.
+    prefetch: Option<(u64, u64)>,
 }
 
 /// Where a send is after a pump.
@@ -83,6 +85,7 @@ impl Sending {
             head_only: false,
             warm: (0, 0),
             cold: None,
+            prefetch: None,
         }
     }
 
@@ -103,17 +106,13 @@ impl Sending {
         }
     }
 
-    /// The representation's file, when the body is read from one.
-    fn file_fd(&self) -> Option<&super::cache::Fd> {
-        match self.rep.as_deref().map(|r| &r.body) {
-            Some(Body::File(fd)) => Some(fd),
-            _ => None,
-        }
-    }
-
     /// Whether the current segment's next bytes must be read into the page cache first: a file
-    /// segment starting outside the warm range whose next [`TURN_BYTES`] are not all cached.
-    /// A kernel that cannot tell (no `cachestat`) counts as cached.
+    /// segment starting outside the warm range whose next [`TURN_BYTES`] are not all cached
+    /// (`cachestat` counts the pages present) or whose last page is still being read
+    /// (`preadv2` with `RWF_NOWAIT` of its last byte: a page under I/O is present but not yet
+    /// readable, and `sendfile` would wait for it). A kernel that cannot tell counts as
+    /// cached. When the range is warm and the one after it is not all present, that one is
+    /// noted for reading ahead ([`Sending::take_prefetch`]).
     fn next_is_cold(&mut self) -> bool {
         let Some(&Seg::File { from, to }) = self.segs.get(self.at) else {
             return false;
@@ -122,15 +121,40 @@ impl Sending {
             return false;
         }
         let len = (to - from).min(TURN_BYTES);
-        let Some(fd) = self.file_fd() else {
+        let Some(rep) = self.rep.clone() else {
             return false;
         };
-        if let Ok(Some(false)) = sysfile::is_cached(fd.as_fd(), from, len) {
+        let Body::File(fd) = &rep.body else {
+            return false;
+        };
+        let present = !matches!(sysfile::is_cached(fd.as_fd(), from, len), Ok(Some(false)));
+        let mut last = [0u8; 1];
+        let readable = present
+            && !matches!(
+                sysfile::pread_nowait(fd.as_fd(), &mut last, from + len - 1),
+                Ok(None)
+            );
+        if !readable {
             self.cold = Some((from, len));
             return true;
         }
         self.warm = (from, from + len);
+        let next = (to - from - len).min(TURN_BYTES);
+        if next > 0
+            && matches!(
+                sysfile::is_cached(fd.as_fd(), from + len, next),
+                Ok(Some(false))
+            )
+        {
+            self.prefetch = Some((from + len, next));
+        }
         false
+    }
+
+    /// The range after the one being sent, found not cached: the session has it read ahead off
+    /// the worker, without waiting for it.
+    pub(crate) fn take_prefetch(&mut self) -> Option<(u64, u64)> {
+        self.prefetch.take()
     }
 
     /// Sends the head only (a HEAD request): segments added later are left out.

@@ -111,6 +111,18 @@ impl HttpSession {
         if out.sending.sent != before {
             out.active_ms = cx.now;
         }
+        if let (Some((from, len)), Some(rep)) =
+            (out.sending.take_prefetch(), out.sending.rep().cloned())
+        {
+            // Read ahead while this range goes out; its wake finds the session not waiting.
+            let _ = readahead::submit(readahead::Job {
+                rep,
+                from,
+                len,
+                token: cx.client_token,
+                mailbox: cx.mailbox.clone(),
+            });
+        }
         match pumped {
             Ok(Sent::Complete) => {}
             Ok(Sent::Blocked) => return Ok(false),
