@@ -4,7 +4,7 @@ with `keepalive 8` and `fastcgi_keep_conn on`) against Quill's `fastcgi` route a
 front of the same php-fpm 8.2 (`pm = static`, `pm.max_children = 2`), one pool on a Unix socket
 and one on 127.0.0.1:9420, serving hello.php and 20k.php.
 
-Per round (candidates interleaved, order rotating), for each script and each transport (unix,
+Per round (order rotating; each candidate alone, stopped before the next starts), for each script and each transport (unix,
 tcp): `wrk -t1 -cC` keep-alive; requests/s, the proxy's CPU per request (utime+stime of its
 processes from /proc), php-fpm's CPU per request, the load generator's own CPU. Once per
 candidate and transport, a fresh proxy: the connections php-fpm accepted (`strace -f -c -e
@@ -270,19 +270,18 @@ class Bench:
         self.results["runs"].append(row)
 
     def load_round(self, rnd, order):
-        running = {}
-        try:
-            for name in order:
-                p = self.start(name, "load start", rnd)
-                if p:
-                    running[name] = p
-            for script in SCRIPTS:
-                for transport in TRANSPORTS:
-                    for name in order:
-                        if name in running:
-                            self.measure(name, running[name], script, transport, rnd)
-        finally:
-            for p in running.values():
+        # One candidate at a time, stopped before the next starts: a php-fpm child serves one
+        # connection until it closes, so a proxy left running with kept connections would hold
+        # the children the next one needs (both stalled so when they ran side by side).
+        for name in order:
+            p = self.start(name, "load start", rnd)
+            if not p:
+                continue
+            try:
+                for script in SCRIPTS:
+                    for transport in TRANSPORTS:
+                        self.measure(name, p, script, transport, rnd)
+            finally:
                 self.procs.stop(p, (signal.SIGTERM, signal.SIGTERM), wait=6)
 
     def connections_one(self, name, transport):

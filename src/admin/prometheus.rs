@@ -545,7 +545,8 @@ fn queues(out: &mut Exposition, snap: &Snapshot) {
                 .map(|p| (("pool", p.name.as_str()), &p.queue)),
         )
         .collect();
-    let families: [(&str, Kind, &str, fn(&QueueStatus) -> u64); 3] = [
+    type Family = (&'static str, Kind, &'static str, fn(&QueueStatus) -> u64);
+    let families: [Family; 3] = [
         (
             "quill_queue_waiting",
             Kind::Gauge,
@@ -823,6 +824,7 @@ mod tests {
                 cache_entries: 3,
                 descriptors: 1,
                 descriptors_max: 100,
+                cold_reads: 4,
             },
             cgi: crate::status::CgiStatus { children: 2 },
             tls: crate::status::TlsProcess {
@@ -996,6 +998,7 @@ mod tests {
                 "quill_http_responses_partial_total{source=\"file\"} 2",
                 "quill_file_cache_lookups_total{result=\"hit\"} 7",
                 "quill_file_cache_lookups_total{result=\"miss\"} 3",
+                "quill_file_cold_reads_total 4",
                 "quill_file_cache_entries 3",
                 "quill_file_cache_descriptors 1",
                 "quill_file_cache_descriptors_max 100",

@@ -15,8 +15,9 @@
 //! client closed) passes the wake on. Queued requests also look again every [`RECHECK_MS`], so a
 //! place freed in a way that posts nothing (a control command raising `max`) is found.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use mio::{Token, Waker};
@@ -56,27 +57,59 @@ pub(crate) enum Wake {
 #[derive(Debug)]
 pub(crate) struct Mailbox {
     woken: Mutex<Vec<(Token, Wake)>>,
+    /// Something was posted since the worker last took its wakes (read without the lock at the
+    /// end of each of its turns).
+    pending: AtomicBool,
     waker: Arc<Waker>,
+}
+
+thread_local! {
+    /// The address of the mailbox of the worker running on this thread (0 elsewhere): a wake
+    /// posted from the worker's own turn needs no `eventfd` write, the turn's end takes it.
+    static OWN: Cell<usize> = const { Cell::new(0) };
 }
 
 impl Mailbox {
     pub(crate) fn new(waker: Arc<Waker>) -> Mailbox {
         Mailbox {
             woken: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
             waker,
         }
     }
 
+    /// Marks this mailbox as the one of the worker running on the calling thread.
+    pub(crate) fn own(self: &Arc<Self>) {
+        OWN.with(|o| o.set(Arc::as_ptr(self) as usize));
+    }
+
+    /// Whether wakes were posted since the last [`Mailbox::take`] (no lock).
+    pub(crate) fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
     /// Moves the posted wakes into `out` (the worker's reused list).
     pub(crate) fn take(&self, out: &mut Vec<(Token, Wake)>) {
-        out.append(&mut lock(&self.woken));
+        let mut woken = lock(&self.woken);
+        self.pending.store(false, Ordering::Release);
+        out.append(&mut woken);
+    }
+
+    /// Posts a wake; the worker is woken unless this is its own thread (its turn's end takes
+    /// the wake). Err when the worker has stopped.
+    fn post(&self, token: Token, wake: Wake) -> std::io::Result<()> {
+        lock(&self.woken).push((token, wake));
+        self.pending.store(true, Ordering::Release);
+        if OWN.with(Cell::get) == self as *const Mailbox as usize {
+            return Ok(());
+        }
+        self.waker.wake()
     }
 
     /// Posts that the file range session `token` waited for is read, and wakes the worker.
     pub(crate) fn post_read(&self, token: Token) {
-        lock(&self.woken).push((token, Wake::Read));
         // A worker that cannot be woken has stopped, and its sessions with it.
-        let _ = self.waker.wake();
+        let _ = self.post(token, Wake::Read);
     }
 }
 
@@ -134,9 +167,8 @@ impl Queue {
         let Some(Waiter { token, mailbox }) = waiter else {
             return;
         };
-        lock(&mailbox.woken).push((token, Wake::Queue(self.clone())));
         // A worker that cannot be woken has stopped: its sessions are gone, so pass the wake on.
-        if mailbox.waker.wake().is_err() {
+        if mailbox.post(token, Wake::Queue(self.clone())).is_err() {
             lock(&mailbox.woken).retain(|(t, _)| *t != token);
             self.wake_one();
         }

@@ -98,7 +98,7 @@ impl UdpWorker {
                     self.pending.push(Pending::Ended {
                         id,
                         client,
-                        flow,
+                        flow: Box::new(flow),
                         end: End::Responses,
                     });
                 }
@@ -179,7 +179,7 @@ impl UdpWorker {
                 client, flow, end, ..
             } = p
             {
-                finish(client, flow, end, cx);
+                finish(client, *flow, end, cx);
             }
         }
         self.pending = pending;
@@ -196,7 +196,8 @@ pub(super) enum Pending {
     Ended {
         id: FlowId,
         client: SocketAddr,
-        flow: Flow,
+        /// Boxed: a flow is large, and ends are rare beside live replies.
+        flow: Box<Flow>,
         end: End,
     },
 }

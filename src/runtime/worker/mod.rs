@@ -234,6 +234,7 @@ impl Worker {
     /// Runs the event loop until the worker has drained or is told to stop, then closes its inbox
     /// (requests left there are dropped, so whoever waits for them hears at once).
     pub(crate) fn run(mut self) {
+        self.mailbox.own();
         self.event_loop();
         self.shared.heartbeats[self.id].store(u64::MAX, Ordering::Relaxed);
         let left = self.shared.inboxes[self.id]
@@ -283,6 +284,10 @@ impl Worker {
                 let mut cx = udp_cx!(self, now);
                 self.udp.expire(&mut cx);
             }
+            if self.mailbox.is_pending() {
+                // Wakes posted during this turn (a freed place in a queue, by this worker itself).
+                self.take_queue_wakes(now);
+            }
             self.conns.expire(now);
             self.pools.after_turn(now);
             if self.draining && now >= self.next_sweep {
@@ -300,7 +305,7 @@ impl Worker {
     }
 
     fn next_wakeup(&self, now: u64) -> Option<u64> {
-        if !self.again.is_empty() || self.udp.has_again() {
+        if !self.again.is_empty() || self.udp.has_again() || self.mailbox.is_pending() {
             return Some(now);
         }
         let timers = self.timers.next().into_iter();
