@@ -15,7 +15,7 @@ use crate::balancer::{ClientTable, Cursor, Mode, ServerSet};
 use crate::clock::millis;
 use crate::config::model::UdpSettings;
 use crate::config::{HealthCheck, HttpSettings, ListenerConfig, ListenerKind, StreamProto, Tuning};
-use crate::state::queue::Queue;
+use crate::queue::Queue;
 use quill_core::http1::rewrite::{EditOp, HeaderEdit};
 
 const NO_ACL: u8 = u8::MAX;
@@ -273,7 +273,7 @@ impl Server {
 /// For TCP the lease lasts from the connect attempt to the close; for HTTP it will be one request in
 /// flight.
 /// An HTTP request's lease also holds its pool's queue: the place it frees goes to the oldest
-/// request waiting there (`state::queue`).
+/// request waiting there (`queue`).
 #[derive(Debug)]
 pub(crate) struct ServerLease {
     server: Arc<Server>,

@@ -30,6 +30,7 @@ mod log;
 mod metrics;
 mod net;
 mod proxy;
+mod queue;
 mod route;
 mod runtime;
 mod status;

@@ -70,7 +70,7 @@ pub(crate) struct QueueStatus {
 }
 
 impl QueueStatus {
-    fn of(q: &crate::state::queue::Queue) -> QueueStatus {
+    fn of(q: &crate::queue::Queue) -> QueueStatus {
         QueueStatus {
             waiting: q.len() as u64,
             total: q.queued.load(Ordering::Relaxed),

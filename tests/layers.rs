@@ -39,6 +39,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config::sites",
             "config::web",
             "backend",
+            "queue",
             "route",
             "tls",
         ],

@@ -26,8 +26,8 @@ use crate::metrics::{Counters, End};
 use crate::net::fastcgi::FcgiStream;
 use crate::net::tls::{Handshake, HandshakeError, TlsStream};
 use crate::net::{self, ClientAddr, Ready, Stream};
+use crate::queue::RECHECK_MS;
 use crate::state::idle::ServerConns;
-use crate::state::queue::RECHECK_MS;
 
 /// The PROXY protocol header of `version` for a client (`proxy_protocol`: sent first on a new
 /// server connection by the TCP session, the HTTP exchange, or [`Connector::send_preface`] before
@@ -121,7 +121,7 @@ pub(crate) struct Connector {
     wait: Option<Box<QueueWait>>,
 }
 
-/// An HTTP request's wait for a server of a full pool (`state::queue`).
+/// An HTTP request's wait for a server of a full pool (`queue`).
 #[derive(Debug)]
 struct QueueWait {
     /// When the wait ends with a 503 (clock ms).
@@ -307,7 +307,7 @@ impl Connector {
         match (socket, lease, keep && connected && !self.ready.error) {
             (Some(socket), Some(lease), true) => {
                 // In the idle pool before the lease ends: the request the freed place wakes
-                // (state::queue), in any worker, finds the connection there.
+                // (queue), in any worker, finds the connection there.
                 cx.conns
                     .checkin(id, socket, lease.server().clone(), max_idle, expires);
                 drop(lease);

@@ -98,7 +98,7 @@ pub(crate) struct Ctx<'a> {
     /// The worker's file cache (static roots).
     pub files: &'a mut crate::web::Files,
     /// Where wakes for this worker's requests waiting in a pool's queue are posted.
-    pub mailbox: &'a Arc<crate::state::queue::Mailbox>,
+    pub mailbox: &'a Arc<crate::queue::Mailbox>,
 }
 
 impl Ctx<'_> {

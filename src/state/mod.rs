@@ -11,7 +11,6 @@ pub(crate) mod idle;
 mod merge;
 pub(crate) mod permit;
 pub(crate) mod plan;
-pub(crate) mod queue;
 pub(crate) mod shared;
 
 pub(crate) use error::{PrivilegeError, RunError, ThreadKind};

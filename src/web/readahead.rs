@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use mio::Token;
 
 use super::cache::{Body, Rep};
-use crate::state::queue::Mailbox;
+use crate::queue::Mailbox;
 
 /// Reader threads: a cold range waits on the disk, not on the CPU, so a few serve every worker.
 pub(crate) const THREADS: usize = 2;

@@ -239,7 +239,7 @@ impl HttpSession {
     }
 
     /// A wake posted for this session: the file range it waited for is read (`read`), or a
-    /// place came free on the pool its request waits for (see `state::queue`). None when it
+    /// place came free on the pool its request waits for (see `queue`). None when it
     /// does not wait for that.
     pub(crate) fn on_wake(&mut self, read: bool, cx: &mut Ctx) -> Option<Step> {
         if read {

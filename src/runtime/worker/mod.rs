@@ -28,9 +28,9 @@ use crate::log::{AccessLog, LogPlan};
 use crate::metrics::{Counters, End};
 use crate::proxy::copy::Pools;
 use crate::proxy::{Ctx, Session, Side, Step, NEVER};
+use crate::queue::{Mailbox, Wake};
 use crate::state::idle::{Owner, ServerConns};
 use crate::state::permit::SessionPermit;
-use crate::state::queue::{Mailbox, Wake};
 use crate::state::shared::{Listener, Phase, Shared, SourceSlot};
 use crate::udp::UdpWorker;
 
