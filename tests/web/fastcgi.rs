@@ -714,70 +714,54 @@ fn fcgiwrap_runs_a_shell_script() {
     assert_eq!(r.body, b"sh says x=7\n");
 }
 
-#[test]
-fn a_route_to_a_fastcgi_pool_without_the_fastcgi_action_is_refused_at_load() {
+/// `quill check` of a file holding `text`: its exit status, stdout and stderr.
+fn check(text: &str) -> (Option<i32>, String, String) {
     let dir = scratch_dir();
     let cfg = dir.path().join("quill.toml");
-    std::fs::write(
-        &cfg,
-        "[[pool]]\nname = \"php\"\nprotocol = \"fastcgi\"\nservers = [\"127.0.0.1:9\"]\n\
-         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\nprotocol = \"http\"\n\
-         [[listener.route]]\nname = \"r\"\npool = \"php\"\n",
-    )
-    .unwrap();
+    std::fs::write(&cfg, text).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_quill"))
         .args(["check", "--config"])
         .arg(&cfg)
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_route_to_a_fastcgi_pool_without_the_fastcgi_action_is_refused_at_load() {
+    let (code, _, err) = check(
+        "[[pool]]\nname = \"php\"\nprotocol = \"fastcgi\"\nservers = [\"127.0.0.1:9\"]\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\nprotocol = \"http\"\n\
+         [[listener.route]]\nname = \"r\"\npool = \"php\"\n",
+    );
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("quill.toml:9") && err.contains("speaks FastCGI"),
         "{err}"
     );
-    std::fs::write(
-        &cfg,
+    let (code, _, err) = check(
         "[[pool]]\nname = \"php\"\nprotocol = \"fastcgi\"\nservers = [\"127.0.0.1:9\"]\n\
          server_tls = {}\n\
          [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\nprotocol = \"http\"\n",
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_quill"))
-        .args(["check", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    );
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("takes no server_tls"), "{err}");
 }
 
 #[test]
 fn quill_check_says_which_fastcgi_servers_keep_connections_and_how_long_requests_wait() {
-    let dir = scratch_dir();
-    let cfg = dir.path().join("quill.toml");
-    std::fs::write(
-        &cfg,
+    let (code, text, err) = check(
         "queue_timeout = \"4s\"\n\
          [[pool]]\nname = \"php\"\nprotocol = \"fastcgi\"\n\
          servers = [{ address = \"/run/php.sock\", max = 5 }, \"127.0.0.1:9000\"]\n\
          [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\nprotocol = \"http\"\n\
          [[listener.route]]\nname = \"r\"\nfastcgi = { pool = \"php\", root = \"/srv\" }\n",
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_quill"))
-        .args(["check", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
     );
+    assert_eq!(code, Some(0), "{text}{err}");
     assert!(
         text.contains("connections kept between requests to the servers with a max (1 of 2)"),
         "{text}"
