@@ -602,6 +602,14 @@ impl Pool {
         self.stream().map_or(&[], |s| &s.accept_proxy[..])
     }
 
+    /// Whether its listener waits for a client's first bytes before accepting it (`defer_accept`,
+    /// where clients speak first: HTTP, TLS, a PROXY header, a ClientHello for SNI routes); as
+    /// [`ListenerConfig::defers_accept`](crate::config::ListenerConfig::defers_accept).
+    pub(crate) fn defers_accept(&self) -> bool {
+        self.tuning.defer_accept
+            && (!self.accept_proxy().is_empty() || !matches!(self.admission(false), Admission::Tcp))
+    }
+
     /// What session a client accepted on this pool's listener gets; `denied`: `client_acl`
     /// denied it (it gets a TCP session to the abuse server, or is closed). UDP and DSR
     /// listeners accept no stream: TCP, as for a denied client.

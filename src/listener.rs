@@ -24,6 +24,9 @@ pub(crate) struct BindOptions {
     pub tfo: bool,
     pub nodelay: bool,
     pub keepalive: bool,
+    /// TCP_DEFER_ACCEPT: a client is accepted once its first bytes are in (listeners whose
+    /// clients speak first; see `ListenerConfig::defers_accept`).
+    pub defer: bool,
     /// A UDP listener with this many SO_REUSEPORT sockets (one per worker); 0 = TCP or Unix.
     pub udp_sockets: usize,
 }
@@ -89,12 +92,19 @@ impl ListenSocket {
         }
     }
 
-    /// Changes the options accepted sockets inherit (a reload or `tcp_nodelay` / `keepalive`).
-    pub(crate) fn set_inherited_options(&self, nodelay: bool, keepalive: bool) -> io::Result<()> {
+    /// Changes the options accepted sockets inherit and whether accepts wait for the client's
+    /// first bytes (a reload, or `tcp_nodelay` / `keepalive` / `defer_accept`).
+    pub(crate) fn set_inherited_options(
+        &self,
+        nodelay: bool,
+        keepalive: bool,
+        defer: bool,
+    ) -> io::Result<()> {
         if let ListenSocket::Tcp(l) = self {
             let s = socket2::SockRef::from(l);
             s.set_tcp_nodelay(nodelay)?;
             s.set_keepalive(keepalive)?;
+            sys::set_tcp_defer_accept(l.as_fd(), defer_seconds(defer))?;
         }
         Ok(())
     }
@@ -200,12 +210,26 @@ fn bind_tcp(addr: SocketAddr, o: &BindOptions) -> io::Result<ListenSocket> {
     if o.keepalive {
         socket.set_keepalive(true)?;
     }
+    if o.defer {
+        sys::set_tcp_defer_accept(socket.as_fd(), defer_seconds(true))?;
+    }
     if o.tfo {
         if let Err(e) = sys::set_tcp_fastopen(socket.as_fd(), o.backlog.min(4096) as i32) {
             tracing::debug!("TCP_FASTOPEN not set on {addr}: {e}");
         }
     }
     Ok(ListenSocket::Tcp(TcpListener::from_std(socket.into())))
+}
+
+/// TCP_DEFER_ACCEPT's value: a client that connects and sends nothing is accepted all the same
+/// after about a second (the kernel's first SYN-ACK retransmission), so it meets the HTTP
+/// `header_timeout` late by that much at most; 0 turns deferral off.
+fn defer_seconds(defer: bool) -> i32 {
+    if defer {
+        1
+    } else {
+        0
+    }
 }
 
 /// A UDP listener of `count` sockets at `addr`: those `inherited` (from the process we take over

@@ -67,6 +67,7 @@ fn bind_options(g: &Global, l: &ListenerConfig) -> BindOptions {
         tfo: g.tfo,
         nodelay: l.tuning.tcp_nodelay,
         keepalive: l.tuning.keepalive,
+        defer: l.defers_accept(),
         udp_sockets: if l.udp().is_some() {
             g.workers.max(1)
         } else {
@@ -133,21 +134,12 @@ fn open_socket(
 }
 
 /// Sets on a socket systemd (or the previous process) bound the options that accepted clients
-/// inherit, as `listener::bind` does: without them every client of a socket-activated listener
-/// would run with Nagle's algorithm on. Failures only cost that, so they are logged.
+/// inherit, and TCP_DEFER_ACCEPT, as `listener::bind` does: without them every client of a
+/// socket-activated listener would run with Nagle's algorithm on. Failures only cost that, so
+/// they are logged.
 fn set_inherited_options(socket: &ListenSocket, o: &BindOptions) {
-    if let ListenSocket::Tcp(_) = socket {
-        let s = socket2::SockRef::from(socket);
-        let result = s.set_tcp_nodelay(o.nodelay).and_then(|()| {
-            if o.keepalive {
-                s.set_keepalive(true)
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(e) = result {
-            tracing::warn!("cannot set options on an inherited socket: {e}");
-        }
+    if let Err(e) = socket.set_inherited_options(o.nodelay, o.keepalive, o.defer) {
+        tracing::warn!("cannot set options on an inherited socket: {e}");
     }
 }
 
@@ -429,6 +421,7 @@ impl Controller {
                     options: SocketOptions {
                         nodelay: pool.tuning.tcp_nodelay,
                         keepalive: pool.tuning.keepalive,
+                        defer: pool.defers_accept(),
                     },
                     file: c.socket.path().filter(|p| !self.shared.is_systemd_file(p)),
                 }
@@ -495,9 +488,10 @@ impl Controller {
             list.push(match ready {
                 Ready::Kept { listener, options } => {
                     if let Some(o) = options {
-                        if let Err(error) = listener
-                            .socket
-                            .set_inherited_options(o.nodelay, o.keepalive)
+                        if let Err(error) =
+                            listener
+                                .socket
+                                .set_inherited_options(o.nodelay, o.keepalive, o.defer)
                         {
                             let listener = l.name.clone();
                             notes.push(Note::SocketOptions { listener, error });

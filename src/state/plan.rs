@@ -40,6 +40,8 @@ pub(crate) struct Running<'a> {
 pub(crate) struct SocketOptions {
     pub nodelay: bool,
     pub keepalive: bool,
+    /// Accepts wait for the client's first bytes (TCP_DEFER_ACCEPT).
+    pub defer: bool,
 }
 
 impl SocketOptions {
@@ -47,6 +49,7 @@ impl SocketOptions {
         SocketOptions {
             nodelay: l.tuning.tcp_nodelay,
             keepalive: l.tuning.keepalive,
+            defer: l.defers_accept(),
         }
     }
 }

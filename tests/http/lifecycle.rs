@@ -308,7 +308,10 @@ fn a_client_connecting_during_a_sigterm_drain_is_refused_not_queued_for_nobody()
 fn http_sigterm_keeps_idle_clients_for_the_drain_grace_and_busy_ones_get_connection_close() {
     let gate = Gate::new();
     let b = busy_backend(&gate, 50_000);
-    let global = "drain_timeout = \"30s\"\ndrain_grace = \"2s\"\nworkers = 1";
+    // Without deferred accepts: a client that never sends is then Quill's at once, the case
+    // checked here (deferred, the kernel holds such a client until its first bytes or about a
+    // second; a stop closes it with the listening socket, a reload or takeover keeps it).
+    let global = "drain_timeout = \"30s\"\ndrain_grace = \"2s\"\nworkers = 1\ndefer_accept = false";
     let mut p = start_proxy_global(global, "", &[b.addr()]);
     if p.quill.is_none() {
         return; // HAProxy closes idle clients at once unless told otherwise: not compared here.
@@ -610,4 +613,105 @@ fn http_takeover_keeps_idle_clients_for_the_drain_grace_and_finishes_busy_ones_w
     let mut fresh = Client::connect(t.p.addr());
     assert_eq!(fresh.roundtrip(&get("/after")).status, 200);
     t.assert_old_exits_cleanly("the old process exits well before the drain deadline");
+}
+
+/// The sessions a Quill with `--admin ADDR` has accepted (refused ones included).
+fn accepted(admin: std::net::SocketAddr) -> f64 {
+    crate::admin_support::metrics(admin).value("quill_sessions_accepted_total", &[])
+}
+
+/// TCP_DEFER_ACCEPT (`defer_accept`, on by default where clients speak first): a client that
+/// has connected but sent nothing is not accepted yet (the kernel holds it: no session, no
+/// place under `-x`, no wake-up); its first bytes get it accepted, and it is answered. One
+/// that never sends is accepted all the same after about a second (then `header_timeout`
+/// applies).
+#[test]
+fn an_http_listener_accepts_a_client_once_its_first_bytes_are_in() {
+    let b = Backend::echo();
+    let (q, admin) =
+        crate::admin_support::start_pen_with_admin(&["-H", "-x", "1"], &[b.addr().to_string()]);
+    // The start-up check's own connections (closed: a FIN gets a client accepted too).
+    let base = accepted(admin);
+    let silent = std::net::TcpStream::connect(("127.0.0.1", q.port)).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(
+        accepted(admin),
+        base,
+        "a client that has sent nothing was accepted"
+    );
+    let from = silent.local_addr().unwrap();
+    assert_eq!(
+        server_side_state(q.port, from).as_deref(),
+        Some("03"),
+        "the kernel does not hold the silent client in SYN received"
+    );
+    // The only place under -x 1 is free for a client that speaks.
+    let mut c = Client::connect(([127, 0, 0, 1], q.port).into());
+    let r = c.roundtrip(&get("/speaks"));
+    assert_eq!(r.status, 200, "{}", show(&r.raw_head));
+    drop(c);
+    assert!(wait_until(T, || crate::admin_support::metrics(admin)
+        .value("quill_sessions_active", &[])
+        == 0.0));
+    // The silent one speaks at last: accepted then, and answered.
+    let mut silent = Client::from_stream(silent);
+    silent.send(&get("/late"));
+    let r = silent.read_response();
+    assert_eq!(r.status, 200, "{}", show(&r.raw_head));
+    assert_eq!(accepted(admin), base + 2.0);
+    // One that never sends: accepted within a few seconds anyway (bounded wait).
+    let _quiet = std::net::TcpStream::connect(("127.0.0.1", q.port)).unwrap();
+    let start = Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(8), || accepted(admin) == base + 3.0),
+        "a client that sends nothing was never accepted"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(500),
+        "accepted before its bytes"
+    );
+}
+
+/// The state (`/proc/net/tcp`'s `st`: 01 established, 03 SYN received) of the server side of
+/// the connection from `client` to local port `port`, if the kernel lists it.
+fn server_side_state(port: u16, client: std::net::SocketAddr) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let local = format!(":{port:04X}");
+    let remote = format!(":{:04X}", client.port());
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.len() > 3 && f[1].ends_with(&local) && f[2].ends_with(&remote)).then(|| f[3].to_string())
+    })
+}
+
+/// `no defer_accept` (`-O`): the kernel completes a client's connection as soon as it connects
+/// (its server side is established at once, where a deferred one stays "SYN received" for about
+/// a second), and Quill accepts it: a silent client then holds the only place under `-x 1`, so
+/// the next client, which speaks, is refused.
+#[test]
+fn with_defer_accept_off_a_silent_client_is_accepted_at_once() {
+    let b = Backend::echo();
+    let (q, admin) = crate::admin_support::start_pen_with_admin(
+        &["-H", "-x", "1", "-O", "no defer_accept"],
+        &[b.addr().to_string()],
+    );
+    let base = accepted(admin);
+    let silent = std::net::TcpStream::connect(("127.0.0.1", q.port)).unwrap();
+    let from = silent.local_addr().unwrap();
+    assert!(
+        wait_until(Duration::from_millis(900), || {
+            server_side_state(q.port, from).as_deref() == Some("01")
+        }),
+        "the server side is {:?}, not established: the accept was deferred",
+        server_side_state(q.port, from)
+    );
+    assert!(
+        wait_until(T, || accepted(admin) == base + 1.0),
+        "the silent client was not accepted"
+    );
+    let mut c = Client::connect(([127, 0, 0, 1], q.port).into());
+    c.send(&get("/refused"));
+    if let Ok(r) = c.try_read_response(false, T) {
+        assert_ne!(r.status, 200, "served beyond -x 1: {}", show(&r.raw_head));
+    }
 }

@@ -121,6 +121,25 @@ impl ListenerKind {
 }
 
 impl ListenerConfig {
+    /// Whether its clients speak first: HTTP, TLS, a PROXY header, or a TLS ClientHello that
+    /// SNI routes read. A plain TCP listener's server may speak first (SMTP, MySQL).
+    pub(crate) fn client_speaks_first(&self) -> bool {
+        self.stream().is_some_and(|s| {
+            s.tls.is_some()
+                || !s.accept_proxy.is_empty()
+                || matches!(s.proto, StreamProto::Http(_))
+                || !self.routes.is_empty()
+        })
+    }
+
+    /// Whether its socket accepts a client only once the client's first bytes are in
+    /// (TCP_DEFER_ACCEPT): `defer_accept` (on by default) where clients speak first. A client
+    /// is then read at accept, with no wake-up of its own; one that sends nothing is accepted
+    /// after about a second all the same.
+    pub(crate) fn defers_accept(&self) -> bool {
+        self.tuning.defer_accept && self.client_speaks_first()
+    }
+
     /// The stream listener's settings; None for UDP and DSR.
     pub(crate) fn stream(&self) -> Option<&StreamKind> {
         match &self.kind {

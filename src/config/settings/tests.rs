@@ -180,11 +180,14 @@ fn write_states_each_setting_in_order() {
         out,
         "p blacklist 30s\np timeout 3s\np queue_timeout 10s\np tracking 0s\np clients_max 2048\np max_per_source 0\n\
          p idle_timeout 0s\np tcp_fastclose off\np proxy_protocol off\np tcp_nodelay\n\
-         p no keepalive\n"
+         p defer_accept\np no keepalive\n"
     );
     let mut udp = String::new();
     Tuning::default().write(&mut udp, "", true);
-    assert!(!udp.contains("tcp_") && !udp.contains("keepalive"), "{udp}");
+    assert!(
+        !udp.contains("tcp_") && !udp.contains("keepalive") && !udp.contains("defer"),
+        "{udp}"
+    );
 }
 
 /// The merge takes the sources' value where they changed it, else the running one.

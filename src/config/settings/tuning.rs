@@ -53,6 +53,10 @@ macro_rules! tuning_table {
             /// Pen's `tcp_fastclose`: which side's EOF closes the whole session at once.
             tcp_fastclose: Fastclose = Fastclose::Off,
                 TcpFastclose, Some("tcp_fastclose"), FastcloseWord, Tcp, Quiet, "off, up, down or both";
+            /// TCP_DEFER_ACCEPT on listeners whose clients speak first (HTTP, TLS, PROXY
+            /// protocol, SNI routes): a client is accepted once its first bytes are in.
+            defer_accept: bool = true,
+                DeferAccept, Some("defer_accept"), Flag { write_off: true }, Tcp, Quiet, "";
             /// SO_KEEPALIVE on client and backend sockets.
             keepalive: bool = false,
                 Keepalive, Some("keepalive"), Flag { write_off: true }, Tcp, Quiet, "";
@@ -93,6 +97,7 @@ pub(crate) const WRITE_ORDER: &[&str] = &[
     "tcp_fastclose",
     "proxy_protocol",
     "tcp_nodelay",
+    "defer_accept",
     "keepalive",
     "transparent",
     "source",

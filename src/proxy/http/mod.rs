@@ -143,7 +143,16 @@ impl HttpSession {
             id,
             client,
             addr,
-            client_ready: Ready::default(),
+            // A deferred accept has the request in already: read it at start.
+            client_ready: if pool.defers_accept() {
+                Ready {
+                    readable: true,
+                    writable: true,
+                    ..Ready::default()
+                }
+            } else {
+                Ready::default()
+            },
             listener,
             pool,
             input: Input::default(),

@@ -206,6 +206,12 @@ pub fn set_tcp_fastopen(fd: BorrowedFd<'_>, qlen: libc::c_int) -> io::Result<()>
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_FASTOPEN, qlen)
 }
 
+/// Sets TCP_DEFER_ACCEPT on a listening socket: a client is accepted only once its first bytes
+/// have arrived (or after about `seconds`), so a client that speaks first is read at accept.
+pub fn set_tcp_defer_accept(fd: BorrowedFd<'_>, seconds: libc::c_int) -> io::Result<()> {
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, seconds)
+}
+
 /// Takes ownership of a descriptor the process inherited at start (systemd's `LISTEN_FDS`), after
 /// checking that it is open, and marks it close-on-exec.
 pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
