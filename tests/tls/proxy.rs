@@ -88,12 +88,7 @@ fn tls_connect(port: u16, cfg: &Arc<rustls::ClientConfig>) -> Tls {
 }
 
 /// `[[listener]]` TOML with TLS on 127.0.0.1:PORT in front of `servers`; `extra` goes into
-/// `[listener.tls]`, `http` makes it an HTTP listener.
-fn tls_toml(port: u16, p: &Pki, servers: &[SocketAddr], http: bool, extra: &str) -> String {
-    tls_toml_with(port, p, servers, http, "", extra)
-}
-
-/// [`tls_toml`] with `global` lines at the top of the file.
+/// `[listener.tls]`, `global` at the top of the file, `http` makes it an HTTP listener.
 fn tls_toml_with(
     port: u16,
     p: &Pki,
