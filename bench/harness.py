@@ -98,6 +98,27 @@ def cpu_ticks(pids):
     return total
 
 
+def ctx_switches(pids):
+    """Context switches (voluntary + involuntary) summed over every thread of `pids`: a server
+    that sleeps and wakes per event pays the kernel for each (measured to dominate the CPU of a
+    connection without keep-alive here)."""
+    total = 0
+    for p in pids:
+        try:
+            tasks = os.listdir("/proc/%d/task" % p)
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open("/proc/%d/task/%s/status" % (p, t)) as f:
+                    for line in f:
+                        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                            total += int(line.split()[1])
+            except (OSError, ValueError):
+                pass
+    return total
+
+
 def status_kib(pids, field="VmRSS"):
     """The sum of one /proc/PID/status field (in KiB: VmRSS, RssAnon, ...) over `pids`."""
     total = 0

@@ -310,10 +310,12 @@ class Bench:
             harness.run_client(warm, 30)
         pids = cand.pids()
         la = loadavg()
+        s0 = harness.ctx_switches(pids)
         c0, g0, t0 = harness.cpu_ticks(pids), children_cpu_s(), time.monotonic()
         with harness.RssSampler(pids) as rs:
             rc, out = harness.run_client(cmd, timeout)
         c1, g1, t1 = harness.cpu_ticks(pids), children_cpu_s(), time.monotonic()
+        s1 = harness.ctx_switches(pids)
         r = parse(out)
         req = r["requests"] or 0
         wall = t1 - t0
@@ -324,6 +326,7 @@ class Bench:
                "cmd": " ".join(cmd).replace(self.work, "WORK"), "exit": rc, "wall_s": round(wall, 3),
                "loadavg": la, "cpu_s": cpu_s, "server_cores": cpu_s / wall if wall else None,
                "cpu_us_per_req": cpu_s * 1e6 / req if req else None,
+               "switches_per_req": (s1 - s0) / req if req else None,
                "gen_cpu_s": gen_s, "gen_cpu_us_per_req": gen_s * 1e6 / req if req else None,
                "gen_core": gen_s / wall if wall else None, "peak_rss_kib": rs.peak, "pids": pids, **r}
         # One client thread: more than 90 % of a core means the client, not the server, set the pace.
@@ -612,6 +615,7 @@ def summarize(results, cands):
                 "cpu_us_per_req": median(get(c, wl, "cpu_us_per_req")),
                 "cpu_s_per_gib": median(get(c, wl, "cpu_s_per_gib")),
                 "server_cores": median(get(c, wl, "server_cores")),
+                "switches_per_req": median(get(c, wl, "switches_per_req")),
                 "gen_cpu_us_per_req": median(get(c, wl, "gen_cpu_us_per_req")),
                 "gen_core": median(get(c, wl, "gen_core")),
                 "gen_saturated": sum(1 for r in rows if r.get("gen_saturated")),
@@ -643,7 +647,8 @@ def render_load(w, summ, cands, meta):
     w("req/s; **×best** = median over rounds of req/s / the best other peer's (nginx, h2o, lighttpd) in "
       "the same round; **µs/req** = the server's CPU (utime+stime of all its processes and threads, "
       "/proc/PID/stat) per request; **CPU ×best** = µs/req / the lowest other peer's; **cores** = the "
-      "server's CPU / wall time; **client µs/req** = the load generator's own CPU per request (its "
+      "server's CPU / wall time; **switches/req** = the server's context switches (voluntary and "
+      "involuntary, all its threads, /proc/PID/task/*/status) per request; **client µs/req** = the load generator's own CPU per request (its "
       "rusage), with **client core** its CPU / wall time: ≥ 0.90 of its one thread's core means the "
       "client set the pace (\"sat\").")
     w("")
@@ -653,9 +658,9 @@ def render_load(w, summ, cands, meta):
         w("### %s" % WORKLOAD_NAMES[wl])
         w("")
         extra = " CPU s/GiB |" if wl == "wrk1m" else ""
-        w("| candidate | req/s | ×best | µs/req | CPU ×best |%s cores | client µs/req | client core | errors |"
-          % extra)
-        w("|---|---:|---:|---:|---:|" + ("---:|" if extra else "") + "---:|---:|---:|---:|")
+        w("| candidate | req/s | ×best | µs/req | CPU ×best |%s cores | switches/req | client µs/req | "
+          "client core | errors |" % extra)
+        w("|---|---:|---:|---:|---:|" + ("---:|" if extra else "") + "---:|---:|---:|---:|---:|")
         for c in cands:
             d = L.get(c, {}).get(wl)
             if not d:
@@ -666,7 +671,8 @@ def render_load(w, summ, cands, meta):
             sat = " sat" if d["gen_saturated"] else ""
             if d["gen_saturated"] and d["rows"] > 1:
                 sat = " sat %d/%d" % (d["gen_saturated"], d["rows"])
-            cells += [fmt(d["server_cores"], 2), fmt(d["gen_cpu_us_per_req"], 1),
+            cells += [fmt(d["server_cores"], 2), fmt(d["switches_per_req"], 2),
+                      fmt(d["gen_cpu_us_per_req"], 1),
                       fmt(d["gen_core"], 2) + sat, str(d["errors"])]
             w("| " + " | ".join(cells) + " |")
         w("")

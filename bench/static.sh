@@ -6,6 +6,7 @@
 #
 #   bash bench/static.sh [--rounds N] [--quick] [--duration S] [--idle N] [--only a,b,...]
 #                        [--ab-requests N] [--h2load-requests N] [--strace-duration S]
+#                        [--workloads wrk1k,h2load1k,wrk1m,many,ab1k]
 #
 # Candidates: quill nginx h2o lighttpd (the default), quill-base.
 # --quick = 1 round, wrk 3 s, ab 5,000 and h2load 100,000 requests, 2,000 idle clients.
@@ -19,7 +20,7 @@
 # was left out: the tables are written, with that candidate marked NOT measured).
 set -euo pipefail
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 ROUNDS=3
 QUICK=
@@ -29,6 +30,7 @@ AB_REQUESTS=
 H2LOAD_REQUESTS=
 STRACE_DURATION=3
 ONLY=quill,nginx,h2o,lighttpd
+WORKLOADS=
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="${2:?--rounds needs a number}"; shift 2 ;;
@@ -39,6 +41,7 @@ while [ $# -gt 0 ]; do
         --h2load-requests) H2LOAD_REQUESTS="${2:?}"; shift 2 ;;
         --strace-duration) STRACE_DURATION="${2:?}"; shift 2 ;;
         --only) ONLY="${2:?--only needs a list}"; shift 2 ;;
+        --workloads) WORKLOADS="${2:?--workloads needs a list}"; shift 2 ;;
         --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
         -h|--help) usage 0 ;;
         *) echo "static.sh: unknown argument: $1" >&2; usage 2 ;;
@@ -78,6 +81,7 @@ REPO="$(dirname "$BENCH_DIR")"
 RESULTS="${RESULTS_DIR:-$BENCH_DIR/results}"
 COMMAND="bash bench/static.sh --rounds $ROUNDS --duration $DURATION --idle $IDLE --ab-requests $AB_REQUESTS"
 COMMAND="$COMMAND --h2load-requests $H2LOAD_REQUESTS --strace-duration $STRACE_DURATION --only $ONLY"
+[ -n "$WORKLOADS" ] && COMMAND="$COMMAND --workloads $WORKLOADS"
 [ -n "$WANT_BASE" ] && COMMAND="QUILL_BASE_BIN=$QUILL_BASE_BIN $COMMAND"
 
 say() { echo "[static.sh] $*" >&2; }
@@ -144,6 +148,7 @@ python3 "$BENCH_DIR/static.py" --work "$WORK" ${QUILL:+--quill-bin "$QUILL"} \
     ${QUILL_BASE:+--quill-base-bin "$QUILL_BASE"} --rounds "$ROUNDS" --duration "$DURATION" \
     --idle "$IDLE" --ab-requests "$AB_REQUESTS" --h2load-requests "$H2LOAD_REQUESTS" \
     --strace-duration "$STRACE_DURATION" --only "$ONLY_RUN" --skipped "$SKIPPED" \
+    ${WORKLOADS:+--workloads "$WORKLOADS"} \
     --results "$RESULTS" --command "$COMMAND" &
 DRIVER=$!
 wait "$DRIVER"

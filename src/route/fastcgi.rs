@@ -6,7 +6,11 @@
 //! `/uploads/evil.jpg/x.php` is a 404 here and never reaches an application that would look for
 //! a shorter script itself (PHP's `cgi.fix_pathinfo`).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use quill_core::fastcgi::split_script;
 use quill_core::http1::path::{file_path, hidden_segment};
@@ -14,11 +18,34 @@ use quill_core::sys::{file_info, open_beneath, FileKind, Links};
 
 use crate::config::FastcgiAction;
 
+/// How long a worker trusts what it found of a script (there or not), as the file cache trusts
+/// an entry: a script added, removed or replaced is seen within this.
+const SEEN_FOR: Duration = Duration::from_secs(1);
+/// The most script names a worker remembers of one root, and the most roots (then it forgets
+/// them all and starts again: old roots are left behind by reloads).
+const SEEN_MAX: usize = 4096;
+const SEEN_ROOTS: usize = 16;
+
+/// Each root's own number, so that a worker's memory of one never answers for another (a
+/// reload opens the roots anew).
+static NEXT_ROOT: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Per worker: whether a script name of a root is a regular file beneath it, and when that
+    /// was looked at. Without it every request opens its script (`openat2`, `fstat`, `close`).
+    static SEEN: RefCell<HashMap<u64, Seen>> = RefCell::new(HashMap::new());
+}
+
+/// Script names of one root: whether each is a script, and since when that is known.
+type Seen = HashMap<Box<[u8]>, (bool, Instant)>;
+
 /// A `fastcgi` action's root, open: scripts are looked up beneath its descriptor.
 #[derive(Debug)]
 pub(crate) struct FastcgiRoot {
     pub action: FastcgiAction,
     pub dir: OwnedFd,
+    /// This root's number in the workers' memory of scripts.
+    id: u64,
     /// The root as the application sees it (`DOCUMENT_ROOT`), without a trailing `/`.
     pub document_root: Box<[u8]>,
 }
@@ -69,6 +96,7 @@ impl FastcgiRoot {
             action: action.clone(),
             dir: dir.into(),
             document_root: document_root.into(),
+            id: NEXT_ROOT.fetch_add(1, Ordering::Relaxed),
         })
     }
 
@@ -110,8 +138,36 @@ impl FastcgiRoot {
     }
 
     /// Whether `name` (from the root, starting with `/`) is a regular file beneath the root
-    /// (symbolic links followed only while they stay beneath it).
+    /// (symbolic links followed only while they stay beneath it), as this worker last looked
+    /// less than [`SEEN_FOR`] ago, or as it looks now.
     fn is_script(&self, name: &[u8]) -> bool {
+        self.is_script_at(name, Instant::now())
+    }
+
+    fn is_script_at(&self, name: &[u8], now: Instant) -> bool {
+        let known = SEEN.with_borrow(|seen| {
+            let (found, at) = *seen.get(&self.id)?.get(name)?;
+            (now.saturating_duration_since(at) < SEEN_FOR).then_some(found)
+        });
+        if let Some(found) = known {
+            return found;
+        }
+        let found = self.look(name);
+        SEEN.with_borrow_mut(|seen| {
+            if seen.len() >= SEEN_ROOTS && !seen.contains_key(&self.id) {
+                seen.clear();
+            }
+            let names = seen.entry(self.id).or_default();
+            if names.len() >= SEEN_MAX {
+                names.clear();
+            }
+            names.insert(name.into(), (found, now));
+        });
+        found
+    }
+
+    /// Looks at `name` beneath the root now.
+    fn look(&self, name: &[u8]) -> bool {
         let rel = name.strip_prefix(b"/").unwrap_or(name);
         let Ok(fd) = open_beneath(self.dir.as_fd(), rel, Links::Inside) else {
             return false;
@@ -179,6 +235,27 @@ mod tests {
         assert_eq!(run(&r, "/a.txt"), Err(404));
         assert_eq!(run(&r, "/../a.php"), Err(400));
         assert_eq!(run(&r, "/a%2fb.php"), Err(400));
+    }
+
+    /// What a worker found of a script holds for a second: a script removed is still run
+    /// within it (php-fpm then answers for itself), and is a 404 after it; one added likewise.
+    #[test]
+    fn a_worker_trusts_what_it_found_of_a_script_for_a_second() {
+        let (d, r) = root(None);
+        let t0 = Instant::now();
+        assert!(r.is_script_at(b"/a.php", t0));
+        assert!(!r.is_script_at(b"/new.php", t0));
+        std::fs::remove_file(d.0.join("a.php")).unwrap();
+        std::fs::write(d.0.join("new.php"), "<?php").unwrap();
+        let soon = t0 + Duration::from_millis(500);
+        assert!(r.is_script_at(b"/a.php", soon));
+        assert!(!r.is_script_at(b"/new.php", soon));
+        let later = t0 + SEEN_FOR;
+        assert!(!r.is_script_at(b"/a.php", later));
+        assert!(r.is_script_at(b"/new.php", later));
+        // Another root (a reload opens them anew) does not see this root's memory.
+        let (_d2, r2) = root(None);
+        assert!(r2.is_script_at(b"/a.php", soon));
     }
 
     #[test]
