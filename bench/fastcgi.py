@@ -244,9 +244,11 @@ class Bench:
         cmd = ["wrk", "-t1", "-c%d" % c, "-d%ds" % self.args.duration, "--latency", url]
         pids, fpids = harness.descendants(p.pid), self.fpm_pids()
         la = loadavg()
+        s0 = harness.ctx_switches(pids)
         c0, f0, g0, t0 = harness.cpu_ticks(pids), harness.cpu_ticks(fpids), children_cpu_s(), time.monotonic()
         rc, out = harness.run_client(cmd, self.args.duration + 30)
         c1, f1, g1, t1 = harness.cpu_ticks(pids), harness.cpu_ticks(fpids), children_cpu_s(), time.monotonic()
+        s1 = harness.ctx_switches(pids)
         r = harness.parse_wrk(out)
         req = r["requests"] or 0
         wall = t1 - t0
@@ -256,6 +258,7 @@ class Bench:
         row = {"round": rnd, "candidate": name, "script": script, "transport": transport,
                "cmd": " ".join(cmd), "exit": rc, "wall_s": round(wall, 3), "loadavg": la,
                "cpu_us_per_req": per((c1 - c0) / harness.CLK_TCK),
+               "switches_per_req": (s1 - s0) / req if req else None,
                "fpm_cpu_us_per_req": per((f1 - f0) / harness.CLK_TCK),
                "gen_cpu_us_per_req": per(g1 - g0), "gen_core": (g1 - g0) / wall if wall else None, **r}
         row["valid"] = bool(r["rps"] and p.poll() is None and r["errors"] <= 0.01 * req)
@@ -358,6 +361,7 @@ def summarize(results, cands):
                         "candidate": c, "script": s, "transport": t,
                         "rps": median(get(c, s, t, "rps")), "p99_ms": median(get(c, s, t, "p99_ms")),
                         "cpu_us_per_req": median(get(c, s, t, "cpu_us_per_req")),
+                        "switches_per_req": median(get(c, s, t, "switches_per_req")),
                         "fpm_cpu_us_per_req": median(get(c, s, t, "fpm_cpu_us_per_req")),
                         "gen_cpu_us_per_req": median(get(c, s, t, "gen_cpu_us_per_req")),
                         "gen_core": median(get(c, s, t, "gen_core")),
@@ -394,18 +398,20 @@ def render(results, cands, meta, refused):
     w("")
     w("## Load (medians over rounds)")
     w("")
-    w("| candidate | script | php-fpm via | req/s | ×nginx | proxy µs/req | CPU ×nginx | php-fpm µs/req "
-      "| client µs/req | client core | p99 ms | errors | stalled runs |")
-    w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    w("| candidate | script | php-fpm via | req/s | ×nginx | proxy µs/req | CPU ×nginx | switches/req "
+      "| php-fpm µs/req | client µs/req | client core | p99 ms | errors | stalled runs |")
+    w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for d in summ["load"].values():
-        w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d of %d |" % (
+        w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d of %d |" % (
             d["candidate"], d["script"], d["transport"], fmt(d["rps"]), fmt(d["x_nginx"], 2),
-            fmt(d["cpu_us_per_req"], 1), fmt(d["cpu_x_nginx"], 2), fmt(d["fpm_cpu_us_per_req"], 1),
+            fmt(d["cpu_us_per_req"], 1), fmt(d["cpu_x_nginx"], 2), fmt(d["switches_per_req"], 2),
+            fmt(d["fpm_cpu_us_per_req"], 1),
             fmt(d["gen_cpu_us_per_req"], 1), fmt(d["gen_core"], 2), fmt(d["p99_ms"], 2), d["errors"],
             d["stalled"], d["rows"]))
     w("")
     w("`wrk -t1 -c%d -d%ds --latency URL` after a 1 s warm-up. proxy µs/req = utime+stime of the proxy's "
-      "processes (/proc/PID/stat) / requests; php-fpm µs/req the same for php-fpm's master and children; "
+      "processes (/proc/PID/stat) / requests; switches/req = the proxy's context switches (voluntary and "
+      "involuntary, all its threads) per request; php-fpm µs/req the same for php-fpm's master and children; "
       "client = wrk's own CPU (its rusage), client core = its CPU / wall time (≥ 0.90: wrk set the pace). "
       "×nginx = median over rounds of the ratio to nginx in the same round. A stalled run (not one "
       "response in the whole run) is left out of the medians and counted in the last column." % (
