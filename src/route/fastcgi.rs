@@ -10,7 +10,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use quill_core::fastcgi::split_script;
 use quill_core::http1::path::{file_path, hidden_segment};
@@ -20,7 +19,7 @@ use crate::config::FastcgiAction;
 
 /// How long a worker trusts what it found of a script (there or not), as the file cache trusts
 /// an entry: a script added, removed or replaced is seen within this.
-const SEEN_FOR: Duration = Duration::from_secs(1);
+const SEEN_FOR_MS: u64 = 1000;
 /// The most script names a worker remembers of one root, and the most roots (then it forgets
 /// them all and starts again: old roots are left behind by reloads).
 const SEEN_MAX: usize = 4096;
@@ -37,7 +36,7 @@ thread_local! {
 }
 
 /// Script names of one root: whether each is a script, and since when that is known.
-type Seen = HashMap<Box<[u8]>, (bool, Instant)>;
+type Seen = HashMap<Box<[u8]>, (bool, u64)>;
 
 /// A `fastcgi` action's root, open: scripts are looked up beneath its descriptor.
 #[derive(Debug)]
@@ -102,7 +101,12 @@ impl FastcgiRoot {
 
     /// The script the request `target` runs, written into `script`; Err: the status to answer
     /// (404 when no script is there; 400 when the path has no file form).
-    pub(crate) fn resolve(&self, target: &[u8], script: &mut Script) -> Result<(), u16> {
+    pub(crate) fn resolve(
+        &self,
+        target: &[u8],
+        script: &mut Script,
+        now_ms: u64,
+    ) -> Result<(), u16> {
         let path = target.split(|&b| b == b'?').next().unwrap_or_default();
         let mut normal = vec![0; path.len()];
         let n = file_path(path, &mut normal).map_err(|_| 400u16)?;
@@ -115,7 +119,7 @@ impl FastcgiRoot {
                 candidate.extend_from_slice(a.index.as_bytes());
             }
             if let Some((name, info)) = split_script(&candidate, a.split_path.as_bytes()) {
-                if self.is_script(name) {
+                if self.is_script(name, now_ms) {
                     script.path.extend_from_slice(name);
                     script.name_len = name.len();
                     script.path.extend_from_slice(info);
@@ -126,7 +130,7 @@ impl FastcgiRoot {
             }
         }
         match &a.fallback {
-            Some(f) if self.is_script(f.as_bytes()) => {
+            Some(f) if self.is_script(f.as_bytes(), now_ms) => {
                 script.path.extend_from_slice(f.as_bytes());
                 script.name_len = f.len();
                 script.uri_at = script.path.len();
@@ -139,15 +143,11 @@ impl FastcgiRoot {
 
     /// Whether `name` (from the root, starting with `/`) is a regular file beneath the root
     /// (symbolic links followed only while they stay beneath it), as this worker last looked
-    /// less than [`SEEN_FOR`] ago, or as it looks now.
-    fn is_script(&self, name: &[u8]) -> bool {
-        self.is_script_at(name, Instant::now())
-    }
-
-    fn is_script_at(&self, name: &[u8], now: Instant) -> bool {
+    /// less than [`SEEN_FOR_MS`] before `now` (ms), or as it looks now.
+    fn is_script(&self, name: &[u8], now: u64) -> bool {
         let known = SEEN.with_borrow(|seen| {
             let (found, at) = *seen.get(&self.id)?.get(name)?;
-            (now.saturating_duration_since(at) < SEEN_FOR).then_some(found)
+            (now.saturating_sub(at) < SEEN_FOR_MS).then_some(found)
         });
         if let Some(found) = known {
             return found;
@@ -202,7 +202,7 @@ mod tests {
 
     fn run(r: &FastcgiRoot, target: &str) -> Result<(String, String, String), u16> {
         let mut s = Script::default();
-        r.resolve(target.as_bytes(), &mut s)?;
+        r.resolve(target.as_bytes(), &mut s, 0)?;
         let t = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         Ok((t(s.name()), t(s.path_info()), t(s.document_uri())))
     }
@@ -242,20 +242,20 @@ mod tests {
     #[test]
     fn a_worker_trusts_what_it_found_of_a_script_for_a_second() {
         let (d, r) = root(None);
-        let t0 = Instant::now();
-        assert!(r.is_script_at(b"/a.php", t0));
-        assert!(!r.is_script_at(b"/new.php", t0));
+        let t0 = 5_000;
+        assert!(r.is_script(b"/a.php", t0));
+        assert!(!r.is_script(b"/new.php", t0));
         std::fs::remove_file(d.0.join("a.php")).unwrap();
         std::fs::write(d.0.join("new.php"), "<?php").unwrap();
-        let soon = t0 + Duration::from_millis(500);
-        assert!(r.is_script_at(b"/a.php", soon));
-        assert!(!r.is_script_at(b"/new.php", soon));
-        let later = t0 + SEEN_FOR;
-        assert!(!r.is_script_at(b"/a.php", later));
-        assert!(r.is_script_at(b"/new.php", later));
+        let soon = t0 + 500;
+        assert!(r.is_script(b"/a.php", soon));
+        assert!(!r.is_script(b"/new.php", soon));
+        let later = t0 + SEEN_FOR_MS;
+        assert!(!r.is_script(b"/a.php", later));
+        assert!(r.is_script(b"/new.php", later));
         // Another root (a reload opens them anew) does not see this root's memory.
         let (_d2, r2) = root(None);
-        assert!(r2.is_script_at(b"/a.php", soon));
+        assert!(r2.is_script(b"/a.php", soon));
     }
 
     #[test]

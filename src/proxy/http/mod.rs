@@ -491,7 +491,7 @@ impl HttpSession {
         };
         // A FastCGI script must be there before its server is asked (else 404, counted for the
         // route).
-        let script = match self.fastcgi_script(&head, forward.route) {
+        let script = match self.fastcgi_script(&head, forward.route, cx.now) {
             Ok(script) => script,
             Err(status) => {
                 let what = Local::Status {
@@ -615,12 +615,13 @@ impl HttpSession {
         &self,
         head: &http1::RequestHead,
         i: Option<u32>,
+        now_ms: u64,
     ) -> Result<Option<Box<Script>>, u16> {
         let Some(Action::Fastcgi { root, .. }) = route_of(&self.pool, i).map(|r| &r.action) else {
             return Ok(None);
         };
         let mut script = Box::default();
-        root.resolve(head.target.of(self.input.unparsed()), &mut script)?;
+        root.resolve(head.target.of(self.input.unparsed()), &mut script, now_ms)?;
         Ok(Some(script))
     }
 
