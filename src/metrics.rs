@@ -172,6 +172,8 @@ pub(crate) struct Counters {
     pub accepted: AtomicU64,
     pub connect_failures: AtomicU64,
     pub accept_errors: AtomicU64,
+    /// Kept-alive HTTP clients this worker handed to another between two requests.
+    pub moved: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     ended: [AtomicU64; End::ALL.len()],

@@ -29,6 +29,9 @@ pub(crate) struct Snapshot {
     pub started: u64,
     pub phase: &'static str,
     pub workers: usize,
+    /// Workers that accept clients now (fewer than `workers` while `concentrate` gathers
+    /// clients, see `runtime::balance`).
+    pub workers_accepting: usize,
     pub max_sessions: u64,
     pub active_sessions: u64,
     pub totals: Totals,
@@ -197,6 +200,8 @@ pub(crate) struct Totals {
     pub bytes_out: u64,
     pub connect_failures: u64,
     pub accept_errors: u64,
+    /// Kept-alive HTTP clients moved to another worker between two requests.
+    pub moved: u64,
     pub udp: UdpTotals,
 }
 
@@ -390,6 +395,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
             Phase::Stopping => "stopping",
         },
         workers: shared.counters.len(),
+        workers_accepting: shared.accepting.0.load(Ordering::Relaxed),
         max_sessions: shared.max_sessions.load(Ordering::Relaxed),
         active_sessions: shared.active.load(Ordering::Relaxed),
         totals: Totals {
@@ -402,6 +408,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
             bytes_out: sum(&|c| c.bytes_out.load(Ordering::Relaxed)),
             connect_failures: sum(&|c| c.connect_failures.load(Ordering::Relaxed)),
             accept_errors: sum(&|c| c.accept_errors.load(Ordering::Relaxed)),
+            moved: sum(&|c| c.moved.load(Ordering::Relaxed)),
             udp: UdpTotals {
                 flows_open: sum(&|c| c.udp_flows_open.load(Ordering::Relaxed)),
                 flows_total: sum(&|c| c.udp_flows_total.load(Ordering::Relaxed)),

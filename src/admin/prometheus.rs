@@ -271,11 +271,21 @@ fn process(out: &mut Exposition, snap: &Snapshot) {
         "Worker threads (event loops).",
     );
     out.sample("quill_workers", &[], snap.workers as u64);
+    out.family(
+        "quill_workers_accepting",
+        Kind::Gauge,
+        "Workers that accept clients now: all of them, unless no core was idle and fewer carried the load (concentrate).",
+    );
+    out.sample(
+        "quill_workers_accepting",
+        &[],
+        snap.workers_accepting as u64,
+    );
 }
 
 fn sessions(out: &mut Exposition, snap: &Snapshot) {
     let t = &snap.totals;
-    let plain: [(&str, Kind, &str, u64); 17] = [
+    let plain: [(&str, Kind, &str, u64); 18] = [
         (
             "quill_sessions_accepted_total",
             Kind::Counter,
@@ -317,6 +327,12 @@ fn sessions(out: &mut Exposition, snap: &Snapshot) {
             Kind::Counter,
             "accept() calls that failed (for example out of file descriptors).",
             t.accept_errors,
+        ),
+        (
+            "quill_sessions_moved_total",
+            Kind::Counter,
+            "Kept-alive HTTP clients moved to another worker between two requests (concentrate).",
+            t.moved,
         ),
         (
             "quill_udp_flows_active",
@@ -785,6 +801,7 @@ mod tests {
             started: 0,
             phase: "running",
             workers: 1,
+            workers_accepting: 1,
             max_sessions: 1,
             active_sessions: 0,
             totals: Totals {
@@ -794,6 +811,7 @@ mod tests {
                 bytes_out: 0,
                 connect_failures: 0,
                 accept_errors: 0,
+                moved: 0,
                 udp: Default::default(),
             },
             connect_time: Histogram {

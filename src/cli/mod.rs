@@ -161,6 +161,9 @@ pub struct Cli {
     /// Copy bulk flows through buffers instead of splice pipes (for measurement)
     #[arg(long)]
     no_splice: bool,
+    /// Keep every worker accepting even while other processes leave no core idle
+    #[arg(long)]
+    no_concentrate: bool,
 
     /// Where clients denied by the client ACL go [default: they are closed]
     #[arg(short = 'B', long, value_name = "HOST:PORT")]

@@ -226,6 +226,30 @@ impl Session {
         }
     }
 
+    /// The listener of a session that can move to another worker (a kept-alive HTTP client
+    /// between two requests, see `HttpSession::movable`); None for any other.
+    pub(crate) fn movable(&self) -> Option<&Arc<Listener>> {
+        match self {
+            Session::Http(s) if s.movable() => Some(s.listener()),
+            _ => None,
+        }
+    }
+
+    /// Takes the session's sockets off the worker's poll, for another worker to take it.
+    pub(crate) fn detach(&mut self, registry: &Registry) {
+        if let Session::Http(s) = self {
+            s.detach(registry);
+        }
+    }
+
+    /// Carries on a session moved from another worker (see [`Session::movable`]).
+    pub(crate) fn attach(&mut self, cx: &mut Ctx) -> Step {
+        match self {
+            Session::Http(s) => s.attach(cx),
+            _ => Step::Close(End::Error),
+        }
+    }
+
     /// Whether the session's access log lines are HTTP ones written by the worker at close (a
     /// client still before its PROXY header on an HTTP listener).
     pub(crate) fn logs_http_at_close(&self) -> bool {

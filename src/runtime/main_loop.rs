@@ -1,6 +1,6 @@
 //! The main thread once Quill serves: [`MainLoop`] waits for messages (a worker done, a signal,
-//! `exit` or a handover from the control socket) and ticks (systemd's watchdog, the idle exit),
-//! turns them into reloads, log reopens, drains and stops, and cleans up when the last worker has
+//! `exit` or a handover from the control socket) and ticks (systemd's watchdog, the idle exit,
+//! how many workers accept: [`balance`](super::balance)), turns them into reloads, log reopens, drains and stops, and cleans up when the last worker has
 //! finished.
 
 use std::path::PathBuf;
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR2};
 use signal_hook::iterator::Handle;
 
+use super::balance::{self, Balancer};
 use super::startup::Threads;
 use crate::clock::millis;
 use crate::config::Global;
@@ -45,6 +46,8 @@ pub(super) struct MainLoop {
     poked_ms: u64,
     /// Workers still running.
     running: usize,
+    /// Decides how many workers accept clients (`concentrate`, with two workers or more).
+    balancer: Option<Balancer>,
 }
 
 impl MainLoop {
@@ -70,12 +73,16 @@ impl MainLoop {
             next_watchdog: Instant::now(),
             poked_ms: 0,
             running: g.workers,
+            balancer: (g.concentrate && g.workers > 1).then(Balancer::new),
         }
     }
 
     /// Runs until every worker has finished (or nothing can send any more), then cleans up.
     pub(super) fn run(mut self) {
-        let tick = tick(self.watchdog, self.exit_idle);
+        let mut tick = tick(self.watchdog, self.exit_idle);
+        if self.balancer.is_some() {
+            tick = Some(tick.map_or(balance::PERIOD, |t| t.min(balance::PERIOD)));
+        }
         while self.running > 0 {
             let msg = match tick {
                 Some(t) => match self.events.recv_timeout(t) {
@@ -100,6 +107,24 @@ impl MainLoop {
     fn on_tick(&mut self) {
         self.ping_watchdog();
         self.exit_if_idle();
+        self.balance();
+    }
+
+    /// Sets how many workers accept clients, when a sample of the CPUs calls for a change, and
+    /// wakes the workers to follow it.
+    fn balance(&mut self) {
+        let Some(b) = self.balancer.as_mut() else {
+            return;
+        };
+        if !matches!(self.shared.phase(), Phase::Running) {
+            return;
+        }
+        let accepting = &self.shared.accepting.0;
+        let workers = self.shared.loads.len();
+        if let Some(n) = b.tick(accepting.load(Ordering::Relaxed), workers) {
+            accepting.store(n, Ordering::Relaxed);
+            self.shared.wake_all();
+        }
     }
 
     /// Pings systemd's watchdog when due, only while every event loop answered the previous

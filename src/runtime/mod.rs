@@ -4,6 +4,7 @@
 //! requests into reloads, log reopens, drains and stops. A DSR process starts its own way
 //! ([`dsr`]).
 
+mod balance;
 mod dsr;
 mod main_loop;
 pub(crate) mod panics;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
@@ -123,7 +123,18 @@ pub(crate) enum Request {
     /// A client another worker accepted and handed over, being the busier one
     /// (`runtime::worker`'s accept spreads clients by [`Load`]): open it as if accepted here.
     Adopt(Arc<Listener>, crate::net::Stream, crate::net::ClientAddr),
+    /// A kept-alive HTTP client between two requests, moved from a worker that no longer
+    /// accepts or holds clearly more clients (`runtime::worker`'s `gather`): carry it on here.
+    /// The session with its place under `-x` and its address's count, as the worker's `Moved`
+    /// (this layer cannot name a session's type, which lives above it).
+    Move(Box<dyn std::any::Any + Send>),
 }
+
+/// How many workers accept clients, on a line of its own (read by every worker once a turn,
+/// written rarely).
+#[derive(Debug)]
+#[repr(align(128))]
+pub(crate) struct Accepting(pub AtomicUsize);
 
 /// A worker's load, by which a worker that accepts a client decides to keep it or hand it to the
 /// least loaded worker: its sessions open (stored by the worker), plus the clients handed to it
@@ -159,6 +170,12 @@ pub(crate) struct Shared {
     pub accept_batch: u32,
     /// Whether bulk flows use splice pipes.
     pub splice: bool,
+    /// Whether the main loop gathers clients on fewer workers under CPU contention
+    /// (`concentrate`).
+    pub concentrate: bool,
+    /// Workers that accept clients: the first this many (the others hand their kept-alive HTTP
+    /// clients over between requests); set by the main loop (`runtime::balance`).
+    pub accepting: Accepting,
     phase: AtomicU8,
     pub drain_deadline_ms: AtomicU64,
     /// Of a drain: how long idle HTTP clients are kept for one more request (ms, at most the
@@ -237,6 +254,8 @@ impl Shared {
             active: Arc::new(SessionCount::default()),
             accept_batch: g.accept_batch.max(1),
             splice: g.splice,
+            concentrate: g.concentrate,
+            accepting: Accepting(AtomicUsize::new(g.workers)),
             phase: AtomicU8::new(0),
             drain_deadline_ms: AtomicU64::new(u64::MAX),
             drain_grace_ms: AtomicU64::new(0),

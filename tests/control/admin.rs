@@ -51,6 +51,8 @@ fn metrics_follow_the_text_format_with_quill_names() {
         ("quill_client_bytes_sent_total", "counter"),
         ("quill_backend_connect_failures_total", "counter"),
         ("quill_accept_errors_total", "counter"),
+        ("quill_sessions_moved_total", "counter"),
+        ("quill_workers_accepting", "gauge"),
         ("quill_backend_connect_duration_seconds", "histogram"),
         ("quill_process_start_time_seconds", "gauge"),
         ("quill_build_info", "gauge"),

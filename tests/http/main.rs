@@ -38,3 +38,4 @@ mod safety;
 mod server_conns;
 mod sessions;
 mod upgrade;
+mod workers;

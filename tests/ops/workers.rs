@@ -27,7 +27,7 @@ fn a_burst_of_clients_is_spread_over_the_workers() {
     // accepts hands a client to the other one while it holds clearly more (a few plus an eighth).
     const N: usize = 40;
     let e = echo();
-    let (q, sock) = start_ctl(&["--workers", "2"], &[spec(e.addr())]);
+    let (q, sock) = start_ctl(&["--workers", "2", "--no-concentrate"], &[spec(e.addr())]);
     let mut conns: Vec<TcpStream> = (0..N).map(|_| connect_port(q.port)).collect();
     let deadline = Instant::now() + Duration::from_secs(10);
     let per = loop {

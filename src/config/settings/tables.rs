@@ -48,6 +48,10 @@ macro_rules! global_table {
             /// Bulk flows move through splice pipes (zero copy); false copies everything through
             /// buffers.
             splice: bool = true, Flag { write_off: false }, Quiet, "";
+            /// While other processes leave no core idle, kept-alive HTTP clients gather on as
+            /// few workers as carry Quill's load (fewer threads to wake); false keeps every
+            /// worker accepting.
+            concentrate: bool = true, Flag { write_off: false }, Quiet, "";
         }
     };
 }

@@ -189,6 +189,40 @@ impl HttpSession {
         self.step(cx)
     }
 
+    /// Whether the session can move to another worker: a plain (not TLS) client between two
+    /// requests, with nothing of the next one read, no buffer held and nothing rare.
+    pub(crate) fn movable(&self) -> bool {
+        self.ex.is_none()
+            && self.file.is_none()
+            && self.cgi.is_none()
+            && self.input.buf.is_none()
+            && self.head_since.is_none()
+            && self.rare.is_none()
+            && !self.client_eof
+            && !self.draining
+            && !self.client_ready.read_closed
+            && !self.client_ready.error
+            && matches!(self.client, Stream::Tcp(_) | Stream::Unix(_))
+    }
+
+    /// Takes the client socket off the worker's poll (the session is moving).
+    pub(crate) fn detach(&mut self, registry: &mio::Registry) {
+        if let Err(e) = registry.deregister(self.client.source()) {
+            tracing::debug!("session {}: deregistering the client: {e}", self.id);
+        }
+    }
+
+    /// Carries on a session moved from another worker: its socket is registered with this
+    /// worker's poll, and read at once (its next request may be in).
+    pub(crate) fn attach(&mut self, cx: &mut Ctx) -> Step {
+        self.client_ready.readable = true;
+        self.start(cx)
+    }
+
+    pub(crate) fn listener(&self) -> &Arc<Listener> {
+        &self.listener
+    }
+
     /// The private server connection, taken (see [`Rare::private`]).
     fn take_private(&mut self) -> Option<PrivateConn> {
         self.rare.as_mut().and_then(|r| r.private.take())

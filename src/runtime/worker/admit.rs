@@ -20,7 +20,7 @@ use crate::state::shared::{Listener, Request, SourceSlot};
 /// A worker hands an accepted client to the least loaded worker when it holds more than this
 /// many sessions beyond that one's, plus an eighth of its own (so that steady traffic, whose
 /// counts move by a few, keeps its clients where they were accepted).
-const SPREAD_SLACK: u64 = 2;
+pub(super) const SPREAD_SLACK: u64 = 2;
 /// How long a listener rests after the process ran out of descriptors.
 const EMFILE_PAUSE_MS: u64 = 100;
 /// Running out of descriptors is said at most this often per worker (then at debug level).
@@ -87,17 +87,18 @@ impl Worker {
         if loads.len() < 2 || self.draining {
             return Some((stream, peer));
         }
-        let mine = loads[self.id].get();
-        let least = loads
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| i != self.id)
-            .map(|(i, l)| (l.get(), i))
+        // Only to a worker that accepts (`runtime::balance`); a client accepted here just
+        // before this worker stopped accepting goes to one.
+        let n = self.accepting_n.min(loads.len());
+        let least = (0..n)
+            .filter(|&i| i != self.id)
+            .map(|i| (loads[i].get(), i))
             .min();
         let Some((theirs, target)) = least else {
             return Some((stream, peer));
         };
-        if mine <= theirs + SPREAD_SLACK + mine / 8 {
+        let mine = loads[self.id].get();
+        if self.accepting && mine <= theirs + SPREAD_SLACK + mine / 8 {
             return Some((stream, peer));
         }
         let Some(waker) = self.shared.wakers.get().and_then(|w| w.get(target)) else {
@@ -168,6 +169,19 @@ impl Worker {
         listener: &Listener,
         now: u64,
     ) {
+        let (idx, gen) = self.place(session, Some(permit), source, listener);
+        self.call(idx, gen, now, |s, cx| s.start(cx));
+    }
+
+    /// Puts a session of `listener` (with its permit and its address's count) in a free slot:
+    /// its index and generation.
+    pub(super) fn place(
+        &mut self,
+        session: Session,
+        permit: Option<SessionPermit>,
+        source: Option<SourceSlot>,
+        listener: &Listener,
+    ) -> (usize, u32) {
         let idx = match self.free.pop() {
             Some(i) => i as usize,
             None => {
@@ -183,15 +197,14 @@ impl Worker {
                 self.slots.len() - 1
             }
         };
-        self.slots[idx].permit = Some(permit);
+        self.slots[idx].permit = permit;
         self.slots[idx].source = source;
         self.slots[idx].listener = listener.id;
         self.slots[idx].log = self.log_plan.file_of(&listener.name);
         self.live += 1;
         self.publish_load();
-        let gen = self.slots[idx].gen;
         self.slots[idx].session = Some(session);
-        self.call(idx, gen, now, |s, cx| s.start(cx));
+        (idx, self.slots[idx].gen)
     }
 
     /// Admits a client from `peer` (its own address, or the one its PROXY header carried):

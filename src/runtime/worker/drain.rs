@@ -18,6 +18,7 @@ impl Worker {
             if let Err(e) = self.sync_listeners() {
                 tracing::warn!("worker {}: cannot register a listener: {e}", self.id);
             }
+            self.follow_accepting();
             self.answer(now);
             self.take_resolved(now);
             self.take_queue_wakes(now);
@@ -26,6 +27,10 @@ impl Worker {
             let p = self.listeners[i].paused_until;
             if p > 0 && p <= now && !self.draining {
                 self.listeners[i].paused_until = 0;
+                if !self.accepting {
+                    // Registered again when this worker accepts again.
+                    continue;
+                }
                 if let Err(e) = self.register_listener(i) {
                     tracing::warn!("cannot resume listener: {e}");
                 }

@@ -1,5 +1,5 @@
 //! The worker's inbox: the control thread's requests (a report of the sessions, closing one)
-//! and the clients other workers handed over.
+//! and the clients other workers handed over (accepted, or moved between requests).
 
 use std::sync::atomic::Ordering;
 
@@ -8,7 +8,8 @@ use crate::metrics::End;
 use crate::state::shared::{Report, Request};
 
 impl Worker {
-    /// Answers the control thread, and opens the clients other workers handed over.
+    /// Answers the control thread, and opens (or carries on) the clients other workers handed
+    /// over.
     pub(super) fn answer(&mut self, now: u64) {
         let requests = self.shared.inboxes[self.id]
             .lock()
@@ -55,21 +56,27 @@ impl Worker {
                         .fetch_sub(1, Ordering::Relaxed);
                     self.open(&listener, stream, peer, now);
                 }
+                Request::Move(moved) => {
+                    self.shared.loads[self.id]
+                        .pending
+                        .fetch_sub(1, Ordering::Relaxed);
+                    self.take_moved(moved, now);
+                }
             }
         }
     }
 
-    /// Closes the inbox unless a client handed over waits in it (then the worker stays to open
+    /// Closes the inbox unless a client handed over waits in it (then the worker stays to take
     /// it: it was woken for it). Under the inbox's lock, so no client is handed over after this
     /// looked.
     pub(super) fn close_inbox(&self) -> bool {
         let mut inbox = self.shared.inboxes[self.id]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if inbox
-            .as_ref()
-            .is_some_and(|q| q.iter().any(|r| matches!(r, Request::Adopt(..))))
-        {
+        if inbox.as_ref().is_some_and(|q| {
+            q.iter()
+                .any(|r| matches!(r, Request::Adopt(..) | Request::Move(..)))
+        }) {
             return false;
         }
         drop(inbox.take());

@@ -55,7 +55,9 @@ impl Worker {
                 listener: l.clone(),
                 paused_until: 0,
             });
-            self.register_listener(self.listeners.len() - 1)?;
+            if self.accepting {
+                self.register_listener(self.listeners.len() - 1)?;
+            }
         }
         Ok(())
     }

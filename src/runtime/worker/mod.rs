@@ -7,8 +7,9 @@
 //! Here: the slots, the event loop, the calls into sessions and what they ask for (timers, the
 //! resolver, another turn). Beside it: [`admit`] (accepting and admitting clients),
 //! [`listeners`] (the listeners it watches), [`drain`] (the shared phase: drain and stop),
-//! [`inbox`] (the control thread's requests, clients handed over), [`close`] (ending a session)
-//! and [`logs`] (the access log files).
+//! [`inbox`] (the control thread's requests, clients handed over), [`gather`] (kept-alive
+//! clients moved to the workers that accept), [`close`] (ending a session) and [`logs`] (the
+//! access log files).
 
 use std::collections::VecDeque;
 use std::io;
@@ -53,6 +54,7 @@ macro_rules! udp_cx {
 mod admit;
 mod close;
 mod drain;
+mod gather;
 mod inbox;
 mod listeners;
 mod logs;
@@ -133,6 +135,11 @@ pub(crate) struct Worker {
     /// The file cache of static roots.
     files: crate::web::Files,
     draining: bool,
+    /// Whether this worker accepts clients (its listeners registered): the first
+    /// `Shared::accepting` workers do (see `runtime::balance`).
+    accepting: bool,
+    /// `Shared::accepting` as this turn saw it.
+    accepting_n: usize,
     /// While draining, the end of the drain grace (clock ms; `NEVER` before).
     grace_end: u64,
     next_sweep: u64,
@@ -201,6 +208,8 @@ impl Worker {
             ),
             files: crate::web::Files::default(),
             draining: false,
+            accepting: true,
+            accepting_n: shared.loads.len(),
             grace_end: NEVER,
             next_sweep: 0,
             again: Vec::new(),
@@ -262,6 +271,7 @@ impl Worker {
                 }
             }
             let now = self.shared.clock.now_ms();
+            self.accepting_n = self.shared.accepting.0.load(Ordering::Relaxed);
             // A drain begun while this worker slept is taken up before the turn's events, so
             // a response that arrives in the same turn as the wake-up already says close.
             if !self.draining && matches!(self.shared.phase(), Phase::Draining) {
@@ -423,6 +433,9 @@ impl Worker {
     fn follow(&mut self, idx: usize, step: Step, now: u64) {
         match step {
             Step::Wait(deadline) => {
+                if self.shared.concentrate && self.gather(idx) {
+                    return;
+                }
                 self.arm(idx, deadline, false, now);
             }
             Step::Resolve(server, deadline) => {

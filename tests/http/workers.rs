@@ -1,0 +1,247 @@
+//! Kept-alive HTTP clients and the workers that carry them (`concentrate`, docs/design.md): while
+//! other processes leave no core idle, the workers past the first let go of the listeners and
+//! hand their kept-alive clients, between two requests, to the worker that still accepts; the
+//! clients see nothing of it. Each test starts the real binary (`--workers 2`, an admin listener)
+//! in front of the scripted backend of tests/support/http.rs, and busy-loop processes (one per
+//! core, stopped by their PIDs) to take every idle core.
+
+use crate::admin_support;
+use crate::http_support;
+use crate::support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use admin_support::{metrics, start_with_admin, wait_metrics};
+use http_support::{Backend, Step};
+use support::{QuillProcess, IO_TIMEOUT};
+
+/// Processes that each keep a core busy until dropped (killed by PID and reaped).
+struct Burners(Vec<Child>);
+
+impl Burners {
+    fn one_per_core() -> Burners {
+        let cores = thread::available_parallelism().map_or(2, |n| n.get());
+        Burners(
+            (0..cores)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .stdin(Stdio::null())
+                        .spawn()
+                        .expect("start a busy loop")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Burners {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Quill with 2 workers and an admin listener in front of `server`, with the top-level lines
+/// `global`.
+fn start(server: SocketAddr, global: &str) -> (QuillProcess, SocketAddr) {
+    start_with_admin(|dir, port, admin| {
+        let global = format!("workers = 2\nadmin = \"{admin}\"\n{global}");
+        let cfg = dir.join("quill.toml");
+        let text = http_support::toml_config(port, &global, "", &[server.to_string()]);
+        std::fs::write(&cfg, text).expect("write quill.toml");
+        vec!["--config".into(), cfg.display().to_string()]
+    })
+}
+
+/// Answers every request with 200 and a body naming its path, keeping the connection.
+fn echo_path_backend() -> Backend {
+    Backend::start_with(Default::default(), |req| {
+        vec![Step::Send(http_support::response(
+            200,
+            "",
+            req.target.as_bytes(),
+        ))]
+    })
+}
+
+/// `clients` kept-alive connections, each sending one to three pipelined requests at a time,
+/// their bytes cut in two at a random point with a pause of up to a millisecond between the
+/// halves (so a move finds a client between requests, in the middle of a head, or with a
+/// request waiting unread), until `stop` (at most 60 s and 100,000 rounds each), checking every
+/// answer is 200 with its own path as the body. Returns the requests answered right and the
+/// first wrong answer, if any.
+fn keep_alive_load(
+    proxy: SocketAddr,
+    clients: usize,
+    stop: Arc<AtomicBool>,
+) -> Vec<thread::JoinHandle<(u64, Option<String>)>> {
+    (0..clients)
+        .map(|c| {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                let started = Instant::now();
+                let mut ok = 0;
+                let mut rng = 0x9e37_79b9_u64 ^ ((c as u64) << 20);
+                let mut next = move |n: u64| {
+                    rng = rng
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    (rng >> 33) % n
+                };
+                let mut s = TcpStream::connect(proxy).expect("connect");
+                s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+                s.set_nodelay(true).unwrap();
+                for i in 0..100_000u64 {
+                    if stop.load(Ordering::Relaxed) || started.elapsed() > Duration::from_secs(60) {
+                        break;
+                    }
+                    let paths: Vec<String> = (0..1 + next(3))
+                        .map(|k| format!("/c{c}/r{i}.{k}"))
+                        .collect();
+                    let bytes: Vec<u8> = paths
+                        .iter()
+                        .flat_map(|p| {
+                            format!("GET {p} HTTP/1.1\r\nHost: example.test\r\n\r\n").into_bytes()
+                        })
+                        .collect();
+                    let cut = next(bytes.len() as u64 + 1) as usize;
+                    let sent = s.write_all(&bytes[..cut]).and_then(|()| {
+                        thread::sleep(Duration::from_micros(next(1000)));
+                        s.write_all(&bytes[cut..])
+                    });
+                    if let Err(e) = sent {
+                        return (ok, Some(format!("client {c} round {i}: write: {e}")));
+                    }
+                    for path in &paths {
+                        match read_response(&mut s) {
+                            Ok((head, body))
+                                if head.starts_with("HTTP/1.1 200 ") && body == *path =>
+                            {
+                                ok += 1
+                            }
+                            Ok((head, body)) => {
+                                return (ok, Some(format!("client {c} {path}: {head:?} {body:?}")))
+                            }
+                            Err(e) => return (ok, Some(format!("client {c} {path}: {e}"))),
+                        }
+                    }
+                }
+                (ok, None)
+            })
+        })
+        .collect()
+}
+
+/// Reads one response with a `Content-Length` body: its head and its body.
+fn read_response(s: &mut TcpStream) -> std::io::Result<(String, String)> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.push(byte[0]);
+        if buf.len() > 16 * 1024 {
+            return Err(std::io::Error::other("head too long"));
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .ok_or_else(|| std::io::Error::other(format!("no Content-Length in {head:?}")))?;
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body)?;
+    Ok((head, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// Stops the load and returns the requests answered right, panicking on any wrong answer.
+fn finish(stop: &AtomicBool, load: Vec<thread::JoinHandle<(u64, Option<String>)>>) -> u64 {
+    stop.store(true, Ordering::Relaxed);
+    let mut total = 0;
+    for t in load {
+        let (ok, err) = t.join().expect("client thread");
+        assert!(err.is_none(), "{}", err.unwrap());
+        total += ok;
+    }
+    total
+}
+
+#[test]
+fn with_no_core_idle_kept_alive_clients_gather_on_one_worker_and_lose_nothing() {
+    let b = echo_path_backend();
+    let (q, admin) = start(b.addr(), "");
+    let proxy = SocketAddr::from(([127, 0, 0, 1], q.port));
+    // The start-up probe's connection, and any other before the load.
+    let before = metrics(admin).value("quill_sessions_accepted_total", &[]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = keep_alive_load(proxy, 8, stop.clone());
+    let burners = Burners::one_per_core();
+    // The main loop samples the CPUs every 250 ms and acts on two samples in a row.
+    let m = wait_metrics(admin, "one worker accepting and clients moved", |m| {
+        m.value("quill_workers_accepting", &[]) == 1.0
+            && m.value("quill_sessions_moved_total", &[]) >= 1.0
+    });
+    let moved = m.value("quill_sessions_moved_total", &[]);
+    // The clients go on being served by the worker they moved to.
+    thread::sleep(Duration::from_millis(500));
+    drop(burners);
+    let answered = finish(&stop, load);
+    assert!(answered > 0, "no request answered");
+    let m = metrics(admin);
+    eprintln!(
+        "{answered} requests answered right, {moved} moves seen, {} in all",
+        m.value("quill_sessions_moved_total", &[])
+    );
+    // Moving is not accepting again, nor ending: 8 clients, 8 sessions.
+    assert_eq!(
+        m.value("quill_sessions_accepted_total", &[]) - before,
+        8.0,
+        "{}",
+        m.text
+    );
+    // A new client is taken by the worker that accepts, and served.
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    s.write_all(b"GET /new HTTP/1.1\r\nHost: example.test\r\n\r\n")
+        .unwrap();
+    let (head, body) = read_response(&mut s).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    assert_eq!(body, "/new");
+}
+
+#[test]
+fn with_concentrate_off_every_worker_keeps_accepting_on_a_busy_machine() {
+    let b = echo_path_backend();
+    let (q, admin) = start(b.addr(), "concentrate = false");
+    let proxy = SocketAddr::from(([127, 0, 0, 1], q.port));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = keep_alive_load(proxy, 8, stop.clone());
+    let burners = Burners::one_per_core();
+    // Four times what the gathering above needs (two samples of 250 ms).
+    thread::sleep(Duration::from_secs(2));
+    drop(burners);
+    let answered = finish(&stop, load);
+    assert!(answered > 0, "no request answered");
+    let m = metrics(admin);
+    assert_eq!(m.value("quill_workers_accepting", &[]), 2.0, "{}", m.text);
+    assert_eq!(
+        m.value("quill_sessions_moved_total", &[]),
+        0.0,
+        "{}",
+        m.text
+    );
+}
