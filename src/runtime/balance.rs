@@ -129,7 +129,7 @@ pub(super) struct Balancer {
 impl Balancer {
     pub(super) fn new() -> Balancer {
         Balancer {
-            last: Ticks::read(),
+            last: None,
             next: Instant::now() + PERIOD,
             called: None,
             hold: 0,
@@ -137,13 +137,24 @@ impl Balancer {
     }
 
     /// When due, samples the CPUs and returns the new number of accepting workers, if it
-    /// changes.
-    pub(super) fn tick(&mut self, accepting: usize, workers: usize) -> Option<usize> {
+    /// changes. With fewer than two sessions open there is nothing to gather or spread: nothing
+    /// is read (an idle Quill makes no system call for this), and the next sample starts anew.
+    pub(super) fn tick(
+        &mut self,
+        accepting: usize,
+        workers: usize,
+        sessions: u64,
+    ) -> Option<usize> {
         let now = Instant::now();
         if now < self.next {
             return None;
         }
         self.next = now + PERIOD;
+        if sessions < 2 {
+            self.last = None;
+            self.called = None;
+            return None;
+        }
         let ticks = Ticks::read()?;
         let sample = self.last.replace(ticks).and_then(|b| ticks.since(&b))?;
         if self.hold > 0 {
@@ -211,6 +222,18 @@ mod tests {
         assert_eq!(wanted(1, 2, s(0.6, 0.8)), 1);
         // Never above the workers there are.
         assert_eq!(wanted(2, 2, s(1.5, 1.9)), 2);
+    }
+
+    #[test]
+    fn with_fewer_than_two_sessions_nothing_is_sampled() {
+        let mut b = Balancer::new();
+        b.next = Instant::now();
+        assert_eq!(b.tick(2, 2, 1), None);
+        assert_eq!(b.last, None, "nothing read");
+        // With two sessions the first due tick reads the baseline.
+        b.next = Instant::now();
+        assert_eq!(b.tick(2, 2, 2), None);
+        assert!(b.last.is_some(), "/proc read");
     }
 
     #[test]

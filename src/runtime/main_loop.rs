@@ -121,7 +121,8 @@ impl MainLoop {
         }
         let accepting = &self.shared.accepting.0;
         let workers = self.shared.loads.len();
-        if let Some(n) = b.tick(accepting.load(Ordering::Relaxed), workers) {
+        let sessions = self.shared.loads.iter().map(|l| l.get()).sum();
+        if let Some(n) = b.tick(accepting.load(Ordering::Relaxed), workers, sessions) {
             accepting.store(n, Ordering::Relaxed);
             self.shared.wake_all();
         }

@@ -9,8 +9,8 @@ use crate::admin_support;
 use crate::http_support;
 use crate::support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use admin_support::{metrics, start_with_admin, wait_metrics};
-use http_support::{Backend, Step};
+use http_support::{Backend, Client, Step};
 use support::{QuillProcess, IO_TIMEOUT};
 
 /// Processes that each keep a core busy until dropped (killed by PID and reaped).
@@ -97,9 +97,8 @@ fn keep_alive_load(
                         .wrapping_add(1_442_695_040_888_963_407);
                     (rng >> 33) % n
                 };
-                let mut s = TcpStream::connect(proxy).expect("connect");
-                s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-                s.set_nodelay(true).unwrap();
+                let mut client = Client::connect(proxy);
+                client.s.set_nodelay(true).unwrap();
                 for i in 0..100_000u64 {
                     if stop.load(Ordering::Relaxed) || started.elapsed() > Duration::from_secs(60) {
                         break;
@@ -114,22 +113,22 @@ fn keep_alive_load(
                         })
                         .collect();
                     let cut = next(bytes.len() as u64 + 1) as usize;
-                    let sent = s.write_all(&bytes[..cut]).and_then(|()| {
+                    let sent = client.s.write_all(&bytes[..cut]).and_then(|()| {
                         thread::sleep(Duration::from_micros(next(1000)));
-                        s.write_all(&bytes[cut..])
+                        client.s.write_all(&bytes[cut..])
                     });
                     if let Err(e) = sent {
                         return (ok, Some(format!("client {c} round {i}: write: {e}")));
                     }
                     for path in &paths {
-                        match read_response(&mut s) {
-                            Ok((head, body))
-                                if head.starts_with("HTTP/1.1 200 ") && body == *path =>
-                            {
-                                ok += 1
-                            }
-                            Ok((head, body)) => {
-                                return (ok, Some(format!("client {c} {path}: {head:?} {body:?}")))
+                        match client.try_read_response(false, IO_TIMEOUT) {
+                            Ok(r) if r.status == 200 && r.body == path.as_bytes() => ok += 1,
+                            Ok(r) => {
+                                let body = String::from_utf8_lossy(&r.body);
+                                return (
+                                    ok,
+                                    Some(format!("client {c} {path}: {} {body:?}", r.status)),
+                                );
                             }
                             Err(e) => return (ok, Some(format!("client {c} {path}: {e}"))),
                         }
@@ -139,33 +138,6 @@ fn keep_alive_load(
             })
         })
         .collect()
-}
-
-/// Reads one response with a `Content-Length` body: its head and its body.
-fn read_response(s: &mut TcpStream) -> std::io::Result<(String, String)> {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        if s.read(&mut byte)? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.push(byte[0]);
-        if buf.len() > 16 * 1024 {
-            return Err(std::io::Error::other("head too long"));
-        }
-    }
-    let head = String::from_utf8_lossy(&buf).into_owned();
-    let len: usize = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
-        .ok_or_else(|| std::io::Error::other(format!("no Content-Length in {head:?}")))?;
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body)?;
-    Ok((head, String::from_utf8_lossy(&body).into_owned()))
 }
 
 /// Stops the load and returns the requests answered right, panicking on any wrong answer.
@@ -214,13 +186,11 @@ fn with_no_core_idle_kept_alive_clients_gather_on_one_worker_and_lose_nothing() 
         m.text
     );
     // A new client is taken by the worker that accepts, and served.
-    let mut s = TcpStream::connect(proxy).unwrap();
-    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    s.write_all(b"GET /new HTTP/1.1\r\nHost: example.test\r\n\r\n")
-        .unwrap();
-    let (head, body) = read_response(&mut s).unwrap();
-    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
-    assert_eq!(body, "/new");
+    let mut client = Client::connect(proxy);
+    client.send(b"GET /new HTTP/1.1\r\nHost: example.test\r\n\r\n");
+    let r = client.read_response();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"/new");
 }
 
 #[test]
