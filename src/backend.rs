@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::acl::{AclId, Acls};
 use crate::addr::{AdminState, BackendAddr, ServerSpec};
-use crate::balancer::{ClientTable, Cursor, Mode, ServerSet};
+use crate::balancer::{ClientTable, Cursor, MaglevSet, Mode, ServerSet};
 use crate::clock::millis;
 use crate::config::model::UdpSettings;
 use crate::config::{HealthCheck, HttpSettings, ListenerConfig, ListenerKind, StreamProto, Tuning};
@@ -331,6 +331,9 @@ pub(crate) struct Pool {
     /// Where clients denied by `client_acl` go; None = closed.
     pub abuse: Option<Arc<Server>>,
     pub cursor: Arc<Cursor>,
+    /// The Maglev tables of a pool whose mode has `maglev` (kept from the previous pool while
+    /// its servers, weights and priorities are the same).
+    pub maglev: Option<Arc<MaglevSet>>,
     /// HTTP requests waiting for a server while all are at `max` (kept across rebuilds).
     pub queue: Arc<Queue>,
     pub clients: Arc<ClientTable>,
@@ -550,6 +553,17 @@ impl Pool {
             }
             _ => Arc::new(ClientTable::new(l.tuning.clients_max)),
         };
+        let maglev = l.mode.maglev.then(|| {
+            let from: Vec<(String, u32, u32)> = l
+                .servers
+                .iter()
+                .map(|s| (s.addr.to_string(), s.weight, s.prio))
+                .collect();
+            match old.and_then(|o| o.maglev.as_ref()) {
+                Some(m) if m.built_from(&from, l.mode.prio) => m.clone(),
+                _ => Arc::new(MaglevSet::build(from, l.mode.prio)),
+            }
+        });
         let sticky = l
             .sticky_cookie
             .as_deref()
@@ -562,6 +576,7 @@ impl Pool {
             emergency,
             abuse,
             cursor: old.map_or_else(Arc::default, |o| o.cursor.clone()),
+            maglev,
             queue: old.map_or_else(Arc::default, |o| o.queue.clone()),
             clients,
             client_acl: l.client_acl,
@@ -691,6 +706,10 @@ impl ServerSet for PoolView<'_> {
 
     fn ramp(&self, i: usize, now_ms: u64) -> u32 {
         self.pool.servers[i].ramp(now_ms)
+    }
+
+    fn maglev(&self) -> Option<&MaglevSet> {
+        self.pool.maglev.as_deref()
     }
 }
 

@@ -9,6 +9,8 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use quill_core::maglev::{self, Table};
+
 /// The largest client tracking table (`clients_max`): 16 bytes a client, so at most 16 MB.
 pub(crate) const MAX_CLIENTS: u32 = 1_000_000;
 
@@ -25,10 +27,11 @@ pub(crate) enum ModeWord {
     Stubborn,
     LeastConn,
     P2c,
+    Maglev,
 }
 
 impl ModeWord {
-    pub(crate) const ALL: [ModeWord; 7] = [
+    pub(crate) const ALL: [ModeWord; 8] = [
         ModeWord::RoundRobin,
         ModeWord::Hash,
         ModeWord::Weight,
@@ -36,6 +39,7 @@ impl ModeWord {
         ModeWord::Stubborn,
         ModeWord::LeastConn,
         ModeWord::P2c,
+        ModeWord::Maglev,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -47,6 +51,7 @@ impl ModeWord {
             ModeWord::Stubborn => "stubborn",
             ModeWord::LeastConn => "leastconn",
             ModeWord::P2c => "p2c",
+            ModeWord::Maglev => "maglev",
         }
     }
 
@@ -73,6 +78,9 @@ pub(crate) struct Mode {
     pub weight: bool,
     pub prio: bool,
     pub stubborn: bool,
+    /// Maglev consistent hashing of the client address (with `roundrobin`: address and port),
+    /// one table per priority level with `prio` ([`MaglevSet`]); no client tracking.
+    pub maglev: bool,
     pub base: Base,
 }
 
@@ -92,6 +100,7 @@ impl Mode {
                 }
             }
             ModeWord::P2c => self.base = if on { Base::P2c } else { Base::RoundRobin },
+            ModeWord::Maglev => self.maglev = on,
         }
     }
 
@@ -104,12 +113,14 @@ impl Mode {
             ModeWord::Stubborn => self.stubborn,
             ModeWord::LeastConn => self.base == Base::LeastConn,
             ModeWord::P2c => self.base == Base::P2c,
+            ModeWord::Maglev => self.maglev,
         }
     }
 
-    /// Whether clients are tracked (Pen's default).
+    /// Whether clients are tracked (Pen's default; never with `maglev`, whose table is what
+    /// every instance agrees on).
     pub(crate) fn tracking(&self) -> bool {
-        !self.roundrobin
+        !self.roundrobin && !self.maglev
     }
 }
 
@@ -143,6 +154,10 @@ pub(crate) trait ServerSet {
     fn ramp(&self, _i: usize, _now_ms: u64) -> u32 {
         1000
     }
+    /// The pool's Maglev tables (built when its mode has `maglev`).
+    fn maglev(&self) -> Option<&MaglevSet> {
+        None
+    }
 }
 
 /// The client as the balancer sees it.
@@ -167,6 +182,100 @@ impl Client {
         } else {
             base
         }
+    }
+}
+
+impl Client {
+    /// The key `maglev` looks up: [`quill_core::maglev::hash_bytes`] of the address's bytes
+    /// (4 or 16), then with `with_port` the port's two bytes (big-endian), under seed 0.
+    pub(crate) fn maglev_key(&self, with_port: bool) -> u64 {
+        let mut bytes = [0u8; 18];
+        let mut len = match self.ip {
+            Some(IpAddr::V4(a)) => {
+                bytes[..4].copy_from_slice(&a.octets());
+                4
+            }
+            Some(IpAddr::V6(a)) => {
+                bytes[..16].copy_from_slice(&a.octets());
+                16
+            }
+            None => 0,
+        };
+        if with_port {
+            bytes[len..len + 2].copy_from_slice(&self.port.to_be_bytes());
+            len += 2;
+        }
+        maglev::hash_bytes(&bytes[..len], 0)
+    }
+}
+
+/// A pool's Maglev tables: one over every server, or with `prio` one per priority level, best
+/// (lowest) first. Built off the data path with the pool (`Pool::build`), from the servers'
+/// identities (their addresses as written), weights and priorities: the order they are listed
+/// in does not matter.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct MaglevSet {
+    /// (priority, table, the pool's index of each of the table's servers).
+    levels: Vec<(u32, Table, Vec<usize>)>,
+    /// What the tables were built from (identity, weight, priority; and whether by level), to
+    /// reuse them when a rebuilt pool has the same.
+    from: (Vec<(String, u32, u32)>, bool),
+}
+
+impl MaglevSet {
+    /// The tables of `servers` (identity, weight, priority), by level when `by_prio`.
+    pub(crate) fn build(servers: Vec<(String, u32, u32)>, by_prio: bool) -> MaglevSet {
+        let mut prios: Vec<u32> = if by_prio {
+            servers.iter().map(|s| s.2).collect()
+        } else {
+            vec![0]
+        };
+        prios.sort_unstable();
+        prios.dedup();
+        let levels = prios
+            .into_iter()
+            .map(|prio| {
+                let members: Vec<usize> = (0..servers.len())
+                    .filter(|&i| !by_prio || servers[i].2 == prio)
+                    .collect();
+                let specs: Vec<maglev::Server<'_>> = members
+                    .iter()
+                    .map(|&i| maglev::Server {
+                        identity: servers[i].0.as_bytes(),
+                        weight: servers[i].1,
+                    })
+                    .collect();
+                (prio, Table::build(&specs, 0), members)
+            })
+            .collect();
+        MaglevSet {
+            levels,
+            from: (servers, by_prio),
+        }
+    }
+
+    /// Whether these tables were built from `servers` as [`MaglevSet::build`] would be.
+    pub(crate) fn built_from(&self, servers: &[(String, u32, u32)], by_prio: bool) -> bool {
+        self.from.0 == servers && self.from.1 == by_prio
+    }
+
+    /// The server (the pool's index) for `key`: in the best level that has an available server,
+    /// its table's slot for the key, walking past unavailable servers.
+    pub(crate) fn lookup(&self, key: u64, avail: &dyn Fn(usize) -> bool) -> Option<usize> {
+        self.levels.iter().find_map(|(_, table, members)| {
+            if !members.iter().any(|&i| avail(i)) {
+                return None;
+            }
+            table.lookup(key, |k| avail(members[k])).map(|k| members[k])
+        })
+    }
+
+    /// Each level's priority, table size and fingerprint, best first.
+    pub(crate) fn fingerprints(&self) -> Vec<(u32, usize, u64)> {
+        self.levels
+            .iter()
+            .map(|(p, t, _)| (*p, t.size(), t.fingerprint()))
+            .collect()
     }
 }
 
@@ -221,6 +330,11 @@ fn choose<S: ServerSet>(
     avail: &dyn Fn(usize) -> bool,
 ) -> Option<usize> {
     let n = set.len();
+    if mode.maglev {
+        if let Some(tables) = set.maglev() {
+            return tables.lookup(client.maglev_key(mode.roundrobin), avail);
+        }
+    }
     if mode.prio {
         let best = (0..n).filter(|&i| avail(i)).map(|i| set.prio(i)).min()?;
         return rotate(n, cursor.next(), |i| avail(i) && set.prio(i) == best, |_| 0);
@@ -603,5 +717,54 @@ mod tests {
             t.store(IpAddr::V4(i.into()), (i % 7) as usize, 200 + i);
         }
         assert_eq!(t.lookup(IpAddr::V4(99u32.into()), 300, 0), Some(99 % 7));
+    }
+
+    fn maglev_servers(prios: &[u32]) -> Vec<(String, u32, u32)> {
+        prios
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| (format!("10.0.0.{i}:80"), 1, p))
+            .collect()
+    }
+
+    #[test]
+    fn maglev_uses_the_best_priority_level_with_a_server_up() {
+        let set = MaglevSet::build(maglev_servers(&[1, 0, 1, 0]), true);
+        assert_eq!(set.fingerprints().len(), 2);
+        assert_eq!(set.fingerprints()[0].0, 0, "best level first");
+        for k in 0..2_000u64 {
+            let key = mix(k);
+            let pick = set.lookup(key, &|_| true).unwrap();
+            assert!(pick == 1 || pick == 3, "key {k}: {pick} is not of level 0");
+            // Level 0 all down: level 1 serves.
+            let pick = set.lookup(key, &|i| i == 0 || i == 2).unwrap();
+            assert!(pick == 0 || pick == 2);
+            // One server of level 0 down: its keys stay in level 0.
+            assert_eq!(set.lookup(key, &|i| i != 1), Some(3));
+        }
+        assert_eq!(set.lookup(5, &|_| false), None);
+        // Without prio: one table over all four.
+        let flat = MaglevSet::build(maglev_servers(&[1, 0, 1, 0]), false);
+        assert_eq!(flat.fingerprints().len(), 1);
+        let hits: std::collections::BTreeSet<usize> = (0..2_000u64)
+            .filter_map(|k| flat.lookup(mix(k), &|_| true))
+            .collect();
+        assert_eq!(hits.len(), 4);
+        assert!(flat.built_from(&maglev_servers(&[1, 0, 1, 0]), false));
+        assert!(!flat.built_from(&maglev_servers(&[1, 0, 1, 0]), true));
+    }
+
+    #[test]
+    fn maglev_keys_are_the_address_then_the_port() {
+        let c = |port| Client {
+            ip: Some(IpAddr::from([192, 0, 2, 7])),
+            port,
+        };
+        assert_eq!(c(1).maglev_key(false), c(2).maglev_key(false));
+        assert_ne!(c(1).maglev_key(true), c(2).maglev_key(true));
+        assert_eq!(
+            c(1).maglev_key(false),
+            quill_core::maglev::hash_bytes(&[192, 0, 2, 7], 0)
+        );
     }
 }

@@ -60,6 +60,32 @@ pub(crate) struct PoolStatus {
     pub servers: Vec<ServerStatus>,
     pub emergency: Option<ServerStatus>,
     pub queue: QueueStatus,
+    /// The Maglev tables (mode `maglev`), best priority level first; empty otherwise.
+    pub maglev: Vec<MaglevStatus>,
+}
+
+/// One Maglev table of a pool: its priority level, size and fingerprint (the same on every
+/// Quill with the same servers, weights and priorities).
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct MaglevStatus {
+    pub prio: u32,
+    pub size: usize,
+    /// 16 hexadecimal digits.
+    pub fingerprint: String,
+}
+
+impl MaglevStatus {
+    pub(crate) fn of(pool: &crate::backend::Pool) -> Vec<MaglevStatus> {
+        pool.maglev
+            .iter()
+            .flat_map(|m| m.fingerprints())
+            .map(|(prio, size, fp)| MaglevStatus {
+                prio,
+                size,
+                fingerprint: format!("{fp:016x}"),
+            })
+            .collect()
+    }
 }
 
 /// HTTP requests waiting for a server while every usable one is at its `max`.
@@ -248,6 +274,8 @@ pub(crate) struct ListenerStatus {
     pub emergency: Option<ServerStatus>,
     pub abuse: Option<ServerStatus>,
     pub queue: QueueStatus,
+    /// The Maglev tables (mode `maglev`), best priority level first; empty otherwise.
+    pub maglev: Vec<MaglevStatus>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -364,6 +392,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
             emergency: pool.emergency.as_ref().map(|s| server_status(0, s, now_ms)),
             abuse: pool.abuse.as_ref().map(|s| server_status(0, s, now_ms)),
             queue: QueueStatus::of(&pool.queue),
+            maglev: MaglevStatus::of(pool),
         })
         .collect();
     let pools = shared
@@ -382,6 +411,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
                 .collect(),
             emergency: p.emergency.as_ref().map(|s| server_status(0, s, now_ms)),
             queue: QueueStatus::of(&p.queue),
+            maglev: MaglevStatus::of(p),
         })
         .collect();
     Snapshot {

@@ -112,6 +112,7 @@ pub(super) fn render(snap: &Snapshot) -> String {
     sessions(&mut out, snap);
     connect_histogram(&mut out, snap);
     listeners(&mut out, snap);
+    hash_tables(&mut out, snap);
     servers(&mut out, snap);
     queues(&mut out, snap);
     http(&mut out, snap);
@@ -458,6 +459,46 @@ fn histogram(out: &mut Exposition, name: &str, labels: &[(&str, &str)], h: &Hist
     }
     out.sample_text(&format!("{name}_sum"), labels, &seconds(h.sum_us));
     out.sample(&format!("{name}_count"), labels, cumulative);
+}
+
+/// One sample per Maglev table: its owner, priority level, size and fingerprint.
+/// Left out when no pool has one.
+fn hash_tables(out: &mut Exposition, snap: &Snapshot) {
+    let name = "quill_hash_table_info";
+    let any = snap.listeners.iter().any(|l| !l.maglev.is_empty())
+        || snap.pools.iter().any(|p| !p.maglev.is_empty());
+    if !any {
+        return;
+    }
+    out.family(
+        name,
+        Kind::Gauge,
+        "Always 1, one per Maglev table (mode maglev, one per priority level with prio): Quills with the same servers, weights and priorities show the same fingerprint.",
+    );
+    let owners = snap
+        .listeners
+        .iter()
+        .map(|l| (("listener", l.name.as_str()), &l.maglev))
+        .chain(
+            snap.pools
+                .iter()
+                .map(|p| (("pool", p.name.as_str()), &p.maglev)),
+        );
+    for ((kind, owner), tables) in owners {
+        for t in tables {
+            let (prio, size) = (t.prio.to_string(), t.size.to_string());
+            out.sample(
+                name,
+                &[
+                    (kind, owner),
+                    ("prio", &prio),
+                    ("size", &size),
+                    ("fingerprint", &t.fingerprint),
+                ],
+                1,
+            );
+        }
+    }
 }
 
 fn listeners(out: &mut Exposition, snap: &Snapshot) {
@@ -871,6 +912,7 @@ mod tests {
             emergency: None,
             abuse: None,
             queue: Default::default(),
+            maglev: Vec::new(),
         }
     }
 

@@ -81,6 +81,10 @@ pub struct Cli {
     /// Pick the server by a hash of the client address (with -r: address and port)
     #[arg(short = 'h', long)]
     hash: bool,
+    /// Maglev consistent hashing of the client address (with -r: address and port): every Quill
+    /// with the same servers picks the same one, whatever order they are listed in
+    #[arg(long)]
+    maglev: bool,
     /// Weighted least connections (sessions/WEIGHT)
     #[arg(short = 'W', long)]
     weight: bool,

@@ -263,6 +263,7 @@ impl Cli {
         for (on, word) in [
             (self.roundrobin, ModeWord::RoundRobin),
             (self.hash, ModeWord::Hash),
+            (self.maglev, ModeWord::Maglev),
             (self.weight, ModeWord::Weight),
             (self.stubborn, ModeWord::Stubborn),
         ] {

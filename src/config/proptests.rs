@@ -52,6 +52,7 @@ const WORDS: &[&str] = &[
     "stubborn",
     "leastconn",
     "p2c",
+    "maglev",
     "client_acl",
     "control_acl",
     "permit",

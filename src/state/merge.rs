@@ -135,7 +135,7 @@ fn merge_kind(base: &ListenerKind, ours: &ListenerKind, theirs: &ListenerKind) -
 fn merge_mode(base: &ListenerConfig, ours: &ListenerConfig, theirs: &ListenerConfig) -> Mode {
     let (b, o, t) = (&base.mode, &ours.mode, &theirs.mode);
     let mut out = *t;
-    merge_fields!(Mode, b, o, t, out; roundrobin, hash, weight, prio, stubborn, base;);
+    merge_fields!(Mode, b, o, t, out; roundrobin, hash, weight, prio, stubborn, maglev, base;);
     out
 }
 

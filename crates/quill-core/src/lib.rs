@@ -3,7 +3,8 @@
 //! the HTTP/1 module, the TLS ClientHello reader (`tls_hello`, SNI routing without termination)
 //! the frames of direct server return (`dsr`), the PROXY protocol header (`proxy_header`), the
 //! HTTP semantics of serving a file (`files`: types, validators, conditionals, ranges), FastCGI
-//! records (`fastcgi`) and the CGI response head (`cgi`) and,
+//! records (`fastcgi`), the CGI response head (`cgi`), Maglev consistent-hashing tables
+//! (`maglev`) and,
 //! with the `tls` feature, the record layer of terminated TLS (`tls_records`); and the one random
 //! number generator (`rand::Rng`).
 
@@ -21,6 +22,7 @@ pub mod fastcgi;
 pub mod files;
 pub mod flows;
 pub mod http1;
+pub mod maglev;
 pub mod proxy_header;
 pub mod rand;
 pub mod sys;

@@ -570,7 +570,7 @@ fn fill_pool(
         for word in mode.get_ref() {
             let w = ModeWord::parse(word).ok_or_else(|| {
                 ConfigError::usage(format!(
-                    "{}unknown mode '{word}' (expected roundrobin, hash, weight, prio, stubborn, leastconn, p2c)",
+                    "{}unknown mode '{word}' (expected roundrobin, hash, weight, prio, stubborn, leastconn, p2c, maglev)",
                     at(mode.span())
                 ))
             })?;
