@@ -257,6 +257,34 @@ fn udp_round_robin_spreads_flows_evenly() {
 }
 
 #[test]
+fn udp_maglev_quills_send_each_client_to_the_same_server_in_any_listed_order() {
+    // Two Quills with the same three servers listed in opposite orders: every client address
+    // (100 of them, 127.2.0.X) reaches the same server through either, and all three serve.
+    let (a, b, c3) = (
+        UdpServer::start("a"),
+        UdpServer::start("b"),
+        UdpServer::start("c"),
+    );
+    let q1 = start_pen(&["--maglev", "--workers", "2"], &[&a, &b, &c3]);
+    let q2 = start_pen(&["--maglev", "--workers", "1"], &[&c3, &b, &a]);
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..100u8 {
+        let c = client_on(IpAddr::from([127, 2, 0, i + 1]));
+        let one = reply_of(&c, q1.addr(), "m").to_string();
+        let two = reply_of(&c, q2.addr(), "m").to_string();
+        assert_eq!(
+            server_name(&one),
+            server_name(&two),
+            "client 127.2.0.{}",
+            i + 1
+        );
+        *counts.entry(server_name(&one).to_string()).or_default() += 1;
+    }
+    assert_eq!(counts.len(), 3, "{counts:?}");
+    assert!(counts.values().all(|&n| n >= 15), "{counts:?}");
+}
+
+#[test]
 fn udp_weights_and_priorities_apply_per_flow() {
     // Priorities: every flow goes to the best (lowest) priority while it is available.
     let (a, b) = (UdpServer::start("a"), UdpServer::start("b"));

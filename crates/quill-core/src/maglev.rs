@@ -114,7 +114,8 @@ impl Table {
             .map(|id| hash_bytes(id, seed ^ SALT_SKIP) % (m64 - 1) + 1)
             .collect();
         let max_weight = weights.iter().copied().max().unwrap_or(1);
-        let mut next = vec![0u64; n];
+        // Each server's next candidate slot, (offset + j × skip) mod M, advanced by additions.
+        let mut next = offset;
         let mut credit = vec![0u64; n];
         let mut slots = vec![u16::MAX; m as usize];
         let mut filled = 0usize;
@@ -126,8 +127,11 @@ impl Table {
                     // The next free slot in server i's permutation; M is prime and skip is in
                     // 1..M, so the permutation visits every slot and a free one is found.
                     loop {
-                        let c = ((offset[i] + next[i] % m64 * skip[i]) % m64) as usize;
-                        next[i] += 1;
+                        let c = next[i] as usize;
+                        next[i] += skip[i];
+                        if next[i] >= m64 {
+                            next[i] -= m64;
+                        }
                         if slots[c] == u16::MAX {
                             slots[c] = i as u16;
                             break;
