@@ -554,11 +554,7 @@ impl Pool {
             _ => Arc::new(ClientTable::new(l.tuning.clients_max)),
         };
         let maglev = l.mode.maglev.then(|| {
-            let from: Vec<(String, u32, u32)> = l
-                .servers
-                .iter()
-                .map(|s| (s.addr.to_string(), s.weight, s.prio))
-                .collect();
+            let from = l.maglev_servers();
             match old.and_then(|o| o.maglev.as_ref()) {
                 Some(m) if m.built_from(&from, l.mode.prio) => m.clone(),
                 _ => Arc::new(MaglevSet::build(from, l.mode.prio)),

@@ -274,6 +274,10 @@ pub(crate) enum Action {
     Set(Command),
     Show(Setting),
     Servers,
+    /// `hash table`: the Maglev tables of a listener's or named pool's pool (mode `maglev`):
+    /// each priority level's size and fingerprint (Quill's addition; bare `hash` is Pen's mode
+    /// word).
+    Hash,
     /// Pen's HTML status report (also written to the `-w` file).
     Status,
     /// Clients seen in the last N seconds.
@@ -311,6 +315,7 @@ impl Action {
             Action::Set(c) => c.needs(),
             Action::Show(_)
             | Action::Servers
+            | Action::Hash
             | Action::Status
             | Action::Recent(_)
             | Action::Connections
@@ -406,6 +411,10 @@ fn parse_action(words: &[&str]) -> Result<Action, CommandError> {
     } else {
         (false, first, rest)
     };
+    if (negated, name, args) == (false, "hash", &["table"][..]) {
+        // Not Pen's mode word `hash` (which takes no argument): the Maglev tables.
+        return Ok(Action::Hash);
+    }
     if let Some(word) = ModeWord::parse(name) {
         no_args(name, args)?;
         return Ok(Action::Set(Command::Mode(word, !negated)));
@@ -610,6 +619,25 @@ fn parse_server(args: &[&str]) -> Result<Command, CommandError> {
 mod tests {
     use super::*;
     use crate::config::model::Fastclose;
+
+    #[test]
+    fn hash_alone_is_the_mode_word_and_hash_table_shows_the_maglev_tables() {
+        let action = |line: &str| parse_request(line).map(|r| r.action);
+        assert!(matches!(
+            action("hash"),
+            Ok(Action::Set(Command::Mode(ModeWord::Hash, true)))
+        ));
+        assert!(matches!(
+            action("maglev"),
+            Ok(Action::Set(Command::Mode(ModeWord::Maglev, true)))
+        ));
+        assert!(matches!(action("hash table"), Ok(Action::Hash)));
+        let pooled = parse_request("pool php hash table").unwrap();
+        assert_eq!(pooled.pool.as_deref(), Some("php"));
+        assert!(matches!(pooled.action, Action::Hash));
+        assert!(action("hash tables").is_err());
+        assert!(action("no hash table").is_err());
+    }
 
     #[test]
     fn parses_pen_commands() {

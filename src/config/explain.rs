@@ -222,6 +222,14 @@ fn explain_pool(l: &ListenerConfig, http: bool, out: &mut String) {
     if let Some(e) = &l.emergency {
         *out += &format!("  emergency: {e}\n");
     }
+    if l.mode.maglev {
+        let tables = crate::balancer::MaglevSet::build(l.maglev_servers(), l.mode.prio);
+        for (prio, size, fingerprint) in tables.fingerprints() {
+            *out += &format!(
+                "  maglev table: prio {prio}, {size} slots, fingerprint {fingerprint:016x} (the same on every Quill with these servers, weights and priorities)\n"
+            );
+        }
+    }
     if l.fastcgi {
         let kept = l.servers.iter().filter(|s| s.max > 0).count();
         *out += &format!(

@@ -364,3 +364,42 @@ fn maglev_tables_show_the_same_fingerprint_on_every_quill_with_the_same_servers(
         "another server set, another table"
     );
 }
+
+#[test]
+fn quill_ctl_hash_tells_the_fingerprint_every_quill_with_the_same_servers_shares() {
+    use crate::ctl::{ctl, start_ctl};
+    let b = greeters(&["a", "b", "c"]);
+    let forward = specs(&b);
+    let mut reversed = forward.clone();
+    reversed.reverse();
+    let (_q1, s1) = start_ctl(&["--maglev"], &forward);
+    let (_q2, s2) = start_ctl(&["--maglev", "-O", "prio"], &reversed);
+    let one = ctl(&s1, "hash table");
+    let words: Vec<&str> = one.split_whitespace().collect();
+    assert_eq!(words.len(), 6, "{one}");
+    assert_eq!(
+        &words[..5],
+        ["prio", "0", "size", "65537", "fingerprint"],
+        "{one}"
+    );
+    assert!(
+        words[5].len() == 16 && words[5].bytes().all(|b| b.is_ascii_hexdigit()),
+        "{one}"
+    );
+    // Every server at priority 0: with prio, one level, the same table.
+    assert_eq!(ctl(&s2, "hash table"), one);
+    // `quill check` computes the same table from the same servers, in any order.
+    let mut args = vec!["check", "--maglev", "8080"];
+    args.extend(reversed.iter().map(String::as_str));
+    let (code, out, err) = run_quill_output(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "maglev table: prio 0, 65537 slots, fingerprint {}",
+            words[5]
+        )),
+        "{out}"
+    );
+    let (_q3, s3) = start_ctl(&["-r"], &forward);
+    assert!(ctl(&s3, "hash table").contains("no Maglev table"));
+}

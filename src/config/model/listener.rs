@@ -93,6 +93,15 @@ impl Default for UdpSettings {
 }
 
 impl ListenerConfig {
+    /// What its Maglev tables are built from: each server's identity (its address as written),
+    /// weight and priority, in the listed order (which the tables do not depend on).
+    pub(crate) fn maglev_servers(&self) -> Vec<(String, u32, u32)> {
+        self.servers
+            .iter()
+            .map(|s| (s.addr.to_string(), s.weight, s.prio))
+            .collect()
+    }
+
     /// A listener with default tuning and mode; servers are added by the caller.
     pub(crate) fn new(name: &str, listen: ListenAddr) -> ListenerConfig {
         ListenerConfig {

@@ -118,6 +118,7 @@ pub(crate) fn execute(req: &Line, controller: &Controller) -> Answer {
         Action::Set(cmd) => changes::set(controller, listener, cmd),
         Action::Show(setting) => show::show(*setting, show::Target::Listener(listener), controller),
         Action::Servers => servers::servers(shared, listener),
+        Action::Hash => servers::hash(shared, listener),
         Action::Status => servers::status(controller),
         Action::Recent(secs) => sessions::recent(shared, *secs),
         Action::Listeners => servers::listeners(shared),
@@ -143,6 +144,7 @@ fn execute_pool(req: &Line, name: &str, controller: &Controller) -> Answer {
         Action::Set(cmd) => changes::set_pool(controller, name, cmd),
         Action::Show(setting) => show::show(*setting, show::Target::Pool(name), controller),
         Action::Servers => servers::pool_servers(controller, name),
+        Action::Hash => servers::pool_hash(controller, name),
         _ => Err(Failure::PoolCommand(name.to_string())),
     }
 }

@@ -36,6 +36,43 @@ fn pick_listener<'a>(
     }
 }
 
+/// `hash table`: listener `name`'s Maglev tables (the only listener's without a name).
+pub(super) fn hash(shared: &Arc<Shared>, name: Option<&str>) -> Answer {
+    let snap = status::snapshot(shared);
+    let Some(l) = pick_listener(&snap, name) else {
+        let names = snap.listeners.iter().map(|l| l.name.clone()).collect();
+        return Err(Failure::listener(name, names));
+    };
+    Ok(hash_reply(&l.maglev))
+}
+
+/// `pool NAME hash table`.
+pub(super) fn pool_hash(controller: &Controller, name: &str) -> Answer {
+    let Some(pool) = controller.shared().pool(name) else {
+        return Err(Failure::NoPool(name.to_string()));
+    };
+    Ok(hash_reply(&status::MaglevStatus::of(&pool)))
+}
+
+/// One line per table, `prio P size M fingerprint HEX`, best level first; a line saying so when
+/// the mode has no `maglev`.
+fn hash_reply(tables: &[status::MaglevStatus]) -> Reply {
+    let text = if tables.is_empty() {
+        "no Maglev table (the mode has no maglev)\n".to_string()
+    } else {
+        tables
+            .iter()
+            .map(|t| {
+                format!(
+                    "prio {} size {} fingerprint {}\n",
+                    t.prio, t.size, t.fingerprint
+                )
+            })
+            .collect()
+    };
+    Reply::new(text, serde_json::to_value(tables).unwrap_or(Value::Null))
+}
+
 /// `pool NAME servers`.
 pub(super) fn pool_servers(controller: &Controller, name: &str) -> Answer {
     let Some(pool) = controller.shared().pool(name) else {
