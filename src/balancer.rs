@@ -183,9 +183,7 @@ impl Client {
             base
         }
     }
-}
 
-impl Client {
     /// The key `maglev` looks up: [`quill_core::maglev::hash_bytes`] of the address's bytes
     /// (4 or 16), then with `with_port` the port's two bytes (big-endian), under seed 0.
     pub(crate) fn maglev_key(&self, with_port: bool) -> u64 {
@@ -260,12 +258,10 @@ impl MaglevSet {
     }
 
     /// The server (the pool's index) for `key`: in the best level that has an available server,
-    /// its table's slot for the key, walking past unavailable servers.
+    /// its table's slot for the key, walking past unavailable servers (a level with none gives
+    /// None after a bounded walk, see `Table::lookup`).
     pub(crate) fn lookup(&self, key: u64, avail: &dyn Fn(usize) -> bool) -> Option<usize> {
         self.levels.iter().find_map(|(_, table, members)| {
-            if !members.iter().any(|&i| avail(i)) {
-                return None;
-            }
             table.lookup(key, |k| avail(members[k])).map(|k| members[k])
         })
     }

@@ -226,11 +226,16 @@ impl Session {
         }
     }
 
-    /// The listener of a session that can move to another worker (a kept-alive HTTP client
-    /// between two requests, see `HttpSession::movable`); None for any other.
-    pub(crate) fn movable(&self) -> Option<&Arc<Listener>> {
+    /// Whether the session can move to another worker: a kept-alive HTTP client between two
+    /// requests (see `HttpSession::movable`).
+    pub(crate) fn movable(&self) -> bool {
+        matches!(self, Session::Http(s) if s.movable())
+    }
+
+    /// An HTTP session's listener; None for any other session.
+    pub(crate) fn listener(&self) -> Option<&Arc<Listener>> {
         match self {
-            Session::Http(s) if s.movable() => Some(s.listener()),
+            Session::Http(s) => Some(s.listener()),
             _ => None,
         }
     }

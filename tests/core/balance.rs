@@ -287,6 +287,14 @@ fn roundrobin_skips_a_dead_server_so_others_share_evenly() {
     );
 }
 
+/// The servers' specs as listed, and in the opposite order.
+fn both_orders(servers: &[DemoServer]) -> (Vec<String>, Vec<String>) {
+    let forward = specs(servers);
+    let mut reversed = forward.clone();
+    reversed.reverse();
+    (forward, reversed)
+}
+
 /// The backend each of `clients` loopback source addresses (127.1.X.Y) reaches through `port`.
 fn picks_from_many_addresses(port: u16, clients: u32) -> Vec<String> {
     let dst = std::net::SocketAddr::from(([127, 0, 0, 1], port));
@@ -306,9 +314,7 @@ fn maglev_quills_agree_on_each_client_whatever_order_their_servers_are_listed_in
     // than the removed server's share: about 0.06% of keys here, so at most a few of 300).
     const CLIENTS: u32 = 300;
     let b = greeters(&["a", "b", "c", "d"]);
-    let forward = specs(&b);
-    let mut reversed = forward.clone();
-    reversed.reverse();
+    let (forward, reversed) = both_orders(&b);
     let q1 = Quill::start(&["--maglev", "--workers", "2"], &forward);
     let q2 = Quill::start(&["--maglev", "--workers", "1"], &reversed);
     let q3 = Quill::start(&["--maglev", "--workers", "2"], &forward[..3]);
@@ -342,9 +348,7 @@ fn maglev_quills_agree_on_each_client_whatever_order_their_servers_are_listed_in
 fn maglev_tables_show_the_same_fingerprint_on_every_quill_with_the_same_servers() {
     use crate::admin_support::{metrics, start_pen_with_admin};
     let b = greeters(&["a", "b", "c"]);
-    let forward = specs(&b);
-    let mut reversed = forward.clone();
-    reversed.reverse();
+    let (forward, reversed) = both_orders(&b);
     let fingerprint = |servers: &[String]| {
         let (_q, admin) = start_pen_with_admin(&["--maglev"], servers);
         let m = metrics(admin);
@@ -369,9 +373,7 @@ fn maglev_tables_show_the_same_fingerprint_on_every_quill_with_the_same_servers(
 fn quill_ctl_hash_tells_the_fingerprint_every_quill_with_the_same_servers_shares() {
     use crate::ctl::{ctl, start_ctl};
     let b = greeters(&["a", "b", "c"]);
-    let forward = specs(&b);
-    let mut reversed = forward.clone();
-    reversed.reverse();
+    let (forward, reversed) = both_orders(&b);
     let (_q1, s1) = start_ctl(&["--maglev"], &forward);
     let (_q2, s2) = start_ctl(&["--maglev", "-O", "prio"], &reversed);
     let one = ctl(&s1, "hash table");
@@ -402,4 +404,44 @@ fn quill_ctl_hash_tells_the_fingerprint_every_quill_with_the_same_servers_shares
     );
     let (_q3, s3) = start_ctl(&["-r"], &forward);
     assert!(ctl(&s3, "hash table").contains("no Maglev table"));
+}
+
+#[test]
+fn maglev_http_listeners_agree_on_each_client_whatever_order_their_servers_are_listed_in() {
+    // HTTP mode picks a server per request through the same table: two Quills -H with the
+    // servers in opposite orders answer each of 100 client addresses from the same backend.
+    use std::io::{Read, Write};
+    let b: Vec<DemoServer> = ["a", "b", "c"].iter().map(|n| http(n)).collect();
+    let (forward, reversed) = both_orders(&b);
+    // Started without `settle`: on an HTTP listener the readiness probe, which sends nothing,
+    // writes no access log line to wait for (5 s each).
+    let start = |opts: &[&str], servers: &[String]| {
+        let (q, probe, _) = Quill::spawn_first(|dir, port| pen_args(dir, port, opts, servers));
+        drop(probe);
+        q
+    };
+    let q1 = start(&["-H", "--maglev", "--workers", "2"], &forward);
+    let q2 = start(&["-H", "--maglev", "--workers", "1"], &reversed);
+    let body_from = |src: std::net::IpAddr, port: u16| {
+        let dst = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let mut s = crate::ctl::connect_from(src, dst).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        text.rsplit("\r\n\r\n")
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..100u8 {
+        let src = std::net::IpAddr::from([127, 3, 0, i + 1]);
+        let one = body_from(src, q1.port);
+        assert_eq!(one, body_from(src, q2.port), "client {src}");
+        seen.insert(one);
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
 }

@@ -20,7 +20,7 @@ use crate::state::shared::{Listener, Request, SourceSlot};
 /// A worker hands an accepted client to the least loaded worker when it holds more than this
 /// many sessions beyond that one's, plus an eighth of its own (so that steady traffic, whose
 /// counts move by a few, keeps its clients where they were accepted).
-pub(super) const SPREAD_SLACK: u64 = 2;
+const SPREAD_SLACK: u64 = 2;
 /// How long a listener rests after the process ran out of descriptors.
 const EMFILE_PAUSE_MS: u64 = 100;
 /// Running out of descriptors is said at most this often per worker (then at debug level).
@@ -71,38 +71,54 @@ impl Worker {
         }
     }
 
-    /// Keeps an accepted client (gives it back) or hands it to the least loaded worker when this
-    /// one is clearly busier (`SPREAD_SLACK`). The kernel wakes the first waiting worker for a
-    /// burst of connects and that worker takes the whole queue, so without this one worker could
-    /// hold every connection of a burst (measured: all 50 of `wrk -c50`'s, the other worker
-    /// idle). The other worker opens it from its inbox (`Request::Adopt`) as if it had accepted
-    /// it; a wake-up is sent only when its inbox was empty.
+    /// Keeps an accepted client (gives it back) or hands it to another worker
+    /// ([`Worker::handover_target`]). The kernel wakes the first waiting worker for a burst of
+    /// connects and that worker takes the whole queue, so without this one worker could hold
+    /// every connection of a burst (measured: all 50 of `wrk -c50`'s, the other worker idle).
+    /// The other worker opens it from its inbox (`Request::Adopt`) as if it had accepted it.
     fn spread(
         &mut self,
         listener: &Arc<Listener>,
         stream: Stream,
         peer: ClientAddr,
     ) -> Option<(Stream, ClientAddr)> {
-        let loads = &self.shared.loads;
-        if loads.len() < 2 || self.draining {
+        if self.shared.loads.len() < 2 || self.draining {
             return Some((stream, peer));
         }
-        // Only to a worker that accepts (`runtime::balance`); a client accepted here just
-        // before this worker stopped accepting goes to one.
-        let n = self.accepting_n.min(loads.len());
-        let least = (0..n)
-            .filter(|&i| i != self.id)
-            .map(|i| (loads[i].get(), i))
-            .min();
-        let Some((theirs, target)) = least else {
+        let Some(target) = self.handover_target() else {
             return Some((stream, peer));
         };
-        let mine = loads[self.id].get();
-        if self.accepting && mine <= theirs + SPREAD_SLACK + mine / 8 {
-            return Some((stream, peer));
+        match self.post(target, Request::Adopt(listener.clone(), stream, peer)) {
+            Ok(()) => None,
+            Err(Request::Adopt(_, stream, peer)) => Some((stream, peer)),
+            // `post` gives back what it was given.
+            Err(_) => None,
         }
+    }
+
+    /// The worker a client of this one should go to, if any (a client just accepted, or a
+    /// kept-alive one between two requests): the least loaded of the workers that accept
+    /// (`runtime::balance`), when this one does not accept or holds clearly more than it
+    /// (`SPREAD_SLACK` plus an eighth of its own).
+    pub(super) fn handover_target(&self) -> Option<usize> {
+        let loads = &self.shared.loads;
+        let n = self.accepting_n.min(loads.len());
+        let (theirs, target) = (0..n)
+            .filter(|&i| i != self.id)
+            .map(|i| (loads[i].get(), i))
+            .min()?;
+        if !self.accepting {
+            return Some(target);
+        }
+        let mine = loads[self.id].get();
+        (mine > theirs + SPREAD_SLACK + mine / 8).then_some(target)
+    }
+
+    /// Puts `req` (a client handed over) in worker `target`'s inbox, counted as pending there,
+    /// and wakes that worker when its inbox was empty; gives `req` back when it has stopped.
+    pub(super) fn post(&self, target: usize, req: Request) -> Result<(), Request> {
         let Some(waker) = self.shared.wakers.get().and_then(|w| w.get(target)) else {
-            return Some((stream, peer));
+            return Err(req);
         };
         let was_empty = {
             let mut inbox = self.shared.inboxes[target]
@@ -110,10 +126,12 @@ impl Worker {
                 .unwrap_or_else(|e| e.into_inner());
             let Some(queue) = inbox.as_mut() else {
                 // That worker has stopped.
-                return Some((stream, peer));
+                return Err(req);
             };
-            loads[target].pending.fetch_add(1, Ordering::Relaxed);
-            queue.push(Request::Adopt(listener.clone(), stream, peer));
+            self.shared.loads[target]
+                .pending
+                .fetch_add(1, Ordering::Relaxed);
+            queue.push(req);
             queue.len() == 1
         };
         if was_empty {
@@ -121,7 +139,7 @@ impl Worker {
                 tracing::warn!("worker {}: cannot wake worker {target}: {e}", self.id);
             }
         }
-        None
+        Ok(())
     }
 
     pub(super) fn open(

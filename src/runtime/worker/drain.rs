@@ -18,7 +18,7 @@ impl Worker {
             if let Err(e) = self.sync_listeners() {
                 tracing::warn!("worker {}: cannot register a listener: {e}", self.id);
             }
-            self.follow_accepting();
+            self.follow_accepting(now);
             self.answer(now);
             self.take_resolved(now);
             self.take_queue_wakes(now);

@@ -6,15 +6,10 @@
 //! with its session, its place under `-x` and its address's count: nothing of it is closed or
 //! counted again, and its next request is read by the worker it moved to.
 
-use std::sync::atomic::Ordering;
-
-use std::sync::Arc;
-
-use super::admit::SPREAD_SLACK;
 use super::Worker;
 use crate::proxy::Session;
 use crate::state::permit::SessionPermit;
-use crate::state::shared::{Listener, Request, SourceSlot};
+use crate::state::shared::{Request, SourceSlot};
 
 /// A session on its way to another worker, with its place under `-x` and its address's count
 /// (in `Request::Move`).
@@ -22,14 +17,13 @@ pub(super) struct Moved {
     session: Session,
     permit: Option<SessionPermit>,
     source: Option<SourceSlot>,
-    listener: Arc<Listener>,
 }
 
 impl Worker {
     /// Follows `Shared::accepting`: registers or lets go of the listeners, and when this worker
     /// no longer accepts, hands over every client that can move now (the others move when their
     /// current request is done).
-    pub(super) fn follow_accepting(&mut self) {
+    pub(super) fn follow_accepting(&mut self, now: u64) {
         let want = self.id < self.accepting_n;
         if want == self.accepting || self.draining {
             return;
@@ -50,76 +44,60 @@ impl Worker {
         }
         if !want {
             for idx in 0..self.slots.len() {
-                self.gather(idx);
+                self.gather(idx, now);
             }
         }
-    }
-
-    /// The worker a client of this one should move to, if any: the least loaded accepting one
-    /// when this one does not accept, or when this one holds clearly more than it.
-    fn gather_target(&self) -> Option<usize> {
-        let loads = &self.shared.loads;
-        let n = self.accepting_n.min(loads.len());
-        let (theirs, target) = (0..n)
-            .filter(|&i| i != self.id)
-            .map(|i| (loads[i].get(), i))
-            .min()?;
-        if !self.accepting {
-            return Some(target);
-        }
-        let mine = loads[self.id].get();
-        (mine > theirs + SPREAD_SLACK + mine / 8).then_some(target)
     }
 
     /// Hands session `idx` to another worker if it can move (a plain HTTP client between two
-    /// requests) and should ([`Worker::gather_target`]). True when it went.
-    pub(super) fn gather(&mut self, idx: usize) -> bool {
+    /// requests) and should ([`Worker::handover_target`]). True when it went.
+    pub(super) fn gather(&mut self, idx: usize, now: u64) -> bool {
         if self.draining {
             return false;
         }
-        let listener = match self.slots.get(idx).and_then(|s| s.session.as_ref()) {
-            Some(s) => match s.movable() {
-                Some(l) => l.clone(),
-                None => return false,
-            },
-            None => return false,
-        };
-        let Some(target) = self.gather_target() else {
+        let movable = self
+            .slots
+            .get(idx)
+            .and_then(|s| s.session.as_ref())
+            .is_some_and(Session::movable);
+        if !movable {
             return false;
-        };
-        let shared = self.shared.clone();
-        let Some(waker) = shared.wakers.get().and_then(|w| w.get(target)) else {
-            return false;
-        };
-        let was_empty = {
-            let mut inbox = shared.inboxes[target]
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            let Some(queue) = inbox.as_mut() else {
-                // That worker has stopped.
-                return false;
-            };
-            let source = self.slots[idx].source.take();
-            let Some((mut session, permit)) = self.free_slot(idx) else {
-                return false;
-            };
-            session.detach(self.poll.registry());
-            shared.loads[target].pending.fetch_add(1, Ordering::Relaxed);
-            queue.push(Request::Move(Box::new(Moved {
-                session,
-                permit,
-                source,
-                listener,
-            })));
-            queue.len() == 1
-        };
-        crate::metrics::Counters::add(&self.counters().moved, 1);
-        if was_empty {
-            if let Err(e) = waker.wake() {
-                tracing::warn!("worker {}: cannot wake worker {target}: {e}", self.id);
-            }
         }
-        true
+        let Some(target) = self.handover_target() else {
+            return false;
+        };
+        let open = self.shared.inboxes[target]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        if !open {
+            // That worker has stopped.
+            return false;
+        }
+        let source = self.slots[idx].source.take();
+        let Some((mut session, permit)) = self.free_slot(idx) else {
+            return false;
+        };
+        session.detach(self.poll.registry());
+        let moved = Moved {
+            session,
+            permit,
+            source,
+        };
+        match self.post(target, Request::Move(Box::new(moved))) {
+            Ok(()) => {
+                crate::metrics::Counters::add(&self.counters().moved, 1);
+                true
+            }
+            Err(Request::Move(moved)) => {
+                // That worker stopped since the look above: carried on here, as if moved
+                // back (its inbox stays closed, so this happens at most once per session).
+                self.take_moved(moved, now);
+                true
+            }
+            // `post` gives back what it was given.
+            Err(_) => true,
+        }
     }
 
     /// Carries on a session another worker moved here (a [`Moved`]).
@@ -132,8 +110,11 @@ impl Worker {
             session,
             permit,
             source,
-            listener,
         } = *m;
+        let Some(listener) = session.listener().cloned() else {
+            tracing::error!("worker {}: a moved session without its listener", self.id);
+            return;
+        };
         let (idx, gen) = self.place(session, permit, source, &listener);
         self.call(idx, gen, now, |s, cx| s.attach(cx));
     }

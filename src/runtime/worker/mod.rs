@@ -433,7 +433,7 @@ impl Worker {
     fn follow(&mut self, idx: usize, step: Step, now: u64) {
         match step {
             Step::Wait(deadline) => {
-                if self.shared.concentrate && self.gather(idx) {
+                if self.shared.concentrate && self.gather(idx, now) {
                     return;
                 }
                 self.arm(idx, deadline, false, now);
