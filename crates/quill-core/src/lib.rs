@@ -16,6 +16,7 @@
 #![deny(unsafe_code)]
 
 pub mod cgi;
+pub mod dns;
 pub mod dsr;
 pub mod duration;
 pub mod fastcgi;
