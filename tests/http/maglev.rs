@@ -6,6 +6,7 @@
 //! connections, across kept-alive requests, across two processes listing the servers in opposite
 //! orders; without the key, the client address's bytes; errors at the key's line.
 
+use crate::ctl;
 use crate::http_support;
 use crate::support;
 
@@ -251,6 +252,67 @@ fn http_maglev_hash_key_on_the_command_line() {
             "{args:?}: {err}"
         );
     }
+}
+
+#[test]
+fn http_maglev_hash_key_follows_the_file_on_reload_and_a_bad_one_keeps_the_running_key() {
+    let b = backends(4);
+    let servers: Vec<SocketAddr> = b.iter().map(Backend::addr).collect();
+    let (q, probe, _) = Quill::spawn_first(|dir, port| {
+        let cfg = dir.join("quill.toml");
+        let text = format!(
+            "control = \"{}\"\nworkers = 1\n{}",
+            dir.join("ctl.sock").display(),
+            keyed_listener(port, &servers, "header X-A")
+        );
+        std::fs::write(&cfg, text).unwrap();
+        vec!["--config".into(), cfg.display().to_string()]
+    });
+    drop(probe);
+    let (cfg, sock) = (q.path("quill.toml"), q.path("ctl.sock"));
+    ctl::wait_ctl(&q, &sock);
+    // Values whose servers differ from the client address's, so that each pick shows which key
+    // was read.
+    let fallback = expected(&b, CLIENT_BYTES);
+    let values: Vec<String> = (0..200)
+        .map(|i| format!("v{i}"))
+        .filter(|v| expected(&b, v.as_bytes()) != fallback)
+        .take(8)
+        .collect();
+    assert_eq!(values.len(), 8);
+    let both = |v: &str| format!("X-A: {v}\r\nCookie: c={v}\r\n");
+    for v in &values {
+        assert_eq!(ask_new(&q, &both(v)), expected(&b, v.as_bytes()), "X-A {v}");
+        assert_eq!(
+            ask_new(&q, &format!("Cookie: c={v}\r\n")),
+            fallback,
+            "no X-A"
+        );
+    }
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text.replace("header X-A", "cookie c")).unwrap();
+    let reply = ctl::ctl(&sock, "reload");
+    assert!(reply.contains("reloaded"), "{reply}");
+    for v in &values {
+        assert_eq!(
+            ask_new(&q, &format!("Cookie: c={v}\r\n")),
+            expected(&b, v.as_bytes()),
+            "c {v}"
+        );
+        assert_eq!(ask_new(&q, &format!("X-A: {v}\r\n")), fallback, "no cookie");
+    }
+    // A bad key is refused with its line; the running key stays.
+    std::fs::write(&cfg, text.replace("header X-A", "header")).unwrap();
+    let reply = ctl::ctl(&sock, "reload");
+    assert!(
+        reply.starts_with("error:") && reply.contains("quill.toml:") && reply.contains("hash_key"),
+        "{reply}"
+    );
+    let v = &values[0];
+    assert_eq!(
+        ask_new(&q, &format!("Cookie: c={v}\r\n")),
+        expected(&b, v.as_bytes())
+    );
 }
 
 /// `quill check` of `text` (in q.toml): its exit code, stdout and stderr.
