@@ -116,10 +116,11 @@ fn http_maglev_header_key_sends_each_value_to_its_server_across_connections_and_
         *tally.entry(one).or_default() += 1;
     }
     // Different values spread over the servers (all from one client address, whose key alone
-    // would send every request to one server).
+    // would send every request to one server). The servers' ports differ from run to run, so the
+    // split does too: fewer than 2 of 64 on a server happens about once in a million runs.
     assert_eq!(tally.len(), 4, "64 users over 4 servers: {tally:?}");
     for (name, n) in &tally {
-        assert!(*n >= USERS / 16, "{name} got {n} of {USERS}: {tally:?}");
+        assert!(*n >= USERS / 32, "{name} got {n} of {USERS}: {tally:?}");
     }
 }
 
