@@ -13,7 +13,7 @@ use crate::acl::{AclId, Acls};
 use crate::addr::{AdminState, BackendAddr, ServerSpec};
 use crate::balancer::{ClientTable, Cursor, MaglevSet, Mode, ServerSet};
 use crate::clock::millis;
-use crate::config::model::UdpSettings;
+use crate::config::model::{HashKey, UdpSettings};
 use crate::config::{HealthCheck, HttpSettings, ListenerConfig, ListenerKind, StreamProto, Tuning};
 use crate::queue::Queue;
 use quill_core::http1::rewrite::{EditOp, HeaderEdit};
@@ -346,6 +346,9 @@ pub(crate) struct Pool {
     pub kind: PoolKind,
     /// HTTP cookie stickiness (`sticky_cookie`), on an HTTP listener's own pool or a named pool.
     pub sticky: Option<Sticky>,
+    /// What `maglev` hashes (`hash_key`): the client address, or an HTTP request's header or
+    /// cookie (read per request by the HTTP proxy, which passes its hash in `Client::key`).
+    pub hash_key: HashKey,
     /// An HTTP listener's routes (None when it has none; always None on a named pool). Set by
     /// the controller after `build`, once the named pools they point to exist; a reload swaps
     /// them with the pool, so the next request sees the new routes.
@@ -457,24 +460,33 @@ impl Sticky {
 
     /// The server a request's `Cookie` fields name (`fields`: each `Cookie` field's value).
     pub(crate) fn server_of<'a>(&self, cookies: impl Iterator<Item = &'a [u8]>) -> Option<u32> {
-        for header in cookies {
-            for pair in header.split(|&b| b == b';') {
-                let pair = pair.trim_ascii();
-                let Some(eq) = pair.iter().position(|&b| b == b'=') else {
-                    continue;
-                };
-                if &pair[..eq] == self.name.as_bytes() {
-                    let value = pair[eq + 1..].trim_ascii();
-                    return self
-                        .values
-                        .iter()
-                        .position(|v| v[..] == *value)
-                        .map(|i| i as u32);
-                }
+        let value = cookie_value(cookies, self.name.as_bytes())?;
+        self.values
+            .iter()
+            .position(|v| v[..] == *value)
+            .map(|i| i as u32)
+    }
+}
+
+/// The value of the first cookie named `name` (exact case) in a request's `Cookie` fields (each
+/// field's value, in order): the `name=value` pairs are split at `;`, and the pair and the value
+/// are trimmed of whitespace. None when no pair has that name.
+pub(crate) fn cookie_value<'a>(
+    cookies: impl Iterator<Item = &'a [u8]>,
+    name: &[u8],
+) -> Option<&'a [u8]> {
+    for header in cookies {
+        for pair in header.split(|&b| b == b';') {
+            let pair = pair.trim_ascii();
+            let Some(eq) = pair.iter().position(|&b| b == b'=') else {
+                continue;
+            };
+            if &pair[..eq] == name {
+                return Some(pair[eq + 1..].trim_ascii());
             }
         }
-        None
     }
+    None
 }
 
 impl Pool {
@@ -585,6 +597,7 @@ impl Pool {
                 _ => None,
             },
             sticky,
+            hash_key: l.hash_key.clone(),
             acls,
             health: l.health.clone(),
         }

@@ -166,6 +166,9 @@ pub(crate) struct Client {
     /// The address (None for Unix-socket clients).
     pub ip: Option<IpAddr>,
     pub port: u16,
+    /// An HTTP request's Maglev key (its `hash_key` header or cookie, hashed), which `maglev`
+    /// looks up instead of the address's. None: the address's.
+    pub key: Option<u64>,
 }
 
 impl Client {
@@ -186,7 +189,11 @@ impl Client {
 
     /// The key `maglev` looks up: [`quill_core::maglev::hash_bytes`] of the address's bytes
     /// (4 or 16), then with `with_port` the port's two bytes (big-endian), under seed 0.
+    /// An HTTP request's own key, when it has one, stands instead.
     pub(crate) fn maglev_key(&self, with_port: bool) -> u64 {
+        if let Some(key) = self.key {
+            return key;
+        }
         let mut bytes = [0u8; 18];
         let mut len = match self.ip {
             Some(IpAddr::V4(a)) => {
@@ -588,6 +595,7 @@ mod tests {
         Client {
             ip: Some("10.0.0.7".parse().unwrap()),
             port: 4000,
+            key: None,
         }
     }
 
@@ -755,6 +763,7 @@ mod tests {
         let c = |port| Client {
             ip: Some(IpAddr::from([192, 0, 2, 7])),
             port,
+            key: None,
         };
         assert_eq!(c(1).maglev_key(false), c(2).maglev_key(false));
         assert_ne!(c(1).maglev_key(true), c(2).maglev_key(true));
@@ -762,5 +771,12 @@ mod tests {
             c(1).maglev_key(false),
             quill_core::maglev::hash_bytes(&[192, 0, 2, 7], 0)
         );
+        // A request's own key (`hash_key` header or cookie) stands instead, port or not.
+        let keyed = Client {
+            key: Some(42),
+            ..c(1)
+        };
+        assert_eq!(keyed.maglev_key(false), 42);
+        assert_eq!(keyed.maglev_key(true), 42);
     }
 }

@@ -85,6 +85,10 @@ pub struct Cli {
     /// with the same servers picks the same one, whatever order they are listed in
     #[arg(long)]
     maglev: bool,
+    /// With --maglev on HTTP (-H): hash each request's `header NAME` or `cookie NAME` instead of
+    /// the client address (a request without it: the address) [default: client]
+    #[arg(long, value_name = "KEY")]
+    hash_key: Option<String>,
     /// Weighted least connections (sessions/WEIGHT)
     #[arg(short = 'W', long)]
     weight: bool,

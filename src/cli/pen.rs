@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use super::{addr_error, Cli};
 use crate::addr;
 use crate::command::{self, ModeWord};
+use crate::config::model::HashKey;
 use crate::config::{self, Config, ConfigError, Global, ListenerConfig, ListenerKind, TuningPatch};
 use crate::tls::{CertFiles, ClientAuth, FileData, TlsSettings, TlsVersion};
 
@@ -289,6 +290,24 @@ impl Cli {
                 ..e
             })?;
         }
+        self.patch_hash_key(l)
+    }
+
+    /// `--hash-key`, after the mode words and `-O` commands (`-O maglev` counts): a header or
+    /// cookie is Maglev's key, so it needs `maglev`; the listener's kind is checked with the
+    /// rest of the listener (it needs HTTP).
+    fn patch_hash_key(&self, l: &mut ListenerConfig) -> Result<(), ConfigError> {
+        let Some(text) = &self.hash_key else {
+            return Ok(());
+        };
+        let key = config::http::parse_hash_key(text)
+            .map_err(|e| ConfigError::usage(format!("--hash-key: {e}")))?;
+        if key != HashKey::Client && !l.mode.maglev {
+            return Err(ConfigError::usage(format!(
+                "--hash-key {key}: the key of Maglev hashing: add --maglev"
+            )));
+        }
+        l.hash_key = key;
         Ok(())
     }
 }

@@ -3,7 +3,7 @@
 use crate::addr::{AdminState, ListenAddr};
 
 use super::model::{
-    format_duration, Config, ListenerConfig, PathCase, PathMatch, RouteConfig, ValueMatch,
+    format_duration, Config, HashKey, ListenerConfig, PathCase, PathMatch, RouteConfig, ValueMatch,
 };
 use super::write::server_limits;
 use crate::tls::{CertFiles, TlsSettings, TlsVersion};
@@ -229,6 +229,15 @@ fn explain_pool(l: &ListenerConfig, http: bool, out: &mut String) {
                 "  maglev table: prio {prio}, {size} slots, fingerprint {fingerprint:016x} (the same on every Quill with these servers, weights and priorities)\n"
             );
         }
+        *out += &match &l.hash_key {
+            HashKey::Client => "  maglev key: the client address (hash_key client)\n".to_string(),
+            HashKey::Header(name) => format!(
+                "  maglev key: each request's {name} header (hash_key header {name}; the first such field, trimmed), else the client address\n"
+            ),
+            HashKey::Cookie(name) => format!(
+                "  maglev key: each request's {name} cookie (hash_key cookie {name}; the first such cookie, trimmed), else the client address\n"
+            ),
+        };
     }
     if l.fastcgi {
         let kept = l.servers.iter().filter(|s| s.max > 0).count();

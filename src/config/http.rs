@@ -13,8 +13,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::model::{
-    format_duration, in_range, ConfigError, ErrorPage, ForwardedFor, HeaderEdit, HttpSettings,
-    NormalizePath,
+    format_duration, in_range, ConfigError, ErrorPage, ForwardedFor, HashKey, HeaderEdit,
+    HttpSettings, NormalizePath,
 };
 use super::settings::{http_table, About, Entry, Explain, Field, Kind, Scope, HTTP_EXPLAIN_ORDER};
 use quill_core::http1::rewrite::EditOp;
@@ -202,6 +202,31 @@ fn is_tchar(b: u8) -> bool {
 /// A non-empty token (a header name, a cookie name).
 pub(crate) fn is_token(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(is_tchar)
+}
+
+/// A `hash_key` (`--hash-key`): `client`, `header NAME` (a field name) or `cookie NAME`, each name
+/// a token of at most 64 characters. The error names the value and what was expected.
+pub(crate) fn parse_hash_key(text: &str) -> Result<HashKey, String> {
+    let mut words = text.split_ascii_whitespace();
+    let (key, name) = match (words.next(), words.next(), words.next()) {
+        (Some("client"), None, _) => return Ok(HashKey::Client),
+        (Some("header"), Some(name), None) => (HashKey::Header(name.into()), name),
+        (Some("cookie"), Some(name), None) => (HashKey::Cookie(name.into()), name),
+        _ => {
+            return Err(format!(
+                "hash_key '{}': expected client, header NAME or cookie NAME",
+                text.escape_debug()
+            ))
+        }
+    };
+    if !is_token(name) || name.len() > 64 {
+        return Err(format!(
+            "hash_key '{}': '{}' is not a field or cookie name (a token of at most 64 characters)",
+            text.escape_debug(),
+            name.escape_debug()
+        ));
+    }
+    Ok(key)
 }
 
 /// A `via` name: what follows `1.1 ` in the `Via` field (a token, or `host[:port]`).
@@ -698,6 +723,44 @@ http_table! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hash_keys() {
+        assert_eq!(parse_hash_key("client"), Ok(HashKey::Client));
+        assert_eq!(
+            parse_hash_key(" header  X-User "),
+            Ok(HashKey::Header("X-User".into()))
+        );
+        assert_eq!(
+            parse_hash_key("cookie session"),
+            Ok(HashKey::Cookie("session".into()))
+        );
+        for bad in [
+            "",
+            "header",
+            "cookie",
+            "client x",
+            "header a b",
+            "query q",
+            "Header X",
+        ] {
+            let e = parse_hash_key(bad).unwrap_err();
+            assert!(
+                e.contains("expected client, header NAME or cookie NAME"),
+                "{bad}: {e}"
+            );
+        }
+        for bad in ["header X:User", "cookie a=b", "cookie \"s\""] {
+            let e = parse_hash_key(bad).unwrap_err();
+            assert!(e.contains("is not a field or cookie name"), "{bad}: {e}");
+        }
+        let long = format!("header {}", "x".repeat(65));
+        assert!(parse_hash_key(&long).is_err());
+        // What `quill check` prints reads back as the same key.
+        for key in ["client", "header X-User", "cookie session"] {
+            assert_eq!(parse_hash_key(key).unwrap().to_string(), key);
+        }
+    }
 
     #[test]
     fn sizes() {

@@ -116,6 +116,9 @@ pub(crate) struct Connector {
     conn: Option<u32>,
     /// HTTP: the server the request's stickiness cookie names, taken like a tracked client's.
     sticky: Option<u32>,
+    /// HTTP: the request's Maglev key (its `hash_key` header or cookie, hashed), looked up
+    /// instead of the client address's.
+    key: Option<u64>,
     /// HTTP: the request's wait in the pool's queue, once it waited (boxed: rare, and a TCP
     /// session's connector stays small).
     wait: Option<Box<QueueWait>>,
@@ -232,17 +235,26 @@ impl Connector {
             ready: Ready::default(),
             conn: None,
             sticky: None,
+            key: None,
             wait: None,
         }
     }
 
     /// A connector for one HTTP exchange: an idle connection to the chosen server is reused
     /// when the worker has one, or taken from another worker's pool (unless `fresh`: a retry
-    /// after a reused connection failed).
-    pub(crate) fn for_http(pool: Arc<Pool>, fresh: bool, sticky: Option<u32>) -> Connector {
+    /// after a reused connection failed). The server is chosen for this request: by its
+    /// stickiness cookie's server (`sticky`) while available, else by the pool's mode, with
+    /// `maglev` by the request's own key when it has one.
+    pub(crate) fn for_http(
+        pool: Arc<Pool>,
+        fresh: bool,
+        sticky: Option<u32>,
+        key: Option<u64>,
+    ) -> Connector {
         let mut c = Connector::new(pool, false);
         c.kind = if fresh { Kind::HttpFresh } else { Kind::Http };
         c.sticky = sticky;
+        c.key = key;
         c
     }
 
@@ -718,8 +730,13 @@ impl Connector {
                 ClientAddr::Ip(addr) => Client {
                     ip: Some(addr.ip()),
                     port: addr.port(),
+                    key: self.key,
                 },
-                ClientAddr::Unix => Client { ip: None, port: 0 },
+                ClientAddr::Unix => Client {
+                    ip: None,
+                    port: 0,
+                    key: self.key,
+                },
             };
             let tracked = match client.ip {
                 // A stickiness cookie names the client's server the way tracking would.

@@ -89,7 +89,7 @@ fn merge_listener(
     let mut out = theirs.clone();
     merge_fields!(ListenerConfig, base, ours, theirs, out;
         name, listen, emergency, health, slow_start, client_acl, abuse, routes, sites,
-        unknown_host, sticky_cookie,
+        unknown_host, sticky_cookie, hash_key,
         server_tls, fastcgi, log, log_format;
         mode, tuning, servers, initial_blacklist, kind);
     out.kind = merge_kind(&base.kind, &ours.kind, &theirs.kind);

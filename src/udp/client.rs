@@ -216,6 +216,7 @@ impl UdpWorker {
         let client = Client {
             ip: Some(dg.from.ip()),
             port: dg.from.port(),
+            key: None,
         };
         let tracked = if pool.mode.tracking() {
             pool.clients.lookup(

@@ -30,6 +30,7 @@ mod control;
 mod http1;
 mod lifecycle;
 mod log;
+mod maglev;
 mod metrics;
 mod property;
 mod proxy;

@@ -43,6 +43,9 @@ pub(crate) struct ListenerConfig {
     pub kind: ListenerKind,
     /// HTTP: stick clients to servers by this cookie, inserted by Quill (`sticky_cookie`).
     pub sticky_cookie: Option<String>,
+    /// What its Maglev key is made of (`hash_key`): the client address, or on HTTP a request's
+    /// header or cookie.
+    pub hash_key: HashKey,
     /// An HTTP listener's routes (`[[listener.route]]`), first match wins; a request no route
     /// matches goes to the listener's own servers (404 when it has none).
     pub routes: Vec<RouteConfig>,
@@ -79,6 +82,30 @@ pub(crate) struct UdpSettings {
     pub max_flows_per_source: Option<u32>,
     /// A flow ends after this many replies from its server (`flow_responses`; 0 = never).
     pub flow_responses: u32,
+}
+
+/// What a pool's Maglev key is made of (`hash_key`; read by `config::http::parse_hash_key`): the
+/// client address (Pen's key, and the only one outside HTTP), or an HTTP request's header or
+/// cookie, whose absence falls back to the address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum HashKey {
+    #[default]
+    Client,
+    /// The first field of this name (any case).
+    Header(Box<str>),
+    /// The first cookie of this name (exact case) in the `Cookie` fields.
+    Cookie(Box<str>),
+}
+
+impl std::fmt::Display for HashKey {
+    /// The configuration's words: `client`, `header NAME`, `cookie NAME`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HashKey::Client => f.write_str("client"),
+            HashKey::Header(n) => write!(f, "header {n}"),
+            HashKey::Cookie(n) => write!(f, "cookie {n}"),
+        }
+    }
 }
 
 impl Default for UdpSettings {
@@ -118,6 +145,7 @@ impl ListenerConfig {
             abuse: None,
             kind: ListenerKind::default(),
             sticky_cookie: None,
+            hash_key: HashKey::Client,
             routes: Vec::new(),
             sites: Vec::new(),
             unknown_host: UnknownHost::default(),
@@ -291,6 +319,12 @@ impl ListenerConfig {
                     self.tuning.tcp_fastclose.name()
                 )));
             }
+        }
+        if self.hash_key != HashKey::Client && !self.is_http() && !self.is_pool() {
+            return Err(named(format!(
+                "hash_key {}: needs an HTTP listener (protocol = \"http\", -H) or a [[pool]]; other listeners hash the client address",
+                self.hash_key
+            )));
         }
         self.check_source().map_err(named)?;
         self.check_dsr().map_err(named)?;

@@ -6,12 +6,13 @@
 use std::ops::Range;
 
 use super::super::model::{
-    parse_dsr_wait, ConfigError, DsrSettings, Fastclose, ListenerKind, RouteAction, RouteConfig,
-    StreamKind, StreamProto, Tuning, UdpSettings, NOT_HTTP_OR_TLS,
+    parse_dsr_wait, ConfigError, DsrSettings, Fastclose, HashKey, ListenerConfig, ListenerKind,
+    RouteAction, RouteConfig, StreamKind, StreamProto, Tuning, UdpSettings, NOT_HTTP_OR_TLS,
 };
 use super::{acl_number, FileDefaults, RawListener};
 use crate::acl::{self, Net};
 use crate::addr::ListenAddr;
+use toml::Spanned;
 
 type At<'a> = &'a dyn Fn(Range<usize>) -> String;
 
@@ -51,6 +52,33 @@ pub(super) fn udp(
         Some(u) => u.get_ref().build(at)?,
         None => UdpSettings::default(),
     }))
+}
+
+/// `hash_key` of a listener (its kind already read) or named pool (its mode already read): a
+/// header or cookie needs HTTP requests (an HTTP listener, or a `[[pool]]` routes send them to)
+/// and `maglev`, whose key it is. Errors name the key's line.
+pub(super) fn hash_key(
+    l: &mut ListenerConfig,
+    raw: &Option<Spanned<String>>,
+    at: At,
+) -> Result<(), ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(());
+    };
+    let err = |e: String| ConfigError::usage(format!("{}{e}", at(raw.span())));
+    let key = super::super::http::parse_hash_key(raw.get_ref()).map_err(err)?;
+    if key != HashKey::Client && !l.is_http() && !l.is_pool() {
+        return Err(err(format!(
+            "hash_key {key}: needs an HTTP listener (protocol = \"http\") or a [[pool]]; other listeners hash the client address"
+        )));
+    }
+    if key != HashKey::Client && !l.mode.maglev {
+        return Err(err(format!(
+            "hash_key {key}: the key of Maglev hashing, which this mode does not use (add \"maglev\" to mode)"
+        )));
+    }
+    l.hash_key = key;
+    Ok(())
 }
 
 /// What a UDP listener cannot have: TLS, HTTP, routes and DSR are about streams.

@@ -447,6 +447,7 @@ fn build_listener(
         &mut l,
         PoolKeys {
             mode: &rl.mode,
+            hash_key: &rl.hash_key,
             emergency: &rl.emergency,
             health: &rl.health,
             slow_start: rl.slow_start,
@@ -465,6 +466,7 @@ fn build_listener(
 /// The keys a listener and a `[[pool]]` share.
 struct PoolKeys<'a> {
     mode: &'a Option<Spanned<Vec<String>>>,
+    hash_key: &'a Option<Spanned<String>>,
     emergency: &'a Option<Spanned<String>>,
     health: &'a Option<Spanned<RawHealth>>,
     slow_start: Option<Dur>,
@@ -506,6 +508,7 @@ fn build_pool(
         &mut l,
         PoolKeys {
             mode: &rp.mode,
+            hash_key: &rp.hash_key,
             emergency: &rp.emergency,
             health: &rp.health,
             slow_start: rp.slow_start,
@@ -577,6 +580,7 @@ fn fill_pool(
             l.mode.set(w, true);
         }
     }
+    kind::hash_key(l, k.hash_key, at)?;
     if let Some(e) = k.emergency {
         l.emergency = Some(
             addr::parse_backend(e.get_ref())
@@ -866,6 +870,7 @@ settings::tuning_table! {
         name: Spanned<String>,
         listen: Spanned<String>,
         mode: Option<Spanned<Vec<String>>>,
+        hash_key: Option<Spanned<String>>,
         emergency: Option<Spanned<String>>,
         abuse: Option<Spanned<String>>,
         client_acl: Option<Spanned<u8>>,
@@ -902,6 +907,7 @@ settings::tuning_table! {
     struct RawPool {
         name: Spanned<String>,
         mode: Option<Spanned<Vec<String>>>,
+        hash_key: Option<Spanned<String>>,
         emergency: Option<Spanned<String>>,
         health: Option<Spanned<RawHealth>>,
         slow_start: Option<Dur>,

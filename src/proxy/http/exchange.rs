@@ -131,6 +131,8 @@ pub(super) struct Exchange {
     pub(super) route: Option<u32>,
     /// The server the request's stickiness cookie named (see `backend::Sticky`).
     sticky: Option<u32>,
+    /// The request's Maglev key (see [`Forward::key`]), kept for a retry's new connector.
+    key: Option<u64>,
     /// The request head, parsed at the client input's `start` (where it stays until the
     /// exchange is over, for a retry).
     pub(super) head: http1::RequestHead,
@@ -280,6 +282,7 @@ impl Exchange {
             pool,
             route,
             sticky,
+            key,
             upgrade,
         } = forward;
         let source = if pool.fastcgi {
@@ -288,8 +291,9 @@ impl Exchange {
             Source::Server
         };
         boxed(Exchange {
-            connector: Connector::for_http(pool, false, sticky).via(listener),
+            connector: Connector::for_http(pool, false, sticky, key).via(listener),
             sticky,
+            key,
             route,
             head,
             fields,
@@ -820,7 +824,8 @@ impl Exchange {
         self.replay = Replay::Spent;
         self.answer = Answer::Head;
         self.connector =
-            Connector::for_http(self.connector.pool().clone(), true, self.sticky).via(listener);
+            Connector::for_http(self.connector.pool().clone(), true, self.sticky, self.key)
+                .via(listener);
         input.rewind();
     }
 

@@ -11,8 +11,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use quill_core::http1::{self, FieldIndex, Framing, Limits, Method, RequestHead};
+use quill_core::maglev;
 
-use crate::backend::Pool;
+use crate::backend::{cookie_value, Pool};
+use crate::config::model::HashKey;
 use crate::config::HttpSettings;
 use crate::metrics::HttpStats;
 use crate::proxy::copy::BUF_SIZE;
@@ -105,6 +107,9 @@ pub(super) struct Forward {
     pub route: Option<u32>,
     /// The server the request's stickiness cookie names, if its pool has stickiness.
     pub sticky: Option<u32>,
+    /// The request's Maglev key, if its pool hashes a header or cookie (`hash_key`) with
+    /// `maglev` and the request has it (see [`maglev_key`]); None: the client address's.
+    pub key: Option<u64>,
     /// The client asked to upgrade (`Connection: upgrade` and `Upgrade`) and the request has no
     /// body: `Upgrade` is passed on, and a 101 turns the connection into a tunnel.
     pub upgrade: bool,
@@ -220,6 +225,7 @@ pub(super) fn decide(
                 .map(|f| f.value.of(buf)),
         )
     });
+    let key = maglev_key(&pool, fields, buf);
     let upgrade = head.connection.upgrade
         && head.framing == Framing::None
         && fields.value(buf, b"upgrade").is_some();
@@ -227,8 +233,42 @@ pub(super) fn decide(
         pool,
         route: route_index,
         sticky,
+        key,
         upgrade,
     })
+}
+
+/// The Maglev key of a request to `pool` when its mode has `maglev` and its `hash_key` names a
+/// header or cookie: [`quill_core::maglev::hash_bytes`] under seed 0 of the value of the first
+/// field of that name (any case), or of the first cookie of that name (exact case) in the
+/// `Cookie` fields, without the spaces and tabs around it. None (the client address's key) when
+/// the request has no such field or cookie, or its value is empty. Hashed from the head's bytes
+/// where they lie: nothing is copied or allocated.
+pub(super) fn maglev_key(pool: &Pool, fields: &FieldIndex, buf: &[u8]) -> Option<u64> {
+    if !pool.mode.maglev {
+        return None;
+    }
+    let value = match &pool.hash_key {
+        HashKey::Client => return None,
+        HashKey::Header(name) => fields.value(buf, name.as_bytes())?,
+        HashKey::Cookie(name) => cookie_value(
+            fields
+                .iter(buf)
+                .filter(|f| f.name.of(buf).eq_ignore_ascii_case(b"cookie"))
+                .map(|f| f.value.of(buf)),
+            name.as_bytes(),
+        )?,
+    };
+    let value = trim_ows(value);
+    (!value.is_empty()).then(|| maglev::hash_bytes(value, 0))
+}
+
+/// `value` without the spaces and tabs (HTTP's optional whitespace) at either end.
+fn trim_ows(value: &[u8]) -> &[u8] {
+    let ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = value.iter().position(|b| !ows(b)).unwrap_or(value.len());
+    let end = value.iter().rposition(|b| !ows(b)).map_or(start, |i| i + 1);
+    &value[start..end]
 }
 
 fn refuse(status: u16) -> Decision {

@@ -248,3 +248,30 @@ fn idempotent_methods_are_the_replayable_ones() {
     }
     assert!(!idempotent(Method::Post));
 }
+
+#[test]
+fn maglev_key_is_the_hash_of_the_first_header_or_cookie_value_trimmed() {
+    let hash = |v: &[u8]| Some(quill_core::maglev::hash_bytes(v, 0));
+    let header = pool("", "mode = [\"maglev\"]\nhash_key = \"header X-User\"\n");
+    let key = |p: &Arc<Pool>, extra: &str| forward(decide_one(p, &get("/", extra))).key;
+    assert_eq!(key(&header, "X-User: \t ann \t\r\n"), hash(b"ann"));
+    assert_eq!(key(&header, "x-user: a b\r\nX-User: c\r\n"), hash(b"a b"));
+    // Absent or empty: the client address's key (None here).
+    assert_eq!(key(&header, ""), None);
+    assert_eq!(key(&header, "X-User:  \r\n"), None);
+    let cookie = pool("", "mode = [\"maglev\"]\nhash_key = \"cookie sid\"\n");
+    assert_eq!(
+        key(
+            &cookie,
+            "Cookie: SID=1; x=2\r\nCookie: a=b;  sid= s1 ; sid=s2\r\n"
+        ),
+        hash(b"s1")
+    );
+    assert_eq!(key(&cookie, "Cookie: SID=1\r\n"), None);
+    assert_eq!(key(&cookie, "Cookie: sid=\r\n"), None);
+    // The client address's key, or no maglev: no request key.
+    let client = pool("", "mode = [\"maglev\"]\nhash_key = \"client\"\n");
+    assert_eq!(key(&client, "X-User: ann\r\n"), None);
+    let plain = pool("", "");
+    assert_eq!(key(&plain, "X-User: ann\r\n"), None);
+}
