@@ -54,6 +54,9 @@ pub(crate) struct ServerSpec {
     pub acl: Option<AclId>,
     /// What the operator asked of this server (`server N drain|disable|enable`).
     pub state: AdminState,
+    /// What identifies it to Maglev tables when not its address: a discovered SRV record's
+    /// `TARGET:PORT`.
+    pub identity: Option<String>,
 }
 
 /// The operator's say over a server, kept apart from what health checks and failures decide.
@@ -97,6 +100,7 @@ impl ServerSpec {
             prio: 0,
             acl: None,
             state: AdminState::Enabled,
+            identity: None,
         }
     }
 }

@@ -108,6 +108,7 @@ impl Server {
             prio: self.prio(),
             acl: self.acl(),
             state: self.admin(),
+            identity: None,
         }
     }
 
@@ -349,6 +350,8 @@ pub(crate) struct Pool {
     /// What `maglev` hashes (`hash_key`): the client address, or an HTTP request's header or
     /// cookie (read per request by the HTTP proxy, which passes its hash in `Client::key`).
     pub hash_key: HashKey,
+    /// Where its servers come from when DNS publishes them (`crate::discovery` follows it).
+    pub discovery: Option<crate::config::model::Discovery>,
     /// An HTTP listener's routes (None when it has none; always None on a named pool). Set by
     /// the controller after `build`, once the named pools they point to exist; a reload swaps
     /// them with the pool, so the next request sees the new routes.
@@ -598,6 +601,7 @@ impl Pool {
             },
             sticky,
             hash_key: l.hash_key.clone(),
+            discovery: l.discovery.clone(),
             acls,
             health: l.health.clone(),
         }

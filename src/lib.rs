@@ -21,6 +21,7 @@ mod command;
 mod config;
 mod control;
 pub mod demo;
+mod discovery;
 mod dsr;
 mod generate;
 mod geoip;

@@ -48,6 +48,8 @@ pub(crate) struct Snapshot {
     /// The named pools (`[[pool]]`) in configuration order, with their servers: routes send
     /// requests to them, so their servers are watched as a listener's are.
     pub pools: Vec<PoolStatus>,
+    /// The pools whose servers come from DNS, with what discovery did for them.
+    pub discovery: Vec<crate::state::shared::DiscoveryStat>,
 }
 
 /// A named pool (`[[pool]]`) and its servers.
@@ -473,6 +475,11 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
         },
         listeners,
         pools,
+        discovery: shared
+            .discovery
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
     }
 }
 

@@ -61,6 +61,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "udp",
             "takeover",
             "health",
+            "discovery",
             "status",
             "admin",
             "control",

@@ -113,6 +113,7 @@ pub(super) fn render(snap: &Snapshot) -> String {
     connect_histogram(&mut out, snap);
     listeners(&mut out, snap);
     hash_tables(&mut out, snap);
+    discovery(&mut out, snap);
     servers(&mut out, snap);
     queues(&mut out, snap);
     http(&mut out, snap);
@@ -497,6 +498,28 @@ fn hash_tables(out: &mut Exposition, snap: &Snapshot) {
                 ],
                 1,
             );
+        }
+    }
+}
+
+/// The pools whose servers come from DNS (left out when none does).
+fn discovery(out: &mut Exposition, snap: &Snapshot) {
+    if snap.discovery.is_empty() {
+        return;
+    }
+    type Field = fn(&crate::state::shared::DiscoveryStat) -> u64;
+    let families: [(&str, Kind, &str, Field); 6] = [
+        ("quill_discovery_servers", Kind::Gauge, "Servers in the last set DNS gave the pool.", |d| d.servers as u64),
+        ("quill_discovery_stale", Kind::Gauge, "1 while the resolvers have failed for longer than the pool's hold: it keeps its last servers.", |d| u64::from(d.stale)),
+        ("quill_discovery_rounds_total", Kind::Counter, "Discovery rounds that found servers.", |d| d.rounds_ok),
+        ("quill_discovery_failures_total", Kind::Counter, "Discovery rounds that failed (no answer, an error, nothing usable): the pool kept its servers.", |d| d.rounds_failed),
+        ("quill_discovery_changes_total", Kind::Counter, "Discovery rounds that changed the pool's servers.", |d| d.changes),
+        ("quill_discovery_queries_total", Kind::Counter, "DNS queries sent for the pool (follow-ups, TCP and retries included).", |d| d.queries),
+    ];
+    for (name, kind, help, field) in families {
+        out.family(name, kind, help);
+        for d in &snap.discovery {
+            out.sample(name, &[("pool", &d.pool), ("source", &d.source)], field(d));
         }
     }
 }

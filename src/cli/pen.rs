@@ -355,11 +355,23 @@ pub(super) fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
                 l.kind = ListenerKind::Udp(config::model::UdpSettings::default());
             }
             for s in &cli.servers {
+                // `srv:NAME[@RESOLVER]` and `dns:NAME:PORT[@RESOLVER]`: the pool follows DNS, and
+                // is then its only server argument.
+                if let Some(d) = config::model::parse_discovery_arg(s) {
+                    let d = d.map_err(|e| ConfigError::usage(format!("server '{s}': {e}")))?;
+                    if cli.servers.len() > 1 {
+                        return Err(ConfigError::usage(format!(
+                            "server '{s}': a pool found in DNS takes no other server arguments"
+                        )));
+                    }
+                    l.discovery = Some(d);
+                    continue;
+                }
                 l.servers.push(addr::parse_server(s, l.listen.port()).map_err(|e| addr_error(e, ""))?);
             }
             let mut global = Global::default();
             cli.patch_listener(&mut l, &mut global)?;
-            if l.servers.is_empty() && l.emergency.is_none() && cli.command_file.is_none() {
+            if l.servers.is_empty() && l.discovery.is_none() && l.emergency.is_none() && cli.command_file.is_none() {
                 return Err(ConfigError::usage("no servers given (usage: quill [OPTIONS] [HOST:]PORT SERVER...)"));
             }
             Config { global, listeners: vec![l], pools: Vec::new() }

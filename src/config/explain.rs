@@ -212,6 +212,12 @@ impl Config {
 /// The servers, emergency server, health check and slow start of a listener or named pool;
 /// `http`: HTTP requests reach it (a named pool, an HTTP listener), so the queue applies.
 fn explain_pool(l: &ListenerConfig, http: bool, out: &mut String) {
+    if let Some(d) = &l.discovery {
+        *out += &format!(
+            "  servers from DNS: {} (re-asked at the records' TTL, 1 s to 5 min; found at run time, never emptied by a failed answer)\n",
+            d.describe()
+        );
+    }
     for (i, s) in l.servers.iter().enumerate() {
         let state = match s.state {
             AdminState::Enabled => String::new(),

@@ -159,6 +159,14 @@ fn write_pool(out: &mut String, prefix: &str, l: &ListenerConfig) {
             None => format!("{prefix}no client_acl\n"),
         };
     }
+    if let Some(d) = &l.discovery {
+        // The control language has no discovery command: the servers found are written as they
+        // are now, and the line says where they came from.
+        *out += &format!(
+            "# servers found in DNS ({}): as found when written\n",
+            d.pen_arg()
+        );
+    }
     for (i, s) in l.servers.iter().enumerate() {
         let addr = match &s.addr {
             BackendAddr::Tcp(a) => format!("address {} port {}", a.ip(), a.port()),

@@ -6,6 +6,9 @@
 //! current pools and the named pools (`[[pool]]`), starts watching new servers (first probe at a random point of the interval, so
 //! a hundred servers do not fire at once) and forgets removed ones. It never blocks on a socket,
 //! holds at most one probe (one socket) per server, and never touches a session.
+//!
+//! The same thread and event loop follow the pools whose servers come from DNS
+//! ([`crate::discovery`]): off the data path, like the probes.
 
 mod probe;
 mod verdict;
@@ -24,6 +27,8 @@ use crate::addr::BackendAddr;
 use crate::backend::{Health, Pool, Server};
 use crate::clock::millis;
 use crate::config::HealthCheck;
+use crate::discovery::Discoverer;
+use crate::state::controller::Controller;
 use crate::state::shared::{Phase, Shared};
 use probe::{Probe, StartError};
 use verdict::{Outcome, Streak, Transition};
@@ -35,9 +40,9 @@ const LOCAL_WARN_MS: u64 = 10_000;
 
 /// Starts the health checker thread. It runs for the life of the process and idles when no pool
 /// has a check.
-pub(crate) fn spawn(shared: Arc<Shared>) -> io::Result<()> {
+pub(crate) fn spawn(controller: Arc<Controller>) -> io::Result<()> {
     let poll = Poll::new()?;
-    let checker = Checker::new(shared, poll);
+    let checker = Checker::new(controller, poll);
     thread::Builder::new()
         .name("quill-health".into())
         .spawn(move || checker.run())?;
@@ -134,13 +139,15 @@ struct Checker {
     next_wake_ms: u64,
     last_local_warn_ms: u64,
     rng: Rng,
+    discovery: Discoverer,
 }
 
 impl Checker {
-    fn new(shared: Arc<Shared>, poll: Poll) -> Checker {
+    fn new(controller: Arc<Controller>, poll: Poll) -> Checker {
         let seed = crate::clock::unix_time() ^ (u64::from(std::process::id()) << 32);
         Checker {
-            shared,
+            shared: controller.shared().clone(),
+            discovery: Discoverer::new(controller, seed.rotate_left(17)),
             poll,
             servers: HashMap::new(),
             pools: Vec::new(),
@@ -156,7 +163,11 @@ impl Checker {
         let mut events = Events::with_capacity(256);
         while self.shared.phase() != Phase::Stopping {
             let now = self.shared.clock.now_ms();
-            let wait = self.next_wake_ms.min(self.next_sync_ms).saturating_sub(now);
+            let wait = self
+                .next_wake_ms
+                .min(self.next_sync_ms)
+                .min(self.discovery.next_wake())
+                .saturating_sub(now);
             if let Err(e) = self
                 .poll
                 .poll(&mut events, Some(Duration::from_millis(wait)))
@@ -178,10 +189,18 @@ impl Checker {
             if now >= self.next_wake_ms {
                 self.tick(now);
             }
+            if now >= self.discovery.next_wake() {
+                self.discovery.tick(self.poll.registry(), now);
+            }
         }
     }
 
     fn on_event(&mut self, event: &mio::event::Event, now_ms: u64) {
+        if Discoverer::owns(event.token()) {
+            self.discovery
+                .on_event(event.token(), self.poll.registry(), now_ms);
+            return;
+        }
         let Some(w) = self.servers.get_mut(&event.token().0) else {
             return;
         };
@@ -212,6 +231,20 @@ impl Checker {
         if same {
             return;
         }
+        let listeners = self.shared.listeners.load();
+        let named = self.shared.pools.load();
+        let followed = listeners
+            .iter()
+            .filter_map(|l| {
+                let d = l.pool.load().discovery.clone()?;
+                Some((l.name.clone(), false, d))
+            })
+            .chain(
+                named
+                    .iter()
+                    .filter_map(|p| Some((p.name.clone(), true, p.discovery.clone()?))),
+            );
+        self.discovery.sync(followed, self.poll.registry(), now_ms);
         self.round += 1;
         for pool in &pools {
             let Some(check) = &pool.health else {

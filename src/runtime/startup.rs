@@ -486,7 +486,7 @@ impl Threads {
             ),
             None => None,
         };
-        crate::health::spawn(shared.clone())
+        crate::health::spawn(controller.clone())
             .map_err(|source| thread_error(ThreadKind::HealthChecker, source))?;
         if let Some(Admin { socket, token }) = admin {
             crate::admin::spawn(socket, shared.clone(), token)

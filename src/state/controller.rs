@@ -550,6 +550,84 @@ impl Controller {
     }
 }
 
+/// What a discovery answer changed in a pool: the servers that came and went.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Discovered {
+    pub added: Vec<crate::addr::BackendAddr>,
+    pub removed: Vec<crate::addr::BackendAddr>,
+}
+
+impl Controller {
+    /// Puts the servers `found` in DNS in place of those of listener (or, with `pool`, named
+    /// pool) `name`, if it still follows `discovery` (a reload may have changed it meanwhile):
+    /// the same path as a `quill ctl` change, so a server that leaves drains (its sessions hold
+    /// the pool they started with) and one that arrives in a checked pool starts down until it
+    /// passes. Servers that stay keep their place (`server N` goes on naming them) and what the
+    /// operator set on them (limits, ACL, drain or disable); their weight and priority follow
+    /// the SRV records. An empty `found` changes nothing.
+    pub(crate) fn discovered(
+        &self,
+        name: &str,
+        pool: bool,
+        discovery: &crate::config::model::Discovery,
+        found: &[quill_core::dns::lookup::Found],
+    ) -> Result<Discovered, ApplyError> {
+        use crate::addr::{BackendAddr, ServerSpec};
+        if found.is_empty() {
+            return Ok(Discovered::default());
+        }
+        let mut st = self.lock();
+        let mut next = st.config.clone();
+        let list = if pool {
+            &mut next.pools
+        } else {
+            &mut next.listeners
+        };
+        let Some(l) = list
+            .iter_mut()
+            .find(|l| l.name == name && l.discovery.as_ref() == Some(discovery))
+        else {
+            return Ok(Discovered::default());
+        };
+        let spec_of = |f: &quill_core::dns::lookup::Found, old: Option<&ServerSpec>| {
+            let mut s = old
+                .cloned()
+                .unwrap_or_else(|| ServerSpec::new(BackendAddr::Tcp(f.addr)));
+            // SRV weight 0 ("very small chance", RFC 2782) would mean "never" in Pen's modes.
+            s.weight = u32::from(f.weight).clamp(1, crate::addr::MAX_WEIGHT);
+            s.prio = u32::from(f.priority).min(crate::addr::MAX_WEIGHT);
+            s.identity = f.identity.clone();
+            s
+        };
+        let is_found = |a: &BackendAddr| matches!(a, BackendAddr::Tcp(t) if found.iter().any(|f| f.addr == *t));
+        let mut out = Discovered::default();
+        let mut servers: Vec<ServerSpec> = Vec::with_capacity(found.len());
+        for s in &l.servers {
+            match &s.addr {
+                BackendAddr::Tcp(t) if is_found(&s.addr) => {
+                    if let Some(f) = found.iter().find(|f| f.addr == *t) {
+                        servers.push(spec_of(f, Some(s)));
+                    }
+                }
+                _ => out.removed.push(s.addr.clone()),
+            }
+        }
+        for f in found {
+            if !servers.iter().any(|s| s.addr == BackendAddr::Tcp(f.addr)) {
+                servers.push(spec_of(f, None));
+                out.added.push(BackendAddr::Tcp(f.addr));
+            }
+        }
+        if servers == l.servers {
+            return Ok(out);
+        }
+        l.servers = servers;
+        next.validate()?;
+        self.apply(&mut st, next)?;
+        Ok(out)
+    }
+}
+
 /// `initial_blacklist` is an instruction for the first pool built (`-b` at start): once applied,
 /// the running configuration no longer holds it.
 fn clear_blacklists(config: &mut Config) {

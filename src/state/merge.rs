@@ -91,11 +91,18 @@ fn merge_listener(
         name, listen, emergency, health, slow_start, client_acl, abuse, routes, sites,
         unknown_host, sticky_cookie, hash_key,
         server_tls, fastcgi, log, log_format;
-        mode, tuning, servers, initial_blacklist, kind);
+        mode, tuning, servers, initial_blacklist, kind, discovery);
     out.kind = merge_kind(&base.kind, &ours.kind, &theirs.kind);
     out.mode = merge_mode(base, ours, theirs);
     out.tuning = Tuning::merge(&base.tuning, &ours.tuning, &theirs.tuning);
-    out.servers = merge_servers(&base.servers, &ours.servers, &theirs.servers);
+    out.servers = match (&ours.discovery, &theirs.discovery) {
+        // A pool found in DNS keeps the set it has until DNS answers (a new name, or a list
+        // turned into a name, is replaced at the first answer: DNS never empties a pool).
+        (_, Some(_)) => ours.servers.clone(),
+        // From DNS to a list: the list.
+        (Some(_), None) => theirs.servers.clone(),
+        (None, None) => merge_servers(&base.servers, &ours.servers, &theirs.servers),
+    };
     // `server N blacklist T` in the sources applies again on every reload, to the same server
     // wherever it now stands.
     let keys = keyed(&out.servers);
@@ -193,7 +200,7 @@ fn merge_servers(
 
 fn merge_server(base: &ServerSpec, ours: &ServerSpec, theirs: &ServerSpec) -> ServerSpec {
     let mut out = theirs.clone();
-    merge_fields!(ServerSpec, base, ours, theirs, out; max, hard, weight, prio, acl, state; addr);
+    merge_fields!(ServerSpec, base, ours, theirs, out; max, hard, weight, prio, acl, state; addr, identity);
     out
 }
 

@@ -225,6 +225,29 @@ pub(crate) struct Shared {
     /// Requests per (route, client address) for routes' `rate` (its slots are made on first
     /// use).
     rates: RateTable,
+    /// What DNS discovery did for each pool that follows it (`crate::discovery` writes it; the
+    /// metrics read it).
+    pub discovery: Mutex<Vec<DiscoveryStat>>,
+}
+
+/// One DNS-discovered pool's record, for `/metrics`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct DiscoveryStat {
+    /// The listener's or named pool's name.
+    pub pool: String,
+    /// `srv:NAME` or `dns:NAME:PORT`.
+    pub source: String,
+    /// Servers in the last good set.
+    pub servers: usize,
+    /// Rounds that found servers, and rounds that failed (no answer, an error, nothing usable).
+    pub rounds_ok: u64,
+    pub rounds_failed: u64,
+    /// Queries sent (UDP and TCP, follow-ups and retries included).
+    pub queries: u64,
+    /// Rounds that changed the pool.
+    pub changes: u64,
+    /// The resolvers have failed for longer than `hold`: the last good set is kept.
+    pub stale: bool,
 }
 
 /// A listener that no longer accepts, as status reports show it during a drain.
@@ -279,6 +302,7 @@ impl Shared {
             sources: OnceLock::new(),
             pools: ArcSwap::from_pointee(Vec::new()),
             rates: RateTable::new(),
+            discovery: Mutex::new(Vec::new()),
         }
     }
 

@@ -30,6 +30,7 @@ mod balance;
 mod cli;
 mod config;
 mod demo;
+mod discovery;
 mod failover;
 mod forwarding;
 mod geoip;

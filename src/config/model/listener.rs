@@ -27,6 +27,9 @@ pub(crate) struct ListenerConfig {
     pub listen: ListenAddr,
     pub mode: Mode,
     pub servers: Vec<ServerSpec>,
+    /// Its servers come from DNS (`servers = { srv = ... }`); `servers` then holds the last set
+    /// found, which `crate::discovery` replaces.
+    pub discovery: Option<super::Discovery>,
     pub emergency: Option<BackendAddr>,
     pub tuning: Tuning,
     /// Servers blacklisted at start by `server N blacklist T`, with how long.
@@ -120,12 +123,16 @@ impl Default for UdpSettings {
 }
 
 impl ListenerConfig {
-    /// What its Maglev tables are built from: each server's identity (its address as written),
+    /// What its Maglev tables are built from: each server's identity (its address as written, or a
+    /// discovered SRV record's `TARGET:PORT`),
     /// weight and priority, in the listed order (which the tables do not depend on).
     pub(crate) fn maglev_servers(&self) -> Vec<(String, u32, u32)> {
         self.servers
             .iter()
-            .map(|s| (s.addr.to_string(), s.weight, s.prio))
+            .map(|s| {
+                let id = s.identity.clone().unwrap_or_else(|| s.addr.to_string());
+                (id, s.weight, s.prio)
+            })
             .collect()
     }
 
@@ -136,6 +143,7 @@ impl ListenerConfig {
             listen,
             mode: Mode::default(),
             servers: Vec::new(),
+            discovery: None,
             emergency: None,
             tuning: Tuning::default(),
             initial_blacklist: Vec::new(),
@@ -281,7 +289,21 @@ impl ListenerConfig {
 
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         // An HTTP listener with routes may leave the rest to them: unmatched requests get 404.
-        if self.servers.is_empty() && self.emergency.is_none() && self.routes.is_empty() {
+        if let Some(d) = &self.discovery {
+            d.check()
+                .map_err(|e| ConfigError::usage(format!("{}: servers: {e}", self.what())))?;
+            if self.dsr().is_some() {
+                return Err(ConfigError::usage(format!(
+                    "{}: a DSR listener's servers are fixed at start: list them (DNS discovery needs a proxy or UDP listener)",
+                    self.what()
+                )));
+            }
+        }
+        if self.servers.is_empty()
+            && self.discovery.is_none()
+            && self.emergency.is_none()
+            && self.routes.is_empty()
+        {
             return Err(ConfigError::usage(format!("{}: no servers", self.what())));
         }
         if self.servers.len() > crate::balancer::MAX_SERVERS {

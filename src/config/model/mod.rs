@@ -12,6 +12,7 @@
 //! `settings` generates from its table.
 
 mod bounds;
+mod discovery;
 mod global;
 mod grammar;
 mod health;
@@ -28,6 +29,7 @@ pub(crate) use crate::config::settings::{
     proxy_protocol_name, Fastclose, ProxyVersion, Tuning, TuningPatch,
 };
 pub(crate) use bounds::*;
+pub(crate) use discovery::*;
 pub(crate) use global::*;
 pub(crate) use grammar::*;
 pub(crate) use health::*;

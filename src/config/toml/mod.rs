@@ -35,12 +35,14 @@ mod global_table;
 mod health_table;
 mod http_table;
 mod kind;
+mod servers_table;
 mod site_table;
 mod tls_table;
 mod udp_table;
 use global_table::read_global;
 use health_table::RawHealth;
 use http_table::RawHttp;
+use servers_table::RawServers;
 pub(crate) use tls_table::check_certificates;
 use tls_table::{RawServerTls, RawTls, TlsDefaults};
 #[cfg(test)]
@@ -334,14 +336,18 @@ fn check_whole(
 ) -> Result<(), ConfigError> {
     if let Some(found) = config.self_loop() {
         let span = match (raw.listener.get(found.listener), found.member) {
-            (Some(rl), Member::Server(i)) => rl.servers.get(i).map(|s| s.span()),
+            (Some(rl), Member::Server(i)) => {
+                servers_table::listed(&rl.servers).get(i).map(|s| s.span())
+            }
             (Some(rl), Member::Emergency) => rl.emergency.as_ref().map(|e| e.span()),
             (Some(rl), Member::Abuse) => rl.abuse.as_ref().map(|e| e.span()),
             (None, member) => raw
                 .pool
                 .get(found.listener - raw.listener.len())
                 .and_then(|rp| match member {
-                    Member::Server(i) => rp.servers.get(i).map(|s| s.span()),
+                    Member::Server(i) => {
+                        servers_table::listed(&rp.servers).get(i).map(|s| s.span())
+                    }
                     Member::Emergency => rp.emergency.as_ref().map(|e| e.span()),
                     Member::Abuse => None,
                 }),
@@ -437,7 +443,7 @@ fn build_listener(
     }
     l.routes = kind::routes(rl, l.is_http(), name, at, defaults.dir)?;
     site_table::read_sites(rl, &mut l, defaults.dir, at)?;
-    if rl.servers.is_empty() && l.routes.is_empty() {
+    if servers_table::none(&rl.servers) && l.routes.is_empty() {
         return Err(ConfigError::usage(format!(
             "{}listener '{name}' has no servers",
             at(rl.name.span())
@@ -471,7 +477,7 @@ struct PoolKeys<'a> {
     health: &'a Option<Spanned<RawHealth>>,
     slow_start: Option<Dur>,
     sticky_cookie: &'a Option<Spanned<String>>,
-    servers: &'a [Spanned<RawServer>],
+    servers: &'a Option<Spanned<RawServers>>,
 }
 
 /// Builds a `[[pool]]`: a listener's pool without a socket (see `Config::pools`).
@@ -498,7 +504,7 @@ fn build_pool(
         l.server_tls = Some(t.get_ref().build(dir, at)?);
     }
     l.fastcgi = pool_protocol(rp, at)?;
-    if rp.servers.is_empty() {
+    if servers_table::none(&rp.servers) {
         return Err(ConfigError::usage(format!(
             "{}pool '{name}' has no servers",
             at(rp.name.span())
@@ -608,7 +614,8 @@ fn fill_pool(
         }
         l.sticky_cookie = Some(name.clone());
     }
-    for s in k.servers {
+    l.discovery = servers_table::discovery(k.servers, at)?;
+    for s in servers_table::listed(k.servers) {
         let prefix = at(s.span());
         let spec = match s.get_ref() {
             RawServer::Spec(text) => addr::parse_server(text, l.listen.port()),
@@ -889,8 +896,7 @@ settings::tuning_table! {
         accept_proxy: Option<Spanned<Vec<String>>>,
         log: Option<Spanned<PathBuf>>,
         log_format: Option<Spanned<String>>,
-        #[serde(default)]
-        servers: Vec<Spanned<RawServer>>,
+        servers: Option<Spanned<RawServers>>,
         unknown_host: Option<Spanned<String>>,
         #[serde(default)]
         route: Vec<Spanned<RawRoute>>,
@@ -914,8 +920,7 @@ settings::tuning_table! {
         sticky_cookie: Option<Spanned<String>>,
         server_tls: Option<Spanned<RawServerTls>>,
         protocol: Option<Spanned<String>>,
-        #[serde(default)]
-        servers: Vec<Spanned<RawServer>>,
+        servers: Option<Spanned<RawServers>>,
     }
 }
 

@@ -197,11 +197,13 @@ pub fn reply(bytes: &[u8], id: u16, name: &str, qtype: QType) -> Result<Reply, D
             None => break,
         }
     }
-    let wanted = |d: &RrData| match (qtype, d) {
-        (QType::Srv, RrData::Srv { .. }) => true,
-        (QType::A, RrData::Addr(IpAddr::V4(_))) => true,
-        (QType::Aaaa, RrData::Addr(IpAddr::V6(_))) => true,
-        _ => false,
+    let wanted = |d: &RrData| {
+        matches!(
+            (qtype, d),
+            (QType::Srv, RrData::Srv { .. })
+                | (QType::A, RrData::Addr(IpAddr::V4(_)))
+                | (QType::Aaaa, RrData::Addr(IpAddr::V6(_)))
+        )
     };
     let answers = all
         .into_iter()
