@@ -168,3 +168,68 @@ fn dsr_maglev_tracked_flow_keeps_its_server_when_a_forgotten_server_comes_back()
         "flows stayed on a forgotten server: {got:?}"
     );
 }
+
+/// `quill check ARGS`: (status code, stdout, stderr).
+fn check(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(crate::support::BIN)
+        .arg("check")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// `--maglev`, the mode word (`-O maglev`) and TOML's `mode` turn the table on for a DSR
+/// listener, and `quill check` says how flows choose their server, with the table's fingerprint:
+/// the same for the servers in any order. Without it, weighted rendezvous.
+#[test]
+fn dsr_maglev_is_read_from_the_command_line_a_mode_word_and_toml_and_explained() {
+    let choice = |out: &str| {
+        out.lines()
+            .find(|l| l.contains("a flow's server"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let fingerprint = |out: &str| {
+        out.lines()
+            .find(|l| l.contains("maglev table:"))
+            .and_then(|l| l.split("fingerprint ").nth(1))
+            .map(|f| f.split(' ').next().unwrap_or_default().to_string())
+            .unwrap_or_default()
+    };
+    let (code, out, err) = check(&["-O", "dsr_if eth0", "10.9.0.1:80", S1, S2]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(choice(&out).contains("weighted rendezvous"), "{out}");
+    assert!(fingerprint(&out).is_empty(), "{out}");
+    let mut seen = Vec::new();
+    for args in [
+        vec!["-O", "dsr_if eth0", "--maglev", "10.9.0.1:80", S1, S2],
+        vec!["-O", "dsr_if eth0", "-O", "maglev", "10.9.0.1:80", S2, S1],
+    ] {
+        let (code, out, err) = check(&args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(choice(&out).contains("Maglev table"), "{args:?}: {out}");
+        assert!(choice(&out).contains("65536 flows"), "{args:?}: {out}");
+        seen.push(fingerprint(&out));
+    }
+    let dir = crate::support::scratch_dir();
+    let path = dir.path().join("q.toml");
+    std::fs::write(
+        &path,
+        format!("[[listener]]\nname = \"l\"\nlisten = \"10.9.0.1:80\"\ndsr_if = \"eth0\"\nmode = [\"maglev\"]\nservers = [\"{S2}\", \"{S1}\"]\n"),
+    )
+    .unwrap();
+    let (code, out, err) = check(&["--config", &path.display().to_string()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(choice(&out).contains("Maglev table"), "{out}");
+    seen.push(fingerprint(&out));
+    assert!(!seen[0].is_empty(), "no fingerprint");
+    assert!(
+        seen.iter().all(|f| f == &seen[0]),
+        "fingerprints differ: {seen:?}"
+    );
+}
