@@ -7,15 +7,17 @@
 #      ns_per_forwarded (CPU per frame sent on: when Quill falls behind, the ring drops frames
 #      it never spends anything on) and the median per case.
 # Run it on a quiet machine.
-#   bash bench/dsr_choice.sh [--frames F] [--rounds R]   (QUILL_BIN for step 2, else the release build)
+#   bash bench/dsr_choice.sh [--frames F] [--rounds R] [--steer]   (--steer: see bench/dsr_frames.sh)   (QUILL_BIN for step 2, else the release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FRAMES=
 ROUNDS=3
+STEER=
 while [ $# -gt 0 ]; do
     case "$1" in
         --frames) FRAMES="$2"; shift 2 ;;
         --rounds) ROUNDS="$2"; shift 2 ;;
+        --steer) STEER=--steer; shift ;;
         *) echo "dsr_choice.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -25,7 +27,7 @@ declare -A RUNS
 for r in $(seq 1 "$ROUNDS"); do
     for n in 2 100; do
         for mode in "" --maglev; do
-            line=$(bash bench/dsr_frames.sh --servers "$n" $mode --frames "$FRAMES" | grep '^RESULT')
+            line=$(bash bench/dsr_frames.sh --servers "$n" $mode --frames "$FRAMES" $STEER | grep '^RESULT')
             echo "round $r: $line"
             ns=${line##*ns_per_forwarded=}
             key="$n ${mode:---rendezvous}"

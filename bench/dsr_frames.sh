@@ -7,7 +7,7 @@
 # ticks, and the nanoseconds of /proc/PID/task/*/schedstat), frames from Quill's eth0 counter.
 # Stops what it started by PID and deletes its namespaces on exit.
 #
-#   bash bench/dsr_frames.sh [--servers N] [--maglev] [--frames F]
+#   bash bench/dsr_frames.sh [--servers N] [--maglev] [--frames F] [--steer]
 #     (QUILL_BIN, else the release build; default 2 servers, weighted rendezvous, 200,000 frames)
 #
 # --servers N: Quill balances over N servers. The two server namespaces hold them all: server k
@@ -15,7 +15,10 @@
 # answer Quill's ARP probes for their addresses, so every server's MAC is known (weighted
 # rendezvous scores all N for every frame; the Maglev table looks up one slot). Without it, the
 # two servers are 10.72.0.11 and .12 as before. --maglev adds Quill's `--maglev` (the Maglev
-# table and the flow tracking). The last line is machine-readable:
+# table and the flow tracking). --steer (two CPUs or more): Quill pinned to CPU 0, the client's
+# sender and every veth's receive processing (RPS) on CPU 1, as bench/dsr.sh does: otherwise a
+# frame Quill sends into a veth is bridged and received by the server's stack inside Quill's
+# own sendmmsg, charged to Quill. The last line is machine-readable:
 #   RESULT servers=N mode=M frames=IN forwarded=OUT ns_per_frame=X ns_per_forwarded=Y
 # (CPU nanoseconds per frame received, and per frame sent; OUT includes Quill's ARP probes, N a
 # second).
@@ -25,11 +28,13 @@ QUILL="${QUILL_BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release/quill}"
 SERVERS=0
 MAGLEV=
 FRAMES=200000
+STEER=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --servers) SERVERS="$2"; shift 2 ;;
         --maglev) MAGLEV=--maglev; shift ;;
         --frames) FRAMES="$2"; shift 2 ;;
+        --steer) STEER=1; shift ;;
         *) echo "dsr_frames.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -64,7 +69,13 @@ else
   done
   N=$SERVERS
 fi
-ip netns exec ${P}q "$QUILL" -O "dsr_if eth0" $MAGLEV 10.72.0.100:9000 "${LIST[@]}" 2>/dev/null & QPID=$!; PIDS+=($QPID)
+PIN=(); SEND_PIN=()
+if [ "$STEER" = 1 ] && [ "$(nproc)" -ge 2 ]; then
+  for ns in c q s1 s2; do ip netns exec "$P$ns" sh -c 'echo 2 > /sys/class/net/eth0/queues/rx-0/rps_cpus'; done
+  for j in 0 1 2 3; do ip netns exec "${P}h" sh -c "echo 2 > /sys/class/net/p$j/queues/rx-0/rps_cpus"; done
+  PIN=(taskset -c 0); SEND_PIN=(taskset -c 1)
+fi
+ip netns exec ${P}q "${PIN[@]}" "$QUILL" -O "dsr_if eth0" $MAGLEV 10.72.0.100:9000 "${LIST[@]}" 2>/dev/null & QPID=$!; PIDS+=($QPID)
 # Two probe rounds (one a second): every server's MAC known.
 sleep 2.5
 cpu_ns() { local t=0 v; for f in /proc/$QPID/task/*/schedstat; do read -r v _ < "$f"; t=$((t + v)); done; echo $t; }
@@ -72,7 +83,7 @@ read -r u0 s0 < <(sed 's/^.*) //' /proc/$QPID/stat | awk '{print $12, $13}')
 n0=$(cpu_ns)
 p0=$(ip netns exec ${P}q cat /sys/class/net/eth0/statistics/rx_packets)
 t0=$(ip netns exec ${P}q cat /sys/class/net/eth0/statistics/tx_packets)
-ip netns exec ${P}c python3 - "$FRAMES" <<'PY'
+ip netns exec ${P}c "${SEND_PIN[@]}" python3 - "$FRAMES" <<'PY'
 import socket, sys
 n = int(sys.argv[1])
 socks=[socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(16)]
