@@ -156,7 +156,7 @@ mod tests {
     use super::*;
 
     fn h(key: u128) -> u64 {
-        crate::maglev::mix(key as u64 ^ 0x5bd1_e995)
+        crate::maglev::mix((key >> 64) as u64 ^ crate::maglev::mix(key as u64 ^ 0x5bd1_e995))
     }
 
     #[test]
@@ -206,6 +206,38 @@ mod tests {
         assert_eq!(t.get(0, h(0), 202), Some(0));
         assert_eq!(t.get(99, h(99), 202), Some(9));
         assert_eq!(t.len(202), WAYS);
+    }
+
+    /// A flood of 400,000 new flows (a SYN flood from spoofed sources) into the default 65,536
+    /// entries: the table never holds more than its capacity, and 100 flows that keep sending keep
+    /// their entries and servers throughout. Each sends once per 2,000 frames of the flood, far
+    /// more often than its set of 8 turns over (on average every 65,536 new flows): a flow is
+    /// evicted only when 8 newer ones land in its set while it is silent.
+    #[test]
+    fn a_flood_of_new_flows_stays_within_capacity_and_spares_active_flows() {
+        let mut t = Conntrack::new(65_536, 120_000);
+        let active = |i: u64| (u128::from(i) << 64) | 1;
+        for i in 0..100u64 {
+            t.insert(active(i), h(active(i)), (i % 7) as u32, 1);
+        }
+        let mut next_active = 0u64;
+        for n in 0..400_000u64 {
+            let now = 2 + n / 100;
+            let flood = (u128::from(n) << 64) | 2;
+            t.server_for(flood, h(flood), now, |_| true, || Some(99));
+            if n % 20 == 0 {
+                let k = active(next_active % 100);
+                let got = t.server_for(k, h(k), now, |_| true, || Some(99));
+                assert_eq!(
+                    got,
+                    Some((next_active % 100 % 7) as u32),
+                    "active flow lost at {n}"
+                );
+                next_active += 1;
+            }
+        }
+        assert_eq!(t.len(4000), 65_536);
+        assert_eq!(t.capacity(), 65_536);
     }
 
     #[test]
