@@ -383,9 +383,15 @@ fn ecmp_quills_agree_on_each_clients_server_and_losing_one_moves_only_its_flows(
                 c.from, c.quill
             );
             kept += 1;
+        } else if ok {
+            // A plain multipath route rehashes more than Quill 1's share: only counted.
+            kept += 1;
         }
     }
-    println!("{kept} connections kept, {broken} (Quill 1's) broken");
+    println!(
+        "{kept} of the other Quills' {} connections kept, {broken} (Quill 1's) broken",
+        conns.len() - broken
+    );
     assert!(broken > 0, "Quill 1 carried no connection");
     if e.resilient {
         assert!(kept > 0);
