@@ -18,8 +18,23 @@
 //! per frame (a wake-up per frame) to 2-3 µs. What is left per frame is mostly the kernel's sending
 //! work (an skb, the driver's transmit). IPv4 only: IPv6 neighbour discovery is left.
 //!
+//! Two ways to choose a flow's server:
+//! - by default, weighted rendezvous hashing (`dsr::choose`) of the flow under a key random per
+//!   process, over the servers whose MAC is known: N hashes per frame, and another process (or
+//!   this one restarted) sends the same flow elsewhere;
+//! - with `maglev` in the listener's mode, the pool's Maglev table (`MaglevSet`, built as the
+//!   proxy's is: from the servers' identities, weights and priorities, not their order) looked up
+//!   with the flow's fixed key (`dsr::maglev_key`: the 5-tuple, no secret), walking past servers
+//!   whose MAC is unknown or forgotten: one hash per frame, and every Quill in front of the same
+//!   servers sends a flow to the same server (so a flow that ECMP moves to another Quill keeps
+//!   its server). A bounded connection tracking table (`quill_core::conntrack`, `DSR_FLOWS`
+//!   entries, idle after `DSR_FLOW_IDLE`) keeps a flow this Quill forwards on its server while
+//!   that server stays available, even when the table's answer for it changes (a server comes
+//!   back).
+//!
 //! The pure frame work (parsing, hashing, the server choice, ARP and the tarpit's SYN-ACK) is in
-//! `quill_core::dsr`; the packet socket in `quill_core::sys`.
+//! `quill_core::dsr`, the tracking in `quill_core::conntrack`; the packet socket in
+//! `quill_core::sys`.
 
 use std::hash::{BuildHasher, Hasher};
 use std::io;
@@ -29,14 +44,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quill_core::dsr::{self, Mac, Payload};
+use quill_core::conntrack::Conntrack;
+use quill_core::dsr::{self, Flow, Mac, Payload};
 use quill_core::sys::{self, PacketSocket};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::acl::{AclId, Acls};
 use crate::addr::BackendAddr;
-use crate::config::{Config, ListenerConfig};
+use crate::balancer::MaglevSet;
+use crate::config::{Config, ListenerConfig, DSR_FLOWS, DSR_FLOW_IDLE};
 use crate::state::{RunError, ThreadKind};
 
 /// How often each server is asked for its MAC (an ARP probe).
@@ -76,6 +93,17 @@ struct Server {
     mac: Option<(Mac, Instant)>,
 }
 
+/// How a listener chooses a flow's server (see the module's documentation).
+enum Selection {
+    /// Weighted rendezvous under a key random per process.
+    Rendezvous { key: u64 },
+    /// The Maglev table, and the flows this instance tracks.
+    Maglev {
+        tables: MaglevSet,
+        flows: Box<Conntrack>,
+    },
+}
+
 struct Engine {
     name: String,
     ifname: String,
@@ -87,7 +115,11 @@ struct Engine {
     servers: Vec<Server>,
     /// `tarpit_acl`: the lists (with the GeoIP database their country entries need) and which.
     tarpit: Option<(Acls, AclId)>,
+    /// Random per process: the tarpit's sequence numbers.
     key: u64,
+    selection: Selection,
+    /// The clock the flow tracking counts milliseconds on.
+    started: Instant,
     stats: Arc<Stats>,
 }
 
@@ -116,21 +148,35 @@ impl Engine {
             })?;
         // Best effort: a kernel without it queues the frames as any other sender's.
         let _ = sys::set_packet_qdisc_bypass(socket.fd.as_fd());
-        let servers = l
+        // `Config::validate` refuses servers that are not IPv4 addresses in a DSR listener; any
+        // other is left out of both the servers and the Maglev table, so their indices agree.
+        let (servers, identities): (Vec<Server>, Vec<(String, u32, u32)>) = l
             .servers
             .iter()
             .filter_map(|s| match &s.addr {
                 BackendAddr::Tcp(a) => match a.ip() {
-                    IpAddr::V4(ip) => Some(Server {
-                        ip,
-                        weight: s.weight.max(1),
-                        mac: None,
-                    }),
+                    IpAddr::V4(ip) => Some((
+                        Server {
+                            ip,
+                            weight: s.weight.max(1),
+                            mac: None,
+                        },
+                        (s.addr.to_string(), s.weight, s.prio),
+                    )),
                     IpAddr::V6(_) => None,
                 },
                 _ => None,
             })
-            .collect();
+            .unzip();
+        let key = random_u64();
+        let selection = if l.mode.maglev {
+            Selection::Maglev {
+                tables: MaglevSet::build(identities, l.mode.prio),
+                flows: Box::new(Conntrack::new(DSR_FLOWS, DSR_FLOW_IDLE.as_millis() as u64)),
+            }
+        } else {
+            Selection::Rendezvous { key }
+        };
         Ok(Engine {
             name: l.name.clone(),
             ifname,
@@ -143,7 +189,9 @@ impl Engine {
                 .dsr()
                 .and_then(|d| d.tarpit_acl)
                 .map(|n| (config.global.acls.clone(), n)),
-            key: random_u64(),
+            key,
+            selection,
+            started: Instant::now(),
             stats: Arc::default(),
         })
     }
@@ -261,13 +309,8 @@ impl Engine {
                     self.stats.tarpitted.fetch_add(1, Ordering::Relaxed);
                     return false;
                 }
-                let hash = dsr::flow_hash(&flow, self.key);
-                let known = self.servers.iter().enumerate().filter_map(|(i, s)| {
-                    s.mac
-                        .filter(|(_, seen)| now.duration_since(*seen) < FORGET_AFTER)
-                        .map(|_| (i, s.weight))
-                });
-                let Some((to, _)) = dsr::choose(hash, known)
+                let Some((to, _)) = self
+                    .pick(&flow, now)
                     .and_then(|i| self.servers.get(i))
                     .and_then(|s| s.mac)
                 else {
@@ -281,6 +324,60 @@ impl Engine {
                 true
             }
             Payload::Other => false,
+        }
+    }
+}
+
+impl Engine {
+    /// The server (index) for a frame of `flow` at `now`, among those whose MAC is known.
+    fn pick(&mut self, flow: &Flow, now: Instant) -> Option<usize> {
+        let servers = &self.servers;
+        let known = |i: usize| {
+            servers[i]
+                .mac
+                .is_some_and(|(_, seen)| now.duration_since(seen) < FORGET_AFTER)
+        };
+        match &mut self.selection {
+            Selection::Rendezvous { key } => dsr::choose(
+                dsr::flow_hash(flow, *key),
+                (0..servers.len())
+                    .filter(|&i| known(i))
+                    .map(|i| (i, servers[i].weight)),
+            ),
+            Selection::Maglev { tables, flows } => {
+                let hash = dsr::maglev_key(flow);
+                let now_ms = now.duration_since(self.started).as_millis() as u64;
+                flows
+                    .server_for(
+                        dsr::flow_id(flow),
+                        hash,
+                        now_ms,
+                        |s| known(s as usize),
+                        || tables.lookup(hash, &known).map(|i| i as u32),
+                    )
+                    .map(|s| s as usize)
+            }
+        }
+    }
+
+    /// How flows choose their server, for the start-up log.
+    fn describe_selection(&self) -> String {
+        match &self.selection {
+            Selection::Rendezvous { .. } => "weighted rendezvous hashing".to_string(),
+            Selection::Maglev { tables, flows } => {
+                let levels: Vec<String> = tables
+                    .fingerprints()
+                    .iter()
+                    .map(|(prio, size, fp)| {
+                        format!("prio {prio}: {size} slots, fingerprint {fp:016x}")
+                    })
+                    .collect();
+                format!(
+                    "Maglev table ({}), {} flows tracked",
+                    levels.join("; "),
+                    flows.capacity()
+                )
+            }
         }
     }
 }
@@ -307,12 +404,13 @@ pub(crate) fn serve(opened: Opened) -> Result<(), RunError> {
     let mut threads = Vec::new();
     for e in engines {
         tracing::info!(
-            "listener '{}': direct server return on {} for {}:{} to {} server(s)",
+            "listener '{}': direct server return on {} for {}:{} to {} server(s), chosen by {}",
             e.name,
             e.ifname,
             e.vip,
             e.port,
-            e.servers.len()
+            e.servers.len(),
+            e.describe_selection()
         );
         let stats = e.stats.clone();
         let name = e.name.clone();

@@ -29,6 +29,15 @@ impl Config {
                         None => String::new(),
                     }
                 );
+                out += &if l.mode.maglev {
+                    format!(
+                        "  a flow's server: the Maglev table below, keyed by the flow's 5-tuple (the same on every Quill: several behind ECMP agree), past servers whose MAC is unknown; this Quill keeps a flow it forwards on its server while that server stays up (up to {} flows, each until {} idle)\n",
+                        super::model::DSR_FLOWS,
+                        format_duration(super::model::DSR_FLOW_IDLE)
+                    )
+                } else {
+                    "  a flow's server: weighted rendezvous hashing under a key random per process (with mode maglev: a table every Quill shares)\n".to_string()
+                };
                 out += &format!(
                     "  a frame waits up to {} ms in Quill's receive ring when traffic is light (dsr_wait{})\n",
                     l.dsr_wait_ms(),

@@ -40,8 +40,8 @@ pub(crate) use model::{
     FastcgiAction, Global, HealthCheck, HostMatch, HttpSettings, ListenerConfig, ListenerKind,
     LogFormat, NormalizePath, PathCase, PathMatch, ProxyVersion, RateLimit, RefererRule,
     RouteAction, RouteConfig, SiteConfig, StaticAction, StreamKind, StreamProto, Symlinks, Tuning,
-    TuningPatch, UnknownHost, ValueMatch, MAX_ACCEPT_BATCH, MAX_BACKLOG, MAX_CLIENTS,
-    MAX_RISE_FALL, MAX_SESSIONS, MAX_WORKERS,
+    TuningPatch, UnknownHost, ValueMatch, DSR_FLOWS, DSR_FLOW_IDLE, MAX_ACCEPT_BATCH, MAX_BACKLOG,
+    MAX_CLIENTS, MAX_RISE_FALL, MAX_SESSIONS, MAX_WORKERS,
 };
 pub(crate) use toml::{check_certificates, load_file, parse_admin, read_config_text};
 // What only the unit tests of other modules reach through `config`.

@@ -21,30 +21,30 @@ use netns::{lab_or_skip, Lab};
 use quill_core::dsr::{self, Payload};
 use support::BIN;
 
-const VIP: &str = "10.72.0.100";
-const PORT: u16 = 8000;
+pub(crate) const VIP: &str = "10.72.0.100";
+pub(crate) const PORT: u16 = 8000;
 
-fn vip() -> SocketAddr {
+pub(crate) fn vip() -> SocketAddr {
     format!("{VIP}:{PORT}").parse().unwrap()
 }
 
 /// The bytes a server sends for a download of `n` bytes.
-fn pattern(n: usize) -> Vec<u8> {
+pub(crate) fn pattern(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i % 251) as u8).collect()
 }
 
-struct Dsr {
-    lab: Lab,
-    c: String,
-    q: String,
-    servers: [String; 2],
+pub(crate) struct Dsr {
+    pub(crate) lab: Lab,
+    pub(crate) c: String,
+    pub(crate) q: String,
+    pub(crate) servers: [String; 2],
     /// TCP connections each server accepted, by peer IP (10.72.0.x → x).
     accepted: Arc<[AtomicUsize; 256]>,
 }
 
 /// The bridge, the four hosts and the servers' TCP ("N\n" → N pattern bytes) and UDP ("sK:" +
 /// the datagram) services; Quill not started yet.
-fn dsr_lab(test: &str) -> Option<Dsr> {
+pub(crate) fn dsr_lab(test: &str) -> Option<Dsr> {
     let mut lab = lab_or_skip(test)?;
     let h = lab.ns("h");
     let c = lab.ns("c");
@@ -127,10 +127,17 @@ fn udp_service(u: UdpSocket, k: usize) {
 impl Dsr {
     /// Starts Quill in its namespace with `extra` options; its child index.
     fn start_quill(&mut self, extra: &[&str]) -> usize {
+        self.start_quill_with(extra, &["10.72.0.11:8000", "10.72.0.12:8000"])
+    }
+
+    /// Starts Quill in its namespace with `extra` options and `servers` in this order; its
+    /// child index.
+    pub(crate) fn start_quill_with(&mut self, extra: &[&str], servers: &[&str]) -> usize {
         let mut args = vec![BIN, "-O", "dsr_if eth0"];
         args.extend_from_slice(extra);
         let listen = format!("{VIP}:{PORT}");
-        args.extend_from_slice(&[&listen, "10.72.0.11:8000", "10.72.0.12:8000"]);
+        args.push(&listen);
+        args.extend_from_slice(servers);
         let q = self.q.clone();
         let i = self.lab.spawn(&q, &args);
         // Ready once a client gets through (ARP answered, both servers' MACs learnt or not).

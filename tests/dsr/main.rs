@@ -12,3 +12,5 @@ mod netns;
 mod support;
 
 mod dsr;
+mod ecmp;
+mod maglev;

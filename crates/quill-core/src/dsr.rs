@@ -205,6 +205,54 @@ pub fn flow_hash(flow: &Flow, key: u64) -> u64 {
     mix(mix(ip_bits(flow.src) ^ key) ^ ports ^ u64::from(flow.proto))
 }
 
+/// The flow's key in a Maglev table ([`crate::maglev::Table::lookup`]): the same in every
+/// process and on every machine (no secret, the seed fixed at 0), so that every Quill in front
+/// of the same servers sends a flow to the same server. [`crate::maglev::hash_bytes`] under seed
+/// 0 of the source address, the destination address (4 bytes each for IPv4, 16 for IPv6), the
+/// protocol number, then the source and destination ports (2 bytes each, big-endian): the 5-tuple
+/// for TCP and UDP, the addresses and protocol for anything else and for IPv4 fragments (whose
+/// ports read as 0, see [`parse`]).
+pub fn maglev_key(flow: &Flow) -> u64 {
+    let mut bytes = [0u8; 37];
+    let mut len = 0;
+    for ip in [flow.src, flow.dst] {
+        match ip {
+            IpAddr::V4(a) => {
+                bytes[len..len + 4].copy_from_slice(&a.octets());
+                len += 4;
+            }
+            IpAddr::V6(a) => {
+                bytes[len..len + 16].copy_from_slice(&a.octets());
+                len += 16;
+            }
+        }
+    }
+    bytes[len] = flow.proto;
+    bytes[len + 1..len + 3].copy_from_slice(&flow.src_port.to_be_bytes());
+    bytes[len + 3..len + 5].copy_from_slice(&flow.dst_port.to_be_bytes());
+    crate::maglev::hash_bytes(&bytes[..len + 5], 0)
+}
+
+/// The flow's identity in the connection tracking ([`crate::conntrack`]): for IPv4 the 5-tuple
+/// itself (source and destination addresses, ports, protocol: two flows never share it); for
+/// IPv6, which does not fit in 128 bits, two independent 64-bit hashes of the same fields.
+pub fn flow_id(flow: &Flow) -> u128 {
+    let ports = (u128::from(flow.src_port) << 16) | u128::from(flow.dst_port);
+    match (flow.src, flow.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            (u128::from(u32::from(s)) << 96)
+                | (u128::from(u32::from(d)) << 64)
+                | (u128::from(flow.proto) << 32)
+                | ports
+        }
+        _ => {
+            let a = maglev_key(flow);
+            let b = mix(a ^ mix(ip_bits(flow.src) ^ 0x1d5e_c0de) ^ ip_bits(flow.dst));
+            (1 << 127) | (u128::from(a) << 64) | u128::from(b)
+        }
+    }
+}
+
 /// The server for a flow hash among `candidates` (server number, weight; weight 0 is never
 /// chosen): weighted rendezvous hashing, so adding or losing a server moves only the flows that
 /// were or will be its own. None when no candidate has a weight.
@@ -516,6 +564,53 @@ mod tests {
             "{counts:?}"
         );
         assert_eq!(choose(1, [(0, 0)].into_iter()), None);
+    }
+
+    #[test]
+    fn the_maglev_key_is_the_fixed_hash_of_the_5_tuple() {
+        let Payload::Ip(flow) = parse(&v4_frame(PROTO_TCP, 40000, 0)).unwrap().payload else {
+            panic!()
+        };
+        // src 10.0.0.2, dst 10.0.0.100, protocol 6, ports 40000 and 80: documented, so that
+        // every Quill (and every version) computes it alike.
+        let mut bytes = vec![10, 0, 0, 2, 10, 0, 0, 100, PROTO_TCP];
+        bytes.extend_from_slice(&40000u16.to_be_bytes());
+        bytes.extend_from_slice(&80u16.to_be_bytes());
+        assert_eq!(maglev_key(&flow), crate::maglev::hash_bytes(&bytes, 0));
+        // Every field counts.
+        let other_port = Flow {
+            src_port: 40001,
+            ..flow
+        };
+        let other_dst = Flow {
+            dst_port: 81,
+            ..flow
+        };
+        let other_proto = Flow {
+            proto: PROTO_UDP,
+            ..flow
+        };
+        for f in [other_port, other_dst, other_proto] {
+            assert_ne!(maglev_key(&f), maglev_key(&flow));
+            assert_ne!(flow_id(&f), flow_id(&flow));
+        }
+        // A fragment keys on the addresses and protocol: every fragment alike.
+        let Payload::Ip(frag) = parse(&v4_frame(PROTO_UDP, 5353, 0x2000)).unwrap().payload else {
+            panic!()
+        };
+        let Payload::Ip(later) = parse(&v4_frame(PROTO_UDP, 999, 0x0010)).unwrap().payload else {
+            panic!()
+        };
+        assert_eq!(maglev_key(&frag), maglev_key(&later));
+        // The IPv4 identity is the 5-tuple itself.
+        assert_eq!(
+            flow_id(&flow),
+            (0x0a00_0002u128 << 96)
+                | (0x0a00_0064u128 << 64)
+                | (6u128 << 32)
+                | (40000u128 << 16)
+                | 80
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! the frames of direct server return (`dsr`), the PROXY protocol header (`proxy_header`), the
 //! HTTP semantics of serving a file (`files`: types, validators, conditionals, ranges), FastCGI
 //! records (`fastcgi`), the CGI response head (`cgi`), Maglev consistent-hashing tables
-//! (`maglev`) and,
+//! (`maglev`), the connection tracking of DSR on those tables (`conntrack`) and,
 //! with the `tls` feature, the record layer of terminated TLS (`tls_records`); and the one random
 //! number generator (`rand::Rng`).
 
@@ -16,6 +16,7 @@
 #![deny(unsafe_code)]
 
 pub mod cgi;
+pub mod conntrack;
 pub mod dns;
 pub mod dsr;
 pub mod duration;

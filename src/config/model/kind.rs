@@ -110,6 +110,13 @@ impl DsrSettings {
 /// slowed downloads.
 pub(crate) const DEFAULT_DSR_WAIT: Duration = Duration::from_millis(2);
 
+/// The flows a DSR listener on a Maglev table tracks (`quill_core::conntrack`, 32 bytes each: 2
+/// MiB), ...
+pub(crate) const DSR_FLOWS: usize = 65_536;
+/// ... each until it has sent no frame for this long (then it takes the table's answer again: the
+/// same server unless the available servers changed meanwhile).
+pub(crate) const DSR_FLOW_IDLE: Duration = Duration::from_secs(120);
+
 impl ListenerKind {
     /// A stream listener speaking HTTP with `settings`, without TLS.
     pub(crate) fn http(settings: HttpSettings) -> ListenerKind {
