@@ -919,6 +919,7 @@ mod tests {
             },
             listeners,
             pools: Vec::new(),
+            discovery: Vec::new(),
         }
     }
 

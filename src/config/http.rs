@@ -187,7 +187,7 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
 /// A size in the shortest exact form `parse_size` reads back.
 pub(crate) fn format_size(n: u64) -> String {
     for (shift, unit) in [(30, "g"), (20, "m"), (10, "k")] {
-        if n != 0 && n % (1 << shift) == 0 {
+        if n != 0 && n.is_multiple_of(1 << shift) {
             return format!("{}{unit}", n >> shift);
         }
     }

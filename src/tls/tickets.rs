@@ -116,7 +116,7 @@ impl Key {
 /// Whether `ticket` has the shape of one of ours: name, IV, at least one whole cipher block, MAC.
 fn well_formed(ticket: &[u8]) -> bool {
     let fixed = NAME_LEN + IV_LEN + MAC_LEN;
-    ticket.len() >= fixed + BLOCK_LEN && (ticket.len() - fixed) % BLOCK_LEN == 0
+    ticket.len() >= fixed + BLOCK_LEN && (ticket.len() - fixed).is_multiple_of(BLOCK_LEN)
 }
 
 /// A set of keys: every one decrypts, `keys[enc]` encrypts. Generated sets know when they rotate.

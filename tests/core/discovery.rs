@@ -427,9 +427,7 @@ fn dns_failure_keeps_the_last_good_set_and_reports_it_stale_after_hold() {
     let a = http("a");
     let dir = scratch_dir();
     let name = "web.default.svc.cluster.local";
-    let zone = format!(
-        "$ORIGIN cluster.local.\n$TTL 1\n@ SOA ns admin 1 60 60 60 1\n@ NS ns\nns A 127.0.0.1\nweb.default.svc A 127.0.0.1\n"
-    );
+    let zone = "$ORIGIN cluster.local.\n$TTL 1\n@ SOA ns admin 1 60 60 60 1\n@ NS ns\nns A 127.0.0.1\nweb.default.svc A 127.0.0.1\n".to_string();
     let dns = Dns::knot(dir.path(), &[("cluster.local", zone)]);
     let admin = free_port();
     let dns_addr = dns.addr();

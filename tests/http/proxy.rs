@@ -283,7 +283,7 @@ fn http_pipelined_requests_are_answered_in_order() {
     let b = Backend::start(|r| {
         let i: u64 = r.target.trim_start_matches("/p").parse().unwrap_or(0);
         let body = format!("answer to {}", r.target).repeat(1 + i as usize * 50);
-        let reply = if i % 2 == 0 {
+        let reply = if i.is_multiple_of(2) {
             response(200, "", body.as_bytes())
         } else {
             chunked_response(&[body.as_bytes()], &[])

@@ -143,7 +143,7 @@ fn finish(silent: bool, s: &Served) {
 /// on purpose.
 fn respond(conn: &mut TcpStream, s: &Served, faults: Faults, on_conn: usize) -> bool {
     let n = s.requests.fetch_add(1, Ordering::SeqCst) + 1;
-    if faults.error_every > 0 && n % faults.error_every == 0 {
+    if faults.error_every > 0 && n.is_multiple_of(faults.error_every) {
         let body = b"oops\n";
         let head = format!(
             "HTTP/1.1 500 Internal Server Error\r\nContent-Length: {}\r\n\r\n",
@@ -153,7 +153,7 @@ fn respond(conn: &mut TcpStream, s: &Served, faults: Faults, on_conn: usize) -> 
         s.errors.fetch_add(1, Ordering::SeqCst);
         return true;
     }
-    if faults.reset_every > 0 && n % faults.reset_every == 0 {
+    if faults.reset_every > 0 && n.is_multiple_of(faults.reset_every) {
         let _ = socket2::SockRef::from(&*conn).set_linger(Some(Duration::ZERO));
         s.resets.fetch_add(1, Ordering::SeqCst);
         return false;
@@ -176,7 +176,7 @@ fn respond(conn: &mut TcpStream, s: &Served, faults: Faults, on_conn: usize) -> 
         s.ok.fetch_add(1, Ordering::SeqCst);
         return true;
     }
-    if n % 3 == 0 {
+    if n.is_multiple_of(3) {
         // Chunked, in two chunks: the payload is BODY, the framing is extra bytes on the wire.
         let (a, b) = BODY.split_at(10);
         let mut wire = format!("{:x}\r\n", a.len()).into_bytes();

@@ -12,7 +12,7 @@ use toml::Spanned;
 use super::RawServer;
 use crate::config::model::{parse_resolver, Discovery, DEFAULT_HOLD};
 use crate::config::settings::Dur;
-use crate::config::ConfigError;
+use crate::config::model::ConfigError;
 use quill_core::dns::lookup::Want;
 
 #[derive(Debug)]

@@ -43,13 +43,15 @@ fn counter() -> impl FnMut() -> u16 {
     }
 }
 
+type Run = (Result<(Vec<Found>, u32), DnsError>, Vec<super::lookup::Ask>);
+
 /// Runs `lookup` against `server` (a function from a query to its reply bytes), with at most
 /// `limit` queries; returns the outcome and the queries asked.
 fn run(
     mut lookup: Lookup,
     limit: usize,
     mut server: impl FnMut(&super::lookup::Ask, &[u8]) -> Vec<u8>,
-) -> (Result<(Vec<Found>, u32), DnsError>, Vec<super::lookup::Ask>) {
+) -> Run {
     let mut ids = counter();
     let mut todo = lookup.start(&mut ids);
     let mut asked = Vec::new();

@@ -165,7 +165,7 @@ pub fn packet_rx_ring(
     timeout_ms: u32,
 ) -> io::Result<PacketRing> {
     let invalid = || io::Error::from(io::ErrorKind::InvalidInput);
-    if block_nr == 0 || block_size < 4096 || block_size % 4096 != 0 {
+    if block_nr == 0 || block_size < 4096 || !block_size.is_multiple_of(4096) {
         return Err(invalid());
     }
     let len = block_size.checked_mul(block_nr).ok_or_else(invalid)?;
