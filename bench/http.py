@@ -37,12 +37,14 @@ import harness  # noqa: E402  (same directory: /proc helpers, Procs, client pars
 from harness import fmt, log, median  # noqa: E402
 
 PORTS = {"quill-http": 9251, "haproxy-http": 9252, "nginx-http": 9253, "quill-tcp": 9254,
-         "quill-base-http": 9255, "direct": 9001}
-ALL_CANDIDATES = ["quill-http", "quill-base-http", "haproxy-http", "nginx-http", "quill-tcp", "direct"]
+         "quill-base-http": 9255, "quill-http-maglev": 9256, "quill-tcp-maglev": 9257, "direct": 9001}
+ALL_CANDIDATES = ["quill-http", "quill-base-http", "haproxy-http", "nginx-http", "quill-tcp", "direct",
+                  "quill-http-maglev", "quill-tcp-maglev"]
 DEFAULT_CANDIDATES = ["quill-http", "haproxy-http", "nginx-http", "quill-tcp", "direct"]
 ALIASES = {"quill": "quill-http", "haproxy": "haproxy-http", "nginx": "nginx-http",
            "quill-base": "quill-base-http"}
-QUILL_BINS = {"quill-http": "quill_bin", "quill-tcp": "quill_bin", "quill-base-http": "quill_base_bin"}
+QUILL_BINS = {"quill-http": "quill_bin", "quill-tcp": "quill_bin", "quill-base-http": "quill_base_bin",
+              "quill-http-maglev": "quill_bin", "quill-tcp-maglev": "quill_bin"}
 PEERS = ("haproxy-http", "nginx-http")  # "the better of HAProxy and nginx"
 CPU_REF = "haproxy-http"                # CPU per request is held to HAProxy's
 WORKLOADS = ["wrk1k", "wrk200k", "ab1k"]
@@ -124,6 +126,13 @@ def candidate_cmd(name, work, quill_bin, use_toml):
         return [quill_bin, "-r", "-x", str(harness.MAXCONN), "--workers", str(WORKERS), "-H", listen] + be
     if name == "quill-tcp":
         return [quill_bin, "-r", "-x", str(harness.MAXCONN), "--workers", str(WORKERS), listen] + be
+    # Maglev keyed by address and port (-r): wrk's connections, all from 127.0.0.1, spread.
+    if name == "quill-http-maglev":
+        return [quill_bin, "-r", "--maglev", "-x", str(harness.MAXCONN), "--workers", str(WORKERS), "-H",
+                listen] + be
+    if name == "quill-tcp-maglev":
+        return [quill_bin, "-r", "--maglev", "-x", str(harness.MAXCONN), "--workers", str(WORKERS),
+                listen] + be
     if name == "haproxy-http":
         return ["haproxy", "-db", "-f", os.path.join(work, "haproxy-http.cfg")]
     if name == "nginx-http":

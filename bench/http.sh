@@ -7,7 +7,8 @@
 #   bash bench/http.sh [--rounds N] [--quick] [--duration S] [--idle N] [--only a,b,...]
 #                      [--ab-requests N] [--conn-requests N] [--strace-duration S] [--quill-toml]
 #
-# Candidates: quill-http haproxy-http nginx-http quill-tcp direct (the default), quill-base-http.
+# Candidates: quill-http haproxy-http nginx-http quill-tcp direct (the default), quill-base-http,
+# quill-http-maglev and quill-tcp-maglev (-r --maglev: Maglev keyed by address and port).
 # --quick = 1 round, wrk 3 s, ab 5,000 requests. --idle 0 skips the idle test.
 # Env: QUILL_BIN=path       use this binary instead of building (cargo build --release)
 #      QUILL_BASE_BIN=path  the candidate quill-base-http: a second Quill, same arguments, same run
@@ -18,7 +19,7 @@
 # the tables are written, with that candidate marked NOT measured).
 set -euo pipefail
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 ROUNDS=3
 QUICK=

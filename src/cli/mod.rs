@@ -45,7 +45,8 @@ where
 
 const AFTER_HELP: &str = "\
 SERVER is HOST[:PORT[:MAXCONN[:HARD[:WEIGHT[:PRIO]]]]] as in Pen ([v6addr]:port for IPv6, a path
-for a Unix socket). Durations are seconds, or a number with ms, s, m or h (500ms, 2s, 5m).
+for a Unix socket), or the one server argument srv:NAME[@RESOLVER] (SRV records, as Consul and
+Kubernetes publish) or dns:NAME:PORT[@RESOLVER] (A/AAAA records): the pool follows DNS. Durations are seconds, or a number with ms, s, m or h (500ms, 2s, 5m).
 
 Examples:
   quill 8080 10.0.0.1:80 10.0.0.2:80           balance port 8080 over two servers

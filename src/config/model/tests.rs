@@ -316,3 +316,29 @@ fn a_listener_of_two_kinds_is_refused_when_the_file_is_read() {
         "b.toml:3: listener 'a': dsr_ip and tarpit_acl need dsr_if",
     );
 }
+
+/// A server found through SRV is known to Maglev tables by its `TARGET:PORT`, so Quills that
+/// resolve the same records build the same table whatever the addresses; a listed one by its
+/// address as written.
+#[test]
+fn maglev_identity_is_the_srv_target_for_a_discovered_server() {
+    use crate::addr::{BackendAddr, ServerSpec};
+    let mut l = ListenerConfig::new(
+        "l",
+        crate::addr::ListenAddr::Tcp("127.0.0.1:1".parse().unwrap()),
+    );
+    let mut found = ServerSpec::new(BackendAddr::Tcp("10.0.0.7:8080".parse().unwrap()));
+    found.identity = Some("pod-1.web.default.svc.cluster.local:8080".into());
+    found.weight = 3;
+    l.servers.push(found);
+    l.servers.push(ServerSpec::new(BackendAddr::Tcp(
+        "10.0.0.8:80".parse().unwrap(),
+    )));
+    assert_eq!(
+        l.maglev_servers(),
+        vec![
+            ("pod-1.web.default.svc.cluster.local:8080".to_string(), 3, 0),
+            ("10.0.0.8:80".to_string(), 1, 0),
+        ]
+    );
+}

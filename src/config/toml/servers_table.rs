@@ -10,9 +10,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::RawServer;
+use crate::config::model::ConfigError;
 use crate::config::model::{parse_resolver, Discovery, DEFAULT_HOLD};
 use crate::config::settings::Dur;
-use crate::config::model::ConfigError;
 use quill_core::dns::lookup::Want;
 
 #[derive(Debug)]
