@@ -37,6 +37,9 @@ const RETRY_MS: u64 = 1_000;
 /// Tokens of discovery sockets start here (the health checker's probe tokens are the addresses
 /// of its servers in memory, far below).
 pub(crate) const TOKEN_BASE: usize = 1 << (usize::BITS - 2);
+/// At most this many queries of one round in flight (an SRV answer without addresses may name
+/// hundreds of targets: their queries wait their turn).
+const MAX_IN_FLIGHT: usize = 32;
 /// Largest DNS message read (over TCP the length says; over UDP the EDNS size announced).
 const MAX_MESSAGE: usize = 65_535;
 
@@ -59,12 +62,16 @@ struct Source {
     seen: u64,
     /// Whether the failure of the current streak was logged at warn already.
     warned: bool,
+    /// The resolver that answered last: rounds start with it.
+    resolver: usize,
 }
 
 struct Round {
     lookup: Lookup,
     /// The queries in flight, by token.
     queries: HashMap<usize, Query>,
+    /// Queries waiting for room ([`MAX_IN_FLIGHT`]): (ask, resolver).
+    waiting: std::collections::VecDeque<(usize, usize)>,
 }
 
 struct Query {
@@ -97,11 +104,17 @@ pub(crate) struct Discoverer {
 }
 
 impl Discoverer {
+    /// `seed` is mixed with 8 bytes of the kernel's random source, so that query IDs cannot be
+    /// guessed from the process's start time and PID.
     pub(crate) fn new(controller: Arc<Controller>, seed: u64) -> Discoverer {
+        let mut bytes = [0u8; 8];
+        if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+            let _ = f.read_exact(&mut bytes);
+        }
         Discoverer {
             controller,
             sources: HashMap::new(),
-            rng: Rng::new(seed | 1),
+            rng: Rng::new((seed ^ u64::from_ne_bytes(bytes)) | 1),
             next_token: 0,
             round: 0,
         }
@@ -118,7 +131,6 @@ impl Discoverer {
     ) {
         self.round += 1;
         for (name, pool, discovery) in pools {
-            let source = (!pool).then(|| discovery.pen_arg());
             let key = Key {
                 name,
                 pool,
@@ -133,11 +145,12 @@ impl Discoverer {
                     good_ms: now_ms,
                     stat: DiscoveryStat {
                         pool: key.name.clone(),
-                        source: source.unwrap_or_else(|| key.discovery.pen_arg()),
+                        source: key.discovery.source(),
                         ..DiscoveryStat::default()
                     },
                     seen: round,
                     warned: false,
+                    resolver: 0,
                 })
                 .seen = round;
         }
@@ -192,9 +205,11 @@ impl Discoverer {
                 source.round = Some(Round {
                     lookup,
                     queries: HashMap::new(),
+                    waiting: Default::default(),
                 });
+                let first = source.resolver;
                 for ask in asks {
-                    self.send(&key, ask, 0, 0, registry, now_ms);
+                    self.send(&key, ask, first, 0, registry, now_ms);
                 }
             }
             self.expire(&key, registry, now_ms);
@@ -214,6 +229,9 @@ impl Discoverer {
             .filter(|(_, q)| now_ms >= q.deadline_ms)
             .map(|(t, _)| *t)
             .collect();
+        if late.is_empty() {
+            return;
+        }
         let mut again = Vec::new();
         let count = resolvers(&key.discovery).len();
         for token in late {
@@ -230,6 +248,23 @@ impl Discoverer {
         }
         for (ask, resolver, tries) in again {
             self.send(key, ask, resolver, tries, registry, now_ms);
+        }
+        self.pump(key, registry, now_ms);
+    }
+
+    /// Sends waiting queries while there is room.
+    fn pump(&mut self, key: &Key, registry: &Registry, now_ms: u64) {
+        for _ in 0..MAX_IN_FLIGHT {
+            let Some(round) = self.sources.get_mut(key).and_then(|s| s.round.as_mut()) else {
+                return;
+            };
+            if round.queries.len() >= MAX_IN_FLIGHT {
+                return;
+            }
+            let Some((ask, resolver)) = round.waiting.pop_front() else {
+                return;
+            };
+            self.send(key, ask, resolver, 0, registry, now_ms);
         }
     }
 
@@ -256,6 +291,10 @@ impl Discoverer {
         let Some(a) = round.lookup.ask(ask).cloned() else {
             return;
         };
+        if round.queries.len() >= MAX_IN_FLIGHT {
+            round.waiting.push_back((ask, resolver));
+            return;
+        }
         let opened = a
             .message()
             .map_err(|e| io::Error::other(e.to_string()))
@@ -301,6 +340,7 @@ impl Discoverer {
             return;
         };
         let mut next = Vec::new();
+        let mut answered_by = None;
         {
             let Some(round) = self.sources.get_mut(&key).and_then(|s| s.round.as_mut()) else {
                 return;
@@ -308,10 +348,10 @@ impl Discoverer {
             let Some(q) = round.queries.get_mut(&token.0) else {
                 return;
             };
-            let ask = q.ask;
+            let (ask, resolver) = (q.ask, q.resolver);
             let rng = &mut self.rng;
             let mut ids = || rng.next_u64() as u16;
-            match q.read() {
+            match q.read(registry, token) {
                 Ok(replies) => {
                     let mut answered = false;
                     for bytes in replies {
@@ -320,6 +360,7 @@ impl Discoverer {
                         if let Ok(more) = round.lookup.on_reply(ask, &bytes, &mut ids) {
                             next.extend(more);
                             answered = true;
+                            answered_by = Some(resolver);
                             break;
                         }
                     }
@@ -339,9 +380,16 @@ impl Discoverer {
                 }
             }
         }
-        for ask in next {
-            self.send(&key, ask, 0, 0, registry, now_ms);
+        // Follow-ups (the TCP retry, the targets' addresses) go to the resolver that answered,
+        // and the next rounds start with it.
+        let to = answered_by.unwrap_or(0);
+        if let (Some(r), Some(s)) = (answered_by, self.sources.get_mut(&key)) {
+            s.resolver = r;
         }
+        for ask in next {
+            self.send(&key, ask, to, 0, registry, now_ms);
+        }
+        self.pump(&key, registry, now_ms);
         self.expire(&key, registry, now_ms);
         self.conclude(&key, now_ms);
         self.publish();
@@ -458,19 +506,21 @@ impl Query {
 
     /// Reads what arrived: the datagrams, or the TCP message once whole (after sending what is
     /// left of the query).
-    fn read(&mut self) -> io::Result<Vec<Vec<u8>>> {
+    fn read(&mut self, registry: &Registry, token: Token) -> io::Result<Vec<Vec<u8>>> {
         match &mut self.conn {
             Conn::Udp(socket) => {
                 let mut out = Vec::new();
                 let mut buf = vec![0u8; MAX_MESSAGE];
-                // Bounded: a flood of forged datagrams cannot hold the thread.
+                // Bounded: a flood of forged datagrams cannot hold the thread. What is left
+                // stays readable: registering again brings a new event for it.
                 for _ in 0..64 {
                     match socket.recv(&mut buf) {
                         Ok(n) => out.push(buf[..n].to_vec()),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(out),
                         Err(e) => return Err(e),
                     }
                 }
+                registry.reregister(socket, token, Interest::READABLE)?;
                 Ok(out)
             }
             Conn::Tcp {

@@ -615,3 +615,40 @@ fn dns_discovery_errors_name_the_line_or_argument_and_check_explains_it() {
         "{out}"
     );
 }
+
+/// A first resolver that never answers costs one timeout: the query goes to the next, and the
+/// rounds after it start with the one that answered (at most one query a second to the silent one
+/// in the first round, none later).
+#[test]
+fn dns_silent_first_resolver_is_skipped_for_the_next() {
+    let a = http("a");
+    let dir = scratch_dir();
+    let dns = Dns::knot(
+        dir.path(),
+        &[("consul", consul_zone(&[a.addr().port()], 1))],
+    );
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let (_q, sock) = start_ctl(
+        &[],
+        &[format!(
+            "srv:_http._tcp.web.service.consul@{}@{}",
+            silent.local_addr().unwrap(),
+            dns.addr()
+        )],
+    );
+    wait_ports(&sock, &[a.addr().port()], Duration::from_secs(4));
+    // Three more rounds (TTL 1 s): the silent resolver hears nothing more.
+    let mut buf = [0u8; 2048];
+    while silent.recv(&mut buf).is_ok() {}
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut heard = 0;
+    while Instant::now() < deadline {
+        if silent.recv(&mut buf).is_ok() {
+            heard += 1;
+        }
+    }
+    assert_eq!(heard, 0, "the silent resolver is asked again");
+}

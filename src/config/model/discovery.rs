@@ -46,14 +46,19 @@ impl Discovery {
 
     /// Pen's server argument, as `quill` writes it back: `srv:NAME[@R]` or `dns:NAME:PORT[@R]`.
     pub(crate) fn pen_arg(&self) -> String {
-        let mut s = match &self.want {
-            Want::Srv(n) => format!("srv:{n}"),
-            Want::Host { name, port } => format!("dns:{name}:{port}"),
-        };
+        let mut s = self.source();
         for r in &self.resolvers {
             s += &format!("@{r}");
         }
         s
+    }
+
+    /// `srv:NAME` or `dns:NAME:PORT`: the metrics' `source` label.
+    pub(crate) fn source(&self) -> String {
+        match &self.want {
+            Want::Srv(n) => format!("srv:{n}"),
+            Want::Host { name, port } => format!("dns:{name}:{port}"),
+        }
     }
 
     pub(crate) fn check(&self) -> Result<(), String> {
@@ -64,7 +69,7 @@ impl Discovery {
         if self.resolvers.len() > MAX_RESOLVERS {
             return Err(format!("more than {MAX_RESOLVERS} resolvers"));
         }
-        if self.hold.is_zero() || self.hold > MAX_HOLD {
+        if self.hold < Duration::from_secs(1) || self.hold > MAX_HOLD {
             return Err(format!(
                 "hold {}s (expected 1s to {}s)",
                 self.hold.as_secs_f64(),
