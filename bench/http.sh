@@ -57,8 +57,8 @@ fi
 : "${DURATION:=8}" "${AB_REQUESTS:=20000}"
 for name in ${ONLY//,/ }; do
     case "$name" in
-        quill-http|quill|quill-base-http|quill-base|haproxy-http|haproxy|nginx-http|nginx|quill-tcp|direct) ;;
-        *) echo "http.sh: unknown candidate '$name' (quill-http quill-base-http haproxy-http nginx-http quill-tcp direct)" >&2; exit 2 ;;
+        quill-http|quill|quill-base-http|quill-base|haproxy-http|haproxy|nginx-http|nginx|quill-tcp|direct|quill-http-maglev|quill-tcp-maglev) ;;
+        *) echo "http.sh: unknown candidate '$name' (quill-http quill-base-http haproxy-http nginx-http quill-tcp direct quill-http-maglev quill-tcp-maglev)" >&2; exit 2 ;;
     esac
 done
 WANT_QUILL=

@@ -445,3 +445,74 @@ fn maglev_http_listeners_agree_on_each_client_whatever_order_their_servers_are_l
     }
     assert_eq!(seen.len(), 3, "{seen:?}");
 }
+
+/// Three processes, each with the four servers in another order in a TOML file, show one table;
+/// each reloads its file with the order changed again (and one weight changed, then changed back)
+/// and the table follows: the same fingerprint everywhere after every step, another one while the
+/// weight differs.
+#[test]
+fn maglev_three_quills_keep_one_table_across_reloads_in_any_order() {
+    use crate::ctl::{ctl, ctl_ok, wait_ctl};
+    let b = greeters(&["a", "b", "c", "d"]);
+    let list = specs(&b);
+    let order = |rot: usize, weight_of_first: u32| {
+        let mut v: Vec<String> = list
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let w = if i == 0 { weight_of_first } else { 1 };
+                format!("{{ address = \"{s}\", weight = {w} }}")
+            })
+            .collect();
+        v.rotate_left(rot % 4);
+        if rot % 2 == 1 {
+            v.reverse();
+        }
+        v.join(", ")
+    };
+    let write = |dir: &std::path::Path, port: u16, servers: &str| {
+        std::fs::write(
+            dir.join("q.toml"),
+            format!(
+                "control = \"{}\"\n[[listener]]\nname = \"m\"\nlisten = \"127.0.0.1:{port}\"\nmode = [\"maglev\"]\nservers = [{servers}]\n",
+                dir.join("ctl.sock").display()
+            ),
+        )
+        .unwrap();
+    };
+    let quills: Vec<QuillProcess> = (0..3)
+        .map(|k| {
+            // No access log: nothing to settle, the readiness probe is simply closed.
+            Quill::spawn_first(|dir, port| {
+                write(dir, port, &order(k, 1));
+                vec!["--config".into(), dir.join("q.toml").display().to_string()]
+            })
+            .0
+        })
+        .collect();
+    let table = |q: &QuillProcess| {
+        let sock = q.path("ctl.sock");
+        wait_ctl(q, &sock);
+        ctl(&sock, "hash table")
+    };
+    let first = table(&quills[0]);
+    assert!(first.contains("fingerprint"), "{first}");
+    for q in &quills {
+        assert_eq!(table(q), first);
+    }
+    for (step, weight) in [(1usize, 1u32), (2, 3), (3, 1)] {
+        for (k, q) in quills.iter().enumerate() {
+            write(q.dir.path(), q.port, &order(k + step, weight));
+            ctl_ok(&q.path("ctl.sock"), "reload");
+        }
+        let now = table(&quills[0]);
+        for q in &quills {
+            assert_eq!(table(q), now, "step {step}");
+        }
+        assert_eq!(
+            now == first,
+            weight == 1,
+            "step {step}: {now} against {first}"
+        );
+    }
+}
