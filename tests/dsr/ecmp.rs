@@ -223,14 +223,7 @@ fn service(l: TcpListener, k: usize) {
 /// The server (1-based) the proxy's Maglev table names for client address `ip` (mode `maglev`
 /// without `roundrobin`: the key is the address alone, `Client::maglev_key`).
 fn table_says(ip: Ipv4Addr) -> usize {
-    let specs: Vec<Server<'_>> = SERVERS
-        .iter()
-        .map(|s| Server {
-            identity: s.as_bytes(),
-            weight: 1,
-        })
-        .collect();
-    let table = Table::build(&specs, 0);
+    let table = Table::build(&Server::equal(&SERVERS), 0);
     table.lookup(hash_bytes(&ip.octets(), 0), |_| true).unwrap() + 1
 }
 

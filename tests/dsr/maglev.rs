@@ -54,14 +54,7 @@ fn flows_reach(lab: &Lab, ns: &str, ports: &[u16], each: usize) -> Vec<String> {
 /// The server the Maglev function names for the UDP flow from 10.72.0.2:`port`, the table built
 /// from `servers` (identities as written, weight 1, seed 0), walking past those `up` refuses.
 fn table_says(servers: &[&str], port: u16, up: impl Fn(&str) -> bool) -> String {
-    let specs: Vec<Server<'_>> = servers
-        .iter()
-        .map(|s| Server {
-            identity: s.as_bytes(),
-            weight: 1,
-        })
-        .collect();
-    let table = Table::build(&specs, 0);
+    let table = Table::build(&Server::equal(servers), 0);
     let flow = Flow {
         src: IpAddr::V4(Ipv4Addr::new(10, 72, 0, 2)),
         dst: IpAddr::V4(VIP.parse().unwrap()),

@@ -42,14 +42,7 @@ fn name_of(backends: &[Backend], addr: SocketAddr) -> String {
 /// 0) names for the key hashed from `bytes`: what Quill must pick.
 fn expected(backends: &[Backend], bytes: &[u8]) -> String {
     let ids: Vec<String> = backends.iter().map(|b| b.addr().to_string()).collect();
-    let specs: Vec<Server<'_>> = ids
-        .iter()
-        .map(|id| Server {
-            identity: id.as_bytes(),
-            weight: 1,
-        })
-        .collect();
-    let table = Table::build(&specs, 0);
+    let table = Table::build(&Server::equal(&ids), 0);
     let i = table.lookup(hash_bytes(bytes, 0), |_| true).unwrap();
     format!("s{i}")
 }

@@ -40,14 +40,7 @@ fn main() {
         let ids: Vec<String> = (0..n)
             .map(|i| format!("10.{}.{}.{}:80", i >> 16 & 0xff, i >> 8 & 0xff, i & 0xff))
             .collect();
-        let specs: Vec<Server<'_>> = ids
-            .iter()
-            .map(|id| Server {
-                identity: id.as_bytes(),
-                weight: 1,
-            })
-            .collect();
-        let table = Table::build(&specs, 0);
+        let table = Table::build(&Server::equal(&ids), 0);
         let known = |i: usize| black_box(i) < n;
         let key = 0x1234_5678_9abc_def0u64;
 

@@ -74,6 +74,19 @@ pub struct Table {
     fingerprint: u64,
 }
 
+impl<'a> Server<'a> {
+    /// Servers of weight 1 with these identities, in this order.
+    pub fn equal<S: AsRef<[u8]>>(identities: &'a [S]) -> Vec<Server<'a>> {
+        identities
+            .iter()
+            .map(|id| Server {
+                identity: id.as_ref(),
+                weight: 1,
+            })
+            .collect()
+    }
+}
+
 impl Table {
     /// Builds the table of `servers` (the caller's order, which does not matter) under `seed`.
     /// Servers of weight 0 get no slot; past [`MAX_SERVERS`] the rest are left out. With no

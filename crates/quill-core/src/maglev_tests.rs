@@ -21,12 +21,7 @@ fn identities(rng: &mut Rng, n: usize) -> Vec<String> {
 }
 
 fn equal(ids: &[String]) -> Vec<Server<'_>> {
-    ids.iter()
-        .map(|id| Server {
-            identity: id.as_bytes(),
-            weight: 1,
-        })
-        .collect()
+    Server::equal(ids)
 }
 
 /// The share of keys (slots) whose server, by identity, differs between two tables.
