@@ -23,6 +23,7 @@ pub mod duration;
 pub mod fastcgi;
 pub mod files;
 pub mod flows;
+pub mod h2;
 pub mod http1;
 pub mod maglev;
 pub mod proxy_header;

@@ -1,0 +1,217 @@
+//! An HTTP/1.1 response, as Quill's HTTP path writes it to a client, turned into HTTP/2 frames
+//! on one stream: the head (and any 1xx before it) becomes HEADERS without the fields that
+//! belong to an HTTP/1 connection, a `Content-Length` or close-delimited body becomes DATA as it
+//! is, a chunked one is de-chunked into DATA with its trailers as a last HEADERS, all within the
+//! stream's flow-control window: bytes the window does not take now are left for the next call.
+
+use super::conn::Conn;
+use crate::http1::{self, Body, Framing};
+
+/// Fields of an HTTP/1 connection that an HTTP/2 message must not carry (RFC 9113 §8.2.2).
+fn hop_by_hop(name: &[u8]) -> bool {
+    [
+        &b"connection"[..],
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"upgrade",
+    ]
+    .iter()
+    .any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// A response that cannot be turned into HTTP/2 (a broken head, a 101, a cut body): the stream
+/// is reset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Broken;
+
+#[derive(Debug)]
+enum State {
+    Head,
+    Body(Body, Framing),
+    Done,
+}
+
+/// One stream's response being translated.
+#[derive(Debug)]
+pub struct Response {
+    state: State,
+    /// The request was HEAD: the response has no body whatever its fields say.
+    to_head: bool,
+    /// A chunked body's framing since its last payload byte: at the end, the last chunk and
+    /// the trailers.
+    framing: Vec<u8>,
+    /// The response's status (0 before its head).
+    pub status: u16,
+}
+
+impl Response {
+    pub fn new(to_head: bool) -> Response {
+        Response {
+            state: State::Head,
+            to_head,
+            framing: Vec::new(),
+            status: 0,
+        }
+    }
+
+    /// Whether the whole response was sent.
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    /// Whether the head was sent (a failure after it resets the stream instead of answering).
+    pub fn has_head(&self) -> bool {
+        !matches!(self.state, State::Head)
+    }
+
+    /// Takes what it can of `input` (the HTTP/1.1 bytes written for the response; `eof`: no more
+    /// come) and sends it on `stream`: the bytes used.
+    pub fn pump(
+        &mut self,
+        conn: &mut Conn,
+        stream: u32,
+        input: &[u8],
+        eof: bool,
+    ) -> Result<usize, Broken> {
+        let mut at = 0;
+        for _ in 0..64 {
+            match &mut self.state {
+                State::Done => return Ok(input.len()),
+                State::Head => {
+                    let limits = http1::Limits {
+                        max_head: 64 * 1024,
+                        ..http1::Limits::default()
+                    };
+                    let rest = &input[at..];
+                    let head = match http1::parse_response(rest, &limits, self.to_head) {
+                        Ok(Some(h)) => h,
+                        Ok(None) if eof => return Err(Broken),
+                        Ok(None) => return Ok(at),
+                        Err(_) => return Err(Broken),
+                    };
+                    if head.status == 101 {
+                        return Err(Broken);
+                    }
+                    let fields = http1::fields(rest, head.len)
+                        .filter(|f| !hop_by_hop(f.name.of(rest)))
+                        .map(|f| (f.name.of(rest), f.value.of(rest)));
+                    at += head.len;
+                    if head.status < 200 {
+                        conn.send_head(stream, head.status, fields, false);
+                        continue;
+                    }
+                    self.status = head.status;
+                    let empty = matches!(head.framing, Framing::None | Framing::Length(0));
+                    conn.send_head(stream, head.status, fields, empty);
+                    self.state = if empty {
+                        State::Done
+                    } else {
+                        State::Body(Body::new(head.framing), head.framing)
+                    };
+                }
+                State::Body(body, framing) => {
+                    let framing = *framing;
+                    let rest = &input[at..];
+                    if framing == Framing::Chunked && body.data_left().is_none() {
+                        // Framing: byte by byte (a few bytes a chunk), kept for the trailers.
+                        if rest.is_empty() {
+                            return if eof { Err(Broken) } else { Ok(at) };
+                        }
+                        let mut used = 0;
+                        while used < rest.len() && body.data_left().is_none() && !body.is_done() {
+                            let fed = body.feed(&rest[used..used + 1]).map_err(|_| Broken)?;
+                            if self.framing.len() < 32 * 1024 {
+                                self.framing.push(rest[used]);
+                            }
+                            used += fed.used;
+                        }
+                        at += used;
+                        if body.is_done() {
+                            let framing = std::mem::take(&mut self.framing);
+                            let trailers = trailer_section(&framing);
+                            if trailers.is_empty() {
+                                conn.send_data(stream, &[], true);
+                            } else {
+                                conn.send_trailers(stream, trailer_fields(trailers));
+                            }
+                            self.state = State::Done;
+                        }
+                        continue;
+                    }
+                    // Payload: as much as the window and the body take.
+                    let window = conn.window(stream);
+                    if window == 0 && !rest.is_empty() {
+                        return Ok(at);
+                    }
+                    let mut take = rest.len().min(window);
+                    if let Some(left) = body.data_left() {
+                        take = take.min(left.min(usize::MAX as u64) as usize);
+                    }
+                    let fed = body.feed(&rest[..take]).map_err(|_| Broken)?;
+                    at += fed.used;
+                    if framing == Framing::Chunked {
+                        self.framing.clear();
+                    }
+                    let close_end = framing == Framing::Close && eof && at == input.len();
+                    let end = fed.done && framing != Framing::Chunked || close_end;
+                    if fed.used > 0 || end {
+                        conn.send_data(stream, &rest[..fed.used], end);
+                    }
+                    if end {
+                        self.state = State::Done;
+                        continue;
+                    }
+                    if at == input.len() {
+                        if eof && framing != Framing::Close {
+                            return Err(Broken);
+                        }
+                        return Ok(at);
+                    }
+                    if fed.used == 0 {
+                        return Ok(at);
+                    }
+                }
+            }
+        }
+        Ok(at)
+    }
+}
+
+/// The trailer lines of a chunked body's last framing bytes (after the `0` size line, before
+/// the final blank line).
+fn trailer_section(framing: &[u8]) -> &[u8] {
+    // The last size line is the last line that starts with '0' before the trailers: find the
+    // first line that starts with a digit and is all zeros up to `;` or CR.
+    let mut at = 0;
+    while at < framing.len() {
+        let end = framing[at..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(framing.len(), |i| at + i + 1);
+        let line = &framing[at..end];
+        let size: &[u8] = line
+            .split(|&b| b == b';' || b == b'\r' || b == b' ' || b == b'\t')
+            .next()
+            .unwrap_or_default();
+        if !size.is_empty() && size.iter().all(|&b| b == b'0') {
+            let rest = &framing[end..];
+            return rest.strip_suffix(b"\r\n").unwrap_or(rest);
+        }
+        at = end;
+    }
+    &[]
+}
+
+/// `name: value` lines as fields (the chunk decoder checked their syntax), without the ones a
+/// trailer section must not carry.
+fn trailer_fields(section: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    section
+        .split(|&b| b == b'\n')
+        .filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|&b| b == b':')?;
+            Some((&line[..colon], line[colon + 1..].trim_ascii()))
+        })
+        .filter(|(n, _)| !n.is_empty() && !hop_by_hop(n))
+}
