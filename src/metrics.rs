@@ -163,6 +163,10 @@ pub(crate) fn cgi_children() -> u64 {
     CGI_CHILDREN.load(Ordering::Relaxed)
 }
 
+/// HTTP/2 error codes counted (RFC 9113 §7: 0 to 13; a larger one counts as 13's neighbour,
+/// the last slot).
+pub(crate) const H2_CODES: usize = 15;
+
 /// One worker's counters. Aligned so two workers never share a cache line.
 #[derive(Debug, Default)]
 #[repr(align(128))]
@@ -207,6 +211,11 @@ pub(crate) struct Counters {
     tls_handshakes: [AtomicU64; TlsKind::ALL.len()],
     /// TLS handshakes failed, by [`TlsFailure`].
     tls_failures: [AtomicU64; TlsFailure::ALL.len()],
+    /// HTTP/2: client connections, streams (requests) begun, and connections ended on an error
+    /// Quill sent (GOAWAY), by error code.
+    h2_connections: AtomicU64,
+    h2_streams: AtomicU64,
+    h2_errors: [AtomicU64; H2_CODES],
     /// UDP: flows this worker has open, and opened since the start.
     pub udp_flows_open: AtomicU64,
     pub udp_flows_total: AtomicU64,
@@ -459,6 +468,31 @@ impl Counters {
 
     pub(crate) fn ended_count(&self, end: End) -> u64 {
         self.ended[end as usize].load(Ordering::Relaxed)
+    }
+
+    /// An HTTP/2 connection began.
+    pub(crate) fn h2_connection(&self) {
+        Self::add(&self.h2_connections, 1);
+    }
+
+    /// An HTTP/2 stream (a request) began.
+    pub(crate) fn h2_stream(&self) {
+        Self::add(&self.h2_streams, 1);
+    }
+
+    /// An HTTP/2 connection ended on an error Quill sent.
+    pub(crate) fn h2_error(&self, code: quill_core::h2::Code) {
+        let i = (code.0 as usize).min(H2_CODES - 1);
+        Self::add(&self.h2_errors[i], 1);
+    }
+
+    /// (connections, streams, errors by code).
+    pub(crate) fn h2_counts(&self) -> (u64, u64, [u64; H2_CODES]) {
+        (
+            self.h2_connections.load(Ordering::Relaxed),
+            self.h2_streams.load(Ordering::Relaxed),
+            std::array::from_fn(|i| self.h2_errors[i].load(Ordering::Relaxed)),
+        )
     }
 
     pub(crate) fn tls_handshake(&self, kind: TlsKind) {

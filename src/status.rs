@@ -40,6 +40,8 @@ pub(crate) struct Snapshot {
     pub http: HttpProcess,
     /// TLS handshakes of the whole process.
     pub tls: TlsProcess,
+    /// HTTP/2 client connections of the whole process.
+    pub h2: H2Process,
     /// The workers' file caches (static roots) and the descriptors they hold.
     pub files: FilesStatus,
     /// CGI children.
@@ -142,6 +144,17 @@ pub(crate) struct SourceStatus {
     /// The 304s and the 206s among them.
     pub not_modified: u64,
     pub partial: u64,
+}
+
+/// HTTP/2 on client connections, summed over the workers.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct H2Process {
+    pub connections: u64,
+    /// Streams begun (requests).
+    pub streams: u64,
+    /// Connections Quill ended with an error (its GOAWAY's code): `PROTOCOL_ERROR`,
+    /// `ENHANCE_YOUR_CALM` (a flood), ...
+    pub errors: BTreeMap<&'static str, u64>,
 }
 
 /// TLS handshakes of every listener, summed over the workers.
@@ -469,6 +482,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
         },
         http: http_process(shared),
         tls: tls_process(shared),
+        h2: h2_process(shared),
         files: files_status(shared),
         cgi: CgiStatus {
             children: crate::metrics::cgi_children(),
@@ -508,6 +522,23 @@ fn listener_tls(tls: &crate::tls::ServerTls, now_unix: i64) -> ListenerTls {
             })
             .collect(),
     }
+}
+
+fn h2_process(shared: &Shared) -> H2Process {
+    let mut p = H2Process::default();
+    for c in shared.counters.iter() {
+        let (conns, streams, errors) = c.h2_counts();
+        p.connections += conns;
+        p.streams += streams;
+        for (i, n) in errors.iter().enumerate() {
+            if *n > 0 {
+                *p.errors
+                    .entry(quill_core::h2::Code(i as u32).name())
+                    .or_default() += n;
+            }
+        }
+    }
+    p
 }
 
 fn tls_process(shared: &Shared) -> TlsProcess {

@@ -120,6 +120,7 @@ pub(super) fn render(snap: &Snapshot) -> String {
     responses(&mut out, snap);
     files(&mut out, snap);
     tls(&mut out, snap);
+    h2(&mut out, snap);
     out.text
 }
 
@@ -201,6 +202,34 @@ fn files(out: &mut Exposition, snap: &Snapshot) {
     for (name, help, value) in gauges {
         out.family(name, Kind::Gauge, help);
         out.sample(name, &[], value);
+    }
+}
+
+fn h2(out: &mut Exposition, snap: &Snapshot) {
+    let counters = [
+        (
+            "quill_h2_connections_total",
+            "HTTP/2 client connections (ALPN h2 over TLS, or h2c with prior knowledge).",
+            snap.h2.connections,
+        ),
+        (
+            "quill_h2_streams_total",
+            "HTTP/2 streams begun by clients: requests that came over HTTP/2 (each is also counted by the HTTP request families).",
+            snap.h2.streams,
+        ),
+    ];
+    for (name, help, value) in counters {
+        out.family(name, Kind::Counter, help);
+        out.sample(name, &[], value);
+    }
+    let name = "quill_h2_connection_errors_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "HTTP/2 connections Quill ended with an error, by the code of its GOAWAY (ENHANCE_YOUR_CALM: a flood or abuse limit; PROTOCOL_ERROR, FRAME_SIZE_ERROR, ...: a broken client).",
+    );
+    for (code, n) in &snap.h2.errors {
+        out.sample(name, &[("code", code)], *n);
     }
 }
 
@@ -917,6 +946,7 @@ mod tests {
                 }],
                 failures: [("timeout", 2)].into_iter().collect(),
             },
+            h2: crate::status::H2Process::default(),
             listeners,
             pools: Vec::new(),
             discovery: Vec::new(),

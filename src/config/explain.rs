@@ -338,7 +338,7 @@ fn explain_tls(t: &TlsSettings, http: bool, out: &mut String) {
     let alpn = match &t.alpn {
         Some(list) if list.is_empty() => "none".to_string(),
         Some(list) => list.join(", "),
-        None if http => "http/1.1".to_string(),
+        None if http => "h2, http/1.1".to_string(),
         None => "none".to_string(),
     };
     let client = match &t.client_auth {

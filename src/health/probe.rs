@@ -277,8 +277,9 @@ impl Probe {
             },
             // A Unix connect completes (or fails) inside connect() itself.
             Stream::Unix(_) => Ok(true),
-            // A TLS stream is made over a connected socket (a probe makes no FastCGI stream).
-            Stream::Tls(_) | Stream::Fcgi(_) => Ok(true),
+            // A TLS stream is made over a connected socket (a probe makes no FastCGI stream
+            // and no HTTP/2 stream).
+            Stream::Tls(_) | Stream::Fcgi(_) | Stream::H2(_) => Ok(true),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! ([`tls::TlsStream`]).
 
 pub(crate) mod fastcgi;
+pub(crate) mod h2pipe;
 pub(crate) mod tls;
 
 use std::fmt;
@@ -27,6 +28,9 @@ pub(crate) enum Stream {
     Tls(Box<tls::TlsStream>),
     /// A FastCGI server's connection, read and written as HTTP/1.1 ([`fastcgi::FcgiStream`]).
     Fcgi(Box<fastcgi::FcgiStream>),
+    /// One HTTP/2 stream of a client connection, read and written as HTTP/1.1
+    /// ([`h2pipe::H2Stream`]): no socket of its own.
+    H2(Box<h2pipe::H2Stream>),
 }
 
 impl Stream {
@@ -36,6 +40,7 @@ impl Stream {
             Stream::Unix(s) => (&*s).read(buf),
             Stream::Tls(t) => t.read(buf),
             Stream::Fcgi(f) => f.read(buf),
+            Stream::H2(h) => h.read(buf),
         }
     }
 
@@ -45,6 +50,7 @@ impl Stream {
             Stream::Unix(s) => (&*s).write(buf),
             Stream::Tls(t) => t.write(buf),
             Stream::Fcgi(f) => f.write(buf),
+            Stream::H2(h) => h.write(buf),
         }
     }
 
@@ -55,12 +61,39 @@ impl Stream {
             Stream::Unix(s) => (&*s).write_vectored(bufs),
             Stream::Tls(t) => t.write_vectored(bufs),
             Stream::Fcgi(f) => f.write_vectored(bufs),
+            Stream::H2(h) => h.write_vectored(bufs),
         }
     }
 
     /// Whether bytes may move by `splice(2)`: not through TLS, whose socket carries records.
     pub(crate) fn can_splice(&self) -> bool {
-        !matches!(self, Stream::Tls(_) | Stream::Fcgi(_))
+        !matches!(self, Stream::Tls(_) | Stream::Fcgi(_) | Stream::H2(_))
+    }
+
+    /// Whether the client's connection is TLS (the scheme of its requests is `https`).
+    pub(crate) fn is_tls(&self) -> bool {
+        match self {
+            Stream::Tls(_) => true,
+            Stream::H2(h) => h.tls,
+            _ => false,
+        }
+    }
+
+    /// The TLS server name the client asked for.
+    pub(crate) fn server_name(&self) -> Option<&str> {
+        match self {
+            Stream::Tls(t) => t.server_name(),
+            Stream::H2(h) => h.sni.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// An HTTP/2 stream (no socket of its own: not registered with the poll).
+    pub(crate) fn h2(&self) -> Option<&h2pipe::H2Stream> {
+        match self {
+            Stream::H2(h) => Some(h),
+            _ => None,
+        }
     }
 
     /// Whether the stream holds bytes it took but the socket did not (TLS records); a plain
@@ -108,6 +141,7 @@ impl Stream {
         match self {
             Stream::Tls(t) => t.ended(),
             Stream::Fcgi(f) => f.ended(),
+            Stream::H2(h) => h.ended(),
             _ => false,
         }
     }
@@ -129,6 +163,7 @@ impl Stream {
             Stream::Unix(s) => (&*s).write(buf),
             Stream::Tls(t) => t.write(buf),
             Stream::Fcgi(f) => f.write(buf),
+            Stream::H2(h) => h.write(buf),
         }
     }
 
@@ -141,6 +176,7 @@ impl Stream {
             Stream::Unix(s) => s.shutdown(Shutdown::Write),
             Stream::Tls(t) => t.shutdown_write(),
             Stream::Fcgi(f) => f.sock().shutdown_write(),
+            Stream::H2(h) => h.shutdown_write(),
         }
     }
 
@@ -154,6 +190,9 @@ impl Stream {
         if let Stream::Fcgi(f) = self {
             return f.sock().reset_on_close();
         }
+        if let Stream::H2(h) = self {
+            return h.reset_on_close();
+        }
         if let Stream::Tcp(s) = self {
             // Best effort: if it fails the peer gets a FIN, as before.
             let _ = SockRef::from(s).set_linger(Some(std::time::Duration::ZERO));
@@ -166,6 +205,7 @@ impl Stream {
             Stream::Unix(s) => s.take_error(),
             Stream::Tls(t) => t.sock().take_error(),
             Stream::Fcgi(f) => f.sock().take_error(),
+            Stream::H2(_) => Ok(None),
         }
     }
 
@@ -175,6 +215,8 @@ impl Stream {
             Stream::Unix(s) => s,
             Stream::Tls(t) => t.sock_mut().source(),
             Stream::Fcgi(f) => f.sock_mut().source(),
+            // Never registered (see `Stream::h2`); a pipe has no descriptor.
+            Stream::H2(h) => &mut h.no_source,
         }
     }
 }
@@ -186,6 +228,9 @@ impl AsFd for Stream {
             Stream::Unix(s) => s.as_fd(),
             Stream::Tls(t) => t.sock().as_fd(),
             Stream::Fcgi(f) => f.sock().as_fd(),
+            // Every caller asks `can_splice` first, which is false for a stream: reaching this
+            // is a bug of that caller, and ends its session alone (`runtime::panics`).
+            Stream::H2(_) => unreachable!("an HTTP/2 stream has no descriptor"),
         }
     }
 }

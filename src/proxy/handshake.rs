@@ -307,8 +307,23 @@ impl Handshaking {
                 let Some(client) = self.client.take() else {
                     return Next::Step(Step::Close(End::Error));
                 };
-                let session = if self.pool.http().is_some() {
-                    super::Session::http(self.listener.clone(), self.id, client, self.addr, cx.now)
+                let h2 = client.tls().is_some_and(|t| t.alpn_h2());
+                let session = if self.pool.http().is_some() && h2 {
+                    super::Session::H2(Box::new(super::h2::H2Session::new(
+                        self.listener.clone(),
+                        self.id,
+                        client,
+                        self.addr,
+                        cx.now,
+                    )))
+                } else if self.pool.http().is_some() {
+                    super::Session::Http(Box::new(super::http::HttpSession::new(
+                        self.listener.clone(),
+                        self.id,
+                        client,
+                        self.addr,
+                        cx.now,
+                    )))
                 } else {
                     super::Session::tcp(
                         self.pool.clone(),

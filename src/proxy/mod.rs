@@ -13,6 +13,7 @@ pub(crate) mod accept_proxy;
 pub(crate) mod connect;
 pub(crate) mod copy;
 pub(crate) mod fault;
+pub(crate) mod h2;
 pub(crate) mod handshake;
 pub(crate) mod http;
 pub(crate) mod peek;
@@ -34,6 +35,7 @@ use crate::state::idle::ServerConns;
 use crate::state::shared::Listener;
 use crate::state::shared::SessionInfo;
 use accept_proxy::ProxyWait;
+use h2::{H2Session, Sniff, Sniffed};
 use copy::Pools;
 use handshake::{Handshaking, Next};
 use http::HttpSession;
@@ -99,6 +101,9 @@ pub(crate) struct Ctx<'a> {
     pub files: &'a mut crate::web::Files,
     /// Where wakes for this worker's requests waiting in a pool's queue are posted.
     pub mailbox: &'a Arc<crate::queue::Mailbox>,
+    /// Sessions this call made (an HTTP/2 connection's streams): the worker gives each a slot
+    /// and starts it after the call.
+    pub spawned: &'a mut Vec<Session>,
 }
 
 impl Ctx<'_> {
@@ -136,6 +141,10 @@ pub(crate) enum Session {
     /// A client from a trusted upstream proxy (`accept_proxy`) until its PROXY header is read;
     /// the worker then admits it anew with the header's address.
     ProxyHeader(Box<ProxyWait>),
+    /// An HTTP/2 client connection; each of its streams is an `Http` session of its own.
+    H2(Box<H2Session>),
+    /// A client of an `h2c` listener until its first bytes say HTTP/2 or HTTP/1.
+    Sniff(Box<Sniff>),
 }
 
 impl Session {
@@ -154,7 +163,8 @@ impl Session {
         )))
     }
 
-    /// An HTTP session for a client just accepted on an HTTP listener.
+    /// An HTTP session for a client just accepted on an HTTP listener (first a sniff for the
+    /// HTTP/2 preface when the listener takes `h2c`).
     pub(crate) fn http(
         listener: Arc<Listener>,
         id: u64,
@@ -162,7 +172,54 @@ impl Session {
         addr: ClientAddr,
         now: u64,
     ) -> Session {
+        let h2c = listener.pool.load().http().is_some_and(|s| s.h2c);
+        if h2c {
+            return Session::Sniff(Box::new(Sniff::new(listener, id, client, addr, now)));
+        }
         Session::Http(Box::new(HttpSession::new(listener, id, client, addr, now)))
+    }
+
+    /// A sniff's outcome: its step, or the session it becomes, started now.
+    fn sniffed(&mut self, outcome: Sniffed, cx: &mut Ctx) -> Step {
+        match outcome {
+            Sniffed::Step(step) => step,
+            Sniffed::Http(s, ready) => {
+                *self = Session::Http(s);
+                match self {
+                    Session::Http(s) => s.start_registered(ready, cx),
+                    _ => Step::Close(End::Error),
+                }
+            }
+            Sniffed::H2(s, ready) => {
+                *self = Session::H2(s);
+                match self {
+                    Session::H2(s) => s.start_registered(ready, cx),
+                    _ => Step::Close(End::Error),
+                }
+            }
+        }
+    }
+
+    /// The other end of an HTTP/2 stream's pipe changed it (see `net::h2pipe`).
+    pub(crate) fn poke(&mut self, cx: &mut Ctx) -> Step {
+        match self {
+            Session::Http(s) => s.poke(cx),
+            Session::H2(s) => s.poke(cx),
+            _ => self.resume(cx),
+        }
+    }
+
+    /// Whether this is the session of one HTTP/2 stream (its connection's session counts the
+    /// client, its bytes and its end).
+    pub(crate) fn is_stream(&self) -> bool {
+        matches!(self, Session::Http(s) if s.is_stream())
+    }
+
+    /// Gives a spawned stream's session its id.
+    pub(crate) fn set_id(&mut self, id: u64) {
+        if let Session::Http(s) = self {
+            s.set_id(id);
+        }
     }
 
     /// A client of a TCP listener with SNI routes: its TLS ClientHello picks the pool, then it
@@ -262,6 +319,7 @@ impl Session {
             Session::ProxyHeader(w) => w.http,
             // A TLS failure or reset on an HTTP listener: a combined (or JSON) line, not Pen's.
             Session::Handshake(h) => h.is_http(),
+            Session::Sniff(_) => true,
             _ => false,
         }
     }
@@ -275,9 +333,11 @@ impl Session {
                 match self {
                     Session::Tcp(s) => s.start_registered(ready, cx),
                     Session::Http(s) => s.start_registered(ready, cx),
-                    Session::Handshake(_) | Session::Peek(_) | Session::ProxyHeader(_) => {
-                        Step::Close(End::Error)
-                    }
+                    Session::H2(s) => s.start_registered(ready, cx),
+                    Session::Handshake(_)
+                    | Session::Peek(_)
+                    | Session::ProxyHeader(_)
+                    | Session::Sniff(_) => Step::Close(End::Error),
                 }
             }
         }
@@ -293,6 +353,8 @@ impl Session {
     pub(crate) fn drain(&mut self, close_at: u64, grace_end: u64) -> Option<u64> {
         match self {
             Session::Http(s) => s.drain(close_at, grace_end),
+            Session::H2(s) => s.drain(grace_end),
+            Session::Sniff(_) => None,
             Session::Tcp(_)
             | Session::Peek(_)
             | Session::ProxyHeader(_)
@@ -311,6 +373,12 @@ impl Session {
             }
             Session::Handshake(s) => s.start(cx),
             Session::ProxyHeader(s) => s.start(cx),
+            // Made by a sniff or a handshake, registered already.
+            Session::H2(s) => s.resume(cx),
+            Session::Sniff(s) => {
+                let outcome = s.start(cx);
+                self.sniffed(outcome, cx)
+            }
         }
     }
 
@@ -328,6 +396,11 @@ impl Session {
                 self.after_handshake(next, cx)
             }
             Session::ProxyHeader(s) => s.on_ready(ev, cx),
+            Session::H2(s) => s.on_ready(ev, cx),
+            Session::Sniff(s) => {
+                let outcome = s.on_ready(ev);
+                self.sniffed(outcome, cx)
+            }
         }
     }
 
@@ -339,6 +412,11 @@ impl Session {
             Session::Peek(s) => s.wait(),
             Session::Handshake(s) => s.on_deadline(cx),
             Session::ProxyHeader(s) => s.wait(),
+            Session::H2(s) => s.resume(cx),
+            Session::Sniff(s) => {
+                let outcome = s.on_deadline(cx);
+                self.sniffed(outcome, cx)
+            }
         }
     }
 
@@ -360,6 +438,11 @@ impl Session {
             Session::Peek(s) => s.on_deadline(cx),
             Session::Handshake(s) => s.on_deadline(cx),
             Session::ProxyHeader(s) => s.on_deadline(cx),
+            Session::H2(s) => s.on_deadline(cx),
+            Session::Sniff(s) => {
+                let outcome = s.on_deadline(cx);
+                self.sniffed(outcome, cx)
+            }
         }
     }
 
@@ -374,6 +457,11 @@ impl Session {
                 self.after_handshake(next, cx)
             }
             Session::ProxyHeader(s) => s.wait(),
+            Session::H2(s) => s.resume(cx),
+            Session::Sniff(s) => {
+                let outcome = s.on_deadline(cx);
+                self.sniffed(outcome, cx)
+            }
         }
     }
 
@@ -385,6 +473,8 @@ impl Session {
             Session::Peek(s) => s.id(),
             Session::Handshake(s) => s.id(),
             Session::ProxyHeader(s) => s.id(),
+            Session::H2(s) => s.id(),
+            Session::Sniff(s) => s.id(),
         }
     }
 
@@ -396,6 +486,8 @@ impl Session {
             Session::Peek(s) => s.info(now),
             Session::Handshake(s) => s.info(now),
             Session::ProxyHeader(s) => s.info(now),
+            Session::H2(s) => s.info(now),
+            Session::Sniff(s) => s.info(now),
         }
     }
 
@@ -414,6 +506,8 @@ impl Session {
             Session::Peek(s) => s.close(),
             Session::Handshake(s) => s.close(end),
             Session::ProxyHeader(s) => s.close(),
+            Session::H2(s) => s.close(end),
+            Session::Sniff(s) => s.close(),
         }
     }
 }

@@ -150,11 +150,12 @@ pub(crate) fn suite_name(suite: &rustls::SupportedCipherSuite) -> &'static str {
     suite.suite().as_str().unwrap_or("unknown")
 }
 
-/// The ALPN protocols a listener advertises.
+/// The ALPN protocols a listener advertises: an HTTP listener's default is `h2, http/1.1`
+/// (HTTP/2 first, as every browser asks; `alpn = ["http/1.1"]` turns HTTP/2 off).
 pub(crate) fn alpn(settings: &TlsSettings, http: bool) -> Vec<Vec<u8>> {
     match &settings.alpn {
         Some(list) => list.iter().map(|p| p.as_bytes().to_vec()).collect(),
-        None if http => vec![b"http/1.1".to_vec()],
+        None if http => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
         None => Vec::new(),
     }
 }

@@ -195,6 +195,22 @@ macro_rules! http_table {
             /// `underscores_in_headers`); dropped by default, so `X_Forwarded_For` cannot pass
             /// for `X-Forwarded-For`.
             underscores_in_headers: bool = false, HttpBool, "";
+            /// Take HTTP/2 with prior knowledge on a listener without TLS (h2c; HTTP/1.1 is
+            /// still served there). Over TLS, HTTP/2 is chosen by ALPN.
+            h2c: bool = false, HttpBool, "";
+            /// HTTP/2 streams one connection may have open at once
+            /// (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused.
+            h2_max_concurrent_streams: u32 = 100,
+                Ranged { range: 1..=1000, sized: false }, "1 to 1000";
+            /// HTTP/2 streams reset by the client before their response ended, refused or
+            /// malformed that one connection may cause at once (then a tenth of it a second):
+            /// past it, GOAWAY ENHANCE_YOUR_CALM (Rapid Reset, MadeYouReset).
+            h2_glitches: u32 = 100, Ranged { range: 1..=100_000, sized: false }, "1 to 100000";
+            /// HTTP/2 frames that move no request on (PING, SETTINGS, PRIORITY, empty DATA,
+            /// WINDOW_UPDATE nothing waits for) one connection may send at once (then a tenth of
+            /// it a second): past it, GOAWAY ENHANCE_YOUR_CALM.
+            h2_control_frames: u32 = 1000,
+                Ranged { range: 10..=1_000_000, sized: false }, "10 to 1000000";
         }
     };
 }
@@ -222,6 +238,10 @@ pub(crate) const HTTP_EXPLAIN_ORDER: &[&str] = &[
     "forwarded",
     "request_id",
     "underscores_in_headers",
+    "h2c",
+    "h2_max_concurrent_streams",
+    "h2_glitches",
+    "h2_control_frames",
     "via",
     "normalize_path",
     "request_headers",

@@ -176,6 +176,14 @@ impl TlsStream {
         }
     }
 
+    /// Whether ALPN chose HTTP/2 (server side, once the handshake is done).
+    pub(crate) fn alpn_h2(&self) -> bool {
+        match &*self.conn.borrow() {
+            Conn::Client(_) => false,
+            Conn::Server(s) => s.h2,
+        }
+    }
+
     /// Whether the client sent anything yet (server side, during the handshake).
     pub(crate) fn handshake_heard(&self) -> bool {
         match &*self.conn.borrow() {

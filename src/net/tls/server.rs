@@ -31,6 +31,8 @@ pub(super) struct Server {
     /// The verified client certificate's subject (computed once, when the handshake ends: the
     /// traffic state keeps no certificate).
     pub(super) subject: Option<Box<str>>,
+    /// ALPN chose `h2`.
+    pub(super) h2: bool,
     /// Records read from the socket, not yet processed: `inb[..in_used]`.
     pub(super) inb: Box<[u8]>,
     pub(super) in_used: usize,
@@ -115,6 +117,7 @@ impl Server {
             traffic_ready: false,
             resumed: false,
             subject: None,
+            h2: false,
             inb: Box::default(),
             in_used: 0,
             fed: 0,
@@ -440,6 +443,7 @@ impl Server {
             ));
         }
         self.resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
+        self.h2 = conn.alpn_protocol() == Some(b"h2");
         self.subject = conn
             .peer_certificates()
             .and_then(|c| c.first())

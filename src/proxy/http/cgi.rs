@@ -270,7 +270,7 @@ impl HttpSession {
             },
             local,
             host,
-            https: self.client.tls().is_some(),
+            https: self.client.is_tls(),
             content_length,
             fields: &pairs,
         };

@@ -375,7 +375,7 @@ impl Exchange {
             client: client_ip,
             trusted,
             forwarded_for: s.forwarded_for,
-            proto: if client.stream.tls().is_some() {
+            proto: if client.stream.is_tls() {
                 "https"
             } else {
                 "http"
@@ -466,7 +466,7 @@ impl Exchange {
         f.begin(&fastcgi::Context {
             remote,
             local,
-            https: client.stream.tls().is_some(),
+            https: client.stream.is_tls(),
             document_root: &root.document_root,
             document_uri: script.document_uri(),
             script_name: script.name(),

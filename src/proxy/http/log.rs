@@ -66,6 +66,17 @@ impl RequestText {
         }
     }
 
+    /// The request came over HTTP/2: its line says `HTTP/2.0` (the head the session read is
+    /// the HTTP/1.1 form of the stream's request).
+    pub(super) fn mark_h2(&mut self) {
+        let n = usize::from(self.lens[0]);
+        if let Some(line) = self.text.get_mut(..n) {
+            if line.ends_with(b" HTTP/1.1") {
+                line[n - 3..].copy_from_slice(b"2.0");
+            }
+        }
+    }
+
     /// Field `i` of the text (0 request line, 1 host, 2 referer, 3 user agent, 4 the client's
     /// X-Request-ID), as the access log reads it.
     fn part(&self, i: usize) -> &[u8] {

@@ -177,7 +177,48 @@ impl HttpSession {
         self.id
     }
 
+    /// The session of one HTTP/2 stream (its client is the stream's pipe; `subject`: the
+    /// connection's verified client certificate).
+    pub(crate) fn for_stream(
+        listener: Arc<Listener>,
+        client: Stream,
+        addr: ClientAddr,
+        subject: Option<Box<str>>,
+        now_ms: u64,
+    ) -> HttpSession {
+        let mut s = HttpSession::new(listener, 0, client, addr, now_ms);
+        if let Some(s2) = subject {
+            s.rare.get_or_insert_default().cert_edit = Some([HeaderEdit {
+                op: rewrite::EditOp::Set,
+                name: CERT_SUBJECT.into(),
+                value: s2,
+            }]);
+        }
+        s
+    }
+
+    /// Whether this is the session of an HTTP/2 stream.
+    pub(crate) fn is_stream(&self) -> bool {
+        self.client.h2().is_some()
+    }
+
+    pub(crate) fn set_id(&mut self, id: u64) {
+        self.id = id;
+    }
+
+    /// The other side of the stream's pipe changed it: read and write again.
+    pub(crate) fn poke(&mut self, cx: &mut Ctx) -> Step {
+        self.client_ready.readable = true;
+        self.client_ready.writable = true;
+        self.step(cx)
+    }
+
     pub(crate) fn start(&mut self, cx: &mut Ctx) -> Step {
+        if let Some(h) = self.client.h2() {
+            // A stream: no socket to register; the connection pokes it.
+            h.started(cx.client_token);
+            return self.poke(cx);
+        }
         if let Err(e) = cx.registry.register(
             self.client.source(),
             cx.client_token,
@@ -486,6 +527,9 @@ impl HttpSession {
         self.head_since = None;
         if cx.log.is_on() {
             self.log_text.capture(self.input.unparsed(), &head);
+            if self.client.h2().is_some() {
+                self.log_text.mark_h2();
+            }
         }
         let req = request::Request {
             head: &head,
@@ -494,7 +538,7 @@ impl HttpSession {
         };
         let client = request::Client {
             ip: self.addr.ip(),
-            sni: self.client.tls().and_then(|t| t.server_name()),
+            sni: self.client.server_name(),
         };
         let forward = match request::decide(req, &self.pool, client, cx.rates, cx.now) {
             Decision::Forward(forward) => forward,

@@ -172,7 +172,7 @@ impl Worker {
     }
 
     /// The next session id: unique in the process (worker number in the low part).
-    fn next_id(&mut self) -> u64 {
+    pub(super) fn next_id(&mut self) -> u64 {
         let id = self.next_session * self.shared.counters.len() as u64 + self.id as u64;
         self.next_session += 1;
         id

@@ -46,7 +46,10 @@ impl Worker {
         let Some((mut s, permit)) = self.free_slot(idx) else {
             return;
         };
-        let http = matches!(s, Session::Http(_));
+        let http = matches!(s, Session::Http(_) | Session::H2(_));
+        // An HTTP/2 stream's session: its requests are logged and counted as requests; the
+        // connection's session counts the client, its bytes and its end.
+        let stream = s.is_stream();
         let http_at_close = s.logs_http_at_close();
         let closed = panics::contain(|| s.close(end, &mut self.pools, &mut self.conns));
         if end == End::Panic {
@@ -66,6 +69,9 @@ impl Worker {
         }
         drop(permit);
         self.shared.last_busy_ms.store(now, Ordering::Relaxed);
+        if stream {
+            return;
+        }
         let counters = &self.shared.counters[self.id];
         counters.ended(end);
         Counters::add(&counters.bytes_in, c.bytes_in);

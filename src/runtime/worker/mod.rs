@@ -162,6 +162,10 @@ pub(crate) struct Worker {
     /// handled (kept to reuse its allocation).
     mailbox: Arc<Mailbox>,
     queue_wakes: Vec<(Token, Wake)>,
+    /// Sessions made by the last call (HTTP/2 streams), and pokes between the two ends of
+    /// HTTP/2 streams' pipes being handled (`net::h2pipe`); both kept to reuse their allocation.
+    spawned: Vec<Session>,
+    pokes: Vec<Token>,
 }
 
 impl Worker {
@@ -223,6 +227,8 @@ impl Worker {
             udp: UdpWorker::new(id, shared.counters.len()),
             mailbox: Arc::new(Mailbox::new(waker)),
             queue_wakes: Vec::new(),
+            spawned: Vec::new(),
+            pokes: Vec::new(),
             shared,
         };
         w.sync_listeners()?;
@@ -281,6 +287,7 @@ impl Worker {
                 self.dispatch(ev, now);
             }
             self.drive_again(now);
+            self.take_pokes(now);
             {
                 let mut cx = udp_cx!(self, now);
                 if self.udp.has_again() {
@@ -315,7 +322,11 @@ impl Worker {
     }
 
     fn next_wakeup(&self, now: u64) -> Option<u64> {
-        if !self.again.is_empty() || self.udp.has_again() || self.mailbox.is_pending() {
+        if !self.again.is_empty()
+            || self.udp.has_again()
+            || self.mailbox.is_pending()
+            || crate::net::h2pipe::has_pokes()
+        {
             return Some(now);
         }
         let timers = self.timers.next().into_iter();
@@ -396,6 +407,47 @@ impl Worker {
             Ok(step) => self.follow(idx, step, now),
             Err(panic) => self.reset_panicked(idx, &panic, now),
         }
+        if !self.spawned.is_empty() {
+            self.start_spawned(now);
+        }
+    }
+
+    /// Gives the sessions the last call made (HTTP/2 streams) their slots, and starts them. They
+    /// hold no place under `-x` and no count of their address: their connection does.
+    fn start_spawned(&mut self, now: u64) {
+        let mut spawned = std::mem::take(&mut self.spawned);
+        for mut s in spawned.drain(..) {
+            let Some(listener) = s.listener().cloned() else {
+                continue;
+            };
+            s.set_id(self.next_id());
+            let (idx, gen) = self.place(s, None, None, &listener);
+            self.call(idx, gen, now, |s, cx| s.start(cx));
+        }
+        if self.spawned.is_empty() {
+            self.spawned = spawned;
+        }
+    }
+
+    /// Pokes the sessions the other ends of their HTTP/2 pipes asked for (a few rounds: a poke
+    /// may make another; what is left waits for the next turn, which then does not sleep).
+    fn take_pokes(&mut self, now: u64) {
+        for _ in 0..8 {
+            let mut pokes = std::mem::take(&mut self.pokes);
+            crate::net::h2pipe::take_pokes(&mut pokes);
+            if pokes.is_empty() {
+                self.pokes = pokes;
+                return;
+            }
+            pokes.sort_unstable_by_key(|t| t.0);
+            pokes.dedup();
+            for &t in &pokes {
+                let (idx, gen, _) = decode(t);
+                self.call(idx, gen, now, |s, cx| s.poke(cx));
+            }
+            pokes.clear();
+            self.pokes = pokes;
+        }
     }
 
     /// Session `idx` if it is still generation `gen`, and what it may use for one call.
@@ -425,6 +477,7 @@ impl Worker {
             rates: self.shared.rates(),
             files: &mut self.files,
             mailbox: &self.mailbox,
+            spawned: &mut self.spawned,
         };
         Some((s, cx))
     }

@@ -1,0 +1,241 @@
+//! One HTTP/2 stream as its HTTP session sees it: a [`Stream`](super::Stream) that reads the
+//! request as HTTP/1.1 bytes and takes the response as HTTP/1.1 bytes, so every stream is an
+//! exchange of the HTTP path that exists (routes, pools, retries, rates, ACLs, static files,
+//! FastCGI, the access log). The connection's session (`proxy::h2`) writes the request into the
+//! [`Pipe`] and turns what the stream's session writes into frames.
+//!
+//! The two sessions live in separate worker slots and never call each other: each side, after
+//! changing the pipe, *pokes* the other (its token goes on this thread's poke list, which the
+//! worker drains after each turn's events), and the poked session looks at the pipe.
+
+use std::cell::RefCell;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use mio::Token;
+
+/// Most response bytes a stream's session may write ahead of the frames that carry them:
+/// beyond it, its writes would block (the client's flow-control window holds the rest back in
+/// the server's socket).
+pub(crate) const DOWN_CAP: usize = 64 * 1024;
+
+thread_local! {
+    /// Sessions of this worker to look at their pipes again.
+    static POKES: RefCell<Vec<Token>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Asks the worker to poke the session of `token` after this turn's events.
+pub(crate) fn poke(token: Token) {
+    POKES.with(|p| p.borrow_mut().push(token));
+}
+
+/// Moves the pending pokes into `into`.
+pub(crate) fn take_pokes(into: &mut Vec<Token>) {
+    POKES.with(|p| into.append(&mut p.borrow_mut()));
+}
+
+/// Whether pokes wait.
+pub(crate) fn has_pokes() -> bool {
+    POKES.with(|p| !p.borrow().is_empty())
+}
+
+/// What the two sessions of a stream share.
+#[derive(Debug)]
+pub(crate) struct Pipe {
+    /// The request as HTTP/1.1 bytes; `up[up_at..]` not yet read by the stream's session.
+    pub up: Vec<u8>,
+    pub up_at: usize,
+    /// The request ended (reads give EOF once `up` is read).
+    pub up_eof: bool,
+    /// The client reset the stream, or its connection is gone: reads and writes fail.
+    pub up_reset: bool,
+    /// Body payload bytes in `up` whose flow-control window is not given back yet.
+    pub up_unreleased: usize,
+    /// The response as HTTP/1.1 bytes, not yet turned into frames.
+    pub down: Vec<u8>,
+    /// The stream's session shut its writing down (the response is complete, or ends here).
+    pub down_eof: bool,
+    /// The stream's session ended abnormally (a reset was armed): the stream is reset.
+    pub down_reset: bool,
+    /// The stream's session is gone.
+    pub closed: bool,
+    /// The connection's session, and the stream's once it started.
+    pub conn: Token,
+    pub session: Option<Token>,
+    /// A poke is on its way to the connection's session.
+    pub conn_poked: bool,
+}
+
+impl Pipe {
+    pub(crate) fn new(conn: Token) -> Pipe {
+        Pipe {
+            up: Vec::new(),
+            up_at: 0,
+            up_eof: false,
+            up_reset: false,
+            up_unreleased: 0,
+            down: Vec::new(),
+            down_eof: false,
+            down_reset: false,
+            closed: false,
+            conn,
+            session: None,
+            conn_poked: false,
+        }
+    }
+
+    /// Pokes the connection's session (once until it looks).
+    pub(crate) fn poke_conn(&mut self) {
+        if !self.conn_poked {
+            self.conn_poked = true;
+            poke(self.conn);
+        }
+    }
+
+    /// Pokes the stream's session, if it started.
+    pub(crate) fn poke_session(&self) {
+        if let Some(t) = self.session {
+            poke(t);
+        }
+    }
+
+    /// Payload bytes whose window may be given back: those no longer in `up`.
+    pub(crate) fn releasable(&mut self) -> usize {
+        let left = self.up.len() - self.up_at;
+        let n = self.up_unreleased.saturating_sub(left);
+        self.up_unreleased -= n;
+        n
+    }
+}
+
+/// A shared pipe.
+pub(crate) type SharedPipe = Arc<Mutex<Pipe>>;
+
+pub(crate) fn lock(p: &SharedPipe) -> MutexGuard<'_, Pipe> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The stream's session's end of a pipe.
+#[derive(Debug)]
+pub(crate) struct H2Stream {
+    pipe: SharedPipe,
+    /// The connection is TLS (the request's scheme is `https`).
+    pub tls: bool,
+    /// The TLS server name of the connection.
+    pub sni: Option<Box<str>>,
+    /// What `Stream::source` lends (a stream is never registered).
+    pub no_source: NoSource,
+}
+
+/// A [`mio::event::Source`] that refuses to be registered.
+#[derive(Debug, Default)]
+pub(crate) struct NoSource;
+
+impl mio::event::Source for NoSource {
+    fn register(&mut self, _: &mio::Registry, _: Token, _: mio::Interest) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    fn reregister(&mut self, _: &mio::Registry, _: Token, _: mio::Interest) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    fn deregister(&mut self, _: &mio::Registry) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+}
+
+impl H2Stream {
+    pub(crate) fn new(pipe: SharedPipe, tls: bool, sni: Option<Box<str>>) -> H2Stream {
+        H2Stream {
+            pipe,
+            tls,
+            sni,
+            no_source: NoSource,
+        }
+    }
+
+    /// The stream's session started as `token`: the connection pokes it there.
+    pub(crate) fn started(&self, token: Token) {
+        lock(&self.pipe).session = Some(token);
+    }
+
+    pub(crate) fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut p = lock(&self.pipe);
+        if p.up_reset {
+            return Err(io::ErrorKind::ConnectionReset.into());
+        }
+        let left = p.up.len() - p.up_at;
+        if left == 0 {
+            if p.up_eof {
+                return Ok(0);
+            }
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let n = left.min(buf.len());
+        buf[..n].copy_from_slice(&p.up[p.up_at..p.up_at + n]);
+        p.up_at += n;
+        if p.up_at == p.up.len() {
+            p.up.clear();
+            p.up_at = 0;
+        }
+        if p.up_unreleased > 0 {
+            // Window to give back.
+            p.poke_conn();
+        }
+        Ok(n)
+    }
+
+    pub(crate) fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[io::IoSlice::new(buf)])
+    }
+
+    pub(crate) fn write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let mut p = lock(&self.pipe);
+        if p.up_reset {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        let room = DOWN_CAP.saturating_sub(p.down.len());
+        if room == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let mut n = 0;
+        for b in bufs {
+            let take = b.len().min(room - n);
+            p.down.extend_from_slice(&b[..take]);
+            n += take;
+            if n == room {
+                break;
+            }
+        }
+        if n > 0 {
+            p.poke_conn();
+        }
+        Ok(n)
+    }
+
+    pub(crate) fn shutdown_write(&self) -> io::Result<()> {
+        let mut p = lock(&self.pipe);
+        p.down_eof = true;
+        p.poke_conn();
+        Ok(())
+    }
+
+    /// The stream is cut, not ended.
+    pub(crate) fn reset_on_close(&self) {
+        lock(&self.pipe).down_reset = true;
+    }
+
+    /// Whether the connection has bytes of the request the session has not read (as a
+    /// socket's receive queue: its session reads them without waiting for an event).
+    pub(crate) fn ended(&self) -> bool {
+        let p = lock(&self.pipe);
+        p.up_eof || p.up_reset
+    }
+}
+
+impl Drop for H2Stream {
+    fn drop(&mut self) {
+        let mut p = lock(&self.pipe);
+        p.closed = true;
+        p.poke_conn();
+    }
+}
