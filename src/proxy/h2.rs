@@ -191,7 +191,10 @@ impl H2Session {
             return self.step(cx);
         }
         let s = settings(&self.pool);
-        if self.block_since.is_some_and(|t| now >= t + millis(s.header_timeout)) {
+        if self
+            .block_since
+            .is_some_and(|t| now >= t + millis(s.header_timeout))
+        {
             // A header block left half sent.
             self.conn.abort(Code::PROTOCOL_ERROR);
             let _ = self.flush();
@@ -341,7 +344,9 @@ impl H2Session {
 
     /// Writes the connection's output: one send for all the frames of the turn.
     fn flush(&mut self) -> io::Result<()> {
-        for _ in 0..8 {
+        // A short write is not a full socket (TLS takes a bounded amount a call): go on until
+        // the socket says so (EAGAIN) or all is written.
+        for _ in 0..64 {
             if !self.client.flush_backlog(&mut self.ready)? {
                 return Ok(());
             }
@@ -350,14 +355,13 @@ impl H2Session {
                 return Ok(());
             }
             match self.client.write(out) {
+                Ok(0) => {
+                    self.ready.writable = false;
+                    return Ok(());
+                }
                 Ok(n) => {
                     self.bytes_out += n as u64;
-                    let all = n == out.len();
                     self.conn.sent(n);
-                    if !all {
-                        self.ready.writable = false;
-                        return Ok(());
-                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.ready.writable = false;
@@ -545,7 +549,8 @@ impl H2Session {
                         p.up_eof = true;
                         p.poke_session();
                         true
-                    } else if p.closed {
+                    } else if p.closed && p.down.is_empty() {
+                        // The stream's session ended before its response did.
                         self.conn.reset(link.id, Code::INTERNAL_ERROR);
                         true
                     } else {

@@ -14,10 +14,10 @@ use std::sync::OnceLock;
 /// The first port of the first block.
 const FIRST: u16 = 20_000;
 /// Ports in each binary's block.
-const BLOCK: u16 = 1_300;
+const BLOCK: u16 = 1_150;
 /// The test binaries that take ports, each with its block in this order (`tests/NAME/main.rs`).
-const BINARIES: [&str; 9] = [
-    "core", "http", "tls", "udp", "dsr", "control", "ops", "security", "web",
+const BINARIES: [&str; 10] = [
+    "core", "http", "tls", "udp", "dsr", "control", "ops", "security", "web", "h2",
 ];
 
 /// The first port of this binary's block: its name is the crate being compiled.

@@ -1,0 +1,151 @@
+//! Issue 26 point 6: the life of an HTTP/2 connection. Concurrency past
+//! `h2_max_concurrent_streams` refused, `keepalive_requests` then GOAWAY, the idle and header
+//! timeouts of HTTP/1, and a drain (SIGTERM) that lets the streams in flight finish behind a
+//! GOAWAY.
+
+use std::time::{Duration, Instant};
+
+use crate::http_support::{response, Backend, Gate, Step};
+use crate::kit::{client, run, start_h2c, PYTHON};
+use crate::support::IO_TIMEOUT;
+
+#[test]
+fn streams_past_max_concurrent_streams_are_refused() {
+    let gate = Gate::new();
+    let g = gate.clone();
+    let backend =
+        Backend::start(move |_| vec![Step::Wait(g.clone()), Step::Send(response(200, "", b"ok"))]);
+    let q = start_h2c(&backend, "h2_max_concurrent_streams = 2", "");
+    let port = q.port;
+    let t = std::thread::spawn(move || {
+        client(
+            port,
+            &[
+                "--request",
+                "GET /1",
+                "--request",
+                "GET /2",
+                "--request",
+                "GET /3",
+            ],
+        )
+    });
+    assert!(backend.wait_accepted(2, IO_TIMEOUT));
+    std::thread::sleep(Duration::from_millis(200));
+    gate.open_once();
+    gate.open_once();
+    let r = t.join().unwrap();
+    assert_eq!(r.status(1), Some(200), "{:?}", r.lines);
+    assert_eq!(r.status(3), Some(200), "{:?}", r.lines);
+    assert_eq!(r.reset(5), Some(7), "REFUSED_STREAM: {:?}", r.lines);
+    assert_eq!(backend.requests().len(), 2);
+}
+
+#[test]
+fn keepalive_requests_ends_the_connection_with_goaway_after_the_last() {
+    let backend = Backend::echo();
+    let q = start_h2c(&backend, "keepalive_requests = 2", "");
+    let r = client(
+        q.port,
+        &[
+            "--request",
+            "GET /1",
+            "--request",
+            "GET /2",
+            "--request",
+            "GET /3",
+            "--timeout",
+            "3",
+        ],
+    );
+    assert_eq!(r.status(1), Some(200), "{:?}", r.lines);
+    assert_eq!(r.status(3), Some(200), "{:?}", r.lines);
+    assert_eq!(r.status(5), None, "past the last request: {:?}", r.lines);
+    assert_eq!(r.goaway(), Some((0, 3)), "{:?}", r.lines);
+}
+
+#[test]
+fn idle_connection_gets_goaway_and_is_closed_at_keepalive_timeout() {
+    let backend = Backend::echo();
+    let q = start_h2c(&backend, "keepalive_timeout = \"1s\"", "");
+    let started = Instant::now();
+    let r = client(q.port, &["--request", "GET /", "--linger", "5"]);
+    assert_eq!(r.status(1), Some(200));
+    assert_eq!(r.goaway(), Some((0, 1)), "{:?}", r.lines);
+    assert!(r.closed(), "{:?}", r.lines);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn a_header_block_left_unfinished_is_closed_at_header_timeout() {
+    let backend = Backend::echo();
+    let q = start_h2c(&backend, "header_timeout = \"1s\"", "");
+    // Preface, SETTINGS, then HEADERS without END_HEADERS and nothing more.
+    let code = format!(
+        "import socket,time,sys\n\
+         s=socket.create_connection(('127.0.0.1',{}),timeout=5)\n\
+         s.sendall(b'PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n'+bytes([0,0,0,4,0,0,0,0,0]))\n\
+         s.sendall(bytes([0,0,1,1,0,0,0,0,1,0x82]))\n\
+         t=time.time();data=b''\n\
+         while time.time()-t<4:\n  c=s.recv(65536)\n  data+=c\n  if not c: break\n\
+         print(round(time.time()-t,2), data.hex())\n",
+        q.port
+    );
+    let (out, err, ok) = run(
+        std::process::Command::new(PYTHON).arg("-c").arg(&code),
+        Duration::from_secs(10),
+    );
+    assert!(ok, "{out}{err}");
+    let (secs, hex) = out.trim().split_once(' ').unwrap();
+    let secs: f64 = secs.parse().unwrap();
+    assert!((0.8..3.5).contains(&secs), "closed after {secs} s");
+    // A GOAWAY (type 07) with PROTOCOL_ERROR (00000001) before the close.
+    assert!(
+        hex.contains("0000080700000000") && hex.ends_with("00000001"),
+        "{hex}"
+    );
+}
+
+#[test]
+fn sigterm_lets_streams_in_flight_finish_behind_goaway() {
+    let gate = Gate::new();
+    let g = gate.clone();
+    let backend = Backend::start(move |_| {
+        vec![
+            Step::Wait(g.clone()),
+            Step::Send(response(200, "", b"finished")),
+        ]
+    });
+    let q = start_h2c(&backend, "", "");
+    let port = q.port;
+    let t = std::thread::spawn(move || {
+        client(
+            port,
+            &[
+                "--request",
+                "GET /1",
+                "--request",
+                "GET /2",
+                "--linger",
+                "3",
+            ],
+        )
+    });
+    assert_eq!(backend.wait_requests(2, IO_TIMEOUT).len(), 2);
+    q.signal("TERM");
+    std::thread::sleep(Duration::from_millis(500));
+    gate.open_once();
+    gate.open_once();
+    let r = t.join().unwrap();
+    for sid in [1, 3] {
+        assert_eq!(r.status(sid), Some(200), "{:?}", r.lines);
+        assert_eq!(r.body_text(sid), "finished");
+    }
+    let (code, _) = r.goaway().expect("a GOAWAY before the close");
+    assert_eq!(code, 0);
+    assert!(r.closed(), "{:?}", r.lines);
+}
