@@ -330,11 +330,11 @@ fn tls_pen_flags_minus_l_and_z_are_accepted_or_refused_clearly() {
     let (code, out, err) = run(pen(&["-A", &sni, "-R"]));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("client certificates required"), "{out}");
-    // -E with -H: an HTTP listener with TLS (ALPN http/1.1).
+    // -E with -H: an HTTP listener with TLS (ALPN h2, http/1.1).
     let (code, out, err) = run(pen(&["-H"]));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("  HTTP listener (protocol http)"), "{out}");
-    assert!(out.contains("  TLS: ALPN http/1.1;"), "{out}");
+    assert!(out.contains("  TLS: ALPN h2, http/1.1;"), "{out}");
     let (code, _, err) = run(pen(&["-R"]));
     assert_eq!(code, 2);
     assert!(err.contains("-R needs -G CACERT or -A CADIR"), "{err}");
