@@ -14,7 +14,8 @@ statuses). It judges nothing: the pass conditions need the server's memory and i
 count, which the caller has (tests/h2/attacks.rs).
 
 `legit` is a well-behaved client (python3-h2's state machine): small GET requests one after the
-other on one connection, printing their latencies (p50, p99, max) as JSON, to run beside an attack.
+other on one connection (a new one after a graceful GOAWAY, as browsers do), printing their
+latencies (p50, p99, max) and failures as JSON, to run beside an attack.
 
 Every loop is bounded in count and time; the only address used is the one given (loopback in the
 tests). Shares its frame and HPACK helpers with h2spec.py beside it.
@@ -29,6 +30,7 @@ import struct
 import sys
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree the tests run from
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import h2spec as h  # noqa: E402  (the frame and HPACK helpers of the conformance cases)

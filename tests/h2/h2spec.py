@@ -195,7 +195,6 @@ class Conn:
         self.done = False
         self.seen = []
         self.rbuf = b""
-        self.got_bytes = False
         self.block = b""  # header block fragments of the server's HEADERS in progress
         self.windows = {0: DEFAULT_WINDOW}
         self.started = time.monotonic()
@@ -296,14 +295,13 @@ class Conn:
             chunk = self.sock.recv(65536)
             if not chunk:
                 return False
-            self.got_bytes = True
             self.rbuf += chunk
         return True
 
     def next_event(self):
         """The next frame, or Closed / Timeout / Garbage (each of which ends the connection)."""
         if self.done:
-            return Closed("already ended")
+            return Garbage("nothing: the connection had already ended")
         deadline = time.monotonic() + self.timeout
         try:
             if not self._fill(9, deadline):
