@@ -64,6 +64,9 @@ pub(crate) struct Pipe {
     pub session: Option<Token>,
     /// A poke is on its way to the connection's session.
     pub conn_poked: bool,
+    /// The stream's session sent the request's head to a server (or answered it itself): it no
+    /// longer holds the buffer it read the head into, unless to replay it.
+    pub head_sent: bool,
 }
 
 impl Pipe {
@@ -81,6 +84,7 @@ impl Pipe {
             conn,
             session: None,
             conn_poked: false,
+            head_sent: false,
         }
     }
 
@@ -217,6 +221,13 @@ impl H2Stream {
         p.down_eof = true;
         p.poke_conn();
         Ok(())
+    }
+
+    /// The request's head went to a server (see [`Pipe::head_sent`]).
+    pub(crate) fn head_sent(&self) {
+        let mut p = lock(&self.pipe);
+        p.head_sent = true;
+        p.poke_conn();
     }
 
     /// The stream is cut, not ended.

@@ -36,6 +36,11 @@ const READ_BUF: usize = 16 * 1024 + 64;
 /// Past this much output not yet taken by the socket, the client is not read (a client that
 /// sends PINGs and never reads their answers waits for its own socket).
 const MAX_OUTPUT: usize = 256 * 1024;
+/// Streams of one connection whose sessions may be starting at once (reading their request
+/// head into a buffer and connecting, before the head is sent): more wait their turn, so a burst
+/// of streams never holds a buffer each (a connection's 100 streams opened at once against a
+/// slow server would hold 1.6 MiB).
+const MAX_STARTING: usize = 16;
 /// Between the two GOAWAY frames of a graceful close.
 const GOAWAY_GAP_MS: u64 = 200;
 
@@ -47,6 +52,8 @@ struct Link {
     resp: h2::Response,
     /// The request body goes to the server chunked (the client gave no length).
     chunked: bool,
+    /// The stream's session, until it is started (see [`MAX_STARTING`]).
+    waiting: Option<Session>,
 }
 
 /// The limits of a connection, from the listener's HTTP settings.
@@ -265,6 +272,7 @@ impl H2Session {
                 progress |= self.take_frames(cx);
             }
             progress |= self.pump(cx);
+            self.start_waiting(cx);
             if let Err(e) = self.flush() {
                 tracing::debug!("{}: h2 write: {e}", self.addr.to_string_with_port());
                 return Step::Close(End::ClientReset);
@@ -445,14 +453,51 @@ impl H2Session {
             self.subject.clone(),
             cx.now,
         );
-        cx.spawned.push(Session::Http(Box::new(session)));
+        let session = Session::Http(Box::new(session));
+        let waiting = if self.starting() < MAX_STARTING {
+            cx.spawned.push(session);
+            None
+        } else {
+            Some(session)
+        };
         cx.counters.h2_stream();
         self.links.push(Link {
             id: stream,
             pipe,
             resp: h2::Response::new(head),
             chunked: form == BodyForm::Chunked,
+            waiting,
         });
+    }
+
+    /// Streams whose sessions started and have not sent their request's head yet.
+    fn starting(&self) -> usize {
+        self.links
+            .iter()
+            .filter(|l| {
+                l.waiting.is_none() && {
+                    let p = lock(&l.pipe);
+                    !p.head_sent && !p.closed
+                }
+            })
+            .count()
+    }
+
+    /// Starts waiting streams' sessions while fewer than [`MAX_STARTING`] are starting.
+    fn start_waiting(&mut self, cx: &mut Ctx) {
+        if self.links.iter().all(|l| l.waiting.is_none()) {
+            return;
+        }
+        let mut room = MAX_STARTING.saturating_sub(self.starting());
+        for link in &mut self.links {
+            if room == 0 {
+                break;
+            }
+            if let Some(s) = link.waiting.take() {
+                cx.spawned.push(s);
+                room -= 1;
+            }
+        }
     }
 
     fn data(&mut self, stream: u32, data: &[u8], end_stream: bool) {
@@ -529,11 +574,20 @@ impl H2Session {
             }
             let was_full = p.down.len() >= h2pipe::DOWN_CAP;
             let eof = p.down_eof || p.closed;
-            let result = if p.down_reset {
-                Err(h2::response::Broken)
-            } else {
-                link.resp.pump(&mut self.conn, link.id, &p.down, eof)
-            };
+            // What the stream's session wrote goes out first, even when it then cut the
+            // stream (the client sees the head and the bytes that came, then the reset, as an
+            // HTTP/1 client would see them before the connection's reset).
+            let result =
+                match link
+                    .resp
+                    .pump(&mut self.conn, link.id, &p.down, eof && !p.down_reset)
+                {
+                    Ok(n) if p.down_reset && !link.resp.is_done() => {
+                        p.down.drain(..n);
+                        Err(h2::response::Broken)
+                    }
+                    other => other,
+                };
             let over = match result {
                 Ok(n) => {
                     if n > 0 {

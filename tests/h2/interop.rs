@@ -61,7 +61,7 @@ fn chromium_loads_a_page_through_quill_over_http2() {
             "--disable-component-update",
             "--disable-sync",
             "--ignore-certificate-errors",
-            &format!("--host-resolver-rules=MAP localhost 127.0.0.1"),
+            "--host-resolver-rules=MAP localhost 127.0.0.1",
             &format!("--user-data-dir={}", profile.path().display()),
             "--dump-dom",
             &url,

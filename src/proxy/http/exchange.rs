@@ -545,7 +545,15 @@ impl Exchange {
                 self.sent_ms = cx.now;
                 UpOutcome::Fine
             }
-            Ok(LegState::Blocked) => UpOutcome::Fine,
+            Ok(LegState::Blocked) => {
+                // Waiting for more of a body that will not be replayed: the head need not be
+                // kept, and the buffer goes back once all it holds is written (a client that
+                // trickles its body, or never sends it, holds no buffer meanwhile).
+                if self.replay == Replay::No {
+                    input.settle(cx.pools);
+                }
+                UpOutcome::Fine
+            }
             Ok(LegState::Yielded) => UpOutcome::Again,
             // The client went away mid-body.
             Err(LegError::Read(e)) => {

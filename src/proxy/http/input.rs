@@ -121,6 +121,13 @@ impl Input {
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 sr.readable = false;
+                if self.end == 0 {
+                    // Nothing held and nothing came: no buffer while waiting (a server that
+                    // takes its time to answer, a client that trickles, cost none).
+                    if let Some(b) = self.buf.take() {
+                        pools.give_buffer(b);
+                    }
+                }
                 Ok(Filled::Nothing)
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Filled::Nothing),

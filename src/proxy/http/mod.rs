@@ -540,7 +540,15 @@ impl HttpSession {
             ip: self.addr.ip(),
             sni: self.client.server_name(),
         };
-        let forward = match request::decide(req, &self.pool, client, cx.rates, cx.now) {
+        let decision = request::decide(req, &self.pool, client, cx.rates, cx.now);
+        if !matches!(decision, Decision::Forward(_)) {
+            // Answered here (a file, a script, Quill's own answer): an HTTP/2 stream's
+            // connection may start its next stream.
+            if let Some(h) = self.client.h2() {
+                h.head_sent();
+            }
+        }
+        let forward = match decision {
             Decision::Forward(forward) => forward,
             Decision::Local(Local::Route(i)) if self.static_root(i).is_some() => {
                 let root = self.static_root(i).cloned();
@@ -834,7 +842,12 @@ impl HttpSession {
         };
         let route = route_of(&self.pool, ex.route);
         match ex.send_request(&mut self.input, &client, s, route, cx) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if let Some(h) = self.client.h2() {
+                    h.head_sent();
+                }
+                Ok(())
+            }
             Err(Unsent::Lost) => Err(Step::Close(End::Error)),
             Err(Unsent::Fault(status)) => Err(self.fault(status, cx)),
             Err(Unsent::Refuse(status)) => Err(self.refuse(status, cx)),
@@ -859,7 +872,20 @@ impl HttpSession {
         }
         for _ in 0..8 {
             match self.drive_down(cx) {
-                DownOutcome::Wait => return Ok(false),
+                DownOutcome::Wait => {
+                    // Once the server has answered, the request will not go again: its head
+                    // need not be kept, and a drained input holds no buffer while the response
+                    // takes its time (an HTTP/2 stream's response held back by the client's
+                    // window among them).
+                    if self
+                        .ex
+                        .as_ref()
+                        .is_some_and(|ex| ex.reply != Reply::Awaited)
+                    {
+                        self.input.settle(cx.pools);
+                    }
+                    return Ok(false);
+                }
                 DownOutcome::Again => return Err(Step::Again),
                 DownOutcome::Finished => return self.finish(End::Done, cx).map(|()| true),
                 DownOutcome::Headed => {

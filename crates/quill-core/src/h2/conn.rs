@@ -126,6 +126,8 @@ struct Block {
     frames: u32,
     /// The block is dropped once decoded (a stream refused, ignored or reset).
     discard: bool,
+    /// Once decoded, the stream is reset with this code.
+    reset: Option<Code>,
 }
 
 /// A token bucket: `burst` at once, then `rate` a second.
@@ -443,6 +445,10 @@ impl Conn {
             if self.reset_by_us(h.stream) {
                 return Event::None;
             }
+            if self.streams.iter().any(|s| s.id == h.stream) {
+                // Half closed (remote): a stream error (RFC 9113 §5.1), counted as a glitch.
+                return self.stream_error(h.stream, Code::STREAM_CLOSED, now_ms);
+            }
             return self.fail(Code::STREAM_CLOSED);
         };
         if data.is_empty() && !end_stream && !self.control(now_ms) {
@@ -529,6 +535,7 @@ impl Conn {
         }
         let end_stream = h.has(flag::END_STREAM);
         let mut discard = false;
+        let mut reset = None;
         if h.stream <= self.last_id {
             // Trailers on an open stream, or a stream that is over.
             match self.streams.iter().find(|s| s.id == h.stream) {
@@ -537,7 +544,9 @@ impl Conn {
                         return self.fail(Code::PROTOCOL_ERROR);
                     }
                 }
-                Some(_) => return self.fail(Code::STREAM_CLOSED),
+                // Half closed (remote): decoded (the table must stay in step), then a stream
+                // error.
+                Some(_) => reset = Some(Code::STREAM_CLOSED),
                 None if self.reset_by_us(h.stream) => discard = true,
                 None if self.recent.iter().any(|&(s, _)| s == h.stream) => {
                     return self.fail(Code::STREAM_CLOSED)
@@ -550,7 +559,8 @@ impl Conn {
             end_stream,
             buf: Vec::new(),
             frames: 1,
-            discard,
+            discard: discard || reset.is_some(),
+            reset,
         });
         if h.has(flag::END_HEADERS) {
             return self.header_block(*block, fragment, now_ms);
@@ -598,6 +608,9 @@ impl Conn {
         let list = &mut self.list;
         if self.decoder.decode(bytes, |n, v| list.push(n, v)).is_err() {
             return self.fail(Code::COMPRESSION_ERROR);
+        }
+        if let Some(code) = block.reset {
+            return self.stream_error(id, code, now_ms);
         }
         if block.discard {
             return Event::None;
@@ -674,6 +687,9 @@ impl Conn {
             return self.fail(Code::PROTOCOL_ERROR);
         }
         if payload.len() != 5 {
+            if self.streams.iter().any(|st| st.id == h.stream) {
+                return self.stream_error(h.stream, Code::FRAME_SIZE_ERROR, now_ms);
+            }
             return self.fail(Code::FRAME_SIZE_ERROR);
         }
         let dep =
