@@ -175,7 +175,10 @@ hosts:
     # the cap fails. If Quill's HTTP/2 gets such a cap with a default, raise it here as for nginx.
     for name in ("quill", "quill-base"):
         with open(os.path.join(work, name + ".toml"), "w") as f:
-            f.write("""# written by bench/h2.py (ALPN h2,http/1.1 is meant to be the default on TLS HTTP listeners)
+            # server_keepalive 256: idle server connections kept per server and worker, as nginx's
+            # `keepalive 256` per upstream and worker here (500 streams in flight need more than
+            # the default 64, or finished requests' connections are closed and new ones opened).
+            f.write("""# written by bench/h2.py (ALPN h2,http/1.1 is the default on TLS HTTP listeners)
 workers = {workers}
 max_connections = {mc}
 [[listener]]
@@ -187,6 +190,7 @@ servers = ["{be0}", "{be1}"]
 [listener.http]
 keepalive_timeout = "600s"
 header_timeout = "600s"
+server_keepalive = 256
 [listener.tls]
 cert = "{cert}"
 key = "{key}"
@@ -496,7 +500,11 @@ class Bench:
             row["anon_before_kib"], row["rss_before_kib"] = harness.status_kib(pids, "RssAnon"), harness.rss_kib(pids)
             cmd = [sys.executable, os.path.join(HERE, "idle_hold.py"), "127.0.0.1", str(c.port),
                    "-n", str(n), "--h2", "/1k", "--per-process", str(IDLE_PER_PROCESS),
-                   "--inflight", "128", "--open-timeout", "240", "--hold", "300",
+                   # At most 32 handshakes under way at once per holder process (and so per
+                   # source address): Quill closes the least recently active handshake past
+                   # 32 in progress from one address (`max_handshakes_per_source`), its guard
+                   # against handshake floods; the peers have no such bound.
+                   "--inflight", "32", "--open-timeout", "240", "--hold", "300",
                    "--ready-file", ready, "--stop-file", stop]
             row["cmd"] = " ".join(cmd[1:])
             holder = self.procs.start("idle-" + name, cmd, stdout=subprocess.PIPE)
@@ -768,7 +776,7 @@ def render(results, cands, meta):
     w("Candidates, each terminating TLS 1.3 (ECDSA P-256 certificate made by `openssl req -x509` at bench time) "
       "with ALPN h2 in front of the same two nginx backends (127.0.0.1:9061, :9062; plain HTTP/1.1, 1 worker "
       "each, serving /1k and /1m): `quill` (`quill -f --config quill.toml`: `workers = 2`, `protocol = \"http\"`, "
-      "`[listener.tls] cert/key`, ALPN `h2,http/1.1` being the default), `haproxy` (2.6, `mode http`, "
+      "`server_keepalive = 256` (as nginx's `keepalive 256`), `[listener.tls] cert/key`, ALPN `h2,http/1.1` being the default), `haproxy` (2.6, `mode http`, "
       "`nbthread 2`, `bind … ssl crt … alpn h2,http/1.1`, `http-reuse always`), `nginx` (1.22, 2 workers, "
       "`listen … ssl http2`, upstream `keepalive 256`, `proxy_http_version 1.1`, `keepalive_requests 1000000`), "
       "`h2o` (2.2.5, `num-threads: 2`, `proxy.reverse.url`, which takes one URL in 2.2.5: h2o sends "

@@ -201,6 +201,11 @@ impl H2Stream {
         if room == 0 {
             return Err(io::ErrorKind::WouldBlock.into());
         }
+        if p.down.capacity() == 0 {
+            // One allocation for most responses (a head and a small body).
+            let want: usize = bufs.iter().map(|b| b.len()).sum();
+            p.down.reserve(want.clamp(2048, DOWN_CAP));
+        }
         let mut n = 0;
         for b in bufs {
             let take = b.len().min(room - n);

@@ -89,8 +89,10 @@ pub(crate) struct H2Session {
     pool: Arc<Pool>,
     conn: Box<h2::Conn>,
     links: Vec<Link>,
-    /// Bytes read and not yet taken as frames (allocated while any are held).
+    /// The read buffer (allocated, and zeroed once, while bytes are held or being read) and
+    /// how many bytes of it were read and not yet taken as frames.
     rbuf: Vec<u8>,
+    rlen: usize,
     /// The connection's verified client certificate (every stream's `X-Client-Cert-Subject`).
     subject: Option<Box<str>>,
     started_ms: u64,
@@ -133,6 +135,7 @@ impl H2Session {
             conn,
             links: Vec::new(),
             rbuf: Vec::new(),
+            rlen: 0,
             subject: None,
             started_ms: now_ms,
             idle_since: now_ms,
@@ -268,7 +271,7 @@ impl H2Session {
                     }
                 }
             }
-            if !self.rbuf.is_empty() {
+            if self.rlen > 0 {
                 progress |= self.take_frames(cx);
             }
             progress |= self.pump(cx);
@@ -301,7 +304,7 @@ impl H2Session {
             if self.eof {
                 return Step::Close(End::Done);
             }
-            if self.conn.output().is_empty() && self.rbuf.is_empty() {
+            if self.conn.output().is_empty() && self.rlen == 0 {
                 // Idle: no buffer held.
                 self.rbuf = Vec::new();
                 self.conn.shrink();
@@ -312,41 +315,35 @@ impl H2Session {
 
     /// Reads what the socket has (bounded by the buffer): the bytes read.
     fn read(&mut self) -> io::Result<usize> {
-        if self.rbuf.capacity() < READ_BUF {
-            self.rbuf.reserve_exact(READ_BUF - self.rbuf.len());
+        if self.rbuf.is_empty() {
+            self.rbuf = vec![0; READ_BUF];
         }
-        let have = self.rbuf.len();
-        let room = self.rbuf.capacity() - have;
+        let have = self.rlen;
+        let room = self.rbuf.len() - have;
         if room == 0 {
             return Ok(0);
         }
-        self.rbuf.resize(have + room, 0);
-        let r = self.client.read(&mut self.rbuf[have..]);
-        match r {
+        match self.client.read(&mut self.rbuf[have..]) {
             Ok(0) => {
-                self.rbuf.truncate(have);
                 self.eof = true;
                 Ok(0)
             }
             Ok(n) => {
-                self.rbuf.truncate(have + n);
+                self.rlen += n;
                 self.bytes_in += n as u64;
                 if n < room && !self.ready.read_closed && !self.client.ended() {
                     self.ready.readable = false;
                 }
                 Ok(n)
             }
-            Err(e) => {
-                self.rbuf.truncate(have);
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => {
-                        self.ready.readable = false;
-                        Ok(0)
-                    }
-                    io::ErrorKind::Interrupted => Ok(0),
-                    _ => Err(e),
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock => {
+                    self.ready.readable = false;
+                    Ok(0)
                 }
-            }
+                io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(e),
+            },
         }
     }
 
@@ -385,9 +382,10 @@ impl H2Session {
     /// Takes the whole frames read: whether any was.
     fn take_frames(&mut self, cx: &mut Ctx) -> bool {
         let buf = std::mem::take(&mut self.rbuf);
+        let len = self.rlen;
         let mut at = 0;
         for _ in 0..10_000 {
-            let (n, ev) = self.conn.feed(&buf[at..], cx.now);
+            let (n, ev) = self.conn.feed(&buf[at..len], cx.now);
             at += n;
             match ev {
                 h2::Event::None => {}
@@ -411,7 +409,7 @@ impl H2Session {
                     );
                     cx.counters.h2_error(code);
                     self.failed = Some(code);
-                    at = buf.len();
+                    at = len;
                     break;
                 }
             }
@@ -420,7 +418,8 @@ impl H2Session {
             }
         }
         let mut buf = buf;
-        buf.drain(..at);
+        buf.copy_within(at..len, 0);
+        self.rlen = len - at;
         self.rbuf = buf;
         at > 0
     }
@@ -437,6 +436,7 @@ impl H2Session {
         };
         let head = list.method() == b"HEAD";
         let mut pipe = Pipe::new(self.token);
+        pipe.up.reserve(512);
         h2::write_http1(list, form, &mut pipe.up);
         pipe.up_eof = end_stream;
         let pipe = Arc::new(Mutex::new(pipe));

@@ -20,8 +20,9 @@ pub fn script(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Quill with one HTTP listener taking h2c, in front of `backend`, with an access log;
-/// `extra` are more lines of `[listener.http]`, `top` lines before the listener.
+/// Quill with one HTTP listener taking h2c, in front of `backend`, with an access log and a
+/// control socket (`c.sock` in its directory); `extra` are more lines of `[listener.http]`, `top`
+/// lines before the listener.
 pub fn start_h2c(backend: &Backend, extra: &str, top: &str) -> QuillProcess {
     let addr = backend.addr();
     Quill::start_with(|dir, port| {
@@ -31,7 +32,12 @@ pub fn start_h2c(backend: &Backend, extra: &str, top: &str) -> QuillProcess {
             toml_path(&dir.join("access.log")),
         );
         std::fs::write(&cfg, text).unwrap();
-        vec!["--config".into(), cfg.display().to_string()]
+        vec![
+            "--config".into(),
+            cfg.display().to_string(),
+            "-C".into(),
+            dir.join("c.sock").display().to_string(),
+        ]
     })
 }
 

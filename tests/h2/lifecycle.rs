@@ -149,3 +149,113 @@ fn sigterm_lets_streams_in_flight_finish_behind_goaway() {
     assert_eq!(code, 0);
     assert!(r.closed(), "{:?}", r.lines);
 }
+
+#[test]
+fn a_reload_keeps_streams_in_flight_and_the_next_streams_take_the_new_configuration() {
+    let gate = Gate::new();
+    let g = gate.clone();
+    let backend = Backend::start(move |r| {
+        if r.target == "/slow" {
+            vec![
+                Step::Wait(g.clone()),
+                Step::Send(response(200, "", b"slow")),
+            ]
+        } else {
+            vec![Step::Send(response(200, "", b"fast"))]
+        }
+    });
+    let q = start_h2c(&backend, "", "");
+    let port = q.port;
+    let t = std::thread::spawn(move || client(port, &["--request", "GET /slow"]));
+    assert_eq!(backend.wait_requests(1, IO_TIMEOUT).len(), 1);
+    // A response header every later response gets.
+    let cfg = q.path("quill.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace(
+            "h2c = true",
+            "h2c = true\nresponse_headers = { set = { \"X-Reloaded\" = \"yes\" } }",
+        ),
+    )
+    .unwrap();
+    q.signal("HUP");
+    assert!(
+        q.wait_stderr_contains("reload", Duration::from_secs(10)),
+        "{}",
+        q.stderr()
+    );
+    gate.open_once();
+    let r = t.join().unwrap();
+    assert_eq!(r.status(1), Some(200), "{:?}", r.lines);
+    assert_eq!(r.body_text(1), "slow");
+    let r = client(port, &["--request", "GET /fast"]);
+    assert_eq!(r.status(1), Some(200), "{:?}", r.lines);
+    assert_eq!(
+        r.header(1, "x-reloaded").as_deref(),
+        Some("yes"),
+        "{:?}",
+        r.lines
+    );
+}
+
+#[test]
+fn takeover_lets_the_old_process_finish_its_streams_behind_goaway_and_loses_none() {
+    let gate = Gate::new();
+    let g = gate.clone();
+    let backend = Backend::start(move |r| {
+        if r.target.starts_with("/slow") {
+            vec![Step::Wait(g.clone()), Step::Send(response(200, "", b"old"))]
+        } else {
+            vec![Step::Send(response(200, "", b"new"))]
+        }
+    });
+    let mut old = start_h2c(&backend, "", "");
+    let port = old.port;
+    let t = std::thread::spawn(move || {
+        client(
+            port,
+            &[
+                "--request",
+                "GET /slow1",
+                "--request",
+                "GET /slow2",
+                "--linger",
+                "2",
+            ],
+        )
+    });
+    assert_eq!(backend.wait_requests(2, IO_TIMEOUT).len(), 2);
+    let sock = old.path("c.sock").display().to_string();
+    let args = vec![
+        "--config".to_string(),
+        old.path("quill.toml").display().to_string(),
+        "-C".into(),
+        sock.clone(),
+        "--takeover".into(),
+        sock,
+    ];
+    let new = crate::support::QuillProcess::spawn_in(crate::support::scratch_dir(), args, port);
+    assert!(
+        new.wait_stderr_contains("took over", Duration::from_secs(10)),
+        "new:\n{}\nold:\n{}",
+        new.stderr(),
+        old.stderr()
+    );
+    // New connections reach the new process while the old one drains.
+    let r = client(port, &["--request", "GET /fast"]);
+    assert_eq!(r.status(1), Some(200), "{:?}", r.lines);
+    assert_eq!(r.body_text(1), "new");
+    gate.open_once();
+    gate.open_once();
+    let r = t.join().unwrap();
+    for sid in [1, 3] {
+        assert_eq!(r.status(sid), Some(200), "{:?}", r.lines);
+        assert_eq!(r.body_text(sid), "old");
+    }
+    assert_eq!(r.goaway().map(|g| g.0), Some(0), "{:?}", r.lines);
+    let st = old
+        .wait_exit(Duration::from_secs(10))
+        .expect("the old process exits");
+    assert_eq!(st.code(), Some(0), "{}", old.stderr());
+}

@@ -15,6 +15,9 @@
 #[path = "../admin_support/mod.rs"]
 mod admin_support;
 #[allow(dead_code)]
+#[path = "../support/desync.rs"]
+mod desync;
+#[allow(dead_code)]
 #[path = "../support/http.rs"]
 mod http_support;
 #[allow(dead_code)]

@@ -387,3 +387,111 @@ fn server_cutting_a_response_resets_only_its_stream() {
     assert_eq!(r.status(3), Some(200));
     assert_eq!(r.body_text(3), "fine");
 }
+
+/// The request-smuggling corpus with an HTTP/2 front (docs/http2.md#what-is-refused-and-why): each
+/// of its 159 cases' method, target and fields sent as one HTTP/2 request exactly as given. Every
+/// case is refused (reset, a 4xx, or the connection closed) or reaches the server as one normalised
+/// HTTP/1.1 request (it parses strictly, carries at most one framing field, and none of the
+/// case's non-compliant fields as they came), and no Severe case reaches it at all; the server
+/// never sees bytes it cannot parse.
+#[test]
+fn desync_corpus_through_an_http2_front_is_refused_or_normalised() {
+    use crate::desync::{loaded_corpus, normalised};
+    use std::fmt::Write as _;
+    let cases = loaded_corpus();
+    assert_eq!(cases.len(), 159);
+    let backend = Backend::echo();
+    let q = start_h2c(&backend, "", "");
+    let hex = |b: &[u8]| {
+        let mut s = String::from("h");
+        for x in b {
+            let _ = write!(s, "{x:02x}");
+        }
+        s
+    };
+    let mut file = String::new();
+    for c in &cases {
+        // A plain Content-Length gets a body of that length (at most 64 bytes), so a forwarded
+        // request completes.
+        let body = c
+            .headers
+            .iter()
+            .find(|(n, _, _)| n.eq_ignore_ascii_case(b"content-length"))
+            .and_then(|(_, v, _)| std::str::from_utf8(v).ok()?.parse::<usize>().ok())
+            .unwrap_or(0)
+            .min(64);
+        let _ = write!(
+            file,
+            "{} {} {}",
+            hex(&c.method),
+            hex(&c.uri),
+            hex(body.to_string().as_bytes())
+        );
+        // Names in lower case, as HTTP/2 requires and every client library sends them (an
+        // upper-case name is refused outright, which would hide what the case's value does).
+        for (n, v, _) in &c.headers {
+            let _ = write!(file, " {} {}", hex(&n.to_ascii_lowercase()), hex(v));
+        }
+        file.push('\n');
+    }
+    let path = q.path("cases.txt");
+    std::fs::write(&path, file).unwrap();
+    let (out, err, ok) = crate::kit::run(
+        std::process::Command::new(crate::kit::PYTHON)
+            .arg(crate::kit::script("desync.py"))
+            .arg("--port")
+            .arg(q.port.to_string())
+            .arg("--cases")
+            .arg(&path),
+        Duration::from_secs(240),
+    );
+    assert!(ok, "{out}\n{err}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        backend.errors().is_empty(),
+        "the server saw bytes it could not parse: {:?}",
+        backend.errors()
+    );
+    let reqs = backend.requests();
+    let mut failures = Vec::new();
+    let mut tally = std::collections::BTreeMap::new();
+    for (i, line) in out.lines().enumerate() {
+        let c = &cases[i];
+        let forwarded: Vec<_> = reqs
+            .iter()
+            .filter(|r| r.header("x-case") == Some(&*i.to_string()))
+            .collect();
+        let outcome = line.split_once(' ').map_or("", |(_, r)| r);
+        let outcome = outcome.split_once(' ').map_or("", |(_, r)| r);
+        match forwarded.as_slice() {
+            [] => *tally.entry("refused").or_insert(0) += 1,
+            [r] => {
+                let mut got = r.raw_head.clone();
+                got.extend_from_slice(&r.raw_body);
+                match normalised(c, &got) {
+                    Ok(()) => *tally.entry("normalised").or_insert(0) += 1,
+                    Err(e) => failures.push(format!("{:?} [{}]: {e}", c.name, c.tier)),
+                }
+            }
+            many => failures.push(format!("{:?}: {} requests", c.name, many.len())),
+        }
+        // A case made Severe by its version line has nothing to carry it over HTTP/2 (which has
+        // no version field): the rest of it is an ordinary request, judged as normalised above.
+        let version_only = c.version != b"HTTP/1.1";
+        if c.tier == "Severe" && !version_only && !forwarded.is_empty() {
+            failures.push(format!(
+                "{:?}: a Severe case was forwarded ({outcome})",
+                c.name
+            ));
+        }
+    }
+    assert_eq!(out.lines().count(), 159, "{out}\n{err}");
+    eprintln!("h2 corpus outcomes: {tally:?}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The front is not one that refuses everything: most Compliant cases go through.
+    let compliant = cases.iter().filter(|c| c.tier == "Compliant").count();
+    assert!(
+        tally.get("normalised").copied().unwrap_or(0) * 2 >= compliant,
+        "{tally:?} for {compliant} Compliant cases"
+    );
+}

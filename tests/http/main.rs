@@ -13,6 +13,9 @@ mod admin_support;
 #[path = "../support/ctl.rs"]
 mod ctl;
 #[allow(dead_code)]
+#[path = "../support/desync.rs"]
+mod desync;
+#[allow(dead_code)]
 #[path = "../support/http.rs"]
 mod http_support;
 #[path = "../support/session.rs"]

@@ -873,8 +873,7 @@ impl Conn {
         let end = if end_stream { flag::END_STREAM } else { 0 };
         let max = self.peer_max_frame as usize;
         if len <= max {
-            let mut h = Vec::with_capacity(HEADER_LEN);
-            frame::write_header(&mut h, len, kind::HEADERS, end | flag::END_HEADERS, id);
+            let h = frame::header_bytes(len, kind::HEADERS, end | flag::END_HEADERS, id);
             self.out[start..start + HEADER_LEN].copy_from_slice(&h);
             return;
         }

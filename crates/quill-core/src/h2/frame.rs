@@ -118,11 +118,26 @@ impl Header {
     }
 }
 
+/// A frame header's bytes.
+pub fn header_bytes(len: usize, kind: u8, flags: u8, stream: u32) -> [u8; HEADER_LEN] {
+    let len = len as u32;
+    let s = (stream & 0x7fff_ffff).to_be_bytes();
+    [
+        (len >> 16) as u8,
+        (len >> 8) as u8,
+        len as u8,
+        kind,
+        flags,
+        s[0],
+        s[1],
+        s[2],
+        s[3],
+    ]
+}
+
 /// Appends a frame header.
 pub fn write_header(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, stream: u32) {
-    let len = len as u32;
-    out.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags]);
-    out.extend_from_slice(&(stream & 0x7fff_ffff).to_be_bytes());
+    out.extend_from_slice(&header_bytes(len, kind, flags, stream));
 }
 
 /// Appends a SETTINGS frame with these (identifier, value) pairs.
