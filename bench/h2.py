@@ -179,6 +179,10 @@ hosts:
             # connection stays on the worker that accepted it (it cannot move between requests as
             # a plain HTTP/1 client can), and with the machine's cores taken by h2load and the
             # backends, `concentrate` would accept them all on one worker (docs/http2.md).
+            # max_handshakes_per_source 64: h2load opens its 50 connections at once from one
+            # address, and under strace their handshakes are slow enough to pass the default 32
+            # in progress per address and worker (Quill then closes the least recently active
+            # one, its guard against handshake floods; the peers have none).
             # server_keepalive 256: idle server connections kept per server and worker, as nginx's
             # `keepalive 256` per upstream and worker here (500 streams in flight need more than
             # the default 64, or finished requests' connections are closed and new ones opened).
@@ -199,6 +203,7 @@ server_keepalive = 256
 [listener.tls]
 cert = "{cert}"
 key = "{key}"
+max_handshakes_per_source = 64
 """.format(workers=WORKERS, mc=MAXCONN, port=PORTS[name], be0=be[0], be1=be[1], cert=cert, key=key))
 
 
@@ -781,7 +786,7 @@ def render(results, cands, meta):
     w("Candidates, each terminating TLS 1.3 (ECDSA P-256 certificate made by `openssl req -x509` at bench time) "
       "with ALPN h2 in front of the same two nginx backends (127.0.0.1:9061, :9062; plain HTTP/1.1, 1 worker "
       "each, serving /1k and /1m): `quill` (`quill -f --config quill.toml`: `workers = 2`, `protocol = \"http\"`, "
-      "`concentrate = false`, `server_keepalive = 256` (as nginx's `keepalive 256`), `[listener.tls] cert/key`, ALPN `h2,http/1.1` being the default), `haproxy` (2.6, `mode http`, "
+      "`concentrate = false`, `server_keepalive = 256` (as nginx's `keepalive 256`), `[listener.tls] cert/key` with `max_handshakes_per_source = 64`, ALPN `h2,http/1.1` being the default), `haproxy` (2.6, `mode http`, "
       "`nbthread 2`, `bind … ssl crt … alpn h2,http/1.1`, `http-reuse always`), `nginx` (1.22, 2 workers, "
       "`listen … ssl http2`, upstream `keepalive 256`, `proxy_http_version 1.1`, `keepalive_requests 1000000`), "
       "`h2o` (2.2.5, `num-threads: 2`, `proxy.reverse.url`, which takes one URL in 2.2.5: h2o sends "
