@@ -526,6 +526,13 @@ fn listener_tls(tls: &crate::tls::ServerTls, now_unix: i64) -> ListenerTls {
 
 fn h2_process(shared: &Shared) -> H2Process {
     let mut p = H2Process::default();
+    // Always there, so that an alert on a flood never lacks its series.
+    for code in [
+        quill_core::h2::Code::ENHANCE_YOUR_CALM,
+        quill_core::h2::Code::PROTOCOL_ERROR,
+    ] {
+        p.errors.insert(code.name(), 0);
+    }
     for c in shared.counters.iter() {
         let (conns, streams, errors) = c.h2_counts();
         p.connections += conns;

@@ -946,7 +946,13 @@ mod tests {
                 }],
                 failures: [("timeout", 2)].into_iter().collect(),
             },
-            h2: crate::status::H2Process::default(),
+            h2: crate::status::H2Process {
+                connections: 4,
+                streams: 9,
+                errors: [("ENHANCE_YOUR_CALM", 1), ("PROTOCOL_ERROR", 0)]
+                    .into_iter()
+                    .collect(),
+            },
             listeners,
             pools: Vec::new(),
             discovery: Vec::new(),
@@ -967,6 +973,22 @@ mod tests {
             abuse: None,
             queue: Default::default(),
             maglev: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn h2_families_count_connections_streams_and_errors_by_code() {
+        let text = render(&snapshot(vec![listener("web", None)]));
+        for line in [
+            "quill_h2_connections_total 4",
+            "quill_h2_streams_total 9",
+            "quill_h2_connection_errors_total{code=\"ENHANCE_YOUR_CALM\"} 1",
+            "quill_h2_connection_errors_total{code=\"PROTOCOL_ERROR\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing in:\n{text}"
+            );
         }
     }
 
