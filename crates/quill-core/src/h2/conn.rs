@@ -107,8 +107,6 @@ struct Stream {
     remote_open: bool,
     /// Quill may still send (it has not sent END_STREAM).
     local_open: bool,
-    /// Whether the response's head was sent.
-    responded: bool,
     send_window: i64,
     recv_window: i64,
     /// Body bytes consumed since the last WINDOW_UPDATE for this stream.
@@ -153,19 +151,6 @@ impl Bucket {
     }
 }
 
-/// What a connection counted (for metrics and logs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    pub requests: u64,
-    /// RST_STREAM received, and sent.
-    pub resets_received: u64,
-    pub resets_sent: u64,
-    /// Streams refused past the concurrency limit.
-    pub refused: u64,
-    /// The connection was closed for a flood (ENHANCE_YOUR_CALM).
-    pub calmed: bool,
-}
-
 /// Recently closed streams remembered, to tell a late frame on a stream Quill reset (ignored)
 /// from a frame on a stream the client closed (an error).
 const RECENT: usize = 16;
@@ -195,7 +180,8 @@ pub struct Conn {
     glitches: Bucket,
     controls: Bucket,
     out: Vec<u8>,
-    pub stats: Stats,
+    /// Requests taken (`max_requests`).
+    requests: u64,
 }
 
 impl Conn {
@@ -222,7 +208,7 @@ impl Conn {
             glitches: Bucket::default(),
             controls: Bucket::default(),
             out: Vec::new(),
-            stats: Stats::default(),
+            requests: 0,
         };
         let mut settings = vec![
             (setting::MAX_CONCURRENT_STREAMS, cfg.max_concurrent_streams),
@@ -318,9 +304,6 @@ impl Conn {
             frame::write_goaway(&mut self.out, self.last_id, code);
             self.phase = Phase::Failed;
             self.goaway = Some(self.last_id);
-            if code == Code::ENHANCE_YOUR_CALM {
-                self.stats.calmed = true;
-            }
         }
         Event::Error(code)
     }
@@ -328,7 +311,6 @@ impl Conn {
     /// A stream error on an open stream: RST_STREAM, and the application drops the exchange.
     fn stream_error(&mut self, id: u32, code: Code, now_ms: u64) -> Event<'static> {
         frame::write_rst(&mut self.out, id, code);
-        self.stats.resets_sent += 1;
         self.remove(id, true);
         if !self.glitch(now_ms) {
             return self.fail(Code::ENHANCE_YOUR_CALM);
@@ -637,8 +619,6 @@ impl Conn {
         }
         if self.streams.len() >= self.cfg.max_concurrent_streams as usize {
             frame::write_rst(&mut self.out, id, Code::REFUSED_STREAM);
-            self.stats.refused += 1;
-            self.stats.resets_sent += 1;
             self.remember(id, true);
             if !self.glitch(now_ms) {
                 return self.fail(Code::ENHANCE_YOUR_CALM);
@@ -652,7 +632,6 @@ impl Conn {
             id,
             remote_open: !end_stream,
             local_open: true,
-            responded: false,
             send_window: self.peer_initial_window,
             recv_window: i64::from(self.cfg.stream_window),
             recv_pending: 0,
@@ -671,8 +650,8 @@ impl Conn {
             }
             return Event::None;
         }
-        self.stats.requests += 1;
-        if self.cfg.max_requests > 0 && self.stats.requests >= self.cfg.max_requests {
+        self.requests += 1;
+        if self.cfg.max_requests > 0 && self.requests >= self.cfg.max_requests {
             // The last request this connection takes.
             self.goaway_now();
         }
@@ -716,7 +695,6 @@ impl Conn {
         let code = Code(u32::from_be_bytes([
             payload[0], payload[1], payload[2], payload[3],
         ]));
-        self.stats.resets_received += 1;
         let Some(s) = self.streams.iter().find(|s| s.id == h.stream) else {
             // A stream already over: nothing to do, but it moved nothing either.
             if !self.control(now_ms) {
@@ -912,9 +890,6 @@ impl Conn {
         if !s.local_open {
             return;
         }
-        if status >= 200 {
-            s.responded = true;
-        }
         self.write_block(stream, end_stream, |out| {
             hpack::encode_status(out, status);
             for (n, v) in fields {
@@ -995,7 +970,6 @@ impl Conn {
         s.local_open = false;
         if s.remote_open {
             frame::write_rst(&mut self.out, stream, Code::NO_ERROR);
-            self.stats.resets_sent += 1;
             self.remove(stream, true);
         } else {
             self.remove(stream, false);
@@ -1006,14 +980,8 @@ impl Conn {
     pub fn reset(&mut self, stream: u32, code: Code) {
         if self.streams.iter().any(|s| s.id == stream) {
             frame::write_rst(&mut self.out, stream, code);
-            self.stats.resets_sent += 1;
             self.remove(stream, true);
         }
-    }
-
-    /// Whether the response head of `stream` was sent.
-    pub fn responded(&self, stream: u32) -> bool {
-        self.streams.iter().any(|s| s.id == stream && s.responded)
     }
 
     /// Starts a graceful close (drain, reload): a GOAWAY naming the last stream taken; streams

@@ -12,7 +12,7 @@ pub mod frame;
 pub mod hpack;
 pub mod response;
 
-pub use conn::{Config, Conn, Event, Stats};
+pub use conn::{Config, Conn, Event};
 pub use fields::{write_http1, BodyForm, FieldList, Malformed};
 pub use frame::Code;
 pub use response::Response;

@@ -41,8 +41,6 @@ pub struct Response {
     /// A chunked body's framing since its last payload byte: at the end, the last chunk and
     /// the trailers.
     framing: Vec<u8>,
-    /// The response's status (0 before its head).
-    pub status: u16,
 }
 
 impl Response {
@@ -51,18 +49,12 @@ impl Response {
             state: State::Head,
             to_head,
             framing: Vec::new(),
-            status: 0,
         }
     }
 
     /// Whether the whole response was sent.
     pub fn is_done(&self) -> bool {
         matches!(self.state, State::Done)
-    }
-
-    /// Whether the head was sent (a failure after it resets the stream instead of answering).
-    pub fn has_head(&self) -> bool {
-        !matches!(self.state, State::Head)
     }
 
     /// Takes what it can of `input` (the HTTP/1.1 bytes written for the response; `eof`: no more
@@ -101,7 +93,6 @@ impl Response {
                         conn.send_head(stream, head.status, fields, false);
                         continue;
                     }
-                    self.status = head.status;
                     let empty = matches!(head.framing, Framing::None | Framing::Length(0));
                     conn.send_head(stream, head.status, fields, empty);
                     self.state = if empty {
