@@ -27,12 +27,10 @@ use crate::clock::millis;
 use crate::config::HttpSettings;
 use crate::metrics::End;
 use crate::net::h2pipe::{self, lock, H2Stream, Pipe, SharedPipe};
+use crate::net::tls;
 use crate::net::{ClientAddr, Ready, Stream};
 use crate::state::shared::{Listener, SessionInfo};
 
-/// The read buffer: one whole frame of the largest size a client may send (16 KiB of payload
-/// and its header), and some room.
-const READ_BUF: usize = 16 * 1024 + 64;
 /// Past this much output not yet taken by the socket, the client is not read (a client that
 /// sends PINGs and never reads their answers waits for its own socket).
 const MAX_OUTPUT: usize = 256 * 1024;
@@ -89,9 +87,9 @@ pub(crate) struct H2Session {
     pool: Arc<Pool>,
     conn: Box<h2::Conn>,
     links: Vec<Link>,
-    /// The read buffer (allocated, and zeroed once, while bytes are held or being read) and
-    /// how many bytes of it were read and not yet taken as frames.
-    rbuf: Vec<u8>,
+    /// The read buffer (lent by the worker's TLS record pool while bytes are held or being
+    /// read; empty while idle) and how many bytes of it were read and not yet taken as frames.
+    rbuf: Box<[u8]>,
     rlen: usize,
     /// The connection's verified client certificate (every stream's `X-Client-Cert-Subject`).
     subject: Option<Box<str>>,
@@ -134,7 +132,7 @@ impl H2Session {
             pool,
             conn,
             links: Vec::new(),
-            rbuf: Vec::new(),
+            rbuf: Box::default(),
             rlen: 0,
             subject: None,
             started_ms: now_ms,
@@ -305,8 +303,9 @@ impl H2Session {
                 return Step::Close(End::Done);
             }
             if self.conn.output().is_empty() && self.rlen == 0 {
-                // Idle: no buffer held.
-                self.rbuf = Vec::new();
+                // Idle: no buffer held (it goes back to the worker's pool, for the next
+                // connection or the next batch of streams).
+                tls::give_back(&mut self.rbuf);
                 self.conn.shrink();
             }
         }
@@ -316,7 +315,9 @@ impl H2Session {
     /// Reads what the socket has (bounded by the buffer): the bytes read.
     fn read(&mut self) -> io::Result<usize> {
         if self.rbuf.is_empty() {
-            self.rbuf = vec![0; READ_BUF];
+            // A pooled TLS record buffer: one whole frame of the largest size a client may send
+            // (16 KiB of payload and its header) fits.
+            self.rbuf = tls::lend();
         }
         let have = self.rlen;
         let room = self.rbuf.len() - have;

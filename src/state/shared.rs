@@ -49,6 +49,17 @@ pub(crate) struct Listener {
     pub flow_sources: FlowSources,
 }
 
+impl Listener {
+    /// Whether its clients stay on the worker that accepted them for good: TLS (the session's
+    /// state cannot move) and HTTP/2 by `h2c` (one session per stream). Plain HTTP/1 clients
+    /// move between two requests, and TCP clients are gathered by where they are accepted
+    /// (`concentrate`).
+    pub(crate) fn clients_pinned(&self) -> bool {
+        let pool = self.pool.load();
+        pool.http().is_some() && (pool.tls().is_some() || pool.http().is_some_and(|s| s.h2c))
+    }
+}
+
 /// A listener's flows by source (shared by the workers, touched when a flow starts or ends):
 /// an IPv4 address, or the /64 of an IPv6 one.
 #[derive(Debug, Default)]

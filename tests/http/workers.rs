@@ -215,3 +215,75 @@ fn with_concentrate_off_every_worker_keeps_accepting_on_a_busy_machine() {
         m.text
     );
 }
+
+/// CPU time (utime + stime, in ticks) of each `quill-worker-N` thread of process `pid`.
+fn worker_ticks(pid: u32) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc/PID/task") {
+        let Ok(stat) = std::fs::read_to_string(t.expect("task").path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = &stat[open + 1..close];
+        if !name.starts_with("quill-worker") {
+            continue;
+        }
+        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let ticks = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+        out.push((name.to_string(), ticks));
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn gathered_workers_still_accept_h2c_clients_which_cannot_move() {
+    let b = echo_path_backend();
+    let h2c_port = crate::support::free_port();
+    let (q, admin) = start(
+        b.addr(),
+        &format!(
+            "[[listener]]\nname = \"h2c\"\nlisten = \"127.0.0.1:{h2c_port}\"\nprotocol = \"http\"\nservers = [\"{}\"]\n[listener.http]\nh2c = true\n",
+            b.addr()
+        ),
+    );
+    let proxy = SocketAddr::from(([127, 0, 0, 1], q.port));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = keep_alive_load(proxy, 8, stop.clone());
+    let burners = Burners::one_per_core();
+    wait_metrics(admin, "one worker accepting", |m| {
+        m.value("quill_workers_accepting", &[]) == 1.0
+    });
+    // The plain clients are gathered; the machine stays busy, so one worker goes on accepting.
+    finish(&stop, load);
+    // 16 HTTP/2 connections, opened now: an HTTP/2 connection stays on the worker that accepted
+    // it, so both workers must take some (with only the gathered worker accepting, one would
+    // carry them all for their whole life while the other idles).
+    let before = worker_ticks(q.pid);
+    let out = Command::new("timeout")
+        .args(["60", "h2load", "-c16", "-m4", "-n40000", "-t2"])
+        .arg(format!("http://127.0.0.1:{h2c_port}/x"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run h2load (nghttp2-client)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let after = worker_ticks(q.pid);
+    let m = metrics(admin);
+    drop(burners);
+    assert!(text.contains("40000 succeeded"), "{text}");
+    assert_eq!(m.value("quill_workers_accepting", &[]), 1.0, "{}", m.text);
+    assert_eq!(before.len(), 2, "{before:?}");
+    let used: Vec<u64> = after
+        .iter()
+        .zip(&before)
+        .map(|((_, a), (_, b))| a - b)
+        .collect();
+    let total: u64 = used.iter().sum();
+    eprintln!("worker CPU ticks during the HTTP/2 load: {used:?}");
+    assert!(
+        used.iter().all(|&u| u * 8 >= total),
+        "a worker took less than an eighth of the HTTP/2 work: {used:?} ticks"
+    );
+}

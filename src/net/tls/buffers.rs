@@ -26,7 +26,7 @@ thread_local! {
 }
 
 /// A record buffer from this worker's pool (or a new one).
-pub(super) fn lend() -> Box<[u8]> {
+pub(crate) fn lend() -> Box<[u8]> {
     POOL.with_borrow_mut(Vec::pop)
         .unwrap_or_else(|| vec![0u8; TLS_BUF].into_boxed_slice())
 }
@@ -42,7 +42,7 @@ pub(super) fn grow(buf: &mut Box<[u8]>, keep: usize, len: usize) {
 
 /// Gives `buf` back (when it is the pool's size: one grown for a large handshake message is
 /// freed). `buf` is left empty, holding no memory.
-pub(super) fn give_back(buf: &mut Box<[u8]>) {
+pub(crate) fn give_back(buf: &mut Box<[u8]>) {
     let buf = std::mem::take(buf);
     if buf.len() != TLS_BUF {
         if !buf.is_empty() {

@@ -48,7 +48,7 @@ mod buffers;
 mod client;
 mod server;
 
-pub(crate) use buffers::{take_churn, trim_pool};
+pub(crate) use buffers::{give_back, lend, take_churn, trim_pool};
 
 use buffers::churn;
 use client::Io;

@@ -85,7 +85,14 @@ impl Worker {
         if self.shared.loads.len() < 2 || self.draining {
             return Some((stream, peer));
         }
-        let Some(target) = self.handover_target() else {
+        // A client that cannot move later (TLS, h2c) is spread over every worker, as all of
+        // them accept it (`WorkerListener::pinned`); any other goes to the accepting ones.
+        let target = if listener.clients_pinned() {
+            self.spread_target(self.shared.loads.len(), true)
+        } else {
+            self.handover_target()
+        };
+        let Some(target) = target else {
             return Some((stream, peer));
         };
         match self.post(target, Request::Adopt(listener.clone(), stream, peer)) {
@@ -101,13 +108,19 @@ impl Worker {
     /// (`runtime::balance`), when this one does not accept or holds clearly more than it
     /// (`SPREAD_SLACK` plus an eighth of its own).
     pub(super) fn handover_target(&self) -> Option<usize> {
+        self.spread_target(self.accepting_n, self.accepting)
+    }
+
+    /// The least loaded of the first `n` workers, when this one is not among those that may
+    /// keep the client (`keeps` false) or holds clearly more than it.
+    fn spread_target(&self, n: usize, keeps: bool) -> Option<usize> {
         let loads = &self.shared.loads;
-        let n = self.accepting_n.min(loads.len());
+        let n = n.min(loads.len());
         let (theirs, target) = (0..n)
             .filter(|&i| i != self.id)
             .map(|i| (loads[i].get(), i))
             .min()?;
-        if !self.accepting {
+        if !keeps {
             return Some(target);
         }
         let mine = loads[self.id].get();

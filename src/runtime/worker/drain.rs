@@ -27,7 +27,7 @@ impl Worker {
             let p = self.listeners[i].paused_until;
             if p > 0 && p <= now && !self.draining {
                 self.listeners[i].paused_until = 0;
-                if !self.accepting {
+                if !self.takes(i) {
                     // Registered again when this worker accepts again.
                     continue;
                 }

@@ -30,8 +30,8 @@ impl Worker {
         }
         self.accepting = want;
         for i in 0..self.listeners.len() {
-            if self.listeners[i].paused_until != 0 {
-                // Resumed (or not) when its pause ends.
+            if self.listeners[i].paused_until != 0 || self.listeners[i].pinned {
+                // Resumed (or not) when its pause ends; a pinned one is always taken.
                 continue;
             }
             if want {

@@ -18,6 +18,12 @@ impl Worker {
         )
     }
 
+    /// Whether this worker accepts on listener `i` now: while it accepts clients (`concentrate`),
+    /// or always when the listener's clients cannot move to another worker later.
+    pub(super) fn takes(&self, i: usize) -> bool {
+        self.accepting || self.listeners[i].pinned
+    }
+
     pub(super) fn deregister_listener(&self, i: usize) {
         let _ = sys::epoll_del(
             self.poll.as_raw_fd(),
@@ -54,8 +60,9 @@ impl Worker {
             self.listeners.push(WorkerListener {
                 listener: l.clone(),
                 paused_until: 0,
+                pinned: l.clients_pinned(),
             });
-            if self.accepting {
+            if self.takes(self.listeners.len() - 1) {
                 self.register_listener(self.listeners.len() - 1)?;
             }
         }

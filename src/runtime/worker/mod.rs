@@ -69,8 +69,10 @@ const CLIENT: usize = 0;
 const BACKEND: usize = 1;
 /// How often the drain deadline is checked while draining.
 const SWEEP_MS: u64 = 250;
-/// Free copy buffers a worker keeps for the next burst (16 KiB each).
-const BUFFERS_PER_WORKER: usize = 64;
+/// Free copy buffers a worker keeps at most (16 KiB each; 8 MiB): enough for the requests in flight
+/// on a busy worker (hundreds of HTTP/2 streams), which the pool's review gives back within
+/// seconds once they are not needed ([`Pools`]).
+const BUFFERS_PER_WORKER: usize = 512;
 /// Recently accepted clients a worker remembers for `recent`.
 const RECENT: usize = 256;
 
@@ -109,6 +111,9 @@ struct WorkerListener {
     listener: Arc<Listener>,
     /// Paused (deregistered) until this time after EMFILE; 0 = active.
     paused_until: u64,
+    /// Its clients stay on the worker that accepted them (TLS, or HTTP/2 with `h2c`): every
+    /// worker accepts them, whatever `concentrate` decides, as it cannot gather them later.
+    pinned: bool,
 }
 
 pub(crate) struct Worker {

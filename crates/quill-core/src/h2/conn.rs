@@ -154,6 +154,9 @@ impl Bucket {
 /// Recently closed streams remembered, to tell a late frame on a stream Quill reset (ignored)
 /// from a frame on a stream the client closed (an error).
 const RECENT: usize = 16;
+/// Room the output buffer is given when a header block is written: a batch of response heads
+/// and small bodies fits without growing it step by step.
+const OUT_RESERVE: usize = 4096;
 
 /// One HTTP/2 connection, server side.
 #[derive(Debug)]
@@ -628,6 +631,9 @@ impl Conn {
         self.list.finish();
         let end_stream = block.end_stream;
         let content_length = self.list.content_length;
+        if self.streams.capacity() == 0 {
+            self.streams.reserve(16);
+        }
         self.streams.push(Stream {
             id,
             remote_open: !end_stream,
@@ -844,6 +850,11 @@ impl Conn {
 
     /// Writes a header block (HEADERS, then CONTINUATION frames past the client's frame size).
     fn write_block(&mut self, id: u32, end_stream: bool, encode: impl FnOnce(&mut Vec<u8>)) {
+        // Room for a turn's frames at once (the buffer is freed while the connection is idle):
+        // one allocation, not a dozen growing ones.
+        if self.out.capacity() == 0 {
+            self.out.reserve(OUT_RESERVE);
+        }
         let start = self.out.len();
         self.out.extend_from_slice(&[0; HEADER_LEN]);
         encode(&mut self.out);

@@ -76,7 +76,17 @@ impl Response {
                         ..http1::Limits::default()
                     };
                     let rest = &input[at..];
-                    let head = match http1::parse_response(rest, &limits, self.to_head) {
+                    if rest.is_empty() {
+                        return if eof { Err(Broken) } else { Ok(at) };
+                    }
+                    // The fields are found once, by the parse, not scanned again to be sent.
+                    let mut index = http1::FieldIndex::empty();
+                    let head = match http1::parse_response_indexed(
+                        rest,
+                        &limits,
+                        self.to_head,
+                        &mut index,
+                    ) {
                         Ok(Some(h)) => h,
                         Ok(None) if eof => return Err(Broken),
                         Ok(None) => return Ok(at),
@@ -85,7 +95,8 @@ impl Response {
                     if head.status == 101 {
                         return Err(Broken);
                     }
-                    let fields = http1::fields(rest, head.len)
+                    let fields = index
+                        .iter(rest)
                         .filter(|f| !hop_by_hop(f.name.of(rest)))
                         .map(|f| (f.name.of(rest), f.value.of(rest)));
                     at += head.len;
