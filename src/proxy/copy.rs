@@ -12,10 +12,7 @@
 //! which keeps them (its RSS does not shrink). So once a burst is over, [`Pools::after_turn`]
 //! keeps a quarter of the pool and has the heap give its free pages back to the OS: an idle
 //! process holds what its idle clients need, not the peak of the last burst of concurrent
-//! requests. And every second the pool gives back the buffers no session took in that second
-//! (its low-water mark), down to a few: the bound can be high enough for hundreds of requests in
-//! flight per worker (HTTP/2 streams) without a busy worker allocating and zeroing a buffer per
-//! request, and without an idle one keeping them.
+//! requests.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -32,8 +29,6 @@ const TRIM_AFTER_BUFFERS: usize = 64;
 /// How long no buffer may have been dropped before that trim: the burst is over, not going on
 /// (while it goes on, the freed memory is reused at once; trimming it would only fault it in again).
 const TRIM_QUIET_MS: u64 = 1000;
-/// How often the pool gives back the buffers that stayed in it since the last look.
-const REVIEW_MS: u64 = 500;
 /// Reads one pump may do before yielding to other sessions (at most 256 KiB through buffers or
 /// 4 MiB through a pipe): a fast pair of peers must not starve the rest of the worker.
 const READS_PER_PUMP: usize = 16;
@@ -67,12 +62,6 @@ pub(crate) struct Pools {
     dropped_seen: usize,
     /// When the heap is to be trimmed, if no buffer is dropped until then.
     trim_at: Option<u64>,
-    /// Free buffers kept whatever the review finds.
-    keep_buffers: usize,
-    /// The fewest free buffers since the last review (those no session needed), and when the
-    /// next review is (while the pool holds more than `keep_buffers`).
-    low: usize,
-    review_at: Option<u64>,
 }
 
 impl Pools {
@@ -87,23 +76,13 @@ impl Pools {
             dropped: 0,
             dropped_seen: 0,
             trim_at: None,
-            keep_buffers: (max_buffers / 32).max(1),
-            low: 0,
-            review_at: None,
         }
     }
 
     pub(crate) fn buffer(&mut self) -> Buf {
-        match self.buffers.pop() {
-            Some(b) => {
-                self.low = self.low.min(self.buffers.len());
-                b
-            }
-            None => {
-                self.low = 0;
-                Box::new([0u8; BUF_SIZE])
-            }
-        }
+        self.buffers
+            .pop()
+            .unwrap_or_else(|| Box::new([0u8; BUF_SIZE]))
     }
 
     pub(crate) fn give_buffer(&mut self, buf: Buf) {
@@ -119,7 +98,6 @@ impl Pools {
     /// heap's free pages back to the OS ([`sys::trim_heap`]). Returns whether it trimmed. Nothing
     /// but two compares in a turn without a trim due.
     pub(crate) fn after_turn(&mut self, now: u64) -> bool {
-        self.review(now);
         // TLS record buffers freed and handshakes finished count like dropped copy buffers: a
         // burst of handshakes leaves the heap as full of free memory as a burst of copies.
         self.dropped = self.dropped.saturating_add(crate::net::tls::take_churn());
@@ -152,41 +130,9 @@ impl Pools {
         }
     }
 
-    /// Every [`REVIEW_MS`] while the pool holds more than a few buffers: frees those that stayed
-    /// in the pool all along (they count as dropped, for the heap's trim).
-    fn review(&mut self, now: u64) {
-        match self.review_at {
-            None => {
-                if self.buffers.len() > self.keep_buffers {
-                    self.review_at = Some(now + REVIEW_MS);
-                    self.low = self.buffers.len();
-                }
-            }
-            Some(at) if now >= at => {
-                let unused = self
-                    .low
-                    .min(self.buffers.len().saturating_sub(self.keep_buffers));
-                self.buffers.truncate(self.buffers.len() - unused);
-                self.dropped += unused;
-                if unused >= TRIM_AFTER_BUFFERS {
-                    // Unused for a whole review: the burst is over, the heap is trimmed now.
-                    self.trim_at = Some(now);
-                    self.dropped_seen = self.dropped;
-                }
-                self.low = self.buffers.len();
-                self.review_at =
-                    (self.buffers.len() > self.keep_buffers).then_some(now + REVIEW_MS);
-            }
-            Some(_) => {}
-        }
-    }
-
-    /// When the worker must run a turn for [`Pools::after_turn`] to trim or review, if one is due.
+    /// When the worker must run a turn for [`Pools::after_turn`] to trim, if a trim is due.
     pub(crate) fn trim_due(&self) -> Option<u64> {
-        match (self.trim_at, self.review_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.trim_at
     }
 
     /// A pipe from the pool, or a new one while fewer than `max_pipes` are open; None sends the
@@ -788,24 +734,23 @@ mod tests {
     #[test]
     fn a_burst_of_dropped_buffers_trims_the_heap_once_quiet() {
         let mut p = pools(false);
-        p.keep_buffers = 4; // no review: only the drops of a full pool count here
         let burst: Vec<Buf> = (0..4 + TRIM_AFTER_BUFFERS).map(|_| p.buffer()).collect();
         for b in burst {
             p.give_buffer(b);
         }
         assert_eq!(p.buffers.len(), 4, "the pool keeps its bound");
         assert!(!p.after_turn(1_000), "trimmed in the burst's own turn");
-        assert_eq!(p.trim_at, Some(1_000 + TRIM_QUIET_MS));
+        assert_eq!(p.trim_due(), Some(1_000 + TRIM_QUIET_MS));
         // Another buffer dropped before then: the burst goes on, the trim waits.
         let more: Vec<Buf> = (0..5).map(|_| p.buffer()).collect();
         for b in more {
             p.give_buffer(b);
         }
         assert!(!p.after_turn(1_500));
-        assert_eq!(p.trim_at, Some(1_500 + TRIM_QUIET_MS));
+        assert_eq!(p.trim_due(), Some(1_500 + TRIM_QUIET_MS));
         assert!(!p.after_turn(1_500 + TRIM_QUIET_MS - 1), "trimmed early");
         assert!(p.after_turn(1_500 + TRIM_QUIET_MS), "no trim once quiet");
-        assert_eq!(p.trim_at, None);
+        assert_eq!(p.trim_due(), None);
         assert!(!p.after_turn(10_000), "trimmed twice for one burst");
         assert_eq!(p.buffers.len(), 1, "the trim keeps a quarter of the pool");
     }
@@ -813,7 +758,6 @@ mod tests {
     #[test]
     fn dropped_buffers_trim_only_once_they_reach_the_threshold() {
         let mut p = pools(false);
-        p.keep_buffers = 4; // no review: only the drops of a full pool count here
         let held: Vec<Buf> = (0..4 + TRIM_AFTER_BUFFERS - 1)
             .map(|_| p.buffer())
             .collect();
@@ -821,47 +765,15 @@ mod tests {
             p.give_buffer(b);
         }
         assert!(!p.after_turn(0) && !p.after_turn(5 * TRIM_QUIET_MS));
-        assert_eq!(p.trim_at, None, "one buffer short of the threshold");
+        assert_eq!(p.trim_due(), None, "one buffer short of the threshold");
         // Drops add up across bursts until a trim.
         let more: Vec<Buf> = (0..5).map(|_| p.buffer()).collect();
         for b in more {
             p.give_buffer(b);
         }
         assert!(!p.after_turn(6 * TRIM_QUIET_MS));
-        assert_eq!(p.trim_at, Some(7 * TRIM_QUIET_MS));
+        assert_eq!(p.trim_due(), Some(7 * TRIM_QUIET_MS));
         assert!(p.after_turn(7 * TRIM_QUIET_MS));
-    }
-
-    #[test]
-    fn buffers_no_session_took_for_a_second_go_back_to_the_heap() {
-        let mut p = Pools::new(64, 4, false);
-        let burst: Vec<Buf> = (0..40).map(|_| p.buffer()).collect();
-        for b in burst {
-            p.give_buffer(b);
-        }
-        p.after_turn(0);
-        assert_eq!(
-            p.trim_due(),
-            Some(REVIEW_MS),
-            "a pool above its floor is reviewed"
-        );
-        // Busy: 10 of the 40 are taken and given back within the second; 30 never left.
-        for _ in 0..3 {
-            let some: Vec<Buf> = (0..10).map(|_| p.buffer()).collect();
-            for b in some {
-                p.give_buffer(b);
-            }
-        }
-        p.after_turn(REVIEW_MS - 1);
-        assert_eq!(p.buffers.len(), 40, "reviewed early");
-        p.after_turn(REVIEW_MS);
-        assert_eq!(p.buffers.len(), 10, "the 30 no session took are freed");
-        assert_eq!(p.trim_due(), Some(2 * REVIEW_MS));
-        // Idle: all but the floor go.
-        p.after_turn(2 * REVIEW_MS);
-        assert_eq!(p.buffers.len(), 2, "an idle pool keeps its floor (64 / 32)");
-        assert_eq!(p.review_at, None, "no review below the floor");
-        assert_eq!(p.dropped, 38, "freed buffers count towards the heap's trim");
     }
 
     #[test]

@@ -69,10 +69,8 @@ const CLIENT: usize = 0;
 const BACKEND: usize = 1;
 /// How often the drain deadline is checked while draining.
 const SWEEP_MS: u64 = 250;
-/// Free copy buffers a worker keeps at most (16 KiB each; 8 MiB): enough for the requests in flight
-/// on a busy worker (hundreds of HTTP/2 streams), which the pool's review gives back within
-/// seconds once they are not needed ([`Pools`]).
-const BUFFERS_PER_WORKER: usize = 512;
+/// Free copy buffers a worker keeps for the next burst (16 KiB each).
+const BUFFERS_PER_WORKER: usize = 64;
 /// Recently accepted clients a worker remembers for `recent`.
 const RECENT: usize = 256;
 
