@@ -175,10 +175,9 @@ hosts:
     # the cap fails. If Quill's HTTP/2 gets such a cap with a default, raise it here as for nginx.
     for name in ("quill", "quill-base"):
         with open(os.path.join(work, name + ".toml"), "w") as f:
-            # concentrate = false: every worker accepts, as the peers' threads all do. An HTTP/2
-            # connection stays on the worker that accepted it (it cannot move between requests as
-            # a plain HTTP/1 client can), and with the machine's cores taken by h2load and the
-            # backends, `concentrate` would accept them all on one worker (docs/http2.md).
+            # concentrate = false: every worker accepts, as the peers' threads all do (kept so
+            # runs compare with the earlier ones; since 2026-12-03 `concentrate` leaves TLS
+            # listeners to every worker anyway, docs/http2.md).
             # max_handshakes_per_source 64: h2load opens its 50 connections at once from one
             # address, and under strace their handshakes are slow enough to pass the default 32
             # in progress per address and worker (Quill then closes the least recently active

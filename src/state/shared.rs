@@ -56,7 +56,7 @@ impl Listener {
     /// (`concentrate`).
     pub(crate) fn clients_pinned(&self) -> bool {
         let pool = self.pool.load();
-        pool.http().is_some() && (pool.tls().is_some() || pool.http().is_some_and(|s| s.h2c))
+        pool.http().is_some_and(|s| s.h2c || pool.tls().is_some())
     }
 }
 

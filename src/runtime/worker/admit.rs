@@ -32,7 +32,8 @@ impl Worker {
         for _ in 0..self.shared.accept_batch {
             match listener.socket.accept() {
                 Ok((stream, peer)) => {
-                    if let Some((stream, peer)) = self.spread(&listener, stream, peer) {
+                    let pinned = self.listeners[li].pinned;
+                    if let Some((stream, peer)) = self.spread(&listener, pinned, stream, peer) {
                         self.open(&listener, stream, peer, now);
                     }
                 }
@@ -79,6 +80,7 @@ impl Worker {
     fn spread(
         &mut self,
         listener: &Arc<Listener>,
+        pinned: bool,
         stream: Stream,
         peer: ClientAddr,
     ) -> Option<(Stream, ClientAddr)> {
@@ -87,7 +89,7 @@ impl Worker {
         }
         // A client that cannot move later (TLS, h2c) is spread over every worker, as all of
         // them accept it (`WorkerListener::pinned`); any other goes to the accepting ones.
-        let target = if listener.clients_pinned() {
+        let target = if pinned {
             self.spread_target(self.shared.loads.len(), true)
         } else {
             self.handover_target()

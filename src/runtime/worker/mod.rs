@@ -111,6 +111,7 @@ struct WorkerListener {
     paused_until: u64,
     /// Its clients stay on the worker that accepted them (TLS, or HTTP/2 with `h2c`): every
     /// worker accepts them, whatever `concentrate` decides, as it cannot gather them later.
+    /// Read once, when the worker first takes the listener (the accept path reads no pool).
     pinned: bool,
 }
 
