@@ -414,9 +414,11 @@ class Bench:
         warmup_s = time.monotonic() - w0
         cmd = h2load_cmd(url, conns, streams, threads, duration=self.args.duration)
         pids, bpids = cand.pids(), self.backend_pids()
+        s0 = harness.cpu_ticks_split(pids)
         c0, b0, h0, t0 = harness.cpu_ticks(pids), harness.cpu_ticks(bpids), children_cpu_s(), time.monotonic()
         rc, out = harness.run_client(cmd, self.args.duration + 60)
         c1, b1, h1, t1 = harness.cpu_ticks(pids), harness.cpu_ticks(bpids), children_cpu_s(), time.monotonic()
+        s1 = harness.cpu_ticks_split(pids)
         r = parse_h2load(out)
         alive = cand.alive()
         n = r.get("requests") or 0
@@ -429,7 +431,9 @@ class Bench:
                "load_before": " ".join(open("/proc/loadavg").read().split()[:3]), **r}
         if n:
             row.update({"cpu_us_per_req": cpu_s * 1e6 / n, "backend_us_per_req": be_s * 1e6 / n,
-                        "h2load_us_per_req": cl_s * 1e6 / n})
+                        "h2load_us_per_req": cl_s * 1e6 / n,
+                        "user_us_per_req": (s1[0] - s0[0]) / CLK_TCK * 1e6 / n,
+                        "kernel_us_per_req": (s1[1] - s0[1]) / CLK_TCK * 1e6 / n})
             gib = n * SIZES[path] / GIB
             row.update({"cpu_s_per_gib": cpu_s / gib, "backend_s_per_gib": be_s / gib,
                         "h2load_s_per_gib": cl_s / gib})
@@ -460,8 +464,10 @@ class Bench:
             row["output_tail"] = out[-2000:]
             log("  %s %s: no result: %s" % (cand.name, load, out[-300:].strip()))
         else:
-            log("  %-10s %-6s %9.0f req/s  proxy %7.1f us/req  backend %6.1f  h2load %5.1f (core %.2f)  %s" % (
-                cand.name, load, r["rps"], row.get("cpu_us_per_req") or 0, row.get("backend_us_per_req") or 0,
+            log("  %-10s %-6s %9.0f req/s  proxy %7.1f us/req (user %.1f, kernel %.1f)  backend %6.1f  "
+                "h2load %5.1f (core %.2f)  %s" % (
+                cand.name, load, r["rps"], row.get("cpu_us_per_req") or 0, row.get("user_us_per_req") or 0,
+                row.get("kernel_us_per_req") or 0, row.get("backend_us_per_req") or 0,
                 row.get("h2load_us_per_req") or 0, row["client_core"] or 0,
                 "; ".join(problems) if problems else "ok"))
         self.results["runs"].append(row)
@@ -473,7 +479,7 @@ class Bench:
                 c = self.start_candidate(name, "start", rnd)
                 if c is not None:
                     running[name] = c
-            for load in LOAD_ORDER:
+            for load in self.args.loads:
                 for name in order:
                     c = running.get(name)
                     if c is None:
@@ -1010,9 +1016,15 @@ def main(argv):
     p.add_argument("--idle", type=int, default=9000)
     p.add_argument("--strace-requests", type=int, default=20000, help="0: no system call counts")
     p.add_argument("--only", default="quill,haproxy,nginx,h2o")
+    p.add_argument("--loads", default=",".join(LOAD_ORDER), help="which loads, of %s" % ", ".join(LOAD_ORDER))
     p.add_argument("--results", default=os.path.join(HERE, "results"))
     p.add_argument("--command", default="bash bench/h2.sh")
     a = p.parse_args(argv)
+    a.loads = [x.strip() for x in a.loads.split(",") if x.strip()]
+    for x in a.loads:
+        if x not in LOADS:
+            p.error("unknown load %r (known: %s)" % (x, ", ".join(LOAD_ORDER)))
+    a.loads = [x for x in LOAD_ORDER if x in a.loads]
     names = [n.strip() for n in a.only.split(",") if n.strip()]
     for n in names:
         if n not in ALL_CANDIDATES:

@@ -9,14 +9,14 @@
 # proxy's client side (strace); the issue's targets.
 #
 #   bash bench/h2.sh [--rounds N] [--quick] [--duration S] [--threads T] [--idle N]
-#                    [--strace-requests R] [--only a,b,...]
+#                    [--strace-requests R] [--only a,b,...] [--loads mux1k,m1,dl1m]
 #
 # Candidates: quill haproxy nginx h2o (the default: all four), and quill-base: a second Quill binary
 # (QUILL_BASE_BIN, e.g. the build before a change) run with quill's configuration in the same rounds.
 # --rounds N (3); --quick = 1 round, 3 s runs, 5,000 requests under strace; --duration S: each
 # measured h2load run (5); --threads T: h2load -t (1; use 2 when the tables mark h2load "sat");
 # --idle N: idle connections held per candidate (9000; 0 skips the idle test); --strace-requests R:
-# requests of the strace runs (20000; 0 skips them).
+# requests of the strace runs (20000; 0 skips them); --loads: which of the three loads (all).
 # Env: QUILL_BIN=path  use this binary instead of building (cargo build --release)
 #      QUILL_BASE_BIN=path  the candidate quill-base (needed when --only names it)
 #      KEEP_WORK=1     keep the temp work dir (certificate, configs, logs)
@@ -36,6 +36,7 @@ THREADS=1
 IDLE=9000
 STRACE_REQUESTS=
 ONLY=quill,haproxy,nginx,h2o
+LOADS=mux1k,m1,dl1m
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="${2:?--rounds needs a number}"; shift 2 ;;
@@ -45,6 +46,7 @@ while [ $# -gt 0 ]; do
         --idle) IDLE="${2:?--idle needs a number}"; shift 2 ;;
         --strace-requests) STRACE_REQUESTS="${2:?--strace-requests needs a number}"; shift 2 ;;
         --only) ONLY="${2:?--only needs a list}"; shift 2 ;;
+        --loads) LOADS="${2:?--loads needs a list}"; shift 2 ;;
         --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
         -h|--help) usage 0 ;;
         *) echo "h2.sh: unknown argument: $1" >&2; usage 2 ;;
@@ -76,7 +78,7 @@ BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$BENCH_DIR")"
 RESULTS="${RESULTS_DIR:-$BENCH_DIR/results}"
 COMMAND="bash bench/h2.sh --rounds $ROUNDS --duration $DURATION --threads $THREADS --idle $IDLE"
-COMMAND="$COMMAND --strace-requests $STRACE_REQUESTS --only $ONLY"
+COMMAND="$COMMAND --strace-requests $STRACE_REQUESTS --only $ONLY --loads $LOADS"
 case ",$ONLY," in *,quill-base,*) COMMAND="QUILL_BASE_BIN=$QUILL_BASE_BIN $COMMAND" ;; esac
 
 say() { echo "[h2.sh] $*" >&2; }
@@ -133,7 +135,7 @@ set +e
 python3 "$BENCH_DIR/h2.py" --work "$WORK" ${QUILL:+--quill-bin "$QUILL"} \
     ${QUILL_BASE:+--quill-base-bin "$QUILL_BASE"} \
     --rounds "$ROUNDS" --duration "$DURATION" --threads "$THREADS" --idle "$IDLE" \
-    --strace-requests "$STRACE_REQUESTS" --only "$ONLY" \
+    --strace-requests "$STRACE_REQUESTS" --only "$ONLY" --loads "$LOADS" \
     --results "$RESULTS" --command "$COMMAND" >/dev/null &
 DRIVER=$!
 wait "$DRIVER"

@@ -98,6 +98,18 @@ def cpu_ticks(pids):
     return total
 
 
+def cpu_ticks_split(pids):
+    """(utime, stime) clock ticks summed over processes: user space and kernel apart, so a cost can
+    be placed on the proxy's own code or on the system calls every proxy pays."""
+    user = kernel = 0
+    for p in pids:
+        st = proc_stat(p)
+        if st:
+            user += int(st[11])
+            kernel += int(st[12])
+    return user, kernel
+
+
 def ctx_switches(pids):
     """Context switches (voluntary + involuntary) summed over every thread of `pids`: a server
     that sleeps and wakes per event pays the kernel for each (measured to dominate the CPU of a
