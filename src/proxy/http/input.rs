@@ -4,6 +4,8 @@
 
 use std::io;
 
+use quill_core::http1;
+
 use crate::net::{Ready, Stream};
 use crate::proxy::copy::{Buf, Pools, BUF_SIZE};
 
@@ -143,8 +145,7 @@ impl Input {
         let Some(b) = &self.buf else { return false };
         let from = self.scanned.max(self.fed).saturating_sub(2).max(self.fed) as usize;
         let bytes = b.get(from..self.end as usize).unwrap_or_default();
-        let found =
-            bytes.windows(2).any(|w| w == b"\n\n") || bytes.windows(3).any(|w| w == b"\n\r\n");
+        let found = http1::has_blank_line(bytes);
         self.scanned = if found { 0 } else { self.end };
         found
     }

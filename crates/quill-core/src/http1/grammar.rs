@@ -69,6 +69,24 @@ pub(super) fn is_space(b: u8) -> bool {
     b == b' ' || b == b'\t'
 }
 
+/// RFC 9110 §7.6.1's hop-by-hop fields.
+pub(super) fn is_fixed_hop(name: &[u8]) -> bool {
+    // Most names are none of these: their length says so at once.
+    if !matches!(name.len(), 2 | 7 | 10 | 16 | 17) {
+        return false;
+    }
+    [
+        &b"connection"[..],
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"transfer-encoding",
+        b"upgrade",
+    ]
+    .iter()
+    .any(|h| name.eq_ignore_ascii_case(h))
+}
+
 /// A byte of a `Host` value: reg-name, IP literal and port characters (RFC 3986).
 pub(super) fn is_host_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%:[]".contains(&b)

@@ -9,8 +9,8 @@
 
 use super::body::Framing;
 use super::grammar::{
-    has_control, is_control, is_host_and_port, is_host_byte, is_space, is_target_byte, is_tchar,
-    is_value_byte,
+    has_control, is_control, is_fixed_hop, is_host_and_port, is_host_byte, is_space,
+    is_target_byte, is_tchar, is_value_byte,
 };
 use super::{Error, Limits, Span};
 
@@ -72,6 +72,9 @@ pub struct Connection {
     pub close: bool,
     pub keep_alive: bool,
     pub upgrade: bool,
+    /// A token names another field to drop as hop-by-hop (one that is not `close` or a field
+    /// dropped anyway): the rewriter reads the tokens again only then.
+    pub names_others: bool,
 }
 
 impl Connection {
@@ -196,6 +199,17 @@ pub struct Field {
     pub name: Span,
     /// The value without surrounding spaces and tabs.
     pub value: Span,
+}
+
+/// Whether `bytes` hold a blank line (`LF LF` or `LF CR LF`): where a head may end, for a
+/// caller that parses a head only once it is whole. Looks only at the line feeds (memchr), so a
+/// body read with the head costs nothing to pass over.
+pub fn has_blank_line(bytes: &[u8]) -> bool {
+    memchr::memchr_iter(b'\n', bytes).any(|i| match bytes.get(i + 1) {
+        Some(b'\n') => true,
+        Some(b'\r') => bytes.get(i + 2) == Some(&b'\n'),
+        _ => false,
+    })
 }
 
 /// The header fields of a head that [`parse_request`] or [`parse_response`] accepted, in order.
@@ -870,6 +884,8 @@ impl Seen {
                 self.connection.keep_alive = true;
             } else if token.eq_ignore_ascii_case(b"upgrade") {
                 self.connection.upgrade = true;
+            } else if !token.is_empty() && !is_fixed_hop(token) {
+                self.connection.names_others = true;
             }
         }
     }

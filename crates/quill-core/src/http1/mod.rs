@@ -40,7 +40,7 @@ use std::fmt;
 
 pub use body::{Body, Fed, Framing};
 pub use head::{
-    field_value, fields, parse_request, parse_request_indexed, parse_response,
+    field_value, fields, has_blank_line, parse_request, parse_request_indexed, parse_response,
     parse_response_indexed, status_code, Connection, Field, FieldIndex, Fields, Method,
     RequestHead, ResponseHead, Target, Version,
 };

@@ -28,8 +28,8 @@ use std::fmt;
 use std::net::IpAddr;
 
 use super::body::Framing;
-use super::grammar::{is_host_byte, is_target_byte, is_tchar};
-use super::head::{Field, FieldIndex, RequestHead, ResponseHead, Target};
+use super::grammar::{is_fixed_hop, is_host_byte, is_target_byte, is_tchar};
+use super::head::{Connection, Field, FieldIndex, RequestHead, ResponseHead, Target};
 use super::{path, Version};
 
 /// How `X-Forwarded-For` is written on requests.
@@ -212,7 +212,7 @@ pub fn write_response_indexed(
     let index = checked(index, buf, (head.len, head.fields), &mut found);
     let mut out = Out::new(out);
     let edits = Edits { lists: rw.edits };
-    let hop = HopByHop::new(buf, index, rw.upgrade);
+    let hop = HopByHop::new(buf, index, rw.upgrade, head.connection);
     out.put(b"HTTP/1.1 ")?;
     out.number(u64::from(head.status))?;
     out.put(b" ")?;
@@ -376,7 +376,7 @@ impl<'a, 'b> Request<'a, 'b> {
             head,
             rw,
             index,
-            hop: HopByHop::new(buf, index, rw.upgrade),
+            hop: HopByHop::new(buf, index, rw.upgrade, head.connection),
             edits: Edits { lists: rw.edits },
             authority,
             host,
@@ -676,18 +676,19 @@ struct HopByHop<'b> {
 }
 
 impl<'b> HopByHop<'b> {
-    fn new(buf: &'b [u8], index: &'b FieldIndex, upgrade: bool) -> HopByHop<'b> {
-        let mut hop = HopByHop {
+    /// `connection` is what the parser found in the head's `Connection` fields.
+    fn new(
+        buf: &'b [u8],
+        index: &'b FieldIndex,
+        upgrade: bool,
+        connection: Connection,
+    ) -> HopByHop<'b> {
+        HopByHop {
             buf,
             index,
             upgrade,
-            names_others: false,
-        };
-        let names_others = hop
-            .connection_tokens()
-            .any(|t| !is_fixed_hop(t) && !t.eq_ignore_ascii_case(b"close") && !t.is_empty());
-        hop.names_others = names_others;
-        hop
+            names_others: connection.names_others,
+        }
     }
 
     fn connection_tokens(&self) -> impl Iterator<Item = &'b [u8]> + '_ {
@@ -713,24 +714,6 @@ impl<'b> HopByHop<'b> {
                 .connection_tokens()
                 .any(|t| t.eq_ignore_ascii_case(name))
     }
-}
-
-/// RFC 9110 §7.6.1's hop-by-hop fields.
-fn is_fixed_hop(name: &[u8]) -> bool {
-    // Most names are none of these: their length says so at once.
-    if !matches!(name.len(), 2 | 7 | 10 | 16 | 17) {
-        return false;
-    }
-    [
-        &b"connection"[..],
-        b"keep-alive",
-        b"proxy-connection",
-        b"te",
-        b"transfer-encoding",
-        b"upgrade",
-    ]
-    .iter()
-    .any(|h| name.eq_ignore_ascii_case(h))
 }
 
 /// A field that is not `Content-Length` or `Transfer-Encoding` but reads as one to a server

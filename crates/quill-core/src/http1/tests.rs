@@ -884,3 +884,25 @@ fn field_value_is_the_first_value_of_the_name() {
     // The body is not part of the head.
     assert_eq!(field_value(text, h.len, b"body"), None);
 }
+
+#[test]
+fn a_blank_line_is_found_whatever_the_line_ends_and_only_then() {
+    use super::has_blank_line;
+    assert!(has_blank_line(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nbody"));
+    assert!(has_blank_line(b"GET / HTTP/1.1\nHost: a\n\n"));
+    assert!(has_blank_line(b"\n\r\n"));
+    assert!(has_blank_line(b"a\r\n\n"));
+    assert!(!has_blank_line(b"GET / HTTP/1.1\r\nHost: a\r\n"));
+    assert!(!has_blank_line(b"GET / HTTP/1.1\r\nHost: a\r\n\r"));
+    assert!(!has_blank_line(b"a\r\r\n\r"));
+    assert!(!has_blank_line(b""));
+    // The same answer as a look at every window of the bytes, for every cut of a head.
+    let head = b"HTTP/1.1 200 OK\r\nA: b\n\r\nC: d\r\n\r\nxyz\n";
+    for from in 0..head.len() {
+        for to in from..=head.len() {
+            let b = &head[from..to];
+            let slow = b.windows(2).any(|w| w == b"\n\n") || b.windows(3).any(|w| w == b"\n\r\n");
+            assert_eq!(has_blank_line(b), slow, "{from}..{to}");
+        }
+    }
+}
