@@ -22,9 +22,11 @@ Per round (every candidate of every mode, the candidates' order rotating each ro
 mode's candidates started fresh): a warm-up (wrk -d1s, or ab -n 1000), then the measured run;
 around it, utime and stime of all the proxy's processes (all threads) from /proc/PID/stat, the
 same for the backends, the client's own rusage (wrk or ab, a reaped child) and /proc/stat for the
-whole machine (softirq, steal, and the CPU of processes that are none of these: other work on a
-shared machine). Per request = the change / the requests the client completed. "Above the floor"
-= the median over rounds of (the candidate's CPU per request - Quill TCP mode's in the same round).
+whole machine (softirq, steal, the kernel's threads, and the rest: other work on a shared
+machine). Per request = the change / the requests the client completed. A run is quiet when other
+work took at most --quiet-cores (0.2) of a core during it; a candidate's figures are the medians
+over its quiet runs, or over all its valid runs (marked) when it has none. "Above the floor" = the
+candidate's median CPU per request - Quill TCP mode's.
 
 Then once per candidate and mode on a fresh start, after a warm-up: `strace -f -c` attached to all
 its processes and threads during a fixed window of load (wrk -dW, or ab -t W), nothing subtracted:
@@ -532,6 +534,10 @@ class Bench:
                         "kthreads_us_per_req": kthreads * per, "ctx_per_req": (x1 - x0) / n,
                         "others_us_per_req": row["others_s"] * per})
         row["cores"] = (user + kern) / wall if wall else None
+        row["others_cores"] = row["others_s"] / wall if wall else None
+        # Quiet: other work took at most --quiet-cores of the 2 cores during the run. The tables use
+        # a candidate's quiet runs when it has any (a build beside the benchmark takes a whole core).
+        row["quiet"] = row["others_cores"] is not None and row["others_cores"] <= self.args.quiet_cores
         row["valid"] = bool(r["rps"] and n and alive and r["errors"] <= 0.01 * n)
         if not alive:
             self.results["failures"].append({"round": rnd, "mode": c.mode, "candidate": c.name,
@@ -542,11 +548,12 @@ class Bench:
             log("  %-18s no result (exit %s): %s" % (c.label, rc, out[-300:].strip()))
         else:
             log("  %-18s %8.0f req/s  CPU %6.2f us/req (user %5.2f, kernel %6.2f)  backends %5.2f  client %5.2f"
-                "  kthreads %5.2f  others %5.2f  errors %d" % (
+                "  kthreads %5.2f  others %5.2f (%.2f cores%s)  errors %d" % (
                     c.label, r["rps"], row.get("cpu_us_per_req") or 0, row.get("user_us_per_req") or 0,
                     row.get("kernel_us_per_req") or 0, row.get("backend_us_per_req") or 0,
                     row.get("client_us_per_req") or 0, row.get("kthreads_us_per_req") or 0,
-                    row.get("others_us_per_req") or 0, r["errors"]))
+                    row.get("others_us_per_req") or 0, row["others_cores"] or 0,
+                    "" if row["quiet"] else ": disturbed", r["errors"]))
         self.results["runs"].append(row)
 
     def load_round(self, rnd):
@@ -746,8 +753,15 @@ def valid_rows(results, mode, cand):
     return [r for r in results["runs"] if r["mode"] == mode and r["candidate"] == cand and r["valid"]]
 
 
+def used_rows(results, mode, cand):
+    """The runs a candidate's figures come from: its quiet valid runs, or when it has none all its
+    valid runs."""
+    rows = valid_rows(results, mode, cand)
+    return [r for r in rows if r.get("quiet")] or rows
+
+
 def med(results, mode, cand, key):
-    return median([r.get(key) for r in valid_rows(results, mode, cand)])
+    return median([r.get(key) for r in used_rows(results, mode, cand)])
 
 
 def span(results, mode, cand, key, nd=1):
@@ -760,10 +774,9 @@ def span(results, mode, cand, key, nd=1):
 
 
 def above_floor(results, mode, cand, key="cpu_us_per_req"):
-    """Median over rounds of (cand's `key` - Quill TCP mode's `key` in the same round)."""
-    floor = {r["round"]: r.get(key) for r in valid_rows(results, *FLOOR)}
-    return median([r[key] - floor[r["round"]] for r in valid_rows(results, mode, cand)
-                   if r.get(key) is not None and floor.get(r["round"]) is not None])
+    """cand's median `key` - Quill TCP mode's median `key` (each over the runs `used_rows` picks)."""
+    a, b = med(results, mode, cand, key), med(results, *FLOOR, key)
+    return None if a is None or b is None else a - b
 
 
 def summarize(results, modes, only):
@@ -775,7 +788,9 @@ def summarize(results, modes, only):
             if cand not in only:
                 continue
             s = sys_of.get((mode, cand), {})
-            row = {"mode": mode, "candidate": cand, "runs": len(valid_rows(results, mode, cand)),
+            valid = valid_rows(results, mode, cand)
+            row = {"mode": mode, "candidate": cand, "runs": len(valid),
+                   "quiet_runs": len([r for r in valid if r.get("quiet")]),
                    "syscalls_per_req": s.get("per_request"),
                    "instructions_per_req": cg_of.get(mode) if cand == "quill" else None,
                    "above_floor_us": above_floor(results, mode, cand),
@@ -783,7 +798,7 @@ def summarize(results, modes, only):
                    "kernel_above_floor_us": above_floor(results, mode, cand, "kernel_us_per_req")}
             for key in ("rps", "cpu_us_per_req", "user_us_per_req", "kernel_us_per_req", "backend_us_per_req",
                         "client_us_per_req", "softirq_us_per_req", "steal_us_per_req", "kthreads_us_per_req",
-                        "others_us_per_req", "ctx_per_req", "cores"):
+                        "others_us_per_req", "others_cores", "ctx_per_req", "cores"):
                 row[key] = med(results, mode, cand, key)
             out.append(row)
     return out
@@ -815,10 +830,15 @@ def render(results, summary, meta):
         w("TLS negotiated (a Python client, no ALPN, as wrk): %s." % "; ".join(
             "%s %s" % kv for kv in sorted(results["negotiated"].items())))
     w("")
-    w("## CPU per request, user and kernel apart (medians over rounds)")
+    w("## CPU per request, user and kernel apart")
     w("")
-    w("**above floor** = the median over rounds of (the candidate's CPU µs/req − Quill TCP mode's in the same "
-      "round); **of which kernel** = the same for kernel time alone. **syscalls/req**: `strace -f -c` during "
+    w("Medians over the candidate's quiet runs: those during which other work on the machine (not the proxy, "
+      "the backends, the client or the kernel's threads) took at most %s of a core; a candidate with no quiet "
+      "run is marked † and its medians are over all its valid runs. Other work slows everything on 2 cores, "
+      "req/s most of all; compare CPU per request. **above floor** = the candidate's median CPU µs/req − Quill "
+      "TCP mode's; **of which kernel** = the same for kernel time alone." % meta["quiet_cores"])
+    w("")
+    w("**syscalls/req**: `strace -f -c` during "
       "a %s s window of the same load, nothing subtracted. **instr/req**: Quill's own user-space instructions "
       "(callgrind, one worker). **backends** and **client**: the CPU per request of the two nginx backends and "
       "of wrk or ab, which share the 2 cores with the proxy." % (meta["strace_duration"] or "–"))
@@ -828,8 +848,9 @@ def render(results, summary, meta):
     w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in summary:
         floor = (r["mode"], r["candidate"]) == FLOOR
+        name = ("**%s**" % r["candidate"]) if r["candidate"] == "quill" else r["candidate"]
         w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["mode"], ("**%s**" % r["candidate"]) if r["candidate"] == "quill" else r["candidate"],
+            r["mode"], name + ("" if r["quiet_runs"] else " †"),
             fmt(r["rps"]), fmt(r["cpu_us_per_req"], 2), fmt(r["user_us_per_req"], 2),
             fmt(r["kernel_us_per_req"], 2), "(floor)" if floor else signed(r["above_floor_us"]),
             "–" if floor else signed(r["kernel_above_floor_us"]), fmt(r["syscalls_per_req"], 2),
@@ -839,24 +860,27 @@ def render(results, summary, meta):
     w("")
     w("## The machine during each run")
     w("")
-    w("Medians over rounds, µs per request of the run: **softirq** and **steal** for the whole machine "
+    w("Medians over the same runs as above, µs per request of the run: **softirq** and **steal** for the whole machine "
       "(/proc/stat; with tick accounting, softirq time is also charged to whichever process it interrupted, "
       "so it is partly inside the kernel figures above); **kthreads**: the kernel's own threads (ksoftirqd, "
       "kworkers; kernel work for this traffic done outside the processes that caused it); **others** = the "
       "machine's busy time minus the proxy's, the backends', the client's and the kernel threads': other "
-      "processes (other work on a shared machine) and interrupts that landed on an idle CPU. **cores** = the proxy's CPU "
-      "seconds / wall seconds; **ctx sw/req**: the proxy's context switches (voluntary and involuntary, all its "
+      "processes (other work on a shared machine) and interrupts that landed on an idle CPU; **others' cores** = "
+      "that in cores, the quiet test; **quiet / valid**: the candidate's quiet runs and valid runs. **cores** = the proxy's CPU "
+      "seconds / wall seconds; **load before**: the 1-minute load average before each run (this benchmark's own "
+      "processes count in it); **ctx sw/req**: the proxy's context switches (voluntary and involuntary, all its "
       "threads) per request: a worker that sleeps and is woken per event pays the kernel for each. **CPU range**: the proxy's CPU µs/req, lowest–highest over the valid runs.")
     w("")
-    w("| mode | candidate | valid runs | cores | ctx sw/req | CPU range | softirq | steal | kthreads | others | load before |")
-    w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    w("| mode | candidate | quiet / valid | cores | ctx sw/req | CPU range | softirq | steal | kthreads | others | others' cores, each run | load before |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for r in summary:
-        w("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["mode"], r["candidate"], r["runs"], fmt(r["cores"], 2), fmt(r["ctx_per_req"], 3),
+        runs = [x for x in results["runs"] if x["mode"] == r["mode"] and x["candidate"] == r["candidate"]]
+        w("| %s | %s | %d / %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["mode"], r["candidate"], r["quiet_runs"], r["runs"], fmt(r["cores"], 2), fmt(r["ctx_per_req"], 3),
             span(results, r["mode"], r["candidate"], "cpu_us_per_req", 2), fmt(r["softirq_us_per_req"], 2),
             fmt(r["steal_us_per_req"], 2), fmt(r["kthreads_us_per_req"], 2), fmt(r["others_us_per_req"], 2),
-            ", ".join(x["load_before"].split()[0] for x in results["runs"]
-                      if x["mode"] == r["mode"] and x["candidate"] == r["candidate"])))
+            ", ".join(fmt(x.get("others_cores"), 2) for x in runs),
+            ", ".join(x["load_before"].split()[0] for x in runs)))
     w("")
     if results["syscalls"]:
         w("## System calls per request")
@@ -965,6 +989,8 @@ def main(argv):
     p.add_argument("--strace-duration", type=int, default=3, help="seconds of load under strace; 0 skips")
     p.add_argument("--callgrind-requests", type=int, default=1000, help="N2 - N1; 0 skips callgrind")
     p.add_argument("--callgrind-n1", type=int, default=300)
+    p.add_argument("--quiet-cores", type=float, default=0.2,
+                   help="a run is quiet when other work took at most this many cores during it")
     p.add_argument("--only", default=",".join(ALL_NAMES))
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--results", default=os.path.join(HERE, "results"))
@@ -1000,7 +1026,7 @@ def main(argv):
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": a.command, "rounds": a.rounds, "duration": a.duration, "ab_requests": a.ab_requests,
             "strace_duration": a.strace_duration, "callgrind_requests": a.callgrind_requests,
-            "callgrind_n1": a.callgrind_n1, "modes": a.modes, "candidates": a.only,
+            "callgrind_n1": a.callgrind_n1, "quiet_cores": a.quiet_cores, "modes": a.modes, "candidates": a.only,
             "kernel": "Linux " + platform.release(), "cpus": os.cpu_count(), "cpu_model": harness.cpu_model(),
             "load_before": loadavg(), "versions": versions(a.quill_bin), "quill_src": a.quill_src,
             "ports": {"%s/%s" % k: v for k, v in PORTS.items()}, "backends": list(BACKENDS)}
