@@ -8,13 +8,15 @@
 # All with 2 workers/threads over the same two nginx backends; interleaved rounds, medians.
 #
 #   bash bench/floor.sh [--rounds N] [--quick] [--duration S] [--ab-requests N]
-#                       [--strace-duration S] [--callgrind-requests N]
+#                       [--strace-duration S] [--callgrind-requests N] [--quiet-cores X]
 #                       [--only quill,haproxy,nginx,h2o] [--modes tcp,http,http-close,tls,static]
 #
 # --rounds N (3); --quick = 1 round, wrk 2 s, ab 10,000, strace 2 s, callgrind 100 and 400 requests;
 # --duration S: each measured wrk run (5); --ab-requests N: each measured ab run (30000);
 # --strace-duration S: the load window under strace (3; 0 skips); --callgrind-requests N: N2 - N1
-# of the callgrind runs (1000, N1 = 300; 0 skips); --only: candidates; --modes: modes.
+# of the callgrind runs (1000, N1 = 300; 0 skips); --quiet-cores X: a run is quiet when other work
+# on the machine took at most X cores during it (0.2); the tables use a candidate's quiet runs when
+# it has any; --only: candidates; --modes: modes.
 # Env: QUILL_BIN=path  use this binary instead of building (cargo build --release)
 #      KEEP_WORK=1     keep the temp work dir (certificate, configs, logs, pids)
 #      RESULTS_DIR=dir write the results there instead of bench/results
@@ -24,7 +26,7 @@
 # answered wrong: the tables are written, with that candidate marked NOT measured).
 set -euo pipefail
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 ROUNDS=3
 QUICK=
@@ -32,6 +34,7 @@ DURATION=
 AB_REQUESTS=
 STRACE_DURATION=
 CALLGRIND_REQUESTS=
+QUIET_CORES=0.2
 ONLY=quill,haproxy,nginx,h2o
 MODES=tcp,http,http-close,tls,static
 while [ $# -gt 0 ]; do
@@ -42,6 +45,7 @@ while [ $# -gt 0 ]; do
         --ab-requests) AB_REQUESTS="${2:?--ab-requests needs a number}"; shift 2 ;;
         --strace-duration) STRACE_DURATION="${2:?--strace-duration needs seconds}"; shift 2 ;;
         --callgrind-requests) CALLGRIND_REQUESTS="${2:?--callgrind-requests needs a number}"; shift 2 ;;
+        --quiet-cores) QUIET_CORES="${2:?--quiet-cores needs a number}"; shift 2 ;;
         --only) ONLY="${2:?--only needs a list}"; shift 2 ;;
         --modes) MODES="${2:?--modes needs a list}"; shift 2 ;;
         --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
@@ -55,6 +59,7 @@ for v in "$ROUNDS" ${DURATION:+"$DURATION"} ${AB_REQUESTS:+"$AB_REQUESTS"} \
          ${STRACE_DURATION:+"$STRACE_DURATION"} ${CALLGRIND_REQUESTS:+"$CALLGRIND_REQUESTS"}; do
     case "$v" in ''|*[!0-9]*) echo "floor.sh: '$v' is not a number" >&2; exit 2 ;; esac
 done
+case "$QUIET_CORES" in ''|.|*[!0-9.]*|*.*.*) echo "floor.sh: '$QUIET_CORES' is not a number" >&2; exit 2 ;; esac
 CALLGRIND_N1=300
 if [ -n "$QUICK" ]; then
     [ "$ROUNDS" = 3 ] && ROUNDS=1
@@ -81,7 +86,7 @@ REPO="$(dirname "$BENCH_DIR")"
 RESULTS="${RESULTS_DIR:-$BENCH_DIR/results}"
 COMMAND="bash bench/floor.sh --rounds $ROUNDS --duration $DURATION --ab-requests $AB_REQUESTS"
 COMMAND="$COMMAND --strace-duration $STRACE_DURATION --callgrind-requests $CALLGRIND_REQUESTS"
-COMMAND="$COMMAND --only $ONLY --modes $MODES"
+COMMAND="$COMMAND --quiet-cores $QUIET_CORES --only $ONLY --modes $MODES"
 
 say() { echo "[floor.sh] $*" >&2; }
 # shellcheck source=bench/lib.sh
@@ -135,7 +140,7 @@ set +e
 python3 "$BENCH_DIR/floor.py" --work "$WORK" ${QUILL:+--quill-bin "$QUILL"} ${QUILL_SRC:+--quill-src "$QUILL_SRC"} \
     --rounds "$ROUNDS" --duration "$DURATION" --ab-requests "$AB_REQUESTS" \
     --strace-duration "$STRACE_DURATION" --callgrind-requests "$CALLGRIND_REQUESTS" \
-    --callgrind-n1 "$CALLGRIND_N1" --only "$ONLY" --modes "$MODES" \
+    --callgrind-n1 "$CALLGRIND_N1" --quiet-cores "$QUIET_CORES" --only "$ONLY" --modes "$MODES" \
     --results "$RESULTS" --command "$COMMAND" >/dev/null &
 DRIVER=$!
 wait "$DRIVER"
