@@ -20,7 +20,7 @@
 # Env: QUILL_BIN=path  use this binary instead of building (cargo build --release)
 #      KEEP_WORK=1     keep the temp work dir (certificate, configs, logs, pids)
 #      RESULTS_DIR=dir write the results there instead of bench/results
-# Writes bench/results/floor.md and bench/results/floor.json. About 9 minutes with the defaults
+# Writes bench/results/floor.md and bench/results/floor.json. About 8 minutes with the defaults
 # (--quick: 3). Ports 9131, 9132 (backends), 9133-9146 (candidates), 9147, 9148 (callgrind).
 # Exit status: 0, 1 (interrupted or setup failed), 2 (usage), 3 (a candidate did not start or
 # answered wrong: the tables are written, with that candidate marked NOT measured).
