@@ -7,10 +7,14 @@
 //! Containment is the kernel's: a relative name is resolved component by component against the
 //! root descriptor, and `RESOLVE_BENEATH` refuses (`EXDEV`) any step, `..` or symlink, that would
 //! leave it, even when the tree changes between the check and the use, which no check on the
-//! string can promise.
+//! string can promise. Where the kernel has no `openat2` (Linux before 5.6, or a seccomp filter
+//! that refuses it), the lookup is done a component at a time with `O_NOFOLLOW` instead: no
+//! symlink is followed at all and `..` is refused, so the containment holds, and `Inside` serves
+//! as `None` does there.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, StatxFlags};
 use rustix::io::{Errno, ReadWriteFlags};
@@ -100,20 +104,71 @@ pub fn open_beneath(root: BorrowedFd<'_>, rel: &[u8], links: Links) -> io::Resul
     openat2_retrying(root, rel, flags, resolve)
 }
 
-/// `openat2`, tried again a bounded number of times on `EAGAIN` (a concurrent rename or mount).
+/// Set once `openat2` answered that the kernel (or a sandbox) does not have it: later lookups
+/// go straight to [`open_walk`].
+static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process found `openat2` missing, so that symlinks under an `Inside` root are not
+/// followed (for the operator's log).
+pub fn openat2_missing() -> bool {
+    NO_OPENAT2.load(Ordering::Relaxed)
+}
+
+/// `openat2`, tried again a bounded number of times on `EAGAIN` (a concurrent rename or mount);
+/// [`open_walk`] where the kernel has none.
 fn openat2_retrying(
     dir: BorrowedFd<'_>,
     rel: &[u8],
     flags: OFlags,
     resolve: ResolveFlags,
 ) -> io::Result<OwnedFd> {
+    if NO_OPENAT2.load(Ordering::Relaxed) {
+        return open_walk(dir, rel, flags);
+    }
     let mut tries = 0;
     loop {
         match rustix::fs::openat2(dir, rel, flags, Mode::empty(), resolve) {
             Err(Errno::AGAIN) if tries + 1 < OPEN_RETRIES => tries += 1,
+            // ENOSYS: no such call (Linux < 5.6); EPERM: an old container runtime's seccomp
+            // filter, which answers that for every call it does not know.
+            Err(Errno::NOSYS | Errno::PERM) => {
+                NO_OPENAT2.store(true, Ordering::Relaxed);
+                return open_walk(dir, rel, flags);
+            }
             other => return Ok(other?),
         }
     }
+}
+
+/// `rel` under `root` without `openat2`: one component at a time, each directory opened with
+/// `O_PATH | O_DIRECTORY | O_NOFOLLOW` and the last with `flags | O_NOFOLLOW`, so no symlink is
+/// followed anywhere on the path (`ELOOP` or `ENOTDIR`), and a `..` component is refused
+/// (`EXDEV`): nothing outside `root` can be reached, whatever the tree holds.
+fn open_walk(root: BorrowedFd<'_>, rel: &[u8], flags: OFlags) -> io::Result<OwnedFd> {
+    let mut parts = rel
+        .split(|&b| b == b'/')
+        .filter(|p| !p.is_empty() && *p != b".")
+        .peekable();
+    let mut dir: Option<OwnedFd> = None;
+    while let Some(part) = parts.next() {
+        if part == b".." {
+            return Err(Errno::XDEV.into());
+        }
+        let at = dir.as_ref().map_or(root, |d| d.as_fd());
+        let last = parts.peek().is_none();
+        let how = if last {
+            flags | OFlags::NOFOLLOW
+        } else {
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+        };
+        let fd = rustix::fs::openat(at, part, how, Mode::empty())?;
+        if last {
+            return Ok(fd);
+        }
+        dir = Some(fd);
+    }
+    // No component but `.`: the root itself.
+    Ok(rustix::fs::openat(root, ".", flags, Mode::empty())?)
 }
 
 /// The kind of a file from its type.

@@ -450,3 +450,50 @@ fn the_traversal_corpus_never_leaves_the_root() {
         assert_eq!(&serve(&root, path, *links), want, "{name}");
     }
 }
+
+/// The lookup used where the kernel has no `openat2`, called directly (this kernel has it): files
+/// and directories under the root open, and every symlink (inside or out), `..` and escape is
+/// refused.
+#[test]
+fn the_walk_without_openat2_opens_what_is_under_the_root_and_follows_no_link() {
+    let t = TempTree::new("walk");
+    t.dir("d");
+    t.dir("d/e");
+    t.file("d/e/f", b"body");
+    t.file("top", b"x");
+    t.link("d/to_top", "../top");
+    t.link("d/up", "..");
+    t.link("out", "/etc");
+    let root = t.open_root();
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+    let read = |rel: &[u8]| -> io::Result<Vec<u8>> {
+        let fd = open_walk(root.as_fd(), rel, flags)?;
+        let mut s = String::new();
+        std::fs::File::from(fd).read_to_string(&mut s)?;
+        Ok(s.into_bytes())
+    };
+    assert_eq!(read(b"d/e/f").unwrap(), b"body");
+    assert_eq!(read(b"./d//e/./f").unwrap(), b"body");
+    assert_eq!(read(b"top").unwrap(), b"x");
+    for refused in [
+        &b"d/to_top"[..],
+        b"d/up/top",
+        b"out/passwd",
+        b"out",
+        b"../etc/passwd",
+        b"d/../top",
+    ] {
+        let e = open_walk(root.as_fd(), refused, flags).unwrap_err();
+        let code = e.raw_os_error();
+        assert!(
+            [Some(libc::ELOOP), Some(libc::ENOTDIR), Some(libc::EXDEV)].contains(&code),
+            "{}: {e}",
+            String::from_utf8_lossy(refused)
+        );
+    }
+    assert!(open_walk(root.as_fd(), b"missing", flags).is_err());
+    // The root itself, and a directory.
+    assert!(open_walk(root.as_fd(), b".", flags).is_ok());
+    assert!(open_walk(root.as_fd(), b"", flags).is_ok());
+    assert!(open_walk(root.as_fd(), b"d/e", flags).is_ok());
+}

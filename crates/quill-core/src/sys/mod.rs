@@ -19,8 +19,8 @@ mod process;
 mod udp;
 
 pub use file::{
-    file_info, file_info_at, open_beneath, pread, pread_nowait, read_dir, send_more, sendfile,
-    DirEntry, FileInfo, FileKind, Links,
+    file_info, file_info_at, open_beneath, openat2_missing, pread, pread_nowait, read_dir,
+    send_more, sendfile, DirEntry, FileInfo, FileKind, Links,
 };
 pub use packet::{
     packet_recv, packet_rx_ring, packet_send, packet_send_many, packet_socket,
