@@ -403,13 +403,7 @@ class Candidate:
 
     def log_tail(self):
         name = "%s-%s" % (CONFIG_OF.get(self.mode, self.mode), self.name)
-        try:
-            with open(os.path.join(self.bench.work, name + ".log"), "rb") as f:
-                f.seek(0, 2)
-                f.seek(max(0, f.tell() - 1500))
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return harness.file_tail(os.path.join(self.bench.work, name + ".log"))
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -436,15 +430,7 @@ class Bench:
         self.backend_procs = []
 
     def start_backends(self):
-        for i, port in enumerate(BACKENDS, 1):
-            if harness.port_open(port):
-                raise RuntimeError("port %d already in use" % port)
-            p = self.procs.start("backend%d" % i, [
-                "nginx", "-p", self.work + "/", "-c", os.path.join(self.work, "backend%d.conf" % i),
-                "-e", os.path.join(self.work, "backend%d.err" % i)])
-            if not harness.wait_ready(port, p):
-                raise RuntimeError("backend on %d did not start (see %s/backend%d.log)" % (port, self.work, i))
-            self.backend_procs.append(p)
+        self.backend_procs += harness.start_nginx_backends(self.procs, self.work, BACKENDS)
         time.sleep(0.3)
         for port in BACKENDS:
             got = harness.http_get(port, PATH)
@@ -955,29 +941,6 @@ def signed(v):
 
 # ---------------------------------------------------------------- main
 
-def versions(quill_bin):
-    v = {}
-    pkgs = ["haproxy", "nginx", "libnginx-mod-stream", "h2o", "wrk", "apache2-utils", "openssl", "strace",
-            "valgrind"]
-    try:
-        out = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version}\\n"] + pkgs,
-                             capture_output=True, text=True, timeout=20).stdout
-        for line in out.splitlines():
-            k, _, ver = line.partition(" ")
-            if ver:
-                v[k] = ver
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    if quill_bin:
-        try:
-            v["quill"] = subprocess.run([quill_bin, "--version"], capture_output=True, text=True,
-                                        timeout=10).stdout.strip() or "?"
-        except (OSError, subprocess.TimeoutExpired):
-            v["quill"] = "?"
-    v["python"] = platform.python_version()
-    return v
-
-
 def main(argv):
     p = argparse.ArgumentParser()
     p.add_argument("--work", required=True)
@@ -1028,7 +991,9 @@ def main(argv):
             "strace_duration": a.strace_duration, "callgrind_requests": a.callgrind_requests,
             "callgrind_n1": a.callgrind_n1, "quiet_cores": a.quiet_cores, "modes": a.modes, "candidates": a.only,
             "kernel": "Linux " + platform.release(), "cpus": os.cpu_count(), "cpu_model": harness.cpu_model(),
-            "load_before": loadavg(), "versions": versions(a.quill_bin), "quill_src": a.quill_src,
+            "load_before": loadavg(), "versions": harness.versions(
+                a.quill_bin, ["quill"], pkgs=("haproxy", "nginx", "libnginx-mod-stream", "h2o", "wrk",
+                                             "apache2-utils", "openssl", "strace", "valgrind")), "quill_src": a.quill_src,
             "ports": {"%s/%s" % k: v for k, v in PORTS.items()}, "backends": list(BACKENDS)}
     interrupted = harness.run_guarded(bench)
     meta["load_after"] = loadavg()

@@ -339,13 +339,7 @@ class Candidate:
         return None
 
     def log_tail(self):
-        try:
-            with open(os.path.join(self.bench.work, self.name + ".log"), "rb") as f:
-                f.seek(0, 2)
-                f.seek(max(0, f.tell() - 1500))
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return harness.file_tail(os.path.join(self.bench.work, self.name + ".log"))
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -371,15 +365,7 @@ class Bench:
         self.backend_procs = []
 
     def start_backends(self):
-        for i, port in enumerate(BACKENDS, 1):
-            if harness.port_open(port):
-                raise RuntimeError("port %d already in use" % port)
-            p = self.procs.start("backend%d" % i, [
-                "nginx", "-p", self.work + "/", "-c", os.path.join(self.work, "backend%d.conf" % i),
-                "-e", os.path.join(self.work, "backend%d.err" % i)])
-            if not harness.wait_ready(port, p):
-                raise RuntimeError("backend on %d did not start (see %s/backend%d.log)" % (port, self.work, i))
-            self.backend_procs.append(p)
+        self.backend_procs += harness.start_nginx_backends(self.procs, self.work, BACKENDS)
         time.sleep(0.3)
         for port in BACKENDS:
             for path in ("/1k", "/1m"):
@@ -982,29 +968,6 @@ def targets(results, cands):
 
 # ---------------------------------------------------------------- main
 
-def versions(quill_bin, quill_base_bin, cands):
-    v = {}
-    pkgs = ["haproxy", "nginx", "h2o", "nghttp2-client", "openssl", "libssl3", "strace"]
-    try:
-        out = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version}\\n"] + pkgs,
-                             capture_output=True, text=True, timeout=20).stdout
-        for line in out.splitlines():
-            k, _, ver = line.partition(" ")
-            if ver:
-                v[k] = ver
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    for name, binary in (("quill", quill_bin), ("quill-base", quill_base_bin)):
-        if name in cands and binary:
-            try:
-                v[name] = subprocess.run([binary, "--version"], capture_output=True, text=True,
-                                         timeout=10).stdout.strip() or "?"
-            except (OSError, subprocess.TimeoutExpired):
-                v[name] = "?"
-    v["python"] = platform.python_version()
-    return v
-
-
 def main(argv):
     p = argparse.ArgumentParser()
     p.add_argument("--work", required=True)
@@ -1055,7 +1018,9 @@ def main(argv):
             "idle": a.idle, "strace_requests": a.strace_requests, "kernel": "Linux " + platform.release(),
             "cpus": os.cpu_count(), "cpu_model": harness.cpu_model(),
             "load_before": " ".join(open("/proc/loadavg").read().split()[:3]),
-            "versions": versions(a.quill_bin, a.quill_base_bin, names), "ports": {n: PORTS[n] for n in names},
+            "versions": harness.versions(
+                a.quill_bin, names, a.quill_base_bin,
+                pkgs=("haproxy", "nginx", "h2o", "nghttp2-client", "openssl", "libssl3", "strace")), "ports": {n: PORTS[n] for n in names},
             "backends": list(BACKENDS)}
     interrupted = harness.run_guarded(bench)
     refused.update(bench.refused)

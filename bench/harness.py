@@ -303,6 +303,34 @@ def wait_ready(port, proc=None, timeout=15.0):
     return False
 
 
+def file_tail(path, limit=1500):
+    """The last `limit` bytes of a log file, as text ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def start_nginx_backends(procs, work, ports):
+    """Starts the nginx backends WORK/backendI.conf (I from 1, one per port of `ports`) through
+    `procs` and waits until each listens; raises RuntimeError when a port is taken or a backend
+    does not start. Returns their processes."""
+    started = []
+    for i, port in enumerate(ports, 1):
+        if port_open(port):
+            raise RuntimeError("port %d already in use" % port)
+        p = procs.start("backend%d" % i, [
+            "nginx", "-p", work + "/", "-c", os.path.join(work, "backend%d.conf" % i),
+            "-e", os.path.join(work, "backend%d.err" % i)])
+        if not wait_ready(port, p):
+            raise RuntimeError("backend on %d did not start (see %s/backend%d.log)" % (port, work, i))
+        started.append(p)
+    return started
+
+
 # ---------------------------------------------------------------- configs
 
 def write_backends(work, ports=None):
@@ -1132,15 +1160,22 @@ def render(results, cands, meta):
     return "\n".join(lines), summ
 
 
-def versions(quill_bin, cands, quill_base_bin=None):
+VERSION_PACKAGES = ("haproxy", "nginx", "libnginx-mod-stream", "pen", "wrk", "apache2-utils", "strace",
+                    "systemd")
+
+
+def versions(quill_bin, cands, quill_base_bin=None, pkgs=VERSION_PACKAGES):
+    """The versions of the Debian packages `pkgs` (those installed), of the Quill binaries among
+    `cands` (`quill --version`) and of Python, for a results file."""
     v = {}
-    pkgs = ["haproxy", "nginx", "libnginx-mod-stream", "pen", "wrk", "apache2-utils", "strace", "systemd"]
+    pkgs = list(pkgs)
     try:
         out = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version}\\n"] + pkgs,
                              capture_output=True, text=True, timeout=20).stdout
         for line in out.splitlines():
             k, _, ver = line.partition(" ")
-            v[k] = ver
+            if ver:
+                v[k] = ver
     except (OSError, subprocess.TimeoutExpired):
         pass
     for name, path in (("quill", quill_bin), ("quill-base", quill_base_bin)):
