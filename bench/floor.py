@@ -303,32 +303,10 @@ def tls_get(port, path=PATH, timeout=5.0):
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
             with tls_context().wrap_socket(raw) as s:
                 s.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n" % path).encode())
-                status, n = read_response(s)
+                status, n = instructions.read_response(s)
                 return status, n, "%s %s" % (s.version(), s.cipher()[0])
     except (OSError, ValueError, IndexError, RuntimeError) as e:
         return None, "%s: %s" % (type(e).__name__, e), None
-
-
-def read_response(s):
-    """Reads one response with a Content-Length body from a socket: (status, body length)."""
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        d = s.recv(65536)
-        if not d:
-            raise RuntimeError("EOF before a response head")
-        buf += d
-    head, rest = buf.split(b"\r\n\r\n", 1)
-    n = 0
-    for line in head.split(b"\r\n")[1:]:
-        k, _, v = line.partition(b":")
-        if k.strip().lower() == b"content-length":
-            n = int(v)
-    while len(rest) < n:
-        d = s.recv(65536)
-        if not d:
-            raise RuntimeError("EOF in a response body")
-        rest += d
-    return int(head.split()[1]), len(rest)
 
 
 def children_cpu():
@@ -714,7 +692,7 @@ def callgrind_client(mode, port, n):
         for _ in range(n):
             with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
                 s.sendall(req)
-                read_response(s)
+                instructions.read_response(s)
             if time.monotonic() > deadline:
                 raise RuntimeError("more than 600 s for %d requests" % n)
         return
@@ -724,7 +702,7 @@ def callgrind_client(mode, port, n):
     try:
         for _ in range(n):
             s.sendall(req)
-            status, size = read_response(s)
+            status, size = instructions.read_response(s)
             if status != 200 or size != SIZE:
                 raise RuntimeError("got %s with %d bytes" % (status, size))
             if time.monotonic() > deadline:

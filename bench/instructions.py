@@ -74,11 +74,13 @@ def wait_port(port, within=60):
 
 
 def read_response(s):
+    """Reads one response with a Content-Length body from a socket: (status, body length).
+    RuntimeError when the peer closes first. (bench/floor.py uses it too.)"""
     buf = b""
     while b"\r\n\r\n" not in buf:
         d = s.recv(65536)
         if not d:
-            raise SystemExit("EOF before a response head")
+            raise RuntimeError("EOF before a response head")
         buf += d
     head, rest = buf.split(b"\r\n\r\n", 1)
     n = 0
@@ -89,8 +91,9 @@ def read_response(s):
     while len(rest) < n:
         d = s.recv(65536)
         if not d:
-            raise SystemExit("EOF in a response body")
+            raise RuntimeError("EOF in a response body")
         rest += d
+    return int(head.split()[1]), len(rest)
 
 
 def client(mode, port, n):
