@@ -170,23 +170,7 @@ def write_configs(work, cert, key, both):
             f.write(text)
 
     # -- tcp
-    put("tcp-haproxy.cfg", """global
-    nbthread {workers}
-    maxconn {mc}
-defaults
-    mode tcp
-    maxconn {mc}
-    timeout connect 5s
-    timeout client 600s
-    timeout server 600s
-frontend fe
-    bind 127.0.0.1:{port}
-    default_backend be
-backend be
-    balance roundrobin
-    server s1 {be0}
-    server s2 {be1}
-""".format(workers=WORKERS, mc=MAXCONN, port=PORTS[("tcp", "haproxy")], be0=be[0], be1=be[1]))
+    put("tcp-haproxy.cfg", harness.haproxy_tcp(WORKERS, MAXCONN, PORTS[("tcp", "haproxy")], be))
     put("tcp-nginx.conf", NGINX_HEAD.format(
         modules="load_module /usr/lib/nginx/modules/ngx_stream_module.so;\n", workers=WORKERS, w=work,
         name="tcp-nginx") + """stream {{

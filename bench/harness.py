@@ -372,6 +372,27 @@ http {{
 """.format(w=work, i=i, port=port))
 
 
+def haproxy_tcp(workers, maxconn, port, servers):
+    """HAProxy 2.6 `mode tcp`, round robin, `nbthread workers`, listening on 127.0.0.1:port in
+    front of `servers` (HOST:PORT strings)."""
+    lines = "".join("    server s%d %s\n" % (i, a) for i, a in enumerate(servers, 1))
+    return """global
+    nbthread {workers}
+    maxconn {mc}
+defaults
+    mode tcp
+    maxconn {mc}
+    timeout connect 5s
+    timeout client 600s
+    timeout server 600s
+frontend fe
+    bind 127.0.0.1:{port}
+    default_backend be
+backend be
+    balance roundrobin
+{lines}""".format(workers=workers, mc=maxconn, port=port, lines=lines)
+
+
 def haproxy_http(workers, maxconn, port, servers, bind_extra=""):
     """HAProxy 2.6 `mode http` with keep-alive both ways, X-Forwarded-For and connection reuse,
     `nbthread workers`, listening on 127.0.0.1:port (`bind_extra` after it: `ssl crt ...`) in
@@ -415,23 +436,7 @@ stream {{
 }}
 """.format(w=work, port=PORTS["nginx-stream"]))
     with open(os.path.join(work, "haproxy.cfg"), "w") as f:
-        f.write("""global
-    nbthread 2
-    maxconn {mc}
-defaults
-    mode tcp
-    maxconn {mc}
-    timeout connect 5s
-    timeout client 600s
-    timeout server 600s
-frontend fe
-    bind 127.0.0.1:{port}
-    default_backend be
-backend be
-    balance roundrobin
-    server s1 127.0.0.1:9001
-    server s2 127.0.0.1:9002
-""".format(mc=MAXCONN, port=PORTS["haproxy"]))
+        f.write(haproxy_tcp(2, MAXCONN, PORTS["haproxy"], ["127.0.0.1:9001", "127.0.0.1:9002"]))
 
 
 def candidate_cmd(name, work, quill_bin):
