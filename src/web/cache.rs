@@ -404,19 +404,6 @@ fn load(root: &StaticRoot, rel: &[u8]) -> (Lookup, Option<Stamp>, usize) {
     (Lookup::File(Arc::new(found)), Some(Stamp::of(&info)), bytes)
 }
 
-/// Says once per process that `symlinks = "inside"` cannot be honoured as asked: without
-/// `openat2` (Linux < 5.6, or a seccomp filter that refuses it) no symlink is followed.
-fn warn_no_openat2() {
-    static SAID: std::sync::Once = std::sync::Once::new();
-    SAID.call_once(|| {
-        tracing::warn!(
-            "openat2 is not available (Linux before 5.6, or a seccomp filter refuses it): files \
-             are opened a path component at a time and symlinks under static roots with \
-             symlinks = \"inside\" are not followed (404), as with \"never\""
-        )
-    });
-}
-
 fn held_bytes(r: &Rep) -> usize {
     match &r.body {
         Body::Bytes(b) => b.len(),
@@ -426,11 +413,7 @@ fn held_bytes(r: &Rep) -> usize {
 
 /// Opens `rel` beneath the root under its link rule, with what it is.
 fn open(root: &StaticRoot, rel: &[u8]) -> Option<(OwnedFd, FileInfo)> {
-    let fd = sysfile::open_beneath(root.dir.as_fd(), rel, links(&root.action));
-    if root.action.symlinks == Symlinks::Inside && sysfile::openat2_missing() {
-        warn_no_openat2();
-    }
-    let fd = fd.ok()?;
+    let fd = super::open_beneath(root.dir.as_fd(), rel, links(&root.action)).ok()?;
     let info = sysfile::file_info(fd.as_fd()).ok()?;
     Some((fd, info))
 }

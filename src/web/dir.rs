@@ -11,7 +11,7 @@ use crate::route::StaticRoot;
 
 /// The entries of the directory `rel` beneath the root (at most `max`).
 pub(crate) fn read(root: &StaticRoot, rel: &[u8], max: usize) -> io::Result<Vec<Entry>> {
-    let dir = sysfile::open_beneath(root.dir.as_fd(), rel, super::cache::links(&root.action))?;
+    let dir = super::open_beneath(root.dir.as_fd(), rel, super::cache::links(&root.action))?;
     let entries = sysfile::read_dir(dir.as_fd(), max)?;
     Ok(entries
         .into_iter()

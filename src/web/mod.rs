@@ -19,7 +19,32 @@ pub(crate) mod readahead;
 pub(crate) mod send;
 pub(crate) mod serve;
 
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+
 use cache::FileCache;
+use quill_core::sys::{self, Links};
+
+/// [`sys::open_beneath`] for the roots the web server opens files under (static files, listings,
+/// CGI scripts), saying once per process when `Links::Inside` cannot be honoured: without
+/// `openat2` (Linux < 5.6, or a seccomp filter that refuses it) no symlink is followed. The
+/// FastCGI route's check that a script exists is in the model layer, below this one, and calls
+/// `sys` directly: it falls back the same way, and a FastCGI-only site is not told.
+pub(crate) fn open_beneath(root: BorrowedFd<'_>, rel: &[u8], links: Links) -> io::Result<OwnedFd> {
+    let fd = sys::open_beneath(root, rel, links);
+    if links == Links::Inside && sys::openat2_missing() {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                "openat2 is not available (Linux before 5.6, or a seccomp filter refuses it): \
+                 files are opened a path component at a time and symlinks under roots with \
+                 symlinks = \"inside\" (static files, CGI and FastCGI scripts) are not followed, \
+                 as with \"never\""
+            )
+        });
+    }
+    fd
+}
 
 /// A worker's web-server state: its file cache and the current `Date` value.
 #[derive(Debug)]

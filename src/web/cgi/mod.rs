@@ -22,7 +22,9 @@ use std::sync::Arc;
 
 use mio::unix::pipe::{Receiver, Sender};
 use quill_core::http1::path;
-use quill_core::sys::{open_beneath, Links};
+use quill_core::sys::Links;
+
+use crate::web::open_beneath;
 
 use crate::route::CgiRoot;
 
