@@ -13,6 +13,7 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use mio::Token;
+use quill_core::h2::Written;
 
 /// Most response bytes a stream's session may write ahead of the frames that carry them:
 /// beyond it, its writes would block (the client's flow-control window holds the rest back in
@@ -22,6 +23,52 @@ pub(crate) const DOWN_CAP: usize = 64 * 1024;
 thread_local! {
     /// Sessions of this worker to look at their pipes again.
     static POKES: RefCell<Vec<Token>> = const { RefCell::new(Vec::new()) };
+    /// Pipes of this worker's ended streams, with their buffers, for its next streams.
+    static SPARE: RefCell<Vec<SharedPipe>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Most spare pipes a worker keeps, and the most buffer capacity a kept pipe may hold (at most
+/// 640 KiB in all, given back at the heap trim after a burst).
+const SPARE_MAX: usize = 128;
+const SPARE_CAPACITY: usize = 4 * 1024;
+
+/// A pipe for a new stream of the connection `conn`: one of the worker's spares when it has
+/// one, so a stream costs no allocation for its pipe and its buffers.
+pub(crate) fn new_pipe(conn: Token) -> SharedPipe {
+    match SPARE.with_borrow_mut(Vec::pop) {
+        Some(pipe) => {
+            lock(&pipe).reset(conn);
+            pipe
+        }
+        None => Arc::new(Mutex::new(Pipe::new(conn))),
+    }
+}
+
+/// `pipe` is let go of: kept as a spare if this was the last hold on it (the connection's
+/// session and the stream's session let go in either order) and its buffers are small.
+pub(crate) fn recycle(pipe: &SharedPipe) {
+    if Arc::strong_count(pipe) != 1 || Arc::weak_count(pipe) != 0 {
+        return;
+    }
+    {
+        let p = lock(pipe);
+        if p.up.capacity() > SPARE_CAPACITY || p.down.capacity() > SPARE_CAPACITY {
+            return;
+        }
+    }
+    SPARE.with_borrow_mut(|spare| {
+        if spare.len() < SPARE_MAX {
+            spare.push(pipe.clone());
+        }
+    });
+}
+
+/// Drops this worker's spare pipes (the heap trim after a burst).
+pub(crate) fn trim_spares() {
+    SPARE.with_borrow_mut(|spare| {
+        spare.clear();
+        spare.shrink_to_fit();
+    });
 }
 
 /// Asks the worker to poke the session of `token` after this turn's events.
@@ -53,6 +100,11 @@ pub(crate) struct Pipe {
     pub up_unreleased: usize,
     /// The response as HTTP/1.1 bytes, not yet turned into frames.
     pub down: Vec<u8>,
+    /// Bytes of the response already turned into frames (`down[0]`'s offset in the response).
+    pub down_taken: u64,
+    /// A head the stream's session wrote at this offset of the response, as its writer noted it
+    /// (the connection's session sends it without parsing it again).
+    pub written: Option<(u64, Written)>,
     /// The stream's session shut its writing down (the response is complete, or ends here).
     pub down_eof: bool,
     /// The stream's session ended abnormally (a reset was armed): the stream is reset.
@@ -78,6 +130,8 @@ impl Pipe {
             up_reset: false,
             up_unreleased: 0,
             down: Vec::new(),
+            down_taken: 0,
+            written: None,
             down_eof: false,
             down_reset: false,
             closed: false,
@@ -86,6 +140,19 @@ impl Pipe {
             conn_poked: false,
             head_sent: false,
         }
+    }
+
+    /// A spare pipe made new for a stream of `conn`, its buffers' capacity kept.
+    fn reset(&mut self, conn: Token) {
+        let mut up = std::mem::take(&mut self.up);
+        let mut down = std::mem::take(&mut self.down);
+        up.clear();
+        down.clear();
+        *self = Pipe {
+            up,
+            down,
+            ..Pipe::new(conn)
+        };
     }
 
     /// Pokes the connection's session (once until it looks).
@@ -100,6 +167,19 @@ impl Pipe {
     pub(crate) fn poke_session(&self) {
         if let Some(t) = self.session {
             poke(t);
+        }
+    }
+
+    /// The first `n` bytes of `down` became frames.
+    pub(crate) fn take(&mut self, n: usize) {
+        self.down.drain(..n);
+        self.down_taken += n as u64;
+        if self
+            .written
+            .as_ref()
+            .is_some_and(|(at, _)| *at < self.down_taken)
+        {
+            self.written = None;
         }
     }
 
@@ -228,6 +308,13 @@ impl H2Stream {
         Ok(())
     }
 
+    /// The next bytes written are the head `written` describes (see [`Pipe::written`]).
+    pub(crate) fn note_head(&self, written: Written) {
+        let mut p = lock(&self.pipe);
+        let at = p.down_taken + p.down.len() as u64;
+        p.written = Some((at, written));
+    }
+
     /// The request's head went to a server (see [`Pipe::head_sent`]).
     pub(crate) fn head_sent(&self) {
         let mut p = lock(&self.pipe);
@@ -250,8 +337,64 @@ impl H2Stream {
 
 impl Drop for H2Stream {
     fn drop(&mut self) {
-        let mut p = lock(&self.pipe);
-        p.closed = true;
-        p.poke_conn();
+        {
+            let mut p = lock(&self.pipe);
+            p.closed = true;
+            p.poke_conn();
+        }
+        recycle(&self.pipe);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spares() -> usize {
+        SPARE.with_borrow(Vec::len)
+    }
+
+    #[test]
+    fn a_pipe_both_sessions_let_go_of_serves_the_next_stream_with_its_buffers() {
+        trim_spares();
+        let pipe = new_pipe(Token(1));
+        lock(&pipe).up.reserve(512);
+        lock(&pipe)
+            .down
+            .extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
+        lock(&pipe).down_eof = true;
+        let stream = H2Stream::new(pipe.clone(), false, None);
+        // The connection lets go first: the stream's session still holds the pipe.
+        recycle(&pipe);
+        drop(pipe);
+        assert_eq!(spares(), 0);
+        // Then the stream's session: the pipe is kept, and is the next stream's.
+        drop(stream);
+        assert_eq!(spares(), 1);
+        let again = new_pipe(Token(2));
+        assert_eq!(spares(), 0);
+        let p = lock(&again);
+        assert!(p.up.capacity() >= 512, "the buffers are kept");
+        assert!(p.down.is_empty() && p.up.is_empty());
+        assert!(!p.down_eof && !p.closed && p.written.is_none());
+        assert_eq!((p.conn, p.down_taken), (Token(2), 0));
+    }
+
+    #[test]
+    fn a_pipe_with_big_buffers_or_still_held_is_not_kept() {
+        trim_spares();
+        let big = new_pipe(Token(1));
+        lock(&big).down.reserve(SPARE_CAPACITY + 1);
+        recycle(&big);
+        assert_eq!(spares(), 0);
+        let held = new_pipe(Token(1));
+        let other = held.clone();
+        recycle(&held);
+        assert_eq!(spares(), 0);
+        drop(held);
+        recycle(&other);
+        assert_eq!(spares(), 1);
+        trim_spares();
+        assert_eq!(spares(), 0);
     }
 }

@@ -180,6 +180,19 @@ impl Stream {
         }
     }
 
+    /// The stream of an HTTP/2 connection (see [`h2pipe`]).
+    pub(crate) fn is_h2(&self) -> bool {
+        matches!(self, Stream::H2(_))
+    }
+
+    /// An HTTP/2 stream's next bytes are the response head `written` describes: the connection's
+    /// session need not parse it (other streams have no use for it).
+    pub(crate) fn note_head(&self, written: quill_core::h2::Written) {
+        if let Stream::H2(h) = self {
+            h.note_head(written);
+        }
+    }
+
     /// Makes the coming close() abortive (SO_LINGER 0: an RST, unsent bytes dropped), so the peer
     /// sees the stream cut as a reset rather than a clean end. Unix sockets have no reset: they
     /// close as usual.

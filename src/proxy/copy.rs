@@ -46,11 +46,25 @@ pub(crate) struct Pipe {
 /// A worker's free buffers and pipes, bounded so a burst does not pin memory for ever. Pipes are
 /// bounded in all (pooled or holding data), not only in the pool: their descriptors are counted in
 /// the reserve that keeps sessions from starving the control socket and the admin listener.
+///
+/// Free and lent buffers together are bounded by `max_buffers` plus the most lent at once since
+/// the last trim: under load (HTTP/2 streams, each a session holding its request's buffer until
+/// the answer comes) the number in use swings by more than a fixed pool, and every buffer dropped
+/// at the bottom of a swing would be allocated and zeroed again at the next top (with glibc, a
+/// 16 KiB allocation also consolidates the small free chunks of the heap). The peak of memory is
+/// what it was with a fixed pool (the most in use, and `max_buffers` free); buffers kept above
+/// `max_buffers` count as dropped ones do for the trim, which cuts the pool to a quarter of
+/// `max_buffers` once the burst is over.
 #[derive(Debug)]
 pub(crate) struct Pools {
     buffers: Vec<Box<[u8; BUF_SIZE]>>,
     pipes: Vec<Pipe>,
     max_buffers: usize,
+    /// Buffers handed out and not given back (a buffer dropped with its session, as on a
+    /// contained panic, stays counted until the next trim), and the most lent at once since
+    /// the last trim.
+    lent: usize,
+    peak: usize,
     max_pipes: usize,
     /// Pipes this worker holds, in the pool or in directions.
     pipes_open: usize,
@@ -70,6 +84,8 @@ impl Pools {
             buffers: Vec::new(),
             pipes: Vec::new(),
             max_buffers,
+            lent: 0,
+            peak: 0,
             max_pipes,
             pipes_open: 0,
             splice,
@@ -80,16 +96,23 @@ impl Pools {
     }
 
     pub(crate) fn buffer(&mut self) -> Buf {
+        self.lent += 1;
+        self.peak = self.peak.max(self.lent);
         self.buffers
             .pop()
             .unwrap_or_else(|| Box::new([0u8; BUF_SIZE]))
     }
 
     pub(crate) fn give_buffer(&mut self, buf: Buf) {
-        if self.buffers.len() < self.max_buffers {
-            self.buffers.push(buf);
-        } else {
+        self.lent = self.lent.saturating_sub(1);
+        let len = self.buffers.len();
+        if len >= self.max_buffers {
+            // Above the fixed bound: the trim's business once the burst is over.
             self.dropped += 1;
+        }
+        // Free and lent together stay within the burst's peak in use and the fixed bound.
+        if len + self.lent < self.max_buffers + self.peak {
+            self.buffers.push(buf);
         }
     }
 
@@ -116,7 +139,9 @@ impl Pools {
                 // The burst is over: the pool need not stay full either (the next burst
                 // allocates again; steady traffic never gets here).
                 self.buffers.truncate(self.max_buffers / 4);
+                self.peak = self.lent;
                 crate::net::tls::trim_pool();
+                crate::net::h2pipe::trim_spares();
                 let started = std::time::Instant::now();
                 let released = sys::trim_heap();
                 tracing::debug!(
@@ -738,7 +763,8 @@ mod tests {
         for b in burst {
             p.give_buffer(b);
         }
-        assert_eq!(p.buffers.len(), 4, "the pool keeps its bound");
+        // Given back, they are all kept: free and lent stay within the burst's peak and the bound.
+        assert_eq!(p.buffers.len(), 4 + TRIM_AFTER_BUFFERS);
         assert!(!p.after_turn(1_000), "trimmed in the burst's own turn");
         assert_eq!(p.trim_due(), Some(1_000 + TRIM_QUIET_MS));
         // Another buffer dropped before then: the burst goes on, the trim waits.
@@ -753,6 +779,38 @@ mod tests {
         assert_eq!(p.trim_due(), None);
         assert!(!p.after_turn(10_000), "trimmed twice for one burst");
         assert_eq!(p.buffers.len(), 1, "the trim keeps a quarter of the pool");
+    }
+
+    #[test]
+    fn buffers_lent_in_a_swing_come_back_from_the_pool_not_the_heap() {
+        let mut p = Pools::new(64, 4, false);
+        let mut lent: Vec<Buf> = (0..300).map(|_| p.buffer()).collect();
+        // A hundred come back while two hundred are still out: all kept, beyond the bound.
+        for b in lent.drain(..100) {
+            p.give_buffer(b);
+        }
+        assert_eq!(p.buffers.len(), 100);
+        // The next hundred lent are those: none allocated.
+        let again: Vec<Buf> = (0..100).map(|_| p.buffer()).collect();
+        assert!(p.buffers.is_empty());
+        // Everything back: kept, as many as the peak in use.
+        for b in lent.into_iter().chain(again) {
+            p.give_buffer(b);
+        }
+        assert_eq!(p.buffers.len(), 300);
+        // Once quiet, the trim cuts it to a quarter of the bound, and forgets the peak: a
+        // smaller burst after it keeps no more than it uses and the bound.
+        assert!(!p.after_turn(0));
+        assert!(p.after_turn(TRIM_QUIET_MS));
+        assert_eq!(p.buffers.len(), 16);
+        let small: Vec<Buf> = (0..100).map(|_| p.buffer()).collect();
+        for b in small {
+            p.give_buffer(b);
+        }
+        assert_eq!(p.buffers.len(), 100);
+        let held: Vec<Buf> = (0..100).map(|_| p.buffer()).collect();
+        drop(held);
+        assert_eq!(p.buffers.len(), 0);
     }
 
     #[test]

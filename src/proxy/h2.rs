@@ -14,7 +14,7 @@
 //! session (anything else).
 
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use mio::event::Event;
 use mio::Interest;
@@ -26,7 +26,7 @@ use crate::backend::Pool;
 use crate::clock::millis;
 use crate::config::HttpSettings;
 use crate::metrics::End;
-use crate::net::h2pipe::{self, lock, H2Stream, Pipe, SharedPipe};
+use crate::net::h2pipe::{self, lock, H2Stream, SharedPipe};
 use crate::net::tls;
 use crate::net::{ClientAddr, Ready, Stream};
 use crate::state::shared::{Listener, SessionInfo};
@@ -436,11 +436,13 @@ impl H2Session {
             BodyForm::Chunked
         };
         let head = list.method() == b"HEAD";
-        let mut pipe = Pipe::new(self.token);
-        pipe.up.reserve(512);
-        h2::write_http1(list, form, &mut pipe.up);
-        pipe.up_eof = end_stream;
-        let pipe = Arc::new(Mutex::new(pipe));
+        let pipe = h2pipe::new_pipe(self.token);
+        {
+            let mut p = lock(&pipe);
+            p.up.reserve(512);
+            h2::write_http1(list, form, &mut p.up);
+            p.up_eof = end_stream;
+        }
         let sni = self.client.server_name().map(Box::from);
         let stream_end = Stream::H2(Box::new(H2Stream::new(
             pipe.clone(),
@@ -578,21 +580,29 @@ impl H2Session {
             // What the stream's session wrote goes out first, even when it then cut the
             // stream (the client sees the head and the bytes that came, then the reset, as an
             // HTTP/1 client would see them before the connection's reset).
-            let result =
-                match link
-                    .resp
-                    .pump(&mut self.conn, link.id, &p.down, eof && !p.down_reset)
-                {
-                    Ok(n) if p.down_reset && !link.resp.is_done() => {
-                        p.down.drain(..n);
-                        Err(h2::response::Broken)
-                    }
-                    other => other,
-                };
+            let pipe = &*p;
+            let written = pipe
+                .written
+                .as_ref()
+                .filter(|(at, _)| *at == pipe.down_taken)
+                .map(|(_, w)| w);
+            let result = match link.resp.pump(
+                &mut self.conn,
+                link.id,
+                &pipe.down,
+                eof && !pipe.down_reset,
+                written,
+            ) {
+                Ok(n) if p.down_reset && !link.resp.is_done() => {
+                    p.take(n);
+                    Err(h2::response::Broken)
+                }
+                other => other,
+            };
             let over = match result {
                 Ok(n) => {
                     if n > 0 {
-                        p.down.drain(..n);
+                        p.take(n);
                         progress = true;
                         if was_full || p.down.is_empty() {
                             p.poke_session();
@@ -621,7 +631,8 @@ impl H2Session {
             };
             drop(p);
             if over {
-                self.links.swap_remove(i);
+                let link = self.links.swap_remove(i);
+                h2pipe::recycle(&link.pipe);
                 progress = true;
                 if self.links.is_empty() {
                     self.idle_since = cx.now;

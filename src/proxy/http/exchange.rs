@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use quill_core::fastcgi;
+use quill_core::h2::Written;
 use quill_core::http1::rewrite::{self, HeaderEdit, RequestRewrite, ResponseRewrite};
 use quill_core::http1::{self, Body, FieldIndex, Framing, Limits, Method, Version};
 
@@ -166,6 +167,9 @@ pub(super) struct Exchange {
     /// Who answers, for the access log and the response counts: `Server`, or `Fastcgi` when
     /// the pool's servers speak FastCGI.
     pub(super) source: Source,
+    /// The client is an HTTP/2 stream: response heads go with their fields noted (see
+    /// `Stream::note_head`).
+    pub(super) notes_heads: bool,
 }
 
 /// What the request side of a drive asks for.
@@ -319,6 +323,7 @@ impl Exchange {
             request_id,
             script: None,
             source,
+            notes_heads: false,
         })
     }
 
@@ -761,7 +766,18 @@ impl Exchange {
             upgrade: tunnel,
         };
         let mut out = cx.pools.buffer();
-        let n = match rewrite::write_response_indexed(msg, &head, fields, &rw, &mut out[..]) {
+        let mut written = self.notes_heads.then(|| Written {
+            status,
+            framing: head.framing,
+            fields: FieldIndex::empty(),
+        });
+        let wrote = match written.as_mut() {
+            Some(w) => {
+                rewrite::write_response_noted(msg, &head, fields, &rw, &mut out[..], &mut w.fields)
+            }
+            None => rewrite::write_response_indexed(msg, &head, fields, &rw, &mut out[..]),
+        };
+        let n = match wrote {
             Ok(n) => n,
             Err(_) => {
                 cx.pools.give_buffer(out);
@@ -788,7 +804,7 @@ impl Exchange {
             };
             self.first_byte_us = Some(self.started_at.elapsed().as_micros() as u64);
         }
-        self.down = Some(Leg::new(out, n, rest));
+        self.down = Some(Leg::new(out, n, rest).noting(written));
         self.answer = if interim {
             Answer::Interim
         } else if tunnel {

@@ -4,6 +4,7 @@
 
 use std::io::{self, IoSlice};
 
+use quill_core::h2::Written;
 use quill_core::http1::{self, Body};
 
 use super::input::{Filled, Input};
@@ -28,6 +29,9 @@ pub(super) struct Leg {
     out: Option<Buf>,
     ostart: u32,
     oend: u32,
+    /// The head in `out` as its writer noted it, for an HTTP/2 stream (see
+    /// [`Stream::note_head`]), until its first byte is written.
+    written: Option<Written>,
     pub(super) rest: BodyRest,
     /// Bytes written to the destination.
     pub(super) bytes: u64,
@@ -64,6 +68,7 @@ impl Leg {
             out: None,
             ostart: 0,
             oend: 0,
+            written: None,
             rest: BodyRest::Raw(Direction::default()),
             bytes: 0,
             payload: 0,
@@ -79,10 +84,17 @@ impl Leg {
             out: Some(out),
             ostart: 0,
             oend: len as u32,
+            written: None,
             rest,
             bytes: 0,
             payload: 0,
         }
+    }
+
+    /// The head in `out` is the one `written` describes.
+    pub(super) fn noting(mut self, written: Option<Written>) -> Leg {
+        self.written = written;
+        self
     }
 
     pub(super) fn release(&mut self, pools: &mut Pools) {
@@ -121,6 +133,9 @@ impl Leg {
             }
             if !dr.writable {
                 return Ok(false);
+            }
+            if let Some(w) = self.written.take().filter(|_| self.ostart == 0) {
+                dst.note_head(w);
             }
             let want = head.len() + body.len();
             // One slice alone goes by `send`: `writev` costs the kernel an iovec import and

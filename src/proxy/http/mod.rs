@@ -594,6 +594,7 @@ impl HttpSession {
         let id = route::hex16(cx.rand());
         let mut ex = Exchange::boxed(forward, (head, fields), &self.listener, cx.now, id);
         ex.script = script;
+        ex.notes_heads = self.client.is_h2();
         self.ex = Some(ex);
         self.connect(cx)
     }

@@ -20,6 +20,17 @@ fn hop_by_hop(name: &[u8]) -> bool {
     .any(|h| name.eq_ignore_ascii_case(h))
 }
 
+/// A response head as the HTTP path wrote it (the rewrite of a server's head): its status, its
+/// body's framing and its fields, noted by the writer (`http1::rewrite::write_response_noted`),
+/// so the head need not be parsed again to become HEADERS.
+#[derive(Clone, Debug)]
+pub struct Written {
+    pub status: u16,
+    pub framing: Framing,
+    /// The head's fields; its `head_len` is the head's length.
+    pub fields: http1::FieldIndex,
+}
+
 /// A response that cannot be turned into HTTP/2 (a broken head, a 101, a cut body): the stream
 /// is reset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,13 +69,15 @@ impl Response {
     }
 
     /// Takes what it can of `input` (the HTTP/1.1 bytes written for the response; `eof`: no more
-    /// come) and sends it on `stream`: the bytes used.
+    /// come) and sends it on `stream`: the bytes used. `written`: the head that starts `input`,
+    /// as its writer noted it.
     pub fn pump(
         &mut self,
         conn: &mut Conn,
         stream: u32,
         input: &[u8],
         eof: bool,
+        written: Option<&Written>,
     ) -> Result<usize, Broken> {
         let mut at = 0;
         for _ in 0..64 {
@@ -79,14 +92,41 @@ impl Response {
                     if rest.is_empty() {
                         return if eof { Err(Broken) } else { Ok(at) };
                     }
+                    if let Some(w) = written.filter(|_| at == 0) {
+                        let len = w.fields.head_len();
+                        if len > rest.len() {
+                            return if eof { Err(Broken) } else { Ok(at) };
+                        }
+                        #[cfg(debug_assertions)]
+                        check_written(w, rest, &limits, self.to_head);
+                        if w.status == 101 {
+                            return Err(Broken);
+                        }
+                        let fields = w
+                            .fields
+                            .iter(rest)
+                            .filter(|f| !hop_by_hop(f.name.of(rest)))
+                            .map(|f| (f.name.of(rest), f.value.of(rest)));
+                        at += len;
+                        self.head(conn, stream, w.status, w.framing, fields);
+                        continue;
+                    }
                     // The fields are found once, by the parse, not scanned again to be sent.
+                    // The head is Quill's own writing (the HTTP path's rewrite of a head its
+                    // strict parse accepted, or its own answer): its lines are not classified
+                    // byte by byte again. Debug builds (the tests) check the strict parse agrees.
                     let mut index = http1::FieldIndex::empty();
-                    let head = match http1::parse_response_indexed(
-                        rest,
-                        &limits,
-                        self.to_head,
-                        &mut index,
-                    ) {
+                    let parsed =
+                        http1::parse_own_response_indexed(rest, &limits, self.to_head, &mut index);
+                    #[cfg(debug_assertions)]
+                    if let Ok(Some(own)) = &parsed {
+                        let mut strict = http1::FieldIndex::empty();
+                        let again =
+                            http1::parse_response_indexed(rest, &limits, self.to_head, &mut strict);
+                        assert_eq!(again, Ok(Some(*own)), "{:?}", String::from_utf8_lossy(rest));
+                        assert!(index.iter(rest).eq(strict.iter(rest)));
+                    }
+                    let head = match parsed {
                         Ok(Some(h)) => h,
                         Ok(None) if eof => return Err(Broken),
                         Ok(None) => return Ok(at),
@@ -100,17 +140,7 @@ impl Response {
                         .filter(|f| !hop_by_hop(f.name.of(rest)))
                         .map(|f| (f.name.of(rest), f.value.of(rest)));
                     at += head.len;
-                    if head.status < 200 {
-                        conn.send_head(stream, head.status, fields, false);
-                        continue;
-                    }
-                    let empty = matches!(head.framing, Framing::None | Framing::Length(0));
-                    conn.send_head(stream, head.status, fields, empty);
-                    self.state = if empty {
-                        State::Done
-                    } else {
-                        State::Body(Body::new(head.framing), head.framing)
-                    };
+                    self.head(conn, stream, head.status, head.framing, fields);
                 }
                 State::Body(body, framing) => {
                     let framing = *framing;
@@ -178,6 +208,52 @@ impl Response {
         }
         Ok(at)
     }
+}
+
+impl Response {
+    /// Sends a head (an interim one leaves the state at `Head`).
+    fn head<'f>(
+        &mut self,
+        conn: &mut Conn,
+        stream: u32,
+        status: u16,
+        framing: Framing,
+        fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
+    ) {
+        if status < 200 {
+            conn.send_head(stream, status, fields, false);
+            return;
+        }
+        let empty = matches!(framing, Framing::None | Framing::Length(0));
+        conn.send_head(stream, status, fields, empty);
+        self.state = if empty {
+            State::Done
+        } else {
+            State::Body(Body::new(framing), framing)
+        };
+    }
+}
+
+/// Debug builds (the tests): a head its writer noted is the head the strict parse finds.
+#[cfg(debug_assertions)]
+fn check_written(w: &Written, rest: &[u8], limits: &http1::Limits, to_head: bool) {
+    let mut strict = http1::FieldIndex::empty();
+    let head = http1::parse_response_indexed(rest, limits, to_head, &mut strict);
+    assert!(
+        matches!(head, Ok(Some(_))),
+        "{head:?}: {:?}",
+        String::from_utf8_lossy(rest)
+    );
+    let Ok(Some(head)) = head else {
+        return;
+    };
+    assert_eq!(
+        (head.len, head.status, head.framing),
+        (w.fields.head_len(), w.status, w.framing),
+        "{:?}",
+        String::from_utf8_lossy(rest)
+    );
+    assert!(w.fields.iter(rest).eq(strict.iter(rest)));
 }
 
 /// The trailer lines of a chunked body's last framing bytes (after the `0` size line, before

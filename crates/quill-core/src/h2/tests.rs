@@ -289,7 +289,7 @@ fn response_becomes_headers_and_data_without_connection_fields() {
     frames(&mut c);
     let mut r = Response::new(false);
     let h1 = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nX-A: b\r\n\r\nhello";
-    assert_eq!(r.pump(&mut c, 1, h1, false), Ok(h1.len()));
+    assert_eq!(r.pump(&mut c, 1, h1, false, None), Ok(h1.len()));
     assert!(r.is_done());
     let f = frames(&mut c);
     assert_eq!(f[0].0, kind::HEADERS);
@@ -309,6 +309,59 @@ fn response_becomes_headers_and_data_without_connection_fields() {
 }
 
 #[test]
+fn a_head_its_writer_noted_becomes_the_frames_a_parsed_one_does() {
+    use crate::http1::rewrite::{write_response_noted, ResponseRewrite};
+    use crate::http1::{self, FieldIndex, Version};
+    let server = b"HTTP/1.1 200 OK\r\nServer: s\r\nContent-Length: 5\r\nConnection: keep-alive\r\nX-A:  b \r\n\r\nhello";
+    let mut index = FieldIndex::empty();
+    let head = http1::parse_response_indexed(server, &Default::default(), false, &mut index)
+        .unwrap()
+        .unwrap();
+    let rw = ResponseRewrite {
+        client_version: Version::Http11,
+        close: false,
+        keep_alive_10: false,
+        via: Some("quill"),
+        edits: [&[], &[], &[]],
+        upgrade: false,
+    };
+    let mut out = [0u8; 512];
+    let mut noted = FieldIndex::empty();
+    let n = write_response_noted(server, &head, &index, &rw, &mut out, &mut noted).unwrap();
+    let mut h1 = out[..n].to_vec();
+    h1.extend_from_slice(b"hello");
+    let written = Written {
+        status: head.status,
+        framing: head.framing,
+        fields: noted,
+    };
+    let mut sent = Vec::new();
+    for w in [Some(&written), None] {
+        let mut c = open();
+        feed_all(&mut c, &get(1, "/"), 0);
+        frames(&mut c);
+        let mut r = Response::new(false);
+        // The head not all there yet: nothing is taken.
+        assert_eq!(r.pump(&mut c, 1, &h1[..n - 1], false, w), Ok(0));
+        assert_eq!(r.pump(&mut c, 1, &h1, false, w), Ok(h1.len()));
+        assert!(r.is_done());
+        let f = frames(&mut c);
+        sent.push((decoded(&f[0].3), f[1].3.clone()));
+    }
+    assert_eq!(sent[0], sent[1]);
+    assert_eq!(
+        sent[0].0,
+        [
+            (":status".to_string(), "200".to_string()),
+            ("server".into(), "s".into()),
+            ("x-a".into(), "b".into()),
+            ("content-length".into(), "5".into()),
+            ("via".into(), "1.1 quill".into()),
+        ]
+    );
+}
+
+#[test]
 fn chunked_response_is_dechunked_and_its_trailers_end_the_stream() {
     let mut c = open();
     feed_all(&mut c, &get(1, "/"), 0);
@@ -320,7 +373,7 @@ fn chunked_response_is_dechunked_and_its_trailers_end_the_stream() {
     let mut pending: Vec<u8> = Vec::new();
     for piece in h1.chunks(7) {
         pending.extend_from_slice(piece);
-        let n = r.pump(&mut c, 1, &pending, false).unwrap();
+        let n = r.pump(&mut c, 1, &pending, false, None).unwrap();
         pending.drain(..n);
         taken += n;
     }
@@ -350,12 +403,12 @@ fn head_and_304_responses_end_with_their_headers() {
     feed_all(&mut c, &get(1, "/"), 0);
     let mut r = Response::new(true);
     let h1 = b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n";
-    assert_eq!(r.pump(&mut c, 1, h1, false), Ok(h1.len()));
+    assert_eq!(r.pump(&mut c, 1, h1, false, None), Ok(h1.len()));
     assert!(r.is_done());
     feed_all(&mut c, &get(3, "/"), 0);
     let mut r = Response::new(false);
     let h1 = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n";
-    assert_eq!(r.pump(&mut c, 3, h1, false), Ok(h1.len()));
+    assert_eq!(r.pump(&mut c, 3, h1, false, None), Ok(h1.len()));
     assert!(r.is_done());
     assert_eq!(c.open_streams(), 0);
 }
@@ -371,12 +424,12 @@ fn data_waits_for_the_window_and_goes_on_after_window_update() {
     let mut r = Response::new(false);
     let h1 = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789";
     let head_len = h1.len() - 10;
-    assert_eq!(r.pump(&mut c, 1, h1, false), Ok(head_len + 3));
-    assert_eq!(r.pump(&mut c, 1, &h1[head_len + 3..], false), Ok(0));
+    assert_eq!(r.pump(&mut c, 1, h1, false, None), Ok(head_len + 3));
+    assert_eq!(r.pump(&mut c, 1, &h1[head_len + 3..], false, None), Ok(0));
     let mut wu = Vec::new();
     frame::write_window_update(&mut wu, 1, 100);
     assert_eq!(feed_all(&mut c, &wu, 0).0, [Ev::WindowOpened]);
-    assert_eq!(r.pump(&mut c, 1, &h1[head_len + 3..], false), Ok(7));
+    assert_eq!(r.pump(&mut c, 1, &h1[head_len + 3..], false, None), Ok(7));
     assert!(r.is_done());
     let f = frames(&mut c);
     let body: Vec<u8> = f
@@ -502,7 +555,7 @@ fn frames_on_a_stream_quill_reset_are_dropped_but_on_a_closed_one_are_an_error()
     // Stream 3 ends both ways, then the client sends on it.
     feed_all(&mut c, &get(3, "/"), 0);
     let mut r = Response::new(false);
-    r.pump(&mut c, 3, b"HTTP/1.1 204 No Content\r\n\r\n", false)
+    r.pump(&mut c, 3, b"HTTP/1.1 204 No Content\r\n\r\n", false, None)
         .unwrap();
     let (evs, _) = feed_all(&mut c, &frame_bytes(kind::DATA, 0, 3, b"x"), 0);
     assert_eq!(evs, [Ev::Error(Code::STREAM_CLOSED)]);
@@ -520,7 +573,7 @@ fn graceful_goaway_lets_streams_finish_then_the_connection_is_done() {
     assert!(evs.is_empty(), "a stream past the GOAWAY is ignored");
     for id in [1, 3] {
         let mut r = Response::new(false);
-        r.pump(&mut c, id, b"HTTP/1.1 204 No Content\r\n\r\n", false)
+        r.pump(&mut c, id, b"HTTP/1.1 204 No Content\r\n\r\n", false, None)
             .unwrap();
     }
     assert!(c.is_done());

@@ -162,6 +162,27 @@ pub fn parse_response_indexed(
     finish(response(buf, limits, to_head, Some(index)))
 }
 
+/// [`parse_response_indexed`] for a head Quill's own writer produced from one that parse
+/// accepted (the HTTP/2 side turning a stream's HTTP/1.1 response into frames): the lines, the
+/// status, the framing fields and the head's end are read as strictly, but field names and values
+/// are not checked byte by byte again. Gives the same head and index as
+/// [`parse_response_indexed`] for every head that accepts (the property test
+/// `own_heads_parse_as_strict_heads_do` checks it).
+pub fn parse_own_response_indexed(
+    buf: &[u8],
+    limits: &Limits,
+    to_head: bool,
+    index: &mut FieldIndex,
+) -> Result<Option<ResponseHead>, Error> {
+    finish(response_with(
+        buf,
+        limits,
+        to_head,
+        Some(index),
+        own_field_line,
+    ))
+}
+
 /// Parses the response head at the start of `buf`: `Ok(None)` while it is incomplete.
 /// `to_head`: the request was HEAD, so the response has no body whatever its fields say.
 pub fn parse_response(
@@ -323,15 +344,31 @@ impl FieldIndex {
             .map(|f| f.value.of(buf))
     }
 
+    /// The length of the head the index was made for.
+    pub fn head_len(&self) -> usize {
+        self.head_len
+    }
+
+    /// The head ends at `len` (a writer noting what it wrote).
+    pub(super) fn set_head_len(&mut self, len: usize) {
+        self.head_len = len;
+    }
+
     /// A parse begins: no fields, no head.
-    fn begin(&mut self) {
+    pub(super) fn begin(&mut self) {
         self.len = 0;
         self.complete = true;
         self.head_len = usize::MAX;
     }
 
     /// The parser accepted a field line.
-    fn push(&mut self, line_start: usize, name_end: usize, value: Span, line_end: usize) {
+    pub(super) fn push(
+        &mut self,
+        line_start: usize,
+        name_end: usize,
+        value: Span,
+        line_end: usize,
+    ) {
         let fits = line_end <= usize::from(u16::MAX);
         match self.at.get_mut(self.len) {
             Some(slot) if self.complete && fits => {
@@ -699,6 +736,20 @@ fn response(
     to_head: bool,
     index: Option<&mut FieldIndex>,
 ) -> Result<ResponseHead, Stop> {
+    response_with(buf, limits, to_head, index, field_line)
+}
+
+/// A field line reader: the name and the value without surrounding whitespace.
+type LineReader = fn(&mut Cursor<'_>) -> Result<(Span, Span), Stop>;
+
+#[inline(always)]
+fn response_with(
+    buf: &[u8],
+    limits: &Limits,
+    to_head: bool,
+    index: Option<&mut FieldIndex>,
+    line: LineReader,
+) -> Result<ResponseHead, Stop> {
     let mut c = Cursor::new(buf, limits.max_head);
     let (minor, status) = status_prefix(&mut c)?;
     let version = match minor {
@@ -728,7 +779,7 @@ fn response(
         b => return Err(classify(b, Error::InvalidStatusLine).into()),
     }
     c.lf()?;
-    let seen = field_lines(&mut c, limits, index)?;
+    let seen = field_lines_with(&mut c, limits, index, line)?;
     let te = seen.transfer_encoding(version)?;
     let framing = if to_head || status < 200 || status == 204 || status == 304 {
         Framing::None
@@ -908,7 +959,17 @@ fn is_known_coding(name: &[u8]) -> bool {
 fn field_lines(
     c: &mut Cursor<'_>,
     limits: &Limits,
+    index: Option<&mut FieldIndex>,
+) -> Result<Seen, Stop> {
+    field_lines_with(c, limits, index, field_line)
+}
+
+#[inline(always)]
+fn field_lines_with(
+    c: &mut Cursor<'_>,
+    limits: &Limits,
     mut index: Option<&mut FieldIndex>,
+    field_line: LineReader,
 ) -> Result<Seen, Stop> {
     let mut seen = Seen::default();
     if let Some(ix) = index.as_deref_mut() {
@@ -956,6 +1017,47 @@ fn field_lines(
             _ => {}
         }
     }
+}
+
+/// [`field_line`] for a line Quill wrote: the line's end and the colon found by `memchr`, the
+/// bytes between not classified again.
+fn own_field_line(c: &mut Cursor<'_>) -> Result<(Span, Span), Stop> {
+    let start = c.pos;
+    let end = c.buf.len().min(c.limit);
+    let rest = c.buf.get(start..end).unwrap_or_default();
+    let Some(lf) = memchr::memchr(b'\n', rest) else {
+        return Err(if c.buf.len() > c.limit {
+            Stop::Bad(c.over)
+        } else {
+            Stop::Partial
+        });
+    };
+    let Some(line) = rest[..lf].strip_suffix(b"\r") else {
+        return Err(Error::BareLf.into());
+    };
+    let colon = match memchr::memchr(b':', line) {
+        Some(0) | None => return Err(Error::InvalidHeaderName.into()),
+        Some(i) => i,
+    };
+    let value = &line[colon + 1..];
+    let lead = value.iter().take_while(|&&b| is_space(b)).count();
+    let trail = value[lead..]
+        .iter()
+        .rev()
+        .take_while(|&&b| is_space(b))
+        .count();
+    let value_start = start + colon + 1 + lead;
+    c.pos = start + lf + 1;
+    Ok((
+        Span {
+            start,
+            end: start + colon,
+        },
+        Span {
+            start: value_start,
+            end: start + colon + 1 + value.len() - trail,
+        },
+    ))
 }
 
 /// One `name: value CRLF` line: the name and the value without surrounding whitespace.

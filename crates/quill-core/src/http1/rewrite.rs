@@ -28,9 +28,9 @@ use std::fmt;
 use std::net::IpAddr;
 
 use super::body::Framing;
-use super::grammar::{is_fixed_hop, is_host_byte, is_target_byte, is_tchar};
+use super::grammar::{is_fixed_hop, is_host_byte, is_space, is_target_byte, is_tchar};
 use super::head::{Connection, Field, FieldIndex, RequestHead, ResponseHead, Target};
-use super::{path, Version};
+use super::{path, Span, Version};
 
 /// How `X-Forwarded-For` is written on requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -208,6 +208,35 @@ pub fn write_response_indexed(
     rw: &ResponseRewrite,
     out: &mut [u8],
 ) -> Result<usize, Overflow> {
+    write_response_with(buf, head, index, rw, out, None)
+}
+
+/// [`write_response_indexed`], noting the written head's fields in `noted` on the way, as
+/// [`parse_response_indexed`](super::parse_response_indexed) would find them (for the HTTP/2
+/// side, which then need not parse the head it turns into HEADERS).
+pub fn write_response_noted(
+    buf: &[u8],
+    head: &ResponseHead,
+    index: &FieldIndex,
+    rw: &ResponseRewrite,
+    out: &mut [u8],
+    noted: &mut FieldIndex,
+) -> Result<usize, Overflow> {
+    write_response_with(buf, head, index, rw, out, Some(noted))
+}
+
+#[inline(always)]
+fn write_response_with(
+    buf: &[u8],
+    head: &ResponseHead,
+    index: &FieldIndex,
+    rw: &ResponseRewrite,
+    out: &mut [u8],
+    mut noted: Option<&mut FieldIndex>,
+) -> Result<usize, Overflow> {
+    if let Some(n) = noted.as_deref_mut() {
+        n.begin();
+    }
     let mut found = None;
     let index = checked(index, buf, (head.len, head.fields), &mut found);
     let mut out = Out::new(out);
@@ -228,9 +257,20 @@ pub fn write_response_indexed(
             !hop.removes(name) && !edits.removes(name, 0)
         };
         if kept {
+            let at = out.len;
             out.put(f.line.of(buf))?;
+            if let Some(n) = noted.as_deref_mut() {
+                // The line as it came, moved to `at`.
+                let moved = |i: usize| i - f.line.start + at;
+                let value = Span {
+                    start: moved(f.value.start),
+                    end: moved(f.value.end),
+                };
+                n.push(at, moved(f.name.end), value, out.len);
+            }
         }
     }
+    let added = out.len;
     let mut connection = Tokens::default();
     connection.add(rw.close, b"close");
     connection.add(rw.keep_alive_10 && !rw.close, b"keep-alive");
@@ -242,6 +282,25 @@ pub fn write_response_indexed(
         }
     }
     edits.write_added(&mut out)?;
+    if let Some(n) = noted {
+        // The proxy's own lines: `name: value CRLF`, a token name and a checked value.
+        let mut at = added;
+        for line in out.since(added).split_inclusive(|&b| b == b'\n') {
+            let colon = line.iter().position(|&b| b == b':').unwrap_or(0);
+            let value = &line[colon + 1..line.len() - 2];
+            let lead = value.iter().take_while(|&&b| is_space(b)).count();
+            let trail = value[lead..]
+                .iter()
+                .rev()
+                .take_while(|&&b| is_space(b))
+                .count();
+            let start = at + colon + 1 + lead;
+            let end = at + colon + 1 + value.len() - trail;
+            n.push(at, at + colon, Span { start, end }, at + line.len());
+            at += line.len();
+        }
+        n.set_head_len(out.len + 2);
+    }
     out.put(b"\r\n")?;
     Ok(out.len)
 }

@@ -528,6 +528,7 @@ fn check_response(
         edits: [edits, &[], &[]],
         upgrade,
     };
+    own_parse_agrees(buf, &Limits::default(), to_head)?;
     let out = fits_exactly(head.len, |out| write_response(buf, &head, &rw, out))?;
     let mut index = FieldIndex::empty();
     let parsed = parse_response_indexed(buf, &Limits::default(), to_head, &mut index);
@@ -536,6 +537,22 @@ fn check_response(
         write_response_indexed(buf, &head, &index, &rw, o)
     });
     prop_assert_eq!(&indexed, &out);
+    // Noting the written fields: what the strict parse of the output finds.
+    let mut noted = FieldIndex::empty();
+    let mut again_noted = vec![0u8; out.len()];
+    let n = write_response_noted(buf, &head, &index, &rw, &mut again_noted, &mut noted);
+    prop_assert_eq!(n, Ok(out.len()));
+    prop_assert_eq!(&again_noted, &out);
+    let mut strict = FieldIndex::empty();
+    if let Ok(Some(h)) = parse_response_indexed(&out, &LOOSE, to_head, &mut strict) {
+        prop_assert_eq!(noted.head_len(), h.len);
+        let spans = |ix: &FieldIndex| {
+            ix.iter(&out)
+                .map(|f| (f.line, f.name, f.value))
+                .collect::<Vec<_>>()
+        };
+        prop_assert_eq!(spans(&noted), spans(&strict));
+    }
     let again = match parse_response(&out, &LOOSE, to_head) {
         Ok(Some(h)) => h,
         other => {
@@ -546,6 +563,7 @@ fn check_response(
             )))
         }
     };
+    own_parse_agrees(&out, &LOOSE, to_head)?;
     prop_assert_eq!(again.len, out.len());
     prop_assert_eq!(again.version, Version::Http11);
     prop_assert_eq!(again.status, head.status);
@@ -563,6 +581,30 @@ fn check_response(
     hop_and_framing(&out, again.len, &tokens, upgrade, head.framing)?;
     if head.status < 200 || head.status == 204 {
         prop_assert_eq!(count(&out, again.len, b"content-length"), 0);
+    }
+    Ok(())
+}
+
+/// `parse_own_response_indexed` gives what the strict parse gives, index included, for a head
+/// the strict parse accepts, and waits for more on every cut of it.
+fn own_parse_agrees(buf: &[u8], limits: &Limits, to_head: bool) -> Result<(), TestCaseError> {
+    let mut strict_index = FieldIndex::empty();
+    let Ok(Some(head)) = parse_response_indexed(buf, limits, to_head, &mut strict_index) else {
+        return Ok(());
+    };
+    let mut own_index = FieldIndex::empty();
+    let own = parse_own_response_indexed(buf, limits, to_head, &mut own_index);
+    prop_assert_eq!(own, Ok(Some(head)));
+    let spans = |ix: &FieldIndex| {
+        ix.iter(buf)
+            .map(|f| (f.line, f.name, f.value))
+            .collect::<Vec<_>>()
+    };
+    prop_assert_eq!(spans(&own_index), spans(&strict_index));
+    for cut in 0..head.len {
+        let mut ix = FieldIndex::empty();
+        let partial = parse_own_response_indexed(&buf[..cut], limits, to_head, &mut ix);
+        prop_assert_eq!(partial, Ok(None), "cut at {}", cut);
     }
     Ok(())
 }
