@@ -104,7 +104,7 @@ pub(crate) struct Pipe {
     pub down_taken: u64,
     /// A head the stream's session wrote at this offset of the response, as its writer noted it
     /// (the connection's session sends it without parsing it again).
-    pub written: Option<(u64, Written)>,
+    pub written: Option<(u64, Box<Written>)>,
     /// The stream's session shut its writing down (the response is complete, or ends here).
     pub down_eof: bool,
     /// The stream's session ended abnormally (a reset was armed): the stream is reset.
@@ -309,7 +309,7 @@ impl H2Stream {
     }
 
     /// The next bytes written are the head `written` describes (see [`Pipe::written`]).
-    pub(crate) fn note_head(&self, written: Written) {
+    pub(crate) fn note_head(&self, written: Box<Written>) {
         let mut p = lock(&self.pipe);
         let at = p.down_taken + p.down.len() as u64;
         p.written = Some((at, written));

@@ -187,7 +187,7 @@ impl Stream {
 
     /// An HTTP/2 stream's next bytes are the response head `written` describes: the connection's
     /// session need not parse it (other streams have no use for it).
-    pub(crate) fn note_head(&self, written: quill_core::h2::Written) {
+    pub(crate) fn note_head(&self, written: Box<quill_core::h2::Written>) {
         if let Stream::H2(h) = self {
             h.note_head(written);
         }

@@ -255,6 +255,10 @@ impl H2Session {
             self.conn.goaway_graceful(true);
             self.drain = 3;
         }
+        // The pipes change between steps (the streams' sessions run in steps of their own) and
+        // by the frames this step takes: past the first pass, the streams are looked at again
+        // only after frames (a window opened, a stream reset), not once per pass.
+        let mut pump_due = true;
         for _ in 0..16 {
             let mut progress = false;
             if self.ready.error {
@@ -269,10 +273,13 @@ impl H2Session {
                     }
                 }
             }
-            if self.rlen > 0 {
-                progress |= self.take_frames(cx);
+            if self.rlen > 0 && self.take_frames(cx) {
+                progress = true;
+                pump_due = true;
             }
-            progress |= self.pump(cx);
+            if std::mem::take(&mut pump_due) {
+                progress |= self.pump(cx);
+            }
             self.start_waiting(cx);
             if let Err(e) = self.flush() {
                 tracing::debug!("{}: h2 write: {e}", self.addr.to_string_with_port());
@@ -457,7 +464,8 @@ impl H2Session {
             cx.now,
         );
         let session = Session::Http(Box::new(session));
-        let waiting = if self.starting() < MAX_STARTING {
+        // No more streams than that open: no need to count (each count locks every pipe).
+        let waiting = if self.links.len() < MAX_STARTING || self.starting() < MAX_STARTING {
             cx.spawned.push(session);
             None
         } else {
@@ -585,7 +593,7 @@ impl H2Session {
                 .written
                 .as_ref()
                 .filter(|(at, _)| *at == pipe.down_taken)
-                .map(|(_, w)| w);
+                .map(|(_, w)| &**w);
             let result = match link.resp.pump(
                 &mut self.conn,
                 link.id,

@@ -766,12 +766,15 @@ impl Exchange {
             upgrade: tunnel,
         };
         let mut out = cx.pools.buffer();
-        let mut written = self.notes_heads.then(|| Written {
-            status,
-            framing: head.framing,
-            fields: FieldIndex::empty(),
+        // Boxed: a leg is in the exchange twice over, and the exchange stays small.
+        let mut written = self.notes_heads.then(|| {
+            Box::new(Written {
+                status,
+                framing: head.framing,
+                fields: FieldIndex::empty(),
+            })
         });
-        let wrote = match written.as_mut() {
+        let wrote = match written.as_deref_mut() {
             Some(w) => {
                 rewrite::write_response_noted(msg, &head, fields, &rw, &mut out[..], &mut w.fields)
             }

@@ -31,7 +31,7 @@ pub(super) struct Leg {
     oend: u32,
     /// The head in `out` as its writer noted it, for an HTTP/2 stream (see
     /// [`Stream::note_head`]), until its first byte is written.
-    written: Option<Written>,
+    written: Option<Box<Written>>,
     pub(super) rest: BodyRest,
     /// Bytes written to the destination.
     pub(super) bytes: u64,
@@ -92,7 +92,7 @@ impl Leg {
     }
 
     /// The head in `out` is the one `written` describes.
-    pub(super) fn noting(mut self, written: Option<Written>) -> Leg {
+    pub(super) fn noting(mut self, written: Option<Box<Written>>) -> Leg {
         self.written = written;
         self
     }
