@@ -1039,6 +1039,19 @@ fn own_field_line(c: &mut Cursor<'_>) -> Result<(Span, Span), Stop> {
         Some(0) | None => return Err(Error::InvalidHeaderName.into()),
         Some(i) => i,
     };
+    c.pos = start + lf + 1;
+    Ok((
+        Span {
+            start,
+            end: start + colon,
+        },
+        value_after(start, line, colon),
+    ))
+}
+
+/// The value of the field `line` (without its CRLF, at `at` in the head) whose colon is at
+/// `colon`: without the spaces and tabs around it.
+pub(super) fn value_after(at: usize, line: &[u8], colon: usize) -> Span {
     let value = &line[colon + 1..];
     let lead = value.iter().take_while(|&&b| is_space(b)).count();
     let trail = value[lead..]
@@ -1046,18 +1059,10 @@ fn own_field_line(c: &mut Cursor<'_>) -> Result<(Span, Span), Stop> {
         .rev()
         .take_while(|&&b| is_space(b))
         .count();
-    let value_start = start + colon + 1 + lead;
-    c.pos = start + lf + 1;
-    Ok((
-        Span {
-            start,
-            end: start + colon,
-        },
-        Span {
-            start: value_start,
-            end: start + colon + 1 + value.len() - trail,
-        },
-    ))
+    Span {
+        start: at + colon + 1 + lead,
+        end: at + colon + 1 + value.len() - trail,
+    }
 }
 
 /// One `name: value CRLF` line: the name and the value without surrounding whitespace.

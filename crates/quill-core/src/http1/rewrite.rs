@@ -28,8 +28,8 @@ use std::fmt;
 use std::net::IpAddr;
 
 use super::body::Framing;
-use super::grammar::{is_fixed_hop, is_host_byte, is_space, is_target_byte, is_tchar};
-use super::head::{Connection, Field, FieldIndex, RequestHead, ResponseHead, Target};
+use super::grammar::{is_fixed_hop, is_host_byte, is_target_byte, is_tchar};
+use super::head::{value_after, Connection, Field, FieldIndex, RequestHead, ResponseHead, Target};
 use super::{path, Span, Version};
 
 /// How `X-Forwarded-For` is written on requests.
@@ -287,16 +287,8 @@ fn write_response_with(
         let mut at = added;
         for line in out.since(added).split_inclusive(|&b| b == b'\n') {
             let colon = line.iter().position(|&b| b == b':').unwrap_or(0);
-            let value = &line[colon + 1..line.len() - 2];
-            let lead = value.iter().take_while(|&&b| is_space(b)).count();
-            let trail = value[lead..]
-                .iter()
-                .rev()
-                .take_while(|&&b| is_space(b))
-                .count();
-            let start = at + colon + 1 + lead;
-            let end = at + colon + 1 + value.len() - trail;
-            n.push(at, at + colon, Span { start, end }, at + line.len());
+            let value = value_after(at, &line[..line.len() - 2], colon);
+            n.push(at, at + colon, value, at + line.len());
             at += line.len();
         }
         n.set_head_len(out.len + 2);
