@@ -27,8 +27,8 @@ thread_local! {
     static SPARE: RefCell<Vec<SharedPipe>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Most spare pipes a worker keeps, and the most buffer capacity a kept pipe may hold (at most
-/// 640 KiB in all, given back at the heap trim after a burst).
+/// Most spare pipes a worker keeps, and the most capacity each of a kept pipe's two buffers may
+/// hold (at most about 1 MiB in all, given back at the heap trim after a burst).
 const SPARE_MAX: usize = 128;
 const SPARE_CAPACITY: usize = 4 * 1024;
 

@@ -53,8 +53,8 @@ pub(crate) struct Pipe {
 /// at the bottom of a swing would be allocated and zeroed again at the next top (with glibc, a
 /// 16 KiB allocation also consolidates the small free chunks of the heap). The peak of memory is
 /// what it was with a fixed pool (the most in use, and `max_buffers` free); buffers kept above
-/// `max_buffers` count as dropped ones do for the trim, which cuts the pool to a quarter of
-/// `max_buffers` once the burst is over.
+/// `max_buffers` arm the trim, which cuts the pool to a quarter of `max_buffers` once the burst
+/// is over.
 #[derive(Debug)]
 pub(crate) struct Pools {
     buffers: Vec<Box<[u8; BUF_SIZE]>>,
@@ -105,31 +105,35 @@ impl Pools {
 
     pub(crate) fn give_buffer(&mut self, buf: Buf) {
         self.lent = self.lent.saturating_sub(1);
-        let len = self.buffers.len();
-        if len >= self.max_buffers {
-            // Above the fixed bound: the trim's business once the burst is over.
-            self.dropped += 1;
-        }
         // Free and lent together stay within the burst's peak in use and the fixed bound.
-        if len + self.lent < self.max_buffers + self.peak {
+        if self.buffers.len() + self.lent < self.max_buffers + self.peak {
             self.buffers.push(buf);
+        } else {
+            self.dropped += 1;
         }
     }
 
-    /// Called once per worker turn, with the clock. Once a burst dropped [`TRIM_AFTER_BUFFERS`]
-    /// buffers and then none for [`TRIM_QUIET_MS`], keeps a quarter of the pool and gives the C
-    /// heap's free pages back to the OS ([`sys::trim_heap`]). Returns whether it trimmed. Nothing
-    /// but two compares in a turn without a trim due.
+    /// Called once per worker turn, with the clock. Once a burst is over (no buffer dropped and
+    /// at most `max_buffers` lent) for [`TRIM_QUIET_MS`], after it dropped [`TRIM_AFTER_BUFFERS`]
+    /// buffers or left more than `max_buffers` free, keeps a quarter of the pool and gives the C
+    /// heap's free pages back to the OS ([`sys::trim_heap`]). A trickle of requests, each lending
+    /// a buffer or two, does not put the trim off. Returns whether it trimmed. A few compares in
+    /// a turn without a trim due.
     pub(crate) fn after_turn(&mut self, now: u64) -> bool {
         // TLS record buffers freed and handshakes finished count like dropped copy buffers: a
         // burst of handshakes leaves the heap as full of free memory as a burst of copies.
         self.dropped = self.dropped.saturating_add(crate::net::tls::take_churn());
-        if self.dropped != self.dropped_seen {
+        let above = self.buffers.len() > self.max_buffers;
+        if self.dropped != self.dropped_seen || self.lent > self.max_buffers {
+            // The burst goes on: the trim waits for its end.
             self.dropped_seen = self.dropped;
-            if self.dropped >= TRIM_AFTER_BUFFERS {
+            if self.trim_at.is_some() || self.dropped >= TRIM_AFTER_BUFFERS || above {
                 self.trim_at = Some(now + TRIM_QUIET_MS);
             }
             return false;
+        }
+        if above && self.trim_at.is_none() {
+            self.trim_at = Some(now + TRIM_QUIET_MS);
         }
         match self.trim_at {
             Some(at) if now >= at => {
@@ -757,9 +761,11 @@ mod tests {
     }
 
     #[test]
-    fn a_burst_of_dropped_buffers_trims_the_heap_once_quiet() {
+    fn a_burst_of_buffers_trims_the_pool_and_the_heap_once_quiet() {
         let mut p = pools(false);
         let burst: Vec<Buf> = (0..4 + TRIM_AFTER_BUFFERS).map(|_| p.buffer()).collect();
+        assert!(!p.after_turn(500), "trimmed in the burst");
+        assert_eq!(p.trim_due(), None);
         for b in burst {
             p.give_buffer(b);
         }
@@ -767,18 +773,38 @@ mod tests {
         assert_eq!(p.buffers.len(), 4 + TRIM_AFTER_BUFFERS);
         assert!(!p.after_turn(1_000), "trimmed in the burst's own turn");
         assert_eq!(p.trim_due(), Some(1_000 + TRIM_QUIET_MS));
-        // Another buffer dropped before then: the burst goes on, the trim waits.
-        let more: Vec<Buf> = (0..5).map(|_| p.buffer()).collect();
-        for b in more {
-            p.give_buffer(b);
-        }
+        // A trickle (a buffer lent and given back) does not put the trim off.
+        let one = p.buffer();
+        p.give_buffer(one);
         assert!(!p.after_turn(1_500));
-        assert_eq!(p.trim_due(), Some(1_500 + TRIM_QUIET_MS));
-        assert!(!p.after_turn(1_500 + TRIM_QUIET_MS - 1), "trimmed early");
-        assert!(p.after_turn(1_500 + TRIM_QUIET_MS), "no trim once quiet");
+        assert_eq!(p.trim_due(), Some(1_000 + TRIM_QUIET_MS));
+        assert!(!p.after_turn(1_000 + TRIM_QUIET_MS - 1), "trimmed early");
+        assert!(p.after_turn(1_000 + TRIM_QUIET_MS), "no trim once quiet");
         assert_eq!(p.trim_due(), None);
         assert!(!p.after_turn(10_000), "trimmed twice for one burst");
-        assert_eq!(p.buffers.len(), 1, "the trim keeps a quarter of the pool");
+        assert_eq!(p.buffers.len(), 1, "the trim keeps a quarter of the bound");
+    }
+
+    #[test]
+    fn a_burst_still_lending_more_than_the_bound_puts_the_trim_off() {
+        let mut p = pools(false);
+        let burst: Vec<Buf> = (0..20).map(|_| p.buffer()).collect();
+        let mut burst = burst.into_iter();
+        for b in burst.by_ref().take(10) {
+            p.give_buffer(b);
+        }
+        // Ten still lent, more than the bound of four: the burst goes on.
+        assert!(!p.after_turn(0));
+        assert_eq!(p.trim_due(), Some(TRIM_QUIET_MS));
+        assert!(!p.after_turn(TRIM_QUIET_MS));
+        assert_eq!(p.trim_due(), Some(2 * TRIM_QUIET_MS));
+        for b in burst {
+            p.give_buffer(b);
+        }
+        // Quiet since the last busy turn: trimmed.
+        assert!(!p.after_turn(2 * TRIM_QUIET_MS - 1));
+        assert!(p.after_turn(2 * TRIM_QUIET_MS));
+        assert_eq!(p.buffers.len(), 1);
     }
 
     #[test]
@@ -816,19 +842,13 @@ mod tests {
     #[test]
     fn dropped_buffers_trim_only_once_they_reach_the_threshold() {
         let mut p = pools(false);
-        let held: Vec<Buf> = (0..4 + TRIM_AFTER_BUFFERS - 1)
-            .map(|_| p.buffer())
-            .collect();
-        for b in held {
-            p.give_buffer(b);
-        }
+        // Buffers dropped (or TLS record buffers freed) one short of the threshold, in a pool
+        // within its bound: no trim.
+        p.dropped += TRIM_AFTER_BUFFERS - 1;
         assert!(!p.after_turn(0) && !p.after_turn(5 * TRIM_QUIET_MS));
         assert_eq!(p.trim_due(), None, "one buffer short of the threshold");
         // Drops add up across bursts until a trim.
-        let more: Vec<Buf> = (0..5).map(|_| p.buffer()).collect();
-        for b in more {
-            p.give_buffer(b);
-        }
+        p.dropped += 1;
         assert!(!p.after_turn(6 * TRIM_QUIET_MS));
         assert_eq!(p.trim_due(), Some(7 * TRIM_QUIET_MS));
         assert!(p.after_turn(7 * TRIM_QUIET_MS));

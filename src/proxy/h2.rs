@@ -278,7 +278,11 @@ impl H2Session {
                 pump_due = true;
             }
             if std::mem::take(&mut pump_due) {
-                progress |= self.pump(cx);
+                let (moved, more) = self.pump(cx);
+                progress |= moved;
+                // A response's pump stops after so many steps (a chunked body of many small
+                // chunks): what it left is taken in the next pass, not at the next event.
+                pump_due = more;
             }
             self.start_waiting(cx);
             if let Err(e) = self.flush() {
@@ -570,9 +574,11 @@ impl H2Session {
     }
 
     /// Moves every stream's response on: what its session wrote becomes frames, within the
-    /// windows. Whether anything moved.
-    fn pump(&mut self, cx: &mut Ctx) -> bool {
+    /// windows. Whether anything moved, and whether a stream took some of its bytes and left
+    /// others that may go on (another pass may move them).
+    fn pump(&mut self, cx: &mut Ctx) -> (bool, bool) {
         let mut progress = false;
+        let mut more = false;
         let mut i = 0;
         while i < self.links.len() {
             let link = &mut self.links[i];
@@ -612,6 +618,7 @@ impl H2Session {
                     if n > 0 {
                         p.take(n);
                         progress = true;
+                        more |= !p.down.is_empty() && !link.resp.is_done();
                         if was_full || p.down.is_empty() {
                             p.poke_session();
                         }
@@ -649,7 +656,7 @@ impl H2Session {
                 i += 1;
             }
         }
-        progress
+        (progress, more)
     }
 
     pub(crate) fn info(&self, now_ms: u64) -> SessionInfo {

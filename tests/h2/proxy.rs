@@ -204,6 +204,27 @@ fn chunked_response_becomes_data_and_its_trailers_http2_trailers() {
     assert!(r.header(1, "transfer-encoding").is_none());
 }
 
+/// A response of many small chunks that arrives all at once is sent whole without the client
+/// sending anything more (the HTTP/2 side turns a bounded number of chunks into frames a pass,
+/// then takes the rest in the next pass, not at the client's next frame).
+#[test]
+fn a_response_of_many_small_chunks_is_sent_whole_without_waiting_for_the_client() {
+    let chunks: Vec<Vec<u8>> = (0..300).map(|i| format!("{:03}", i).into_bytes()).collect();
+    let parts: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+    let whole: String = chunks.iter().map(|c| String::from_utf8_lossy(c)).collect();
+    let reply = chunked_response(&parts, &[]);
+    let backend = Backend::start(move |_| vec![Step::Send(reply.clone())]);
+    let q = start_h2c(&backend, "", "");
+    let started = std::time::Instant::now();
+    let r = client(q.port, &["--timeout", "3", "--request", "GET /many"]);
+    assert_eq!(r.status(1), Some(200), "{:?}", r.lines);
+    assert_eq!(r.body_text(1), whole);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "the response waited for the client's timeout"
+    );
+}
+
 #[test]
 fn fifty_streams_share_one_connection_and_its_server_connections() {
     let backend = Backend::echo();
