@@ -372,52 +372,41 @@ http {{
 """.format(w=work, i=i, port=port))
 
 
-def haproxy_tcp(workers, maxconn, port, servers):
-    """HAProxy 2.6 `mode tcp`, round robin, `nbthread workers`, listening on 127.0.0.1:port in
-    front of `servers` (HOST:PORT strings)."""
+def _haproxy(mode, options, workers, maxconn, port, servers, bind_extra="", timeouts=""):
+    """HAProxy 2.6 in `mode`, round robin, `nbthread workers`, listening on 127.0.0.1:port
+    (`bind_extra` after it) in front of `servers` (HOST:PORT strings); `options` and `timeouts`
+    are lines added to `defaults`."""
     lines = "".join("    server s%d %s\n" % (i, a) for i, a in enumerate(servers, 1))
     return """global
     nbthread {workers}
     maxconn {mc}
 defaults
-    mode tcp
+    mode {mode}
     maxconn {mc}
-    timeout connect 5s
+{options}    timeout connect 5s
     timeout client 600s
     timeout server 600s
-frontend fe
-    bind 127.0.0.1:{port}
-    default_backend be
-backend be
-    balance roundrobin
-{lines}""".format(workers=workers, mc=maxconn, port=port, lines=lines)
-
-
-def haproxy_http(workers, maxconn, port, servers, bind_extra=""):
-    """HAProxy 2.6 `mode http` with keep-alive both ways, X-Forwarded-For and connection reuse,
-    `nbthread workers`, listening on 127.0.0.1:port (`bind_extra` after it: `ssl crt ...`) in
-    front of `servers` (HOST:PORT strings)."""
-    lines = "".join("    server s%d %s\n" % (i, a) for i, a in enumerate(servers, 1))
-    return """global
-    nbthread {workers}
-    maxconn {mc}
-defaults
-    mode http
-    maxconn {mc}
-    option http-keep-alive
-    option forwardfor
-    http-reuse always
-    timeout connect 5s
-    timeout client 600s
-    timeout server 600s
-    timeout http-keep-alive 600s
-    timeout http-request 600s
-frontend fe
+{timeouts}frontend fe
     bind 127.0.0.1:{port}{extra}
     default_backend be
 backend be
     balance roundrobin
-{lines}""".format(workers=workers, mc=maxconn, port=port, extra=bind_extra, lines=lines)
+{lines}""".format(workers=workers, mc=maxconn, mode=mode, options=options, timeouts=timeouts,
+                  port=port, extra=bind_extra, lines=lines)
+
+
+def haproxy_tcp(workers, maxconn, port, servers):
+    """HAProxy 2.6 `mode tcp` (see `_haproxy`)."""
+    return _haproxy("tcp", "", workers, maxconn, port, servers)
+
+
+def haproxy_http(workers, maxconn, port, servers, bind_extra=""):
+    """HAProxy 2.6 `mode http` with keep-alive both ways, X-Forwarded-For and connection reuse
+    (see `_haproxy`; `bind_extra`: `ssl crt ...`)."""
+    return _haproxy("http",
+                    "    option http-keep-alive\n    option forwardfor\n    http-reuse always\n",
+                    workers, maxconn, port, servers, bind_extra,
+                    "    timeout http-keep-alive 600s\n    timeout http-request 600s\n")
 
 
 def write_configs(work):
