@@ -9,10 +9,12 @@
 
 use super::body::Framing;
 use super::grammar::{
-    has_control, is_control, is_fixed_hop, is_host_and_port, is_host_byte, is_space,
-    is_target_byte, is_tchar, is_value_byte,
+    control_bits, is_control, is_fixed_hop, is_framing_lookalike, is_host_and_port, is_host_byte,
+    is_space, is_target_byte, is_tchar, is_value_byte, not_name_bits, same_name,
 };
 use super::{Error, Limits, Span};
+#[cfg(target_arch = "x86_64")]
+use crate::sys::simd as wide;
 
 /// The protocol version of a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -290,6 +292,76 @@ impl Iterator for Fields<'_> {
     }
 }
 
+/// A field name as the proxy's rules read it, found once by the parser so that the passes after
+/// it (the rewrite) compare no names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum Name {
+    #[default]
+    Other,
+    ContentLength,
+    TransferEncoding,
+    Host,
+    Connection,
+    /// `Keep-Alive`, `Proxy-Connection` and `TE`: hop-by-hop, as `Connection` and
+    /// `Transfer-Encoding` are.
+    Hop,
+    Upgrade,
+    /// Not `Content-Length` or `Transfer-Encoding`, but one of them to a server that folds `_`
+    /// into `-` or ignores dashes.
+    FramingLookalike,
+    /// The three `X-Forwarded-` fields, also when spelled with `_` for `-` (as CGI, WSGI and PHP
+    /// servers read them).
+    XForwardedFor,
+    XForwardedProto,
+    XForwardedHost,
+    Forwarded,
+    XRequestId,
+}
+
+/// What a field's name is ([`Name`]), and whether it is known to be letters, digits and dashes
+/// only (so holds no `_`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Kind {
+    pub(super) name: Name,
+    plain: bool,
+}
+
+impl Kind {
+    /// The kind of field name `name`; `plain`: the name is known to hold only letters, digits
+    /// and dashes (false when not known).
+    #[inline]
+    pub(super) fn of(name: &[u8], plain: bool) -> Kind {
+        let first = name.first().map_or(0, u8::to_ascii_lowercase);
+        let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+        // The first letter and the length pick the one name to compare with.
+        let name = match (first, name.len()) {
+            (b'c', 14) if is(b"content-length") => Name::ContentLength,
+            (b't', 17) if is(b"transfer-encoding") => Name::TransferEncoding,
+            (b'h', 4) if is(b"host") => Name::Host,
+            (b'c', 10) if is(b"connection") => Name::Connection,
+            (b'k', 10) if is(b"keep-alive") => Name::Hop,
+            (b'p', 16) if is(b"proxy-connection") => Name::Hop,
+            (b't', 2) if is(b"te") => Name::Hop,
+            (b'u', 7) if is(b"upgrade") => Name::Upgrade,
+            (b'f', 9) if is(b"forwarded") => Name::Forwarded,
+            (b'x', 12) if is(b"x-request-id") => Name::XRequestId,
+            (b'x', 15) if same_name(name, b"x-forwarded-for") => Name::XForwardedFor,
+            (b'x', 17) if same_name(name, b"x-forwarded-proto") => Name::XForwardedProto,
+            (b'x', 16) if same_name(name, b"x-forwarded-host") => Name::XForwardedHost,
+            (b'c' | b't' | b'-' | b'_', 13..) if is_framing_lookalike(name) => {
+                Name::FramingLookalike
+            }
+            _ => Name::Other,
+        };
+        Kind { name, plain }
+    }
+
+    /// Whether field name `name`, of this kind, holds an `_`.
+    pub(super) fn underscored(self, name: &[u8]) -> bool {
+        !self.plain && memchr::memchr(b'_', name).is_some()
+    }
+}
+
 /// How many fields a [`FieldIndex`] holds; a head with more is read line by line each time.
 const INDEXED: usize = 32;
 
@@ -300,6 +372,7 @@ const INDEXED: usize = 32;
 pub struct FieldIndex {
     /// Line start, name end, value start, value end, line end.
     at: [[u16; 5]; INDEXED],
+    kinds: [Kind; INDEXED],
     len: usize,
     /// Every field is in `at`.
     complete: bool,
@@ -313,7 +386,8 @@ impl FieldIndex {
         let mut index = FieldIndex::empty();
         index.begin();
         for f in fields(buf, head_len) {
-            index.push(f.line.start, f.name.end, f.value, f.line.end);
+            let kind = Kind::of(f.name.of(buf), false);
+            index.push(f.line.start, f.name.end, f.value, f.line.end, kind);
         }
         index.head_len = head_len;
         index
@@ -324,6 +398,7 @@ impl FieldIndex {
     pub fn empty() -> FieldIndex {
         FieldIndex {
             at: [[0; 5]; INDEXED],
+            kinds: [Kind::default(); INDEXED],
             len: 0,
             complete: false,
             head_len: usize::MAX,
@@ -368,10 +443,12 @@ impl FieldIndex {
         name_end: usize,
         value: Span,
         line_end: usize,
+        kind: Kind,
     ) {
         let fits = line_end <= usize::from(u16::MAX);
-        match self.at.get_mut(self.len) {
-            Some(slot) if self.complete && fits => {
+        match (self.at.get_mut(self.len), self.kinds.get_mut(self.len)) {
+            (Some(slot), Some(kind_slot)) if self.complete && fits => {
+                *kind_slot = kind;
                 *slot = [
                     line_start as u16,
                     name_end as u16,
@@ -383,6 +460,47 @@ impl FieldIndex {
             }
             _ => self.complete = false,
         }
+    }
+
+    /// The fields, in order, of the same `buf` the index was made from, with their kinds.
+    pub(super) fn iter_kinds<'a>(
+        &'a self,
+        buf: &'a [u8],
+    ) -> impl Iterator<Item = (Field, Kind)> + 'a {
+        let kinds = self.kinds.get(..self.len).unwrap_or_default();
+        let mut kinds = kinds.iter().filter(|_| self.complete);
+        self.iter(buf).map(move |f| {
+            let kind = kinds
+                .next()
+                .copied()
+                .unwrap_or_else(|| Kind::of(f.name.of(buf), false));
+            (f, kind)
+        })
+    }
+
+    /// The fields named `want`, in order, with their kinds (one byte compared per field).
+    pub(super) fn named<'a>(
+        &'a self,
+        buf: &'a [u8],
+        want: Name,
+    ) -> impl Iterator<Item = (Field, Kind)> + 'a {
+        let indexed = self.complete.then(|| {
+            let kinds = self.kinds.get(..self.len).unwrap_or_default();
+            let at = self.at.get(..self.len).unwrap_or_default();
+            kinds
+                .iter()
+                .zip(at)
+                .filter(move |(kind, _)| kind.name == want)
+                .map(|(&kind, &at)| (field_at(at), kind))
+        });
+        let scanned = (!self.complete).then(|| {
+            self.iter_kinds(buf)
+                .filter(move |(_, kind)| kind.name == want)
+        });
+        indexed
+            .into_iter()
+            .flatten()
+            .chain(scanned.into_iter().flatten())
     }
 
     /// The fields, in order, of the same `buf` the index was made from.
@@ -407,22 +525,25 @@ impl Iterator for IndexedFields<'_> {
 
     fn next(&mut self) -> Option<Field> {
         match self {
-            IndexedFields::Indexed(it) => {
-                let [start, name_end, value_start, value_end, end] = it.next()?.map(usize::from);
-                Some(Field {
-                    line: Span { start, end },
-                    name: Span {
-                        start,
-                        end: name_end,
-                    },
-                    value: Span {
-                        start: value_start,
-                        end: value_end,
-                    },
-                })
-            }
+            IndexedFields::Indexed(it) => it.next().map(|&at| field_at(at)),
             IndexedFields::Scan(it) => it.next(),
         }
+    }
+}
+
+/// The field of an index entry: line start, name end, value start, value end, line end.
+fn field_at(at: [u16; 5]) -> Field {
+    let [start, name_end, value_start, value_end, end] = at.map(usize::from);
+    Field {
+        line: Span { start, end },
+        name: Span {
+            start,
+            end: name_end,
+        },
+        value: Span {
+            start: value_start,
+            end: value_end,
+        },
     }
 }
 
@@ -488,27 +609,21 @@ impl<'a> Cursor<'a> {
         self.pos += rest.iter().position(|&b| !keep(b)).unwrap_or(rest.len());
     }
 
-    /// [`Cursor::skip_while`] for value bytes, eight at a time while no byte of the eight is a
-    /// control (most of a head is field values).
+    /// [`Cursor::skip_while`] for value bytes, eight at a time ([`value_len`]).
     fn skip_value(&mut self) {
         let end = self.buf.len().min(self.limit);
         let rest = self.buf.get(self.pos..end).unwrap_or_default();
-        let mut chunks = rest.chunks_exact(8);
-        let mut done = 0;
-        for chunk in chunks.by_ref() {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            if has_control(u64::from_le_bytes(word)) {
-                break;
-            }
-            done += 8;
-        }
-        let tail = &rest[done..];
-        self.pos += done
-            + tail
-                .iter()
-                .position(|&b| !is_value_byte(b))
-                .unwrap_or(tail.len());
+        self.pos += value_len(rest);
+    }
+
+    /// [`Cursor::skip_while`] for token bytes, eight at a time while they are letters, digits
+    /// and dashes ([`name_len`]). Returns whether every byte passed was one of those.
+    fn skip_name(&mut self) -> bool {
+        let end = self.buf.len().min(self.limit);
+        let rest = self.buf.get(self.pos..end).unwrap_or_default();
+        let (len, plain) = name_len(rest);
+        self.pos += len;
+        plain
     }
 
     /// Expects `b` next; `else_err` otherwise (with CR, LF and controls told apart).
@@ -537,6 +652,82 @@ fn classify(b: u8, otherwise: Error) -> Error {
         b if is_control(b) => Error::ControlChar,
         _ => otherwise,
     }
+}
+
+/// How many value bytes `bytes` starts with: eight at a time, the first byte of eight that is a
+/// control or HTAB found from the word's bits (most of a head is field values).
+fn value_len(bytes: &[u8]) -> usize {
+    let mut at = 0;
+    #[cfg(target_arch = "x86_64")]
+    while let Some(bits) = wide::control_bits(bytes, at) {
+        match bits {
+            0 => at += 16,
+            bits => {
+                at += bits.trailing_zeros() as usize;
+                if bytes.get(at) != Some(&b'\t') {
+                    return at;
+                }
+                at += 1;
+            }
+        }
+    }
+    while let Some(word) = word_at(bytes, at) {
+        match control_bits(word) {
+            0 => at += 8,
+            bits => {
+                at += (bits.trailing_zeros() / 8) as usize;
+                if bytes.get(at) != Some(&b'\t') {
+                    return at;
+                }
+                at += 1;
+            }
+        }
+    }
+    let tail = bytes.get(at..).unwrap_or_default();
+    at + tail
+        .iter()
+        .position(|&b| !is_value_byte(b))
+        .unwrap_or(tail.len())
+}
+
+/// How many token bytes `bytes` starts with, eight at a time while they are letters, digits and
+/// dashes (field names), then one at a time; and whether all were letters, digits and dashes.
+fn name_len(bytes: &[u8]) -> (usize, bool) {
+    let mut at = 0;
+    #[cfg(target_arch = "x86_64")]
+    while let Some(bits) = wide::not_name_bits(bytes, at) {
+        if bits != 0 {
+            at += bits.trailing_zeros() as usize;
+            let rest = bytes.get(at..).unwrap_or_default();
+            let more = rest
+                .iter()
+                .position(|&b| !is_tchar(b))
+                .unwrap_or(rest.len());
+            return (at + more, more == 0);
+        }
+        at += 16;
+    }
+    while let Some(word) = word_at(bytes, at) {
+        match not_name_bits(word) {
+            0 => at += 8,
+            bits => {
+                at += (bits.trailing_zeros() / 8) as usize;
+                break;
+            }
+        }
+    }
+    let tail = bytes.get(at..).unwrap_or_default();
+    let more = tail
+        .iter()
+        .position(|&b| !is_tchar(b))
+        .unwrap_or(tail.len());
+    (at + more, more == 0)
+}
+
+/// The eight bytes at `at` of `bytes` as a little-endian word, if there are eight.
+fn word_at(bytes: &[u8], at: usize) -> Option<u64> {
+    let eight: [u8; 8] = bytes.get(at..at.checked_add(8)?)?.try_into().ok()?;
+    Some(u64::from_le_bytes(eight))
 }
 
 fn request(
@@ -739,8 +930,9 @@ fn response(
     response_with(buf, limits, to_head, index, field_line)
 }
 
-/// A field line reader: the name and the value without surrounding whitespace.
-type LineReader = fn(&mut Cursor<'_>) -> Result<(Span, Span), Stop>;
+/// A field line reader: the name, the value without surrounding whitespace, and whether the name
+/// is known to be letters, digits and dashes only.
+type LineReader = fn(&mut Cursor<'_>) -> Result<(Span, Span, bool), Stop>;
 
 #[inline(always)]
 fn response_with(
@@ -927,6 +1119,15 @@ impl Seen {
     }
 
     fn connection_tokens(&mut self, value: &[u8]) {
+        // One token, the usual value.
+        if value.eq_ignore_ascii_case(b"keep-alive") {
+            self.connection.keep_alive = true;
+            return;
+        }
+        if value.eq_ignore_ascii_case(b"close") {
+            self.connection.close = true;
+            return;
+        }
         for token in value.split(|&b| b == b',') {
             let token = token.trim_ascii();
             if token.eq_ignore_ascii_case(b"close") {
@@ -994,26 +1195,20 @@ fn field_lines_with(
             return Err(Error::TooManyHeaders.into());
         }
         let line_start = c.pos;
-        let (name_span, value_span) = field_line(c)?;
-        if let Some(ix) = index.as_deref_mut() {
-            ix.push(line_start, name_span.end, value_span, c.pos);
-        }
+        let (name_span, value_span, plain) = field_line(c)?;
         let (name, value) = (name_span.of(c.buf), value_span.of(c.buf));
-        // The first letter (a name is at least one byte) and the length pick the one name to
-        // compare with.
-        let first = name.first().map_or(0, u8::to_ascii_lowercase);
-        match (first, name.len()) {
-            (b'c', 14) if name.eq_ignore_ascii_case(b"content-length") => {
-                seen.content_length(value)
-            }
-            (b't', 17) if name.eq_ignore_ascii_case(b"transfer-encoding") => {
-                seen.transfer_codings(value)
-            }
-            (b'h', 4) if name.eq_ignore_ascii_case(b"host") => {
+        let kind = Kind::of(name, plain);
+        if let Some(ix) = index.as_deref_mut() {
+            ix.push(line_start, name_span.end, value_span, c.pos, kind);
+        }
+        match kind.name {
+            Name::ContentLength => seen.content_length(value),
+            Name::TransferEncoding => seen.transfer_codings(value),
+            Name::Host => {
                 seen.hosts += 1;
                 seen.host = value_span;
             }
-            (b'c', 10) if name.eq_ignore_ascii_case(b"connection") => seen.connection_tokens(value),
+            Name::Connection => seen.connection_tokens(value),
             _ => {}
         }
     }
@@ -1021,7 +1216,7 @@ fn field_lines_with(
 
 /// [`field_line`] for a line Quill wrote: the line's end and the colon found by `memchr`, the
 /// bytes between not classified again.
-fn own_field_line(c: &mut Cursor<'_>) -> Result<(Span, Span), Stop> {
+fn own_field_line(c: &mut Cursor<'_>) -> Result<(Span, Span, bool), Stop> {
     let start = c.pos;
     let end = c.buf.len().min(c.limit);
     let rest = c.buf.get(start..end).unwrap_or_default();
@@ -1046,6 +1241,7 @@ fn own_field_line(c: &mut Cursor<'_>) -> Result<(Span, Span), Stop> {
             end: start + colon,
         },
         value_after(start, line, colon),
+        false,
     ))
 }
 
@@ -1065,10 +1261,58 @@ pub(super) fn value_after(at: usize, line: &[u8], colon: usize) -> Span {
     }
 }
 
-/// One `name: value CRLF` line: the name and the value without surrounding whitespace.
-fn field_line(c: &mut Cursor<'_>) -> Result<(Span, Span), Stop> {
+/// One `name: value CRLF` line: the name, the value without surrounding whitespace, and whether
+/// the name is letters, digits and dashes only.
+fn field_line(c: &mut Cursor<'_>) -> Result<(Span, Span, bool), Stop> {
+    match whole_field_line(c) {
+        Some(line) => Ok(line),
+        None => checked_field_line(c),
+    }
+}
+
+/// [`field_line`] for a line that is whole and well formed within the bytes and the size limit
+/// (nearly every line), read without the cursor's checks byte by byte: `None` for any other,
+/// which [`checked_field_line`] then reads, error or incomplete.
+#[inline(always)]
+fn whole_field_line(c: &mut Cursor<'_>) -> Option<(Span, Span, bool)> {
     let start = c.pos;
-    c.skip_while(is_tchar);
+    let rest = c.buf.get(start..c.buf.len().min(c.limit))?;
+    let (name_end, plain) = name_len(rest);
+    if name_end == 0 || rest.get(name_end) != Some(&b':') {
+        return None;
+    }
+    let mut value_start = name_end + 1;
+    while rest.get(value_start).is_some_and(|&b| is_space(b)) {
+        value_start += 1;
+    }
+    let value_end = value_start + value_len(rest.get(value_start..)?);
+    if rest.get(value_end..value_end + 2)? != b"\r\n" {
+        return None;
+    }
+    let value = &rest[value_start..value_end];
+    let trailing = match value.last() {
+        Some(&b) if is_space(b) => value.iter().rev().take_while(|&&b| is_space(b)).count(),
+        _ => 0,
+    };
+    c.pos = start + value_end + 2;
+    Some((
+        Span {
+            start,
+            end: start + name_end,
+        },
+        Span {
+            start: start + value_start,
+            end: start + value_end - trailing,
+        },
+        plain,
+    ))
+}
+
+/// [`field_line`] a byte at a time, with every check: what reports a line's error, or that the
+/// bytes ran out.
+fn checked_field_line(c: &mut Cursor<'_>) -> Result<(Span, Span, bool), Stop> {
+    let start = c.pos;
+    let plain = c.skip_name();
     match c.next()? {
         b':' if c.pos - 1 > start => {}
         b' ' | b'\t' if c.pos - 1 > start => {
@@ -1094,7 +1338,75 @@ fn field_line(c: &mut Cursor<'_>) -> Result<(Span, Span), Stop> {
         b => return Err(classify(b, Error::ControlChar).into()),
     }
     let value = &c.buf[start..c.pos - 1];
-    let end = start + (value.len() - value.iter().rev().take_while(|&&b| is_space(b)).count());
+    let trailing = match value.last() {
+        Some(&b) if is_space(b) => value.iter().rev().take_while(|&&b| is_space(b)).count(),
+        _ => 0,
+    };
+    let end = start + value.len() - trailing;
     c.lf()?;
-    Ok((name, Span { start, end }))
+    Ok((name, Span { start, end }, plain))
+}
+
+#[cfg(test)]
+mod skip_tests {
+    use proptest::prelude::*;
+
+    use super::super::grammar::{is_tchar, is_value_byte};
+    use super::Cursor;
+
+    /// Bytes drawn mostly from those a head holds, so runs of name and value bytes are long.
+    fn head_bytes() -> impl Strategy<Value = Vec<u8>> {
+        let byte = prop_oneof![
+            6 => prop::sample::select(&b"abcXYZ09-"[..]),
+            2 => prop::sample::select(&b" \t_.:;/\"\r\n"[..]),
+            1 => any::<u8>(),
+        ];
+        prop::collection::vec(byte, 0..40)
+    }
+
+    proptest! {
+        #![proptest_config(super::super::proptests::config(2000))]
+
+        /// The word-at-a-time skips stop where the byte-at-a-time one does, for every start and
+        /// size limit.
+        #[test]
+        fn word_skips_stop_where_byte_skips_do(
+            bytes in head_bytes(),
+            from in 0usize..40,
+            limit in 0usize..48,
+        ) {
+            let start = from.min(bytes.len());
+            let cursor = |pos| Cursor { pos, ..Cursor::new(&bytes, limit) };
+            let (mut byte, mut word) = (cursor(start), cursor(start));
+            byte.skip_while(is_value_byte);
+            word.skip_value();
+            prop_assert_eq!(byte.pos, word.pos, "value from {}", start);
+            let (mut byte, mut word) = (cursor(start), cursor(start));
+            byte.skip_while(is_tchar);
+            word.skip_name();
+            prop_assert_eq!(byte.pos, word.pos, "name from {}", start);
+        }
+
+        /// A line the quick reader takes, the checked reader reads the same (the checked one
+        /// reads every other line, so the two agree on all).
+        #[test]
+        fn a_line_read_whole_reads_the_same_byte_by_byte(
+            name in head_bytes(),
+            value in head_bytes(),
+            ending in prop::sample::select(&["\r\n", "\n", "\r", "", "\r\nX"][..]),
+            limit in 0usize..100,
+        ) {
+            let mut line = name;
+            line.push(b':');
+            line.extend(value);
+            line.extend(ending.as_bytes());
+            let mut quick = Cursor::new(&line, limit);
+            if let Some(read) = super::whole_field_line(&mut quick) {
+                let mut checked = Cursor::new(&line, limit);
+                let again = super::checked_field_line(&mut checked);
+                prop_assert!(matches!(again, Ok(r) if r == read), "{:?}", line);
+                prop_assert_eq!(quick.pos, checked.pos);
+            }
+        }
+    }
 }

@@ -28,8 +28,12 @@ use std::fmt;
 use std::net::IpAddr;
 
 use super::body::Framing;
-use super::grammar::{is_fixed_hop, is_host_byte, is_target_byte, is_tchar};
-use super::head::{value_after, Connection, Field, FieldIndex, RequestHead, ResponseHead, Target};
+#[cfg(test)]
+use super::grammar::is_framing_lookalike;
+use super::grammar::{is_fixed_hop, is_host_byte, is_target_byte, is_tchar, same_name};
+use super::head::{
+    value_after, Connection, Field, FieldIndex, Kind, Name, RequestHead, ResponseHead, Target,
+};
 use super::{path, Span, Version};
 
 /// How `X-Forwarded-For` is written on requests.
@@ -161,11 +165,13 @@ pub fn write_request_indexed(
     if let Some(authority) = req.authority {
         req.proxy_field(&mut out, b"Host", &[authority])?;
     }
-    for f in index.iter(buf) {
-        if req.keeps(&f) {
-            out.put(f.line.of(buf))?;
+    let mut kept = Run::default();
+    for (f, kind) in index.iter_kinds(buf) {
+        if req.keeps(&f, kind) {
+            kept.add(&mut out, buf, f.line)?;
         }
     }
+    kept.flush(&mut out, buf)?;
     let mut connection = Tokens::default();
     connection.add(head.version == Version::Http10, b"keep-alive");
     connection.add(rw.upgrade, b"upgrade");
@@ -175,7 +181,7 @@ pub fn write_request_indexed(
         req.proxy_field(&mut out, b"Via", &[received(head.version), name.as_bytes()])?;
     }
     if let Some(id) = rw.request_id.filter(|id| is_value(id)) {
-        if !req.has(b"x-request-id") {
+        if !req.has(Name::XRequestId) {
             req.proxy_field(&mut out, b"X-Request-ID", &[id])?;
         }
     }
@@ -249,27 +255,29 @@ fn write_response_with(
     out.put(b"\r\n")?;
     let keep_length = head.framing == Framing::None && head.status >= 200 && head.status != 204;
     let mut length_kept = false;
-    for f in index.iter(buf) {
+    let mut run = Run::default();
+    for (f, kind) in index.iter_kinds(buf) {
         let name = f.name.of(buf);
-        let kept = if name.eq_ignore_ascii_case(b"content-length") {
+        let kept = if kind.name == Name::ContentLength {
             keep_length && !std::mem::replace(&mut length_kept, true)
         } else {
-            !hop.removes(name) && !edits.removes(name, 0)
+            !hop.removes(name, kind) && !edits.removes(name, 0)
         };
         if kept {
-            let at = out.len;
-            out.put(f.line.of(buf))?;
+            run.add(&mut out, buf, f.line)?;
             if let Some(n) = noted.as_deref_mut() {
-                // The line as it came, moved to `at`.
-                let moved = |i: usize| i - f.line.start + at;
+                // The line as it came, moved to where the run puts it.
+                let at = out.len + run.len();
+                let moved = |i: usize| i + at - f.line.end;
                 let value = Span {
                     start: moved(f.value.start),
                     end: moved(f.value.end),
                 };
-                n.push(at, moved(f.name.end), value, out.len);
+                n.push(moved(f.line.start), moved(f.name.end), value, at, kind);
             }
         }
     }
+    run.flush(&mut out, buf)?;
     let added = out.len;
     let mut connection = Tokens::default();
     connection.add(rw.close, b"close");
@@ -288,7 +296,8 @@ fn write_response_with(
         for line in out.since(added).split_inclusive(|&b| b == b'\n') {
             let colon = line.iter().position(|&b| b == b':').unwrap_or(0);
             let value = value_after(at, &line[..line.len() - 2], colon);
-            n.push(at, at + colon, value, at + line.len());
+            let kind = Kind::of(&line[..colon], false);
+            n.push(at, at + colon, value, at + line.len(), kind);
             at += line.len();
         }
         n.set_head_len(out.len + 2);
@@ -459,9 +468,9 @@ impl<'a, 'b> Request<'a, 'b> {
             ForwardedFor::Append | ForwardedFor::Replace => Forward::Ours,
         };
         let proto_ok = !rw.proto.is_empty() && is_value(rw.proto.as_bytes());
-        self.xfp = self.kept_or_ours(rw.x_forwarded_proto, proto_ok, b"x-forwarded-proto");
+        self.xfp = self.kept_or_ours(rw.x_forwarded_proto, proto_ok, Name::XForwardedProto);
         let host_ok = self.host.is_some();
-        self.xfh = self.kept_or_ours(rw.x_forwarded_host, host_ok, b"x-forwarded-host");
+        self.xfh = self.kept_or_ours(rw.x_forwarded_host, host_ok, Name::XForwardedHost);
         self.forwarded = match (rw.forwarded, client, trusted) {
             (false, _, _) => Forward::Untouched,
             (true, false, _) => absent,
@@ -472,7 +481,7 @@ impl<'a, 'b> Request<'a, 'b> {
 
     /// `X-Forwarded-Proto` and `-Host`: a trusted peer's kept as is, else replaced by ours (if
     /// there is a value to write).
-    fn kept_or_ours(&self, enabled: bool, have_value: bool, name: &[u8]) -> Forward {
+    fn kept_or_ours(&self, enabled: bool, have_value: bool, name: Name) -> Forward {
         let trusted = self.rw.trusted;
         if !enabled || (trusted && (self.client.is_none() || self.has(name))) {
             Forward::Untouched
@@ -484,48 +493,46 @@ impl<'a, 'b> Request<'a, 'b> {
     }
 
     /// Whether a field of the input survives the rules of the hop (before forwarding and edits).
-    fn passes(&self, name: &[u8]) -> bool {
-        if name.eq_ignore_ascii_case(b"host") {
-            return self.authority.is_none();
+    fn passes(&self, name: &[u8], kind: Kind) -> bool {
+        match kind.name {
+            Name::Host => self.authority.is_none(),
+            Name::ContentLength => false,
+            _ => !self.hop.removes(name, kind),
         }
-        !name.eq_ignore_ascii_case(b"content-length") && !self.hop.removes(name)
     }
 
-    /// Whether the input has a field of this name that passes the hop.
-    fn has(&self, name: &[u8]) -> bool {
+    /// Whether the input has a field of this name (spelled with dashes) that passes the hop.
+    fn has(&self, name: Name) -> bool {
         self.incoming(name).next().is_some()
     }
 
-    /// The input fields of this name that pass the hop.
-    fn incoming<'n>(&'n self, name: &'n [u8]) -> impl Iterator<Item = Field> + 'n {
-        self.index.iter(self.buf).filter(move |f| {
-            let n = f.name.of(self.buf);
-            n.eq_ignore_ascii_case(name) && self.passes(n)
-        })
+    /// The input fields of this name (spelled with dashes) that pass the hop.
+    fn incoming(&self, want: Name) -> impl Iterator<Item = Field> + '_ {
+        self.index
+            .named(self.buf, want)
+            .filter_map(move |(f, kind)| {
+                let name = f.name.of(self.buf);
+                (!kind.underscored(name) && self.passes(name, kind)).then_some(f)
+            })
     }
 
     /// Whether an input field is copied.
-    fn keeps(&self, f: &Field) -> bool {
+    fn keeps(&self, f: &Field, kind: Kind) -> bool {
         let name = f.name.of(self.buf);
-        if !self.passes(name) || self.edits.removes(name, 0) {
+        if !self.passes(name, kind) || self.edits.removes(name, 0) {
             return false;
         }
         // `X_Forwarded_For` reads as `X-Forwarded-For` to CGI, WSGI and PHP servers (E7).
-        if memchr::memchr(b'_', name).is_some()
-            && (!self.rw.underscores || self.edits.removes_spelled(name))
-        {
+        if kind.underscored(name) && (!self.rw.underscores || self.edits.removes_spelled(name)) {
             return false;
         }
-        let forward = if same_name(name, b"x-forwarded-for") {
-            self.xff
-        } else if same_name(name, b"x-forwarded-proto") {
-            self.xfp
-        } else if same_name(name, b"x-forwarded-host") {
-            self.xfh
-        } else if name.eq_ignore_ascii_case(b"forwarded") {
-            self.forwarded
-        } else {
-            Forward::Untouched
+        let forward = match kind.name {
+            Name::XForwardedFor => self.xff,
+            Name::XForwardedProto => self.xfp,
+            Name::XForwardedHost => self.xfh,
+            // `Forwarded` is one word: no `_` spelling of it.
+            Name::Forwarded => self.forwarded,
+            _ => Forward::Untouched,
         };
         forward.keeps_incoming()
     }
@@ -592,7 +599,8 @@ impl<'a, 'b> Request<'a, 'b> {
         let mut ip_buf = [0u8; 48];
         let ip = format_ip(client, &mut ip_buf);
         if matches!(self.xff, Forward::Ours | Forward::Joined) {
-            self.joined_field(out, b"X-Forwarded-For", self.xff, |out| out.put(ip))?;
+            let (name, kind) = (&b"X-Forwarded-For"[..], Name::XForwardedFor);
+            self.joined_field(out, name, kind, self.xff, |out| out.put(ip))?;
         }
         if self.xfp == Forward::Ours {
             self.proxy_field(out, b"X-Forwarded-Proto", &[self.rw.proto.as_bytes()])?;
@@ -601,7 +609,7 @@ impl<'a, 'b> Request<'a, 'b> {
             self.proxy_field(out, b"X-Forwarded-Host", &[host])?;
         }
         if matches!(self.forwarded, Forward::Ours | Forward::Joined) {
-            self.joined_field(out, b"Forwarded", self.forwarded, |out| {
+            self.joined_field(out, b"Forwarded", Name::Forwarded, self.forwarded, |out| {
                 self.forwarded_element(out, client, ip)
             })?;
         }
@@ -613,6 +621,7 @@ impl<'a, 'b> Request<'a, 'b> {
         &self,
         out: &mut Out,
         name: &[u8],
+        kind: Name,
         how: Forward,
         ours: impl FnOnce(&mut Out) -> Result<(), Overflow>,
     ) -> Result<(), Overflow> {
@@ -622,7 +631,7 @@ impl<'a, 'b> Request<'a, 'b> {
         out.put(name)?;
         out.put(b": ")?;
         if how == Forward::Joined {
-            for f in self.incoming(name) {
+            for f in self.incoming(kind) {
                 let value = trim_list(f.value.of(self.buf));
                 if !value.is_empty() {
                     out.put(value)?;
@@ -701,7 +710,7 @@ fn format_ip(ip: IpAddr, buf: &mut [u8; 48]) -> &[u8] {
             if i > 0 {
                 let _ = w.put(b".");
             }
-            let _ = w.number(u64::from(octet));
+            let _ = w.octet(octet);
         }
         let len = w.len;
         return buf.get(..len).unwrap_or_default();
@@ -751,57 +760,21 @@ impl<'b> HopByHop<'b> {
             .map(<[u8]>::trim_ascii)
     }
 
-    /// Whether a field of this name is removed. `Host` is never (a client cannot name it away).
-    fn removes(&self, name: &[u8]) -> bool {
-        if self.upgrade && name.eq_ignore_ascii_case(b"upgrade") {
-            return false;
+    /// Whether a field of this name and kind is removed. `Host` is never (a client cannot name
+    /// it away).
+    fn removes(&self, name: &[u8], kind: Kind) -> bool {
+        match kind.name {
+            Name::Upgrade => !self.upgrade,
+            Name::Connection | Name::TransferEncoding | Name::Hop | Name::FramingLookalike => true,
+            Name::Host => false,
+            _ => {
+                self.names_others
+                    && self
+                        .connection_tokens()
+                        .any(|t| t.eq_ignore_ascii_case(name))
+            }
         }
-        if is_fixed_hop(name) || is_framing_lookalike(name) {
-            return true;
-        }
-        self.names_others
-            && !name.eq_ignore_ascii_case(b"host")
-            && self
-                .connection_tokens()
-                .any(|t| t.eq_ignore_ascii_case(name))
     }
-}
-
-/// A field that is not `Content-Length` or `Transfer-Encoding` but reads as one to a server
-/// that folds `_` into `-` or ignores them (`Content_Length`, `Transfer---Encoding`): never
-/// passed on, so no server behind Quill can frame a message differently from Quill (the
-/// desync corpus's Ambiguous cases).
-fn is_framing_lookalike(name: &[u8]) -> bool {
-    // 13 letters at least, and a name that starts with a letter starts with `c` or `t`.
-    let first = name.first().map(u8::to_ascii_lowercase);
-    if name.len() < 13 || !matches!(first, Some(b'c' | b't' | b'-' | b'_')) {
-        return false;
-    }
-    if name.eq_ignore_ascii_case(b"content-length")
-        || name.eq_ignore_ascii_case(b"transfer-encoding")
-    {
-        return false;
-    }
-    let same_letters = |word: &[u8]| {
-        let mut letters = name.iter().filter(|&&b| b != b'-' && b != b'_');
-        word.iter()
-            .all(|w| letters.next().is_some_and(|b| b.eq_ignore_ascii_case(w)))
-            && letters.next().is_none()
-    };
-    same_letters(b"contentlength") || same_letters(b"transferencoding")
-}
-
-/// Whether field name `name` is `other` without case, an `_` of either standing for a `-`
-/// (as CGI, WSGI and PHP servers read names).
-fn same_name(name: &[u8], other: &[u8]) -> bool {
-    let fold = |b: u8| {
-        if b == b'_' {
-            b'-'
-        } else {
-            b.to_ascii_lowercase()
-        }
-    };
-    name.len() == other.len() && name.iter().zip(other).all(|(&a, &b)| fold(a) == fold(b))
 }
 
 /// Fields no edit touches: the hop-by-hop ones and `Content-Length`.
@@ -877,6 +850,38 @@ fn usable(e: &HeaderEdit) -> bool {
             || (e.op == EditOp::Set && e.value.bytes().all(is_host_byte)))
 }
 
+/// Field lines to copy that lie one after another in the input, copied at once.
+#[derive(Default)]
+struct Run {
+    lines: Option<Span>,
+}
+
+impl Run {
+    /// Adds `line`, copying the run so far first if `line` does not follow it.
+    fn add(&mut self, out: &mut Out, buf: &[u8], line: Span) -> Result<(), Overflow> {
+        match &mut self.lines {
+            Some(run) if run.end == line.start => run.end = line.end,
+            _ => {
+                self.flush(out, buf)?;
+                self.lines = Some(line);
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes in the run, not yet copied.
+    fn len(&self) -> usize {
+        self.lines.map_or(0, |r| r.end - r.start)
+    }
+
+    fn flush(&mut self, out: &mut Out, buf: &[u8]) -> Result<(), Overflow> {
+        match self.lines.take() {
+            Some(run) => out.put(run.of(buf)),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The output buffer and how much of it is written.
 struct Out<'o> {
     buf: &'o mut [u8],
@@ -933,6 +938,17 @@ impl<'o> Out<'o> {
             self.put(part)?;
         }
         self.put(b"\r\n")
+    }
+
+    /// A number of at most three digits, without the division loop of [`Out::number`].
+    fn octet(&mut self, n: u8) -> Result<(), Overflow> {
+        let digits = [b'0' + n / 100, b'0' + n / 10 % 10, b'0' + n % 10];
+        let skip = match n {
+            100.. => 0,
+            10.. => 1,
+            _ => 2,
+        };
+        self.put(&digits[skip..])
     }
 
     fn number(&mut self, mut n: u64) -> Result<(), Overflow> {

@@ -68,6 +68,12 @@ const FIELDS: &[&str] = &[
     "x-a: 2",
     "Cookie: c=1",
     "X-Obs: caf\u{e9}",
+    "X_Forwarded_For: 192.0.2.9",
+    "x_forwarded-proto: http",
+    "X-Forwarded_Host: other.example",
+    "X_Request_ID: q",
+    "Content_Length: 3",
+    "Transfer--Encoding: chunked",
 ];
 
 /// Names for edits: plain ones, the proxy's own, protected ones and an invalid one.

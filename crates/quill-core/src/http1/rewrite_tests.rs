@@ -717,3 +717,16 @@ fn the_path_goes_as_sent_unless_normalize_path_or_a_rewrite_applies() {
     assert_eq!(go("//api/", &r), "/");
     assert_eq!(go("//api/x/", &r), "/x/");
 }
+
+#[test]
+fn ipv4_addresses_are_written_with_every_digit_count() {
+    let mut buf = [0u8; 48];
+    for (ip, text) in [
+        ([0, 9, 10, 255], "0.9.10.255"),
+        ([100, 99, 1, 0], "100.99.1.0"),
+        ([203, 0, 113, 7], "203.0.113.7"),
+    ] {
+        let written = format_ip(IpAddr::from(ip), &mut buf);
+        assert_eq!(written, text.as_bytes());
+    }
+}

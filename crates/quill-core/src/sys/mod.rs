@@ -1,11 +1,12 @@
 //! The only home of `unsafe`: thin wrappers over Linux syscalls that neither std, mio nor socket2
-//! expose, and over glibc's heap trim. This file holds the `check` helpers every wrapper uses, and
+//! expose, over glibc's heap trim, and over the SSE2 intrinsics of the HTTP/1 head parser's byte
+//! classes (`simd`). This file holds the `check` helpers every wrapper uses, and
 //! the descriptor and socket calls (pipes and splice, exclusive epoll registration, inherited and
 //! replaced descriptors, integer socket options, a socket's unacknowledged bytes); by kind, the
 //! rest lives in `file` (the web server's opens beneath a root, metadata, body reads and sends,
 //! directory entries, all through rustix), `process` (resource limits, users, privilege drop, network namespaces, heap
 //! trim), `packet` (packet sockets, their receive ring and batched sends) and `udp` (packet
-//! info, the ICMP error queue, [`SendBatch`] and [`RecvBatch`]). Each file allows `unsafe` on its
+//! info, the ICMP error queue, [`SendBatch`] and [`RecvBatch`]) and `simd`. Each file allows `unsafe` on its
 //! own and carries a `// SAFETY:` comment on every block; callers name everything as `sys::X`.
 //!
 //! Every wrapper returns `io::Result` and takes borrowed descriptors; nothing here keeps state but
@@ -16,6 +17,8 @@
 mod file;
 mod packet;
 mod process;
+#[cfg(target_arch = "x86_64")]
+pub mod simd;
 mod udp;
 
 pub use file::{
