@@ -6,7 +6,11 @@
 //! After the handshake the server's rustls connection is turned into its traffic secrets and a
 //! `KernelConnection` (rustls' kernel API, made for kTLS): the connection's large state is
 //! dropped, and records are protected here with rustls' own record protection
-//! (`MessageEncrypter`/`MessageDecrypter` of the negotiated suite). The `KernelConnection` is
+//! (`MessageEncrypter`/`MessageDecrypter` of the negotiated suite), but for TLS 1.3's records out:
+//! those are sealed in place in the caller's output buffer ([`Sink`]) with aws-lc's AEAD, the
+//! crypto rustls uses (RFC 8446 §5.2: the plaintext, its content type, the tag; the nonce the
+//! static IV XOR the sequence number; the record header as additional data). A differential test
+//! checks every TLS 1.3 suite byte for byte against rustls' sealing. The `KernelConnection` is
 //! kept only to compute the next secrets of a TLS 1.3 key update.
 //!
 //! What rustls does per record, this does too: records over the version's size are refused with
@@ -27,6 +31,9 @@
 
 use std::ops::Range;
 
+use aws_lc_rs::aead::{
+    Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM, CHACHA20_POLY1305,
+};
 use rustls::crypto::cipher::{
     AeadKey, InboundOpaqueMessage, Iv, MessageDecrypter, MessageEncrypter, OutboundChunks,
     OutboundPlainMessage,
@@ -34,7 +41,7 @@ use rustls::crypto::cipher::{
 use rustls::kernel::KernelConnection;
 use rustls::server::ServerConnectionData;
 use rustls::{
-    AlertDescription, ConnectionTrafficSecrets, ContentType, Error, ExtractedSecrets,
+    AlertDescription, CipherSuite, ConnectionTrafficSecrets, ContentType, Error, ExtractedSecrets,
     ProtocolVersion, SupportedCipherSuite,
 };
 
@@ -65,6 +72,50 @@ const WARNINGS: u8 = 4;
 /// 1.2 ClientHello is that long, and its bytes are skipped, not kept.
 const MAX_HANDSHAKE_MESSAGE: u32 = 0xffff;
 
+/// An AEAD tag's length (all of TLS 1.3's suites).
+const TAG: usize = 16;
+
+/// Where [`Records`] puts the records it seals: room at the end of an output buffer, filled in
+/// place.
+pub trait Sink {
+    /// At least `n` bytes of room after the bytes held.
+    fn room(&mut self, n: usize) -> &mut [u8];
+    /// The first `n` bytes of the room are filled: they are held now.
+    fn filled(&mut self, n: usize);
+}
+
+/// A `Vec` as a [`Sink`] (tests, fuzzing): the records sealed, in order.
+#[derive(Debug, Default)]
+pub struct Collect {
+    bytes: Vec<u8>,
+    held: usize,
+}
+
+impl Collect {
+    /// The records sealed so far.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.held]
+    }
+
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        self.bytes.truncate(self.held);
+        self.bytes
+    }
+}
+
+impl Sink for Collect {
+    fn room(&mut self, n: usize) -> &mut [u8] {
+        self.bytes.truncate(self.held);
+        self.bytes.resize(self.held + n, 0);
+        &mut self.bytes[self.held..]
+    }
+
+    fn filled(&mut self, n: usize) {
+        self.held = (self.held + n).min(self.bytes.len());
+        self.bytes.truncate(self.held);
+    }
+}
+
 /// What a record read brought.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Event {
@@ -79,7 +130,7 @@ pub enum Event {
 /// The traffic state of a server connection: keys, sequence numbers, what is owed to the peer.
 pub struct Records {
     kernel: Box<KernelConnection<ServerConnectionData>>,
-    enc: Box<dyn MessageEncrypter>,
+    enc: Sealer,
     dec: Box<dyn MessageDecrypter>,
     tx_seq: u64,
     rx_seq: u64,
@@ -177,6 +228,130 @@ fn encrypter(
     Ok(enc)
 }
 
+/// How records out are sealed.
+enum Sealer {
+    /// TLS 1.3: in place in the sink, here.
+    Own(Box<Tls13Sealer>),
+    /// TLS 1.2: rustls' encrypter.
+    Rustls(Box<dyn MessageEncrypter>),
+}
+
+/// The sealer of `secrets`' keys, ready for record `seq`: TLS 1.3's own (any `seq`: aws-lc's
+/// general AEAD keeps no count of nonces), else rustls' ([`encrypter`]).
+fn sealer(
+    suite: SupportedCipherSuite,
+    (seq, secrets): (u64, ConnectionTrafficSecrets),
+) -> Result<Sealer, Error> {
+    match (suite, Tls13Sealer::algorithm(suite.suite())) {
+        (SupportedCipherSuite::Tls13(_), Some(algorithm)) => {
+            let (key, iv) = key_iv(secrets)?;
+            Ok(Sealer::Own(Box::new(Tls13Sealer::new(
+                algorithm,
+                key.as_ref(),
+                iv.as_ref(),
+            )?)))
+        }
+        _ => Ok(Sealer::Rustls(encrypter(suite, (seq, secrets))?)),
+    }
+}
+
+/// TLS 1.3 record protection (RFC 8446 §5.2-5.3) for one direction's keys.
+struct Tls13Sealer {
+    key: LessSafeKey,
+    iv: [u8; 12],
+}
+
+impl Tls13Sealer {
+    /// The AEAD of a TLS 1.3 suite (those rustls offers).
+    fn algorithm(suite: CipherSuite) -> Option<&'static aws_lc_rs::aead::Algorithm> {
+        match suite {
+            CipherSuite::TLS13_AES_128_GCM_SHA256 => Some(&AES_128_GCM),
+            CipherSuite::TLS13_AES_256_GCM_SHA384 => Some(&AES_256_GCM),
+            CipherSuite::TLS13_CHACHA20_POLY1305_SHA256 => Some(&CHACHA20_POLY1305),
+            _ => None,
+        }
+    }
+
+    fn new(
+        algorithm: &'static aws_lc_rs::aead::Algorithm,
+        key: &[u8],
+        iv: &[u8],
+    ) -> Result<Tls13Sealer, Error> {
+        let key = UnboundKey::new(algorithm, key)
+            .map_err(|_| Error::General("bad TLS 1.3 traffic key".into()))?;
+        let iv = iv
+            .try_into()
+            .map_err(|_| Error::General("bad TLS 1.3 traffic IV".into()))?;
+        Ok(Tls13Sealer {
+            key: LessSafeKey::new(key),
+            iv,
+        })
+    }
+
+    /// The sealer of a TLS 1.3 suite's key and IV (the differential test's way in).
+    #[cfg(test)]
+    fn for_suite(suite: CipherSuite, key: &[u8], iv: &[u8]) -> Option<Tls13Sealer> {
+        Tls13Sealer::new(Tls13Sealer::algorithm(suite)?, key, iv).ok()
+    }
+
+    /// Seals record number `seq` of content type `typ` holding `plain` (at most [`MAX_PLAIN`]
+    /// bytes) into `out`'s room.
+    fn seal(
+        &self,
+        typ: ContentType,
+        plain: &OutboundChunks<'_>,
+        seq: u64,
+        out: &mut dyn Sink,
+    ) -> Result<(), Error> {
+        let n = plain.len();
+        let payload = n + 1 + TAG;
+        let total = HEADER + payload;
+        let length = u16::try_from(payload).map_err(|_| Error::EncryptError)?;
+        let record = out
+            .room(total)
+            .get_mut(..total)
+            .ok_or(Error::EncryptError)?;
+        let (header, body) = record.split_at_mut(HEADER);
+        let [high, low] = length.to_be_bytes();
+        let aad = [u8::from(ContentType::ApplicationData), 3, 3, high, low];
+        header.copy_from_slice(&aad);
+        let (inner, tag_out) = body.split_at_mut(n + 1);
+        copy_chunks(plain, &mut inner[..n]);
+        inner[n] = u8::from(typ);
+        let mut nonce = self.iv;
+        for (b, s) in nonce[4..].iter_mut().zip(seq.to_be_bytes()) {
+            *b ^= s;
+        }
+        let tag = self
+            .key
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), inner)
+            .map_err(|_| Error::EncryptError)?;
+        tag_out.copy_from_slice(tag.as_ref());
+        out.filled(total);
+        Ok(())
+    }
+}
+
+/// Copies the bytes of `chunks` into `out` (exactly as long).
+fn copy_chunks(chunks: &OutboundChunks<'_>, out: &mut [u8]) {
+    match *chunks {
+        OutboundChunks::Single(bytes) => out.copy_from_slice(bytes),
+        OutboundChunks::Multiple { chunks, start, end } => {
+            let (mut at, mut written) = (0, 0);
+            for chunk in chunks {
+                let (from, to) = (at, at + chunk.len());
+                at = to;
+                if to <= start || from >= end {
+                    continue;
+                }
+                let part = &chunk[start.max(from) - from..end.min(to) - from];
+                out[written..written + part.len()].copy_from_slice(part);
+                written += part.len();
+            }
+        }
+    }
+}
+
 fn new_encrypter(
     suite: SupportedCipherSuite,
     secrets: ConnectionTrafficSecrets,
@@ -224,7 +399,7 @@ impl Records {
             SupportedCipherSuite::Tls12(s) => s.common.confidentiality_limit,
         };
         Ok(Records {
-            enc: encrypter(suite, secrets.tx)?,
+            enc: sealer(suite, secrets.tx)?,
             dec: decrypter(suite, rx)?,
             kernel: Box::new(kernel),
             tx_seq,
@@ -525,51 +700,58 @@ impl Records {
         }
     }
 
-    /// Encrypts one record of `typ` from `chunks` (at most [`MAX_PLAIN`] bytes) for `emit`.
+    /// Encrypts one record of `typ` from `chunks` (at most [`MAX_PLAIN`] bytes) into `out`.
     fn seal(
         &mut self,
         typ: ContentType,
         chunks: OutboundChunks<'_>,
-        emit: &mut dyn FnMut(&[u8]),
+        out: &mut dyn Sink,
     ) -> Result<(), Error> {
         if self.tx_seq >= SEQ_HARD_LIMIT {
             self.failed = true;
             return Err(Error::EncryptError);
         }
-        let msg = OutboundPlainMessage {
-            typ,
-            version: ProtocolVersion::TLSv1_2,
-            payload: chunks,
-        };
-        let sealed = self.enc.encrypt(msg, self.tx_seq)?;
+        match &mut self.enc {
+            Sealer::Own(sealer) => sealer.seal(typ, &chunks, self.tx_seq, out)?,
+            Sealer::Rustls(enc) => {
+                let msg = OutboundPlainMessage {
+                    typ,
+                    version: ProtocolVersion::TLSv1_2,
+                    payload: chunks,
+                };
+                let sealed = enc.encrypt(msg, self.tx_seq)?.encode();
+                let room = out.room(sealed.len());
+                room[..sealed.len()].copy_from_slice(&sealed);
+                out.filled(sealed.len());
+            }
+        }
         self.tx_seq += 1;
-        emit(&sealed.encode());
         Ok(())
     }
 
     /// Our KeyUpdate, sealed with the current keys, then new sending keys.
-    fn send_key_update(&mut self, emit: &mut dyn FnMut(&[u8])) -> Result<(), Error> {
+    fn send_key_update(&mut self, out: &mut dyn Sink) -> Result<(), Error> {
         let msg: &[&[u8]] = &[&[KEY_UPDATE, 0, 0, 1, 0]];
-        self.seal(ContentType::Handshake, OutboundChunks::new(msg), emit)?;
+        self.seal(ContentType::Handshake, OutboundChunks::new(msg), out)?;
         let secrets = self.kernel.update_tx_secret()?;
         self.tx_seq = secrets.0;
-        self.enc = encrypter(self.suite, secrets)?;
+        self.enc = sealer(self.suite, secrets)?;
         Ok(())
     }
 
-    /// What is owed to the peer (a fatal alert, or our KeyUpdate), sealed for `emit`.
-    pub fn owed(&mut self, emit: &mut dyn FnMut(&[u8])) {
+    /// What is owed to the peer (a fatal alert, or our KeyUpdate), sealed into `out`.
+    pub fn owed(&mut self, out: &mut dyn Sink) {
         if let Some(desc) = self.owe_alert.take() {
             self.closed_tx = true;
             let alert: &[&[u8]] = &[&[2, u8::from(desc)]];
-            let _ = self.seal(ContentType::Alert, OutboundChunks::new(alert), emit);
+            let _ = self.seal(ContentType::Alert, OutboundChunks::new(alert), out);
             return;
         }
         if let Some(desc) = self.owe_warning.take() {
             if !self.write_closed() {
                 let alert: &[&[u8]] = &[&[1, u8::from(desc)]];
                 if self
-                    .seal(ContentType::Alert, OutboundChunks::new(alert), emit)
+                    .seal(ContentType::Alert, OutboundChunks::new(alert), out)
                     .is_err()
                 {
                     self.failed = true;
@@ -578,15 +760,15 @@ impl Records {
         }
         if self.owe_key_update && !self.write_closed() {
             self.owe_key_update = false;
-            if self.send_key_update(emit).is_err() {
+            if self.send_key_update(out).is_err() {
                 self.failed = true;
             }
         }
     }
 
-    /// Encrypts application data (any length, cut into records) for `emit`.
-    pub fn write(&mut self, data: &[&[u8]], emit: &mut dyn FnMut(&[u8])) -> Result<(), Error> {
-        self.owed(emit);
+    /// Encrypts application data (any length, cut into records) into `out`.
+    pub fn write(&mut self, data: &[&[u8]], out: &mut dyn Sink) -> Result<(), Error> {
+        self.owed(out);
         if self.write_closed() {
             return Err(Error::General(
                 "the TLS connection is closed for writing".into(),
@@ -596,15 +778,15 @@ impl Records {
         loop {
             if self.tx_seq >= self.tx_limit {
                 if self.tls13 {
-                    self.send_key_update(emit)?;
+                    self.send_key_update(out)?;
                 } else {
                     // TLS 1.2 cannot change keys: the connection ends, cleanly.
-                    self.close_notify(emit);
+                    self.close_notify(out);
                     return Err(Error::General("TLS 1.2 write limit reached".into()));
                 }
             }
             let (now, later) = rest.split_at(MAX_PLAIN);
-            self.seal(ContentType::ApplicationData, now, emit)?;
+            self.seal(ContentType::ApplicationData, now, out)?;
             if later.is_empty() {
                 return Ok(());
             }
@@ -612,15 +794,15 @@ impl Records {
         }
     }
 
-    /// close_notify (once), sealed for `emit`.
-    pub fn close_notify(&mut self, emit: &mut dyn FnMut(&[u8])) {
-        self.owed(emit);
+    /// close_notify (once), sealed into `out`.
+    pub fn close_notify(&mut self, out: &mut dyn Sink) {
+        self.owed(out);
         if self.write_closed() {
             return;
         }
         self.closed_tx = true;
         let alert: &[&[u8]] = &[&[1, 0]];
-        let _ = self.seal(ContentType::Alert, OutboundChunks::new(alert), emit);
+        let _ = self.seal(ContentType::Alert, OutboundChunks::new(alert), out);
     }
 }
 

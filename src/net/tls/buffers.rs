@@ -157,3 +157,14 @@ impl Span {
         Ok(true)
     }
 }
+
+/// Records are sealed in place at the end of the held bytes.
+impl quill_core::tls_records::Sink for Span {
+    fn room(&mut self, n: usize) -> &mut [u8] {
+        Span::room(self, n)
+    }
+
+    fn filled(&mut self, n: usize) {
+        self.end = (self.end + n).min(self.buf.len());
+    }
+}

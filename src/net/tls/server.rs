@@ -465,7 +465,6 @@ impl Server {
             return Err(rustls::Error::General("the TLS connection failed".into()));
         };
         let out = &mut self.out;
-        let mut emit = |b: &[u8]| out.push(b);
         let result = match goal {
             Goal::Handshake => Ok(Pass::NeedInput),
             Goal::Read(buf, n) => {
@@ -499,7 +498,7 @@ impl Server {
                         Event::Nothing => {}
                     }
                     at += used;
-                    rec.owed(&mut emit);
+                    rec.owed(out);
                     if *n == buf.len() {
                         result = Ok(Pass::Met);
                         break;
@@ -520,16 +519,16 @@ impl Server {
                     for (slot, b) in slices.iter_mut().zip(bufs.iter()) {
                         *slot = b;
                     }
-                    rec.write(&slices[..k], &mut emit).map(|()| Pass::Met)
+                    rec.write(&slices[..k], out).map(|()| Pass::Met)
                 }
             }
             Goal::CloseNotify => {
-                rec.close_notify(&mut emit);
+                rec.close_notify(out);
                 Ok(Pass::Met)
             }
         };
         if result.is_err() {
-            rec.owed(&mut emit);
+            rec.owed(out);
             self.failed = true;
         }
         if matches!(goal, Goal::Read(..)) || result.is_err() {

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use quill_core::tls_records::{Event, Records};
+use quill_core::tls_records::{Collect, Event, Records};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::ConnectionState;
@@ -115,7 +115,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     wire.extend_from_slice(data.get(2..).unwrap_or(&[]));
-    let mut out = Vec::new();
+    let mut out = Collect::default();
     let mut at = 0;
     for _ in 0..=wire.len() / 5 {
         match rec.read(&mut wire[at..]) {
@@ -125,21 +125,19 @@ fuzz_target!(|data: &[u8]| {
                     assert!(r.end <= used);
                 }
                 at += used;
-                rec.owed(&mut |b: &[u8]| out.extend_from_slice(b));
-                let _ = rec.write(&[b"HTTP/1.1 200 OK\r\n", b"\r\n"], &mut |b: &[u8]| {
-                    out.extend_from_slice(b)
-                });
+                rec.owed(&mut out);
+                let _ = rec.write(&[b"HTTP/1.1 200 OK\r\n", b"\r\n"], &mut out);
             }
             Ok(None) => break,
             Err(_) => {
-                rec.owed(&mut |b: &[u8]| out.extend_from_slice(b));
+                rec.owed(&mut out);
                 break;
             }
         }
     }
-    rec.close_notify(&mut |b: &[u8]| out.extend_from_slice(b));
+    rec.close_notify(&mut out);
     // The client reads all we sealed without a protocol error of ours.
-    let mut rd = &out[..];
+    let mut rd = out.bytes();
     while !rd.is_empty() {
         if client.read_tls(&mut rd).is_err() || client.process_new_packets().is_err() {
             break;

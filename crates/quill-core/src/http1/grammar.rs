@@ -241,7 +241,7 @@ mod tests {
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     #[test]
     fn sixteen_byte_masks_agree_with_the_byte_classes() {
         use crate::sys::simd as wide;

@@ -13,7 +13,7 @@ use super::grammar::{
     is_space, is_target_byte, is_tchar, is_value_byte, not_name_bits, same_name,
 };
 use super::{Error, Limits, Span};
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 use crate::sys::simd as wide;
 
 /// The protocol version of a message.
@@ -654,11 +654,11 @@ fn classify(b: u8, otherwise: Error) -> Error {
     }
 }
 
-/// How many value bytes `bytes` starts with: eight at a time, the first byte of eight that is a
-/// control or HTAB found from the word's bits (most of a head is field values).
+/// How many value bytes `bytes` starts with: sixteen (SSE2) or eight at a time, the first byte
+/// that is a control or HTAB found from the mask's lowest bit (most of a head is field values).
 fn value_len(bytes: &[u8]) -> usize {
     let mut at = 0;
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     while let Some(bits) = wide::control_bits(bytes, at) {
         match bits {
             0 => at += 16,
@@ -690,11 +690,12 @@ fn value_len(bytes: &[u8]) -> usize {
         .unwrap_or(tail.len())
 }
 
-/// How many token bytes `bytes` starts with, eight at a time while they are letters, digits and
-/// dashes (field names), then one at a time; and whether all were letters, digits and dashes.
+/// How many token bytes `bytes` starts with, sixteen (SSE2) or eight at a time while they are
+/// letters, digits and dashes (field names), then one at a time; and whether all were letters,
+/// digits and dashes.
 fn name_len(bytes: &[u8]) -> (usize, bool) {
     let mut at = 0;
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     while let Some(bits) = wide::not_name_bits(bytes, at) {
         if bits != 0 {
             at += bits.trailing_zeros() as usize;

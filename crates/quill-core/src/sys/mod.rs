@@ -17,7 +17,7 @@
 mod file;
 mod packet;
 mod process;
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 pub mod simd;
 mod udp;
 
