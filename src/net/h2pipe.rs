@@ -25,6 +25,33 @@ thread_local! {
     static POKES: RefCell<Vec<Token>> = const { RefCell::new(Vec::new()) };
     /// Pipes of this worker's ended streams, with their buffers, for its next streams.
     static SPARE: RefCell<Vec<SharedPipe>> = const { RefCell::new(Vec::new()) };
+    /// Output buffers of this worker's HTTP/2 connections gone idle, for the next that write.
+    static SPARE_OUT: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Most spare output buffers a worker keeps, and the most capacity each may have (at most 1 MiB
+/// in all, given back at the heap trim after a burst).
+const SPARE_OUT_MAX: usize = 32;
+const SPARE_OUT_CAPACITY: usize = 32 * 1024;
+
+/// An empty output buffer for an HTTP/2 connection about to write frames, if this worker kept
+/// one (see [`keep_output`]).
+pub(crate) fn spare_output() -> Option<Vec<u8>> {
+    SPARE_OUT.with_borrow_mut(Vec::pop)
+}
+
+/// An idle HTTP/2 connection's empty output buffer, kept (if not too big) for the next
+/// connection that writes: the frames of a turn then go into a buffer already grown, instead of
+/// one allocated and grown again (copied at each step) per burst of streams.
+pub(crate) fn keep_output(buf: Vec<u8>) {
+    if buf.capacity() > SPARE_OUT_CAPACITY {
+        return;
+    }
+    SPARE_OUT.with_borrow_mut(|spare| {
+        if spare.len() < SPARE_OUT_MAX {
+            spare.push(buf);
+        }
+    });
 }
 
 /// Most spare pipes a worker keeps, and the most capacity each of a kept pipe's two buffers may
@@ -63,9 +90,13 @@ pub(crate) fn recycle(pipe: &SharedPipe) {
     });
 }
 
-/// Drops this worker's spare pipes (the heap trim after a burst).
+/// Drops this worker's spare pipes and output buffers (the heap trim after a burst).
 pub(crate) fn trim_spares() {
     SPARE.with_borrow_mut(|spare| {
+        spare.clear();
+        spare.shrink_to_fit();
+    });
+    SPARE_OUT.with_borrow_mut(|spare| {
         spare.clear();
         spare.shrink_to_fit();
     });

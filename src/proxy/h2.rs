@@ -255,6 +255,11 @@ impl H2Session {
             self.conn.goaway_graceful(true);
             self.drain = 3;
         }
+        if self.conn.output_released() {
+            if let Some(buf) = h2pipe::spare_output() {
+                self.conn.lend_output(buf);
+            }
+        }
         // The pipes change between steps (the streams' sessions run in steps of their own) and
         // by the frames this step takes: past the first pass, the streams are looked at again
         // only after frames (a window opened, a stream reset), not once per pass.
@@ -317,6 +322,9 @@ impl H2Session {
                 // Idle: no buffer held (it goes back to the worker's pool, for the next
                 // connection or the next batch of streams).
                 tls::give_back(&mut self.rbuf);
+                if let Some(buf) = self.conn.take_output_buffer() {
+                    h2pipe::keep_output(buf);
+                }
                 self.conn.shrink();
             }
         }

@@ -269,6 +269,25 @@ impl Conn {
         self.goaway.is_none() && self.phase != Phase::Failed
     }
 
+    /// Whether the output buffer holds no memory (an idle connection's, after [`Conn::shrink`]).
+    pub fn output_released(&self) -> bool {
+        self.out.capacity() == 0
+    }
+
+    /// An empty buffer to write the output into, when the connection holds none (a buffer kept
+    /// from another connection: no allocation, and no growing, for the frames of a turn).
+    pub fn lend_output(&mut self, mut buf: Vec<u8>) {
+        if self.out.capacity() == 0 {
+            buf.clear();
+            self.out = buf;
+        }
+    }
+
+    /// The output buffer, taken out when it holds nothing (to be kept for another connection).
+    pub fn take_output_buffer(&mut self) -> Option<Vec<u8>> {
+        (self.out.is_empty() && self.out.capacity() > 0).then(|| std::mem::take(&mut self.out))
+    }
+
     /// Gives the buffers an idle connection does not need back.
     pub fn shrink(&mut self) {
         self.list.shrink();
@@ -539,17 +558,19 @@ impl Conn {
                 None => return self.fail(Code::PROTOCOL_ERROR),
             }
         }
-        let mut block = Box::new(Block {
+        let block = Block {
             stream: h.stream,
             end_stream,
             buf: Vec::new(),
             frames: 1,
             discard: discard || reset.is_some(),
             reset,
-        });
+        };
         if h.has(flag::END_HEADERS) {
-            return self.header_block(*block, fragment, now_ms);
+            // The usual block, whole in one frame: nothing kept, nothing allocated.
+            return self.header_block(block, fragment, now_ms);
         }
+        let mut block = Box::new(block);
         block.buf.extend_from_slice(fragment);
         self.block = Some(block);
         Event::None

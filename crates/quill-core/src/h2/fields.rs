@@ -203,10 +203,10 @@ impl FieldList {
             return self.fail(Malformed::MissingPseudo);
         }
         if let Some(a) = self.authority.clone() {
-            let authority = self.of(&a).to_vec();
+            let authority = self.of(&a);
             let differs = self
                 .fields()
-                .any(|(n, v)| n == b"host" && !v.eq_ignore_ascii_case(&authority));
+                .any(|(n, v)| n == b"host" && !v.eq_ignore_ascii_case(authority));
             if differs {
                 self.fail(Malformed::HostMismatch);
             }

@@ -596,3 +596,32 @@ fn max_requests_sends_goaway_after_the_last() {
     assert_eq!(evs, [Ev::Request(1, true), Ev::Request(3, true)]);
     assert!(!c.accepts());
 }
+
+#[test]
+fn a_lent_output_buffer_takes_the_frames_and_is_given_back_empty_with_its_room() {
+    let mut c = open();
+    c.shrink();
+    assert!(c.output_released());
+    let lent = Vec::with_capacity(32 * 1024);
+    let at = lent.as_ptr();
+    c.lend_output(lent);
+    feed_all(&mut c, &get(1, "/"), 0);
+    let mut r = Response::new(false);
+    let h1 = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+    assert_eq!(r.pump(&mut c, 1, h1, false, None), Ok(h1.len()));
+    // The frames went into the lent buffer, without growing it elsewhere.
+    assert_eq!(c.output().as_ptr(), at);
+    assert!(
+        c.take_output_buffer().is_none(),
+        "not taken while it holds frames"
+    );
+    let f = frames(&mut c);
+    assert_eq!((f[0].0, f[1].0), (kind::HEADERS, kind::DATA));
+    let back = c.take_output_buffer().expect("given back once sent");
+    assert!(back.is_empty() && back.capacity() >= 32 * 1024);
+    assert!(c.output_released());
+    // A connection that holds a buffer keeps it: the one lent is dropped.
+    c.lend_output(Vec::with_capacity(64));
+    c.lend_output(Vec::with_capacity(128));
+    assert!(c.output().is_empty() && !c.output_released());
+}
