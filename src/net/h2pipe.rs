@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use mio::Token;
 use quill_core::h2::Written;
+use quill_core::http1::{FieldIndex, Framing};
 
 /// Most response bytes a stream's session may write ahead of the frames that carry them:
 /// beyond it, its writes would block (the client's flow-control window holds the rest back in
@@ -27,6 +28,40 @@ thread_local! {
     static SPARE: RefCell<Vec<SharedPipe>> = const { RefCell::new(Vec::new()) };
     /// Output buffers of this worker's HTTP/2 connections gone idle, for the next that write.
     static SPARE_OUT: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    /// Boxes of the notes of response heads already turned into frames, for the next: the
+    /// boxes themselves are what is kept (each is handed on as a box).
+    #[allow(clippy::vec_box)]
+    static SPARE_WRITTEN: RefCell<Vec<Box<Written>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Most spare note boxes a worker keeps (about 450 bytes each).
+const SPARE_WRITTEN_MAX: usize = 64;
+
+/// A box for the note of a response head of `status` and `framing`, its field index to be
+/// filled by the writer (`write_response_noted` begins it): one of this worker's spares when it
+/// has one, so a stream's response costs no allocation for it.
+pub(crate) fn written_box(status: u16, framing: Framing) -> Box<Written> {
+    match SPARE_WRITTEN.with_borrow_mut(Vec::pop) {
+        Some(mut w) => {
+            w.status = status;
+            w.framing = framing;
+            w
+        }
+        None => Box::new(Written {
+            status,
+            framing,
+            fields: FieldIndex::empty(),
+        }),
+    }
+}
+
+/// A note that served its head, kept for the next.
+fn keep_written(w: Box<Written>) {
+    SPARE_WRITTEN.with_borrow_mut(|spare| {
+        if spare.len() < SPARE_WRITTEN_MAX {
+            spare.push(w);
+        }
+    });
 }
 
 /// Most spare output buffers a worker keeps, and the most capacity each may have (at most 1 MiB
@@ -97,6 +132,10 @@ pub(crate) fn trim_spares() {
         spare.shrink_to_fit();
     });
     SPARE_OUT.with_borrow_mut(|spare| {
+        spare.clear();
+        spare.shrink_to_fit();
+    });
+    SPARE_WRITTEN.with_borrow_mut(|spare| {
         spare.clear();
         spare.shrink_to_fit();
     });
@@ -175,6 +214,9 @@ impl Pipe {
 
     /// A spare pipe made new for a stream of `conn`, its buffers' capacity kept.
     fn reset(&mut self, conn: Token) {
+        if let Some((_, w)) = self.written.take() {
+            keep_written(w);
+        }
         let mut up = std::mem::take(&mut self.up);
         let mut down = std::mem::take(&mut self.down);
         up.clear();
@@ -210,7 +252,9 @@ impl Pipe {
             .as_ref()
             .is_some_and(|(at, _)| *at < self.down_taken)
         {
-            self.written = None;
+            if let Some((_, w)) = self.written.take() {
+                keep_written(w);
+            }
         }
     }
 

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use quill_core::fastcgi;
-use quill_core::h2::Written;
 use quill_core::http1::rewrite::{self, HeaderEdit, RequestRewrite, ResponseRewrite};
 use quill_core::http1::{self, Body, FieldIndex, Framing, Limits, Method, Version};
 
@@ -767,13 +766,9 @@ impl Exchange {
         };
         let mut out = cx.pools.buffer();
         // Boxed: a leg is in the exchange twice over, and the exchange stays small.
-        let mut written = self.notes_heads.then(|| {
-            Box::new(Written {
-                status,
-                framing: head.framing,
-                fields: FieldIndex::empty(),
-            })
-        });
+        let mut written = self
+            .notes_heads
+            .then(|| crate::net::h2pipe::written_box(status, head.framing));
         let wrote = match written.as_deref_mut() {
             Some(w) => {
                 rewrite::write_response_noted(msg, &head, fields, &rw, &mut out[..], &mut w.fields)
