@@ -8,7 +8,7 @@
 //! changing the pipe, *pokes* the other (its token goes on this thread's poke list, which the
 //! worker drains after each turn's events), and the poked session looks at the pipe.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -284,6 +284,22 @@ pub(crate) struct H2Stream {
     pub sni: Option<Box<str>>,
     /// What `Stream::source` lends (a stream is never registered).
     pub no_source: NoSource,
+    /// The note of the head the next write starts (see [`H2Stream::note_head`]), handed to the
+    /// pipe under the lock that write takes.
+    noted: Noted,
+}
+
+/// [`H2Stream::noted`]: a cell (the stream is its session's alone), shown only as set or not.
+#[derive(Default)]
+struct Noted(Cell<Option<Box<Written>>>);
+
+impl std::fmt::Debug for Noted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let held = self.0.take();
+        let set = held.is_some();
+        self.0.set(held);
+        write!(f, "Noted({set})")
+    }
 }
 
 /// A [`mio::event::Source`] that refuses to be registered.
@@ -309,6 +325,7 @@ impl H2Stream {
             tls,
             sni,
             no_source: NoSource,
+            noted: Noted::default(),
         }
     }
 
@@ -356,6 +373,10 @@ impl H2Stream {
         if room == 0 {
             return Err(io::ErrorKind::WouldBlock.into());
         }
+        if let Some(written) = self.noted.0.take() {
+            let at = p.down_taken + p.down.len() as u64;
+            p.written = Some((at, written));
+        }
         if p.down.capacity() == 0 {
             // One allocation for most responses (a head and a small body).
             let want: usize = bufs.iter().map(|b| b.len()).sum();
@@ -383,11 +404,10 @@ impl H2Stream {
         Ok(())
     }
 
-    /// The next bytes written are the head `written` describes (see [`Pipe::written`]).
+    /// The next bytes written are the head `written` describes (see [`Pipe::written`]): kept
+    /// until that write, which hands it to the pipe under its own lock (one lock, not two).
     pub(crate) fn note_head(&self, written: Box<Written>) {
-        let mut p = lock(&self.pipe);
-        let at = p.down_taken + p.down.len() as u64;
-        p.written = Some((at, written));
+        self.noted.0.set(Some(written));
     }
 
     /// The request's head went to a server (see [`Pipe::head_sent`]).
