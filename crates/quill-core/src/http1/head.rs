@@ -658,72 +658,69 @@ fn classify(b: u8, otherwise: Error) -> Error {
 /// that is a control or HTAB found from the mask's lowest bit (most of a head is field values).
 fn value_len(bytes: &[u8]) -> usize {
     let mut at = 0;
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    while let Some(bits) = wide::control_bits(bytes, at) {
-        match bits {
-            0 => at += 16,
-            bits => {
-                at += bits.trailing_zeros() as usize;
-                if bytes.get(at) != Some(&b'\t') {
-                    return at;
-                }
-                at += 1;
+    loop {
+        match first_marked(bytes, at, WIDE_CONTROL, control_bits) {
+            Ok(i) if bytes.get(i) == Some(&b'\t') => at = i + 1,
+            Ok(i) => return i,
+            Err(i) => {
+                let tail = bytes.get(i..).unwrap_or_default();
+                return i + tail
+                    .iter()
+                    .position(|&b| !is_value_byte(b))
+                    .unwrap_or(tail.len());
             }
         }
     }
-    while let Some(word) = word_at(bytes, at) {
-        match control_bits(word) {
-            0 => at += 8,
-            bits => {
-                at += (bits.trailing_zeros() / 8) as usize;
-                if bytes.get(at) != Some(&b'\t') {
-                    return at;
-                }
-                at += 1;
-            }
-        }
-    }
-    let tail = bytes.get(at..).unwrap_or_default();
-    at + tail
-        .iter()
-        .position(|&b| !is_value_byte(b))
-        .unwrap_or(tail.len())
 }
 
 /// How many token bytes `bytes` starts with, sixteen (SSE2) or eight at a time while they are
 /// letters, digits and dashes (field names), then one at a time; and whether all were letters,
 /// digits and dashes.
 fn name_len(bytes: &[u8]) -> (usize, bool) {
-    let mut at = 0;
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    while let Some(bits) = wide::not_name_bits(bytes, at) {
+    let (Ok(at) | Err(at)) = first_marked(bytes, 0, WIDE_NOT_NAME, not_name_bits);
+    let rest = bytes.get(at..).unwrap_or_default();
+    let more = rest
+        .iter()
+        .position(|&b| !is_tchar(b))
+        .unwrap_or(rest.len());
+    (at + more, more == 0)
+}
+
+/// The first byte from `at` on that a byte class's masks mark, sixteen bytes at a time (`wide`:
+/// a bit a byte, `None` when fewer are left) then eight (`narrow`: a word's high bits): `Ok` with
+/// its position, or `Err` with where fewer than eight bytes were left to look at.
+#[inline(always)]
+fn first_marked(
+    bytes: &[u8],
+    mut at: usize,
+    wide: fn(&[u8], usize) -> Option<u32>,
+    narrow: fn(u64) -> u64,
+) -> Result<usize, usize> {
+    while let Some(bits) = wide(bytes, at) {
         if bits != 0 {
-            at += bits.trailing_zeros() as usize;
-            let rest = bytes.get(at..).unwrap_or_default();
-            let more = rest
-                .iter()
-                .position(|&b| !is_tchar(b))
-                .unwrap_or(rest.len());
-            return (at + more, more == 0);
+            return Ok(at + bits.trailing_zeros() as usize);
         }
         at += 16;
     }
     while let Some(word) = word_at(bytes, at) {
-        match not_name_bits(word) {
-            0 => at += 8,
-            bits => {
-                at += (bits.trailing_zeros() / 8) as usize;
-                break;
-            }
+        let bits = narrow(word);
+        if bits != 0 {
+            return Ok(at + (bits.trailing_zeros() / 8) as usize);
         }
+        at += 8;
     }
-    let tail = bytes.get(at..).unwrap_or_default();
-    let more = tail
-        .iter()
-        .position(|&b| !is_tchar(b))
-        .unwrap_or(tail.len());
-    (at + more, more == 0)
+    Err(at)
 }
+
+/// The sixteen-byte masks where SSE2 is there, none elsewhere (the words and bytes then do all).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+const WIDE_CONTROL: fn(&[u8], usize) -> Option<u32> = wide::control_bits;
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+const WIDE_NOT_NAME: fn(&[u8], usize) -> Option<u32> = wide::not_name_bits;
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+const WIDE_CONTROL: fn(&[u8], usize) -> Option<u32> = |_, _| None;
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+const WIDE_NOT_NAME: fn(&[u8], usize) -> Option<u32> = |_, _| None;
 
 /// The eight bytes at `at` of `bytes` as a little-endian word, if there are eight.
 fn word_at(bytes: &[u8], at: usize) -> Option<u64> {
