@@ -322,11 +322,13 @@ impl H2Session {
                 // Idle: no buffer held (it goes back to the worker's pool, for the next
                 // connection or the next batch of streams).
                 tls::give_back(&mut self.rbuf);
-                if let Some(buf) = self.conn.take_output_buffer() {
-                    h2pipe::keep_output(buf);
-                }
                 self.conn.shrink();
             }
+        }
+        // Nothing left to send: the output buffer goes back to the worker (the connection may
+        // now wait long, on a slow server or a client's half frame, and holds none meanwhile).
+        if let Some(buf) = self.conn.take_output_buffer() {
+            h2pipe::keep_output(buf);
         }
         Step::Wait(self.deadline())
     }

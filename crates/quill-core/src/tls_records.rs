@@ -721,7 +721,9 @@ impl Records {
                 };
                 let sealed = enc.encrypt(msg, self.tx_seq)?.encode();
                 let room = out.room(sealed.len());
-                room[..sealed.len()].copy_from_slice(&sealed);
+                room.get_mut(..sealed.len())
+                    .ok_or(Error::EncryptError)?
+                    .copy_from_slice(&sealed);
                 out.filled(sealed.len());
             }
         }
@@ -733,10 +735,23 @@ impl Records {
     fn send_key_update(&mut self, out: &mut dyn Sink) -> Result<(), Error> {
         let msg: &[&[u8]] = &[&[KEY_UPDATE, 0, 0, 1, 0]];
         self.seal(ContentType::Handshake, OutboundChunks::new(msg), out)?;
-        let secrets = self.kernel.update_tx_secret()?;
-        self.tx_seq = secrets.0;
-        self.enc = sealer(self.suite, secrets)?;
-        Ok(())
+        // The new sealer first: the old keys must never seal again (from sequence 0 they would
+        // repeat nonces), so a failure here ends the connection's writing.
+        let updated = self
+            .kernel
+            .update_tx_secret()
+            .and_then(|(seq, secrets)| Ok((seq, sealer(self.suite, (seq, secrets))?)));
+        match updated {
+            Ok((seq, enc)) => {
+                self.tx_seq = seq;
+                self.enc = enc;
+                Ok(())
+            }
+            Err(e) => {
+                self.failed = true;
+                Err(e)
+            }
+        }
     }
 
     /// What is owed to the peer (a fatal alert, or our KeyUpdate), sealed into `out`.
