@@ -311,6 +311,12 @@ impl H2Session {
             (true, s) => s,
             (false, _) => None,
         };
+        // Nothing left to send: the output buffer goes back to the worker (the connection may
+        // now wait long, on a slow server or a client's half frame, and holds none meanwhile),
+        // before an idle connection's shrink would free it.
+        if let Some(buf) = self.conn.take_output_buffer() {
+            h2pipe::keep_output(buf);
+        }
         if self.links.is_empty() {
             if self.conn.is_done() && self.conn.output().is_empty() {
                 return Step::Close(End::Done);
@@ -324,11 +330,6 @@ impl H2Session {
                 tls::give_back(&mut self.rbuf);
                 self.conn.shrink();
             }
-        }
-        // Nothing left to send: the output buffer goes back to the worker (the connection may
-        // now wait long, on a slow server or a client's half frame, and holds none meanwhile).
-        if let Some(buf) = self.conn.take_output_buffer() {
-            h2pipe::keep_output(buf);
         }
         Step::Wait(self.deadline())
     }

@@ -35,8 +35,8 @@ use aws_lc_rs::aead::{
     Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM, CHACHA20_POLY1305,
 };
 use rustls::crypto::cipher::{
-    AeadKey, InboundOpaqueMessage, Iv, MessageDecrypter, MessageEncrypter, OutboundChunks,
-    OutboundPlainMessage,
+    make_tls13_aad, AeadKey, InboundOpaqueMessage, Iv, MessageDecrypter, MessageEncrypter,
+    Nonce as TlsNonce, OutboundChunks, OutboundPlainMessage,
 };
 use rustls::kernel::KernelConnection;
 use rustls::server::ServerConnectionData;
@@ -248,7 +248,7 @@ fn sealer(
             Ok(Sealer::Own(Box::new(Tls13Sealer::new(
                 algorithm,
                 key.as_ref(),
-                iv.as_ref(),
+                iv,
             )?)))
         }
         _ => Ok(Sealer::Rustls(encrypter(suite, (seq, secrets))?)),
@@ -258,7 +258,7 @@ fn sealer(
 /// TLS 1.3 record protection (RFC 8446 §5.2-5.3) for one direction's keys.
 struct Tls13Sealer {
     key: LessSafeKey,
-    iv: [u8; 12],
+    iv: Iv,
 }
 
 impl Tls13Sealer {
@@ -275,13 +275,10 @@ impl Tls13Sealer {
     fn new(
         algorithm: &'static aws_lc_rs::aead::Algorithm,
         key: &[u8],
-        iv: &[u8],
+        iv: Iv,
     ) -> Result<Tls13Sealer, Error> {
         let key = UnboundKey::new(algorithm, key)
             .map_err(|_| Error::General("bad TLS 1.3 traffic key".into()))?;
-        let iv = iv
-            .try_into()
-            .map_err(|_| Error::General("bad TLS 1.3 traffic IV".into()))?;
         Ok(Tls13Sealer {
             key: LessSafeKey::new(key),
             iv,
@@ -291,7 +288,8 @@ impl Tls13Sealer {
     /// The sealer of a TLS 1.3 suite's key and IV (the differential test's way in).
     #[cfg(test)]
     fn for_suite(suite: CipherSuite, key: &[u8], iv: &[u8]) -> Option<Tls13Sealer> {
-        Tls13Sealer::new(Tls13Sealer::algorithm(suite)?, key, iv).ok()
+        let iv: [u8; 12] = iv.try_into().ok()?;
+        Tls13Sealer::new(Tls13Sealer::algorithm(suite)?, key, Iv::from(iv)).ok()
     }
 
     /// Seals record number `seq` of content type `typ` holding `plain` (at most [`MAX_PLAIN`]
@@ -312,19 +310,16 @@ impl Tls13Sealer {
             .get_mut(..total)
             .ok_or(Error::EncryptError)?;
         let (header, body) = record.split_at_mut(HEADER);
-        let [high, low] = length.to_be_bytes();
-        let aad = [u8::from(ContentType::ApplicationData), 3, 3, high, low];
+        let aad = make_tls13_aad(usize::from(length));
         header.copy_from_slice(&aad);
         let (inner, tag_out) = body.split_at_mut(n + 1);
         copy_chunks(plain, &mut inner[..n]);
         inner[n] = u8::from(typ);
-        let mut nonce = self.iv;
-        for (b, s) in nonce[4..].iter_mut().zip(seq.to_be_bytes()) {
-            *b ^= s;
-        }
+        // rustls' own nonce (the IV XOR the sequence number) and additional data (the header).
+        let nonce = Nonce::assume_unique_for_key(TlsNonce::new(&self.iv, seq).0);
         let tag = self
             .key
-            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), inner)
+            .seal_in_place_separate_tag(nonce, Aad::from(aad), inner)
             .map_err(|_| Error::EncryptError)?;
         tag_out.copy_from_slice(tag.as_ref());
         out.filled(total);

@@ -609,14 +609,14 @@ impl<'a> Cursor<'a> {
         self.pos += rest.iter().position(|&b| !keep(b)).unwrap_or(rest.len());
     }
 
-    /// [`Cursor::skip_while`] for value bytes, eight at a time ([`value_len`]).
+    /// [`Cursor::skip_while`] for value bytes, many at a time ([`value_len`]).
     fn skip_value(&mut self) {
         let end = self.buf.len().min(self.limit);
         let rest = self.buf.get(self.pos..end).unwrap_or_default();
         self.pos += value_len(rest);
     }
 
-    /// [`Cursor::skip_while`] for token bytes, eight at a time while they are letters, digits
+    /// [`Cursor::skip_while`] for token bytes, many at a time while they are letters, digits
     /// and dashes ([`name_len`]). Returns whether every byte passed was one of those.
     fn skip_name(&mut self) -> bool {
         let end = self.buf.len().min(self.limit);
@@ -1248,14 +1248,19 @@ fn own_field_line(c: &mut Cursor<'_>) -> Result<(Span, Span, bool), Stop> {
 pub(super) fn value_after(at: usize, line: &[u8], colon: usize) -> Span {
     let value = &line[colon + 1..];
     let lead = value.iter().take_while(|&&b| is_space(b)).count();
-    let trail = value[lead..]
-        .iter()
-        .rev()
-        .take_while(|&&b| is_space(b))
-        .count();
+    let trail = trailing_spaces(&value[lead..]);
     Span {
         start: at + colon + 1 + lead,
         end: at + colon + 1 + value.len() - trail,
+    }
+}
+
+/// How many spaces and tabs `bytes` ends with (the last byte looked at first: most values end
+/// with none).
+fn trailing_spaces(bytes: &[u8]) -> usize {
+    match bytes.last() {
+        Some(&b) if is_space(b) => bytes.iter().rev().take_while(|&&b| is_space(b)).count(),
+        _ => 0,
     }
 }
 
@@ -1287,11 +1292,7 @@ fn whole_field_line(c: &mut Cursor<'_>) -> Option<(Span, Span, bool)> {
     if rest.get(value_end..value_end + 2)? != b"\r\n" {
         return None;
     }
-    let value = &rest[value_start..value_end];
-    let trailing = match value.last() {
-        Some(&b) if is_space(b) => value.iter().rev().take_while(|&&b| is_space(b)).count(),
-        _ => 0,
-    };
+    let trailing = trailing_spaces(&rest[value_start..value_end]);
     c.pos = start + value_end + 2;
     Some((
         Span {
@@ -1336,11 +1337,7 @@ fn checked_field_line(c: &mut Cursor<'_>) -> Result<(Span, Span, bool), Stop> {
         b => return Err(classify(b, Error::ControlChar).into()),
     }
     let value = &c.buf[start..c.pos - 1];
-    let trailing = match value.last() {
-        Some(&b) if is_space(b) => value.iter().rev().take_while(|&&b| is_space(b)).count(),
-        _ => 0,
-    };
-    let end = start + value.len() - trailing;
+    let end = start + value.len() - trailing_spaces(value);
     c.lf()?;
     Ok((name, Span { start, end }, plain))
 }
@@ -1360,6 +1357,28 @@ mod skip_tests {
             1 => any::<u8>(),
         ];
         prop::collection::vec(byte, 0..40)
+    }
+
+    /// The quick reader takes ordinary lines (so the property below compares something) and
+    /// leaves the unusual ones to the checked reader.
+    #[test]
+    fn ordinary_lines_are_read_whole_and_unusual_ones_are_not() {
+        let whole = |line: &[u8]| super::whole_field_line(&mut Cursor::new(line, 1024));
+        let long = b"User-Agent: Mozilla/5.0 (X11; Linux x86_64) Gecko/20100101 Firefox/128.0 \r\n";
+        for line in [&b"Host: a\r\n"[..], b"Content-Type:text/html\r\n", long] {
+            assert!(whole(line).is_some(), "{:?}", String::from_utf8_lossy(line));
+        }
+        for line in [
+            &b"Host : a\r\n"[..],
+            b"X: a\x01\r\n",
+            b"X: a\n",
+            b"X: a\r\n"[..5].as_ref(),
+        ] {
+            assert!(whole(line).is_none(), "{:?}", String::from_utf8_lossy(line));
+        }
+        let (name, value, plain) = whole(long).unwrap();
+        assert_eq!((name.of(long), plain), (&b"User-Agent"[..], true));
+        assert!(value.of(long).ends_with(b"Firefox/128.0"));
     }
 
     proptest! {
