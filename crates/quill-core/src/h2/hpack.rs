@@ -317,6 +317,7 @@ impl Decoder {
 }
 
 /// Appends an HPACK integer of `prefix` bits, the first byte's other bits being `first`.
+#[inline]
 fn integer(out: &mut Vec<u8>, first: u8, prefix: u32, mut value: usize) {
     let max = (1usize << prefix) - 1;
     if value < max {
@@ -333,65 +334,80 @@ fn integer(out: &mut Vec<u8>, first: u8, prefix: u32, mut value: usize) {
 }
 
 /// Appends a string literal, not Huffman-coded.
+#[inline]
 fn string(out: &mut Vec<u8>, s: &[u8]) {
     integer(out, 0, 7, s.len());
     out.extend_from_slice(s);
 }
 
-/// The static index of a field name (lowercase) that a response may carry: `accept-charset`
-/// (15) to `www-authenticate` (61). A match on the bytes (the compiler sorts it by length
-/// first), as this is done for every field of every response.
+/// The static index of a field name, in any case, that a response may carry: `accept-charset`
+/// (15) to `www-authenticate` (61). Done for every field of every response, so the length and
+/// the first letter pick the one or two names to compare with, and the comparison folds case
+/// as it goes instead of lowercasing a copy first.
 fn name_index(name: &[u8]) -> Option<usize> {
-    Some(match name {
-        b"accept-charset" => 15,
-        b"accept-encoding" => 16,
-        b"accept-language" => 17,
-        b"accept-ranges" => 18,
-        b"accept" => 19,
-        b"access-control-allow-origin" => 20,
-        b"age" => 21,
-        b"allow" => 22,
-        b"authorization" => 23,
-        b"cache-control" => 24,
-        b"content-disposition" => 25,
-        b"content-encoding" => 26,
-        b"content-language" => 27,
-        b"content-length" => 28,
-        b"content-location" => 29,
-        b"content-range" => 30,
-        b"content-type" => 31,
-        b"cookie" => 32,
-        b"date" => 33,
-        b"etag" => 34,
-        b"expect" => 35,
-        b"expires" => 36,
-        b"from" => 37,
-        b"host" => 38,
-        b"if-match" => 39,
-        b"if-modified-since" => 40,
-        b"if-none-match" => 41,
-        b"if-range" => 42,
-        b"if-unmodified-since" => 43,
-        b"last-modified" => 44,
-        b"link" => 45,
-        b"location" => 46,
-        b"max-forwards" => 47,
-        b"proxy-authenticate" => 48,
-        b"proxy-authorization" => 49,
-        b"range" => 50,
-        b"referer" => 51,
-        b"refresh" => 52,
-        b"retry-after" => 53,
-        b"server" => 54,
-        b"set-cookie" => 55,
-        b"strict-transport-security" => 56,
-        b"transfer-encoding" => 57,
-        b"user-agent" => 58,
-        b"vary" => 59,
-        b"via" => 60,
-        b"www-authenticate" => 61,
+    let first = name.first().map_or(0, u8::to_ascii_lowercase);
+    let is = |known: &[u8]| folded_eq(name, known);
+    Some(match (name.len(), first) {
+        (14, b'a') if is(b"accept-charset") => 15,
+        (15, b'a') if is(b"accept-encoding") => 16,
+        (15, b'a') if is(b"accept-language") => 17,
+        (13, b'a') if is(b"accept-ranges") => 18,
+        (6, b'a') if is(b"accept") => 19,
+        (27, b'a') if is(b"access-control-allow-origin") => 20,
+        (3, b'a') if is(b"age") => 21,
+        (5, b'a') if is(b"allow") => 22,
+        (13, b'a') if is(b"authorization") => 23,
+        (13, b'c') if is(b"cache-control") => 24,
+        (19, b'c') if is(b"content-disposition") => 25,
+        (16, b'c') if is(b"content-encoding") => 26,
+        (16, b'c') if is(b"content-language") => 27,
+        (14, b'c') if is(b"content-length") => 28,
+        (16, b'c') if is(b"content-location") => 29,
+        (13, b'c') if is(b"content-range") => 30,
+        (12, b'c') if is(b"content-type") => 31,
+        (6, b'c') if is(b"cookie") => 32,
+        (4, b'd') if is(b"date") => 33,
+        (4, b'e') if is(b"etag") => 34,
+        (6, b'e') if is(b"expect") => 35,
+        (7, b'e') if is(b"expires") => 36,
+        (4, b'f') if is(b"from") => 37,
+        (4, b'h') if is(b"host") => 38,
+        (8, b'i') if is(b"if-match") => 39,
+        (17, b'i') if is(b"if-modified-since") => 40,
+        (13, b'i') if is(b"if-none-match") => 41,
+        (8, b'i') if is(b"if-range") => 42,
+        (19, b'i') if is(b"if-unmodified-since") => 43,
+        (13, b'l') if is(b"last-modified") => 44,
+        (4, b'l') if is(b"link") => 45,
+        (8, b'l') if is(b"location") => 46,
+        (12, b'm') if is(b"max-forwards") => 47,
+        (18, b'p') if is(b"proxy-authenticate") => 48,
+        (19, b'p') if is(b"proxy-authorization") => 49,
+        (5, b'r') if is(b"range") => 50,
+        (7, b'r') if is(b"referer") => 51,
+        (7, b'r') if is(b"refresh") => 52,
+        (11, b'r') if is(b"retry-after") => 53,
+        (6, b's') if is(b"server") => 54,
+        (10, b's') if is(b"set-cookie") => 55,
+        (25, b's') if is(b"strict-transport-security") => 56,
+        (17, b't') if is(b"transfer-encoding") => 57,
+        (10, b'u') if is(b"user-agent") => 58,
+        (4, b'v') if is(b"vary") => 59,
+        (3, b'v') if is(b"via") => 60,
+        (16, b'w') if is(b"www-authenticate") => 61,
         _ => return None,
     })
+}
+
+/// Whether `name` is `lower` (lowercase) in any case: every byte compared, without a branch per
+/// byte.
+fn folded_eq(name: &[u8], lower: &[u8]) -> bool {
+    name.len() == lower.len()
+        && name
+            .iter()
+            .zip(lower)
+            .fold(0, |diff, (&a, &b)| diff | (a.to_ascii_lowercase() ^ b))
+            == 0
 }
 
 /// Appends `:status` (indexed when the static table has the code).
@@ -424,17 +440,9 @@ pub fn encode_status(out: &mut Vec<u8>, status: u16) {
 /// Appends one field as a literal without indexing, its name lowercased (HTTP/2 field names are
 /// lowercase; an HTTP/1 server's need not be).
 pub fn encode_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    let mut lower = [0u8; 64];
-    let name_lc: &[u8] = if name.len() <= lower.len() {
-        let l = &mut lower[..name.len()];
-        for (d, s) in l.iter_mut().zip(name) {
-            *d = s.to_ascii_lowercase();
-        }
-        l
-    } else {
-        name
-    };
-    match name_index(name_lc) {
+    // The two length prefixes take at most four bytes each below 2 MiB (and grow it if not).
+    out.reserve(name.len() + value.len() + 8);
+    match name_index(name) {
         Some(i) => integer(out, 0, 4, i),
         None => {
             out.push(0);
@@ -608,7 +616,33 @@ mod tests {
         for (i, (name, _)) in STATIC.iter().enumerate().skip(14) {
             assert_eq!(name_index(name.as_bytes()), Some(i + 1), "{name}");
         }
-        for name in [":status", ":path", "x-served-by", "content-lengthx", ""] {
+        for (i, (name, _)) in STATIC.iter().enumerate().skip(14) {
+            // In any case, as HTTP/1 servers spell them.
+            let upper = name.to_ascii_uppercase();
+            assert_eq!(name_index(upper.as_bytes()), Some(i + 1), "{upper}");
+            let mut capital = name.as_bytes().to_vec();
+            capital[0] = capital[0].to_ascii_uppercase();
+            assert_eq!(name_index(&capital), Some(i + 1), "{name}");
+            // One byte off anywhere is another name.
+            for at in 0..name.len() {
+                let mut off = name.as_bytes().to_vec();
+                off[at] ^= 0x01;
+                let found = name_index(&off);
+                assert!(
+                    found.is_none() || STATIC[found.unwrap() - 1].0.as_bytes() == off,
+                    "{name} at {at}"
+                );
+            }
+        }
+        for name in [
+            ":status",
+            ":path",
+            "x-served-by",
+            "content-lengthx",
+            "",
+            "-",
+            "d",
+        ] {
             assert_eq!(name_index(name.as_bytes()), None, "{name}");
         }
     }

@@ -7,7 +7,8 @@
 use super::conn::Conn;
 use crate::http1::{self, Body, Framing};
 
-/// Fields of an HTTP/1 connection that an HTTP/2 message must not carry (RFC 9113 §8.2.2).
+/// Fields of an HTTP/1 connection that an HTTP/2 trailer section must not carry (RFC 9113
+/// §8.2.2); a head's are told by the kinds noted with its fields (`FieldIndex::end_to_end`).
 fn hop_by_hop(name: &[u8]) -> bool {
     [
         &b"connection"[..],
@@ -104,8 +105,7 @@ impl Response {
                         }
                         let fields = w
                             .fields
-                            .iter(rest)
-                            .filter(|f| !hop_by_hop(f.name.of(rest)))
+                            .end_to_end(rest)
                             .map(|f| (f.name.of(rest), f.value.of(rest)));
                         at += len;
                         self.head(conn, stream, w.status, w.framing, fields);
@@ -136,8 +136,7 @@ impl Response {
                         return Err(Broken);
                     }
                     let fields = index
-                        .iter(rest)
-                        .filter(|f| !hop_by_hop(f.name.of(rest)))
+                        .end_to_end(rest)
                         .map(|f| (f.name.of(rest), f.value.of(rest)));
                     at += head.len;
                     self.head(conn, stream, head.status, head.framing, fields);

@@ -503,6 +503,20 @@ impl FieldIndex {
             .chain(scanned.into_iter().flatten())
     }
 
+    /// The fields, in order, that an HTTP/2 message may carry: all but `Connection`,
+    /// `Keep-Alive`, `Proxy-Connection`, `TE`, `Transfer-Encoding` and `Upgrade` (RFC 9113
+    /// §8.2.2), told apart by the kinds noted with them instead of by comparing names.
+    pub fn end_to_end<'a>(&'a self, buf: &'a [u8]) -> impl Iterator<Item = Field> + 'a {
+        self.iter_kinds(buf)
+            .filter(|(_, kind)| {
+                !matches!(
+                    kind.name,
+                    Name::Connection | Name::TransferEncoding | Name::Hop | Name::Upgrade
+                )
+            })
+            .map(|(f, _)| f)
+    }
+
     /// The fields, in order, of the same `buf` the index was made from.
     pub fn iter<'a>(&'a self, buf: &'a [u8]) -> IndexedFields<'a> {
         if self.complete {
@@ -678,6 +692,10 @@ fn value_len(bytes: &[u8]) -> usize {
 /// digits and dashes.
 fn name_len(bytes: &[u8]) -> (usize, bool) {
     let (Ok(at) | Err(at)) = first_marked(bytes, 0, WIDE_NOT_NAME, not_name_bits);
+    // Nearly always the colon, which is no token byte: no table to look it up in.
+    if bytes.get(at) == Some(&b':') {
+        return (at, true);
+    }
     let rest = bytes.get(at..).unwrap_or_default();
     let more = rest
         .iter()

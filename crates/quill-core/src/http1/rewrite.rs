@@ -246,7 +246,7 @@ fn write_response_with(
     let mut found = None;
     let index = checked(index, buf, (head.len, head.fields), &mut found);
     let mut out = Out::new(out);
-    let edits = Edits { lists: rw.edits };
+    let edits = Edits::new(rw.edits);
     let hop = HopByHop::new(buf, index, rw.upgrade, head.connection);
     out.put(b"HTTP/1.1 ")?;
     out.number(u64::from(head.status))?;
@@ -437,7 +437,7 @@ impl<'a, 'b> Request<'a, 'b> {
             rw,
             index,
             hop: HopByHop::new(buf, index, rw.upgrade, head.connection),
-            edits: Edits { lists: rw.edits },
+            edits: Edits::new(rw.edits),
             authority,
             host,
             client: rw.client.map(|ip| ip.to_canonical()),
@@ -794,9 +794,18 @@ fn is_value(bytes: &[u8]) -> bool {
 #[derive(Clone, Copy)]
 struct Edits<'a> {
     lists: [&'a [HeaderEdit]; 3],
+    /// Some list has an edit (most configurations have none for responses).
+    any: bool,
 }
 
 impl<'a> Edits<'a> {
+    fn new(lists: [&'a [HeaderEdit]; 3]) -> Edits<'a> {
+        Edits {
+            lists,
+            any: lists.iter().any(|l| !l.is_empty()),
+        }
+    }
+
     /// Every edit, in order (usable or not: callers check the name first, which is cheaper).
     fn iter(&self) -> impl Iterator<Item = &'a HeaderEdit> {
         let [first, second, third] = self.lists;
@@ -806,7 +815,12 @@ impl<'a> Edits<'a> {
     /// Whether a usable edit from number `from` on removes a field of this name. Called for
     /// every field of every request (a client's `X-Client-Cert-Subject` is always removed): the
     /// length is compared first, and the lists walked without an iterator chain.
+    #[inline]
     fn removes(&self, name: &[u8], from: usize) -> bool {
+        self.any && self.listed_removes(name, from)
+    }
+
+    fn listed_removes(&self, name: &[u8], from: usize) -> bool {
         let mut number = 0;
         for list in self.lists {
             for e in list {
