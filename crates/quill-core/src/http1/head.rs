@@ -506,15 +506,13 @@ impl FieldIndex {
     /// The fields, in order, that an HTTP/2 message may carry: all but `Connection`,
     /// `Keep-Alive`, `Proxy-Connection`, `TE`, `Transfer-Encoding` and `Upgrade` (RFC 9113
     /// §8.2.2), told apart by the kinds noted with them instead of by comparing names.
-    pub fn end_to_end<'a>(&'a self, buf: &'a [u8]) -> impl Iterator<Item = Field> + 'a {
-        self.iter_kinds(buf)
-            .filter(|(_, kind)| {
-                !matches!(
-                    kind.name,
-                    Name::Connection | Name::TransferEncoding | Name::Hop | Name::Upgrade
-                )
-            })
-            .map(|(f, _)| f)
+    pub fn end_to_end<'a>(&'a self, buf: &'a [u8]) -> EndToEnd<'a> {
+        EndToEnd {
+            index: self,
+            buf,
+            next: 0,
+            scan: (!self.complete).then(|| fields(buf, self.head_len)),
+        }
     }
 
     /// The fields, in order, of the same `buf` the index was made from.
@@ -542,6 +540,41 @@ impl Iterator for IndexedFields<'_> {
             IndexedFields::Indexed(it) => it.next().map(|&at| field_at(at)),
             IndexedFields::Scan(it) => it.next(),
         }
+    }
+}
+
+/// The fields of a [`FieldIndex`] that an HTTP/2 message may carry (see
+/// [`FieldIndex::end_to_end`]): a walk over the index's two arrays, or a scan of the head when it
+/// has more fields than the index holds.
+#[derive(Clone, Debug)]
+pub struct EndToEnd<'a> {
+    index: &'a FieldIndex,
+    buf: &'a [u8],
+    next: usize,
+    scan: Option<Fields<'a>>,
+}
+
+impl Iterator for EndToEnd<'_> {
+    type Item = Field;
+
+    fn next(&mut self) -> Option<Field> {
+        let hop = |kind: Kind| {
+            matches!(
+                kind.name,
+                Name::Connection | Name::TransferEncoding | Name::Hop | Name::Upgrade
+            )
+        };
+        if let Some(scan) = &mut self.scan {
+            return scan.find(|f| !hop(Kind::of(f.name.of(self.buf), false)));
+        }
+        while self.next < self.index.len {
+            let i = self.next;
+            self.next += 1;
+            if !hop(*self.index.kinds.get(i)?) {
+                return self.index.at.get(i).map(|&at| field_at(at));
+            }
+        }
+        None
     }
 }
 

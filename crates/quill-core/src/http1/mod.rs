@@ -41,8 +41,8 @@ use std::fmt;
 pub use body::{Body, Fed, Framing};
 pub use head::{
     field_value, fields, has_blank_line, parse_own_response_indexed, parse_request,
-    parse_request_indexed, parse_response, parse_response_indexed, status_code, Connection, Field,
-    FieldIndex, Fields, Method, RequestHead, ResponseHead, Target, Version,
+    parse_request_indexed, parse_response, parse_response_indexed, status_code, Connection,
+    EndToEnd, Field, FieldIndex, Fields, Method, RequestHead, ResponseHead, Target, Version,
 };
 pub use reply::{canned, reason, Canned};
 // The token test, for the FastCGI and CGI field names.
