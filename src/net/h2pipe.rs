@@ -34,8 +34,9 @@ thread_local! {
     static SPARE_WRITTEN: RefCell<Vec<Box<Written>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Most spare note boxes a worker keeps (about 450 bytes each).
-const SPARE_WRITTEN_MAX: usize = 64;
+/// Most spare note boxes a worker keeps (about 450 bytes each): as many as a burst keeps in
+/// flight on a worker (see the exchange boxes' `SPARE_MAX`), dropped at the heap trim after it.
+const SPARE_WRITTEN_MAX: usize = 256;
 
 /// A box for the note of a response head of `status` and `framing`, its field index to be
 /// filled by the writer (`write_response_noted` begins it): one of this worker's spares when it
@@ -89,9 +90,10 @@ pub(crate) fn keep_output(buf: Vec<u8>) {
     });
 }
 
-/// Most spare pipes a worker keeps, and the most capacity each of a kept pipe's two buffers may
-/// hold (at most about 1 MiB in all, given back at the heap trim after a burst).
-const SPARE_MAX: usize = 128;
+/// Most spare pipes a worker keeps (as many as a burst keeps in flight on a worker: see the
+/// exchange boxes' `SPARE_MAX`), and the most capacity each of a kept pipe's two buffers may hold
+/// (at most about 2 MiB in all, given back at the heap trim after a burst).
+const SPARE_MAX: usize = 256;
 const SPARE_CAPACITY: usize = 4 * 1024;
 
 /// A pipe for a new stream of the connection `conn`: one of the worker's spares when it has

@@ -146,6 +146,7 @@ impl Pools {
                 self.peak = self.lent;
                 crate::net::tls::trim_pool();
                 crate::net::h2pipe::trim_spares();
+                crate::proxy::http::trim_spares();
                 let started = std::time::Instant::now();
                 let released = sys::trim_heap();
                 tracing::debug!(

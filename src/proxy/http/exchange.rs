@@ -249,8 +249,11 @@ thread_local! {
 /// first) when the listener sets no `max_body`.
 pub(super) const FASTCGI_BODY_MAX: u64 = 8 << 20;
 
-/// At most this many spare exchange boxes per worker (a burst's surplus is freed).
-const SPARE_MAX: usize = 64;
+/// At most this many spare exchange boxes per worker (about 1 KiB each): as many as a burst of
+/// HTTP/2 streams keeps in flight on a worker (50 connections of 10 streams over two workers
+/// hold 250), so that the boxes come back for the next requests instead of half being freed
+/// and allocated again; all are dropped at the heap trim after a burst (`trim_spares`).
+const SPARE_MAX: usize = 256;
 
 /// `ex` in a spare box of this worker's, or a new one.
 fn boxed(ex: Exchange) -> Box<Exchange> {
@@ -269,6 +272,14 @@ pub(super) fn recycle(ex: Box<Exchange>) {
         if spare.len() < SPARE_MAX {
             spare.push(ex);
         }
+    });
+}
+
+/// Drops this worker's spare exchange boxes (the heap trim after a burst).
+pub(crate) fn trim_spares() {
+    SPARE.with_borrow_mut(|spare| {
+        spare.clear();
+        spare.shrink_to_fit();
     });
 }
 

@@ -28,6 +28,8 @@ mod log;
 mod request;
 mod timing;
 
+pub(crate) use exchange::trim_spares;
+
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
