@@ -86,6 +86,23 @@ fn tracking_of_two_to_the_32_does_not_wrap() {
 }
 
 #[test]
+fn accept_takes_auto_epoll_or_io_uring_and_names_a_bad_value_by_file_and_line() {
+    use crate::config::settings::AcceptMode;
+    assert_eq!(one().global.accept, AcceptMode::Auto);
+    for (word, mode) in [
+        ("epoll", AcceptMode::Epoll),
+        ("io_uring", AcceptMode::IoUring),
+    ] {
+        let c = toml(&format!("accept = \"{word}\""), "").unwrap();
+        assert_eq!(c.global.accept, mode);
+    }
+    refused(
+        toml("accept = \"uring\"", ""),
+        "b.toml:1: invalid accept 'uring' (expected auto, epoll or io_uring)",
+    );
+}
+
+#[test]
 fn every_other_number_has_a_bound() {
     refused(toml("workers = 1025", ""), "b.toml:1: workers");
     refused(toml("max_connections = 0", ""), "max_connections");
