@@ -33,10 +33,10 @@ fn duration(s: &str) -> Result<Duration, String> {
     config::parse_duration(s)
 }
 
-/// `--accept`: auto, epoll or io_uring.
+/// `--accept`: epoll, io_uring or auto.
 fn accept_mode(s: &str) -> Result<config::settings::AcceptMode, String> {
     config::settings::AcceptMode::parse(s)
-        .ok_or_else(|| format!("'{s}' is not auto, epoll or io_uring"))
+        .ok_or_else(|| format!("'{s}' is not epoll, io_uring or auto"))
 }
 
 /// A clap parser for a `u32` (or `usize`) within `lo..=hi`: out of range is a usage error (exit 2)
@@ -179,7 +179,7 @@ pub struct Cli {
     /// Keep every worker accepting even while other processes leave no core idle
     #[arg(long)]
     no_concentrate: bool,
-    /// How workers accept TCP clients: auto, epoll or io_uring [default: auto]
+    /// How workers accept TCP clients: epoll, io_uring or auto [default: epoll]
     #[arg(long, value_name = "MODE", value_parser = accept_mode)]
     accept: Option<config::settings::AcceptMode>,
 

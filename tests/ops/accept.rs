@@ -1,6 +1,7 @@
 //! Accepting through epoll and through io_uring (`accept`): the same proxying either way, the
-//! fallback to epoll when the kernel refuses io_uring, no client lost across a reload or a
-//! graceful stop with the ring's multishot accepts, and a burst of 2,000 clients all served.
+//! fallback to epoll when the kernel refuses io_uring, no client lost across reloads (one removing
+//! a listener) or a graceful stop with the ring's multishot accepts, and a burst of 2,000 clients
+//! all served.
 
 use crate::reload::{listener_toml, request, start_config, write_config, Hammer};
 use crate::support;
@@ -33,7 +34,8 @@ fn start_http(mode: &str, server: &DemoServer) -> QuillProcess {
 #[test]
 fn epoll_and_io_uring_accept_proxy_the_same_http_requests() {
     let a = http("a");
-    for (mode, rings) in [("epoll", 0), ("io_uring", 2)] {
+    // `auto` is io_uring where the kernel allows it, as here.
+    for (mode, rings) in [("epoll", 0), ("io_uring", 2), ("auto", 2)] {
         let q = start_http(mode, &a);
         assert_eq!(rings_of(q.pid), rings, "--accept {mode}");
         for i in 0..100 {
@@ -76,7 +78,11 @@ fn spawn_refused(opts: &[&str], server: &str, ready: bool) -> QuillProcess {
 #[test]
 fn accept_auto_falls_back_to_epoll_when_io_uring_is_refused_and_says_so_once() {
     let a = http("a");
-    let q = spawn_refused(&["-H", "--workers", "2"], &spec(a.addr()), true);
+    let q = spawn_refused(
+        &["-H", "--workers", "2", "--accept", "auto"],
+        &spec(a.addr()),
+        true,
+    );
     for i in 0..20 {
         assert_eq!(request(q.addr()).as_deref(), Ok("a"), "request {i}");
     }
@@ -99,12 +105,17 @@ fn accept_auto_falls_back_to_epoll_when_io_uring_is_refused_and_says_so_once() {
 #[test]
 fn io_uring_accept_loses_no_client_across_reloads_and_a_graceful_stop() {
     let (a, b) = (http("a"), http("b"));
+    let spare_port = free_port();
+    let spare = listener_toml("spare", spare_port, &[a.addr()], "");
     let mut q = start_config(|port| {
         // Clients accepted at connect (no TCP_DEFER_ACCEPT), so the drain has idle ones to keep.
         "accept = \"io_uring\"\ndrain_grace = \"5s\"\ndefer_accept = false\n".to_string()
             + &listener_toml("web", port, &[a.addr(), b.addr()], "")
+            + &spare
     });
     assert_eq!(rings_of(q.pid), 2);
+    let spare_addr: std::net::SocketAddr = format!("127.0.0.1:{spare_port}").parse().unwrap();
+    assert_eq!(request(spare_addr).as_deref(), Ok("a"));
     let conf = q.path("q.toml");
     let base = fs::read_to_string(&conf).unwrap();
     let hammer = Hammer::start(q.addr(), 4);
@@ -124,6 +135,12 @@ fn io_uring_accept_loses_no_client_across_reloads_and_a_graceful_stop() {
         }
         hammer.wait_more(20, Duration::from_secs(10));
     }
+    // A listener removed by a reload has its accepts cancelled: its port refuses, the other
+    // listener goes on.
+    write_config(&conf, &base.replace(&spare, ""));
+    q.signal("HUP");
+    wait_refused(spare_addr, Duration::from_secs(10));
+    hammer.wait_more(20, Duration::from_secs(10));
     let (ok, failures) = hammer.finish();
     assert!(
         failures.is_empty(),

@@ -86,19 +86,20 @@ fn tracking_of_two_to_the_32_does_not_wrap() {
 }
 
 #[test]
-fn accept_takes_auto_epoll_or_io_uring_and_names_a_bad_value_by_file_and_line() {
+fn accept_is_epoll_io_uring_or_auto_and_a_bad_value_is_named_by_file_and_line() {
     use crate::config::settings::AcceptMode;
-    assert_eq!(one().global.accept, AcceptMode::Auto);
+    assert_eq!(one().global.accept, AcceptMode::Epoll);
     for (word, mode) in [
         ("epoll", AcceptMode::Epoll),
         ("io_uring", AcceptMode::IoUring),
+        ("auto", AcceptMode::Auto),
     ] {
         let c = toml(&format!("accept = \"{word}\""), "").unwrap();
         assert_eq!(c.global.accept, mode);
     }
     refused(
         toml("accept = \"uring\"", ""),
-        "b.toml:1: invalid accept 'uring' (expected auto, epoll or io_uring)",
+        "b.toml:1: invalid accept 'uring' (expected epoll, io_uring or auto)",
     );
 }
 

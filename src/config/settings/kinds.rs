@@ -24,9 +24,10 @@ use super::{
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum AcceptMode {
     /// A multishot accept in each worker's io_uring, or epoll when the kernel refuses io_uring.
-    #[default]
     Auto,
-    /// `accept4` when epoll says a listener is readable.
+    /// `accept4` when epoll says a listener is readable (the default: io_uring measured no
+    /// cheaper, docs/benchmarks.md).
+    #[default]
     Epoll,
     /// A multishot accept in each worker's io_uring; Quill does not start without one.
     IoUring,
@@ -340,7 +341,7 @@ impl Kind for FastcloseWord {
     }
 }
 
-/// `accept`: auto, epoll or io_uring (a file's key only: it takes effect at a restart).
+/// `accept`: epoll, io_uring or auto (a file's key only: it takes effect at a restart).
 pub(crate) struct AcceptWord;
 
 impl Kind for AcceptWord {
@@ -351,7 +352,7 @@ impl Kind for AcceptWord {
         AcceptMode::parse(raw.get_ref()).ok_or_else(|| {
             (
                 format!(
-                    "invalid {key} '{}' (expected auto, epoll or io_uring)",
+                    "invalid {key} '{}' (expected epoll, io_uring or auto)",
                     raw.get_ref().escape_debug()
                 ),
                 raw.span(),

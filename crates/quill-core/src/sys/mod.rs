@@ -39,7 +39,7 @@ pub use udp::{
     recv_error, send_from_to, set_recv_errors, set_recv_pktinfo, Datagram, QueuedError, RecvBatch,
     SendBatch, BATCH_MAX, SEND_BATCH_MAX,
 };
-pub use uring::{AcceptRing, Accepted, URING_REFUSED_ENV};
+pub use uring::{AcceptRing, Accepted};
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};

@@ -18,7 +18,7 @@ const CQ_ENTRIES: u32 = 1024;
 /// Set (to anything) in the environment, makes [`AcceptRing::new`] fail as a kernel that refuses
 /// io_uring would (`kernel.io_uring_disabled`, a seccomp filter): the tests of the fallback to
 /// epoll set it. Documented in quill.toml(5).
-pub const URING_REFUSED_ENV: &str = "QUILL_TEST_IO_URING_REFUSED";
+const URING_REFUSED_ENV: &str = "QUILL_TEST_IO_URING_REFUSED";
 
 /// One completion of a multishot accept.
 #[derive(Debug)]
