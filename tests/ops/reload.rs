@@ -440,13 +440,25 @@ fn reload_under_load_fails_no_connection() {
 
 #[test]
 fn takeover_under_load_fails_no_connection_and_old_process_drains() {
+    takeover_under_load("epoll");
+}
+
+/// The same with both processes accepting through io_uring: the old one cancels its rings'
+/// accepts when it drains, and opens what they took before.
+#[test]
+fn takeover_under_load_with_io_uring_accept_fails_no_connection() {
+    takeover_under_load("io_uring");
+}
+
+/// A takeover while 4 clients request in a loop, both processes with `accept = ACCEPT`.
+fn takeover_under_load(accept: &str) {
     let (a, b) = (http("a"), http("b"));
     let g = greet("g");
     let dir = scratch_dir();
     let echo_port = free_listen_port();
     let admin_port = free_listen_port();
     let mut old = start_config(|port| {
-        format!("admin = \"127.0.0.1:{admin_port}\"\n")
+        format!("accept = \"{accept}\"\nadmin = \"127.0.0.1:{admin_port}\"\n")
             + &listener_toml("web", port, &[a.addr(), b.addr()], "")
             + &listener_toml("echo", echo_port, &[g.addr()], "")
     });
