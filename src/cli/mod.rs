@@ -33,6 +33,12 @@ fn duration(s: &str) -> Result<Duration, String> {
     config::parse_duration(s)
 }
 
+/// `--accept`: epoll, io_uring or auto.
+fn accept_mode(s: &str) -> Result<config::settings::AcceptMode, String> {
+    config::settings::AcceptMode::parse(s)
+        .ok_or_else(|| format!("'{s}' is not epoll, io_uring or auto"))
+}
+
 /// A clap parser for a `u32` (or `usize`) within `lo..=hi`: out of range is a usage error (exit 2)
 /// naming the value and the bounds, before anything is allocated from it.
 fn ranged<T>(lo: u64, hi: u64) -> clap::builder::RangedU64ValueParser<T>
@@ -173,6 +179,9 @@ pub struct Cli {
     /// Keep every worker accepting even while other processes leave no core idle
     #[arg(long)]
     no_concentrate: bool,
+    /// How workers accept TCP clients: epoll, io_uring or auto [default: epoll]
+    #[arg(long, value_name = "MODE", value_parser = accept_mode)]
+    accept: Option<config::settings::AcceptMode>,
 
     /// Where clients denied by the client ACL go [default: they are closed]
     #[arg(short = 'B', long, value_name = "HOST:PORT")]

@@ -160,6 +160,7 @@ impl Cli {
         g.reuseport |= self.reuseport;
         g.splice &= !self.no_splice;
         g.concentrate &= !self.no_concentrate;
+        g.accept = self.accept.unwrap_or(g.accept);
         g.pid_file = self.pid_file.clone().or(g.pid_file.take());
         g.log = self.log.clone().or(g.log.take());
         g.user = self.user.clone().or(g.user.take());

@@ -28,12 +28,13 @@ use super::{panics, PIPES_PER_WORKER};
 use crate::addr::{BackendAddr, ListenAddr};
 use crate::admin::Token;
 use crate::clock::Clock;
+use crate::config::settings::AcceptMode;
 use crate::config::{Config, Global};
 use crate::control::{self, ControlHandle, ControlSocket};
 use crate::state::controller::Controller;
 use crate::state::shared::Shared;
 use crate::state::{Msg, PrivilegeError, Rebuild, RunError, ThreadKind};
-use crate::sys;
+use crate::sys::{self, AcceptRing};
 use crate::systemd::{self, Inherited};
 use crate::takeover::{self, ADMIN_NAME};
 
@@ -474,8 +475,10 @@ impl Threads {
             None
         };
         let (tx, events) = mpsc::channel();
-        let wakers = (0..g.workers)
-            .map(|id| start_worker(id, &shared, logs, resolver.clone(), tx.clone()))
+        let wakers = accept_rings(g.accept, g.workers)?
+            .into_iter()
+            .enumerate()
+            .map(|(id, ring)| start_worker(id, ring, &shared, logs, resolver.clone(), tx.clone()))
             .collect::<Result<Vec<_>, _>>()?;
         let _ = shared.wakers.set(wakers);
         let controller = Arc::new(controller.with_events(tx.clone()).with_rebuild(rebuild));
@@ -537,9 +540,26 @@ fn thread_error(what: ThreadKind, source: std::io::Error) -> RunError {
     RunError::Thread { what, source }
 }
 
+/// Each worker's ring for accepting TCP clients (`accept`): none with `epoll`, nor with `auto`
+/// when the kernel refuses io_uring (said once); with `io_uring` that is an error.
+fn accept_rings(mode: AcceptMode, workers: usize) -> Result<Vec<Option<AcceptRing>>, RunError> {
+    if mode == AcceptMode::Epoll {
+        return Ok((0..workers).map(|_| None).collect());
+    }
+    match (0..workers).map(|_| AcceptRing::new().map(Some)).collect() {
+        Ok(rings) => Ok(rings),
+        Err(e) if mode == AcceptMode::Auto => {
+            tracing::info!("accept: io_uring unavailable ({e}); accepting through epoll");
+            Ok((0..workers).map(|_| None).collect())
+        }
+        Err(e) => Err(RunError::Uring(e)),
+    }
+}
+
 /// Starts worker `id` on its own thread (telling `done` when it returns); its waker.
 fn start_worker(
     id: usize,
+    ring: Option<AcceptRing>,
     shared: &Arc<Shared>,
     logs: &LogFiles,
     resolver: Option<Arc<Resolver>>,
@@ -549,7 +569,7 @@ fn start_worker(
     let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(RunError::Waker)?);
     let log = logs.for_worker()?;
     panics::install_hook();
-    let w = Worker::new(id, poll, shared.clone(), log, resolver, waker.clone())
+    let w = Worker::new(id, poll, ring, shared.clone(), log, resolver, waker.clone())
         .map_err(|source| RunError::Worker { id, source })?;
     thread::Builder::new()
         .name(format!("quill-worker-{id}"))

@@ -118,6 +118,7 @@ const RESTART_ONLY: &[&str] = &[
     "control",
     "admin",
     "accept_batch",
+    "accept",
 ];
 
 impl Plan {
@@ -196,6 +197,7 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
         a.control != b.control,
         a.admin != b.admin,
         a.accept_batch != b.accept_batch,
+        a.accept != b.accept,
     ];
     RESTART_ONLY
         .iter()

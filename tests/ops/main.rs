@@ -1,4 +1,4 @@
-//! Operating Quill, over the real binary: reload and takeover, systemd, the process lifecycle,
+//! Operating Quill, over the real binary: accepting (epoll and io_uring), reload and takeover, systemd, the process lifecycle,
 //! worker threads, day-to-day operations, packaging and `quill bench`.
 //!
 //! One test binary (`cargo test --test ops`); each file beside this one is a module of it.
@@ -12,6 +12,7 @@ mod ctl;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod accept;
 mod bench;
 mod lifecycle;
 mod ops;

@@ -52,7 +52,7 @@ fn free_listen_port() -> u16 {
 }
 
 /// One HTTP request through `addr`; Ok(body's backend name) or the failure in words.
-fn request(addr: SocketAddr) -> Result<String, String> {
+pub(super) fn request(addr: SocketAddr) -> Result<String, String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
         .map_err(|e| format!("connect: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -73,7 +73,7 @@ fn request(addr: SocketAddr) -> Result<String, String> {
 }
 
 /// Clients requesting through `addr` in a loop on several threads until stopped.
-struct Hammer {
+pub(super) struct Hammer {
     stop: Arc<AtomicBool>,
     ok: Arc<AtomicU64>,
     failures: Arc<Mutex<Vec<String>>>,
@@ -81,7 +81,7 @@ struct Hammer {
 }
 
 impl Hammer {
-    fn start(addr: SocketAddr, threads: usize) -> Hammer {
+    pub(super) fn start(addr: SocketAddr, threads: usize) -> Hammer {
         let stop = Arc::new(AtomicBool::new(false));
         let ok = Arc::new(AtomicU64::new(0));
         let failures = Arc::new(Mutex::new(Vec::new()));
@@ -114,7 +114,7 @@ impl Hammer {
     }
 
     /// Waits (bounded) until `n` more requests have succeeded.
-    fn wait_more(&self, n: u64, within: Duration) {
+    pub(super) fn wait_more(&self, n: u64, within: Duration) {
         let start = self.count();
         let deadline = Instant::now() + within;
         while self.count() < start + n {
@@ -129,7 +129,7 @@ impl Hammer {
     }
 
     /// Stops the clients; returns (successes, failures).
-    fn finish(self) -> (u64, Vec<String>) {
+    pub(super) fn finish(self) -> (u64, Vec<String>) {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads {
             t.join().unwrap();
@@ -149,14 +149,14 @@ fn admin_status(port: u16) -> String {
     String::from_utf8_lossy(&read_until_eof(&mut admin, Duration::from_secs(5))).into_owned()
 }
 
-fn write_config(path: &Path, body: &str) {
+pub(super) fn write_config(path: &Path, body: &str) {
     // Written then renamed, so a reload never reads half a file.
     let tmp = path.with_extension("tmp");
     fs::write(&tmp, body).unwrap();
     fs::rename(&tmp, path).unwrap();
 }
 
-fn listener_toml(name: &str, port: u16, servers: &[SocketAddr], extra: &str) -> String {
+pub(super) fn listener_toml(name: &str, port: u16, servers: &[SocketAddr], extra: &str) -> String {
     let list: Vec<String> = servers.iter().map(|s| format!("\"{s}\"")).collect();
     format!(
         "[[listener]]\nname = \"{name}\"\nlisten = \"127.0.0.1:{port}\"\nmode = [\"roundrobin\"]\n{extra}servers = [{}]\n",
@@ -165,7 +165,7 @@ fn listener_toml(name: &str, port: u16, servers: &[SocketAddr], extra: &str) -> 
 }
 
 /// Starts quill on `--config DIR/q.toml -C DIR/c.sock`; the config's first listener is on `port`.
-fn start_config(body: impl Fn(u16) -> String) -> QuillProcess {
+pub(super) fn start_config(body: impl Fn(u16) -> String) -> QuillProcess {
     // No access log here, so nothing to settle: the readiness probe is simply closed.
     let (q, _probe, _) = Quill::spawn_first(|dir, port| {
         write_config(&dir.join("q.toml"), &body(port));
@@ -440,13 +440,25 @@ fn reload_under_load_fails_no_connection() {
 
 #[test]
 fn takeover_under_load_fails_no_connection_and_old_process_drains() {
+    takeover_under_load("epoll");
+}
+
+/// The same with both processes accepting through io_uring: the old one cancels its rings'
+/// accepts when it drains, and opens what they took before.
+#[test]
+fn takeover_under_load_with_io_uring_accept_fails_no_connection() {
+    takeover_under_load("io_uring");
+}
+
+/// A takeover while 4 clients request in a loop, both processes with `accept = ACCEPT`.
+fn takeover_under_load(accept: &str) {
     let (a, b) = (http("a"), http("b"));
     let g = greet("g");
     let dir = scratch_dir();
     let echo_port = free_listen_port();
     let admin_port = free_listen_port();
     let mut old = start_config(|port| {
-        format!("admin = \"127.0.0.1:{admin_port}\"\n")
+        format!("accept = \"{accept}\"\nadmin = \"127.0.0.1:{admin_port}\"\n")
             + &listener_toml("web", port, &[a.addr(), b.addr()], "")
             + &listener_toml("echo", echo_port, &[g.addr()], "")
     });

@@ -12,7 +12,7 @@ use support::*;
 
 /// Open sessions per worker, from `connections` (a session id's remainder by the worker count is
 /// its worker's index).
-fn sessions_per_worker(sock: &std::path::Path, workers: u64) -> Vec<usize> {
+pub(super) fn sessions_per_worker(sock: &std::path::Path, workers: u64) -> Vec<usize> {
     let mut per = vec![0; workers as usize];
     for line in ctl(sock, "connections").lines() {
         let id: u64 = line.split_whitespace().next().unwrap().parse().unwrap();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::acl::{AclId, Acls};
 use crate::addr::ListenAddr;
 
-use crate::config::settings::{self, define_global};
+use crate::config::settings::{self, define_global, AcceptMode};
 
 crate::config::settings::global_table! {
     define_global

@@ -86,6 +86,24 @@ fn tracking_of_two_to_the_32_does_not_wrap() {
 }
 
 #[test]
+fn accept_is_epoll_io_uring_or_auto_and_a_bad_value_is_named_by_file_and_line() {
+    use crate::config::settings::AcceptMode;
+    assert_eq!(one().global.accept, AcceptMode::Epoll);
+    for (word, mode) in [
+        ("epoll", AcceptMode::Epoll),
+        ("io_uring", AcceptMode::IoUring),
+        ("auto", AcceptMode::Auto),
+    ] {
+        let c = toml(&format!("accept = \"{word}\""), "").unwrap();
+        assert_eq!(c.global.accept, mode);
+    }
+    refused(
+        toml("accept = \"uring\"", ""),
+        "b.toml:1: invalid accept 'uring' (expected epoll, io_uring or auto)",
+    );
+}
+
+#[test]
 fn every_other_number_has_a_bound() {
     refused(toml("workers = 1025", ""), "b.toml:1: workers");
     refused(toml("max_connections = 0", ""), "max_connections");

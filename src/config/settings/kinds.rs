@@ -20,6 +20,38 @@ use super::{
 
 // === Value types that belong to one setting ===
 
+/// `accept`: how workers accept TCP clients.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum AcceptMode {
+    /// A multishot accept in each worker's io_uring, or epoll when the kernel refuses io_uring.
+    Auto,
+    /// `accept4` when epoll says a listener is readable (the default: io_uring measured no
+    /// cheaper, docs/benchmarks.md).
+    #[default]
+    Epoll,
+    /// A multishot accept in each worker's io_uring; Quill does not start without one.
+    IoUring,
+}
+
+impl AcceptMode {
+    pub(crate) fn parse(s: &str) -> Option<AcceptMode> {
+        Some(match s {
+            "auto" => AcceptMode::Auto,
+            "epoll" => AcceptMode::Epoll,
+            "io_uring" => AcceptMode::IoUring,
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            AcceptMode::Auto => "auto",
+            AcceptMode::Epoll => "epoll",
+            AcceptMode::IoUring => "io_uring",
+        }
+    }
+}
+
 /// Pen's `tcp_fastclose`: which side's EOF closes the whole session at once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Fastclose {
@@ -305,6 +337,29 @@ impl Kind for FastcloseWord {
         Some(format!("{name} {}", v.name()))
     }
     fn shown(&self, v: &Fastclose) -> String {
+        v.name().to_string()
+    }
+}
+
+/// `accept`: epoll, io_uring or auto (a file's key only: it takes effect at a restart).
+pub(crate) struct AcceptWord;
+
+impl Kind for AcceptWord {
+    const TYPE: &'static str = "string";
+    type Value = AcceptMode;
+    type Raw = Spanned<String>;
+    fn read(&self, key: &str, raw: &Spanned<String>) -> Result<AcceptMode, (String, Range<usize>)> {
+        AcceptMode::parse(raw.get_ref()).ok_or_else(|| {
+            (
+                format!(
+                    "invalid {key} '{}' (expected epoll, io_uring or auto)",
+                    raw.get_ref().escape_debug()
+                ),
+                raw.span(),
+            )
+        })
+    }
+    fn shown(&self, v: &AcceptMode) -> String {
         v.name().to_string()
     }
 }

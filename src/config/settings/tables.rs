@@ -35,6 +35,10 @@ macro_rules! global_table {
                     floor: 0,
                 },
                 Own, "1 to 10000";
+            /// How workers accept TCP clients: `accept4` when epoll says a listener is readable,
+            /// or a multishot accept in each worker's io_uring (`auto`: io_uring unless the
+            /// kernel refuses it).
+            accept: AcceptMode = AcceptMode::Epoll, AcceptWord, Quiet, "epoll, io_uring or auto";
             /// How long a drain (reload, takeover, SIGTERM) lets sessions finish.
             drain_timeout: Duration = Duration::from_secs(30), Secs { nonzero: false }, Own, "";
             /// How long a drain keeps idle HTTP clients (kept alive, or accepted with no request

@@ -27,47 +27,66 @@ const EMFILE_PAUSE_MS: u64 = 100;
 const EMFILE_WARN_MS: u64 = 10_000;
 
 impl Worker {
+    /// Accepts up to `accept_batch` clients of listener `li` (`accept4`), until it has none.
     pub(super) fn accept(&mut self, li: usize, now: u64) {
         let listener = self.listeners[li].listener.clone();
         for _ in 0..self.shared.accept_batch {
             match listener.socket.accept() {
-                Ok((stream, peer)) => {
-                    let pinned = self.listeners[li].pinned;
-                    if let Some((stream, peer)) = self.spread(&listener, pinned, stream, peer) {
-                        self.open(&listener, stream, peer, now);
-                    }
-                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-                    ) =>
-                {
-                    Counters::add(&self.counters().accept_errors, 1);
-                    if self
-                        .emfile_warned_ms
-                        .is_none_or(|t| now.saturating_sub(t) >= EMFILE_WARN_MS)
-                    {
-                        self.emfile_warned_ms = Some(now);
-                        tracing::warn!(
-                            "accept: {e}; pausing the listener for {EMFILE_PAUSE_MS} ms (said at most every {} s)",
-                            EMFILE_WARN_MS / 1000
-                        );
-                    } else {
-                        tracing::debug!(
-                            "accept: {e}; pausing the listener for {EMFILE_PAUSE_MS} ms"
-                        );
+                accepted => {
+                    if !self.accepted(li, &listener, accepted, now) {
+                        return;
                     }
-                    self.deregister_listener(li);
-                    self.listeners[li].paused_until = now + EMFILE_PAUSE_MS;
-                    return;
                 }
-                Err(e) => {
-                    // ECONNABORTED and friends concern one client only.
-                    Counters::add(&self.counters().accept_errors, 1);
-                    tracing::debug!("accept: {e}");
+            }
+        }
+    }
+
+    /// Opens a client accepted on listener `li` (by `accept4` or by the worker's ring), or
+    /// counts why accepting failed; false when the listener rests (out of descriptors).
+    pub(super) fn accepted(
+        &mut self,
+        li: usize,
+        listener: &Arc<Listener>,
+        accepted: io::Result<(Stream, ClientAddr)>,
+        now: u64,
+    ) -> bool {
+        match accepted {
+            Ok((stream, peer)) => {
+                let pinned = self.listeners[li].pinned;
+                if let Some((stream, peer)) = self.spread(listener, pinned, stream, peer) {
+                    self.open(listener, stream, peer, now);
                 }
+                true
+            }
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                ) =>
+            {
+                Counters::add(&self.counters().accept_errors, 1);
+                if self
+                    .emfile_warned_ms
+                    .is_none_or(|t| now.saturating_sub(t) >= EMFILE_WARN_MS)
+                {
+                    self.emfile_warned_ms = Some(now);
+                    tracing::warn!(
+                        "accept: {e}; pausing the listener for {EMFILE_PAUSE_MS} ms (said at most every {} s)",
+                        EMFILE_WARN_MS / 1000
+                    );
+                } else {
+                    tracing::debug!("accept: {e}; pausing the listener for {EMFILE_PAUSE_MS} ms");
+                }
+                self.deregister_listener(li);
+                self.listeners[li].paused_until = now + EMFILE_PAUSE_MS;
+                false
+            }
+            Err(e) => {
+                // ECONNABORTED and friends concern one client only.
+                Counters::add(&self.counters().accept_errors, 1);
+                tracing::debug!("accept: {e}");
+                true
             }
         }
     }

@@ -15,7 +15,7 @@ impl Worker {
         if std::mem::take(&mut self.woken) {
             self.shared.heartbeats[self.id].store(now, Ordering::Relaxed);
             self.follow_log();
-            if let Err(e) = self.sync_listeners() {
+            if let Err(e) = self.sync_listeners(now) {
                 tracing::warn!("worker {}: cannot register a listener: {e}", self.id);
             }
             self.follow_accepting(now);
@@ -69,8 +69,10 @@ impl Worker {
             if self.listeners[i].paused_until == 0 {
                 self.deregister_listener(i);
             }
-            // Off the wait queue first, then take what is queued: a client that arrives after
-            // this wakes another process sharing the socket (takeover) instead of waiting for us.
+            // Off the wait queue (or its accept cancelled, and what that took opened) first, then
+            // take what is queued: a client that arrives after this wakes another process sharing
+            // the socket (takeover) instead of waiting for us.
+            self.reap(now);
             for _ in 0..64 {
                 let before = self.counters().accepted.load(Ordering::Relaxed);
                 self.accept(i, now);

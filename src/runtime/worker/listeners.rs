@@ -1,16 +1,27 @@
-//! The listeners a worker watches: registered (exclusive wake-ups) as they appear in the shared
-//! list, let go as they leave it.
+//! The listeners a worker watches: registered as they appear in the shared list, let go as they
+//! leave it. A TCP listener is watched by the worker's epoll instance (exclusive wake-ups, then
+//! `accept4`) or, with `accept` io_uring, by a multishot accept in the worker's ring, whose
+//! completions ([`Worker::reap`]) are opened as `accept4`'s clients are.
 
 use std::io;
+use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 
 use super::{Worker, WorkerListener, LISTENER_BASE};
+use crate::listener::ListenSocket;
+use crate::net::{ClientAddr, Stream};
 use crate::sys;
 
 impl Worker {
-    pub(super) fn register_listener(&self, i: usize) -> io::Result<()> {
-        let l = &self.listeners[i].listener;
+    pub(super) fn register_listener(&mut self, i: usize) -> io::Result<()> {
+        let w = &mut self.listeners[i];
+        let l = &w.listener;
+        if let (Some(ring), ListenSocket::Tcp(socket)) = (&mut self.ring, &l.socket) {
+            ring.accept(socket.as_fd(), l.id)?;
+            w.armed = true;
+            return Ok(());
+        }
         sys::epoll_add_exclusive(
             self.poll.as_raw_fd(),
             l.socket.as_fd(),
@@ -24,16 +35,59 @@ impl Worker {
         self.accepting || self.listeners[i].pinned
     }
 
-    pub(super) fn deregister_listener(&self, i: usize) {
-        let _ = sys::epoll_del(
-            self.poll.as_raw_fd(),
-            self.listeners[i].listener.socket.as_fd(),
-        );
+    /// Stops watching listener `i`. A multishot accept is cancelled before this returns; the
+    /// clients it accepted until then wait in the ring for [`Worker::reap`].
+    pub(super) fn deregister_listener(&mut self, i: usize) {
+        let w = &mut self.listeners[i];
+        if let (Some(ring), ListenSocket::Tcp(_)) = (&mut self.ring, &w.listener.socket) {
+            w.armed = false;
+            if let Err(e) = ring.cancel(w.listener.id) {
+                tracing::warn!("worker {}: cannot cancel an accept: {e}", self.id);
+            }
+            return;
+        }
+        let _ = sys::epoll_del(self.poll.as_raw_fd(), w.listener.socket.as_fd());
+    }
+
+    /// Opens the clients the ring accepted, and arms again an accept the kernel ended while this
+    /// worker still wants it (not one it cancelled, nor one whose listener now rests).
+    pub(super) fn reap(&mut self, now: u64) {
+        let Some(ring) = self.ring.as_mut() else {
+            return;
+        };
+        let mut accepted = std::mem::take(&mut self.accepted);
+        if let Err(e) = ring.take(&mut accepted) {
+            tracing::warn!("worker {}: cannot read accepted clients: {e}", self.id);
+        }
+        for a in accepted.drain(..) {
+            let Some(li) = self.listeners.iter().position(|l| l.listener.id == a.key) else {
+                // Its listener left before the accept was cancelled: the client is closed.
+                continue;
+            };
+            let listener = self.listeners[li].listener.clone();
+            let cancelled =
+                matches!(&a.result, Err(e) if e.raw_os_error() == Some(libc::ECANCELED));
+            let client = a.result.and_then(|fd| {
+                let s = TcpStream::from(fd);
+                let peer = s.peer_addr()?;
+                Ok((
+                    Stream::Tcp(mio::net::TcpStream::from_std(s)),
+                    ClientAddr::Ip(peer),
+                ))
+            });
+            let open = cancelled || self.accepted(li, &listener, client, now);
+            if !a.armed && !cancelled && open && self.listeners[li].armed {
+                if let Err(e) = self.register_listener(li) {
+                    tracing::warn!("worker {}: cannot accept again: {e}", self.id);
+                }
+            }
+        }
+        self.accepted = accepted;
     }
 
     /// Registers listeners that appeared in the shared list and lets go of those that left it.
     /// Sessions of a removed listener carry on: they hold their pool, not the listener.
-    pub(super) fn sync_listeners(&mut self) -> io::Result<()> {
+    pub(super) fn sync_listeners(&mut self, now: u64) -> io::Result<()> {
         let current = self.shared.listeners.load_full();
         let seen = Arc::as_ptr(&current) as usize;
         if seen == self.listeners_seen || self.draining {
@@ -50,6 +104,8 @@ impl Worker {
             }
             if self.listeners[i].paused_until == 0 {
                 self.deregister_listener(i);
+                // What its accept took before it was cancelled is served.
+                self.reap(now);
             }
             self.listeners.swap_remove(i);
         }
@@ -61,6 +117,7 @@ impl Worker {
                 listener: l.clone(),
                 paused_until: 0,
                 pinned: l.clients_pinned(),
+                armed: false,
             });
             if self.takes(self.listeners.len() - 1) {
                 self.register_listener(self.listeners.len() - 1)?;

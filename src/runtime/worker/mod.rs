@@ -14,12 +14,14 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mio::event::Event;
-use mio::{Events, Poll, Token};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
 
 use super::panics;
 use super::resolver::{self, Resolver};
@@ -33,6 +35,7 @@ use crate::queue::{Mailbox, Wake};
 use crate::state::idle::{Owner, ServerConns};
 use crate::state::permit::SessionPermit;
 use crate::state::shared::{Listener, Phase, Shared, SourceSlot};
+use crate::sys;
 use crate::udp::UdpWorker;
 
 /// What the worker lends its UDP flows for one call (a macro: the fields borrowed apart).
@@ -61,6 +64,8 @@ mod logs;
 
 /// Token of the waker that tells a worker to look at the shared phase.
 pub(crate) const WAKER: Token = Token(usize::MAX);
+/// Token of the worker's ring: readable while accepted clients wait in it.
+const RING: Token = Token(usize::MAX - 1);
 /// Listener with id `i` is registered with token `LISTENER_BASE + i`.
 const LISTENER_BASE: usize = 1 << 60;
 const GEN_BITS: u32 = 24;
@@ -109,6 +114,8 @@ struct WorkerListener {
     listener: Arc<Listener>,
     /// Paused (deregistered) until this time after EMFILE; 0 = active.
     paused_until: u64,
+    /// A multishot accept is armed for it in the worker's ring (and not cancelled since).
+    armed: bool,
     /// Its clients stay on the worker that accepted them (TLS, or HTTP/2 with `h2c`): every
     /// worker accepts them, whatever `concentrate` decides, as it cannot gather them later.
     /// Read once, when the worker first takes the listener (the accept path reads no pool).
@@ -118,6 +125,10 @@ struct WorkerListener {
 pub(crate) struct Worker {
     id: usize,
     poll: Poll,
+    /// The ring whose multishot accepts take this worker's TCP clients (`accept`), if any.
+    ring: Option<sys::AcceptRing>,
+    /// The ring's completions being opened (kept to reuse its allocation).
+    accepted: Vec<sys::Accepted>,
     shared: Arc<Shared>,
     listeners: Vec<WorkerListener>,
     /// Address of the shared listener list this worker last registered (compared, never used).
@@ -173,12 +184,13 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    /// A worker on `poll` (its waker already registered with `WAKER`).
-    /// `logs` are the access log files of the shared log plan, in its order, opened before
-    /// privileges were dropped.
+    /// A worker on `poll` (its waker already registered with `WAKER`), accepting TCP clients
+    /// through `ring` when there is one. `logs` are the access log files of the shared log plan,
+    /// in its order, opened before privileges were dropped.
     pub(crate) fn new(
         id: usize,
         poll: Poll,
+        ring: Option<sys::AcceptRing>,
         shared: Arc<Shared>,
         logs: Vec<std::fs::File>,
         resolver: Option<Arc<Resolver>>,
@@ -197,9 +209,19 @@ impl Worker {
             .map(|(_, format)| files.next().map(|f| AccessLog::new(f, *format)))
             .collect();
         let conns = ServerConns::new(shared.idle.clone(), id, poll.registry())?;
+        if let Some(ring) = &ring {
+            poll.registry().register(
+                &mut SourceFd(&ring.as_fd().as_raw_fd()),
+                RING,
+                Interest::READABLE,
+            )?;
+        }
+        let arm_later = ring.is_some();
         let mut w = Worker {
             id,
             poll,
+            ring,
+            accepted: Vec::new(),
             listeners: Vec::new(),
             listeners_seen: 0,
             slots: Vec::new(),
@@ -235,7 +257,9 @@ impl Worker {
             pokes: Vec::new(),
             shared,
         };
-        w.sync_listeners()?;
+        if !arm_later {
+            w.sync_listeners(0)?;
+        }
         Ok(w)
     }
 
@@ -254,6 +278,12 @@ impl Worker {
     /// (requests left there are dropped, so whoever waits for them hears at once).
     pub(crate) fn run(mut self) {
         self.mailbox.own();
+        if self.ring.is_some() {
+            // The kernel completes a ring's accepts on the thread that armed them: this one.
+            if let Err(e) = self.sync_listeners(self.shared.clock.now_ms()) {
+                tracing::warn!("worker {}: cannot register a listener: {e}", self.id);
+            }
+        }
         self.event_loop();
         self.shared.heartbeats[self.id].store(u64::MAX, Ordering::Relaxed);
         let left = self.shared.inboxes[self.id]
@@ -360,6 +390,10 @@ impl Worker {
         let t = ev.token();
         if t == WAKER {
             self.woken = true;
+            return;
+        }
+        if t == RING {
+            self.reap(now);
             return;
         }
         if crate::udp::is_udp_token(t) {

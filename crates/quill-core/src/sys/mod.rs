@@ -6,11 +6,12 @@
 //! rest lives in `file` (the web server's opens beneath a root, metadata, body reads and sends,
 //! directory entries, all through rustix), `process` (resource limits, users, privilege drop, network namespaces, heap
 //! trim), `packet` (packet sockets, their receive ring and batched sends) and `udp` (packet
-//! info, the ICMP error queue, [`SendBatch`] and [`RecvBatch`]) and `simd`. Each file allows `unsafe` on its
+//! info, the ICMP error queue, [`SendBatch`] and [`RecvBatch`]), `uring` (a worker's io_uring for
+//! accepting, [`AcceptRing`]) and `simd`. Each file allows `unsafe` on its
 //! own and carries a `// SAFETY:` comment on every block; callers name everything as `sys::X`.
 //!
 //! Every wrapper returns `io::Result` and takes borrowed descriptors; nothing here keeps state but
-//! [`PacketRing`], the mapping of a packet socket's receive ring.
+//! [`PacketRing`], the mapping of a packet socket's receive ring, and [`AcceptRing`].
 
 #![allow(unsafe_code)]
 
@@ -20,6 +21,7 @@ mod process;
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 pub mod simd;
 mod udp;
+mod uring;
 
 pub use file::{
     file_info, file_info_at, open_beneath, openat2_missing, pread, pread_nowait, read_dir,
@@ -37,6 +39,7 @@ pub use udp::{
     recv_error, send_from_to, set_recv_errors, set_recv_pktinfo, Datagram, QueuedError, RecvBatch,
     SendBatch, BATCH_MAX, SEND_BATCH_MAX,
 };
+pub use uring::{AcceptRing, Accepted};
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
