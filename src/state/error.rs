@@ -53,8 +53,8 @@ pub(crate) enum RunError {
     /// A worker's event loop could not be created.
     #[error("cannot create epoll instance: {0}")]
     Epoll(#[source] io::Error),
-    /// `accept = "io_uring"` on a kernel that refuses io_uring.
-    #[error("accept = \"io_uring\": cannot set up an io_uring: {0}")]
+    /// `accept = "io_uring"` (or `--accept io_uring`) on a kernel that refuses io_uring.
+    #[error("accept io_uring: cannot set up an io_uring: {0}")]
     Uring(#[source] io::Error),
     /// A worker's waker could not be created.
     #[error("cannot create waker: {0}")]

@@ -22,7 +22,7 @@ use crate::state::shared::{Listener, Request, SourceSlot};
 /// counts move by a few, keeps its clients where they were accepted).
 const SPREAD_SLACK: u64 = 2;
 /// How long a listener rests after the process ran out of descriptors.
-const EMFILE_PAUSE_MS: u64 = 100;
+pub(super) const EMFILE_PAUSE_MS: u64 = 100;
 /// Running out of descriptors is said at most this often per worker (then at debug level).
 const EMFILE_WARN_MS: u64 = 10_000;
 

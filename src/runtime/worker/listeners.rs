@@ -8,6 +8,7 @@ use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 
+use super::admit::EMFILE_PAUSE_MS;
 use super::{Worker, WorkerListener, LISTENER_BASE};
 use crate::listener::ListenSocket;
 use crate::net::{ClientAddr, Stream};
@@ -75,10 +76,23 @@ impl Worker {
                     ClientAddr::Ip(peer),
                 ))
             });
+            let failed = client.is_err();
             let open = cancelled || self.accepted(li, &listener, client, now);
             if !a.armed && !cancelled && open && self.listeners[li].armed {
-                if let Err(e) = self.register_listener(li) {
-                    tracing::warn!("worker {}: cannot accept again: {e}", self.id);
+                // The kernel ended the accept. After an error it is armed again only once the
+                // listener has rested (`paused_until`): an error that repeats does not spin.
+                let again = if failed {
+                    Err(io::Error::other("the accept ended with an error"))
+                } else {
+                    self.register_listener(li)
+                };
+                if let Err(e) = again {
+                    tracing::debug!(
+                        "worker {}: accepting again in {EMFILE_PAUSE_MS} ms: {e}",
+                        self.id
+                    );
+                    self.listeners[li].armed = false;
+                    self.listeners[li].paused_until = now + EMFILE_PAUSE_MS;
                 }
             }
         }

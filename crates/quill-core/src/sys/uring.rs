@@ -35,6 +35,9 @@ pub struct Accepted {
 /// A ring that accepts on listening sockets.
 pub struct AcceptRing {
     ring: IoUring,
+    /// A submission failed with an entry queued: the ring is not submitted to again (the entry
+    /// names a listener by descriptor number, which may since have been closed and reused).
+    broken: bool,
 }
 
 impl std::fmt::Debug for AcceptRing {
@@ -55,29 +58,65 @@ impl AcceptRing {
         let ring = IoUring::builder()
             .setup_cqsize(CQ_ENTRIES)
             .build(SQ_ENTRIES)?;
-        Ok(AcceptRing { ring })
+        // Multishot accept needs Linux 5.19 and the synchronous cancel 6.0: a kernel older than
+        // that refuses this cancel of nothing (EINVAL), and the ring is not used (`auto` then
+        // accepts through epoll), rather than one whose accepts fail or cannot be let go of.
+        match ring
+            .submitter()
+            .register_sync_cancel(None, CancelBuilder::user_data(u64::MAX))
+        {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("no synchronous cancel (Linux 6.0 or later is needed): {e}"),
+                ))
+            }
+        }
+        Ok(AcceptRing {
+            ring,
+            broken: false,
+        })
+    }
+
+    fn usable(&self) -> io::Result<()> {
+        if self.broken {
+            return Err(io::Error::other("the io_uring failed a submission before"));
+        }
+        Ok(())
+    }
+
+    /// Submits what is queued; a failure leaves the ring broken (see `broken`).
+    fn submit(&mut self) -> io::Result<()> {
+        self.ring
+            .submit()
+            .map(drop)
+            .inspect_err(|_| self.broken = true)
     }
 
     /// Arms a multishot accept on `listener` under `key`: every client it accepts completes
     /// with `key` until it is cancelled or ends.
     pub fn accept(&mut self, listener: BorrowedFd<'_>, key: u64) -> io::Result<()> {
+        self.usable()?;
         let entry = opcode::AcceptMulti::new(Fd(listener.as_raw_fd()))
             .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
             .build()
             .user_data(key);
         // SAFETY: a multishot accept without an address buffer names no memory of ours; the
         // kernel takes its own reference on the listening socket's file when it reads the entry,
-        // which `submit` below does before `listener` can be closed.
+        // which `submit` below does while `listener` is borrowed, so before it can be closed. If
+        // that submission fails the entry stays queued, and the ring is marked broken: it is
+        // never submitted to again.
         let pushed = unsafe { self.ring.submission().push(&entry) };
         if pushed.is_err() {
             // Full: what is queued goes in first, then there is room.
-            self.ring.submit()?;
+            self.submit()?;
             // SAFETY: as above.
             unsafe { self.ring.submission().push(&entry) }
                 .map_err(|_| io::Error::other("io_uring submission queue full"))?;
         }
-        self.ring.submit()?;
-        Ok(())
+        self.submit()
     }
 
     /// Cancels the accept armed under `key` and waits until it is: no client is accepted under
@@ -117,8 +156,22 @@ impl AcceptRing {
                 return Ok(());
             }
             // An enter flushes what the kernel kept aside into the queue now emptied.
-            self.ring.submit()?;
+            self.usable()?;
+            self.submit()?;
         }
+    }
+}
+
+impl Drop for AcceptRing {
+    /// Cancels every accept still armed and closes the clients accepted that nobody took (their
+    /// descriptors would otherwise stay open until the process ends).
+    fn drop(&mut self) {
+        let _ = self
+            .ring
+            .submitter()
+            .register_sync_cancel(None, CancelBuilder::any());
+        let mut left = Vec::new();
+        let _ = self.take(&mut left);
     }
 }
 
