@@ -5,7 +5,7 @@
 
 use crate::reload::{listener_toml, request, start_config, write_config, Hammer};
 use crate::support;
-use crate::workers::sessions_per_worker;
+use crate::workers::burst_is_spread_over_two_workers;
 
 use std::fs;
 use std::io::{Read, Write};
@@ -256,28 +256,7 @@ fn a_burst_of_2000_clients_from_4_processes_is_all_served_with_io_uring_accept()
 fn clients_accepted_through_io_uring_are_spread_over_the_workers() {
     // As with epoll (`workers::a_burst_of_clients_is_spread_over_the_workers`): the worker whose
     // ring accepted a burst hands clients to the other one while it holds clearly more.
-    const N: usize = 40;
-    let e = echo();
-    let (q, sock) = crate::ctl::start_ctl(
-        &["--workers", "2", "--no-concentrate", "--accept", "io_uring"],
-        &[spec(e.addr())],
-    );
-    assert_eq!(rings_of(q.pid), 2);
-    let mut conns: Vec<TcpStream> = (0..N).map(|_| connect_port(q.port)).collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let per = loop {
-        let per = sessions_per_worker(&sock, 2);
-        if per.iter().sum::<usize>() == N {
-            break per;
-        }
-        assert!(Instant::now() < deadline, "{per:?}:\n{}", q.stderr());
-        thread::sleep(Duration::from_millis(20));
-    };
-    assert!(
-        per.iter().all(|&n| n >= N / 2 - N / 8),
-        "sessions per worker {per:?}: each should hold about half of {N}"
-    );
-    for (i, c) in conns.iter_mut().enumerate() {
-        echo_roundtrip(c, format!("hello {i}\n").as_bytes());
-    }
+    burst_is_spread_over_two_workers(&["--accept", "io_uring"], |pid| {
+        assert_eq!(rings_of(pid), 2)
+    });
 }

@@ -25,9 +25,18 @@ pub(super) fn sessions_per_worker(sock: &std::path::Path, workers: u64) -> Vec<u
 fn a_burst_of_clients_is_spread_over_the_workers() {
     // The kernel wakes the first waiting worker for each connect of a burst; the worker that
     // accepts hands a client to the other one while it holds clearly more (a few plus an eighth).
+    burst_is_spread_over_two_workers(&[], |_| {});
+}
+
+/// 40 clients connected at once through Quill with two workers (and `extra` flags; `started` sees
+/// the process first) end up about half on each worker, and every one is served.
+pub(crate) fn burst_is_spread_over_two_workers(extra: &[&str], started: impl Fn(u32)) {
     const N: usize = 40;
     let e = echo();
-    let (q, sock) = start_ctl(&["--workers", "2", "--no-concentrate"], &[spec(e.addr())]);
+    let mut flags = vec!["--workers", "2", "--no-concentrate"];
+    flags.extend_from_slice(extra);
+    let (q, sock) = start_ctl(&flags, &[spec(e.addr())]);
+    started(q.pid);
     let mut conns: Vec<TcpStream> = (0..N).map(|_| connect_port(q.port)).collect();
     let deadline = Instant::now() + Duration::from_secs(10);
     let per = loop {
