@@ -117,9 +117,11 @@ impl Pools {
     /// at most `max_buffers` lent) for [`TRIM_QUIET_MS`], after it dropped [`TRIM_AFTER_BUFFERS`]
     /// buffers or left more than `max_buffers` free, keeps a quarter of the pool and gives the C
     /// heap's free pages back to the OS ([`sys::trim_heap`]). A trickle of requests, each lending
-    /// a buffer or two, does not put the trim off. Returns whether it trimmed. A few compares in
-    /// a turn without a trim due.
-    pub(crate) fn after_turn(&mut self, now: u64) -> bool {
+    /// a buffer or two, does not put the trim off. Before the heap is trimmed the worker's spare
+    /// lists are emptied: the TLS pool's, the HTTP/2 pipes' and notes', and the caller's
+    /// (`drop_spares`: the exchange boxes). Returns whether it trimmed. A few compares in a turn
+    /// without a trim due.
+    pub(crate) fn after_turn(&mut self, now: u64, drop_spares: impl FnOnce()) -> bool {
         // TLS record buffers freed and handshakes finished count like dropped copy buffers: a
         // burst of handshakes leaves the heap as full of free memory as a burst of copies.
         self.dropped = self.dropped.saturating_add(crate::net::tls::take_churn());
@@ -146,7 +148,8 @@ impl Pools {
                 self.peak = self.lent;
                 crate::net::tls::trim_pool();
                 crate::net::h2pipe::trim_spares();
-                crate::proxy::http::trim_spares();
+                // The caller's spares (the exchange boxes, which this module cannot name).
+                drop_spares();
                 let started = std::time::Instant::now();
                 let released = sys::trim_heap();
                 tracing::debug!(
@@ -158,6 +161,11 @@ impl Pools {
             }
             _ => false,
         }
+    }
+
+    #[cfg(test)]
+    fn after_turn_alone(&mut self, now: u64) -> bool {
+        self.after_turn(now, || {})
     }
 
     /// When the worker must run a turn for [`Pools::after_turn`] to trim, if a trim is due.
@@ -765,24 +773,33 @@ mod tests {
     fn a_burst_of_buffers_trims_the_pool_and_the_heap_once_quiet() {
         let mut p = pools(false);
         let burst: Vec<Buf> = (0..4 + TRIM_AFTER_BUFFERS).map(|_| p.buffer()).collect();
-        assert!(!p.after_turn(500), "trimmed in the burst");
+        assert!(!p.after_turn_alone(500), "trimmed in the burst");
         assert_eq!(p.trim_due(), None);
         for b in burst {
             p.give_buffer(b);
         }
         // Given back, they are all kept: free and lent stay within the burst's peak and the bound.
         assert_eq!(p.buffers.len(), 4 + TRIM_AFTER_BUFFERS);
-        assert!(!p.after_turn(1_000), "trimmed in the burst's own turn");
+        assert!(
+            !p.after_turn_alone(1_000),
+            "trimmed in the burst's own turn"
+        );
         assert_eq!(p.trim_due(), Some(1_000 + TRIM_QUIET_MS));
         // A trickle (a buffer lent and given back) does not put the trim off.
         let one = p.buffer();
         p.give_buffer(one);
-        assert!(!p.after_turn(1_500));
+        assert!(!p.after_turn_alone(1_500));
         assert_eq!(p.trim_due(), Some(1_000 + TRIM_QUIET_MS));
-        assert!(!p.after_turn(1_000 + TRIM_QUIET_MS - 1), "trimmed early");
-        assert!(p.after_turn(1_000 + TRIM_QUIET_MS), "no trim once quiet");
+        assert!(
+            !p.after_turn_alone(1_000 + TRIM_QUIET_MS - 1),
+            "trimmed early"
+        );
+        assert!(
+            p.after_turn_alone(1_000 + TRIM_QUIET_MS),
+            "no trim once quiet"
+        );
         assert_eq!(p.trim_due(), None);
-        assert!(!p.after_turn(10_000), "trimmed twice for one burst");
+        assert!(!p.after_turn_alone(10_000), "trimmed twice for one burst");
         assert_eq!(p.buffers.len(), 1, "the trim keeps a quarter of the bound");
     }
 
@@ -795,16 +812,16 @@ mod tests {
             p.give_buffer(b);
         }
         // Ten still lent, more than the bound of four: the burst goes on.
-        assert!(!p.after_turn(0));
+        assert!(!p.after_turn_alone(0));
         assert_eq!(p.trim_due(), Some(TRIM_QUIET_MS));
-        assert!(!p.after_turn(TRIM_QUIET_MS));
+        assert!(!p.after_turn_alone(TRIM_QUIET_MS));
         assert_eq!(p.trim_due(), Some(2 * TRIM_QUIET_MS));
         for b in burst {
             p.give_buffer(b);
         }
         // Quiet since the last busy turn: trimmed.
-        assert!(!p.after_turn(2 * TRIM_QUIET_MS - 1));
-        assert!(p.after_turn(2 * TRIM_QUIET_MS));
+        assert!(!p.after_turn_alone(2 * TRIM_QUIET_MS - 1));
+        assert!(p.after_turn_alone(2 * TRIM_QUIET_MS));
         assert_eq!(p.buffers.len(), 1);
     }
 
@@ -827,8 +844,8 @@ mod tests {
         assert_eq!(p.buffers.len(), 300);
         // Once quiet, the trim cuts it to a quarter of the bound, and forgets the peak: a
         // smaller burst after it keeps no more than it uses and the bound.
-        assert!(!p.after_turn(0));
-        assert!(p.after_turn(TRIM_QUIET_MS));
+        assert!(!p.after_turn_alone(0));
+        assert!(p.after_turn_alone(TRIM_QUIET_MS));
         assert_eq!(p.buffers.len(), 16);
         let small: Vec<Buf> = (0..100).map(|_| p.buffer()).collect();
         for b in small {
@@ -846,13 +863,13 @@ mod tests {
         // Buffers dropped (or TLS record buffers freed) one short of the threshold, in a pool
         // within its bound: no trim.
         p.dropped += TRIM_AFTER_BUFFERS - 1;
-        assert!(!p.after_turn(0) && !p.after_turn(5 * TRIM_QUIET_MS));
+        assert!(!p.after_turn_alone(0) && !p.after_turn_alone(5 * TRIM_QUIET_MS));
         assert_eq!(p.trim_due(), None, "one buffer short of the threshold");
         // Drops add up across bursts until a trim.
         p.dropped += 1;
-        assert!(!p.after_turn(6 * TRIM_QUIET_MS));
+        assert!(!p.after_turn_alone(6 * TRIM_QUIET_MS));
         assert_eq!(p.trim_due(), Some(7 * TRIM_QUIET_MS));
-        assert!(p.after_turn(7 * TRIM_QUIET_MS));
+        assert!(p.after_turn_alone(7 * TRIM_QUIET_MS));
     }
 
     #[test]

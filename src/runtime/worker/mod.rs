@@ -340,7 +340,7 @@ impl Worker {
                 self.take_queue_wakes(now);
             }
             self.conns.expire(now);
-            self.pools.after_turn(now);
+            self.pools.after_turn(now, crate::proxy::http::trim_spares);
             if self.draining && now >= self.next_sweep {
                 self.next_sweep = now + SWEEP_MS;
                 self.sweep(now);
