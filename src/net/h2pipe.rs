@@ -10,6 +10,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use mio::Token;
@@ -102,9 +103,13 @@ pub(crate) fn new_pipe(conn: Token) -> SharedPipe {
     match SPARE.with_borrow_mut(Vec::pop) {
         Some(pipe) => {
             lock(&pipe).reset(conn);
+            pipe.poked.store(false, Ordering::Relaxed);
             pipe
         }
-        None => Arc::new(Mutex::new(Pipe::new(conn))),
+        None => Arc::new(Shared {
+            poked: AtomicBool::new(false),
+            pipe: Mutex::new(Pipe::new(conn)),
+        }),
     }
 }
 
@@ -186,8 +191,6 @@ pub(crate) struct Pipe {
     /// The connection's session, and the stream's once it started.
     pub conn: Token,
     pub session: Option<Token>,
-    /// A poke is on its way to the connection's session.
-    pub conn_poked: bool,
     /// The stream's session sent the request's head to a server (or answered it itself): it no
     /// longer holds the buffer it read the head into, unless to replay it.
     pub head_sent: bool,
@@ -209,7 +212,6 @@ impl Pipe {
             closed: false,
             conn,
             session: None,
-            conn_poked: false,
             head_sent: false,
         }
     }
@@ -231,13 +233,6 @@ impl Pipe {
     }
 
     /// Pokes the connection's session (once until it looks).
-    pub(crate) fn poke_conn(&mut self) {
-        if !self.conn_poked {
-            self.conn_poked = true;
-            poke(self.conn);
-        }
-    }
-
     /// Pokes the stream's session, if it started.
     pub(crate) fn poke_session(&self) {
         if let Some(t) = self.session {
@@ -269,11 +264,40 @@ impl Pipe {
     }
 }
 
+/// A pipe and whether its connection's session was poked for it since it last looked: that
+/// flag lives outside the lock, so the connection's session passes over the pipes of streams
+/// that did nothing without taking their locks (two atomic operations each; the two ends run
+/// on one worker, so the flag needs no ordering of its own).
+#[derive(Debug)]
+pub(crate) struct Shared {
+    poked: AtomicBool,
+    pipe: Mutex<Pipe>,
+}
+
+impl Shared {
+    /// Pokes the connection's session `conn` for this pipe, unless a poke is on its way.
+    fn poke_conn(&self, conn: Token) {
+        if !self.poked.load(Ordering::Relaxed) {
+            self.poked.store(true, Ordering::Relaxed);
+            poke(conn);
+        }
+    }
+
+    /// Whether the stream's session poked the connection's session since the last call.
+    pub(crate) fn take_poked(&self) -> bool {
+        let poked = self.poked.load(Ordering::Relaxed);
+        if poked {
+            self.poked.store(false, Ordering::Relaxed);
+        }
+        poked
+    }
+}
+
 /// A shared pipe.
-pub(crate) type SharedPipe = Arc<Mutex<Pipe>>;
+pub(crate) type SharedPipe = Arc<Shared>;
 
 pub(crate) fn lock(p: &SharedPipe) -> MutexGuard<'_, Pipe> {
-    p.lock().unwrap_or_else(|e| e.into_inner())
+    p.pipe.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The stream's session's end of a pipe.
@@ -357,7 +381,7 @@ impl H2Stream {
         }
         if p.up_unreleased > 0 {
             // Window to give back.
-            p.poke_conn();
+            self.pipe.poke_conn(p.conn);
         }
         Ok(n)
     }
@@ -394,7 +418,7 @@ impl H2Stream {
             }
         }
         if n > 0 {
-            p.poke_conn();
+            self.pipe.poke_conn(p.conn);
         }
         Ok(n)
     }
@@ -402,7 +426,7 @@ impl H2Stream {
     pub(crate) fn shutdown_write(&self) -> io::Result<()> {
         let mut p = lock(&self.pipe);
         p.down_eof = true;
-        p.poke_conn();
+        self.pipe.poke_conn(p.conn);
         Ok(())
     }
 
@@ -416,7 +440,7 @@ impl H2Stream {
     pub(crate) fn head_sent(&self) {
         let mut p = lock(&self.pipe);
         p.head_sent = true;
-        p.poke_conn();
+        self.pipe.poke_conn(p.conn);
     }
 
     /// The stream is cut, not ended.
@@ -437,7 +461,7 @@ impl Drop for H2Stream {
         {
             let mut p = lock(&self.pipe);
             p.closed = true;
-            p.poke_conn();
+            self.pipe.poke_conn(p.conn);
         }
         recycle(&self.pipe);
     }

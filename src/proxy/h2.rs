@@ -167,9 +167,9 @@ impl H2Session {
         self.step(cx)
     }
 
-    /// A stream's session changed its pipe.
+    /// A stream's session changed its pipe: the pipes whose sessions poked are looked at.
     pub(crate) fn poke(&mut self, cx: &mut Ctx) -> Step {
-        self.step(cx)
+        self.step_from(cx, false)
     }
 
     pub(crate) fn resume(&mut self, cx: &mut Ctx) -> Step {
@@ -241,6 +241,12 @@ impl H2Session {
 
     /// Does all the socket and the streams allow now.
     fn step(&mut self, cx: &mut Ctx) -> Step {
+        self.step_from(cx, true)
+    }
+
+    /// [`H2Session::step`], looking first at every stream's pipe (`all`) or at those whose
+    /// sessions poked this one.
+    fn step_from(&mut self, cx: &mut Ctx, all: bool) -> Step {
         self.token = cx.client_token;
         if cx.draining && self.drain == 0 {
             self.drain = 1;
@@ -260,10 +266,11 @@ impl H2Session {
                 self.conn.lend_output(buf);
             }
         }
-        // The pipes change between steps (the streams' sessions run in steps of their own) and
-        // by the frames this step takes: past the first pass, the streams are looked at again
-        // only after frames (a window opened, a stream reset), not once per pass.
-        let mut pump_due = true;
+        // The pipes change between steps (the streams' sessions run in steps of their own, and
+        // poke this one for the pipes they changed) and by the frames this step takes: past the
+        // first pass, every stream is looked at again only after frames (a window opened, a
+        // stream reset), not once per pass.
+        let mut pump_due = Some(all);
         for _ in 0..16 {
             let mut progress = false;
             if self.ready.error {
@@ -280,14 +287,16 @@ impl H2Session {
             }
             if self.rlen > 0 && self.take_frames(cx) {
                 progress = true;
-                pump_due = true;
+                pump_due = Some(true);
             }
-            if std::mem::take(&mut pump_due) {
-                let (moved, more) = self.pump(cx);
+            if let Some(all) = pump_due.take() {
+                let (moved, more) = self.pump(cx, all);
                 progress |= moved;
                 // A response's pump stops after so many steps (a chunked body of many small
                 // chunks): what it left is taken in the next pass, not at the next event.
-                pump_due = more;
+                if more {
+                    pump_due = Some(true);
+                }
             }
             self.start_waiting(cx);
             if let Err(e) = self.flush() {
@@ -584,17 +593,21 @@ impl H2Session {
         }
     }
 
-    /// Moves every stream's response on: what its session wrote becomes frames, within the
-    /// windows. Whether anything moved, and whether a stream took some of its bytes and left
-    /// others that may go on (another pass may move them).
-    fn pump(&mut self, cx: &mut Ctx) -> (bool, bool) {
+    /// Moves every stream's response on (`all`), or those of the streams whose sessions poked
+    /// this one: what its session wrote becomes frames, within the windows. Whether anything
+    /// moved, and whether a stream took some of its bytes and left others that may go on
+    /// (another pass may move them).
+    fn pump(&mut self, cx: &mut Ctx, all: bool) -> (bool, bool) {
         let mut progress = false;
         let mut more = false;
         let mut i = 0;
         while i < self.links.len() {
             let link = &mut self.links[i];
+            if !link.pipe.take_poked() && !all {
+                i += 1;
+                continue;
+            }
             let mut p = lock(&link.pipe);
-            p.conn_poked = false;
             let released = p.releasable();
             if released > 0 {
                 self.conn.release(link.id, released);
