@@ -31,8 +31,7 @@ fn listening_sockets(port: u16) -> usize {
 #[test]
 fn listen_per_worker_binds_one_socket_per_worker_and_serves_every_client() {
     let a = http("a");
-    // `concentrate` on (the default): at this load one worker rests, and the clients the kernel
-    // queues on its socket are still accepted (and handed to the accepting worker).
+    // `concentrate` on (the default); a worker that rests under it is in tests/http/workers.rs.
     for workers in ["2", "3"] {
         let q = Quill::start(
             &["-H", "--workers", workers, "--listen-per-worker"],
