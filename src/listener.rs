@@ -1,6 +1,7 @@
-//! Listening sockets: bound once at start-up (before privileges are dropped), shared by every worker,
-//! with the options accepted sockets inherit (TCP_NODELAY, SO_KEEPALIVE) set here once instead of
-//! once per connection. A Unix socket path is only ever cleared of a stale socket file, never of
+//! Listening sockets: bound once at start-up (before privileges are dropped), shared by every worker
+//! (or, for UDP and with `listen_per_worker` for TCP, one SO_REUSEPORT socket per worker), with the
+//! options accepted sockets inherit (TCP_NODELAY, SO_KEEPALIVE) set here once instead of once per
+//! connection. A Unix socket path is only ever cleared of a stale socket file, never of
 //! anything else, and a socket handed over by another process is checked to be a listening stream
 //! socket before its address is believed.
 
@@ -166,8 +167,8 @@ impl AsFd for ListenSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
             ListenSocket::Tcp(l) => l.as_fd(),
-            // One socket per worker, or per UDP worker: never none (`bind_tcp_shards` and
-            // `bind_udp` make at least one).
+            // Never empty: `bind_tcp_shards` makes at least one, as does a takeover (only what
+            // it was handed over, one or more, becomes the list).
             ListenSocket::TcpShards(s) => s[0].as_fd(),
             ListenSocket::Unix(l, _) => l.as_fd(),
             // A UDP listener has one socket per worker (never none: `bind_udp` makes at least one).
