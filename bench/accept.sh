@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
-# Accepting through epoll against io_uring (issue 27 point 3; docs/benchmarks.md, "Accepting:
-# epoll or io_uring"): `quill -H --workers 2 --accept MODE` in front of one nginx (1 KiB), a new
-# client connection per request (`ab -c 50 -n N`, after 2,000 to warm up), the two modes
-# interleaved, the order alternating by round. Per run: requests/s; the quill process's CPU per
+# Ways of accepting (issue 27 point 3; docs/benchmarks.md, "Accepting: epoll or io_uring"):
+# `quill -H --workers 2` in front of one nginx (1 KiB), a new client connection per request
+# (`ab -c 50 -n N`, after 2,000 to warm up), the modes interleaved, their order rotating by round.
+# Modes: epoll (`--accept epoll`, one shared listening socket: the default), io_uring
+# (`--accept io_uring`), per-worker (`--listen-per-worker`: one SO_REUSEPORT socket per worker,
+# epoll) and per-worker-io_uring (both). Per run: requests/s; the quill process's CPU per
 # request from /proc/PID/stat (utime + stime) and from `perf stat`'s task-clock; and, counted by
 # `perf stat` on the kernel's tracepoints, system calls, epoll_wait, accept4, getpeername and
 # io_uring_enter calls and context switches per request. Then the medians per mode.
 #
-#   bash bench/accept.sh [--rounds N] [--requests N]
+#   bash bench/accept.sh [--rounds N] [--requests N] [--modes "MODE ..."]
 #
-# --rounds N (6); --requests N: each measured ab run (20000). Needs nginx, ab, curl, perf, python3.
+# --rounds N (6); --requests N: each measured ab run (20000); --modes (epoll io_uring per-worker).
+# Needs nginx, ab, curl, perf, python3.
 # Env: QUILL_BIN=path  use this binary instead of building (cargo build --release)
 # Ports 9341 (nginx) and 9342 (quill). Prints one line per run, then the medians.
 set -euo pipefail
 
 ROUNDS=6
 REQUESTS=20000
+MODES="epoll io_uring per-worker"
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="${2:?--rounds needs a number}"; shift 2 ;;
         --requests) REQUESTS="${2:?--requests needs a number}"; shift 2 ;;
-        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --modes) MODES="${2:?--modes needs a list}"; shift 2 ;;
+        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "accept.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -69,9 +74,21 @@ EVENTS=$EVENTS,syscalls:sys_enter_getpeername,syscalls:sys_enter_io_uring_enter
 EVENTS=$EVENTS,context-switches,task-clock
 TICKS=$(getconf CLK_TCK)
 
+flags_of() {
+    case "$1" in
+        epoll) echo "--accept epoll" ;;
+        io_uring) echo "--accept io_uring" ;;
+        per-worker) echo "--accept epoll --listen-per-worker" ;;
+        per-worker-io_uring) echo "--accept io_uring --listen-per-worker" ;;
+        *) say "unknown mode: $1"; exit 2 ;;
+    esac
+}
+for mode in $MODES; do flags_of "$mode" > /dev/null; done
+
 run() {
     local mode=$1 round=$2
-    "$QUILL" -H --workers 2 --accept "$mode" 127.0.0.1:9342 127.0.0.1:9341 \
+    # shellcheck disable=SC2046
+    "$QUILL" -H --workers 2 $(flags_of "$mode") 127.0.0.1:9342 127.0.0.1:9341 \
         > "$WORK/quill-$mode.log" 2>&1 &
     QUILL_PID=$!
     for _ in $(seq 1 100); do
@@ -117,9 +134,12 @@ print(f"{mode} round={rnd} rps={rps} failed={failed}"
 EOF
 }
 
+read -r -a modes <<< "$MODES"
 for round in $(seq 1 "$ROUNDS"); do
-    if [ $((round % 2)) -eq 1 ]; then order="epoll io_uring"; else order="io_uring epoll"; fi
-    for mode in $order; do
+    n=${#modes[@]}
+    order=()
+    for i in $(seq 0 $((n - 1))); do order+=("${modes[$(((i + round - 1) % n))]}"); done
+    for mode in "${order[@]}"; do
         run "$mode" "$round" | tee -a "$WORK/runs.txt"
     done
 done

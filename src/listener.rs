@@ -1,6 +1,7 @@
-//! Listening sockets: bound once at start-up (before privileges are dropped), shared by every worker,
-//! with the options accepted sockets inherit (TCP_NODELAY, SO_KEEPALIVE) set here once instead of
-//! once per connection. A Unix socket path is only ever cleared of a stale socket file, never of
+//! Listening sockets: bound once at start-up (before privileges are dropped), shared by every worker
+//! (or, for UDP and with `listen_per_worker` for TCP, one SO_REUSEPORT socket per worker), with the
+//! options accepted sockets inherit (TCP_NODELAY, SO_KEEPALIVE) set here once instead of once per
+//! connection. A Unix socket path is only ever cleared of a stale socket file, never of
 //! anything else, and a socket handed over by another process is checked to be a listening stream
 //! socket before its address is believed.
 
@@ -29,12 +30,20 @@ pub(crate) struct BindOptions {
     pub defer: bool,
     /// A UDP listener with this many SO_REUSEPORT sockets (one per worker); 0 = TCP or Unix.
     pub udp_sockets: usize,
+    /// A TCP listener with this many SO_REUSEPORT sockets (`listen_per_worker`: one per
+    /// worker); 0 = one socket shared by the workers.
+    pub tcp_sockets: usize,
 }
 
 /// A bound, listening, nonblocking socket.
 #[derive(Debug)]
 pub(crate) enum ListenSocket {
+    /// One TCP socket, watched by every worker (exclusive wake-ups).
     Tcp(TcpListener),
+    /// A TCP listener of SO_REUSEPORT sockets bound to one address (`listen_per_worker`), worker
+    /// `i` accepting from those whose index is `i` modulo the worker count: the kernel hashes
+    /// each connection to one socket's queue, so workers share no queue and no wait queue.
+    TcpShards(Vec<TcpListener>),
     Unix(UnixListener, PathBuf),
     /// A UDP listener: SO_REUSEPORT sockets bound to one address, worker `i` reading those whose
     /// index is `i` modulo the worker count. The kernel hashes a client's address and port to one
@@ -47,25 +56,54 @@ impl ListenSocket {
     /// descriptor number stays, on a placeholder, for the sessions that still hold the listener).
     /// A UDP listener's sockets stay: its flows still read replies through them.
     pub(crate) fn close_stream_socket(&self) {
-        let fd = match self {
-            ListenSocket::Tcp(l) => l.as_fd(),
-            ListenSocket::Unix(l, _) => l.as_fd(),
-            ListenSocket::Udp(_) => return,
-        };
-        if let Err(e) = sys::close_in_place(fd) {
-            tracing::warn!("drain: cannot close a listening socket: {e}");
+        if matches!(self, ListenSocket::Udp(_)) {
+            return;
+        }
+        for fd in self.fds() {
+            if let Err(e) = sys::close_in_place(fd) {
+                tracing::warn!("drain: cannot close a listening socket: {e}");
+            }
         }
     }
 
-    /// Accepts one client (accept4 with NONBLOCK|CLOEXEC).
-    pub(crate) fn accept(&self) -> io::Result<(Stream, ClientAddr)> {
-        match self {
-            ListenSocket::Tcp(l) => l.accept().map(|(s, a)| (Stream::Tcp(s), ClientAddr::Ip(a))),
+    /// Accepts one client (accept4 with NONBLOCK|CLOEXEC) from socket `shard` of a listener
+    /// with one socket per worker, or from the one socket of any other (`shard` 0).
+    pub(crate) fn accept(&self, shard: usize) -> io::Result<(Stream, ClientAddr)> {
+        let tcp = match self {
+            ListenSocket::Tcp(l) => l,
+            ListenSocket::TcpShards(s) => s.get(shard).ok_or(io::ErrorKind::NotFound)?,
             ListenSocket::Unix(l, _) => {
-                l.accept().map(|(s, _)| (Stream::Unix(s), ClientAddr::Unix))
+                return l.accept().map(|(s, _)| (Stream::Unix(s), ClientAddr::Unix));
             }
-            ListenSocket::Udp(_) => Err(io::Error::from(io::ErrorKind::Unsupported)),
+            ListenSocket::Udp(_) => return Err(io::Error::from(io::ErrorKind::Unsupported)),
+        };
+        tcp.accept()
+            .map(|(s, a)| (Stream::Tcp(s), ClientAddr::Ip(a)))
+    }
+
+    /// The sockets worker `worker` of `workers` accepts from, by index: its share of a listener
+    /// with one socket per worker, or the one socket of any other stream listener.
+    pub(crate) fn share(&self, worker: usize, workers: usize) -> Vec<usize> {
+        match self {
+            ListenSocket::TcpShards(s) => (0..s.len())
+                .filter(|i| i % workers.max(1) == worker)
+                .collect(),
+            _ => vec![0],
         }
+    }
+
+    /// Socket `shard` of a stream listener (see [`ListenSocket::share`]).
+    pub(crate) fn shard_fd(&self, shard: usize) -> Option<BorrowedFd<'_>> {
+        match self {
+            ListenSocket::TcpShards(s) => s.get(shard).map(AsFd::as_fd),
+            ListenSocket::Udp(_) => None,
+            other => Some(other.as_fd()),
+        }
+    }
+
+    /// Whether this is a TCP listener with one socket per worker.
+    pub(crate) fn is_sharded(&self) -> bool {
+        matches!(self, ListenSocket::TcpShards(_))
     }
 
     /// The UDP sockets, if this is a UDP listener.
@@ -80,6 +118,7 @@ impl ListenSocket {
     pub(crate) fn fds(&self) -> Vec<BorrowedFd<'_>> {
         match self {
             ListenSocket::Udp(s) => s.iter().map(AsFd::as_fd).collect(),
+            ListenSocket::TcpShards(s) => s.iter().map(AsFd::as_fd).collect(),
             other => vec![other.as_fd()],
         }
     }
@@ -87,8 +126,8 @@ impl ListenSocket {
     /// The Unix socket file, removed when Quill stops.
     pub(crate) fn path(&self) -> Option<&Path> {
         match self {
-            ListenSocket::Tcp(_) | ListenSocket::Udp(_) => None,
             ListenSocket::Unix(_, p) => Some(p),
+            _ => None,
         }
     }
 
@@ -100,7 +139,12 @@ impl ListenSocket {
         keepalive: bool,
         defer: bool,
     ) -> io::Result<()> {
-        if let ListenSocket::Tcp(l) = self {
+        let tcp: &[TcpListener] = match self {
+            ListenSocket::Tcp(l) => std::slice::from_ref(l),
+            ListenSocket::TcpShards(s) => s,
+            _ => &[],
+        };
+        for l in tcp {
             let s = socket2::SockRef::from(l);
             s.set_tcp_nodelay(nodelay)?;
             s.set_keepalive(keepalive)?;
@@ -112,6 +156,7 @@ impl ListenSocket {
     pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
         match self {
             ListenSocket::Tcp(l) => l.local_addr().ok(),
+            ListenSocket::TcpShards(s) => s.first().and_then(|s| s.local_addr().ok()),
             ListenSocket::Udp(s) => s.first().and_then(|s| s.local_addr().ok()),
             ListenSocket::Unix(..) => None,
         }
@@ -122,6 +167,9 @@ impl AsFd for ListenSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
             ListenSocket::Tcp(l) => l.as_fd(),
+            // Never empty: `bind_tcp_shards` makes at least one, as does a takeover (only what
+            // it was handed over, one or more, becomes the list).
+            ListenSocket::TcpShards(s) => s[0].as_fd(),
             ListenSocket::Unix(l, _) => l.as_fd(),
             // A UDP listener has one socket per worker (never none: `bind_udp` makes at least one).
             ListenSocket::Udp(s) => s[0].as_fd(),
@@ -191,16 +239,68 @@ pub(crate) fn same_address(actual: &ListenAddr, configured: &ListenAddr) -> bool
 pub(crate) fn bind(addr: &ListenAddr, o: &BindOptions) -> io::Result<ListenSocket> {
     match addr {
         ListenAddr::Tcp(a) if o.udp_sockets > 0 => bind_udp(*a, o.udp_sockets, &[]),
+        ListenAddr::Tcp(a) if o.tcp_sockets > 0 => bind_tcp_shards(*a, o, Vec::new()),
         ListenAddr::Tcp(a) => bind_tcp(*a, o),
         ListenAddr::Unix(p) => bind_unix(p, o),
     }
 }
 
 fn bind_tcp(addr: SocketAddr, o: &BindOptions) -> io::Result<ListenSocket> {
+    let socket = tcp_socket(addr, o, o.reuseport)?;
+    Ok(ListenSocket::Tcp(TcpListener::from_std(socket.into())))
+}
+
+/// A TCP listener of `o.tcp_sockets` SO_REUSEPORT sockets at `addr` (at least one): those
+/// `inherited` (handed over by the process we take over from, or by systemd) first, then new ones
+/// bound beside them. Sockets handed over are all kept, however many the workers now are: closing
+/// one would reset the connections queued on it. A socket handed over without SO_REUSEPORT (from a
+/// process with one shared socket) cannot have others beside it, so the listener stays as it was.
+///
+/// SO_REUSEPORT would let any process of the same user bind into the group; unless `reuseport`
+/// allows sharing the port, a fresh group is bound only after a plain socket could bind the
+/// address, so a port another process listens on is an error, as with one shared socket.
+pub(crate) fn bind_tcp_shards(
+    addr: SocketAddr,
+    o: &BindOptions,
+    inherited: Vec<TcpListener>,
+) -> io::Result<ListenSocket> {
+    let mut sockets = inherited;
+    if let Some(first) = sockets.first() {
+        if !socket2::SockRef::from(first).reuse_port()? {
+            return Ok(match sockets.len() {
+                1 => ListenSocket::Tcp(sockets.remove(0)),
+                _ => ListenSocket::TcpShards(sockets),
+            });
+        }
+    } else if !o.reuseport && addr.port() != 0 {
+        probe_free(addr)?;
+    }
+    while sockets.len() < o.tcp_sockets.max(1) {
+        // The address we bound, not the configured one: port 0 binds the rest to the first's port.
+        let at = sockets
+            .first()
+            .and_then(|s: &TcpListener| s.local_addr().ok())
+            .unwrap_or(addr);
+        let socket = tcp_socket(at, o, true)?;
+        sockets.push(TcpListener::from_std(socket.into()));
+    }
+    Ok(ListenSocket::TcpShards(sockets))
+}
+
+/// An error (`AddrInUse`) when a socket without SO_REUSEPORT cannot bind `addr`: another process
+/// listens there. The probe never listens, so no client can connect to it, and is closed at once.
+fn probe_free(addr: SocketAddr) -> io::Result<()> {
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking(), None)?;
+    probe.set_reuse_address(true)?;
+    probe.bind(&addr.into())
+}
+
+/// A listening TCP socket at `addr` with the options its clients inherit.
+fn tcp_socket(addr: SocketAddr, o: &BindOptions, reuseport: bool) -> io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking(), None)?;
     // SO_REUSEADDR only lets us rebind over TIME_WAIT leftovers; a live listener still conflicts.
     socket.set_reuse_address(true)?;
-    if o.reuseport {
+    if reuseport {
         socket.set_reuse_port(true)?;
     }
     socket.bind(&addr.into())?;
@@ -218,7 +318,7 @@ fn bind_tcp(addr: SocketAddr, o: &BindOptions) -> io::Result<ListenSocket> {
             tracing::debug!("TCP_FASTOPEN not set on {addr}: {e}");
         }
     }
-    Ok(ListenSocket::Tcp(TcpListener::from_std(socket.into())))
+    Ok(socket)
 }
 
 /// TCP_DEFER_ACCEPT's value: a client that connects and sends nothing is accepted all the same

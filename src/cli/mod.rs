@@ -173,6 +173,9 @@ pub struct Cli {
     /// Share the port with other Quill processes (SO_REUSEPORT)
     #[arg(long)]
     reuseport: bool,
+    /// One listening socket per worker for each TCP listener (SO_REUSEPORT) instead of one shared
+    #[arg(long)]
+    listen_per_worker: bool,
     /// Copy bulk flows through buffers instead of splice pipes (for measurement)
     #[arg(long)]
     no_splice: bool,

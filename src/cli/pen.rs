@@ -158,6 +158,7 @@ impl Cli {
         g.drain_timeout = self.drain_timeout.unwrap_or(g.drain_timeout);
         g.tfo &= !self.no_tfo;
         g.reuseport |= self.reuseport;
+        g.listen_per_worker |= self.listen_per_worker;
         g.splice &= !self.no_splice;
         g.concentrate &= !self.no_concentrate;
         g.accept = self.accept.unwrap_or(g.accept);

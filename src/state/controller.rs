@@ -73,6 +73,14 @@ fn bind_options(g: &Global, l: &ListenerConfig) -> BindOptions {
         } else {
             0
         },
+        tcp_sockets: if g.listen_per_worker
+            && l.udp().is_none()
+            && matches!(l.listen, crate::addr::ListenAddr::Tcp(_))
+        {
+            g.workers.max(1)
+        } else {
+            0
+        },
     }
 }
 
@@ -101,6 +109,10 @@ fn open_socket(
             }
         });
     }
+    // A TCP listener takes every socket handed over under its name (one per worker with
+    // `listen_per_worker` in the process it takes over from): closing one would reset the
+    // clients queued on it. A socket matched by its address alone (systemd) comes alone.
+    let mut taken = Vec::new();
     let mut i = 0;
     while i < inherited.len() {
         let by_name = inherited[i].name.as_deref() == Some(l.name.as_str());
@@ -115,7 +127,13 @@ fn open_socket(
             Ok((socket, addr)) if by_name || addr == l.listen => {
                 inherited.remove(i);
                 set_inherited_options(&socket, &bind_options(g, l));
-                return Ok(socket);
+                match socket {
+                    ListenSocket::Tcp(tcp) => taken.push(tcp),
+                    other => return Ok(other),
+                }
+                if !by_name {
+                    break;
+                }
             }
             Ok(_) => i += 1,
             Err(source) if by_name => {
@@ -127,7 +145,15 @@ fn open_socket(
             Err(_) => i += 1,
         }
     }
-    listener::bind(&l.listen, &bind_options(g, l)).map_err(|source| ApplyError::Bind {
+    let o = bind_options(g, l);
+    let bound = match (&l.listen, taken.len()) {
+        (_, 0) => listener::bind(&l.listen, &o),
+        (_, 1) if o.tcp_sockets == 0 => Ok(ListenSocket::Tcp(taken.remove(0))),
+        (crate::addr::ListenAddr::Tcp(at), _) => listener::bind_tcp_shards(*at, &o, taken),
+        // A Unix listener configured where TCP sockets were handed over under its name.
+        (_, _) => Ok(ListenSocket::TcpShards(taken)),
+    };
+    bound.map_err(|source| ApplyError::Bind {
         addr: l.listen.clone(),
         source,
     })

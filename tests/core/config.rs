@@ -353,3 +353,16 @@ fn check_refuses_http_and_tcp_listeners_logging_to_one_file() {
     let first = expect_check_error_at(&cfg, line_of(&half, "name = \"tcp\""));
     assert!(first.contains("JSON lines"), "{first}");
 }
+
+#[test]
+fn config_bad_listen_per_worker_reports_file_and_line() {
+    let dir = scratch_dir();
+    let text = "workers = 2\nlisten_per_worker = \"yes\"\n[[listener]]\nname = \"a\"\nlisten = \"127.0.0.1:1\"\nservers = [\"127.0.0.1:2\"]\n";
+    let cfg = write_cfg(dir.path(), "per_worker.toml", text);
+    // The line is the key's; the message says what it takes (as for every boolean key).
+    let first = expect_check_error_at(&cfg, line_of(text, "listen_per_worker"));
+    assert!(
+        first.contains("\"yes\", expected a boolean"),
+        "error should say a boolean is expected: {first:?}"
+    );
+}

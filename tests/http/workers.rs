@@ -3,7 +3,8 @@
 //! hand their kept-alive clients, between two requests, to the worker that still accepts; the
 //! clients see nothing of it. Each test starts the real binary (`--workers 2`, an admin listener)
 //! in front of the scripted backend of tests/support/http.rs, and busy-loop processes (one per
-//! core, stopped by their PIDs) to take every idle core.
+//! core, stopped by their PIDs) to take every idle core. With `listen_per_worker`, a worker that
+//! no longer accepts still takes the clients the kernel queues on its own socket.
 
 use crate::admin_support;
 use crate::http_support;
@@ -286,4 +287,33 @@ fn gathered_workers_still_accept_h2c_clients_which_cannot_move() {
         used.iter().all(|&u| u * 8 >= total),
         "a worker took less than an eighth of the HTTP/2 work: {used:?} ticks"
     );
+}
+
+#[test]
+fn with_one_socket_per_worker_a_gathered_worker_still_takes_the_clients_queued_on_its_socket() {
+    // `listen_per_worker`: the kernel hashes new clients to either worker's socket whatever
+    // `concentrate` decided, so the worker that no longer accepts keeps watching its own socket
+    // and hands each client to the one that does; none waits unaccepted.
+    let b = echo_path_backend();
+    let (q, admin) = start(b.addr(), "listen_per_worker = true");
+    let proxy = SocketAddr::from(([127, 0, 0, 1], q.port));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = keep_alive_load(proxy, 8, stop.clone());
+    let burners = Burners::one_per_core();
+    wait_metrics(admin, "one worker accepting", |m| {
+        m.value("quill_workers_accepting", &[]) == 1.0
+    });
+    finish(&stop, load);
+    // 40 new clients, each from a port of its own: about half land on the gathered worker's
+    // socket (all 40 on the other one would happen once in 2^40 runs).
+    for i in 0..40 {
+        let mut c = Client::connect(proxy);
+        c.send(format!("GET /new{i} HTTP/1.1\r\nHost: example.test\r\n\r\n").as_bytes());
+        let r = c.read_response();
+        assert_eq!(r.status, 200, "client {i}");
+        assert_eq!(r.body, format!("/new{i}").as_bytes(), "client {i}");
+    }
+    let m = metrics(admin);
+    drop(burners);
+    assert_eq!(m.value("quill_workers_accepting", &[]), 1.0, "{}", m.text);
 }

@@ -15,6 +15,7 @@ mod support;
 mod accept;
 mod bench;
 mod lifecycle;
+mod listen_per_worker;
 mod ops;
 mod packaging;
 mod reload;

@@ -440,25 +440,26 @@ fn reload_under_load_fails_no_connection() {
 
 #[test]
 fn takeover_under_load_fails_no_connection_and_old_process_drains() {
-    takeover_under_load("epoll");
+    takeover_under_load("epoll", "", |_| {});
 }
 
 /// The same with both processes accepting through io_uring: the old one cancels its rings'
 /// accepts when it drains, and opens what they took before.
 #[test]
 fn takeover_under_load_with_io_uring_accept_fails_no_connection() {
-    takeover_under_load("io_uring");
+    takeover_under_load("io_uring", "", |_| {});
 }
 
-/// A takeover while 4 clients request in a loop, both processes with `accept = ACCEPT`.
-fn takeover_under_load(accept: &str) {
+/// A takeover while 4 clients request in a loop, both processes with `accept = ACCEPT` and the
+/// global settings `extra`; `after` sees the listener's port once the old process has exited.
+pub(super) fn takeover_under_load(accept: &str, extra: &str, after: impl Fn(u16)) {
     let (a, b) = (http("a"), http("b"));
     let g = greet("g");
     let dir = scratch_dir();
     let echo_port = free_listen_port();
     let admin_port = free_listen_port();
     let mut old = start_config(|port| {
-        format!("accept = \"{accept}\"\nadmin = \"127.0.0.1:{admin_port}\"\n")
+        format!("accept = \"{accept}\"\nadmin = \"127.0.0.1:{admin_port}\"\n{extra}")
             + &listener_toml("web", port, &[a.addr(), b.addr()], "")
             + &listener_toml("echo", echo_port, &[g.addr()], "")
     });
@@ -515,6 +516,7 @@ fn takeover_under_load(accept: &str) {
     // The admin listener moved too: the new process answers on the same port.
     let reply = admin_status(admin_port);
     assert!(reply.contains(&format!("\"pid\":{}", new.pid)), "{reply}");
+    after(new.port);
 }
 
 #[test]

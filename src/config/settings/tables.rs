@@ -49,6 +49,9 @@ macro_rules! global_table {
             tfo: bool = true, Flag { write_off: false }, Quiet, "";
             /// SO_REUSEPORT on the listeners.
             reuseport: bool = false, Flag { write_off: false }, Quiet, "";
+            /// Each TCP listener gets one SO_REUSEPORT socket per worker, the kernel hashing
+            /// each connection to one of them, instead of one socket every worker watches.
+            listen_per_worker: bool = false, Flag { write_off: false }, Quiet, "";
             /// Bulk flows move through splice pipes (zero copy); false copies everything through
             /// buffers.
             splice: bool = true, Flag { write_off: false }, Quiet, "";

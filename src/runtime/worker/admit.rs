@@ -27,15 +27,20 @@ pub(super) const EMFILE_PAUSE_MS: u64 = 100;
 const EMFILE_WARN_MS: u64 = 10_000;
 
 impl Worker {
-    /// Accepts up to `accept_batch` clients of listener `li` (`accept4`), until it has none.
+    /// Accepts up to `accept_batch` clients from each of this worker's sockets of listener `li`
+    /// (`accept4`), until they have none.
     pub(super) fn accept(&mut self, li: usize, now: u64) {
         let listener = self.listeners[li].listener.clone();
-        for _ in 0..self.shared.accept_batch {
-            match listener.socket.accept() {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                accepted => {
-                    if !self.accepted(li, &listener, accepted, now) {
-                        return;
+        let mut k = 0;
+        while let Some(&shard) = self.listeners.get(li).and_then(|l| l.share.get(k)) {
+            k += 1;
+            for _ in 0..self.shared.accept_batch {
+                match listener.socket.accept(shard) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    accepted => {
+                        if !self.accepted(li, &listener, accepted, now) {
+                            return;
+                        }
                     }
                 }
             }

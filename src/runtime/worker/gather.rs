@@ -30,8 +30,10 @@ impl Worker {
         }
         self.accepting = want;
         for i in 0..self.listeners.len() {
-            if self.listeners[i].paused_until != 0 || self.listeners[i].pinned {
-                // Resumed (or not) when its pause ends; a pinned one is always taken.
+            let w = &self.listeners[i];
+            if w.paused_until != 0 || w.pinned || w.own {
+                // Resumed (or not) when its pause ends; a pinned one, or one whose sockets are
+                // this worker's own, is always taken.
                 continue;
             }
             if want {

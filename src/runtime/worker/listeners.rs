@@ -1,11 +1,12 @@
 //! The listeners a worker watches: registered as they appear in the shared list, let go as they
 //! leave it. A TCP listener is watched by the worker's epoll instance (exclusive wake-ups, then
 //! `accept4`) or, with `accept` io_uring, by a multishot accept in the worker's ring, whose
-//! completions ([`Worker::reap`]) are opened as `accept4`'s clients are.
+//! completions ([`Worker::reap`]) are opened as `accept4`'s clients are. A listener with one
+//! socket per worker (`listen_per_worker`) is watched on this worker's share of its sockets.
 
 use std::io;
 use std::net::TcpStream;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use super::admit::EMFILE_PAUSE_MS;
@@ -14,40 +15,72 @@ use crate::listener::ListenSocket;
 use crate::net::{ClientAddr, Stream};
 use crate::sys;
 
+/// A ring accept's key: the listener's id, and in the top bits which of its sockets.
+fn ring_key(id: u64, shard: usize) -> u64 {
+    id | (shard as u64) << SHARD_SHIFT
+}
+
+/// Where a ring key's socket index starts (listener ids stay far below).
+const SHARD_SHIFT: u32 = 48;
+
 impl Worker {
+    /// Watches this worker's share of listener `i`'s sockets.
     pub(super) fn register_listener(&mut self, i: usize) -> io::Result<()> {
+        for k in 0..self.listeners[i].share.len() {
+            let shard = self.listeners[i].share[k];
+            self.register_shard(i, shard)?;
+        }
+        Ok(())
+    }
+
+    fn register_shard(&mut self, i: usize, shard: usize) -> io::Result<()> {
         let w = &mut self.listeners[i];
         let l = &w.listener;
-        if let (Some(ring), ListenSocket::Tcp(socket)) = (&mut self.ring, &l.socket) {
-            ring.accept(socket.as_fd(), l.id)?;
+        let Some(fd) = l.socket.shard_fd(shard) else {
+            return Ok(());
+        };
+        if let (Some(ring), ListenSocket::Tcp(_) | ListenSocket::TcpShards(_)) =
+            (&mut self.ring, &l.socket)
+        {
+            ring.accept(fd, ring_key(l.id, shard))?;
             w.armed = true;
             return Ok(());
         }
         sys::epoll_add_exclusive(
             self.poll.as_raw_fd(),
-            l.socket.as_fd(),
+            fd,
             (LISTENER_BASE + l.id as usize) as u64,
         )
     }
 
     /// Whether this worker accepts on listener `i` now: while it accepts clients (`concentrate`),
-    /// or always when the listener's clients cannot move to another worker later.
+    /// or always when the listener's clients cannot move to another worker later, or when the
+    /// sockets it watches are its own (nobody else would accept their clients).
     pub(super) fn takes(&self, i: usize) -> bool {
-        self.accepting || self.listeners[i].pinned
+        self.accepting || self.listeners[i].pinned || self.listeners[i].own
     }
 
     /// Stops watching listener `i`. A multishot accept is cancelled before this returns; the
     /// clients it accepted until then wait in the ring for [`Worker::reap`].
     pub(super) fn deregister_listener(&mut self, i: usize) {
         let w = &mut self.listeners[i];
-        if let (Some(ring), ListenSocket::Tcp(_)) = (&mut self.ring, &w.listener.socket) {
+        let l = &w.listener;
+        if let (Some(ring), ListenSocket::Tcp(_) | ListenSocket::TcpShards(_)) =
+            (&mut self.ring, &l.socket)
+        {
             w.armed = false;
-            if let Err(e) = ring.cancel(w.listener.id) {
-                tracing::warn!("worker {}: cannot cancel an accept: {e}", self.id);
+            for &shard in &w.share {
+                if let Err(e) = ring.cancel(ring_key(l.id, shard)) {
+                    tracing::warn!("worker {}: cannot cancel an accept: {e}", self.id);
+                }
             }
             return;
         }
-        let _ = sys::epoll_del(self.poll.as_raw_fd(), w.listener.socket.as_fd());
+        for &shard in &w.share {
+            if let Some(fd) = l.socket.shard_fd(shard) {
+                let _ = sys::epoll_del(self.poll.as_raw_fd(), fd);
+            }
+        }
     }
 
     /// Opens the clients the ring accepted, and arms again an accept the kernel ended while this
@@ -61,7 +94,11 @@ impl Worker {
             tracing::warn!("worker {}: cannot read accepted clients: {e}", self.id);
         }
         for a in accepted.drain(..) {
-            let Some(li) = self.listeners.iter().position(|l| l.listener.id == a.key) else {
+            let (id, shard) = (
+                a.key & ((1 << SHARD_SHIFT) - 1),
+                (a.key >> SHARD_SHIFT) as usize,
+            );
+            let Some(li) = self.listeners.iter().position(|l| l.listener.id == id) else {
                 // Its listener left before the accept was cancelled: the client is closed.
                 continue;
             };
@@ -84,7 +121,7 @@ impl Worker {
                 let again = if failed {
                     Err(io::Error::other("the accept ended with an error"))
                 } else {
-                    self.register_listener(li)
+                    self.register_shard(li, shard)
                 };
                 if let Err(e) = again {
                     tracing::debug!(
@@ -132,6 +169,8 @@ impl Worker {
                 paused_until: 0,
                 pinned: l.clients_pinned(),
                 armed: false,
+                share: l.socket.share(self.id, self.shared.loads.len()),
+                own: l.socket.is_sharded(),
             });
             if self.takes(self.listeners.len() - 1) {
                 self.register_listener(self.listeners.len() - 1)?;

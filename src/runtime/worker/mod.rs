@@ -120,6 +120,12 @@ struct WorkerListener {
     /// worker accepts them, whatever `concentrate` decides, as it cannot gather them later.
     /// Read once, when the worker first takes the listener (the accept path reads no pool).
     pinned: bool,
+    /// The listener's sockets this worker accepts from (`ListenSocket::share`): `[0]`, or with
+    /// one socket per worker (`listen_per_worker`) its own.
+    share: Vec<usize>,
+    /// The listener has one socket per worker: this worker's share is nobody else's, so it
+    /// accepts from it even while it does not take clients (`concentrate`), handing them over.
+    own: bool,
 }
 
 pub(crate) struct Worker {
