@@ -31,6 +31,10 @@ pub(crate) struct Controller {
     state: Mutex<State>,
     rebuild: Option<Rebuild>,
     events: Option<mpsc::Sender<Msg>>,
+    /// `workers` and `listen_per_worker` as the process started: both take effect at a start
+    /// only, so a listener a reload adds is bound with these, not the file's new values.
+    started_workers: usize,
+    started_per_worker: bool,
 }
 
 struct State {
@@ -109,10 +113,14 @@ fn open_socket(
             }
         });
     }
-    // A TCP listener takes every socket handed over under its name (one per worker with
-    // `listen_per_worker` in the process it takes over from): closing one would reset the
-    // clients queued on it. A socket matched by its address alone (systemd) comes alone.
+    // A TCP listener takes the first socket that matches it by name or address, then every other
+    // TCP socket bound to that same address (one per worker with `listen_per_worker` in the
+    // process it takes over from, found by its name or, for a listener renamed since, by its
+    // address): closing one would reset the clients queued on it. A socket at another address
+    // is left for the listener it belongs to, even under the same name (systemd gives every
+    // socket of a unit its `FileDescriptorName`).
     let mut taken = Vec::new();
+    let mut first: Option<crate::addr::ListenAddr> = None;
     let mut i = 0;
     while i < inherited.len() {
         let by_name = inherited[i].name.as_deref() == Some(l.name.as_str());
@@ -124,15 +132,22 @@ fn open_socket(
                 source,
             })?;
         match listener::from_fd(fd) {
-            Ok((socket, addr)) if by_name || addr == l.listen => {
+            Ok((socket, addr))
+                if (by_name || addr == l.listen) && first.as_ref().is_none_or(|f| *f == addr) =>
+            {
+                if first.is_some() && !matches!(socket, ListenSocket::Tcp(_)) {
+                    // A Unix socket (or anything but TCP) comes alone, and only first.
+                    i += 1;
+                    continue;
+                }
                 inherited.remove(i);
                 set_inherited_options(&socket, &bind_options(g, l));
                 match socket {
-                    ListenSocket::Tcp(tcp) => taken.push(tcp),
+                    ListenSocket::Tcp(tcp) => {
+                        taken.push(tcp);
+                        first = Some(addr);
+                    }
                     other => return Ok(other),
-                }
-                if !by_name {
-                    break;
                 }
             }
             Ok(_) => i += 1,
@@ -146,11 +161,12 @@ fn open_socket(
         }
     }
     let o = bind_options(g, l);
-    let bound = match (&l.listen, taken.len()) {
+    // The sockets taken are at `first` (the configured address, unless systemd's socket of this
+    // name is bound elsewhere): more are bound beside them there.
+    let bound = match (first.as_ref().unwrap_or(&l.listen), taken.len()) {
         (_, 0) => listener::bind(&l.listen, &o),
         (_, 1) if o.tcp_sockets == 0 => Ok(ListenSocket::Tcp(taken.remove(0))),
         (crate::addr::ListenAddr::Tcp(at), _) => listener::bind_tcp_shards(*at, &o, taken),
-        // A Unix listener configured where TCP sockets were handed over under its name.
         (_, _) => Ok(ListenSocket::TcpShards(taken)),
     };
     bound.map_err(|source| ApplyError::Bind {
@@ -307,6 +323,8 @@ impl Controller {
         clear_blacklists(&mut config);
         Ok(Controller {
             shared,
+            started_workers: config.global.workers,
+            started_per_worker: config.global.listen_per_worker,
             state: Mutex::new(State {
                 next_listener_id: config.listeners.len() as u64,
                 config,
@@ -466,13 +484,17 @@ impl Controller {
         let now = self.shared.clock.now_ms();
         // New sockets first: if one cannot be bound, nothing has changed yet.
         let mut sockets = Vec::with_capacity(plan.listeners.len());
+        // New sockets follow the running worker count and layout (see `started_workers`).
+        let mut running = next.global.clone();
+        running.workers = self.started_workers;
+        running.listen_per_worker = self.started_per_worker;
         for (step, l) in plan.listeners.iter().zip(&next.listeners) {
             sockets.push(match step.socket {
                 Socket::Keep { running, options } => Ready::Kept {
                     listener: current[running].clone(),
                     options,
                 },
-                Socket::Bind => Ready::Fresh(open_socket(l, &next.global, &mut Vec::new())?),
+                Socket::Bind => Ready::Fresh(open_socket(l, &running, &mut Vec::new())?),
             });
         }
         let acls = Arc::new(next.global.acls.clone());

@@ -166,6 +166,11 @@ pub(super) fn listener_toml(name: &str, port: u16, servers: &[SocketAddr], extra
 
 /// Starts quill on `--config DIR/q.toml -C DIR/c.sock`; the config's first listener is on `port`.
 pub(super) fn start_config(body: impl Fn(u16) -> String) -> QuillProcess {
+    start_config_workers("2", body)
+}
+
+/// [`start_config`] with `--workers workers`.
+pub(super) fn start_config_workers(workers: &str, body: impl Fn(u16) -> String) -> QuillProcess {
     // No access log here, so nothing to settle: the readiness probe is simply closed.
     let (q, _probe, _) = Quill::spawn_first(|dir, port| {
         write_config(&dir.join("q.toml"), &body(port));
@@ -175,7 +180,7 @@ pub(super) fn start_config(body: impl Fn(u16) -> String) -> QuillProcess {
             "-C".into(),
             dir.join("c.sock").display().to_string(),
             "--workers".into(),
-            "2".into(),
+            workers.into(),
         ]
     });
     // Readiness above is the first listener accepting; the others are bound a moment later, and

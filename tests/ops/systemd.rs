@@ -506,6 +506,53 @@ fn socket_activation_serves_on_inherited_socket() {
 }
 
 #[test]
+fn socket_activation_two_sockets_sharing_a_unit_name_each_serve_their_own_listener() {
+    // systemd gives every socket of a unit its `FileDescriptorName`: "web" (named like the
+    // socket) and "api" (at the other socket's address) each take their own, and neither binds.
+    let (a, b) = (greet("A"), greet("B"));
+    let (web_port, api_port) = (free_port(), free_port());
+    let dir = scratch_dir();
+    let config = dir.path().join("quill.toml");
+    fs::write(
+        &config,
+        format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{web_port}\"\nservers = [\"{}\"]\n\n\
+             [[listener]]\nname = \"api\"\nlisten = \"127.0.0.1:{api_port}\"\nservers = [\"{}\"]\n",
+            a.addr(),
+            b.addr()
+        ),
+    )
+    .unwrap();
+    let mut q = Activated::start_in(
+        dir,
+        Launch {
+            sockets: vec![
+                Sock::Tcp {
+                    port: web_port,
+                    name: "web",
+                },
+                Sock::Tcp {
+                    port: api_port,
+                    name: "web",
+                },
+            ],
+            args: vec!["--config".into(), config.display().to_string()],
+            ..Launch::default()
+        },
+    );
+    q.wait_ready();
+    assert!(
+        q.stderr().contains("inherited 2 listening socket(s)"),
+        "{}",
+        q.stderr()
+    );
+    assert_eq!(greet_name(web_port), "A");
+    assert_eq!(greet_name(api_port), "B");
+    assert_serves_inherited(&q, web_port, 0);
+    assert_serves_inherited(&q, api_port, 1);
+}
+
+#[test]
 fn socket_activation_pen_form_takes_the_socket_at_its_address_and_closes_the_rest() {
     let a = greet("A");
     let (port, stray_port) = (free_port(), free_port());

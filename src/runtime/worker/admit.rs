@@ -47,6 +47,26 @@ impl Worker {
         }
     }
 
+    /// Takes what is queued on every socket of listener `li`, this worker's share or not (the
+    /// last worker to drain, before the sockets close): bounded per socket as a drain's pass is.
+    pub(super) fn accept_every_socket(&mut self, li: usize, now: u64) {
+        let listener = self.listeners[li].listener.clone();
+        let sockets = listener.socket.fds().len();
+        let most = 64 * self.shared.accept_batch as usize;
+        for shard in 0..sockets {
+            for _ in 0..most {
+                match listener.socket.accept(shard) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    accepted => {
+                        if !self.accepted(li, &listener, accepted, now) {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Opens a client accepted on listener `li` (by `accept4` or by the worker's ring), or
     /// counts why accepting failed; false when the listener rests (out of descriptors).
     pub(super) fn accepted(

@@ -84,10 +84,18 @@ impl Worker {
             }
         }
         if self.shared.drain_pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // Every worker has taken what was queued: the listening sockets close now, not when
-            // their last session ends, so a client that connects during the drain is refused
-            // at once instead of being queued for nobody and reset at exit. A process that took
-            // the sockets over (or systemd) holds its own reference, and goes on accepting.
+            // Every worker has taken what was queued on its sockets. With one socket per worker
+            // (`listen_per_worker`), clients the kernel queued on another worker's socket since
+            // that worker's pass are taken here, the last pass before the close.
+            for i in 0..self.listeners.len() {
+                if self.listeners[i].own {
+                    self.accept_every_socket(i, now);
+                }
+            }
+            // The listening sockets close now, not when their last session ends, so a client
+            // that connects during the drain is refused at once instead of being queued for
+            // nobody and reset at exit. A process that took the sockets over (or systemd) holds
+            // its own reference, and goes on accepting.
             for l in &self.listeners {
                 l.listener.socket.close_stream_socket();
             }

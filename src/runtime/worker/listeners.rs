@@ -128,7 +128,10 @@ impl Worker {
                         "worker {}: accepting again in {EMFILE_PAUSE_MS} ms: {e}",
                         self.id
                     );
-                    self.listeners[li].armed = false;
+                    // The listener rests as a whole: the accepts on its other sockets of this
+                    // worker are cancelled too (resting, it is not cancelled again when it
+                    // leaves or the worker drains), and all are armed again when it resumes.
+                    self.deregister_listener(li);
                     self.listeners[li].paused_until = now + EMFILE_PAUSE_MS;
                 }
             }
