@@ -3,6 +3,7 @@
 //! `concentrate`), a second process still refused the port, and a takeover that keeps every
 //! socket and loses no client.
 
+use crate::ctl::ctl_ok;
 use crate::reload::{
     listener_toml, request, start_config, start_config_workers, takeover_under_load, write_config,
     Hammer,
@@ -227,5 +228,38 @@ fn listen_per_worker_takeover_hands_over_more_than_sixty_four_sockets() {
     );
     for i in 0..50 {
         assert_eq!(request(second.addr()).as_deref(), Ok("a"), "request {i}");
+    }
+}
+
+#[test]
+fn listen_per_worker_a_listener_added_by_reload_is_bound_as_the_process_started() {
+    // `workers` and `listen_per_worker` take effect at a start: a reload that turns the setting
+    // on, with more workers, binds its new listener as the running ones (one shared socket), and
+    // a process started with it binds a new listener's sockets for its own two workers.
+    let a = http("a");
+    for (at_start, sockets) in [("", 1), ("listen_per_worker = true\n", 2)] {
+        let q = start_config(|port| {
+            at_start.to_string() + &listener_toml("web", port, &[a.addr()], "")
+        });
+        let (conf, sock) = (q.path("q.toml"), q.path("c.sock"));
+        let body = fs::read_to_string(&conf).unwrap();
+        let extra_port = free_port();
+        let next = format!(
+            "workers = 5\nlisten_per_worker = true\n{}{}",
+            body.replace("listen_per_worker = true\n", ""),
+            listener_toml("more", extra_port, &[a.addr()], "")
+        );
+        write_config(&conf, &next);
+        let out = ctl_ok(&sock, "reload");
+        assert!(out.contains("listener 'more'"), "{out}");
+        assert_eq!(
+            listening_sockets(extra_port),
+            sockets,
+            "started with {at_start:?}"
+        );
+        let extra = std::net::SocketAddr::from(([127, 0, 0, 1], extra_port));
+        for i in 0..20 {
+            assert_eq!(request(extra).as_deref(), Ok("a"), "request {i}");
+        }
     }
 }
