@@ -186,49 +186,47 @@ fn takeover_from_one_shared_socket_keeps_it_alone_with_listen_per_worker() {
     }
 }
 
+/// Starts `workers` workers with `listen_per_worker` and one listener "web", rewrites the
+/// configuration with `edit`, takes over with as many workers, and checks the new process
+/// listens on every socket of the old one and serves; returns it.
+fn per_worker_takeover(workers: usize, edit: impl Fn(&str) -> String) -> QuillProcess {
+    let a = http("a");
+    let n = workers.to_string();
+    let mut first = start_config_workers(&n, |port| {
+        "listen_per_worker = true\n".to_string() + &listener_toml("web", port, &[a.addr()], "")
+    });
+    let (conf, sock) = (first.path("q.toml"), first.path("c.sock"));
+    assert_eq!(listening_sockets(first.port), workers);
+    write_config(&conf, &edit(&fs::read_to_string(&conf).unwrap()));
+    let second = take_over(&mut first, &conf, &sock, &n);
+    assert_eq!(listening_sockets(second.port), workers);
+    for i in 0..50 {
+        assert_eq!(request(second.addr()).as_deref(), Ok("a"), "request {i}");
+    }
+    second
+}
+
 #[test]
 fn listen_per_worker_takeover_of_a_renamed_listener_keeps_every_socket() {
     // The new configuration names the listener otherwise: its sockets are found by their
     // address, all of them (closing one would reset the clients queued on it).
-    let a = http("a");
-    let mut first = start_config_workers("4", |port| {
-        "listen_per_worker = true\n".to_string() + &listener_toml("web", port, &[a.addr()], "")
-    });
-    let (conf, sock) = (first.path("q.toml"), first.path("c.sock"));
-    assert_eq!(listening_sockets(first.port), 4);
-    let body = fs::read_to_string(&conf).unwrap();
-    write_config(&conf, &body.replace("name = \"web\"", "name = \"www\""));
-    let second = take_over(&mut first, &conf, &sock, "4");
-    assert_eq!(listening_sockets(second.port), 4);
+    let second = per_worker_takeover(4, |body| body.replace("name = \"web\"", "name = \"www\""));
     assert!(
         !second.stderr().contains("matches no listener"),
         "{}",
         second.stderr()
     );
-    for i in 0..100 {
-        assert_eq!(request(second.addr()).as_deref(), Ok("a"), "request {i}");
-    }
 }
 
 #[test]
 fn listen_per_worker_takeover_hands_over_more_than_sixty_four_sockets() {
     // 70 workers: 70 sockets of the listener and the control socket in one message.
-    let a = http("a");
-    let mut first = start_config_workers("70", |port| {
-        "listen_per_worker = true\n".to_string() + &listener_toml("web", port, &[a.addr()], "")
-    });
-    let (conf, sock) = (first.path("q.toml"), first.path("c.sock"));
-    assert_eq!(listening_sockets(first.port), 70);
-    let second = take_over(&mut first, &conf, &sock, "70");
-    assert_eq!(listening_sockets(second.port), 70);
+    let second = per_worker_takeover(70, str::to_string);
     assert!(
         second.stderr().contains("inherited 71"),
         "{}",
         second.stderr()
     );
-    for i in 0..50 {
-        assert_eq!(request(second.addr()).as_deref(), Ok("a"), "request {i}");
-    }
 }
 
 #[test]

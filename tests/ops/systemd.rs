@@ -459,58 +459,15 @@ fn unix_roundtrip(path_or_abstract: &str, port: u16) {
 // Socket activation
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn socket_activation_serves_on_inherited_socket() {
+/// Quill activated with two TCP sockets (each a port and its `FileDescriptorName`) and two
+/// listeners: "web" configured on `web_port`, forwarding to a server greeting "A", and "api" on
+/// `api_port`, to one greeting "B". Waits until it is ready, having inherited both sockets.
+fn activate_web_and_api(
+    web_port: u16,
+    api_port: u16,
+    sockets: [(u16, &'static str); 2],
+) -> (Activated, [DemoServer; 2]) {
     let (a, b) = (greet("A"), greet("B"));
-    let (named_port, addressed_port, unbound_port) = (free_port(), free_port(), free_port());
-    let dir = scratch_dir();
-    // "web" is matched by its name although its configured address differs; "api" by address.
-    let config = dir.path().join("quill.toml");
-    fs::write(
-        &config,
-        format!(
-            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{unbound_port}\"\nservers = [\"{}\"]\n\n\
-             [[listener]]\nname = \"api\"\nlisten = \"127.0.0.1:{addressed_port}\"\nservers = [\"{}\"]\n",
-            a.addr(),
-            b.addr()
-        ),
-    )
-    .unwrap();
-    let mut q = Activated::start_in(
-        dir,
-        Launch {
-            sockets: vec![
-                Sock::Tcp {
-                    port: named_port,
-                    name: "web",
-                },
-                Sock::Tcp {
-                    port: addressed_port,
-                    name: "quill.socket",
-                },
-            ],
-            args: vec!["--config".into(), config.display().to_string()],
-            ..Launch::default()
-        },
-    );
-    q.wait_ready();
-    assert!(q.stderr().contains("inherited 2 listening socket(s)"));
-    assert_eq!(greet_name(named_port), "A");
-    assert_eq!(greet_name(addressed_port), "B");
-    assert_serves_inherited(&q, named_port, 0);
-    assert_serves_inherited(&q, addressed_port, 1);
-    assert!(
-        listening_inodes(unbound_port).is_empty(),
-        "quill bound the configured address of 'web' instead of using its inherited socket"
-    );
-}
-
-#[test]
-fn socket_activation_two_sockets_sharing_a_unit_name_each_serve_their_own_listener() {
-    // systemd gives every socket of a unit its `FileDescriptorName`: "web" (named like the
-    // socket) and "api" (at the other socket's address) each take their own, and neither binds.
-    let (a, b) = (greet("A"), greet("B"));
-    let (web_port, api_port) = (free_port(), free_port());
     let dir = scratch_dir();
     let config = dir.path().join("quill.toml");
     fs::write(
@@ -526,16 +483,10 @@ fn socket_activation_two_sockets_sharing_a_unit_name_each_serve_their_own_listen
     let mut q = Activated::start_in(
         dir,
         Launch {
-            sockets: vec![
-                Sock::Tcp {
-                    port: web_port,
-                    name: "web",
-                },
-                Sock::Tcp {
-                    port: api_port,
-                    name: "web",
-                },
-            ],
+            sockets: sockets
+                .iter()
+                .map(|&(port, name)| Sock::Tcp { port, name })
+                .collect(),
             args: vec!["--config".into(), config.display().to_string()],
             ..Launch::default()
         },
@@ -546,6 +497,35 @@ fn socket_activation_two_sockets_sharing_a_unit_name_each_serve_their_own_listen
         "{}",
         q.stderr()
     );
+    (q, [a, b])
+}
+
+#[test]
+fn socket_activation_serves_on_inherited_socket() {
+    // "web" is matched by its name although its configured address differs; "api" by address.
+    let (named_port, addressed_port, unbound_port) = (free_port(), free_port(), free_port());
+    let (q, _servers) = activate_web_and_api(
+        unbound_port,
+        addressed_port,
+        [(named_port, "web"), (addressed_port, "quill.socket")],
+    );
+    assert_eq!(greet_name(named_port), "A");
+    assert_eq!(greet_name(addressed_port), "B");
+    assert_serves_inherited(&q, named_port, 0);
+    assert_serves_inherited(&q, addressed_port, 1);
+    assert!(
+        listening_inodes(unbound_port).is_empty(),
+        "quill bound the configured address of 'web' instead of using its inherited socket"
+    );
+}
+
+#[test]
+fn socket_activation_two_sockets_sharing_a_unit_name_each_serve_their_own_listener() {
+    // systemd gives every socket of a unit its `FileDescriptorName`: "web" (named like the
+    // socket) and "api" (at the other socket's address) each take their own, and neither binds.
+    let (web_port, api_port) = (free_port(), free_port());
+    let (q, _servers) =
+        activate_web_and_api(web_port, api_port, [(web_port, "web"), (api_port, "web")]);
     assert_eq!(greet_name(web_port), "A");
     assert_eq!(greet_name(api_port), "B");
     assert_serves_inherited(&q, web_port, 0);
