@@ -48,7 +48,7 @@ const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most sockets one takeover hands over: the most one message may carry (the kernel's
 /// `SCM_MAX_FD`). A UDP listener, or a TCP one with `listen_per_worker`, hands over one socket per
 /// worker; a takeover past this is refused with the count, and the old process keeps serving.
-pub(crate) const MAX_FDS: usize = 253;
+const MAX_FDS: usize = 253;
 /// Longest answer line read (`done`, or what a confused peer says instead), as a command line.
 const MAX_ANSWER: usize = 4096;
 /// The new process's request for the ticket keys, in the version it reads.

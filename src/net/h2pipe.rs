@@ -232,7 +232,6 @@ impl Pipe {
         };
     }
 
-    /// Pokes the connection's session (once until it looks).
     /// Pokes the stream's session, if it started.
     pub(crate) fn poke_session(&self) {
         if let Some(t) = self.session {

@@ -31,9 +31,9 @@ pub(crate) struct Controller {
     state: Mutex<State>,
     rebuild: Option<Rebuild>,
     events: Option<mpsc::Sender<Msg>>,
-    /// `workers` and `listen_per_worker` as the process started: both take effect at a start
-    /// only, so a listener a reload adds is bound with these, not the file's new values.
-    started_workers: usize,
+    /// `listen_per_worker` as the process started: it takes effect at a start only (as the worker
+    /// count, which `shared` holds), so a listener a reload adds is bound with it, not the file's
+    /// new value.
     started_per_worker: bool,
 }
 
@@ -323,7 +323,6 @@ impl Controller {
         clear_blacklists(&mut config);
         Ok(Controller {
             shared,
-            started_workers: config.global.workers,
             started_per_worker: config.global.listen_per_worker,
             state: Mutex::new(State {
                 next_listener_id: config.listeners.len() as u64,
@@ -484,9 +483,9 @@ impl Controller {
         let now = self.shared.clock.now_ms();
         // New sockets first: if one cannot be bound, nothing has changed yet.
         let mut sockets = Vec::with_capacity(plan.listeners.len());
-        // New sockets follow the running worker count and layout (see `started_workers`).
+        // New sockets follow the running worker count and layout (see `started_per_worker`).
         let mut running = next.global.clone();
-        running.workers = self.started_workers;
+        running.workers = self.shared.counters.len();
         running.listen_per_worker = self.started_per_worker;
         for (step, l) in plan.listeners.iter().zip(&next.listeners) {
             sockets.push(match step.socket {

@@ -34,15 +34,8 @@ impl Worker {
         let mut k = 0;
         while let Some(&shard) = self.listeners.get(li).and_then(|l| l.share.get(k)) {
             k += 1;
-            for _ in 0..self.shared.accept_batch {
-                match listener.socket.accept(shard) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    accepted => {
-                        if !self.accepted(li, &listener, accepted, now) {
-                            return;
-                        }
-                    }
-                }
+            if !self.accept_from(li, &listener, shard, self.shared.accept_batch as usize, now) {
+                return;
             }
         }
     }
@@ -51,20 +44,35 @@ impl Worker {
     /// last worker to drain, before the sockets close): bounded per socket as a drain's pass is.
     pub(super) fn accept_every_socket(&mut self, li: usize, now: u64) {
         let listener = self.listeners[li].listener.clone();
-        let sockets = listener.socket.fds().len();
         let most = 64 * self.shared.accept_batch as usize;
-        for shard in 0..sockets {
-            for _ in 0..most {
-                match listener.socket.accept(shard) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    accepted => {
-                        if !self.accepted(li, &listener, accepted, now) {
-                            return;
-                        }
+        for shard in 0..listener.socket.fds().len() {
+            if !self.accept_from(li, &listener, shard, most, now) {
+                return;
+            }
+        }
+    }
+
+    /// Accepts up to `most` clients from socket `shard` of listener `li`, until it has none;
+    /// false when the listener rests (out of descriptors).
+    fn accept_from(
+        &mut self,
+        li: usize,
+        listener: &Arc<Listener>,
+        shard: usize,
+        most: usize,
+        now: u64,
+    ) -> bool {
+        for _ in 0..most {
+            match listener.socket.accept(shard) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                accepted => {
+                    if !self.accepted(li, listener, accepted, now) {
+                        return false;
                     }
                 }
             }
         }
+        true
     }
 
     /// Opens a client accepted on listener `li` (by `accept4` or by the worker's ring), or
