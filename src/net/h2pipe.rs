@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use mio::Token;
 use quill_core::h2::Written;
-use quill_core::http1::{FieldIndex, Framing};
 
 /// Most response bytes a stream's session may write ahead of the frames that carry them:
 /// beyond it, its writes would block (the client's flow-control window holds the rest back in
@@ -29,41 +28,6 @@ thread_local! {
     static SPARE: RefCell<Vec<SharedPipe>> = const { RefCell::new(Vec::new()) };
     /// Output buffers of this worker's HTTP/2 connections gone idle, for the next that write.
     static SPARE_OUT: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-    /// Boxes of the notes of response heads already turned into frames, for the next: the
-    /// boxes themselves are what is kept (each is handed on as a box).
-    #[allow(clippy::vec_box)]
-    static SPARE_WRITTEN: RefCell<Vec<Box<Written>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Most spare note boxes a worker keeps (about 450 bytes each): as many as a burst keeps in
-/// flight on a worker (see the exchange boxes' `SPARE_MAX`), dropped at the heap trim after it.
-const SPARE_WRITTEN_MAX: usize = 256;
-
-/// A box for the note of a response head of `status` and `framing`, its field index to be
-/// filled by the writer (`write_response_noted` begins it): one of this worker's spares when it
-/// has one, so a stream's response costs no allocation for it.
-pub(crate) fn written_box(status: u16, framing: Framing) -> Box<Written> {
-    match SPARE_WRITTEN.with_borrow_mut(Vec::pop) {
-        Some(mut w) => {
-            w.status = status;
-            w.framing = framing;
-            w
-        }
-        None => Box::new(Written {
-            status,
-            framing,
-            fields: FieldIndex::empty(),
-        }),
-    }
-}
-
-/// A note that served its head, kept for the next.
-fn keep_written(w: Box<Written>) {
-    SPARE_WRITTEN.with_borrow_mut(|spare| {
-        if spare.len() < SPARE_WRITTEN_MAX {
-            spare.push(w);
-        }
-    });
 }
 
 /// Most spare output buffers a worker keeps, and the most capacity each may have (at most 1 MiB
@@ -142,10 +106,6 @@ pub(crate) fn trim_spares() {
         spare.clear();
         spare.shrink_to_fit();
     });
-    SPARE_WRITTEN.with_borrow_mut(|spare| {
-        spare.clear();
-        spare.shrink_to_fit();
-    });
 }
 
 /// Asks the worker to poke the session of `token` after this turn's events.
@@ -179,9 +139,9 @@ pub(crate) struct Pipe {
     pub down: Vec<u8>,
     /// Bytes of the response already turned into frames (`down[0]`'s offset in the response).
     pub down_taken: u64,
-    /// A head the stream's session wrote at this offset of the response, as its writer noted it
-    /// (the connection's session sends it without parsing it again).
-    pub written: Option<(u64, Box<Written>)>,
+    /// A head the stream's session wrote at this offset of the response as a header block (the
+    /// connection's session sends it as it is).
+    pub written: Option<(u64, Written)>,
     /// The stream's session shut its writing down (the response is complete, or ends here).
     pub down_eof: bool,
     /// The stream's session ended abnormally (a reset was armed): the stream is reset.
@@ -218,9 +178,6 @@ impl Pipe {
 
     /// A spare pipe made new for a stream of `conn`, its buffers' capacity kept.
     fn reset(&mut self, conn: Token) {
-        if let Some((_, w)) = self.written.take() {
-            keep_written(w);
-        }
         let mut up = std::mem::take(&mut self.up);
         let mut down = std::mem::take(&mut self.down);
         up.clear();
@@ -248,9 +205,7 @@ impl Pipe {
             .as_ref()
             .is_some_and(|(at, _)| *at < self.down_taken)
         {
-            if let Some((_, w)) = self.written.take() {
-                keep_written(w);
-            }
+            self.written = None;
         }
     }
 
@@ -314,18 +269,9 @@ pub(crate) struct H2Stream {
     noted: Noted,
 }
 
-/// [`H2Stream::noted`]: a cell (the stream is its session's alone), shown only as set or not.
-#[derive(Default)]
-struct Noted(Cell<Option<Box<Written>>>);
-
-impl std::fmt::Debug for Noted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let held = self.0.take();
-        let set = held.is_some();
-        self.0.set(held);
-        write!(f, "Noted({set})")
-    }
-}
+/// [`H2Stream::noted`]: a cell (the stream is its session's alone).
+#[derive(Debug, Default)]
+struct Noted(Cell<Option<Written>>);
 
 /// A [`mio::event::Source`] that refuses to be registered.
 #[derive(Debug, Default)]
@@ -431,7 +377,7 @@ impl H2Stream {
 
     /// The next bytes written are the head `written` describes (see [`Pipe::written`]): kept
     /// until that write, which hands it to the pipe under its own lock (one lock, not two).
-    pub(crate) fn note_head(&self, written: Box<Written>) {
+    pub(crate) fn note_head(&self, written: Written) {
         self.noted.0.set(Some(written));
     }
 

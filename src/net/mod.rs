@@ -185,9 +185,9 @@ impl Stream {
         matches!(self, Stream::H2(_))
     }
 
-    /// An HTTP/2 stream's next bytes are the response head `written` describes: the connection's
-    /// session need not parse it (other streams have no use for it).
-    pub(crate) fn note_head(&self, written: Box<quill_core::h2::Written>) {
+    /// An HTTP/2 stream's next bytes are the response head `written` describes, a header block:
+    /// the connection's session sends it as it is (other streams have no use for it).
+    pub(crate) fn note_head(&self, written: quill_core::h2::Written) {
         if let Stream::H2(h) = self {
             h.note_head(written);
         }

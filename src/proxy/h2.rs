@@ -623,7 +623,7 @@ impl H2Session {
                 .written
                 .as_ref()
                 .filter(|(at, _)| *at == pipe.down_taken)
-                .map(|(_, w)| &**w);
+                .map(|(_, w)| w);
             let result = match link.resp.pump(
                 &mut self.conn,
                 link.id,

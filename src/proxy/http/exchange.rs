@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use quill_core::fastcgi;
+use quill_core::h2;
 use quill_core::http1::rewrite::{self, HeaderEdit, RequestRewrite, ResponseRewrite};
 use quill_core::http1::{self, Body, FieldIndex, Framing, Limits, Method, Version};
 
@@ -166,7 +167,7 @@ pub(super) struct Exchange {
     /// Who answers, for the access log and the response counts: `Server`, or `Fastcgi` when
     /// the pool's servers speak FastCGI.
     pub(super) source: Source,
-    /// The client is an HTTP/2 stream: response heads go with their fields noted (see
+    /// The client is an HTTP/2 stream: a server's response head goes as a header block (see
     /// `Stream::note_head`).
     pub(super) notes_heads: bool,
 }
@@ -255,17 +256,6 @@ pub(super) const FASTCGI_BODY_MAX: u64 = 8 << 20;
 /// and allocated again; all are dropped at the heap trim after a burst (`trim_spares`).
 const SPARE_MAX: usize = 256;
 
-/// `ex` in a spare box of this worker's, or a new one.
-fn boxed(ex: Exchange) -> Box<Exchange> {
-    match SPARE.with_borrow_mut(Vec::pop) {
-        Some(mut b) => {
-            *b = ex;
-            b
-        }
-        None => Box::new(ex),
-    }
-}
-
 /// Keeps the box of a finished exchange for the next request (see `SPARE`).
 pub(super) fn recycle(ex: Box<Exchange>) {
     SPARE.with_borrow_mut(|spare| {
@@ -284,10 +274,12 @@ pub(crate) fn trim_spares() {
 }
 
 impl Exchange {
-    /// The exchange of a request `forward`ed, in a spare box when the worker has one.
+    /// The exchange of a request `forward`ed, in a spare box when the worker has one: the box is
+    /// renewed field by field, so no exchange (1 KiB) is built on the stack to be copied in, and
+    /// of the field index only the slots in use are copied.
     pub(super) fn boxed(
         forward: Forward,
-        (head, fields): (http1::RequestHead, FieldIndex),
+        (head, fields): (http1::RequestHead, &FieldIndex),
         listener: &Arc<Listener>,
         now: u64,
         request_id: [u8; 16],
@@ -304,37 +296,96 @@ impl Exchange {
         } else {
             Source::Server
         };
-        boxed(Exchange {
-            connector: Connector::for_http(pool, false, sticky, key).via(listener),
-            sticky,
-            key,
-            route,
-            head,
-            fields,
-            up: Up::Waiting,
-            replay: if idempotent(head.method) {
-                Replay::Once
-            } else {
-                Replay::No
-            },
-            upgrade,
-            answer: Answer::Head,
-            reply: Reply::Awaited,
-            down: None,
-            sinput: Input::default(),
-            status: 0,
-            close: false,
-            reuse: Reuse::Close,
-            sent_ms: now,
-            active_ms: now,
-            started_at: Instant::now(),
-            connect_us: None,
-            first_byte_us: None,
-            request_id,
-            script: None,
-            source,
-            notes_heads: false,
-        })
+        let connector = Connector::for_http(pool, false, sticky, key).via(listener);
+        let replay = if idempotent(head.method) {
+            Replay::Once
+        } else {
+            Replay::No
+        };
+        let Some(mut ex) = SPARE.with_borrow_mut(Vec::pop) else {
+            return Box::new(Exchange {
+                connector,
+                sticky,
+                key,
+                route,
+                head,
+                fields: fields.clone(),
+                up: Up::Waiting,
+                replay,
+                upgrade,
+                answer: Answer::Head,
+                reply: Reply::Awaited,
+                down: None,
+                sinput: Input::default(),
+                status: 0,
+                close: false,
+                reuse: Reuse::Close,
+                sent_ms: now,
+                active_ms: now,
+                started_at: Instant::now(),
+                connect_us: None,
+                first_byte_us: None,
+                request_id,
+                script: None,
+                source,
+                notes_heads: false,
+            });
+        };
+        // Every field named, so that a field added to the exchange cannot be left as the last
+        // request's.
+        let Exchange {
+            connector: ex_connector,
+            sticky: ex_sticky,
+            key: ex_key,
+            route: ex_route,
+            head: ex_head,
+            fields: ex_fields,
+            up,
+            replay: ex_replay,
+            upgrade: ex_upgrade,
+            answer,
+            reply,
+            down,
+            sinput,
+            status,
+            close,
+            reuse,
+            sent_ms,
+            active_ms,
+            started_at,
+            connect_us,
+            first_byte_us,
+            request_id: ex_request_id,
+            script,
+            source: ex_source,
+            notes_heads,
+        } = &mut *ex;
+        *ex_connector = connector;
+        *ex_sticky = sticky;
+        *ex_key = key;
+        *ex_route = route;
+        *ex_head = head;
+        ex_fields.copy_from(fields);
+        *up = Up::Waiting;
+        *ex_replay = replay;
+        *ex_upgrade = upgrade;
+        *answer = Answer::Head;
+        *reply = Reply::Awaited;
+        *down = None;
+        *sinput = Input::default();
+        *status = 0;
+        *close = false;
+        *reuse = Reuse::Close;
+        *sent_ms = now;
+        *active_ms = now;
+        *started_at = Instant::now();
+        *connect_us = None;
+        *first_byte_us = None;
+        *ex_request_id = request_id;
+        *script = None;
+        *ex_source = source;
+        *notes_heads = false;
+        ex
     }
 
     /// The request was all sent (or the server stopped taking it) and no byte of the response
@@ -776,15 +827,11 @@ impl Exchange {
             upgrade: tunnel,
         };
         let mut out = cx.pools.buffer();
-        // Boxed: a leg is in the exchange twice over, and the exchange stays small.
-        let mut written = self
-            .notes_heads
-            .then(|| crate::net::h2pipe::written_box(status, head.framing));
-        let wrote = match written.as_deref_mut() {
-            Some(w) => {
-                rewrite::write_response_noted(msg, &head, fields, &rw, &mut out[..], &mut w.fields)
-            }
-            None => rewrite::write_response_indexed(msg, &head, fields, &rw, &mut out[..]),
+        // An HTTP/2 stream's head goes as the header block its connection sends as it is.
+        let wrote = if self.notes_heads {
+            h2::encode_response_head(msg, &head, fields, &rw, &mut out[..]).ok_or(())
+        } else {
+            rewrite::write_response_indexed(msg, &head, fields, &rw, &mut out[..]).map_err(|_| ())
         };
         let n = match wrote {
             Ok(n) => n,
@@ -793,6 +840,11 @@ impl Exchange {
                 return DownOutcome::Fault(502);
             }
         };
+        let written = self.notes_heads.then_some(h2::Written {
+            status,
+            framing: head.framing,
+            block: n,
+        });
         let body_start = base + head.len;
         let (taken, rest) = match response_body(head.framing, tunnel, &buf[body_start..end]) {
             Ok(body) => body,

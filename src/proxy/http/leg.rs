@@ -29,9 +29,9 @@ pub(super) struct Leg {
     out: Option<Buf>,
     ostart: u32,
     oend: u32,
-    /// The head in `out` as its writer noted it, for an HTTP/2 stream (see
-    /// [`Stream::note_head`]), until its first byte is written.
-    written: Option<Box<Written>>,
+    /// The head in `out` is a header block, for an HTTP/2 stream (see [`Stream::note_head`]),
+    /// until its first byte is written.
+    written: Option<Written>,
     pub(super) rest: BodyRest,
     /// Bytes written to the destination.
     pub(super) bytes: u64,
@@ -91,8 +91,8 @@ impl Leg {
         }
     }
 
-    /// The head in `out` is the one `written` describes.
-    pub(super) fn noting(mut self, written: Option<Box<Written>>) -> Leg {
+    /// The head in `out` is the header block `written` describes.
+    pub(super) fn noting(mut self, written: Option<Written>) -> Leg {
         self.written = written;
         self
     }

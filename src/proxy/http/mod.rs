@@ -594,7 +594,7 @@ impl HttpSession {
         // The request id is made with the exchange, so Quill's own answer to it (503 when no
         // server can be reached) logs and sends a real id, as a forwarded request does.
         let id = route::hex16(cx.rand());
-        let mut ex = Exchange::boxed(forward, (head, fields), &self.listener, cx.now, id);
+        let mut ex = Exchange::boxed(forward, (head, &fields), &self.listener, cx.now, id);
         ex.script = script;
         ex.notes_heads = self.client.is_h2();
         self.ex = Some(ex);

@@ -933,6 +933,18 @@ impl Conn {
         }
     }
 
+    /// Sends a response head already encoded as a header block (`:status` first) on `stream`.
+    /// Does nothing when the stream is gone.
+    pub fn send_block(&mut self, stream: u32, block: &[u8], end_stream: bool) {
+        if !self.stream(stream).is_some_and(|s| s.local_open) {
+            return;
+        }
+        self.write_block(stream, end_stream, |out| out.extend_from_slice(block));
+        if end_stream {
+            self.local_end(stream);
+        }
+    }
+
     /// Sends trailers, which end the stream.
     pub fn send_trailers<'f>(
         &mut self,

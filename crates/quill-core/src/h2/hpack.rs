@@ -316,28 +316,99 @@ impl Decoder {
     }
 }
 
-/// Appends an HPACK integer of `prefix` bits, the first byte's other bits being `first`.
-#[inline]
-fn integer(out: &mut Vec<u8>, first: u8, prefix: u32, mut value: usize) {
-    let max = (1usize << prefix) - 1;
-    if value < max {
-        out.push(first | value as u8);
-        return;
-    }
-    out.push(first | max as u8);
-    value -= max;
-    while value >= 128 {
-        out.push((value % 128) as u8 | 0x80);
-        value /= 128;
-    }
-    out.push(value as u8);
+/// Where encoded fields go: a `Vec` (the connection's frames), or a [`Block`] (a bounded slice,
+/// where a stream's session writes its response's header block). Each field is written into
+/// one piece of room asked for at once.
+pub trait Sink {
+    /// `n` more bytes at the end, to be filled; `None` if there is no room (then nothing more
+    /// is written).
+    fn room(&mut self, n: usize) -> Option<&mut [u8]>;
 }
 
-/// Appends a string literal, not Huffman-coded.
+impl Sink for Vec<u8> {
+    #[inline]
+    fn room(&mut self, n: usize) -> Option<&mut [u8]> {
+        let at = self.len();
+        self.resize(at + n, 0);
+        self.get_mut(at..)
+    }
+}
+
+/// A header block written into a slice: what does not fit is not written, and the block is then
+/// refused ([`Block::written`] is `None`).
+pub struct Block<'a> {
+    out: &'a mut [u8],
+    len: usize,
+    overflow: bool,
+}
+
+impl<'a> Block<'a> {
+    pub fn new(out: &'a mut [u8]) -> Block<'a> {
+        Block {
+            out,
+            len: 0,
+            overflow: false,
+        }
+    }
+
+    /// The block's length, or `None` if it did not fit.
+    pub fn written(&self) -> Option<usize> {
+        (!self.overflow).then_some(self.len)
+    }
+}
+
+impl Sink for Block<'_> {
+    #[inline]
+    fn room(&mut self, n: usize) -> Option<&mut [u8]> {
+        let end = self.len.checked_add(n).filter(|_| !self.overflow);
+        match end.and_then(|end| self.out.get_mut(self.len..end)) {
+            Some(room) => {
+                self.len += n;
+                Some(room)
+            }
+            None => {
+                self.overflow = true;
+                None
+            }
+        }
+    }
+}
+
+/// How many bytes an HPACK integer of `prefix` bits takes.
 #[inline]
-fn string(out: &mut Vec<u8>, s: &[u8]) {
-    integer(out, 0, 7, s.len());
-    out.extend_from_slice(s);
+fn integer_len(prefix: u32, value: usize) -> usize {
+    let max = (1usize << prefix) - 1;
+    if value < max {
+        return 1;
+    }
+    let mut n = 2;
+    let mut rest = (value - max) >> 7;
+    while rest > 0 {
+        n += 1;
+        rest >>= 7;
+    }
+    n
+}
+
+/// Writes an HPACK integer of `prefix` bits at the start of `out` (at least
+/// [`integer_len`] long), the first byte's other bits being `first`: the bytes written.
+#[inline]
+fn integer(out: &mut [u8], first: u8, prefix: u32, mut value: usize) -> usize {
+    let max = (1usize << prefix) - 1;
+    if value < max {
+        out[0] = first | value as u8;
+        return 1;
+    }
+    out[0] = first | max as u8;
+    value -= max;
+    let mut at = 1;
+    while value >= 128 {
+        out[at] = (value % 128) as u8 | 0x80;
+        value /= 128;
+        at += 1;
+    }
+    out[at] = value as u8;
+    at + 1
 }
 
 /// The static index of a field name, in any case, that a response may carry: `accept-charset`
@@ -411,7 +482,7 @@ fn folded_eq(name: &[u8], lower: &[u8]) -> bool {
 }
 
 /// Appends `:status` (indexed when the static table has the code).
-pub fn encode_status(out: &mut Vec<u8>, status: u16) {
+pub fn encode_status(out: &mut impl Sink, status: u16) {
     let indexed = match status {
         200 => Some(8),
         204 => Some(9),
@@ -423,34 +494,59 @@ pub fn encode_status(out: &mut Vec<u8>, status: u16) {
         _ => None,
     };
     match indexed {
-        Some(i) => out.push(0x80 | i),
+        Some(i) => {
+            if let Some(room) = out.room(1) {
+                room[0] = 0x80 | i;
+            }
+        }
         None => {
-            // Literal without indexing, name `:status` (index 8).
-            integer(out, 0, 4, 8);
-            let digits = [
-                b'0' + (status / 100 % 10) as u8,
-                b'0' + (status / 10 % 10) as u8,
-                b'0' + (status % 10) as u8,
-            ];
-            string(out, &digits);
+            // Literal without indexing, name `:status` (index 8), three digits.
+            if let Some(room) = out.room(5) {
+                room[0] = 0x08;
+                room[1] = 3;
+                room[2] = b'0' + (status / 100 % 10) as u8;
+                room[3] = b'0' + (status / 10 % 10) as u8;
+                room[4] = b'0' + (status % 10) as u8;
+            }
         }
     }
 }
 
 /// Appends one field as a literal without indexing, its name lowercased (HTTP/2 field names are
 /// lowercase; an HTTP/1 server's need not be).
-pub fn encode_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    // The two length prefixes take at most four bytes each below 2 MiB (and grow it if not).
-    out.reserve(name.len() + value.len() + 8);
-    match name_index(name) {
-        Some(i) => integer(out, 0, 4, i),
+pub fn encode_field(out: &mut impl Sink, name: &[u8], value: &[u8]) {
+    encode_field_parts(out, name, &[value]);
+}
+
+/// [`encode_field`] of a value made of `parts`: the field's bytes counted first, then written
+/// into one piece of room.
+pub fn encode_field_parts(out: &mut impl Sink, name: &[u8], parts: &[&[u8]]) {
+    let value_len: usize = parts.iter().map(|p| p.len()).sum();
+    let index = name_index(name);
+    let name_len = match index {
+        Some(i) => integer_len(4, i),
+        None => 1 + integer_len(7, name.len()) + name.len(),
+    };
+    let total = name_len + integer_len(7, value_len) + value_len;
+    let Some(room) = out.room(total) else {
+        return;
+    };
+    let mut at = match index {
+        Some(i) => integer(room, 0, 4, i),
         None => {
-            out.push(0);
-            integer(out, 0, 7, name.len());
-            out.extend(name.iter().map(u8::to_ascii_lowercase));
+            room[0] = 0;
+            let at = 1 + integer(&mut room[1..], 0, 7, name.len());
+            for (to, from) in room[at..at + name.len()].iter_mut().zip(name) {
+                *to = from.to_ascii_lowercase();
+            }
+            at + name.len()
         }
+    };
+    at += integer(&mut room[at..], 0, 7, value_len);
+    for p in parts {
+        room[at..at + p.len()].copy_from_slice(p);
+        at += p.len();
     }
-    string(out, value);
 }
 
 #[cfg(test)]
@@ -666,8 +762,32 @@ mod tests {
     fn integers_past_the_prefix_take_continuation_bytes() {
         // RFC 7541 C.1.2: 1337 with a 5-bit prefix.
         let mut out = Vec::new();
-        integer(&mut out, 0, 5, 1337);
+        int(&mut out, 0, 5, 1337);
         assert_eq!(out, [31, 154, 10]);
+        // The length counted first is the length written, at every prefix's edges (`int`
+        // checks it), and what is written decodes back.
+        for prefix in 4..=7 {
+            let max = (1usize << prefix) - 1;
+            for value in [
+                0,
+                max - 1,
+                max,
+                max + 1,
+                max + 127,
+                max + 128,
+                max + 16_383,
+                max + 16_384,
+                1 << 21,
+            ] {
+                let mut out = Vec::new();
+                int(&mut out, 0, prefix, value);
+                let mut r = Reader {
+                    block: &out,
+                    pos: 0,
+                };
+                assert_eq!(r.integer(prefix), Ok(value), "{value} with {prefix} bits");
+            }
+        }
     }
 
     /// One representation of a random header block (RFC 7541 §6), well formed or not.
@@ -685,19 +805,28 @@ mod tests {
         Raw(Vec<u8>),
     }
 
+    /// An HPACK integer appended to `out`.
+    fn int(out: &mut Vec<u8>, first: u8, prefix: u32, value: usize) {
+        let at = out.len();
+        out.resize(at + integer_len(prefix, value), 0);
+        let n = integer(&mut out[at..], first, prefix, value);
+        assert_eq!(at + n, out.len(), "integer_len agrees with integer");
+    }
+
     fn str_literal(out: &mut Vec<u8>, s: &[u8], huffman: bool) {
         if huffman {
             let h = crate::h2::huffman::encode(s);
-            integer(out, 0x80, 7, h.len());
+            int(out, 0x80, 7, h.len());
             out.extend_from_slice(&h);
         } else {
-            string(out, s);
+            int(out, 0, 7, s.len());
+            out.extend_from_slice(s);
         }
     }
 
     fn write_rep(out: &mut Vec<u8>, rep: &Rep) {
         match rep {
-            Rep::Indexed(i) => integer(out, 0x80, 7, *i),
+            Rep::Indexed(i) => int(out, 0x80, 7, *i),
             Rep::Literal {
                 kind,
                 index,
@@ -710,13 +839,13 @@ mod tests {
                     1 => (0x00, 4),
                     _ => (0x10, 4),
                 };
-                integer(out, first, prefix, *index);
+                int(out, first, prefix, *index);
                 if *index == 0 {
                     str_literal(out, name, huffman.0);
                 }
                 str_literal(out, value, huffman.1);
             }
-            Rep::SizeUpdate(n) => integer(out, 0x20, 5, *n),
+            Rep::SizeUpdate(n) => int(out, 0x20, 5, *n),
             Rep::Raw(b) => out.extend_from_slice(b),
         }
     }

@@ -16,7 +16,7 @@ pub mod response;
 pub use conn::{Config, Conn, Event};
 pub use fields::{write_http1, BodyForm, FieldList, Malformed};
 pub use frame::Code;
-pub use response::{Response, Written};
+pub use response::{encode_response_head, Response, Written};
 
 #[cfg(test)]
 mod proptests;

@@ -3,9 +3,14 @@
 //! belong to an HTTP/1 connection, a `Content-Length` or close-delimited body becomes DATA as it
 //! is, a chunked one is de-chunked into DATA with its trailers as a last HEADERS, all within the
 //! stream's flow-control window: bytes the window does not take now are left for the next call.
+//! A server's response head comes already as a header block ([`encode_response_head`], written
+//! by the stream's session where the HTTP/1 path would write its rewritten head), so it is
+//! neither written as HTTP/1.1 text nor read again; Quill's own answers come as HTTP/1.1 text.
 
 use super::conn::Conn;
-use crate::http1::{self, Body, Framing};
+use super::hpack;
+use crate::http1::rewrite::{response_fields, ResponseField, ResponseRewrite};
+use crate::http1::{self, Body, FieldIndex, Framing, ResponseHead};
 
 /// Fields of an HTTP/1 connection that an HTTP/2 trailer section must not carry (RFC 9113
 /// §8.2.2); a head's are told by the kinds noted with its fields (`FieldIndex::end_to_end`).
@@ -21,15 +26,51 @@ fn hop_by_hop(name: &[u8]) -> bool {
     .any(|h| name.eq_ignore_ascii_case(h))
 }
 
-/// A response head as the HTTP path wrote it (the rewrite of a server's head): its status, its
-/// body's framing and its fields, noted by the writer (`http1::rewrite::write_response_noted`),
-/// so the head need not be parsed again to become HEADERS.
-#[derive(Clone, Debug)]
+/// A response head the HTTP path wrote as a header block ([`encode_response_head`]): its status,
+/// its body's framing, and the block's length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Written {
     pub status: u16,
     pub framing: Framing,
-    /// The head's fields; its `head_len` is the head's length.
-    pub fields: http1::FieldIndex,
+    pub block: usize,
+}
+
+/// Writes into `out` the header block of the response head `head` (in `buf`, its fields in
+/// `index`) as Quill's HTTP path rewrites it with `rw`: `:status`, then the fields the HTTP/1.1
+/// rewrite writes but those of an HTTP/1 connection (`http1::rewrite::response_fields`), names
+/// lowercased. Its length, or `None` if it does not fit.
+pub fn encode_response_head(
+    buf: &[u8],
+    head: &ResponseHead,
+    index: &FieldIndex,
+    rw: &ResponseRewrite,
+    out: &mut [u8],
+) -> Option<usize> {
+    let mut block = hpack::Block::new(out);
+    hpack::encode_status(&mut block, head.status);
+    response_fields(buf, head, index, rw, |f| match f {
+        ResponseField::Kept(name, value) | ResponseField::Added(name, value) => {
+            hpack::encode_field(&mut block, name, value);
+        }
+        ResponseField::Length(n) => {
+            let mut digits = [0u8; 20];
+            let mut at = digits.len();
+            let mut n = n;
+            loop {
+                at -= 1;
+                digits[at] = b'0' + (n % 10) as u8;
+                n /= 10;
+                if n == 0 {
+                    break;
+                }
+            }
+            hpack::encode_field(&mut block, b"content-length", &digits[at..]);
+        }
+        ResponseField::Via(received, name) => {
+            hpack::encode_field_parts(&mut block, b"via", &[received, name]);
+        }
+    });
+    block.written()
 }
 
 /// A response that cannot be turned into HTTP/2 (a broken head, a 101, a cut body): the stream
@@ -70,8 +111,8 @@ impl Response {
     }
 
     /// Takes what it can of `input` (the HTTP/1.1 bytes written for the response; `eof`: no more
-    /// come) and sends it on `stream`: the bytes used. `written`: the head that starts `input`,
-    /// as its writer noted it.
+    /// come) and sends it on `stream`: the bytes used. `written`: `input` starts with a head
+    /// written as a header block, not as HTTP/1.1 text.
     pub fn pump(
         &mut self,
         conn: &mut Conn,
@@ -94,21 +135,16 @@ impl Response {
                         return if eof { Err(Broken) } else { Ok(at) };
                     }
                     if let Some(w) = written.filter(|_| at == 0) {
-                        let len = w.fields.head_len();
-                        if len > rest.len() {
+                        let Some(block) = rest.get(..w.block) else {
                             return if eof { Err(Broken) } else { Ok(at) };
-                        }
-                        #[cfg(debug_assertions)]
-                        check_written(w, rest, &limits, self.to_head);
+                        };
                         if w.status == 101 {
                             return Err(Broken);
                         }
-                        let fields = w
-                            .fields
-                            .end_to_end(rest)
-                            .map(|f| (f.name.of(rest), f.value.of(rest)));
-                        at += len;
-                        self.head(conn, stream, w.status, w.framing, fields);
+                        at += w.block;
+                        self.head(w.status, w.framing, |end| {
+                            conn.send_block(stream, block, end);
+                        });
                         continue;
                     }
                     // The fields are found once, by the parse, not scanned again to be sent.
@@ -139,7 +175,9 @@ impl Response {
                         .end_to_end(rest)
                         .map(|f| (f.name.of(rest), f.value.of(rest)));
                     at += head.len;
-                    self.head(conn, stream, head.status, head.framing, fields);
+                    self.head(head.status, head.framing, |end| {
+                        conn.send_head(stream, head.status, fields, end);
+                    });
                 }
                 State::Body(body, framing) => {
                     let framing = *framing;
@@ -210,49 +248,21 @@ impl Response {
 }
 
 impl Response {
-    /// Sends a head (an interim one leaves the state at `Head`).
-    fn head<'f>(
-        &mut self,
-        conn: &mut Conn,
-        stream: u32,
-        status: u16,
-        framing: Framing,
-        fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
-    ) {
+    /// Sends a head with `send`, which ends the stream when told so (an interim head leaves the
+    /// state at `Head`).
+    fn head(&mut self, status: u16, framing: Framing, send: impl FnOnce(bool)) {
         if status < 200 {
-            conn.send_head(stream, status, fields, false);
+            send(false);
             return;
         }
         let empty = matches!(framing, Framing::None | Framing::Length(0));
-        conn.send_head(stream, status, fields, empty);
+        send(empty);
         self.state = if empty {
             State::Done
         } else {
             State::Body(Body::new(framing), framing)
         };
     }
-}
-
-/// Debug builds (the tests): a head its writer noted is the head the strict parse finds.
-#[cfg(debug_assertions)]
-fn check_written(w: &Written, rest: &[u8], limits: &http1::Limits, to_head: bool) {
-    let mut strict = http1::FieldIndex::empty();
-    let head = http1::parse_response_indexed(rest, limits, to_head, &mut strict);
-    assert!(
-        matches!(head, Ok(Some(_))),
-        "{head:?}: {:?}",
-        String::from_utf8_lossy(rest)
-    );
-    let Ok(Some(head)) = head else {
-        return;
-    };
-    assert_eq!(
-        (head.len, head.status, head.framing),
-        (w.fields.head_len(), w.status, w.framing),
-        "{:?}",
-        String::from_utf8_lossy(rest)
-    );
-    assert!(w.fields.iter(rest).eq(strict.iter(rest)));
 }
 
 /// The trailer lines of a chunked body's last framing bytes (after the `0` size line, before

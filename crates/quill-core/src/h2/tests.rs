@@ -309,41 +309,55 @@ fn response_becomes_headers_and_data_without_connection_fields() {
 }
 
 #[test]
-fn a_head_its_writer_noted_becomes_the_frames_a_parsed_one_does() {
-    use crate::http1::rewrite::{write_response_noted, ResponseRewrite};
+fn a_head_written_as_a_header_block_becomes_the_frames_its_http1_text_does() {
+    use crate::http1::rewrite::{write_response_indexed, EditOp, HeaderEdit, ResponseRewrite};
     use crate::http1::{self, FieldIndex, Version};
-    let server = b"HTTP/1.1 200 OK\r\nServer: s\r\nContent-Length: 5\r\nConnection: keep-alive\r\nX-A:  b \r\n\r\nhello";
+    let server = b"HTTP/1.1 200 OK\r\nServer: s\r\nContent-Length: 5\r\nConnection: keep-alive, X-Hop\r\nX-Hop: h\r\nX-A:  b \r\nDate: d\r\n\r\nhello";
     let mut index = FieldIndex::empty();
     let head = http1::parse_response_indexed(server, &Default::default(), false, &mut index)
         .unwrap()
         .unwrap();
+    let edit = |op, name: &str, value: &str| HeaderEdit {
+        op,
+        name: name.into(),
+        value: value.into(),
+    };
+    let edits = [
+        edit(EditOp::Remove, "date", ""),
+        edit(EditOp::Add, "X-Added", "yes"),
+    ];
     let rw = ResponseRewrite {
         client_version: Version::Http11,
         close: false,
         keep_alive_10: false,
         via: Some("quill"),
-        edits: [&[], &[], &[]],
+        edits: [&edits, &[], &[]],
         upgrade: false,
     };
+    // As HTTP/1.1 text (what Quill's own answers are), parsed again by the connection's side.
     let mut out = [0u8; 512];
-    let mut noted = FieldIndex::empty();
-    let n = write_response_noted(server, &head, &index, &rw, &mut out, &mut noted).unwrap();
-    let mut h1 = out[..n].to_vec();
-    h1.extend_from_slice(b"hello");
+    let n = write_response_indexed(server, &head, &index, &rw, &mut out).unwrap();
+    let mut text = out[..n].to_vec();
+    text.extend_from_slice(b"hello");
+    // As a header block, sent as it is.
+    let n = encode_response_head(server, &head, &index, &rw, &mut out).unwrap();
+    let mut block = out[..n].to_vec();
+    block.extend_from_slice(b"hello");
     let written = Written {
         status: head.status,
         framing: head.framing,
-        fields: noted,
+        block: n,
     };
     let mut sent = Vec::new();
-    for w in [Some(&written), None] {
+    for (bytes, w) in [(&block, Some(&written)), (&text, None)] {
         let mut c = open();
         feed_all(&mut c, &get(1, "/"), 0);
         frames(&mut c);
         let mut r = Response::new(false);
         // The head not all there yet: nothing is taken.
-        assert_eq!(r.pump(&mut c, 1, &h1[..n - 1], false, w), Ok(0));
-        assert_eq!(r.pump(&mut c, 1, &h1, false, w), Ok(h1.len()));
+        let head_len = bytes.len() - 5;
+        assert_eq!(r.pump(&mut c, 1, &bytes[..head_len - 1], false, w), Ok(0));
+        assert_eq!(r.pump(&mut c, 1, bytes, false, w), Ok(bytes.len()));
         assert!(r.is_done());
         let f = frames(&mut c);
         sent.push((decoded(&f[0].3), f[1].3.clone()));
@@ -357,7 +371,13 @@ fn a_head_its_writer_noted_becomes_the_frames_a_parsed_one_does() {
             ("x-a".into(), "b".into()),
             ("content-length".into(), "5".into()),
             ("via".into(), "1.1 quill".into()),
+            ("x-added".into(), "yes".into()),
         ]
+    );
+    // A block that does not fit is refused, not cut.
+    assert_eq!(
+        encode_response_head(server, &head, &index, &rw, &mut out[..20]),
+        None
     );
 }
 

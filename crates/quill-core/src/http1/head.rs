@@ -405,6 +405,17 @@ impl FieldIndex {
         }
     }
 
+    /// Makes this index the same as `other`, copying only the slots `other` fills (most of an
+    /// index is empty slots: a request's head holds 5 to 15 fields of the 32).
+    pub fn copy_from(&mut self, other: &FieldIndex) {
+        let n = other.len.min(INDEXED);
+        self.at[..n].copy_from_slice(&other.at[..n]);
+        self.kinds[..n].copy_from_slice(&other.kinds[..n]);
+        self.len = other.len;
+        self.complete = other.complete;
+        self.head_len = other.head_len;
+    }
+
     /// Whether the index was made for a head of `head_len` bytes and `fields` fields: a cheap
     /// guard against an index of another head (callers pass the index the parse just filled).
     pub fn is_for(&self, head_len: usize, fields: usize) -> bool {
@@ -422,11 +433,6 @@ impl FieldIndex {
     /// The length of the head the index was made for.
     pub fn head_len(&self) -> usize {
         self.head_len
-    }
-
-    /// The head ends at `len` (a writer noting what it wrote).
-    pub(super) fn set_head_len(&mut self, len: usize) {
-        self.head_len = len;
     }
 
     /// A parse begins: no fields, no head.
@@ -1296,7 +1302,7 @@ fn own_field_line(c: &mut Cursor<'_>) -> Result<(Span, Span, bool), Stop> {
 
 /// The value of the field `line` (without its CRLF, at `at` in the head) whose colon is at
 /// `colon`: without the spaces and tabs around it.
-pub(super) fn value_after(at: usize, line: &[u8], colon: usize) -> Span {
+fn value_after(at: usize, line: &[u8], colon: usize) -> Span {
     let value = &line[colon + 1..];
     let lead = value.iter().take_while(|&&b| is_space(b)).count();
     let trail = trailing_spaces(&value[lead..]);

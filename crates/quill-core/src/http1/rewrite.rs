@@ -31,9 +31,7 @@ use super::body::Framing;
 #[cfg(test)]
 use super::grammar::is_framing_lookalike;
 use super::grammar::{is_fixed_hop, is_host_byte, is_target_byte, is_tchar, same_name};
-use super::head::{
-    value_after, Connection, Field, FieldIndex, Kind, Name, RequestHead, ResponseHead, Target,
-};
+use super::head::{Connection, Field, FieldIndex, Kind, Name, RequestHead, ResponseHead, Target};
 use super::{path, Span, Version};
 
 /// How `X-Forwarded-For` is written on requests.
@@ -214,21 +212,7 @@ pub fn write_response_indexed(
     rw: &ResponseRewrite,
     out: &mut [u8],
 ) -> Result<usize, Overflow> {
-    write_response_with(buf, head, index, rw, out, None)
-}
-
-/// [`write_response_indexed`], noting the written head's fields in `noted` on the way, as
-/// [`parse_response_indexed`](super::parse_response_indexed) would find them (for the HTTP/2
-/// side, which then need not parse the head it turns into HEADERS).
-pub fn write_response_noted(
-    buf: &[u8],
-    head: &ResponseHead,
-    index: &FieldIndex,
-    rw: &ResponseRewrite,
-    out: &mut [u8],
-    noted: &mut FieldIndex,
-) -> Result<usize, Overflow> {
-    write_response_with(buf, head, index, rw, out, Some(noted))
+    write_response_with(buf, head, index, rw, out)
 }
 
 #[inline(always)]
@@ -238,72 +222,120 @@ fn write_response_with(
     index: &FieldIndex,
     rw: &ResponseRewrite,
     out: &mut [u8],
-    mut noted: Option<&mut FieldIndex>,
 ) -> Result<usize, Overflow> {
-    if let Some(n) = noted.as_deref_mut() {
-        n.begin();
-    }
     let mut found = None;
     let index = checked(index, buf, (head.len, head.fields), &mut found);
     let mut out = Out::new(out);
-    let edits = Edits::new(rw.edits);
-    let hop = HopByHop::new(buf, index, rw.upgrade, head.connection);
+    let mut keep = ResponseKeep::new(buf, index, head, rw);
     out.put(b"HTTP/1.1 ")?;
     out.number(u64::from(head.status))?;
     out.put(b" ")?;
     out.put(head.reason.of(buf))?;
     out.put(b"\r\n")?;
-    let keep_length = head.framing == Framing::None && head.status >= 200 && head.status != 204;
-    let mut length_kept = false;
     let mut run = Run::default();
     for (f, kind) in index.iter_kinds(buf) {
-        let name = f.name.of(buf);
-        let kept = if kind.name == Name::ContentLength {
-            keep_length && !std::mem::replace(&mut length_kept, true)
-        } else {
-            !hop.removes(name, kind) && !edits.removes(name, 0)
-        };
-        if kept {
+        if keep.keeps(f.name.of(buf), kind) {
             run.add(&mut out, buf, f.line)?;
-            if let Some(n) = noted.as_deref_mut() {
-                // The line as it came, moved to where the run puts it.
-                let at = out.len + run.len();
-                let moved = |i: usize| i + at - f.line.end;
-                let value = Span {
-                    start: moved(f.value.start),
-                    end: moved(f.value.end),
-                };
-                n.push(moved(f.line.start), moved(f.name.end), value, at, kind);
-            }
         }
     }
     run.flush(&mut out, buf)?;
-    let added = out.len;
     let mut connection = Tokens::default();
     connection.add(rw.close, b"close");
     connection.add(rw.keep_alive_10 && !rw.close, b"keep-alive");
     connection.add(rw.upgrade, b"upgrade");
     write_framing(&mut out, head.framing, connection)?;
-    if let Some(name) = rw.via.filter(|v| is_value(v.as_bytes())) {
-        if !edits.removes(b"via", 0) {
-            out.field(b"Via", &[received(head.version), name.as_bytes()])?;
-        }
+    if let Some(name) = keep.via(rw) {
+        out.field(b"Via", &[received(head.version), name.as_bytes()])?;
     }
-    edits.write_added(&mut out)?;
-    if let Some(n) = noted {
-        // The proxy's own lines: `name: value CRLF`, a token name and a checked value.
-        let mut at = added;
-        for line in out.since(added).split_inclusive(|&b| b == b'\n') {
-            let colon = line.iter().position(|&b| b == b':').unwrap_or(0);
-            let value = value_after(at, &line[..line.len() - 2], colon);
-            let kind = Kind::of(&line[..colon], false);
-            n.push(at, at + colon, value, at + line.len(), kind);
-            at += line.len();
-        }
-        n.set_head_len(out.len + 2);
-    }
+    keep.edits.write_added(&mut out)?;
     out.put(b"\r\n")?;
     Ok(out.len)
+}
+
+/// A field of a rewritten response head, as [`response_fields`] gives them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResponseField<'a> {
+    /// A server's field the rewrite keeps: its name as the server spelled it, and its value.
+    Kept(&'a [u8], &'a [u8]),
+    /// `Content-Length` of a body of this length.
+    Length(u64),
+    /// `Via`: the received-protocol (`1.1 `), then the proxy's name.
+    Via(&'static [u8], &'a [u8]),
+    /// A field an edit adds.
+    Added(&'a [u8], &'a [u8]),
+}
+
+/// The fields of the head [`write_response_indexed`] writes, in its order, for a writer of
+/// another form than HTTP/1.1 (HTTP/2's HEADERS: `h2::encode_response_head`), without the
+/// fields of an HTTP/1 connection (`Connection`, `Transfer-Encoding`, and an `Upgrade` kept for
+/// a 101). The two forms share the decisions, so they carry the same fields.
+pub fn response_fields<'a>(
+    buf: &'a [u8],
+    head: &ResponseHead,
+    index: &FieldIndex,
+    rw: &ResponseRewrite<'a>,
+    mut each: impl FnMut(ResponseField<'_>),
+) {
+    let mut found = None;
+    let index = checked(index, buf, (head.len, head.fields), &mut found);
+    let mut keep = ResponseKeep::new(buf, index, head, rw);
+    for (f, kind) in index.iter_kinds(buf) {
+        let name = f.name.of(buf);
+        if keep.keeps(name, kind) && kind.name != Name::Upgrade {
+            each(ResponseField::Kept(name, f.value.of(buf)));
+        }
+    }
+    if let Framing::Length(n) = head.framing {
+        each(ResponseField::Length(n));
+    }
+    if let Some(name) = keep.via(rw) {
+        each(ResponseField::Via(received(head.version), name.as_bytes()));
+    }
+    for e in keep.edits.added() {
+        each(ResponseField::Added(e.name.as_bytes(), e.value.as_bytes()));
+    }
+}
+
+/// Which of a response head's fields its rewrite keeps, and whether it adds `Via`: the one
+/// place both [`write_response_indexed`] and [`response_fields`] decide it.
+struct ResponseKeep<'a> {
+    hop: HopByHop<'a>,
+    edits: Edits<'a>,
+    /// The head's `Content-Length` goes on (a response without a body: HEAD's, 304's).
+    keep_length: bool,
+    length_kept: bool,
+}
+
+impl<'a> ResponseKeep<'a> {
+    fn new(
+        buf: &'a [u8],
+        index: &'a FieldIndex,
+        head: &ResponseHead,
+        rw: &ResponseRewrite<'a>,
+    ) -> ResponseKeep<'a> {
+        ResponseKeep {
+            hop: HopByHop::new(buf, index, rw.upgrade, head.connection),
+            edits: Edits::new(rw.edits),
+            keep_length: head.framing == Framing::None && head.status >= 200 && head.status != 204,
+            length_kept: false,
+        }
+    }
+
+    /// Whether the server's field `name` of `kind` goes on (called for each in order).
+    #[inline]
+    fn keeps(&mut self, name: &[u8], kind: Kind) -> bool {
+        if kind.name == Name::ContentLength {
+            self.keep_length && !std::mem::replace(&mut self.length_kept, true)
+        } else {
+            !self.hop.removes(name, kind) && !self.edits.removes(name, 0)
+        }
+    }
+
+    /// The proxy's name for `Via`, when it adds one.
+    fn via(&self, rw: &ResponseRewrite<'a>) -> Option<&'a str> {
+        rw.via
+            .filter(|v| is_value(v.as_bytes()) && !self.edits.removes(b"via", 0))
+    }
 }
 
 /// `index` if it was made for the head of `len` bytes and `fields` fields in `buf`, else one
@@ -850,15 +882,21 @@ impl<'a> Edits<'a> {
 
     /// The fields the usable edits add that no later edit removes.
     fn write_added(&self, out: &mut Out) -> Result<(), Overflow> {
-        for (i, e) in self.iter().enumerate() {
-            if matches!(e.op, EditOp::Add | EditOp::Set)
-                && usable(e)
-                && !self.removes(e.name.as_bytes(), i + 1)
-            {
-                out.field(e.name.as_bytes(), &[e.value.as_bytes()])?;
-            }
+        for e in self.added() {
+            out.field(e.name.as_bytes(), &[e.value.as_bytes()])?;
         }
         Ok(())
+    }
+
+    /// The edits whose fields are added: usable ones that add or set, and that no later edit
+    /// removes.
+    fn added(&self) -> impl Iterator<Item = &'a HeaderEdit> + '_ {
+        self.iter().enumerate().filter_map(|(i, e)| {
+            (matches!(e.op, EditOp::Add | EditOp::Set)
+                && usable(e)
+                && !self.removes(e.name.as_bytes(), i + 1))
+            .then_some(e)
+        })
     }
 }
 
@@ -891,11 +929,6 @@ impl Run {
             }
         }
         Ok(())
-    }
-
-    /// The bytes in the run, not yet copied.
-    fn len(&self) -> usize {
-        self.lines.map_or(0, |r| r.end - r.start)
     }
 
     fn flush(&mut self, out: &mut Out, buf: &[u8]) -> Result<(), Overflow> {
