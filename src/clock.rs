@@ -22,6 +22,16 @@ impl Clock {
     pub(crate) fn now_ms(&self) -> u64 {
         self.origin.elapsed().as_millis() as u64 + 1
     }
+
+    /// Microseconds since the origin (a worker reads it once a turn: see [`ms_of`]).
+    pub(crate) fn now_us(&self) -> u64 {
+        self.origin.elapsed().as_micros() as u64
+    }
+}
+
+/// [`Clock::now_ms`] of the moment [`Clock::now_us`] read `us`.
+pub(crate) fn ms_of(us: u64) -> u64 {
+    us / 1000 + 1
 }
 
 /// Seconds since the Unix epoch, for log lines.

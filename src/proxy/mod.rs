@@ -81,6 +81,8 @@ pub(crate) struct Ctx<'a> {
     pub server_token: Token,
     /// Clock ms of this turn.
     pub now: u64,
+    /// Clock µs of this turn (the same read as `now`): what durations are measured with.
+    pub now_us: u64,
     pub rng: &'a mut quill_core::rand::Rng,
     pub counters: &'a Counters,
     pub pools: &'a mut Pools,

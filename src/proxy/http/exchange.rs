@@ -13,7 +13,6 @@
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use quill_core::fastcgi;
 use quill_core::h2;
@@ -157,7 +156,8 @@ pub(super) struct Exchange {
     /// Clock ms: the request was all sent; the last progress either way.
     sent_ms: u64,
     active_ms: u64,
-    pub(super) started_at: Instant,
+    /// Clock µs of the turn the exchange began in.
+    pub(super) started_us: u64,
     pub(super) connect_us: Option<u64>,
     pub(super) first_byte_us: Option<u64>,
     /// The request id Quill made for this request (16 hex digits), sent if it had none.
@@ -281,7 +281,7 @@ impl Exchange {
         forward: Forward,
         (head, fields): (http1::RequestHead, &FieldIndex),
         listener: &Arc<Listener>,
-        now: u64,
+        (now, now_us): (u64, u64),
         request_id: [u8; 16],
     ) -> Box<Exchange> {
         let Forward {
@@ -322,7 +322,7 @@ impl Exchange {
                 reuse: Reuse::Close,
                 sent_ms: now,
                 active_ms: now,
-                started_at: Instant::now(),
+                started_us: now_us,
                 connect_us: None,
                 first_byte_us: None,
                 request_id,
@@ -352,7 +352,7 @@ impl Exchange {
             reuse,
             sent_ms,
             active_ms,
-            started_at,
+            started_us,
             connect_us,
             first_byte_us,
             request_id: ex_request_id,
@@ -378,7 +378,7 @@ impl Exchange {
         *reuse = Reuse::Close;
         *sent_ms = now;
         *active_ms = now;
-        *started_at = Instant::now();
+        *started_us = now_us;
         *connect_us = None;
         *first_byte_us = None;
         *ex_request_id = request_id;
@@ -863,7 +863,7 @@ impl Exchange {
                 (true, false) => Reuse::Pool,
                 (true, true) => Reuse::Private,
             };
-            self.first_byte_us = Some(self.started_at.elapsed().as_micros() as u64);
+            self.first_byte_us = Some(cx.now_us.saturating_sub(self.started_us));
         }
         self.down = Some(Leg::new(out, n, rest).noting(written));
         self.answer = if interim {

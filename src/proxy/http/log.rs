@@ -133,10 +133,10 @@ pub(super) fn site_of(pool: &Pool, route: Option<u32>, text: &RequestText) -> Op
 }
 
 /// Writes the request's line: `pool` is the listener's snapshot (the line's route is one of its
-/// routes), `cert` the subject of the client's verified certificate.
+/// routes), `cert` the subject of the client's verified certificate, `now_us` the turn's clock.
 pub(super) fn write(
     log: &mut AccessLog,
-    client: &ClientAddr,
+    (client, now_us): (&ClientAddr, u64),
     text: &RequestText,
     cert: Option<&str>,
     pool: &Pool,
@@ -169,7 +169,7 @@ pub(super) fn write(
         route,
         connect_us: ex.and_then(|ex| ex.connect_us),
         first_byte_us: ex.and_then(|ex| ex.first_byte_us),
-        total_us: ex.map_or(0, |ex| ex.started_at.elapsed().as_micros() as u64),
+        total_us: ex.map_or(0, |ex| now_us.saturating_sub(ex.started_us)),
         end,
         client_cert: cert,
     });

@@ -414,7 +414,7 @@ impl HttpSession {
             }
             Progress::Connected => {
                 if let Some(ex) = &mut self.ex {
-                    let us = ex.started_at.elapsed().as_micros() as u64;
+                    let us = cx.now_us.saturating_sub(ex.started_us);
                     ex.connected(us);
                     if !ex.connector.is_reused() {
                         cx.counters.connected(us);
@@ -594,7 +594,8 @@ impl HttpSession {
         // The request id is made with the exchange, so Quill's own answer to it (503 when no
         // server can be reached) logs and sends a real id, as a forwarded request does.
         let id = route::hex16(cx.rand());
-        let mut ex = Exchange::boxed(forward, (head, &fields), &self.listener, cx.now, id);
+        let now = (cx.now, cx.now_us);
+        let mut ex = Exchange::boxed(forward, (head, &fields), &self.listener, now, id);
         ex.script = script;
         ex.notes_heads = self.client.is_h2();
         self.ex = Some(ex);
@@ -988,7 +989,7 @@ impl HttpSession {
         self.requests += 1;
         self.bytes_in += up_bytes;
         self.bytes_out += down_bytes;
-        let us = ex.started_at.elapsed().as_micros() as u64;
+        let us = cx.now_us.saturating_sub(ex.started_us);
         let route_stats = route_stats(&self.pool, ex.route);
         let status = ex.status();
         cx.counters
@@ -1039,7 +1040,14 @@ impl HttpSession {
             .as_ref()
             .and_then(|r| r.cert_edit.as_ref())
             .map(|e| &*e[0].value);
-        log::write(access, &self.addr, &self.log_text, cert, &self.pool, line);
+        log::write(
+            access,
+            (&self.addr, cx.now_us),
+            &self.log_text,
+            cert,
+            &self.pool,
+            line,
+        );
     }
 
     pub(crate) fn info(&self, now_ms: u64) -> SessionInfo {

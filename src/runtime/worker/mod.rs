@@ -147,6 +147,9 @@ pub(crate) struct Worker {
     conns: ServerConns,
     /// Session deadlines, earliest first.
     timers: Timers,
+    /// Clock µs of this turn (its `now` in milliseconds is read with it): sessions measure
+    /// durations with it instead of reading the clock per request.
+    turn_us: u64,
     /// A handle on each access log file of `log_plan` (None: it could not be opened), in its
     /// order, and the log generation they were opened for.
     logs: Vec<Option<AccessLog>>,
@@ -236,6 +239,7 @@ impl Worker {
             pools: Pools::new(BUFFERS_PER_WORKER, PIPES_PER_WORKER, shared.splice),
             conns,
             timers: Timers::default(),
+            turn_us: 0,
             logs,
             log_plan,
             log_generation,
@@ -316,7 +320,10 @@ impl Worker {
                     return;
                 }
             }
-            let now = self.shared.clock.now_ms();
+            // One clock read a turn: its milliseconds for deadlines, its microseconds for the
+            // durations the access log and the metrics give (sessions read no clock of their own).
+            self.turn_us = self.shared.clock.now_us();
+            let now = crate::clock::ms_of(self.turn_us);
             self.accepting_n = self.shared.accepting.0.load(Ordering::Relaxed);
             // A drain begun while this worker slept is taken up before the turn's events, so
             // a response that arrives in the same turn as the wake-up already says close.
@@ -511,6 +518,7 @@ impl Worker {
             client_token: token(idx, gen, CLIENT),
             server_token: token(idx, gen, BACKEND),
             now,
+            now_us: self.turn_us,
             rng: &mut self.rng,
             counters: &self.shared.counters[self.id],
             pools: &mut self.pools,
