@@ -139,9 +139,10 @@ pub(crate) struct Pipe {
     pub down: Vec<u8>,
     /// Bytes of the response already turned into frames (`down[0]`'s offset in the response).
     pub down_taken: u64,
-    /// A head the stream's session wrote at this offset of the response as a header block (the
-    /// connection's session sends it as it is).
-    pub written: Option<(u64, Written)>,
+    /// The heads the stream's session wrote as header blocks, at these offsets of the response
+    /// (the connection's session sends them as they are): an interim head's and the final one's
+    /// may both wait here.
+    pub written: Vec<(u64, Written)>,
     /// The stream's session shut its writing down (the response is complete, or ends here).
     pub down_eof: bool,
     /// The stream's session ended abnormally (a reset was armed): the stream is reset.
@@ -166,7 +167,7 @@ impl Pipe {
             up_unreleased: 0,
             down: Vec::new(),
             down_taken: 0,
-            written: None,
+            written: Vec::new(),
             down_eof: false,
             down_reset: false,
             closed: false,
@@ -180,11 +181,14 @@ impl Pipe {
     fn reset(&mut self, conn: Token) {
         let mut up = std::mem::take(&mut self.up);
         let mut down = std::mem::take(&mut self.down);
+        let mut written = std::mem::take(&mut self.written);
         up.clear();
         down.clear();
+        written.clear();
         *self = Pipe {
             up,
             down,
+            written,
             ..Pipe::new(conn)
         };
     }
@@ -200,13 +204,8 @@ impl Pipe {
     pub(crate) fn take(&mut self, n: usize) {
         self.down.drain(..n);
         self.down_taken += n as u64;
-        if self
-            .written
-            .as_ref()
-            .is_some_and(|(at, _)| *at < self.down_taken)
-        {
-            self.written = None;
-        }
+        let taken = self.down_taken;
+        self.written.retain(|(at, _)| *at >= taken);
     }
 
     /// Payload bytes whose window may be given back: those no longer in `up`.
@@ -346,7 +345,7 @@ impl H2Stream {
         }
         if let Some(written) = self.noted.0.take() {
             let at = p.down_taken + p.down.len() as u64;
-            p.written = Some((at, written));
+            p.written.push((at, written));
         }
         if p.down.capacity() == 0 {
             // One allocation for most responses (a head and a small body).
@@ -442,7 +441,7 @@ mod tests {
         let p = lock(&again);
         assert!(p.up.capacity() >= 512, "the buffers are kept");
         assert!(p.down.is_empty() && p.up.is_empty());
-        assert!(!p.down_eof && !p.closed && p.written.is_none());
+        assert!(!p.down_eof && !p.closed && p.written.is_empty());
         assert_eq!((p.conn, p.down_taken), (Token(2), 0));
     }
 

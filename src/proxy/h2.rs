@@ -619,17 +619,12 @@ impl H2Session {
             // stream (the client sees the head and the bytes that came, then the reset, as an
             // HTTP/1 client would see them before the connection's reset).
             let pipe = &*p;
-            let written = pipe
-                .written
-                .as_ref()
-                .filter(|(at, _)| *at == pipe.down_taken)
-                .map(|(_, w)| w);
             let result = match link.resp.pump(
                 &mut self.conn,
                 link.id,
                 &pipe.down,
                 eof && !pipe.down_reset,
-                written,
+                (pipe.down_taken, &pipe.written),
             ) {
                 Ok(n) if p.down_reset && !link.resp.is_done() => {
                     p.take(n);

@@ -516,3 +516,112 @@ fn desync_corpus_through_an_http2_front_is_refused_or_normalised() {
         "{tally:?} for {compliant} Compliant cases"
     );
 }
+
+/// A server's 103 and its final response in one write: the stream's session writes both header
+/// blocks into the pipe before the connection takes either, and each reaches the client.
+#[test]
+fn an_interim_response_and_the_final_one_in_one_write_both_reach_the_client() {
+    let backend = Backend::start(|_| {
+        vec![Step::Send(
+            b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Final: yes\r\n\r\nhi".to_vec(),
+        )]
+    });
+    let q = start_h2c(&backend, "", "");
+    let r = client(q.port, &["--request", "GET /"]);
+    assert_eq!(r.interim(1), vec![103], "{:?}", r.lines);
+    assert_eq!(r.status(1), Some(200), "{:?}", r.lines);
+    assert_eq!(
+        r.header(1, "x-final").as_deref(),
+        Some("yes"),
+        "{:?}",
+        r.lines
+    );
+    assert_eq!(r.body_text(1), "hi", "{:?}", r.lines);
+}
+
+/// Two interim responses and a chunked final one in one write, and a 103 apart from its final
+/// response: every head reaches the client, the body whole.
+#[test]
+fn interim_responses_together_or_apart_all_reach_the_client() {
+    let backend = Backend::start(|r| {
+        if r.target == "/apart" {
+            vec![
+                Step::Send(b"HTTP/1.1 103 Early Hints\r\nLink: <a>\r\n\r\n".to_vec()),
+                Step::Sleep(Duration::from_millis(300)),
+                Step::Send(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi".to_vec()),
+            ]
+        } else {
+            vec![Step::Send(
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: <a>\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n".to_vec(),
+            )]
+        }
+    });
+    let q = start_h2c(&backend, "", "");
+    let r = client(
+        q.port,
+        &["--request", "GET /together", "--request", "GET /apart"],
+    );
+    for stream in [1, 3] {
+        assert_eq!(r.status(stream), Some(200), "{:?}", r.lines);
+        assert_eq!(r.body_text(stream), "hi", "{:?}", r.lines);
+    }
+    assert_eq!(r.interim(3), vec![103], "{:?}", r.lines);
+}
+
+/// A field an edit adds goes to an HTTP/2 client without the spaces around its configured value
+/// (RFC 9113 §8.2.1 forbids them), as an HTTP/1.1 client reads it.
+#[test]
+fn an_added_field_goes_without_the_spaces_around_its_configured_value() {
+    let backend = Backend::start(|_| vec![Step::Send(response(200, "", b"ok"))]);
+    let q = start_h2c(
+        &backend,
+        "response_headers = { set = { \"X-Sp\" = \" padded \" } }",
+        "",
+    );
+    let r = client(q.port, &["--request", "GET /"]);
+    assert_eq!(r.status(1), Some(200), "{:?}", r.lines);
+    assert!(
+        r.lines.iter().any(|l| l == "stream 1 header x-sp: padded"),
+        "{:?}",
+        r.lines
+    );
+}
+
+/// HEAD, 304 and 204 responses keep the fields an HTTP/1.1 client would get: the server's
+/// Content-Length of HEAD and 304 (once), none for 204, and no hop-by-hop field.
+#[test]
+fn head_304_and_204_responses_carry_the_fields_an_http1_client_gets() {
+    let backend = Backend::start(|r| {
+        if r.target == "/304" {
+            vec![Step::Send(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 7\r\nETag: \"x\"\r\nCONNECTION: X-Hop\r\nX-Hop: 1\r\nX-UP: Up\r\n\r\n".to_vec())]
+        } else if r.target == "/204" {
+            vec![Step::Send(
+                b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nX-B: b\r\n\r\n".to_vec(),
+            )]
+        } else {
+            vec![Step::Send(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\nKeep-Alive: timeout=5\r\nX-Obs: caf\xe9\r\n\r\n".to_vec())]
+        }
+    });
+    let q = start_h2c(&backend, "", "");
+    let r = client(
+        q.port,
+        &[
+            "--request",
+            "HEAD /h",
+            "--request",
+            "GET /304",
+            "--request",
+            "GET /204",
+        ],
+    );
+    assert_eq!(r.status(1), Some(200), "{:?}", r.lines);
+    assert_eq!(r.header(1, "content-length").as_deref(), Some("5"));
+    assert!(r.header(1, "keep-alive").is_none());
+    assert_eq!(r.status(3), Some(304), "{:?}", r.lines);
+    assert_eq!(r.header(3, "content-length").as_deref(), Some("7"));
+    assert!(r.header(3, "x-hop").is_none() && r.header(3, "connection").is_none());
+    assert_eq!(r.header(3, "x-up").as_deref(), Some("Up"));
+    assert_eq!(r.status(5), Some(204), "{:?}", r.lines);
+    assert!(r.header(5, "content-length").is_none());
+    assert_eq!(r.header(5, "x-b").as_deref(), Some("b"));
+}

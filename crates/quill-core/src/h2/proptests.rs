@@ -157,7 +157,7 @@ proptest! {
         let mut fed = 0;
         for _ in 0..10_000 {
             fed = (fed + step).min(h1.len());
-            let n = r.pump(&mut c, 1, &h1[at..fed], false, None).unwrap();
+            let n = r.pump(&mut c, 1, &h1[at..fed], false, (0, &[])).unwrap();
             at += n;
             if r.is_done() { break; }
             let mut wu = Vec::new();

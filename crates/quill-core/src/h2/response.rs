@@ -111,15 +111,17 @@ impl Response {
     }
 
     /// Takes what it can of `input` (the HTTP/1.1 bytes written for the response; `eof`: no more
-    /// come) and sends it on `stream`: the bytes used. `written`: `input` starts with a head
-    /// written as a header block, not as HTTP/1.1 text.
+    /// come) and sends it on `stream`: the bytes used. `(base, written)`: `input` starts at
+    /// offset `base` of the response, and the heads written as header blocks, not as HTTP/1.1
+    /// text, start at the offsets noted with them (an interim head's and the final one's may
+    /// both be in `input`).
     pub fn pump(
         &mut self,
         conn: &mut Conn,
         stream: u32,
         input: &[u8],
         eof: bool,
-        written: Option<&Written>,
+        (base, written): (u64, &[(u64, Written)]),
     ) -> Result<usize, Broken> {
         let mut at = 0;
         for _ in 0..64 {
@@ -134,7 +136,8 @@ impl Response {
                     if rest.is_empty() {
                         return if eof { Err(Broken) } else { Ok(at) };
                     }
-                    if let Some(w) = written.filter(|_| at == 0) {
+                    let offset = base + at as u64;
+                    if let Some((_, w)) = written.iter().find(|(o, _)| *o == offset) {
                         let Some(block) = rest.get(..w.block) else {
                             return if eof { Err(Broken) } else { Ok(at) };
                         };

@@ -289,7 +289,7 @@ fn response_becomes_headers_and_data_without_connection_fields() {
     frames(&mut c);
     let mut r = Response::new(false);
     let h1 = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nX-A: b\r\n\r\nhello";
-    assert_eq!(r.pump(&mut c, 1, h1, false, None), Ok(h1.len()));
+    assert_eq!(r.pump(&mut c, 1, h1, false, (0, &[])), Ok(h1.len()));
     assert!(r.is_done());
     let f = frames(&mut c);
     assert_eq!(f[0].0, kind::HEADERS);
@@ -349,15 +349,19 @@ fn a_head_written_as_a_header_block_becomes_the_frames_its_http1_text_does() {
         block: n,
     };
     let mut sent = Vec::new();
-    for (bytes, w) in [(&block, Some(&written)), (&text, None)] {
+    let noted = [(0, written)];
+    for (bytes, w) in [(&block, &noted[..]), (&text, &[][..])] {
         let mut c = open();
         feed_all(&mut c, &get(1, "/"), 0);
         frames(&mut c);
         let mut r = Response::new(false);
         // The head not all there yet: nothing is taken.
         let head_len = bytes.len() - 5;
-        assert_eq!(r.pump(&mut c, 1, &bytes[..head_len - 1], false, w), Ok(0));
-        assert_eq!(r.pump(&mut c, 1, bytes, false, w), Ok(bytes.len()));
+        assert_eq!(
+            r.pump(&mut c, 1, &bytes[..head_len - 1], false, (0, w)),
+            Ok(0)
+        );
+        assert_eq!(r.pump(&mut c, 1, bytes, false, (0, w)), Ok(bytes.len()));
         assert!(r.is_done());
         let f = frames(&mut c);
         sent.push((decoded(&f[0].3), f[1].3.clone()));
@@ -381,6 +385,77 @@ fn a_head_written_as_a_header_block_becomes_the_frames_its_http1_text_does() {
     );
 }
 
+/// An interim head and the final one, both written as header blocks before the connection
+/// took either (a 103 and a 200 in one read from the server): each goes as its own HEADERS, found
+/// by its offset in the response, also when the bytes before them were taken by an earlier call.
+#[test]
+fn interim_and_final_header_blocks_in_one_input_each_become_headers() {
+    use crate::http1::rewrite::ResponseRewrite;
+    use crate::http1::{self, FieldIndex, Version};
+    let rw = ResponseRewrite {
+        client_version: Version::Http11,
+        close: false,
+        keep_alive_10: false,
+        via: None,
+        edits: [&[], &[], &[]],
+        upgrade: false,
+    };
+    let mut bytes = b"ignored: taken before".to_vec();
+    let base = bytes.len();
+    let mut notes = Vec::new();
+    for server in [
+        &b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Final: yes\r\n\r\n",
+    ] {
+        let mut index = FieldIndex::empty();
+        let head = http1::parse_response_indexed(server, &Default::default(), false, &mut index)
+            .unwrap()
+            .unwrap();
+        let mut out = [0u8; 256];
+        let n = encode_response_head(server, &head, &index, &rw, &mut out).unwrap();
+        let written = Written {
+            status: head.status,
+            framing: head.framing,
+            block: n,
+        };
+        notes.push((bytes.len() as u64, written));
+        bytes.extend_from_slice(&out[..n]);
+    }
+    bytes.extend_from_slice(b"hi");
+    let mut c = open();
+    feed_all(&mut c, &get(1, "/"), 0);
+    frames(&mut c);
+    let mut r = Response::new(false);
+    let input = &bytes[base..];
+    assert_eq!(
+        r.pump(&mut c, 1, input, false, (base as u64, &notes)),
+        Ok(input.len())
+    );
+    assert!(r.is_done());
+    let f = frames(&mut c);
+    assert_eq!(f.len(), 3, "{f:?}");
+    assert_eq!(
+        decoded(&f[0].3),
+        [
+            (":status".to_string(), "103".to_string()),
+            ("link".into(), "</s.css>".into())
+        ]
+    );
+    assert_eq!(f[0].1 & flag::END_STREAM, 0);
+    assert_eq!(
+        decoded(&f[1].3),
+        [
+            (":status".to_string(), "200".to_string()),
+            ("x-final".into(), "yes".into()),
+            ("content-length".into(), "2".into())
+        ]
+    );
+    assert_eq!(
+        (f[2].0, f[2].1, &f[2].3[..]),
+        (kind::DATA, flag::END_STREAM, &b"hi"[..])
+    );
+}
+
 #[test]
 fn chunked_response_is_dechunked_and_its_trailers_end_the_stream() {
     let mut c = open();
@@ -393,7 +468,7 @@ fn chunked_response_is_dechunked_and_its_trailers_end_the_stream() {
     let mut pending: Vec<u8> = Vec::new();
     for piece in h1.chunks(7) {
         pending.extend_from_slice(piece);
-        let n = r.pump(&mut c, 1, &pending, false, None).unwrap();
+        let n = r.pump(&mut c, 1, &pending, false, (0, &[])).unwrap();
         pending.drain(..n);
         taken += n;
     }
@@ -423,12 +498,12 @@ fn head_and_304_responses_end_with_their_headers() {
     feed_all(&mut c, &get(1, "/"), 0);
     let mut r = Response::new(true);
     let h1 = b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n";
-    assert_eq!(r.pump(&mut c, 1, h1, false, None), Ok(h1.len()));
+    assert_eq!(r.pump(&mut c, 1, h1, false, (0, &[])), Ok(h1.len()));
     assert!(r.is_done());
     feed_all(&mut c, &get(3, "/"), 0);
     let mut r = Response::new(false);
     let h1 = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n";
-    assert_eq!(r.pump(&mut c, 3, h1, false, None), Ok(h1.len()));
+    assert_eq!(r.pump(&mut c, 3, h1, false, (0, &[])), Ok(h1.len()));
     assert!(r.is_done());
     assert_eq!(c.open_streams(), 0);
 }
@@ -444,12 +519,18 @@ fn data_waits_for_the_window_and_goes_on_after_window_update() {
     let mut r = Response::new(false);
     let h1 = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789";
     let head_len = h1.len() - 10;
-    assert_eq!(r.pump(&mut c, 1, h1, false, None), Ok(head_len + 3));
-    assert_eq!(r.pump(&mut c, 1, &h1[head_len + 3..], false, None), Ok(0));
+    assert_eq!(r.pump(&mut c, 1, h1, false, (0, &[])), Ok(head_len + 3));
+    assert_eq!(
+        r.pump(&mut c, 1, &h1[head_len + 3..], false, (0, &[])),
+        Ok(0)
+    );
     let mut wu = Vec::new();
     frame::write_window_update(&mut wu, 1, 100);
     assert_eq!(feed_all(&mut c, &wu, 0).0, [Ev::WindowOpened]);
-    assert_eq!(r.pump(&mut c, 1, &h1[head_len + 3..], false, None), Ok(7));
+    assert_eq!(
+        r.pump(&mut c, 1, &h1[head_len + 3..], false, (0, &[])),
+        Ok(7)
+    );
     assert!(r.is_done());
     let f = frames(&mut c);
     let body: Vec<u8> = f
@@ -575,8 +656,14 @@ fn frames_on_a_stream_quill_reset_are_dropped_but_on_a_closed_one_are_an_error()
     // Stream 3 ends both ways, then the client sends on it.
     feed_all(&mut c, &get(3, "/"), 0);
     let mut r = Response::new(false);
-    r.pump(&mut c, 3, b"HTTP/1.1 204 No Content\r\n\r\n", false, None)
-        .unwrap();
+    r.pump(
+        &mut c,
+        3,
+        b"HTTP/1.1 204 No Content\r\n\r\n",
+        false,
+        (0, &[]),
+    )
+    .unwrap();
     let (evs, _) = feed_all(&mut c, &frame_bytes(kind::DATA, 0, 3, b"x"), 0);
     assert_eq!(evs, [Ev::Error(Code::STREAM_CLOSED)]);
 }
@@ -593,8 +680,14 @@ fn graceful_goaway_lets_streams_finish_then_the_connection_is_done() {
     assert!(evs.is_empty(), "a stream past the GOAWAY is ignored");
     for id in [1, 3] {
         let mut r = Response::new(false);
-        r.pump(&mut c, id, b"HTTP/1.1 204 No Content\r\n\r\n", false, None)
-            .unwrap();
+        r.pump(
+            &mut c,
+            id,
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+            false,
+            (0, &[]),
+        )
+        .unwrap();
     }
     assert!(c.is_done());
     let f = frames(&mut c);
@@ -628,7 +721,7 @@ fn a_lent_output_buffer_takes_the_frames_and_is_given_back_empty_with_its_room()
     feed_all(&mut c, &get(1, "/"), 0);
     let mut r = Response::new(false);
     let h1 = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
-    assert_eq!(r.pump(&mut c, 1, h1, false, None), Ok(h1.len()));
+    assert_eq!(r.pump(&mut c, 1, h1, false, (0, &[])), Ok(h1.len()));
     // The frames went into the lent buffer, without growing it elsewhere.
     assert_eq!(c.output().as_ptr(), at);
     assert!(

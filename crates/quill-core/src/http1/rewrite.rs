@@ -30,7 +30,7 @@ use std::net::IpAddr;
 use super::body::Framing;
 #[cfg(test)]
 use super::grammar::is_framing_lookalike;
-use super::grammar::{is_fixed_hop, is_host_byte, is_target_byte, is_tchar, same_name};
+use super::grammar::{is_fixed_hop, is_host_byte, is_space, is_target_byte, is_tchar, same_name};
 use super::head::{Connection, Field, FieldIndex, Kind, Name, RequestHead, ResponseHead, Target};
 use super::{path, Span, Version};
 
@@ -260,7 +260,7 @@ pub enum ResponseField<'a> {
     /// `Content-Length` of a body of this length.
     Length(u64),
     /// `Via`: the received-protocol (`1.1 `), then the proxy's name.
-    Via(&'static [u8], &'a [u8]),
+    Via(&'a [u8], &'a [u8]),
     /// A field an edit adds.
     Added(&'a [u8], &'a [u8]),
 }
@@ -288,12 +288,35 @@ pub fn response_fields<'a>(
     if let Framing::Length(n) = head.framing {
         each(ResponseField::Length(n));
     }
+    // The values as the HTTP/1.1 head's parse reads them: without the spaces around them (an
+    // HTTP/2 field value may neither start nor end with one, RFC 9113 §8.2.1).
     if let Some(name) = keep.via(rw) {
-        each(ResponseField::Via(received(head.version), name.as_bytes()));
+        // `1.1 ` and the name: only the name's end can be spaces (or all of it).
+        let name = name.as_bytes();
+        let name = &name[..name.len() - name.iter().rev().take_while(|&&b| is_space(b)).count()];
+        match name {
+            b"" => each(ResponseField::Via(b"", trim_spaces(received(head.version)))),
+            name => each(ResponseField::Via(received(head.version), name)),
+        }
     }
     for e in keep.edits.added() {
-        each(ResponseField::Added(e.name.as_bytes(), e.value.as_bytes()));
+        each(ResponseField::Added(
+            e.name.as_bytes(),
+            trim_spaces(e.value.as_bytes()),
+        ));
     }
+}
+
+/// `value` without the spaces and tabs around it.
+fn trim_spaces(value: &[u8]) -> &[u8] {
+    let start = value.iter().take_while(|&&b| is_space(b)).count();
+    let end = value.len()
+        - value[start..]
+            .iter()
+            .rev()
+            .take_while(|&&b| is_space(b))
+            .count();
+    &value[start..end]
 }
 
 /// Which of a response head's fields its rewrite keeps, and whether it adds `Via`: the one

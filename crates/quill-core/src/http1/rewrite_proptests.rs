@@ -93,7 +93,15 @@ const EDIT_NAMES: &[&str] = &[
     "Bad Name",
 ];
 
-const EDIT_VALUES: &[&str] = &["1", "v w", "", "a\r\nX-Injected: 1", "tab\there"];
+const EDIT_VALUES: &[&str] = &[
+    "1",
+    "v w",
+    "",
+    "a\r\nX-Injected: 1",
+    "tab\there",
+    " pad\t",
+    " ",
+];
 
 fn word(alphabet: &'static [u8], len: std::ops::Range<usize>) -> impl Strategy<Value = String> {
     prop::collection::vec(prop::sample::select(alphabet), len)
@@ -530,7 +538,7 @@ fn check_response(
         client_version: Version::Http11,
         close,
         keep_alive_10,
-        via: via.then_some("quill"),
+        via: via.then_some(["quill", " q ", " "][edits.len() % 3]),
         edits: [edits, &[], &[]],
         upgrade,
     };
