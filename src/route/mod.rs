@@ -551,18 +551,9 @@ impl Out<'_> {
         Ok(())
     }
 
-    fn num(&mut self, mut n: u64) -> Result<(), Overflow> {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        self.put(&digits[i..])
+    fn num(&mut self, n: u64) -> Result<(), Overflow> {
+        let mut buf = [0; quill_core::decimal::MAX_DIGITS];
+        self.put(quill_core::decimal::digits(n, &mut buf))
     }
 
     /// `HTTP/1.1 STATUS REASON\r\n`.

@@ -48,18 +48,8 @@ impl Head {
     }
 
     fn num(&mut self, n: u64) {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        let mut n = n;
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        self.put(&digits[i..]);
+        let mut buf = [0; quill_core::decimal::MAX_DIGITS];
+        self.put(quill_core::decimal::digits(n, &mut buf));
     }
 
     /// The status line, `Date` and the given fields.

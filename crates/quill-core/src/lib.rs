@@ -5,8 +5,8 @@
 //! HTTP semantics of serving a file (`files`: types, validators, conditionals, ranges), FastCGI
 //! records (`fastcgi`), the CGI response head (`cgi`), Maglev consistent-hashing tables
 //! (`maglev`), the connection tracking of DSR on those tables (`conntrack`) and,
-//! with the `tls` feature, the record layer of terminated TLS (`tls_records`); and the one random
-//! number generator (`rand::Rng`).
+//! with the `tls` feature, the record layer of terminated TLS (`tls_records`); the one random
+//! number generator (`rand::Rng`) and numbers in decimal without allocating (`decimal`).
 
 // An item is `pub` only when another crate can reach it (the binary, the tests, the other
 // crates of the workspace); the rest is `pub(crate)`, so the compiler finds what is dead.
@@ -17,6 +17,7 @@
 
 pub mod cgi;
 pub mod conntrack;
+pub mod decimal;
 pub mod dns;
 pub mod dsr;
 pub mod duration;

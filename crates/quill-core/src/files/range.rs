@@ -224,18 +224,8 @@ impl ContentRange {
     }
 
     fn push_u64(&mut self, n: u64) {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        let mut n = n;
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        self.push(&digits[i..]);
+        let mut buf = [0; crate::decimal::MAX_DIGITS];
+        self.push(crate::decimal::digits(n, &mut buf));
     }
 
     fn new() -> Self {

@@ -9,6 +9,7 @@
 
 use super::conn::Conn;
 use super::hpack;
+use crate::decimal;
 use crate::http1::rewrite::{response_fields, ResponseField, ResponseRewrite};
 use crate::http1::{self, Body, FieldIndex, Framing, ResponseHead};
 
@@ -53,18 +54,8 @@ pub fn encode_response_head(
             hpack::encode_field(&mut block, name, value);
         }
         ResponseField::Length(n) => {
-            let mut digits = [0u8; 20];
-            let mut at = digits.len();
-            let mut n = n;
-            loop {
-                at -= 1;
-                digits[at] = b'0' + (n % 10) as u8;
-                n /= 10;
-                if n == 0 {
-                    break;
-                }
-            }
-            hpack::encode_field(&mut block, b"content-length", &digits[at..]);
+            let mut buf = [0; decimal::MAX_DIGITS];
+            hpack::encode_field(&mut block, b"content-length", decimal::digits(n, &mut buf));
         }
         ResponseField::Via(received, name) => {
             hpack::encode_field_parts(&mut block, b"via", &[received, name]);

@@ -1031,18 +1031,9 @@ impl<'o> Out<'o> {
         self.put(&digits[skip..])
     }
 
-    fn number(&mut self, mut n: u64) -> Result<(), Overflow> {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        self.put(&digits[at..])
+    fn number(&mut self, n: u64) -> Result<(), Overflow> {
+        let mut buf = [0; crate::decimal::MAX_DIGITS];
+        self.put(crate::decimal::digits(n, &mut buf))
     }
 
     /// A token as is, anything else as a quoted-string (RFC 9110 §5.6.4).
