@@ -60,6 +60,9 @@ pub(crate) fn keep_output(buf: Vec<u8>) {
 /// (at most about 2 MiB in all, given back at the heap trim after a burst).
 const SPARE_MAX: usize = 256;
 const SPARE_CAPACITY: usize = 4 * 1024;
+/// Most notes of header blocks a spare pipe keeps room for (a response's interim heads and its
+/// final one: a few).
+const SPARE_NOTES: usize = 8;
 
 /// A pipe for a new stream of the connection `conn`: one of the worker's spares when it has
 /// one, so a stream costs no allocation for its pipe and its buffers.
@@ -85,7 +88,11 @@ pub(crate) fn recycle(pipe: &SharedPipe) {
     }
     {
         let p = lock(pipe);
-        if p.up.capacity() > SPARE_CAPACITY || p.down.capacity() > SPARE_CAPACITY {
+        // (A server that sent many interim heads at once grew the list of their notes.)
+        if p.up.capacity() > SPARE_CAPACITY
+            || p.down.capacity() > SPARE_CAPACITY
+            || p.written.capacity() > SPARE_NOTES
+        {
             return;
         }
     }
@@ -452,6 +459,10 @@ mod tests {
         lock(&big).down.reserve(SPARE_CAPACITY + 1);
         recycle(&big);
         assert_eq!(spares(), 0);
+        let many_notes = new_pipe(Token(1));
+        lock(&many_notes).written.reserve(SPARE_NOTES + 1);
+        recycle(&many_notes);
+        assert_eq!(spares(), 0, "a pipe with room for many notes is not kept");
         let held = new_pipe(Token(1));
         let other = held.clone();
         recycle(&held);
