@@ -32,7 +32,9 @@ use crate::net::{ClientAddr, Ready, Stream};
 use crate::state::shared::{Listener, SessionInfo};
 
 /// Past this much output not yet taken by the socket, the client is not read (a client that
-/// sends PINGs and never reads their answers waits for its own socket).
+/// sends PINGs and never reads their answers waits for its own socket), and the streams' pipes
+/// are not taken from (what their servers send waits there, then in the servers' sockets: a
+/// server's endless interim heads, which no window holds back, to a client that does not read).
 const MAX_OUTPUT: usize = 256 * 1024;
 /// Streams of one connection whose sessions may be starting at once (reading their request
 /// head into a buffer and connecting, before the head is sent): more wait their turn, so a burst
@@ -109,6 +111,8 @@ pub(crate) struct H2Session {
     token: mio::Token,
     /// The connection ended on an error it sent (for the close's reason).
     failed: Option<Code>,
+    /// The last pump stopped at [`MAX_OUTPUT`]: it goes on once the socket takes some.
+    held: bool,
 }
 
 impl H2Session {
@@ -146,6 +150,7 @@ impl H2Session {
             grace_end: NEVER,
             token: mio::Token(usize::MAX),
             failed: None,
+            held: false,
         }
     }
 
@@ -302,6 +307,12 @@ impl H2Session {
             if let Err(e) = self.flush() {
                 tracing::debug!("{}: h2 write: {e}", self.addr.to_string_with_port());
                 return Step::Close(End::ClientReset);
+            }
+            if self.held && self.conn.output().len() < MAX_OUTPUT {
+                // The socket took what held the pump back: the streams go on now.
+                self.held = false;
+                pump_due = Some(true);
+                progress = true;
             }
             if let Some(code) = self.failed {
                 // A connection error: its GOAWAY is written (or as much as the socket took).
@@ -602,6 +613,12 @@ impl H2Session {
         let mut more = false;
         let mut i = 0;
         while i < self.links.len() {
+            if self.conn.output().len() >= MAX_OUTPUT {
+                // The client is not taking what it was sent: the streams not looked at keep
+                // their pokes, and the socket's next writable event pumps every stream.
+                self.held = true;
+                break;
+            }
             let link = &mut self.links[i];
             if !link.pipe.take_poked() && !all {
                 i += 1;

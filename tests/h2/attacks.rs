@@ -335,3 +335,61 @@ fn stream_exhaustion_is_refused_or_reset_at_the_body_timeout_and_the_idle_connec
 fn slow_body_is_reset_at_the_body_timeout_and_the_idle_connection_closed() {
     slow("slow_body").assert_streams_ended_then_idle_closed();
 }
+
+// === A server's flood ========================================================================
+
+/// A server that answers with interim heads without end (no flow-control window holds HEADERS
+/// back) to a client that never reads: Quill stops taking the stream's heads once its output
+/// for the client is full, the stream's pipe fills, its session stops reading the server, and
+/// the server's writes block. Quill's memory stays bounded, and it goes on serving others.
+#[test]
+fn a_servers_endless_interim_heads_to_a_client_that_does_not_read_stay_in_bounded_memory() {
+    use std::io::Write;
+
+    use crate::http_support::{response, Step};
+    use crate::kit::{client, start_h2c};
+
+    let flood = b"HTTP/1.1 103 Early Hints\r\nLink: <a>\r\n\r\n".repeat(1_000_000);
+    let backend = Backend::start(move |r| {
+        if r.target == "/flood" {
+            vec![Step::Send(flood.clone())]
+        } else {
+            vec![Step::Send(response(200, "", b"ok"))]
+        }
+    });
+    let q = start_h2c(&backend, "", "");
+    let before = settled_rss_anon_kib(q.pid);
+    let sampler = PeakSampler::start(&q);
+    let mut attacker = std::net::TcpStream::connect(("127.0.0.1", q.port)).expect("connect");
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    // HEADERS, END_STREAM | END_HEADERS, stream 1: GET (2), http (6), :path literal "/flood"
+    // (name 4, not indexed), :authority literal "x" (name 1).
+    let mut block = vec![0x82, 0x86, 0x04, 6];
+    block.extend_from_slice(b"/flood");
+    block.extend_from_slice(&[0x01, 1, b'x']);
+    hello.extend_from_slice(&[0, 0, block.len() as u8, 1, 0x05, 0, 0, 0, 1]);
+    hello.extend_from_slice(&block);
+    attacker.write_all(&hello).expect("send the request");
+    let flooding = crate::http_support::wait_until(Duration::from_secs(10), || {
+        backend.requests().iter().any(|r| r.target == "/flood")
+    });
+    assert!(flooding, "the request never reached the server");
+    // Long enough for Quill to take millions of the server's bytes, were nothing holding it.
+    thread::sleep(Duration::from_secs(4));
+    let r = client(q.port, &["--request", "GET /other"]);
+    assert_eq!(
+        r.status(1),
+        Some(200),
+        "another client is served: {:?}",
+        r.lines
+    );
+    let peak = sampler.stop();
+    let growth = peak.saturating_sub(before);
+    eprintln!("RssAnon {before} KiB before, peak {peak} KiB: +{growth} KiB");
+    assert!(
+        growth <= 4 * 1024,
+        "Quill grew by {growth} KiB under one server's flood of interim heads"
+    );
+    drop(attacker);
+}
