@@ -349,6 +349,8 @@ fn a_servers_endless_interim_heads_to_a_client_that_does_not_read_stay_in_bounde
     use crate::http_support::{response, Step};
     use crate::kit::{client, start_h2c};
 
+    // Alone, as the other attacks are: the flood takes the cores for a moment.
+    let _turn = script::exclusive_turn();
     let flood = b"HTTP/1.1 103 Early Hints\r\nLink: <a>\r\n\r\n".repeat(1_000_000);
     let backend = Backend::start(move |r| {
         if r.target == "/flood" {
