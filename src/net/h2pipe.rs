@@ -1,5 +1,6 @@
 //! One HTTP/2 stream as its HTTP session sees it: a [`Stream`](super::Stream) that reads the
-//! request as HTTP/1.1 bytes and takes the response as HTTP/1.1 bytes, so every stream is an
+//! request as HTTP/1.1 bytes and takes the response as HTTP/1.1 bytes (a server's response head
+//! as the header block of its HEADERS, with a note: [`Pipe::written`]), so every stream is an
 //! exchange of the HTTP path that exists (routes, pools, retries, rates, ACLs, static files,
 //! FastCGI, the access log). The connection's session (`proxy::h2`) writes the request into the
 //! [`Pipe`] and turns what the stream's session writes into frames.
@@ -271,13 +272,9 @@ pub(crate) struct H2Stream {
     /// What `Stream::source` lends (a stream is never registered).
     pub no_source: NoSource,
     /// The note of the head the next write starts (see [`H2Stream::note_head`]), handed to the
-    /// pipe under the lock that write takes.
-    noted: Noted,
+    /// pipe under the lock that write takes (a cell: the stream is its session's alone).
+    noted: Cell<Option<Written>>,
 }
-
-/// [`H2Stream::noted`]: a cell (the stream is its session's alone).
-#[derive(Debug, Default)]
-struct Noted(Cell<Option<Written>>);
 
 /// A [`mio::event::Source`] that refuses to be registered.
 #[derive(Debug, Default)]
@@ -302,7 +299,7 @@ impl H2Stream {
             tls,
             sni,
             no_source: NoSource,
-            noted: Noted::default(),
+            noted: Cell::new(None),
         }
     }
 
@@ -350,7 +347,7 @@ impl H2Stream {
         if room == 0 {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        if let Some(written) = self.noted.0.take() {
+        if let Some(written) = self.noted.take() {
             let at = p.down_taken + p.down.len() as u64;
             p.written.push((at, written));
         }
@@ -384,7 +381,7 @@ impl H2Stream {
     /// The next bytes written are the head `written` describes (see [`Pipe::written`]): kept
     /// until that write, which hands it to the pipe under its own lock (one lock, not two).
     pub(crate) fn note_head(&self, written: Written) {
-        self.noted.0.set(Some(written));
+        self.noted.set(Some(written));
     }
 
     /// The request's head went to a server (see [`Pipe::head_sent`]).
