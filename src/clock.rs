@@ -20,7 +20,7 @@ impl Default for Clock {
 impl Clock {
     /// Milliseconds since the origin; never 0, so 0 can mean "unset" in atomics.
     pub(crate) fn now_ms(&self) -> u64 {
-        self.origin.elapsed().as_millis() as u64 + 1
+        ms_of(self.now_us())
     }
 
     /// Microseconds since the origin (a worker reads it once a turn: see [`ms_of`]).

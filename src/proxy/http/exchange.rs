@@ -256,6 +256,17 @@ pub(super) const FASTCGI_BODY_MAX: u64 = 8 << 20;
 /// and allocated again; all are dropped at the heap trim after a burst (`trim_spares`).
 const SPARE_MAX: usize = 256;
 
+/// `ex` in a spare box of this worker's, or a new one.
+fn boxed(ex: Exchange) -> Box<Exchange> {
+    match SPARE.with_borrow_mut(Vec::pop) {
+        Some(mut b) => {
+            *b = ex;
+            b
+        }
+        None => Box::new(ex),
+    }
+}
+
 /// Keeps the box of a finished exchange for the next request (see `SPARE`).
 pub(super) fn recycle(ex: Box<Exchange>) {
     SPARE.with_borrow_mut(|spare| {
@@ -274,12 +285,10 @@ pub(crate) fn trim_spares() {
 }
 
 impl Exchange {
-    /// The exchange of a request `forward`ed, in a spare box when the worker has one: the box is
-    /// renewed field by field, so no exchange (1 KiB) is built on the stack to be copied in, and
-    /// of the field index only the slots in use are copied.
+    /// The exchange of a request `forward`ed, in a spare box when the worker has one.
     pub(super) fn boxed(
         forward: Forward,
-        (head, fields): (http1::RequestHead, &FieldIndex),
+        (head, fields): (http1::RequestHead, FieldIndex),
         listener: &Arc<Listener>,
         (now, now_us): (u64, u64),
         request_id: [u8; 16],
@@ -296,96 +305,37 @@ impl Exchange {
         } else {
             Source::Server
         };
-        let connector = Connector::for_http(pool, false, sticky, key).via(listener);
-        let replay = if idempotent(head.method) {
-            Replay::Once
-        } else {
-            Replay::No
-        };
-        let Some(mut ex) = SPARE.with_borrow_mut(Vec::pop) else {
-            return Box::new(Exchange {
-                connector,
-                sticky,
-                key,
-                route,
-                head,
-                fields: fields.clone(),
-                up: Up::Waiting,
-                replay,
-                upgrade,
-                answer: Answer::Head,
-                reply: Reply::Awaited,
-                down: None,
-                sinput: Input::default(),
-                status: 0,
-                close: false,
-                reuse: Reuse::Close,
-                sent_ms: now,
-                active_ms: now,
-                started_us: now_us,
-                connect_us: None,
-                first_byte_us: None,
-                request_id,
-                script: None,
-                source,
-                notes_heads: false,
-            });
-        };
-        // Every field named, so that a field added to the exchange cannot be left as the last
-        // request's.
-        let Exchange {
-            connector: ex_connector,
-            sticky: ex_sticky,
-            key: ex_key,
-            route: ex_route,
-            head: ex_head,
-            fields: ex_fields,
-            up,
-            replay: ex_replay,
-            upgrade: ex_upgrade,
-            answer,
-            reply,
-            down,
-            sinput,
-            status,
-            close,
-            reuse,
-            sent_ms,
-            active_ms,
-            started_us,
-            connect_us,
-            first_byte_us,
-            request_id: ex_request_id,
-            script,
-            source: ex_source,
-            notes_heads,
-        } = &mut *ex;
-        *ex_connector = connector;
-        *ex_sticky = sticky;
-        *ex_key = key;
-        *ex_route = route;
-        *ex_head = head;
-        ex_fields.copy_from(fields);
-        *up = Up::Waiting;
-        *ex_replay = replay;
-        *ex_upgrade = upgrade;
-        *answer = Answer::Head;
-        *reply = Reply::Awaited;
-        *down = None;
-        *sinput = Input::default();
-        *status = 0;
-        *close = false;
-        *reuse = Reuse::Close;
-        *sent_ms = now;
-        *active_ms = now;
-        *started_us = now_us;
-        *connect_us = None;
-        *first_byte_us = None;
-        *ex_request_id = request_id;
-        *script = None;
-        *ex_source = source;
-        *notes_heads = false;
-        ex
+        boxed(Exchange {
+            connector: Connector::for_http(pool, false, sticky, key).via(listener),
+            sticky,
+            key,
+            route,
+            head,
+            fields,
+            up: Up::Waiting,
+            replay: if idempotent(head.method) {
+                Replay::Once
+            } else {
+                Replay::No
+            },
+            upgrade,
+            answer: Answer::Head,
+            reply: Reply::Awaited,
+            down: None,
+            sinput: Input::default(),
+            status: 0,
+            close: false,
+            reuse: Reuse::Close,
+            sent_ms: now,
+            active_ms: now,
+            started_us: now_us,
+            connect_us: None,
+            first_byte_us: None,
+            request_id,
+            script: None,
+            source,
+            notes_heads: false,
+        })
     }
 
     /// The request was all sent (or the server stopped taking it) and no byte of the response

@@ -595,7 +595,7 @@ impl HttpSession {
         // server can be reached) logs and sends a real id, as a forwarded request does.
         let id = route::hex16(cx.rand());
         let now = (cx.now, cx.now_us);
-        let mut ex = Exchange::boxed(forward, (head, &fields), &self.listener, now, id);
+        let mut ex = Exchange::boxed(forward, (head, fields), &self.listener, now, id);
         ex.script = script;
         ex.notes_heads = self.client.is_h2();
         self.ex = Some(ex);

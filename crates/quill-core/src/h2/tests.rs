@@ -308,10 +308,25 @@ fn response_becomes_headers_and_data_without_connection_fields() {
     assert_eq!(c.open_streams(), 0);
 }
 
+/// The rewrite of a final response to an HTTP/1.1 client kept alive: `via` and `edits` only.
+fn response_rewrite<'a>(
+    via: Option<&'a str>,
+    edits: &'a [crate::http1::rewrite::HeaderEdit],
+) -> crate::http1::rewrite::ResponseRewrite<'a> {
+    crate::http1::rewrite::ResponseRewrite {
+        client_version: crate::http1::Version::Http11,
+        close: false,
+        keep_alive_10: false,
+        via,
+        edits: [edits, &[], &[]],
+        upgrade: false,
+    }
+}
+
 #[test]
 fn a_head_written_as_a_header_block_becomes_the_frames_its_http1_text_does() {
-    use crate::http1::rewrite::{write_response_indexed, EditOp, HeaderEdit, ResponseRewrite};
-    use crate::http1::{self, FieldIndex, Version};
+    use crate::http1::rewrite::{write_response_indexed, EditOp, HeaderEdit};
+    use crate::http1::{self, FieldIndex};
     let server = b"HTTP/1.1 200 OK\r\nServer: s\r\nContent-Length: 5\r\nConnection: keep-alive, X-Hop\r\nX-Hop: h\r\nX-A:  b \r\nDate: d\r\n\r\nhello";
     let mut index = FieldIndex::empty();
     let head = http1::parse_response_indexed(server, &Default::default(), false, &mut index)
@@ -326,14 +341,7 @@ fn a_head_written_as_a_header_block_becomes_the_frames_its_http1_text_does() {
         edit(EditOp::Remove, "date", ""),
         edit(EditOp::Add, "X-Added", "yes"),
     ];
-    let rw = ResponseRewrite {
-        client_version: Version::Http11,
-        close: false,
-        keep_alive_10: false,
-        via: Some("quill"),
-        edits: [&edits, &[], &[]],
-        upgrade: false,
-    };
+    let rw = response_rewrite(Some("quill"), &edits);
     // As HTTP/1.1 text (what Quill's own answers are), parsed again by the connection's side.
     let mut out = [0u8; 512];
     let n = write_response_indexed(server, &head, &index, &rw, &mut out).unwrap();
@@ -390,16 +398,8 @@ fn a_head_written_as_a_header_block_becomes_the_frames_its_http1_text_does() {
 /// by its offset in the response, also when the bytes before them were taken by an earlier call.
 #[test]
 fn interim_and_final_header_blocks_in_one_input_each_become_headers() {
-    use crate::http1::rewrite::ResponseRewrite;
-    use crate::http1::{self, FieldIndex, Version};
-    let rw = ResponseRewrite {
-        client_version: Version::Http11,
-        close: false,
-        keep_alive_10: false,
-        via: None,
-        edits: [&[], &[], &[]],
-        upgrade: false,
-    };
+    use crate::http1::{self, FieldIndex};
+    let rw = response_rewrite(None, &[]);
     let mut bytes = b"ignored: taken before".to_vec();
     let base = bytes.len();
     let mut notes = Vec::new();

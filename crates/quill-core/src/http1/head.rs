@@ -405,17 +405,6 @@ impl FieldIndex {
         }
     }
 
-    /// Makes this index the same as `other`, copying only the slots `other` fills (most of an
-    /// index is empty slots: a request's head holds 5 to 15 fields of the 32).
-    pub fn copy_from(&mut self, other: &FieldIndex) {
-        let n = other.len.min(INDEXED);
-        self.at[..n].copy_from_slice(&other.at[..n]);
-        self.kinds[..n].copy_from_slice(&other.kinds[..n]);
-        self.len = other.len;
-        self.complete = other.complete;
-        self.head_len = other.head_len;
-    }
-
     /// Whether the index was made for a head of `head_len` bytes and `fields` fields: a cheap
     /// guard against an index of another head (callers pass the index the parse just filled).
     pub fn is_for(&self, head_len: usize, fields: usize) -> bool {

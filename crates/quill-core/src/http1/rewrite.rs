@@ -212,17 +212,6 @@ pub fn write_response_indexed(
     rw: &ResponseRewrite,
     out: &mut [u8],
 ) -> Result<usize, Overflow> {
-    write_response_with(buf, head, index, rw, out)
-}
-
-#[inline(always)]
-fn write_response_with(
-    buf: &[u8],
-    head: &ResponseHead,
-    index: &FieldIndex,
-    rw: &ResponseRewrite,
-    out: &mut [u8],
-) -> Result<usize, Overflow> {
     let mut found = None;
     let index = checked(index, buf, (head.len, head.fields), &mut found);
     let mut out = Out::new(out);
