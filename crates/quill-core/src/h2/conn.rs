@@ -182,7 +182,10 @@ pub struct Conn {
     peer_goaway: bool,
     glitches: Bucket,
     controls: Bucket,
+    /// Frames to send: those from `out_sent` on are [`Conn::output`] (a send moves the offset,
+    /// not the bytes after it).
     out: Vec<u8>,
+    out_sent: usize,
     /// Requests taken (`max_requests`).
     requests: u64,
 }
@@ -211,6 +214,7 @@ impl Conn {
             glitches: Bucket::default(),
             controls: Bucket::default(),
             out: Vec::new(),
+            out_sent: 0,
             requests: 0,
         };
         let mut settings = vec![
@@ -231,14 +235,26 @@ impl Conn {
 
     /// Bytes to send to the client.
     pub fn output(&self) -> &[u8] {
-        &self.out
+        self.out.get(self.out_sent..).unwrap_or_default()
     }
 
     /// `n` bytes of [`Conn::output`] were sent.
+    ///
+    /// The bytes sent stay in the buffer until the rest is no longer than they are: only then is
+    /// the rest moved to the front, so each byte sent pays for at most one byte moved (a TLS
+    /// socket takes a bounded amount a write, and moving the whole rest after each of them cost
+    /// a 1 MiB download more copying than the body's own copy into its frames). All sent, the
+    /// buffer is empty again, its memory kept for the frames that follow (until
+    /// [`Conn::take_output_buffer`] or [`Conn::shrink`]).
     pub fn sent(&mut self, n: usize) {
-        self.out.drain(..n.min(self.out.len()));
-        if self.out.is_empty() && self.out.capacity() > 64 * 1024 {
-            self.out = Vec::new();
+        self.out_sent = (self.out_sent + n).min(self.out.len());
+        let rest = self.out.len() - self.out_sent;
+        if rest == 0 {
+            self.out.clear();
+            self.out_sent = 0;
+        } else if rest <= self.out_sent {
+            self.out.drain(..self.out_sent);
+            self.out_sent = 0;
         }
     }
 

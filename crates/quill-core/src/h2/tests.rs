@@ -738,3 +738,65 @@ fn a_lent_output_buffer_takes_the_frames_and_is_given_back_empty_with_its_room()
     c.lend_output(Vec::with_capacity(128));
     assert!(c.output().is_empty() && !c.output_released());
 }
+
+/// A socket that takes the output a piece at a time while more frames are written after it
+/// (a TLS socket takes one record a write) gets every frame whole, once and in order: the body
+/// comes out the same as when all is written and sent at once.
+#[test]
+fn output_sent_in_pieces_while_more_is_written_comes_out_whole_and_in_order() {
+    let big = Config {
+        stream_window: 1 << 24,
+        conn_window: 1 << 24,
+        ..Config::default()
+    };
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let mut input = PREFACE.to_vec();
+    frame::write_settings(&mut input, &[(setting::INITIAL_WINDOW_SIZE, 1 << 24)]);
+    frame::write_window_update(&mut input, 0, (1 << 24) - frame::DEFAULT_WINDOW);
+    for pieces in [false, true] {
+        let mut c = Conn::new(big);
+        feed_all(&mut c, &input, 0);
+        feed_all(&mut c, &get(1, "/"), 0);
+        let mut wire = Vec::new();
+        let mut take = |c: &mut Conn, n: usize| {
+            let out = c.output();
+            let n = n.min(out.len());
+            wire.extend_from_slice(&out[..n]);
+            c.sent(n);
+        };
+        let (mut at, mut seed) = (0, 7u32);
+        while at < body.len() {
+            seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            let n = if pieces {
+                1 + (seed >> 8) as usize % 9_000
+            } else {
+                body.len()
+            };
+            let end = (at + n).min(body.len());
+            let taken = c.send_data(1, &body[at..end], end == body.len());
+            assert_eq!(taken, end - at, "the windows are open");
+            at = end;
+            let k = if pieces {
+                (seed >> 4) as usize % 12_000
+            } else {
+                0
+            };
+            take(&mut c, k);
+        }
+        take(&mut c, usize::MAX);
+        assert!(c.output().is_empty());
+        let (mut at, mut data, mut ended) = (0, Vec::new(), false);
+        while let Some(h) = Header::parse(&wire[at..]) {
+            let end = at + 9 + h.len as usize;
+            if h.kind == kind::DATA {
+                assert!(!ended, "nothing after the end of the stream");
+                data.extend_from_slice(&wire[at + 9..end]);
+                ended = h.flags & flag::END_STREAM != 0;
+            }
+            at = end;
+        }
+        assert_eq!(at, wire.len(), "whole frames (pieces: {pieces})");
+        assert!(ended);
+        assert!(data == body, "the body in order (pieces: {pieces})");
+    }
+}
