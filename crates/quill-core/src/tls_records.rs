@@ -7,11 +7,12 @@
 //! `KernelConnection` (rustls' kernel API, made for kTLS): the connection's large state is
 //! dropped, and records are protected here with rustls' own record protection
 //! (`MessageEncrypter`/`MessageDecrypter` of the negotiated suite), but for TLS 1.3's records out:
-//! those are sealed in place in the caller's output buffer ([`Sink`]) with aws-lc's AEAD, the
-//! crypto rustls uses (RFC 8446 §5.2: the plaintext, its content type, the tag; the nonce the
-//! static IV XOR the sequence number; the record header as additional data). A differential test
-//! checks every TLS 1.3 suite byte for byte against rustls' sealing. The `KernelConnection` is
-//! kept only to compute the next secrets of a TLS 1.3 key update.
+//! those are sealed into the caller's output buffer ([`Sink`]) with aws-lc's AEAD, the crypto
+//! rustls uses, AES-GCM's straight from the caller's plaintext when a record's bytes are one
+//! slice, without a copy first (RFC 8446 §5.2: the plaintext, its content type, the tag; the
+//! nonce the static IV XOR the sequence number; the record header as additional data). A
+//! differential test checks every TLS 1.3 suite byte for byte against rustls' sealing. The
+//! `KernelConnection` is kept only to compute the next secrets of a TLS 1.3 key update.
 //!
 //! What rustls does per record, this does too: records over the version's size are refused with
 //! record_overflow, a record that fails to decrypt with bad_record_mac, plaintext over 16 KiB with
@@ -32,7 +33,8 @@
 use std::ops::Range;
 
 use aws_lc_rs::aead::{
-    Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM, CHACHA20_POLY1305,
+    Aad, LessSafeKey, Nonce, TlsProtocolId, TlsRecordSealingKey, UnboundKey, AES_128_GCM,
+    AES_256_GCM, CHACHA20_POLY1305,
 };
 use rustls::crypto::cipher::{
     make_tls13_aad, AeadKey, InboundOpaqueMessage, Iv, MessageDecrypter, MessageEncrypter,
@@ -230,14 +232,14 @@ fn encrypter(
 
 /// How records out are sealed.
 enum Sealer {
-    /// TLS 1.3: in place in the sink, here.
+    /// TLS 1.3: into the sink, here.
     Own(Box<Tls13Sealer>),
     /// TLS 1.2: rustls' encrypter.
     Rustls(Box<dyn MessageEncrypter>),
 }
 
-/// The sealer of `secrets`' keys, ready for record `seq`: TLS 1.3's own (any `seq`: aws-lc's
-/// general AEAD keeps no count of nonces), else rustls' ([`encrypter`]).
+/// The sealer of `secrets`' keys, ready for record `seq`: TLS 1.3's own, else rustls'
+/// ([`encrypter`]).
 fn sealer(
     suite: SupportedCipherSuite,
     (seq, secrets): (u64, ConnectionTrafficSecrets),
@@ -249,6 +251,7 @@ fn sealer(
                 algorithm,
                 key.as_ref(),
                 iv,
+                seq,
             )?)))
         }
         _ => Ok(Sealer::Rustls(encrypter(suite, (seq, secrets))?)),
@@ -257,8 +260,18 @@ fn sealer(
 
 /// TLS 1.3 record protection (RFC 8446 §5.2-5.3) for one direction's keys.
 struct Tls13Sealer {
-    key: LessSafeKey,
+    key: SealingKey,
     iv: Iv,
+}
+
+/// The AEAD key of a [`Tls13Sealer`].
+enum SealingKey {
+    /// AES-GCM: aws-lc's TLS 1.3 construction, which can encrypt from the caller's plaintext
+    /// straight into the record (no copy into the record first). It checks that nonces come
+    /// in order of sequence number, from record 0 on (see [`Tls13Sealer::new`]).
+    Gcm(TlsRecordSealingKey),
+    /// ChaCha20-Poly1305 (which that construction does not offer): sealed in place.
+    General(LessSafeKey),
 }
 
 impl Tls13Sealer {
@@ -272,30 +285,52 @@ impl Tls13Sealer {
         }
     }
 
+    /// The sealer of `key` and `iv`, whose next record is number `seq`.
+    ///
+    /// aws-lc's TLS 1.3 AES-GCM takes the nonce of its first seal as that of record 0 (the IV
+    /// itself) and refuses nonces out of order after it. Rustls hands over keys that sealed a
+    /// few records already (the session tickets after the handshake), so a sealer that starts
+    /// past record 0 first seals an empty record 0 whose output is dropped: it tells aws-lc
+    /// the IV, and no bytes of it leave this function (rustls' own record 0, under the same key
+    /// and nonce, is the only one the peer ever sees).
     fn new(
         algorithm: &'static aws_lc_rs::aead::Algorithm,
         key: &[u8],
         iv: Iv,
+        seq: u64,
     ) -> Result<Tls13Sealer, Error> {
-        let key = UnboundKey::new(algorithm, key)
-            .map_err(|_| Error::General("bad TLS 1.3 traffic key".into()))?;
-        Ok(Tls13Sealer {
-            key: LessSafeKey::new(key),
-            iv,
-        })
+        let bad = |_| Error::General("bad TLS 1.3 traffic key".into());
+        let key = if std::ptr::eq(algorithm, &AES_128_GCM) || std::ptr::eq(algorithm, &AES_256_GCM)
+        {
+            let mut gcm =
+                TlsRecordSealingKey::new(algorithm, TlsProtocolId::TLS13, key).map_err(bad)?;
+            if seq > 0 {
+                let nonce = Nonce::assume_unique_for_key(TlsNonce::new(&iv, 0).0);
+                gcm.seal_in_place_separate_tag(nonce, Aad::empty(), &mut [])
+                    .map(drop)
+                    .map_err(bad)?;
+            }
+            SealingKey::Gcm(gcm)
+        } else {
+            SealingKey::General(LessSafeKey::new(
+                UnboundKey::new(algorithm, key).map_err(bad)?,
+            ))
+        };
+        Ok(Tls13Sealer { key, iv })
     }
 
-    /// The sealer of a TLS 1.3 suite's key and IV (the differential test's way in).
+    /// The sealer of a TLS 1.3 suite's key and IV, for record `seq` on (the differential
+    /// test's way in).
     #[cfg(test)]
-    fn for_suite(suite: CipherSuite, key: &[u8], iv: &[u8]) -> Option<Tls13Sealer> {
+    fn for_suite(suite: CipherSuite, key: &[u8], iv: &[u8], seq: u64) -> Option<Tls13Sealer> {
         let iv: [u8; 12] = iv.try_into().ok()?;
-        Tls13Sealer::new(Tls13Sealer::algorithm(suite)?, key, Iv::from(iv)).ok()
+        Tls13Sealer::new(Tls13Sealer::algorithm(suite)?, key, Iv::from(iv), seq).ok()
     }
 
     /// Seals record number `seq` of content type `typ` holding `plain` (at most [`MAX_PLAIN`]
     /// bytes) into `out`'s room.
     fn seal(
-        &self,
+        &mut self,
         typ: ContentType,
         plain: &OutboundChunks<'_>,
         seq: u64,
@@ -312,18 +347,55 @@ impl Tls13Sealer {
         let (header, body) = record.split_at_mut(HEADER);
         let aad = make_tls13_aad(usize::from(length));
         header.copy_from_slice(&aad);
-        let (inner, tag_out) = body.split_at_mut(n + 1);
-        copy_chunks(plain, &mut inner[..n]);
-        inner[n] = u8::from(typ);
         // rustls' own nonce (the IV XOR the sequence number) and additional data (the header).
         let nonce = Nonce::assume_unique_for_key(TlsNonce::new(&self.iv, seq).0);
-        let tag = self
-            .key
-            .seal_in_place_separate_tag(nonce, Aad::from(aad), inner)
-            .map_err(|_| Error::EncryptError)?;
-        tag_out.copy_from_slice(tag.as_ref());
+        let typ = [u8::from(typ)];
+        match (&mut self.key, contiguous(plain)) {
+            (SealingKey::Gcm(key), Some(plain)) => {
+                // From the caller's bytes into the record; the content type and the tag after.
+                let (cipher, rest) = body.split_at_mut(n);
+                key.seal_out_of_place_scatter(nonce, Aad::from(aad), plain, cipher, &typ, rest)
+                    .map_err(|_| Error::EncryptError)?;
+            }
+            (key, _) => {
+                let (inner, tag_out) = body.split_at_mut(n + 1);
+                copy_chunks(plain, &mut inner[..n]);
+                inner[n] = typ[0];
+                let tag = match key {
+                    SealingKey::Gcm(key) => {
+                        key.seal_in_place_separate_tag(nonce, Aad::from(aad), inner)
+                    }
+                    SealingKey::General(key) => {
+                        key.seal_in_place_separate_tag(nonce, Aad::from(aad), inner)
+                    }
+                }
+                .map_err(|_| Error::EncryptError)?;
+                tag_out.copy_from_slice(tag.as_ref());
+            }
+        }
         out.filled(total);
         Ok(())
+    }
+}
+
+/// The bytes of `chunks` when they are one slice (a record's plaintext taken from one buffer).
+fn contiguous<'a>(chunks: &OutboundChunks<'a>) -> Option<&'a [u8]> {
+    match *chunks {
+        OutboundChunks::Single(bytes) => Some(bytes),
+        OutboundChunks::Multiple { chunks, start, end } => {
+            let mut at = 0;
+            for chunk in chunks {
+                let (from, to) = (at, at + chunk.len());
+                at = to;
+                if from <= start && end <= to {
+                    return chunk.get(start - from..end - from);
+                }
+                if to > start {
+                    return None;
+                }
+            }
+            None
+        }
     }
 }
 

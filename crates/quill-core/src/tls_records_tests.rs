@@ -125,7 +125,10 @@ fn handshake(
 /// The differential test of the TLS 1.3 sealing done here: for each suite, after a real
 /// handshake, the same records sealed by rustls' encrypter (from the same secrets, primed to the
 /// same sequence number) and by [`Tls13Sealer`] are the same bytes, for every content type, empty
-/// to full plaintexts and plaintexts in several pieces; and the client reads them.
+/// to full plaintexts and plaintexts in several pieces (a record within one piece is sealed
+/// from it, one across pieces is copied first); and the client reads them. The handshake's
+/// session tickets used the keys' first records, so the sealer starts past record 0 (as
+/// Quill's do); one that starts at record 0 (after a key update) seals the same bytes too.
 #[test]
 fn tls13_records_sealed_here_are_rustls_records_byte_for_byte() {
     use rustls::crypto::aws_lc_rs::cipher_suite::{
@@ -141,10 +144,33 @@ fn tls13_records_sealed_here_are_rustls_records_byte_for_byte() {
             cipher_suites: vec![suite],
             ..rustls::crypto::aws_lc_rs::default_provider()
         };
-        let (secrets, _kernel, mut client) = handshake(configs_with(true, provider));
+        let (secrets, _kernel, mut client) = handshake(configs_with(true, provider.clone()));
         let (seq, tx) = secrets.tx;
         let (key, iv) = key_iv(tx).expect("key");
-        let own = Tls13Sealer::for_suite(suite.suite(), key.as_ref(), iv.as_ref()).expect("own");
+        assert!(seq > 0, "the tickets were sealed with the traffic keys");
+        let mut own =
+            Tls13Sealer::for_suite(suite.suite(), key.as_ref(), iv.as_ref(), seq).expect("own");
+        // A second connection's keys, sealed from record 0 by both.
+        let (zero, _, _) = handshake(configs_with(true, provider));
+        let (zero_key, zero_iv) = key_iv(zero.tx.1).expect("key");
+        let mut from_zero =
+            Tls13Sealer::for_suite(suite.suite(), zero_key.as_ref(), zero_iv.as_ref(), 0)
+                .expect("own from record 0");
+        let zero_tx = match suite.suite() {
+            CipherSuite::TLS13_AES_128_GCM_SHA256 => ConnectionTrafficSecrets::Aes128Gcm {
+                key: zero_key,
+                iv: zero_iv,
+            },
+            CipherSuite::TLS13_AES_256_GCM_SHA384 => ConnectionTrafficSecrets::Aes256Gcm {
+                key: zero_key,
+                iv: zero_iv,
+            },
+            _ => ConnectionTrafficSecrets::Chacha20Poly1305 {
+                key: zero_key,
+                iv: zero_iv,
+            },
+        };
+        let mut theirs_zero = encrypter(suite, (0, zero_tx)).expect("rustls encrypter");
         let tx = match suite.suite() {
             CipherSuite::TLS13_AES_128_GCM_SHA256 => {
                 ConnectionTrafficSecrets::Aes128Gcm { key, iv }
@@ -159,13 +185,21 @@ fn tls13_records_sealed_here_are_rustls_records_byte_for_byte() {
         let hello: [&[u8]; 1] = [b"hello"];
         let alert: [&[u8]; 1] = [&[1, 0]];
         let full: [&[u8]; 1] = [&big];
-        let cases: [(ContentType, OutboundChunks<'_>); 6] = [
+        let cases: [(ContentType, OutboundChunks<'_>); 8] = [
             (ContentType::ApplicationData, OutboundChunks::new(&hello)),
             (ContentType::ApplicationData, OutboundChunks::new_empty()),
             (ContentType::ApplicationData, OutboundChunks::new(&pieces)),
             (
                 ContentType::ApplicationData,
                 OutboundChunks::new(&pieces).split_at(20).0,
+            ),
+            (
+                ContentType::ApplicationData,
+                OutboundChunks::new(&pieces).split_at(10).0,
+            ),
+            (
+                ContentType::ApplicationData,
+                OutboundChunks::new(&pieces).split_at(20).1,
             ),
             (ContentType::ApplicationData, OutboundChunks::new(&full)),
             // close_notify, last: the client reads to the end.
@@ -179,7 +213,7 @@ fn tls13_records_sealed_here_are_rustls_records_byte_for_byte() {
             let msg = OutboundPlainMessage {
                 typ,
                 version: ProtocolVersion::TLSv1_2,
-                payload: chunks,
+                payload: chunks.clone(),
             };
             let expected = theirs.encrypt(msg, seq).expect("rustls seal").encode();
             assert_eq!(
@@ -189,11 +223,27 @@ fn tls13_records_sealed_here_are_rustls_records_byte_for_byte() {
                 suite.suite()
             );
             wire.extend_from_slice(ours.bytes());
+            let mut at_zero = Collect::default();
+            from_zero
+                .seal(typ, &chunks, n as u64, &mut at_zero)
+                .expect("own seal from record 0");
+            let msg = OutboundPlainMessage {
+                typ,
+                version: ProtocolVersion::TLSv1_2,
+                payload: chunks,
+            };
+            let expected = theirs_zero
+                .encrypt(msg, n as u64)
+                .expect("rustls seal")
+                .encode();
+            assert_eq!(at_zero.bytes(), &expected[..], "from record 0, record {n}");
         }
         let read = to_client(&mut client, &wire).expect("client reads them");
         let mut want = b"hello".to_vec();
         want.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\nbody");
         want.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\nb");
+        want.extend_from_slice(b"HTTP/1.1 2");
+        want.extend_from_slice(b"ody");
         want.extend_from_slice(&big);
         assert_eq!(read, want);
     }
