@@ -300,8 +300,7 @@ impl Tls13Sealer {
         seq: u64,
     ) -> Result<Tls13Sealer, Error> {
         let bad = |_| Error::General("bad TLS 1.3 traffic key".into());
-        let key = if std::ptr::eq(algorithm, &AES_128_GCM) || std::ptr::eq(algorithm, &AES_256_GCM)
-        {
+        let key = if *algorithm == AES_128_GCM || *algorithm == AES_256_GCM {
             let mut gcm =
                 TlsRecordSealingKey::new(algorithm, TlsProtocolId::TLS13, key).map_err(bad)?;
             if seq > 0 {
@@ -325,6 +324,13 @@ impl Tls13Sealer {
     fn for_suite(suite: CipherSuite, key: &[u8], iv: &[u8], seq: u64) -> Option<Tls13Sealer> {
         let iv: [u8; 12] = iv.try_into().ok()?;
         Tls13Sealer::new(Tls13Sealer::algorithm(suite)?, key, Iv::from(iv), seq).ok()
+    }
+
+    /// Whether records are sealed by aws-lc's TLS 1.3 AES-GCM construction (from the caller's
+    /// bytes) rather than in place.
+    #[cfg(test)]
+    fn seals_out_of_place(&self) -> bool {
+        matches!(self.key, SealingKey::Gcm(_))
     }
 
     /// Seals record number `seq` of content type `typ` holding `plain` (at most [`MAX_PLAIN`]

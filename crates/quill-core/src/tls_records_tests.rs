@@ -150,6 +150,14 @@ fn tls13_records_sealed_here_are_rustls_records_byte_for_byte() {
         assert!(seq > 0, "the tickets were sealed with the traffic keys");
         let mut own =
             Tls13Sealer::for_suite(suite.suite(), key.as_ref(), iv.as_ref(), seq).expect("own");
+        // Both paths seal the same bytes, so the bytes alone would not show AES-GCM falling back
+        // to the copy.
+        assert_eq!(
+            own.seals_out_of_place(),
+            suite.suite() != CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+            "{:?}",
+            suite.suite()
+        );
         // A second connection's keys, sealed from record 0 by both.
         let (zero, _, _) = handshake(configs_with(true, provider));
         let (zero_key, zero_iv) = key_iv(zero.tx.1).expect("key");
@@ -185,7 +193,7 @@ fn tls13_records_sealed_here_are_rustls_records_byte_for_byte() {
         let hello: [&[u8]; 1] = [b"hello"];
         let alert: [&[u8]; 1] = [&[1, 0]];
         let full: [&[u8]; 1] = [&big];
-        let cases: [(ContentType, OutboundChunks<'_>); 8] = [
+        let cases: [(ContentType, OutboundChunks<'_>); 9] = [
             (ContentType::ApplicationData, OutboundChunks::new(&hello)),
             (ContentType::ApplicationData, OutboundChunks::new_empty()),
             (ContentType::ApplicationData, OutboundChunks::new(&pieces)),
@@ -200,6 +208,11 @@ fn tls13_records_sealed_here_are_rustls_records_byte_for_byte() {
             (
                 ContentType::ApplicationData,
                 OutboundChunks::new(&pieces).split_at(20).1,
+            ),
+            // From the boundary of the first piece, over the empty one: one slice.
+            (
+                ContentType::ApplicationData,
+                OutboundChunks::new(&pieces).split_at(17).1,
             ),
             (ContentType::ApplicationData, OutboundChunks::new(&full)),
             // close_notify, last: the client reads to the end.
@@ -244,6 +257,7 @@ fn tls13_records_sealed_here_are_rustls_records_byte_for_byte() {
         want.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\nb");
         want.extend_from_slice(b"HTTP/1.1 2");
         want.extend_from_slice(b"ody");
+        want.extend_from_slice(b"\r\nbody");
         want.extend_from_slice(&big);
         assert_eq!(read, want);
     }

@@ -243,9 +243,10 @@ impl Conn {
     /// The bytes sent stay in the buffer until the rest is no longer than they are: only then is
     /// the rest moved to the front, so each byte sent pays for at most one byte moved (a TLS
     /// socket takes a bounded amount a write, and moving the whole rest after each of them cost
-    /// a 1 MiB download more copying than the body's own copy into its frames). All sent, the
-    /// buffer is empty again, its memory kept for the frames that follow (until
-    /// [`Conn::take_output_buffer`] or [`Conn::shrink`]).
+    /// a 1 MiB download more copying than the body's own copy into its frames). The buffer holds
+    /// less than twice the bytes not sent yet. All sent, the buffer is empty again, its memory
+    /// kept for the frames that follow (until [`Conn::take_output_buffer`] or
+    /// [`Conn::shrink`]).
     pub fn sent(&mut self, n: usize) {
         self.out_sent = (self.out_sent + n).min(self.out.len());
         let rest = self.out.len() - self.out_sent;
@@ -256,6 +257,9 @@ impl Conn {
             self.out.drain(..self.out_sent);
             self.out_sent = 0;
         }
+        // What the offset's readers (`take_output_buffer`, `shrink`, `lend_output`: only on an
+        // empty buffer) rely on.
+        debug_assert!(self.out_sent == 0 || rest > self.out_sent);
     }
 
     /// The fields of the last [`Event::Request`] or [`Event::Trailers`].
