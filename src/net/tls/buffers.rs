@@ -158,7 +158,8 @@ impl Span {
     }
 }
 
-/// Records are sealed in place at the end of the held bytes.
+/// Records are sealed at the end of the held bytes (from the caller's plaintext, or copied in and
+/// encrypted there).
 impl quill_core::tls_records::Sink for Span {
     fn room(&mut self, n: usize) -> &mut [u8] {
         Span::room(self, n)
