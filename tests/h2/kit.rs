@@ -150,6 +150,13 @@ impl Reply {
         self.of(sid, "body_sha256").first().map(|s| s.to_string())
     }
 
+    /// Whether the body of `sid` is `want`, every byte (its SHA-256, as the client computed it).
+    pub fn body_is(&self, sid: u32, want: &[u8]) -> bool {
+        let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, want);
+        let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        self.body_len(sid) == want.len() && self.body_sha(sid) == Some(hex)
+    }
+
     /// The first 4 KiB of the body.
     pub fn body(&self, sid: u32) -> Vec<u8> {
         let hex = self.of(sid, "body_hex").first().copied().unwrap_or("");
