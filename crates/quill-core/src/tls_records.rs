@@ -384,44 +384,35 @@ impl Tls13Sealer {
     }
 }
 
+/// The pieces of `chunks`' bytes in order, each a slice of one chunk (empty ones left out).
+fn parts<'a>(chunks: &OutboundChunks<'a>) -> impl Iterator<Item = &'a [u8]> {
+    let (single, list, start, end) = match *chunks {
+        OutboundChunks::Single(bytes) => (Some(bytes), &[][..], 0, 0),
+        OutboundChunks::Multiple { chunks, start, end } => (None, chunks, start, end),
+    };
+    let mut at = 0;
+    let pieces = list.iter().filter_map(move |chunk| {
+        let (from, to) = (at, at + chunk.len());
+        at = to;
+        let part = chunk.get(start.clamp(from, to) - from..end.clamp(from, to) - from)?;
+        (!part.is_empty()).then_some(part)
+    });
+    single.into_iter().chain(pieces)
+}
+
 /// The bytes of `chunks` when they are one slice (a record's plaintext taken from one buffer).
 fn contiguous<'a>(chunks: &OutboundChunks<'a>) -> Option<&'a [u8]> {
-    match *chunks {
-        OutboundChunks::Single(bytes) => Some(bytes),
-        OutboundChunks::Multiple { chunks, start, end } => {
-            let mut at = 0;
-            for chunk in chunks {
-                let (from, to) = (at, at + chunk.len());
-                at = to;
-                if from <= start && end <= to {
-                    return chunk.get(start - from..end - from);
-                }
-                if to > start {
-                    return None;
-                }
-            }
-            None
-        }
-    }
+    let mut parts = parts(chunks);
+    let first = parts.next().unwrap_or_default();
+    parts.next().is_none().then_some(first)
 }
 
 /// Copies the bytes of `chunks` into `out` (exactly as long).
 fn copy_chunks(chunks: &OutboundChunks<'_>, out: &mut [u8]) {
-    match *chunks {
-        OutboundChunks::Single(bytes) => out.copy_from_slice(bytes),
-        OutboundChunks::Multiple { chunks, start, end } => {
-            let (mut at, mut written) = (0, 0);
-            for chunk in chunks {
-                let (from, to) = (at, at + chunk.len());
-                at = to;
-                if to <= start || from >= end {
-                    continue;
-                }
-                let part = &chunk[start.max(from) - from..end.min(to) - from];
-                out[written..written + part.len()].copy_from_slice(part);
-                written += part.len();
-            }
-        }
+    let mut written = 0;
+    for part in parts(chunks) {
+        out[written..written + part.len()].copy_from_slice(part);
+        written += part.len();
     }
 }
 

@@ -1303,7 +1303,7 @@ fn value_after(at: usize, line: &[u8], colon: usize) -> Span {
 
 /// How many spaces and tabs `bytes` ends with (the last byte looked at first: most values end
 /// with none).
-fn trailing_spaces(bytes: &[u8]) -> usize {
+pub(super) fn trailing_spaces(bytes: &[u8]) -> usize {
     match bytes.last() {
         Some(&b) if is_space(b) => bytes.iter().rev().take_while(|&&b| is_space(b)).count(),
         _ => 0,

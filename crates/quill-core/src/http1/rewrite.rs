@@ -31,7 +31,9 @@ use super::body::Framing;
 #[cfg(test)]
 use super::grammar::is_framing_lookalike;
 use super::grammar::{is_fixed_hop, is_host_byte, is_space, is_target_byte, is_tchar, same_name};
-use super::head::{Connection, Field, FieldIndex, Kind, Name, RequestHead, ResponseHead, Target};
+use super::head::{
+    trailing_spaces, Connection, Field, FieldIndex, Kind, Name, RequestHead, ResponseHead, Target,
+};
 use super::{path, Span, Version};
 
 /// How `X-Forwarded-For` is written on requests.
@@ -282,7 +284,7 @@ pub fn response_fields<'a>(
     if let Some(name) = keep.via(rw) {
         // `1.1 ` and the name: only the name's end can be spaces (or all of it).
         let name = name.as_bytes();
-        let name = &name[..name.len() - name.iter().rev().take_while(|&&b| is_space(b)).count()];
+        let name = &name[..name.len() - trailing_spaces(name)];
         match name {
             b"" => each(ResponseField::Via(b"", trim_spaces(received(head.version)))),
             name => each(ResponseField::Via(received(head.version), name)),
@@ -298,14 +300,8 @@ pub fn response_fields<'a>(
 
 /// `value` without the spaces and tabs around it.
 fn trim_spaces(value: &[u8]) -> &[u8] {
-    let start = value.iter().take_while(|&&b| is_space(b)).count();
-    let end = value.len()
-        - value[start..]
-            .iter()
-            .rev()
-            .take_while(|&&b| is_space(b))
-            .count();
-    &value[start..end]
+    let value = &value[value.iter().take_while(|&&b| is_space(b)).count()..];
+    &value[..value.len() - trailing_spaces(value)]
 }
 
 /// Which of a response head's fields its rewrite keeps, and whether it adds `Via`: the one
