@@ -324,6 +324,9 @@ impl Drop for ServerLease {
 /// snapshot when they still apply.
 #[derive(Debug)]
 pub(crate) struct Pool {
+    /// This pool's number, never another's: a listener's `pool_generation` names its current
+    /// pool, so a session sees that its own is still current without touching the `ArcSwap`.
+    pub generation: u64,
     pub name: String,
     pub mode: Mode,
     pub tuning: Tuning,
@@ -579,7 +582,9 @@ impl Pool {
             .sticky_cookie
             .as_deref()
             .map(|name| Sticky::new(name, &servers));
+        static GENERATIONS: AtomicU64 = AtomicU64::new(1);
         Pool {
+            generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
             name: l.name.clone(),
             mode: l.mode,
             tuning: l.tuning.clone(),

@@ -29,8 +29,8 @@ pub(crate) enum Stream {
     /// A FastCGI server's connection, read and written as HTTP/1.1 ([`fastcgi::FcgiStream`]).
     Fcgi(Box<fastcgi::FcgiStream>),
     /// One HTTP/2 stream of a client connection, read and written as HTTP/1.1
-    /// ([`h2pipe::H2Stream`]): no socket of its own.
-    H2(Box<h2pipe::H2Stream>),
+    /// ([`h2pipe::H2Stream`], a pointer): no socket of its own.
+    H2(h2pipe::H2Stream),
 }
 
 impl Stream {
@@ -74,7 +74,7 @@ impl Stream {
     pub(crate) fn is_tls(&self) -> bool {
         match self {
             Stream::Tls(_) => true,
-            Stream::H2(h) => h.tls,
+            Stream::H2(h) => h.tls(),
             _ => false,
         }
     }
@@ -83,7 +83,7 @@ impl Stream {
     pub(crate) fn server_name(&self) -> Option<&str> {
         match self {
             Stream::Tls(t) => t.server_name(),
-            Stream::H2(h) => h.sni.as_deref(),
+            Stream::H2(h) => h.sni(),
             _ => None,
         }
     }

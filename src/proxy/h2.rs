@@ -19,6 +19,7 @@ use std::sync::Arc;
 use mio::event::Event;
 use mio::Interest;
 use quill_core::h2::{self, BodyForm, Code};
+use quill_core::sys::ThreadRc;
 
 use super::http::HttpSession;
 use super::{Closing, Ctx, Session, Step, NEVER};
@@ -26,7 +27,7 @@ use crate::backend::Pool;
 use crate::clock::millis;
 use crate::config::HttpSettings;
 use crate::metrics::End;
-use crate::net::h2pipe::{self, lock, H2Stream, SharedPipe};
+use crate::net::h2pipe::{self, open, H2Stream, SharedPipe};
 use crate::net::tls;
 use crate::net::{ClientAddr, Ready, Stream};
 use crate::state::shared::{Listener, SessionInfo};
@@ -113,6 +114,8 @@ pub(crate) struct H2Session {
     failed: Option<Code>,
     /// The last pump stopped at [`MAX_OUTPUT`]: it goes on once the socket takes some.
     held: bool,
+    /// The TLS server name, shared by the streams' pipes (taken at the first stream).
+    sni: Option<ThreadRc<Box<str>>>,
 }
 
 impl H2Session {
@@ -151,6 +154,7 @@ impl H2Session {
             token: mio::Token(usize::MAX),
             failed: None,
             held: false,
+            sni: None,
         }
     }
 
@@ -478,21 +482,28 @@ impl H2Session {
             BodyForm::Chunked
         };
         let head = list.method() == b"HEAD";
-        let pipe = h2pipe::new_pipe(self.token);
+        // After a reload, the stream and this connection (its timeouts) take the new pool, as an
+        // HTTP/1 connection's next request does.
+        if let Some(newer) = self.listener.newer_pool(&self.pool) {
+            self.pool = newer;
+        }
+        if self.sni.is_none() {
+            self.sni = self
+                .client
+                .server_name()
+                .map(|name| ThreadRc::new(Box::from(name)));
+        }
+        let sni = self.sni.clone();
+        let pipe = h2pipe::new_pipe(self.token, self.client.is_tls(), sni);
         {
-            let mut p = lock(&pipe);
+            let mut p = open(&pipe);
             p.up.reserve(512);
             h2::write_http1(list, form, &mut p.up);
             p.up_eof = end_stream;
         }
-        let sni = self.client.server_name().map(Box::from);
-        let stream_end = Stream::H2(Box::new(H2Stream::new(
-            pipe.clone(),
-            self.client.is_tls(),
-            sni,
-        )));
+        let stream_end = Stream::H2(H2Stream::new(pipe.clone()));
         let session = HttpSession::for_stream(
-            self.listener.clone(),
+            (self.listener.clone(), self.pool.clone()),
             stream_end,
             self.addr,
             self.subject.clone(),
@@ -522,7 +533,7 @@ impl H2Session {
             .iter()
             .filter(|l| {
                 l.waiting.is_none() && {
-                    let p = lock(&l.pipe);
+                    let p = open(&l.pipe);
                     !p.head_sent && !p.closed
                 }
             })
@@ -551,7 +562,7 @@ impl H2Session {
             self.conn.release(stream, data.len());
             return;
         };
-        let mut p = lock(&link.pipe);
+        let mut p = open(&link.pipe);
         if link.chunked {
             if !data.is_empty() {
                 let mut size = [0u8; 16];
@@ -576,7 +587,7 @@ impl H2Session {
         let Some(link) = self.links.iter().find(|l| l.id == stream) else {
             return;
         };
-        let mut p = lock(&link.pipe);
+        let mut p = open(&link.pipe);
         if link.chunked {
             p.up.extend_from_slice(b"0\r\n");
             for (n, v) in self.conn.fields().fields() {
@@ -595,7 +606,7 @@ impl H2Session {
     fn drop_link(&mut self, stream: u32) {
         if let Some(i) = self.links.iter().position(|l| l.id == stream) {
             let link = self.links.swap_remove(i);
-            let mut p = lock(&link.pipe);
+            let mut p = open(&link.pipe);
             p.up_reset = true;
             p.poke_session();
         }
@@ -624,7 +635,7 @@ impl H2Session {
                 i += 1;
                 continue;
             }
-            let mut p = lock(&link.pipe);
+            let mut p = open(&link.pipe);
             let released = p.releasable();
             if released > 0 {
                 self.conn.release(link.id, released);
@@ -715,7 +726,7 @@ impl H2Session {
     /// Ends the connection: every stream's session learns its client is gone.
     pub(crate) fn close(&mut self, end: End) -> Closing {
         for link in self.links.drain(..) {
-            let mut p = lock(&link.pipe);
+            let mut p = open(&link.pipe);
             p.up_reset = true;
             p.poke_session();
         }

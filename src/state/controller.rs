@@ -10,8 +10,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
 
-use arc_swap::ArcSwap;
-
 use super::plan::{Applied, ApplyError, Note, Plan, Running, Socket, SocketOptions};
 use super::shared::{Listener, Phase, Shared};
 use super::{merge, Msg, Rebuild, RunError};
@@ -22,7 +20,6 @@ use crate::command::{Command, CommandFile, Quoting};
 use crate::config::{Config, Global, ListenerConfig};
 use crate::listener::{self, BindOptions, ListenSocket};
 use crate::log::LogPlan;
-use crate::metrics::HttpStats;
 use crate::route::Sites;
 use crate::systemd::Inherited;
 
@@ -284,16 +281,7 @@ fn new_listener(
     pool: Pool,
     workers: usize,
 ) -> Listener {
-    Listener {
-        id,
-        name: l.name.clone(),
-        addr: l.listen.clone(),
-        socket,
-        pool: ArcSwap::from_pointee(pool),
-        http: Arc::new(HttpStats::new(workers)),
-        flows: Default::default(),
-        flow_sources: Default::default(),
-    }
+    Listener::new(id, l.name.clone(), l.listen.clone(), socket, pool, workers)
 }
 
 impl Controller {
@@ -544,7 +532,7 @@ impl Controller {
                             notes.push(Note::SocketOptions { listener, error });
                         }
                     }
-                    listener.pool.store(Arc::new(pool));
+                    listener.set_pool(Arc::new(pool));
                     listener
                 }
                 // A listener that moved keeps its servers' state (its pool was built from the

@@ -40,7 +40,10 @@ pub(crate) struct Listener {
     pub name: String,
     pub addr: ListenAddr,
     pub socket: ListenSocket,
+    /// Replaced by [`Listener::set_pool`] only, which keeps `pool_generation` with it.
     pub pool: ArcSwap<Pool>,
+    /// The `generation` of `pool`'s current pool.
+    pub pool_generation: AtomicU64,
     /// Its HTTP requests by status class and duration, per worker (HTTP listeners only count).
     pub http: Arc<HttpStats>,
     /// UDP flows open on it in all workers (held to its pool's `max_flows`).
@@ -50,6 +53,43 @@ pub(crate) struct Listener {
 }
 
 impl Listener {
+    pub(crate) fn new(
+        id: u64,
+        name: String,
+        addr: ListenAddr,
+        socket: ListenSocket,
+        pool: Pool,
+        workers: usize,
+    ) -> Listener {
+        Listener {
+            id,
+            name,
+            addr,
+            socket,
+            pool_generation: AtomicU64::new(pool.generation),
+            pool: ArcSwap::from_pointee(pool),
+            http: Arc::new(HttpStats::new(workers)),
+            flows: Default::default(),
+            flow_sources: Default::default(),
+        }
+    }
+
+    /// Makes `pool` the listener's pool (a reload).
+    pub(crate) fn set_pool(&self, pool: Arc<Pool>) {
+        let generation = pool.generation;
+        self.pool.store(pool);
+        self.pool_generation.store(generation, Ordering::Release);
+    }
+
+    /// The listener's current pool if `held` is not it (a reload replaced it), else None. Per
+    /// request, with no atomic write: `ArcSwap::load` writes twice (its debt slot), and a count
+    /// changed on every request would move a line all workers read between their cores.
+    pub(crate) fn newer_pool(&self, held: &Pool) -> Option<Arc<Pool>> {
+        // Acquire: a generation seen means its pool is stored (`set_pool`).
+        (self.pool_generation.load(Ordering::Acquire) != held.generation)
+            .then(|| self.pool.load_full())
+    }
+
     /// Whether its clients stay on the worker that accepted them for good: TLS (the session's
     /// state cannot move) and HTTP/2 by `h2c` (one session per stream). Plain HTTP/1 clients
     /// move between two requests, and TCP clients are gathered by where they are accepted

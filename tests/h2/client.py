@@ -17,16 +17,18 @@ on one connection, all at once (multiplexed), and prints what came back, one fac
 
   client.py --port P [--host H] [--tls] [--sni NAME] [--authority A] [--timeout S] [--linger S]
             --request 'METHOD PATH [AUTHORITY]' [--header 'name: value']... [--body-bytes N] [--no-length]
-            [--request ...]...
+            [--request ...]... [--then-after FILE --then 'METHOD PATH'...]
 
 Headers are sent as given (upper case, connection fields and all: the client does not check
 them, so a test can send what a conformant client never would). --linger S: after every
 response ended, keep reading S seconds more (to see a GOAWAY or the close). --body-bytes N sends N pattern
-bytes as DATA in 16 KiB frames (with content-length unless --no-length). Bounded: every wait has
-the --timeout (default 10 s)."""
+bytes as DATA in 16 KiB frames (with content-length unless --no-length). --then: requests sent on
+the same connection once every earlier response ended and FILE exists (a test makes it after
+changing something, such as a reload). Bounded: every wait has the --timeout (default 10 s)."""
 
 import argparse
 import hashlib
+import os
 import socket
 import ssl
 import sys
@@ -56,6 +58,8 @@ def main():
     ap.add_argument("--body-bytes", type=int, default=0)
     ap.add_argument("--no-length", action="store_true")
     ap.add_argument("--trailer", action="append", default=[])
+    ap.add_argument("--then", action="append", default=[])
+    ap.add_argument("--then-after")
     a = ap.parse_args()
 
     sock = socket.create_connection((a.host, a.port), timeout=a.timeout)
@@ -90,7 +94,7 @@ def main():
     body = pattern(a.body_bytes)
     out = {"responses": {}, "goaway": None, "closed": False}
     pending_body = {}
-    for req in a.request or ["GET /"]:
+    def send_request(req):
         parts = req.split(" ")
         method, path = parts[0], parts[1]
         req_authority = parts[2] if len(parts) > 2 else authority
@@ -106,6 +110,9 @@ def main():
                                       "body": b"", "trailers": [], "reset": None, "ended": False}
         if body or a.trailer:
             pending_body[sid] = 0
+
+    for req in a.request or ["GET /"]:
+        send_request(req)
     sock.sendall(conn.data_to_send())
 
     def push_bodies():
@@ -136,7 +143,15 @@ def main():
     hashes = {}
     linger_until = None
     rx = b""
+    then = list(a.then)
     while time.time() < deadline:
+        if then and all(r["ended"] for r in out["responses"].values()):
+            while not os.path.exists(a.then_after) and time.time() < deadline:
+                time.sleep(0.05)
+            for req in then:
+                send_request(req)
+            then = []
+            push_bodies()
         if all(r["ended"] for r in out["responses"].values()):
             if a.linger <= 0:
                 break

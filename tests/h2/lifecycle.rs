@@ -199,6 +199,60 @@ fn a_reload_keeps_streams_in_flight_and_the_next_streams_take_the_new_configurat
     );
 }
 
+/// An HTTP/2 connection open across a reload: its next stream takes the new configuration, as
+/// a kept-alive HTTP/1 connection's next request does (each connection notes its listener's
+/// pool and takes the new one at its next stream).
+#[test]
+fn a_connection_open_across_a_reload_gives_its_next_stream_the_new_configuration() {
+    let backend = Backend::start(|_| vec![Step::Send(response(200, "", b"ok"))]);
+    let q = start_h2c(&backend, "", "");
+    let port = q.port;
+    let go = q.path("then");
+    let go_arg = go.to_str().unwrap().to_string();
+    let t = std::thread::spawn(move || {
+        client(
+            port,
+            &[
+                "--request",
+                "GET /before",
+                "--then-after",
+                &go_arg,
+                "--then",
+                "GET /after",
+            ],
+        )
+    });
+    assert_eq!(backend.wait_requests(1, IO_TIMEOUT).len(), 1);
+    let cfg = q.path("quill.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace(
+            "h2c = true",
+            "h2c = true\nresponse_headers = { set = { \"X-Reloaded\" = \"yes\" } }",
+        ),
+    )
+    .unwrap();
+    q.signal("HUP");
+    assert!(
+        q.wait_stderr_contains("reload", Duration::from_secs(10)),
+        "{}",
+        q.stderr()
+    );
+    std::fs::write(&go, b"").unwrap();
+    let r = t.join().unwrap();
+    assert_eq!(r.status(1), Some(200), "{:?}", r.lines);
+    assert_eq!(r.header(1, "x-reloaded"), None, "{:?}", r.lines);
+    assert_eq!(r.status(3), Some(200), "{:?}", r.lines);
+    assert_eq!(
+        r.header(3, "x-reloaded").as_deref(),
+        Some("yes"),
+        "the same connection's next stream: {:?}",
+        r.lines
+    );
+    assert_eq!(backend.wait_requests(2, IO_TIMEOUT).len(), 2);
+}
+
 #[test]
 fn takeover_lets_the_old_process_finish_its_streams_behind_goaway_and_loses_none() {
     let gate = Gate::new();

@@ -141,6 +141,18 @@ impl HttpSession {
         now_ms: u64,
     ) -> HttpSession {
         let pool = listener.pool.load_full();
+        HttpSession::with_pool(listener, pool, id, client, addr, now_ms)
+    }
+
+    /// [`new`](Self::new) with the listener's pool at hand.
+    fn with_pool(
+        listener: Arc<Listener>,
+        pool: Arc<Pool>,
+        id: u64,
+        client: Stream,
+        addr: ClientAddr,
+        now_ms: u64,
+    ) -> HttpSession {
         HttpSession {
             id,
             client,
@@ -182,13 +194,13 @@ impl HttpSession {
     /// The session of one HTTP/2 stream (its client is the stream's pipe; `subject`: the
     /// connection's verified client certificate).
     pub(crate) fn for_stream(
-        listener: Arc<Listener>,
+        (listener, pool): (Arc<Listener>, Arc<Pool>),
         client: Stream,
         addr: ClientAddr,
         subject: Option<Box<str>>,
         now_ms: u64,
     ) -> HttpSession {
-        let mut s = HttpSession::new(listener, 0, client, addr, now_ms);
+        let mut s = HttpSession::with_pool(listener, pool, 0, client, addr, now_ms);
         if let Some(s2) = subject {
             s.rare.get_or_insert_default().cert_edit = Some([HeaderEdit {
                 op: rewrite::EditOp::Set,
@@ -503,13 +515,9 @@ impl HttpSession {
     /// A head is in the input (or the buffer is full): parse it, decide what to do with it, and
     /// start its exchange when it goes to a server.
     fn begin(&mut self, cx: &mut Ctx) -> Result<(), Step> {
-        // The snapshot is shared by every worker: its count is changed only when a reload made a
-        // new one (a count changed per request moves its cache line between cores).
-        let current = self.listener.pool.load();
-        if !Arc::ptr_eq(&current, &self.pool) {
-            self.pool = arc_swap::Guard::into_inner(current);
-        } else {
-            drop(current);
+        // The snapshot is shared by every worker: taken again only when a reload made a new one.
+        if let Some(newer) = self.listener.newer_pool(&self.pool) {
+            self.pool = newer;
         }
         let limits = request::limits(settings(&self.pool));
         let mut fields = FieldIndex::empty();

@@ -267,6 +267,18 @@ impl Worker {
         source: Option<SourceSlot>,
         listener: &Listener,
     ) -> (usize, u32) {
+        let log = self.log_plan.file_of(&listener.name);
+        self.place_in(session, permit, source, (listener.id, log))
+    }
+
+    /// [`place`](Self::place) with the listener's id and its access log's file known.
+    pub(super) fn place_in(
+        &mut self,
+        session: Session,
+        permit: Option<SessionPermit>,
+        source: Option<SourceSlot>,
+        (listener, log): (u64, Option<u32>),
+    ) -> (usize, u32) {
         let idx = match self.free.pop() {
             Some(i) => i as usize,
             None => {
@@ -284,8 +296,8 @@ impl Worker {
         };
         self.slots[idx].permit = permit;
         self.slots[idx].source = source;
-        self.slots[idx].listener = listener.id;
-        self.slots[idx].log = self.log_plan.file_of(&listener.name);
+        self.slots[idx].listener = listener;
+        self.slots[idx].log = log;
         self.live += 1;
         self.publish_load();
         self.slots[idx].session = Some(session);

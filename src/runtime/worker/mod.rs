@@ -454,25 +454,25 @@ impl Worker {
             };
             panics::contain(|| f(s, &mut cx))
         };
+        // What the sessions it spawned share with it (it may close now).
+        let (listener, log) = (self.slots[idx].listener, self.slots[idx].log);
         match outcome {
             Ok(step) => self.follow(idx, step, now),
             Err(panic) => self.reset_panicked(idx, &panic, now),
         }
         if !self.spawned.is_empty() {
-            self.start_spawned(now);
+            self.start_spawned(listener, log, now);
         }
     }
 
-    /// Gives the sessions the last call made (HTTP/2 streams) their slots, and starts them. They
-    /// hold no place under `-x` and no count of their address: their connection does.
-    fn start_spawned(&mut self, now: u64) {
+    /// Gives the sessions the last call made (HTTP/2 streams of the connection in the slot of
+    /// listener `listener` and access log `log`) their slots, and starts them. They hold no
+    /// place under `-x` and no count of their address: their connection does.
+    fn start_spawned(&mut self, listener: u64, log: Option<u32>, now: u64) {
         let mut spawned = std::mem::take(&mut self.spawned);
         for mut s in spawned.drain(..) {
-            let Some(listener) = s.listener().cloned() else {
-                continue;
-            };
             s.set_id(self.next_id());
-            let (idx, gen) = self.place(s, None, None, &listener);
+            let (idx, gen) = self.place_in(s, None, None, (listener, log));
             self.call(idx, gen, now, |s, cx| s.start(cx));
         }
         if self.spawned.is_empty() {

@@ -7,7 +7,8 @@
 //! directory entries, all through rustix), `process` (resource limits, users, privilege drop, network namespaces, heap
 //! trim), `packet` (packet sockets, their receive ring and batched sends) and `udp` (packet
 //! info, the ICMP error queue, [`SendBatch`] and [`RecvBatch`]), `uring` (a worker's io_uring for
-//! accepting, [`AcceptRing`]) and `simd`. Each file allows `unsafe` on its
+//! accepting, [`AcceptRing`]), `thread` ([`ThreadRc`], an `Rc` kept on its thread inside a `Send`
+//! type) and `simd`. Each file allows `unsafe` on its
 //! own and carries a `// SAFETY:` comment on every block; callers name everything as `sys::X`.
 //!
 //! Every wrapper returns `io::Result` and takes borrowed descriptors; nothing here keeps state but
@@ -20,6 +21,7 @@ mod packet;
 mod process;
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 pub mod simd;
+mod thread;
 mod udp;
 mod uring;
 
@@ -35,6 +37,7 @@ pub use process::{
     chroot, clock_ticks_per_second, drop_privileges, enter_netns, lookup_user, nofile_limit,
     raise_nofile_limit, trim_heap, UserIds,
 };
+pub use thread::ThreadRc;
 pub use udp::{
     recv_error, send_from_to, set_recv_errors, set_recv_pktinfo, Datagram, QueuedError, RecvBatch,
     SendBatch, BATCH_MAX, SEND_BATCH_MAX,
