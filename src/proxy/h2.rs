@@ -509,7 +509,7 @@ impl H2Session {
             self.subject.clone(),
             cx.now,
         );
-        let session = Session::Http(Box::new(session));
+        let session = Session::Http(super::http::boxed(session));
         // No more streams than that open: no need to count (each count locks every pipe).
         let waiting = if self.links.len() < MAX_STARTING || self.starting() < MAX_STARTING {
             cx.spawned.push(session);

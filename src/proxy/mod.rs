@@ -217,6 +217,14 @@ impl Session {
         matches!(self, Session::Http(s) if s.is_stream())
     }
 
+    /// Drops an ended HTTP/2 stream's session, keeping its box for the worker's next stream.
+    pub(crate) fn recycle_stream(self) {
+        match self {
+            Session::Http(s) if s.is_stream() => http::recycle(s),
+            other => drop(other),
+        }
+    }
+
     /// Gives a spawned stream's session its id.
     pub(crate) fn set_id(&mut self, id: u64) {
         if let Session::Http(s) = self {

@@ -28,9 +28,9 @@ mod log;
 mod request;
 mod timing;
 
-pub(crate) use exchange::trim_spares;
-
+use std::cell::RefCell;
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -38,6 +38,7 @@ use mio::event::Event;
 use mio::Interest;
 use quill_core::http1::rewrite::{self, HeaderEdit};
 use quill_core::http1::{self, FieldIndex, Framing, Method};
+use quill_core::sys;
 
 use super::connect::{self, PrivateConn, Progress};
 use super::copy::{Pools, BUF_SIZE};
@@ -131,6 +132,46 @@ fn strip_cert_subject() -> &'static [HeaderEdit] {
 }
 
 const CERT_SUBJECT: &str = "X-Client-Cert-Subject";
+
+thread_local! {
+    /// Emptied boxes of this worker's ended HTTP/2 stream sessions, for its next streams: a
+    /// stream's session costs no allocation (the allocator's per-size caches hold seven blocks,
+    /// and a burst of hundreds of streams ending at once went to its slower paths).
+    #[expect(clippy::vec_box, reason = "the boxes are what is kept: one becomes a session's")]
+    static SPARE: RefCell<Vec<Box<MaybeUninit<HttpSession>>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// At most this many spare session boxes per worker (256 bytes each), as many as the spare
+/// exchange boxes.
+const SPARE_MAX: usize = 256;
+
+/// `session` in a spare box of this worker's, or a new one.
+pub(crate) fn boxed(session: HttpSession) -> Box<HttpSession> {
+    match SPARE.with_borrow_mut(Vec::pop) {
+        Some(spare) => Box::write(spare, session),
+        None => Box::new(session),
+    }
+}
+
+/// Drops an ended stream's session and keeps its box for the next stream's (see `SPARE`).
+pub(crate) fn recycle(session: Box<HttpSession>) {
+    // Dropped before the spares are borrowed: nothing a session holds may reach them.
+    let empty = sys::vacate(session);
+    SPARE.with_borrow_mut(|spare| {
+        if spare.len() < SPARE_MAX {
+            spare.push(empty);
+        }
+    });
+}
+
+/// Drops this worker's spare exchange and session boxes (the heap trim after a burst).
+pub(crate) fn trim_spares() {
+    exchange::trim_spares();
+    SPARE.with_borrow_mut(|spare| {
+        spare.clear();
+        spare.shrink_to_fit();
+    });
+}
 
 impl HttpSession {
     pub(crate) fn new(

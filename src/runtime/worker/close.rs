@@ -70,6 +70,7 @@ impl Worker {
         drop(permit);
         self.shared.last_busy_ms.store(now, Ordering::Relaxed);
         if stream {
+            s.recycle_stream();
             return;
         }
         let counters = &self.shared.counters[self.id];

@@ -8,8 +8,9 @@
 //! trim), `packet` (packet sockets, their receive ring and batched sends) and `udp` (packet
 //! info, the ICMP error queue, [`SendBatch`] and [`RecvBatch`]), `uring` (a worker's io_uring for
 //! accepting, [`AcceptRing`]), `thread` ([`ThreadRc`], an `Rc` kept on its thread inside a `Send`
-//! type) and `simd`. Each file allows `unsafe` on its
-//! own and carries a `// SAFETY:` comment on every block; callers name everything as `sys::X`.
+//! type), `reuse` ([`vacate`], a box kept for another value) and `simd`. Each file allows `unsafe`
+//! on its own and carries a `// SAFETY:` comment on every block; callers name everything as
+//! `sys::X`.
 //!
 //! Every wrapper returns `io::Result` and takes borrowed descriptors; nothing here keeps state but
 //! [`PacketRing`], the mapping of a packet socket's receive ring, and [`AcceptRing`].
@@ -19,6 +20,7 @@
 mod file;
 mod packet;
 mod process;
+mod reuse;
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 pub mod simd;
 mod thread;
@@ -37,6 +39,7 @@ pub use process::{
     chroot, clock_ticks_per_second, drop_privileges, enter_netns, lookup_user, nofile_limit,
     raise_nofile_limit, trim_heap, UserIds,
 };
+pub use reuse::vacate;
 pub use thread::ThreadRc;
 pub use udp::{
     recv_error, send_from_to, set_recv_errors, set_recv_pktinfo, Datagram, QueuedError, RecvBatch,

@@ -6,7 +6,9 @@
 //! HTTP/2 stream, which always live on one worker, share their pipe: an `Rc` there costs no atomic
 //! operation where an `Arc<Mutex<_>>` costs several per request. This wrapper makes such an `Rc`
 //! `Send` by refusing to touch it anywhere but on its own thread: elsewhere it panics on use and
-//! leaks on drop.
+//! leaks on drop. Part of `sys`, the one home of `unsafe`.
+
+#![allow(unsafe_code)]
 
 use std::cell::Cell;
 use std::fmt;
