@@ -258,9 +258,13 @@ impl Connector {
         c
     }
 
-    /// Names `listener` as the one whose client this connector serves (in its failure lines).
+    /// Names `listener` as the one whose client this connector serves (in its failure lines):
+    /// kept only when it is not the pool's own name (a route's pool), since a count changed per
+    /// request on the listener both workers share moves its line between their cores.
     pub(crate) fn via(mut self, listener: &Arc<crate::state::shared::Listener>) -> Connector {
-        self.listener = Some(listener.clone());
+        if listener.name != self.pool.name {
+            self.listener = Some(listener.clone());
+        }
         self
     }
 
