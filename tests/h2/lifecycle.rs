@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::http_support::{response, Backend, Gate, Step};
 use crate::kit::{client, run, start_h2c, PYTHON};
-use crate::support::IO_TIMEOUT;
+use crate::support::{QuillProcess, IO_TIMEOUT};
 
 #[test]
 fn streams_past_max_concurrent_streams_are_refused() {
@@ -150,6 +150,26 @@ fn sigterm_lets_streams_in_flight_finish_behind_goaway() {
     assert!(r.closed(), "{:?}", r.lines);
 }
 
+/// Reloads `q` with a response header every later response gets (`X-Reloaded: yes`).
+fn reload_adding_a_response_header(q: &QuillProcess) {
+    let cfg = q.path("quill.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace(
+            "h2c = true",
+            "h2c = true\nresponse_headers = { set = { \"X-Reloaded\" = \"yes\" } }",
+        ),
+    )
+    .unwrap();
+    q.signal("HUP");
+    assert!(
+        q.wait_stderr_contains("reload", Duration::from_secs(10)),
+        "{}",
+        q.stderr()
+    );
+}
+
 #[test]
 fn a_reload_keeps_streams_in_flight_and_the_next_streams_take_the_new_configuration() {
     let gate = Gate::new();
@@ -168,23 +188,7 @@ fn a_reload_keeps_streams_in_flight_and_the_next_streams_take_the_new_configurat
     let port = q.port;
     let t = std::thread::spawn(move || client(port, &["--request", "GET /slow"]));
     assert_eq!(backend.wait_requests(1, IO_TIMEOUT).len(), 1);
-    // A response header every later response gets.
-    let cfg = q.path("quill.toml");
-    let text = std::fs::read_to_string(&cfg).unwrap();
-    std::fs::write(
-        &cfg,
-        text.replace(
-            "h2c = true",
-            "h2c = true\nresponse_headers = { set = { \"X-Reloaded\" = \"yes\" } }",
-        ),
-    )
-    .unwrap();
-    q.signal("HUP");
-    assert!(
-        q.wait_stderr_contains("reload", Duration::from_secs(10)),
-        "{}",
-        q.stderr()
-    );
+    reload_adding_a_response_header(&q);
     gate.open_once();
     let r = t.join().unwrap();
     assert_eq!(r.status(1), Some(200), "{:?}", r.lines);
@@ -223,22 +227,7 @@ fn a_connection_open_across_a_reload_gives_its_next_stream_the_new_configuration
         )
     });
     assert_eq!(backend.wait_requests(1, IO_TIMEOUT).len(), 1);
-    let cfg = q.path("quill.toml");
-    let text = std::fs::read_to_string(&cfg).unwrap();
-    std::fs::write(
-        &cfg,
-        text.replace(
-            "h2c = true",
-            "h2c = true\nresponse_headers = { set = { \"X-Reloaded\" = \"yes\" } }",
-        ),
-    )
-    .unwrap();
-    q.signal("HUP");
-    assert!(
-        q.wait_stderr_contains("reload", Duration::from_secs(10)),
-        "{}",
-        q.stderr()
-    );
+    reload_adding_a_response_header(&q);
     std::fs::write(&go, b"").unwrap();
     let r = t.join().unwrap();
     assert_eq!(r.status(1), Some(200), "{:?}", r.lines);
