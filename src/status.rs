@@ -382,7 +382,7 @@ pub(crate) fn snapshot(shared: &Shared) -> Snapshot {
     } else {
         live.iter()
             .map(|l| {
-                let pool = l.pool.load_full();
+                let pool = l.load_pool_full();
                 (l.name.as_str(), l.addr.to_string(), pool, &*l.http)
             })
             .collect()

@@ -220,7 +220,7 @@ impl Checker {
             .listeners
             .load()
             .iter()
-            .map(|l| l.pool.load_full())
+            .map(|l| l.load_pool_full())
             .chain(self.shared.pools.load().iter().cloned())
             .collect();
         let same = pools.len() == self.pools.len()
@@ -236,7 +236,7 @@ impl Checker {
         let followed = listeners
             .iter()
             .filter_map(|l| {
-                let d = l.pool.load().discovery.clone()?;
+                let d = l.load_pool().discovery.clone()?;
                 Some((l.name.clone(), false, d))
             })
             .chain(

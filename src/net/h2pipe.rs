@@ -428,6 +428,11 @@ impl H2Stream {
 
 impl Drop for H2Stream {
     fn drop(&mut self) {
+        if !self.pipe.is_here() {
+            // Off its worker (never: a stream's session does not move) the pipe is leaked, not
+            // opened: opening it there would panic, and a drop may run while a panic unwinds.
+            return;
+        }
         {
             let mut p = open(&self.pipe);
             p.closed = true;
@@ -469,6 +474,18 @@ mod tests {
         assert!(p.down.is_empty() && p.up.is_empty());
         assert!(!p.down_eof && !p.closed && p.written.is_empty());
         assert_eq!((p.conn, p.down_taken), (Token(2), 0));
+    }
+
+    /// A stream's end never leaves its worker; if one did, dropping it there would leak the pipe
+    /// instead of panicking (a drop may run while a panic unwinds, which would abort).
+    #[test]
+    fn a_stream_dropped_off_its_thread_leaks_its_pipe_without_a_panic() {
+        let pipe = new_pipe(Token(1), false, None);
+        let stream = H2Stream::new(pipe.clone());
+        let dropped = std::thread::spawn(move || drop(stream)).join();
+        assert!(dropped.is_ok(), "no panic");
+        assert_eq!(ThreadRc::holders(&pipe), 2, "leaked there, not let go of");
+        assert!(!open(&pipe).closed, "its drop did not run");
     }
 
     #[test]

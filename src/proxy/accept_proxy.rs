@@ -51,7 +51,7 @@ impl ProxyWait {
         peer: ClientAddr,
         now: u64,
     ) -> ProxyWait {
-        let pool = listener.pool.load();
+        let pool = listener.load_pool();
         let timeout = match millis(pool.tuning.connect_timeout) {
             0 => HEADER_TIMEOUT_MS,
             ms => ms,
@@ -186,7 +186,7 @@ impl ProxyWait {
     pub(crate) fn info(&self, now_ms: u64) -> SessionInfo {
         SessionInfo {
             id: self.id,
-            listener: self.listener.pool.load().name.clone(),
+            listener: self.listener.load_pool().name.clone(),
             client: self.peer.to_string_with_port(),
             server: None,
             age_ms: now_ms.saturating_sub(self.started_ms),

@@ -128,7 +128,7 @@ impl H2Session {
         addr: ClientAddr,
         now_ms: u64,
     ) -> H2Session {
-        let pool = listener.pool.load_full();
+        let pool = listener.load_pool_full();
         let conn = Box::new(h2::Conn::new(config(settings(&pool))));
         H2Session {
             id,
@@ -510,7 +510,7 @@ impl H2Session {
             cx.now,
         );
         let session = Session::Http(super::http::boxed(session));
-        // No more streams than that open: no need to count (each count locks every pipe).
+        // No more streams than that open: no need to count (each count opens every pipe).
         let waiting = if self.links.len() < MAX_STARTING || self.starting() < MAX_STARTING {
             cx.spawned.push(session);
             None
@@ -789,7 +789,7 @@ impl Sniff {
         addr: ClientAddr,
         now_ms: u64,
     ) -> Sniff {
-        let pool = listener.pool.load();
+        let pool = listener.load_pool();
         let timeout = millis(settings(&pool).header_timeout);
         let defers = pool.defers_accept();
         drop(pool);

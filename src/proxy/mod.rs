@@ -174,7 +174,7 @@ impl Session {
         addr: ClientAddr,
         now: u64,
     ) -> Session {
-        let h2c = listener.pool.load().http().is_some_and(|s| s.h2c);
+        let h2c = listener.load_pool().http().is_some_and(|s| s.h2c);
         if h2c {
             return Session::Sniff(Box::new(Sniff::new(listener, id, client, addr, now)));
         }

@@ -304,7 +304,7 @@ fn drain(shared: &Shared, g: &Global, handover: bool) {
         .map(|l| shared::DrainedListener {
             name: l.name.clone(),
             addr: l.addr.clone(),
-            pool: l.pool.load_full(),
+            pool: l.load_pool_full(),
             http: l.http.clone(),
         })
         .collect();

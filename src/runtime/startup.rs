@@ -514,7 +514,7 @@ impl Threads {
                 .socket
                 .local_addr()
                 .map_or_else(|| l.addr.to_string(), |a| a.to_string());
-            let pool = l.pool.load();
+            let pool = l.load_pool();
             tracing::info!(
                 "ready: listener '{}' on {shown}, {} server(s), mode {}",
                 l.name,

@@ -444,7 +444,7 @@ impl Controller {
         current
             .iter()
             .map(|c| {
-                let pool = c.pool.load();
+                let pool = c.load_pool();
                 Running {
                     name: &c.name,
                     addr: &c.addr,
@@ -496,7 +496,7 @@ impl Controller {
                 let was = current
                     .iter()
                     .find(|c| c.name == l.name)
-                    .map(|c| c.pool.load_full());
+                    .map(|c| c.load_pool_full());
                 listener_pool(l, &acls, was.as_deref(), &named, now, workers)
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -21,7 +21,7 @@ fn config(port: u16, extra_route: &str) -> Config {
 /// The named pool a listener's route `i` sends to.
 fn routed(c: &Controller, i: usize) -> Arc<Pool> {
     let listeners = c.shared().listeners.load();
-    let pool = listeners[0].pool.load();
+    let pool = listeners[0].load_pool();
     match &pool.routes.as_ref().expect("routes").routes[i].action {
         Action::Pool(p) => p.clone(),
         other => panic!("{other:?}"),

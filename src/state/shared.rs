@@ -40,10 +40,11 @@ pub(crate) struct Listener {
     pub name: String,
     pub addr: ListenAddr,
     pub socket: ListenSocket,
-    /// Replaced by [`Listener::set_pool`] only, which keeps `pool_generation` with it.
-    pub pool: ArcSwap<Pool>,
+    /// Read by [`Listener::load_pool`], replaced by [`Listener::set_pool`] only, which keeps
+    /// `pool_generation` with it.
+    pool: ArcSwap<Pool>,
     /// The `generation` of `pool`'s current pool.
-    pub pool_generation: AtomicU64,
+    pool_generation: AtomicU64,
     /// Its HTTP requests by status class and duration, per worker (HTTP listeners only count).
     pub http: Arc<HttpStats>,
     /// UDP flows open on it in all workers (held to its pool's `max_flows`).
@@ -74,6 +75,16 @@ impl Listener {
         }
     }
 
+    /// The listener's current pool (the snapshot sessions take).
+    pub(crate) fn load_pool(&self) -> arc_swap::Guard<Arc<Pool>> {
+        self.pool.load()
+    }
+
+    /// [`load_pool`](Self::load_pool) as an `Arc` of its own.
+    pub(crate) fn load_pool_full(&self) -> Arc<Pool> {
+        self.pool.load_full()
+    }
+
     /// Makes `pool` the listener's pool (a reload).
     pub(crate) fn set_pool(&self, pool: Arc<Pool>) {
         let generation = pool.generation;
@@ -87,7 +98,7 @@ impl Listener {
     pub(crate) fn newer_pool(&self, held: &Pool) -> Option<Arc<Pool>> {
         // Acquire: a generation seen means its pool is stored (`set_pool`).
         (self.pool_generation.load(Ordering::Acquire) != held.generation)
-            .then(|| self.pool.load_full())
+            .then(|| self.load_pool_full())
     }
 
     /// Whether its clients stay on the worker that accepted them for good: TLS (the session's
@@ -95,7 +106,7 @@ impl Listener {
     /// move between two requests, and TCP clients are gathered by where they are accepted
     /// (`concentrate`).
     pub(crate) fn clients_pinned(&self) -> bool {
-        let pool = self.pool.load();
+        let pool = self.load_pool();
         pool.http().is_some_and(|s| s.h2c || pool.tls().is_some())
     }
 }

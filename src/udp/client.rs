@@ -159,7 +159,7 @@ impl UdpWorker {
     ) -> Option<FlowId> {
         let t = self.tables.get(ti)?.as_ref()?;
         let listener = t.listener.clone();
-        let pool = listener.pool.load_full();
+        let pool = listener.load_pool_full();
         if let Some(why) = self.loop_source(dg, &pool) {
             tracing::debug!(
                 "UDP listener '{}': datagram from {} dropped ({})",

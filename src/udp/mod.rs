@@ -479,7 +479,7 @@ fn finish(client: SocketAddr, flow: Flow, end: End, cx: &mut Cx<'_>) {
 }
 
 fn timeout_ms(t: &Table) -> u64 {
-    let pool = t.listener.pool.load();
+    let pool = t.listener.load_pool();
     millis(
         pool.udp()
             .map_or(std::time::Duration::from_secs(30), |u| u.flow_timeout),

@@ -181,7 +181,7 @@ impl HttpSession {
         addr: ClientAddr,
         now_ms: u64,
     ) -> HttpSession {
-        let pool = listener.pool.load_full();
+        let pool = listener.load_pool_full();
         HttpSession::with_pool(listener, pool, id, client, addr, now_ms)
     }
 

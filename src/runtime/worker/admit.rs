@@ -217,7 +217,7 @@ impl Worker {
         now: u64,
     ) {
         Counters::add(&self.counters().accepted, 1);
-        let pool = listener.pool.load();
+        let pool = listener.load_pool();
         if pool.accept_proxy().is_empty() {
             return self.admit(listener, stream, peer, now);
         }
@@ -307,7 +307,7 @@ impl Worker {
     /// Admits a client from `peer` (its own address, or the one its PROXY header carried):
     /// `-x`, `client_acl`, `max_per_source`, then the session its listener calls for.
     fn admit(&mut self, listener: &Arc<Listener>, stream: Stream, peer: ClientAddr, now: u64) {
-        let pool = listener.pool.load_full();
+        let pool = listener.load_pool_full();
         let http = pool.http().is_some();
         if let Some(ip) = peer.ip() {
             if self.recent.len() == RECENT {
