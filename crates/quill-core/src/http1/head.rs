@@ -332,7 +332,7 @@ impl Kind {
     #[inline]
     pub(super) fn of(name: &[u8], plain: bool) -> Kind {
         let first = name.first().map_or(0, u8::to_ascii_lowercase);
-        let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+        let is = |known: &[u8]| eq_lowercase(name, known);
         // The first letter and the length pick the one name to compare with.
         let name = match (first, name.len()) {
             (b'c', 14) if is(b"content-length") => Name::ContentLength,
@@ -362,6 +362,24 @@ impl Kind {
     }
 }
 
+/// Whether `name` is `known` (lowercase letters and dashes) in any case, eight bytes at a time:
+/// a word of `name` with the 0x20 bit set where `known` has a letter must be `known`'s word, which
+/// holds for a letter in either case and only for it, and for a dash only for a dash.
+#[inline]
+fn eq_lowercase(name: &[u8], known: &[u8]) -> bool {
+    const LETTER_BIT: u64 = 0x4040_4040_4040_4040;
+    let same = |at: usize| match (word_at(name, at), word_at(known, at)) {
+        (Some(a), Some(k)) => a | ((k & LETTER_BIT) >> 1) == k,
+        _ => false,
+    };
+    match known.len() {
+        len if len != name.len() => false,
+        // The words at 0, 8, ... and the last one, which may overlap the one before.
+        len @ 8.. => (0..len - 7).step_by(8).all(same) && same(len - 8),
+        _ => name.eq_ignore_ascii_case(known),
+    }
+}
+
 /// How many fields a [`FieldIndex`] holds; a head with more is read line by line each time.
 const INDEXED: usize = 32;
 
@@ -374,6 +392,9 @@ pub struct FieldIndex {
     at: [[u16; 5]; INDEXED],
     kinds: [Kind; INDEXED],
     len: usize,
+    /// A bit for each [`Name`] in `kinds` (`1 << name as u32`): which the head has, without a
+    /// walk over the fields.
+    names: u32,
     /// Every field is in `at`.
     complete: bool,
     head_len: usize,
@@ -400,6 +421,7 @@ impl FieldIndex {
             at: [[0; 5]; INDEXED],
             kinds: [Kind::default(); INDEXED],
             len: 0,
+            names: 0,
             complete: false,
             head_len: usize::MAX,
         }
@@ -427,6 +449,7 @@ impl FieldIndex {
     /// A parse begins: no fields, no head.
     pub(super) fn begin(&mut self) {
         self.len = 0;
+        self.names = 0;
         self.complete = true;
         self.head_len = usize::MAX;
     }
@@ -444,6 +467,7 @@ impl FieldIndex {
         match (self.at.get_mut(self.len), self.kinds.get_mut(self.len)) {
             (Some(slot), Some(kind_slot)) if self.complete && fits => {
                 *kind_slot = kind;
+                self.names |= 1 << kind.name as u32;
                 *slot = [
                     line_start as u16,
                     name_end as u16,
@@ -473,13 +497,18 @@ impl FieldIndex {
         })
     }
 
+    /// Whether the head surely has no field named `want` (a complete index without one).
+    pub(super) fn lacks(&self, want: Name) -> bool {
+        self.complete && self.names & (1 << want as u32) == 0
+    }
+
     /// The fields named `want`, in order, with their kinds (one byte compared per field).
     pub(super) fn named<'a>(
         &'a self,
         buf: &'a [u8],
         want: Name,
     ) -> impl Iterator<Item = (Field, Kind)> + 'a {
-        let indexed = self.complete.then(|| {
+        let indexed = (self.complete && !self.lacks(want)).then(|| {
             let kinds = self.kinds.get(..self.len).unwrap_or_default();
             let at = self.at.get(..self.len).unwrap_or_default();
             kinds
@@ -809,17 +838,32 @@ fn request(
         end: c.pos - 1,
     };
     let target_form = target_form(method, target.of(buf))?;
-    // HTTP-version CRLF
-    for &want in b"HTTP/1." {
-        c.expect(want, Error::InvalidVersion)?;
-    }
-    let version = match c.next()? {
-        b'0' => Version::Http10,
-        b'1' => Version::Http11,
-        b => return Err(classify(b, Error::InvalidVersion).into()),
+    // HTTP-version CRLF: nearly always whole within the bytes and the limit, read at once;
+    // anything else byte by byte, which reports what is wrong where.
+    let version = match (c.pos + 10 <= c.limit, c.buf.get(c.pos..c.pos + 10)) {
+        (true, Some(b"HTTP/1.1\r\n")) => Some(Version::Http11),
+        (true, Some(b"HTTP/1.0\r\n")) => Some(Version::Http10),
+        _ => None,
     };
-    c.expect(b'\r', Error::InvalidVersion)?;
-    c.lf()?;
+    let version = match version {
+        Some(v) => {
+            c.pos += 10;
+            v
+        }
+        None => {
+            for &want in b"HTTP/1." {
+                c.expect(want, Error::InvalidVersion)?;
+            }
+            let version = match c.next()? {
+                b'0' => Version::Http10,
+                b'1' => Version::Http11,
+                b => return Err(classify(b, Error::InvalidVersion).into()),
+            };
+            c.expect(b'\r', Error::InvalidVersion)?;
+            c.lf()?;
+            version
+        }
+    };
     c.limit = limits.max_head;
     c.over = Error::HeadTooLarge;
     let seen = field_lines(&mut c, limits, index)?;
@@ -1039,6 +1083,22 @@ fn response_with(
 
 /// `HTTP/1.` DIGIT SP 3DIGIT, with the status in 100-599: the minor version byte and the status.
 fn status_prefix(c: &mut Cursor<'_>) -> Result<(u8, u16), Stop> {
+    // Nearly every status line: `HTTP/1.1 200` whole within the bytes and the limit, read at
+    // once; anything else byte by byte below, which reports what is wrong where.
+    let fits = c.pos + 12 <= c.limit;
+    if let (true, Some(&[b'H', b'T', b'T', b'P', b'/', b'1', b'.', minor, b' ', h, t, u])) =
+        (fits, c.buf.get(c.pos..c.pos + 12))
+    {
+        if minor.is_ascii_digit()
+            && (b'1'..=b'5').contains(&h)
+            && t.is_ascii_digit()
+            && u.is_ascii_digit()
+        {
+            c.pos += 12;
+            let status = u16::from(h - b'0') * 100 + u16::from(t - b'0') * 10 + u16::from(u - b'0');
+            return Ok((minor, status));
+        }
+    }
     for &want in b"HTTP/1." {
         c.expect(want, Error::InvalidStatusLine)?;
     }
@@ -1119,6 +1179,13 @@ impl Seen {
     fn content_length(&mut self, value: &[u8]) {
         let n = if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
             None
+        } else if value.len() <= 19 {
+            // 19 digits are under 2^64: no overflow to check.
+            Some(
+                value
+                    .iter()
+                    .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0')),
+            )
         } else {
             value.iter().try_fold(0u64, |n, &d| {
                 n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
@@ -1427,8 +1494,45 @@ mod skip_tests {
         assert!(value.of(long).ends_with(b"Firefox/128.0"));
     }
 
+    /// The names [`super::Kind::of`] compares with (lowercase letters and dashes).
+    const KNOWN: [&[u8]; 10] = [
+        b"content-length",
+        b"transfer-encoding",
+        b"host",
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"upgrade",
+        b"forwarded",
+        b"x-request-id",
+    ];
+
     proptest! {
         #![proptest_config(super::super::proptests::config(2000))]
+
+        /// The word-at-a-time name comparison says what `eq_ignore_ascii_case` says, for names
+        /// that are a known one with some bytes' case flipped or replaced by any byte.
+        #[test]
+        fn known_names_compare_as_case_insensitive_equality_does(
+            which in 0usize..KNOWN.len(),
+            edits in prop::collection::vec((0usize..20, any::<u8>(), any::<bool>()), 0..4),
+            cut in 0usize..20,
+        ) {
+            let known = KNOWN[which];
+            let mut name = known.to_vec();
+            for (at, byte, flip) in edits {
+                if let Some(b) = name.get_mut(at) {
+                    *b = if flip { *b ^ 0x20 } else { byte };
+                }
+            }
+            name.truncate(cut.max(known.len().saturating_sub(1)));
+            prop_assert_eq!(
+                super::eq_lowercase(&name, known),
+                name.eq_ignore_ascii_case(known),
+                "{:?}", String::from_utf8_lossy(&name)
+            );
+        }
 
         /// The word-at-a-time skips stop where the byte-at-a-time one does, for every start and
         /// size limit.

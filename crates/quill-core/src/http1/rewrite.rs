@@ -543,7 +543,7 @@ impl<'a, 'b> Request<'a, 'b> {
 
     /// Whether the input has a field of this name (spelled with dashes) that passes the hop.
     fn has(&self, name: Name) -> bool {
-        self.incoming(name).next().is_some()
+        !self.index.lacks(name) && self.incoming(name).next().is_some()
     }
 
     /// The input fields of this name (spelled with dashes) that pass the hop.
@@ -743,16 +743,27 @@ fn absolute_path_query(target: &[u8]) -> &[u8] {
 /// `ip` in text (an IPv4 address mapped into IPv6 shown as IPv4), in `buf`.
 fn format_ip(ip: IpAddr, buf: &mut [u8; 48]) -> &[u8] {
     if let IpAddr::V4(v4) = ip {
-        // The common case, without the formatting machinery (a tenth of a request's cost).
-        let mut w = Out::new(buf);
-        for (i, octet) in v4.octets().into_iter().enumerate() {
-            // 15 bytes at most: cannot overflow.
-            if i > 0 {
-                let _ = w.put(b".");
+        // The common case, without the formatting machinery (a tenth of a request's cost),
+        // digit by digit into the buffer (15 bytes at most).
+        let mut len = 0;
+        let mut push = |b: u8| {
+            if let Some(slot) = buf.get_mut(len) {
+                *slot = b;
+                len += 1;
             }
-            let _ = w.octet(octet);
+        };
+        for (i, n) in v4.octets().into_iter().enumerate() {
+            if i > 0 {
+                push(b'.');
+            }
+            if n >= 100 {
+                push(b'0' + n / 100);
+            }
+            if n >= 10 {
+                push(b'0' + n / 10 % 10);
+            }
+            push(b'0' + n % 10);
         }
-        let len = w.len;
         return buf.get(..len).unwrap_or_default();
     }
     let mut w = Out::new(buf);
@@ -834,15 +845,31 @@ fn is_value(bytes: &[u8]) -> bool {
 #[derive(Clone, Copy)]
 struct Edits<'a> {
     lists: [&'a [HeaderEdit]; 3],
-    /// Some list has an edit (most configurations have none for responses).
-    any: bool,
+    /// The lengths of the names that edits remove or set, a bit each (63: that long or longer):
+    /// most fields' names have none of them, and are passed without walking the lists.
+    removed_lengths: u64,
+    /// Some edit adds or sets a field.
+    adds: bool,
+}
+
+/// A name length's bit in [`Edits::removed_lengths`].
+fn length_bit(len: usize) -> u64 {
+    1 << len.min(63)
 }
 
 impl<'a> Edits<'a> {
     fn new(lists: [&'a [HeaderEdit]; 3]) -> Edits<'a> {
+        let (mut removed_lengths, mut adds) = (0, false);
+        for e in lists.iter().flat_map(|l| l.iter()) {
+            if matches!(e.op, EditOp::Remove | EditOp::Set) {
+                removed_lengths |= length_bit(e.name.len());
+            }
+            adds |= matches!(e.op, EditOp::Add | EditOp::Set);
+        }
         Edits {
             lists,
-            any: lists.iter().any(|l| !l.is_empty()),
+            removed_lengths,
+            adds,
         }
     }
 
@@ -857,7 +884,7 @@ impl<'a> Edits<'a> {
     /// length is compared first, and the lists walked without an iterator chain.
     #[inline]
     fn removes(&self, name: &[u8], from: usize) -> bool {
-        self.any && self.listed_removes(name, from)
+        self.removed_lengths & length_bit(name.len()) != 0 && self.listed_removes(name, from)
     }
 
     fn listed_removes(&self, name: &[u8], from: usize) -> bool {
@@ -881,15 +908,19 @@ impl<'a> Edits<'a> {
     /// Whether a usable edit removes (or sets) a field of this name spelled with `-` where it
     /// has `_` (an `X_Client_Cert_Subject` when Quill removes `X-Client-Cert-Subject`).
     fn removes_spelled(&self, name: &[u8]) -> bool {
-        self.iter().any(|e| {
-            matches!(e.op, EditOp::Remove | EditOp::Set)
-                && same_name(name, e.name.as_bytes())
-                && usable(e)
-        })
+        self.removed_lengths & length_bit(name.len()) != 0
+            && self.iter().any(|e| {
+                matches!(e.op, EditOp::Remove | EditOp::Set)
+                    && same_name(name, e.name.as_bytes())
+                    && usable(e)
+            })
     }
 
     /// The fields the usable edits add that no later edit removes.
     fn write_added(&self, out: &mut Out) -> Result<(), Overflow> {
+        if !self.adds {
+            return Ok(());
+        }
         for e in self.added() {
             out.field(e.name.as_bytes(), &[e.value.as_bytes()])?;
         }
@@ -958,6 +989,7 @@ impl<'o> Out<'o> {
         Out { buf, len: 0 }
     }
 
+    #[inline]
     fn put(&mut self, bytes: &[u8]) -> Result<(), Overflow> {
         let end = self.len.checked_add(bytes.len()).ok_or(Overflow)?;
         let dst = self.buf.get_mut(self.len..end).ok_or(Overflow)?;
@@ -1003,17 +1035,6 @@ impl<'o> Out<'o> {
             self.put(part)?;
         }
         self.put(b"\r\n")
-    }
-
-    /// A number of at most three digits, without the division loop of [`Out::number`].
-    fn octet(&mut self, n: u8) -> Result<(), Overflow> {
-        let digits = [b'0' + n / 100, b'0' + n / 10 % 10, b'0' + n % 10];
-        let skip = match n {
-            100.. => 0,
-            10.. => 1,
-            _ => 2,
-        };
-        self.put(&digits[skip..])
     }
 
     fn number(&mut self, n: u64) -> Result<(), Overflow> {
