@@ -256,17 +256,6 @@ pub(super) const FASTCGI_BODY_MAX: u64 = 8 << 20;
 /// and allocated again; all are dropped at the heap trim after a burst (`trim_spares`).
 const SPARE_MAX: usize = 256;
 
-/// `ex` in a spare box of this worker's, or a new one.
-fn boxed(ex: Exchange) -> Box<Exchange> {
-    match SPARE.with_borrow_mut(Vec::pop) {
-        Some(mut b) => {
-            *b = ex;
-            b
-        }
-        None => Box::new(ex),
-    }
-}
-
 /// Keeps the box of a finished exchange for the next request (see `SPARE`).
 pub(super) fn recycle(ex: Box<Exchange>) {
     SPARE.with_borrow_mut(|spare| {
@@ -284,8 +273,130 @@ pub(crate) fn trim_spares() {
     });
 }
 
+/// A spare exchange box taken before a request's head is parsed, so that the parse notes its
+/// fields straight into the box's index ([`Spare::index`]) and the exchange is then made in
+/// place ([`Spare::reuse`]). Not reused (a request answered without a server), the box goes
+/// back to the spares when this is dropped.
+pub(super) struct Spare(Option<Box<Exchange>>);
+
+impl Spare {
+    pub(super) fn take() -> Spare {
+        Spare(SPARE.with_borrow_mut(Vec::pop))
+    }
+
+    /// The spare's field index, to parse into (None: no spare box).
+    pub(super) fn index(&mut self) -> Option<&mut FieldIndex> {
+        self.0.as_deref_mut().map(|ex| &mut ex.fields)
+    }
+
+    /// The exchange of a request `forward`ed, made in the spare box over the previous one,
+    /// keeping the index the request was parsed into (None: no spare box).
+    pub(super) fn reuse(
+        &mut self,
+        forward: Forward,
+        head: http1::RequestHead,
+        listener: &Arc<Listener>,
+        now: (u64, u64),
+        request_id: [u8; 16],
+    ) -> Option<Box<Exchange>> {
+        let mut ex = self.0.take()?;
+        ex.renew(forward, head, listener, now, request_id);
+        Some(ex)
+    }
+}
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        if let Some(ex) = self.0.take() {
+            recycle(ex);
+        }
+    }
+}
+
 impl Exchange {
-    /// The exchange of a request `forward`ed, in a spare box when the worker has one.
+    /// This exchange made over for a new request, field by field (each old value dropped, as
+    /// assigning a whole new exchange would), except the field index, which the new request's
+    /// parse has already filled. The pattern names every field: one added to `Exchange` must
+    /// be given its start here too, or this does not compile.
+    fn renew(
+        &mut self,
+        forward: Forward,
+        new_head: http1::RequestHead,
+        listener: &Arc<Listener>,
+        (now, now_us): (u64, u64),
+        new_request_id: [u8; 16],
+    ) {
+        let Forward {
+            pool,
+            route: new_route,
+            sticky: new_sticky,
+            key: new_key,
+            upgrade: new_upgrade,
+        } = forward;
+        let new_source = if pool.fastcgi {
+            Source::Fastcgi
+        } else {
+            Source::Server
+        };
+        let Exchange {
+            connector,
+            sticky,
+            key,
+            route,
+            head,
+            fields: _,
+            up,
+            replay,
+            upgrade,
+            answer,
+            reply,
+            down,
+            sinput,
+            status,
+            close,
+            reuse,
+            sent_ms,
+            active_ms,
+            started_us,
+            connect_us,
+            first_byte_us,
+            request_id,
+            script,
+            source,
+            notes_heads,
+        } = self;
+        *connector = Connector::for_http(pool, false, new_sticky, new_key).via(listener);
+        *sticky = new_sticky;
+        *key = new_key;
+        *route = new_route;
+        *head = new_head;
+        *up = Up::Waiting;
+        *replay = if idempotent(new_head.method) {
+            Replay::Once
+        } else {
+            Replay::No
+        };
+        *upgrade = new_upgrade;
+        *answer = Answer::Head;
+        *reply = Reply::Awaited;
+        *down = None;
+        *sinput = Input::default();
+        *status = 0;
+        *close = false;
+        *reuse = Reuse::Close;
+        *sent_ms = now;
+        *active_ms = now;
+        *started_us = now_us;
+        *connect_us = None;
+        *first_byte_us = None;
+        *request_id = new_request_id;
+        *script = None;
+        *source = new_source;
+        *notes_heads = false;
+    }
+
+    /// The exchange of a request `forward`ed, in a new box (the worker had no spare one: see
+    /// [`Spare`], which makes the same exchange over a spare one's).
     pub(super) fn boxed(
         forward: Forward,
         (head, fields): (http1::RequestHead, FieldIndex),
@@ -305,7 +416,7 @@ impl Exchange {
         } else {
             Source::Server
         };
-        boxed(Exchange {
+        Box::new(Exchange {
             connector: Connector::for_http(pool, false, sticky, key).via(listener),
             sticky,
             key,

@@ -561,8 +561,15 @@ impl HttpSession {
             self.pool = newer;
         }
         let limits = request::limits(settings(&self.pool));
-        let mut fields = FieldIndex::empty();
-        let head = match http1::parse_request_indexed(self.input.unparsed(), &limits, &mut fields) {
+        // The head's fields are noted straight into a spare exchange's index, which the
+        // exchange then keeps: no index to zero, and no 1 KiB exchange moved into its box.
+        let mut spare = exchange::Spare::take();
+        let mut own = None;
+        let fields = match spare.index() {
+            Some(index) => index,
+            None => own.insert(FieldIndex::empty()),
+        };
+        let head = match http1::parse_request_indexed(self.input.unparsed(), &limits, fields) {
             Ok(Some(h)) => h,
             // The buffer is full and holds no whole head.
             Ok(None) => {
@@ -584,7 +591,7 @@ impl HttpSession {
         }
         let req = request::Request {
             head: &head,
-            fields: &fields,
+            fields,
             buf: self.input.unparsed(),
         };
         let client = request::Client {
@@ -605,13 +612,13 @@ impl HttpSession {
                 let root = self.static_root(i).cloned();
                 let keep = self.keeps_after(&head, cx);
                 return match root {
-                    Some(root) => self.serve_static(&head, &fields, &root, i, keep, cx),
+                    Some(root) => self.serve_static(&head, fields, &root, i, keep, cx),
                     None => Err(Step::Close(End::Error)),
                 };
             }
             Decision::Local(Local::Route(i)) if self.cgi_root(i).is_some() => {
                 return match self.cgi_root(i).cloned() {
-                    Some(root) => self.serve_cgi(&head, &fields, root, i, cx),
+                    Some(root) => self.serve_cgi(&head, fields, root, i, cx),
                     None => Err(Step::Close(End::Error)),
                 };
             }
@@ -644,7 +651,13 @@ impl HttpSession {
         // server can be reached) logs and sends a real id, as a forwarded request does.
         let id = route::hex16(cx.rand());
         let now = (cx.now, cx.now_us);
-        let mut ex = Exchange::boxed(forward, (head, fields), &self.listener, now, id);
+        let mut ex = match own {
+            Some(fields) => Exchange::boxed(forward, (head, fields), &self.listener, now, id),
+            None => match spare.reuse(forward, head, &self.listener, now, id) {
+                Some(ex) => ex,
+                None => return Err(Step::Close(End::Error)),
+            },
+        };
         ex.script = script;
         ex.notes_heads = self.client.is_h2();
         self.ex = Some(ex);
