@@ -395,6 +395,11 @@ pub struct FieldIndex {
     /// A bit for each [`Name`] in `kinds` (`1 << name as u32`): which the head has, without a
     /// walk over the fields.
     names: u32,
+    /// A bit for each field name's length (63: that long or longer), to tell at once that no
+    /// name has a length an edit removes.
+    name_lengths: u64,
+    /// Every name is letters, digits and dashes only (no `_`).
+    plain: bool,
     /// Every field is in `at`.
     complete: bool,
     head_len: usize,
@@ -422,6 +427,8 @@ impl FieldIndex {
             kinds: [Kind::default(); INDEXED],
             len: 0,
             names: 0,
+            name_lengths: 0,
+            plain: true,
             complete: false,
             head_len: usize::MAX,
         }
@@ -450,6 +457,8 @@ impl FieldIndex {
     pub(super) fn begin(&mut self) {
         self.len = 0;
         self.names = 0;
+        self.name_lengths = 0;
+        self.plain = true;
         self.complete = true;
         self.head_len = usize::MAX;
     }
@@ -468,6 +477,8 @@ impl FieldIndex {
             (Some(slot), Some(kind_slot)) if self.complete && fits => {
                 *kind_slot = kind;
                 self.names |= 1 << kind.name as u32;
+                self.name_lengths |= 1 << (name_end - line_start).min(63);
+                self.plain &= kind.plain;
                 *slot = [
                     line_start as u16,
                     name_end as u16,
@@ -494,6 +505,31 @@ impl FieldIndex {
                 .copied()
                 .unwrap_or_else(|| Kind::of(f.name.of(buf), false));
             (f, kind)
+        })
+    }
+
+    /// Whether the index holds every field, none named other than `allowed` (a bit per
+    /// [`Name`]), every name letters, digits and dashes only, and none of a length in
+    /// `lengths` (a bit per length, as [`FieldIndex::name_lengths`] has them).
+    pub(super) fn only(&self, allowed: &[Name], lengths: u64) -> bool {
+        let allowed = allowed.iter().fold(0u32, |bits, &n| bits | 1 << n as u32);
+        self.complete
+            && self.names & !allowed == 0
+            && self.plain
+            && self.name_lengths & lengths == 0
+    }
+
+    /// Each field's line (CRLF included) and name, straight from the index (for a complete
+    /// one: see [`FieldIndex::only`]; an incomplete one gives the fields it holds).
+    pub(super) fn lines(&self) -> impl Iterator<Item = (Span, Name)> + '_ {
+        let at = self.at.get(..self.len).unwrap_or_default();
+        let kinds = self.kinds.get(..self.len).unwrap_or_default();
+        at.iter().zip(kinds).map(|(at, kind)| {
+            let line = Span {
+                start: usize::from(at[0]),
+                end: usize::from(at[4]),
+            };
+            (line, kind.name)
         })
     }
 

@@ -151,27 +151,24 @@ pub fn write_request_indexed(
     rw: &RequestRewrite,
     out: &mut [u8],
 ) -> Result<usize, Overflow> {
+    write_request_with(buf, head, index, rw, out, true)
+}
+
+/// [`write_request_indexed`], copying the head's lines at once where it can (`verbatim`; the
+/// tests compare it with `false`, every line decided alone).
+pub(super) fn write_request_with(
+    buf: &[u8],
+    head: &RequestHead,
+    index: &FieldIndex,
+    rw: &RequestRewrite,
+    out: &mut [u8],
+    verbatim: bool,
+) -> Result<usize, Overflow> {
     let mut found = None;
     let index = checked(index, buf, (head.len, head.fields), &mut found);
     let mut out = Out::new(out);
     let req = Request::new(buf, head, rw, index);
-    out.put(head.method_span.of(buf))?;
-    out.put(b" ")?;
-    req.write_target(&mut out)?;
-    out.put(match head.version {
-        Version::Http10 => b" HTTP/1.0\r\n",
-        Version::Http11 => b" HTTP/1.1\r\n",
-    })?;
-    if let Some(authority) = req.authority {
-        req.proxy_field(&mut out, b"Host", &[authority])?;
-    }
-    let mut kept = Run::default();
-    for (f, kind) in index.iter_kinds(buf) {
-        if req.keeps(&f, kind) {
-            kept.add(&mut out, buf, f.line)?;
-        }
-    }
-    kept.flush(&mut out, buf)?;
+    req.write_lines(&mut out, verbatim)?;
     let mut connection = Tokens::default();
     connection.add(head.version == Version::Http10, b"keep-alive");
     connection.add(rw.upgrade, b"upgrade");
@@ -438,6 +435,9 @@ impl Forward {
     }
 }
 
+/// The fields a request keeps by their names alone, when [`Request::kept_by_name`] holds.
+const KEPT: [Name; 2] = [Name::Other, Name::Host];
+
 /// A request head being rewritten: what is decided before any byte is written.
 struct Request<'a, 'b> {
     buf: &'b [u8],
@@ -554,6 +554,89 @@ impl<'a, 'b> Request<'a, 'b> {
                 let name = f.name.of(self.buf);
                 (!kind.underscored(name) && self.passes(name, kind)).then_some(f)
             })
+    }
+
+    /// The request line as it came, when the rewrite would write it so: an origin-form target
+    /// the path settings leave as it is (most requests).
+    fn verbatim_line(&self) -> Option<&'b [u8]> {
+        let rw = self.rw;
+        let kept = self.head.target_form == Target::Origin
+            && rw.rewrite_path.is_none()
+            && (!rw.normalize_path || path::is_normal(self.origin_path()))
+            && self.authority.is_none();
+        let end = self
+            .index
+            .lines()
+            .next()
+            .map_or(self.head.len.checked_sub(2)?, |(line, _)| line.start);
+        kept.then(|| self.buf.get(..end)).flatten()
+    }
+
+    /// Whether each field is kept or removed by its name alone: every field indexed, none but
+    /// `Host` and those nothing touches, or the hop-by-hop ones always removed (`Connection`,
+    /// `Keep-Alive`, ...) when `Connection` names no other field; no `_` in a name and no name
+    /// of a length an edit removes. Most requests: a field costs a look at its name.
+    fn kept_by_name(&self) -> bool {
+        const KNOWN: [Name; 4] = [KEPT[0], KEPT[1], Name::Connection, Name::Hop];
+        self.authority.is_none()
+            && !self.hop.names_others
+            && self.index.only(&KNOWN, self.edits.removed_lengths)
+    }
+
+    /// The path of an origin-form target (before any `?`).
+    fn origin_path(&self) -> &'b [u8] {
+        let target = self.head.target.of(self.buf);
+        let end = memchr::memchr(b'?', target).unwrap_or(target.len());
+        &target[..end]
+    }
+
+    /// The request line, the `Host` of an absolute-form target, and the fields kept; with
+    /// `at_once`, the request line and the runs of kept lines copied as they came when
+    /// [`Request::verbatim_line`] and [`Request::kept_by_name`] allow (the tests compare the
+    /// two ways).
+    fn write_lines(&self, out: &mut Out, at_once: bool) -> Result<(), Overflow> {
+        let (buf, head) = (self.buf, self.head);
+        let mut kept = Run::default();
+        match self.verbatim_line().filter(|_| at_once) {
+            // The line starts the run of lines copied (one copy with the fields after it).
+            Some(line) => {
+                kept.lines = Some(Span {
+                    start: 0,
+                    end: line.len(),
+                })
+            }
+            None => {
+                out.put(head.method_span.of(buf))?;
+                out.put(b" ")?;
+                self.write_target(out)?;
+                out.put(match head.version {
+                    Version::Http10 => b" HTTP/1.0\r\n",
+                    Version::Http11 => b" HTTP/1.1\r\n",
+                })?;
+                if let Some(authority) = self.authority {
+                    self.proxy_field(out, b"Host", &[authority])?;
+                }
+            }
+        }
+        let by_name = at_once && self.kept_by_name();
+        if by_name && kept.lines.is_some() && self.index.only(&KEPT, 0) {
+            // Every line kept (nothing hop-by-hop): the head as it came, but its blank line.
+            return out.put(buf.get(..head.len.saturating_sub(2)).unwrap_or_default());
+        }
+        if by_name {
+            for (line, name) in self.index.lines() {
+                if KEPT.contains(&name) {
+                    kept.add(out, buf, line)?;
+                }
+            }
+        } else {
+            for (f, kind) in self.index.iter_kinds(buf) {
+                if self.keeps(&f, kind) {
+                    kept.add(out, buf, f.line)?;
+                }
+            }
+        }
+        kept.flush(out, buf)
     }
 
     /// Whether an input field is copied.

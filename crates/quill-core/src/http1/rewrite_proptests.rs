@@ -409,6 +409,11 @@ fn check_request(
         write_request_indexed(buf, &head, &index, &rw, o)
     });
     prop_assert_eq!(&indexed, &out);
+    // The lines copied at once are the lines decided one by one.
+    let (_, each) = written(out.len(), |o| {
+        super::rewrite::write_request_with(buf, &head, &index, &rw, o, false)
+    });
+    prop_assert_eq!(&each, &out);
     let again = match parse_request(&out, &LOOSE) {
         Ok(Some(h)) => h,
         other => {

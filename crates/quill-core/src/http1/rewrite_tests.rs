@@ -730,3 +730,86 @@ fn ipv4_addresses_are_written_with_every_digit_count() {
         assert_eq!(written, text.as_bytes());
     }
 }
+
+/// Typical requests take the quick path (the request line as it came, each field kept or
+/// removed by its name alone), and it writes what deciding each line writes; requests with a
+/// field or a target to act on do not take it.
+#[test]
+fn plain_requests_are_copied_by_name_as_deciding_each_line_would_write_them() {
+    let remove = [HeaderEdit {
+        op: EditOp::Remove,
+        name: "X-Secret".into(),
+        value: "".into(),
+    }];
+    let edited = RequestRewrite {
+        edits: [&remove, &[], &[]],
+        normalize_path: true,
+        request_id: Some(b"0123456789abcdef"),
+        ..rw()
+    };
+    let plain = "GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    let browser = "GET /x?y HTTP/1.1\r\nHost: a\r\nUser-Agent: u\r\nConnection: keep-alive\r\n\
+                   Keep-Alive: 300\r\nAccept: */*\r\n\r\n";
+    // (request, rewrite, the line as it came, the fields by name)
+    let cases: [(&str, &RequestRewrite, bool, bool); 8] = [
+        (plain, &rw(), true, true),
+        (browser, &edited, true, true),
+        (
+            "GET / HTTP/1.0\r\nHost: a\r\nConnection: close\r\n\r\n",
+            &rw(),
+            true,
+            true,
+        ),
+        // A name as long as an edited one, a hop-by-hop field named, an underscore.
+        (
+            "GET / HTTP/1.1\r\nHost: a\r\nX-Public: 1\r\n\r\n",
+            &edited,
+            true,
+            false,
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: x\r\nX: 1\r\n\r\n",
+            &rw(),
+            true,
+            false,
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: a\r\nX_Y: 1\r\n\r\n",
+            &rw(),
+            true,
+            false,
+        ),
+        // An abnormal path normalized, an absolute-form target.
+        (
+            "GET /a/../b HTTP/1.1\r\nHost: a\r\n\r\n",
+            &edited,
+            false,
+            true,
+        ),
+        (
+            "GET http://b/ HTTP/1.1\r\nHost: b\r\n\r\n",
+            &rw(),
+            false,
+            false,
+        ),
+    ];
+    for (text, rw, line, by_name) in cases {
+        let buf = text.as_bytes();
+        let mut index = FieldIndex::empty();
+        let head = crate::http1::parse_request_indexed(buf, &Limits::default(), &mut index)
+            .unwrap()
+            .unwrap();
+        let req = Request::new(buf, &head, rw, &index);
+        assert_eq!(req.verbatim_line().is_some(), line, "{text:?}");
+        assert_eq!(req.kept_by_name(), by_name, "{text:?}");
+        let mut out = [[0u8; 1024]; 2];
+        let [quick, decided] = &mut out;
+        let n = write_request_with(buf, &head, &index, rw, quick, true).unwrap();
+        let m = write_request_with(buf, &head, &index, rw, decided, false).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&quick[..n]),
+            String::from_utf8_lossy(&decided[..m]),
+            "{text:?}"
+        );
+    }
+}
