@@ -211,19 +211,58 @@ pub fn write_response_indexed(
     rw: &ResponseRewrite,
     out: &mut [u8],
 ) -> Result<usize, Overflow> {
+    write_response_with(buf, head, index, rw, out, true)
+}
+
+/// [`write_response_indexed`], with `at_once` copying the status line as it came and keeping
+/// or removing each field by its name alone where it can (the tests compare it with `false`,
+/// every line decided alone).
+pub(super) fn write_response_with(
+    buf: &[u8],
+    head: &ResponseHead,
+    index: &FieldIndex,
+    rw: &ResponseRewrite,
+    out: &mut [u8],
+    at_once: bool,
+) -> Result<usize, Overflow> {
     let mut found = None;
     let index = checked(index, buf, (head.len, head.fields), &mut found);
     let mut out = Out::new(out);
     let mut keep = ResponseKeep::new(buf, index, head, rw);
-    out.put(b"HTTP/1.1 ")?;
-    out.number(u64::from(head.status))?;
-    out.put(b" ")?;
-    out.put(head.reason.of(buf))?;
-    out.put(b"\r\n")?;
     let mut run = Run::default();
-    for (f, kind) in index.iter_kinds(buf) {
-        if keep.keeps(f.name.of(buf), kind) {
-            run.add(&mut out, buf, f.line)?;
+    // `HTTP/1.1 NNN REASON`: the line Quill would write.
+    let line_end = head.reason.end + 2;
+    let verbatim = head.version == Version::Http11
+        && head.reason.start == b"HTTP/1.1 200 ".len()
+        && buf.get(head.reason.end..line_end) == Some(b"\r\n");
+    if at_once && verbatim {
+        run.lines = Some(Span {
+            start: 0,
+            end: line_end,
+        });
+    } else {
+        out.put(b"HTTP/1.1 ")?;
+        out.number(u64::from(head.status))?;
+        out.put(b" ")?;
+        out.put(head.reason.of(buf))?;
+        out.put(b"\r\n")?;
+    }
+    if at_once && keep.by_name(index) {
+        for (line, name) in index.lines() {
+            let kept = match name {
+                Name::Other => true,
+                Name::ContentLength => keep.first_length_kept(),
+                _ => false,
+            };
+            if kept {
+                run.add(&mut out, buf, line)?;
+            }
+        }
+    } else {
+        for (f, kind) in index.iter_kinds(buf) {
+            if keep.keeps(f.name.of(buf), kind) {
+                run.add(&mut out, buf, f.line)?;
+            }
         }
     }
     run.flush(&mut out, buf)?;
@@ -330,10 +369,28 @@ impl<'a> ResponseKeep<'a> {
     #[inline]
     fn keeps(&mut self, name: &[u8], kind: Kind) -> bool {
         if kind.name == Name::ContentLength {
-            self.keep_length && !std::mem::replace(&mut self.length_kept, true)
+            self.first_length_kept()
         } else {
             !self.hop.removes(name, kind) && !self.edits.removes(name, 0)
         }
+    }
+
+    /// A `Content-Length` goes on: the first one, when the head's goes on at all.
+    fn first_length_kept(&mut self) -> bool {
+        self.keep_length && !std::mem::replace(&mut self.length_kept, true)
+    }
+
+    /// Whether each field is kept or removed by its name alone: every field indexed, none but
+    /// `Content-Length`, the hop-by-hop ones always removed and those nothing touches, with no
+    /// `Connection` naming another field and no name of a length an edit removes.
+    fn by_name(&self, index: &FieldIndex) -> bool {
+        const KNOWN: [Name; 4] = [
+            Name::Other,
+            Name::ContentLength,
+            Name::Connection,
+            Name::Hop,
+        ];
+        !self.hop.names_others && index.only(&KNOWN, self.edits.removed_lengths)
     }
 
     /// The proxy's name for `Via`, when it adds one.

@@ -556,6 +556,11 @@ fn check_response(
         write_response_indexed(buf, &head, &index, &rw, o)
     });
     prop_assert_eq!(&indexed, &out);
+    // The lines copied by name are the lines decided one by one.
+    let (_, each) = written(out.len(), |o| {
+        super::rewrite::write_response_with(buf, &head, &index, &rw, o, false)
+    });
+    prop_assert_eq!(&each, &out);
     // The fields another form carries (HTTP/2's HEADERS): those of the written head, in order,
     // but the fields of an HTTP/1 connection, names in any case.
     let mut visited: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();

@@ -813,3 +813,62 @@ fn plain_requests_are_copied_by_name_as_deciding_each_line_would_write_them() {
         );
     }
 }
+
+/// Typical responses take the quick path (the status line as it came, each field kept or
+/// removed by its name alone), and it writes what deciding each line writes.
+#[test]
+fn plain_responses_are_copied_by_name_as_deciding_each_line_would_write_them() {
+    let nginx = "HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Type: text/html\r\n\
+                 Content-Length: 5\r\nConnection: keep-alive\r\nETag: \"x\"\r\n\r\n";
+    // (response, for a HEAD request, the status line as it came, the fields by name)
+    let cases: [(&str, bool, bool, bool); 6] = [
+        (nginx, false, true, true),
+        (nginx, true, true, true),
+        (
+            "HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n",
+            false,
+            false,
+            true,
+        ),
+        (
+            "HTTP/1.1 204\r\nContent-Length: 0\r\n\r\n",
+            false,
+            false,
+            true,
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nConnection: x\r\nX: 1\r\nContent-Length: 1\r\n\r\n",
+            false,
+            true,
+            false,
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+            true,
+            false,
+        ),
+    ];
+    for (text, to_head, line, by_name) in cases {
+        let buf = text.as_bytes();
+        let mut index = FieldIndex::empty();
+        let head =
+            crate::http1::parse_response_indexed(buf, &Limits::default(), to_head, &mut index)
+                .unwrap()
+                .unwrap();
+        let keep = ResponseKeep::new(buf, &index, &head, &resp_rw());
+        assert_eq!(keep.by_name(&index), by_name, "{text:?}");
+        let mut out = [[0u8; 1024]; 2];
+        let [quick, decided] = &mut out;
+        let n = write_response_with(buf, &head, &index, &resp_rw(), quick, true).unwrap();
+        let m = write_response_with(buf, &head, &index, &resp_rw(), decided, false).unwrap();
+        let (quick, decided) = (&quick[..n], &decided[..m]);
+        assert_eq!(
+            String::from_utf8_lossy(quick),
+            String::from_utf8_lossy(decided),
+            "{text:?}"
+        );
+        let status_line = &buf[..buf.iter().position(|&b| b == b'\n').unwrap() + 1];
+        assert_eq!(quick.starts_with(status_line), line, "{text:?}");
+    }
+}
