@@ -71,18 +71,22 @@ TITLES = {"tcp": "TCP mode, 1 KiB, kept alive (wrk)",
           "http-close": "HTTP, a new client connection per request, 1 KiB (ab)",
           "tls": "TLS 1.3 keep-alive, 1 KiB (wrk over https)",
           "static": "static 1 KiB file (wrk)"}
-CANDIDATES = {"tcp": ["quill", "haproxy", "nginx"],
-              "http": ["quill", "haproxy", "nginx", "h2o"],
-              "http-close": ["quill", "haproxy", "nginx", "h2o"],
-              "tls": ["quill", "haproxy", "nginx", "h2o"],
-              "static": ["quill", "nginx", "h2o"]}
-ALL_NAMES = ["quill", "haproxy", "nginx", "h2o"]
+CANDIDATES = {"tcp": ["quill", "quill-base", "haproxy", "nginx"],
+              "http": ["quill", "quill-base", "haproxy", "nginx", "h2o"],
+              "http-close": ["quill", "quill-base", "haproxy", "nginx", "h2o"],
+              "tls": ["quill", "quill-base", "haproxy", "nginx", "h2o"],
+              "static": ["quill", "quill-base", "nginx", "h2o"]}
+# quill-base: the build before a change (QUILL_BASE_BIN), run as quill is, in the same rounds.
+ALL_NAMES = ["quill", "quill-base", "haproxy", "nginx", "h2o"]
+QUILLS = ("quill", "quill-base")
 # http-close runs the http configurations (the same processes' settings, a different client).
 CONFIG_OF = {"http-close": "http"}
 PORTS = {("tcp", "quill"): 9133, ("tcp", "haproxy"): 9134, ("tcp", "nginx"): 9135,
          ("http", "quill"): 9136, ("http", "haproxy"): 9137, ("http", "nginx"): 9138, ("http", "h2o"): 9139,
          ("tls", "quill"): 9140, ("tls", "haproxy"): 9141, ("tls", "nginx"): 9142, ("tls", "h2o"): 9143,
-         ("static", "quill"): 9144, ("static", "nginx"): 9145, ("static", "h2o"): 9146}
+         ("static", "quill"): 9144, ("static", "nginx"): 9145, ("static", "h2o"): 9146,
+         ("tcp", "quill-base"): 9151, ("http", "quill-base"): 9152, ("tls", "quill-base"): 9153,
+         ("static", "quill-base"): 9154}
 FLOOR = ("tcp", "quill")
 PATH, SIZE = "/1k", 1024
 
@@ -189,7 +193,8 @@ def write_configs(work, cert, key, both):
                             "        ssl_protocols TLSv1.2 TLSv1.3;\n" % (cert, key))):
         put("%s-nginx.conf" % mode, NGINX_HEAD.format(modules="", workers=WORKERS, w=work, name=mode + "-nginx")
             + NGINX_PROXY.format(be0=be[0], be1=be[1], port=PORTS[(mode, "nginx")], ssl=ssl_on, tls=tls))
-    put("tls-quill.toml", quill_toml(PORTS[("tls", "quill")], be, cert, key))
+    for name in QUILLS:
+        put("tls-%s.toml" % name, quill_toml(PORTS[("tls", name)], be, cert, key))
 
     # -- static
     put("static-nginx.conf", NGINX_HEAD.format(modules="", workers=WORKERS, w=work, name="static-nginx") + """http {{
@@ -246,19 +251,21 @@ header_timeout = "600s"
     return text
 
 
-def candidate_cmd(mode, name, work, quill_bin):
-    """The command line of candidate `name` in `mode`."""
+def candidate_cmd(mode, name, work, quill_bins):
+    """The command line of candidate `name` in `mode`; `quill_bins`: the binary of each of
+    QUILLS (a name, for the report)."""
     mode = CONFIG_OF.get(mode, mode)
     port = PORTS[(mode, name)]
     listen = "127.0.0.1:%d" % port
     be = ["127.0.0.1:%d" % p for p in BACKENDS]
-    if name == "quill":
+    if name in QUILLS:
+        quill_bin = quill_bins[name]
         if mode == "tcp":
             return [quill_bin, "-r", "-x", str(MAXCONN), "--workers", str(WORKERS), listen] + be
         if mode == "http":
             return [quill_bin, "-r", "-x", str(MAXCONN), "--workers", str(WORKERS), "-H", listen] + be
         if mode == "tls":
-            return [quill_bin, "-f", "--config", os.path.join(work, "tls-quill.toml")]
+            return [quill_bin, "-f", "--config", os.path.join(work, "tls-%s.toml" % name)]
         if mode == "static":
             return [quill_bin, "serve", os.path.join(work, "www"), "--listen", listen, "--workers", str(WORKERS)]
     if name == "haproxy":
@@ -342,7 +349,7 @@ class Candidate:
     def start(self):
         if harness.port_open(self.port):
             raise RuntimeError("port %d already in use before starting %s" % (self.port, self.label))
-        cmd = candidate_cmd(self.mode, self.name, self.bench.work, self.bench.args.quill_bin)
+        cmd = candidate_cmd(self.mode, self.name, self.bench.work, self.bench.quill_bins)
         self.proc = self.bench.procs.start("%s-%s" % (CONFIG_OF.get(self.mode, self.mode), self.name), cmd)
         if not harness.wait_ready(self.port, self.proc):
             exited = self.proc.poll()
@@ -567,12 +574,13 @@ class Bench:
             time.sleep(0.5)
 
     # -- 3. Quill's instructions per request (callgrind)
-    def callgrind_one(self, mode):
-        """Quill with one worker under callgrind, N1 then N2 requests: (Ir(N2) - Ir(N1)) / (N2 - N1)."""
+    def callgrind_one(self, mode, name):
+        """Quill (`name`: quill or quill-base) with one worker under callgrind, N1 then N2
+        requests: (Ir(N2) - Ir(N1)) / (N2 - N1)."""
         n1, n2 = self.args.callgrind_n1, self.args.callgrind_n1 + self.args.callgrind_requests
         port, be = CALLGRIND_PORT, "127.0.0.1:%d" % (CALLGRIND_PORT + 1)
         listen = "127.0.0.1:%d" % port
-        q = self.args.quill_bin
+        q = self.quill_bins[name]
         if mode == "tcp":
             argv = [q, "--workers", "1", "-r", listen, be]
         elif mode in ("http", "http-close"):
@@ -592,18 +600,18 @@ class Bench:
                         '[[listener.route]]\nstatic = { root = "%s", symlinks = "anywhere" }\n'
                         % (listen, os.path.join(self.work, "www")))
             argv = [q, "-f", "--config", toml]
-        row = {"mode": mode, "cmd": " ".join(["quill"] + argv[1:]).replace(self.work, "WORK"),
-               "n1": n1, "n2": n2}
+        row = {"mode": mode, "candidate": name, "n1": n1, "n2": n2,
+               "cmd": " ".join(["quill"] + argv[1:]).replace(self.work, "WORK")}
         try:
             i1 = self.callgrind_run(argv, mode, n1)
             i2 = self.callgrind_run(argv, mode, n2)
             row.update({"ir_n1": i1, "ir_n2": i2, "per_request": (i2 - i1) / (n2 - n1)})
-            log("  callgrind %-10s %s Ir at %d, %s at %d: %s instructions per request" % (
-                mode, fmt(i1), n1, fmt(i2), n2, fmt(row["per_request"])))
+            log("  callgrind %-10s %-10s %s Ir at %d, %s at %d: %s instructions per request" % (
+                mode, name, fmt(i1), n1, fmt(i2), n2, fmt(row["per_request"])))
         except RuntimeError as e:
             row["error"] = str(e)
             log("  callgrind %s: %s" % (mode, e))
-            self.results["failures"].append({"mode": mode, "candidate": "quill", "phase": "callgrind",
+            self.results["failures"].append({"mode": mode, "candidate": name, "phase": "callgrind",
                                              "error": str(e)})
         self.results["callgrind"].append(row)
 
@@ -646,7 +654,7 @@ class Bench:
                 for name in CANDIDATES[mode]:
                     if name in self.args.only:
                         self.syscalls_one(mode, name)
-        if self.args.callgrind_requests and "quill" in self.args.only:
+        if self.args.callgrind_requests and any(q in self.args.only for q in QUILLS):
             if not shutil.which("valgrind"):
                 self.results["failures"].append({"phase": "callgrind", "error": "valgrind is not installed"})
             else:
@@ -660,7 +668,9 @@ class Bench:
                 threading.Thread(target=instructions.http_backend, args=(bsock, stop), daemon=True).start()
                 try:
                     for mode in self.args.modes:
-                        self.callgrind_one(mode)
+                        for name in QUILLS:
+                            if name in self.args.only:
+                                self.callgrind_one(mode, name)
                 finally:
                     stop.set()
                     bsock.close()
@@ -730,7 +740,7 @@ def above_floor(results, mode, cand, key="cpu_us_per_req"):
 def summarize(results, modes, only):
     out = []
     sys_of = {(r["mode"], r["candidate"]): r for r in results["syscalls"]}
-    cg_of = {r["mode"]: r.get("per_request") for r in results["callgrind"]}
+    cg_of = {(r["mode"], r.get("candidate", "quill")): r.get("per_request") for r in results["callgrind"]}
     for mode in modes:
         for cand in CANDIDATES[mode]:
             if cand not in only:
@@ -740,7 +750,7 @@ def summarize(results, modes, only):
             row = {"mode": mode, "candidate": cand, "runs": len(valid),
                    "quiet_runs": len([r for r in valid if r.get("quiet")]),
                    "syscalls_per_req": s.get("per_request"),
-                   "instructions_per_req": cg_of.get(mode) if cand == "quill" else None,
+                   "instructions_per_req": cg_of.get((mode, cand)),
                    "above_floor_us": above_floor(results, mode, cand),
                    "user_above_floor_us": above_floor(results, mode, cand, "user_us_per_req"),
                    "kernel_above_floor_us": above_floor(results, mode, cand, "kernel_us_per_req")}
@@ -774,6 +784,8 @@ def render(results, summary, meta):
     w("Versions: %s.  " % "; ".join("%s %s" % kv for kv in sorted(meta["versions"].items())))
     if meta.get("quill_src"):
         w("Quill binary: `%s`.  " % meta["quill_src"])
+    if meta.get("quill_base_src"):
+        w("quill-base (the build before): `%s`.  " % meta["quill_base_src"])
     if results.get("negotiated"):
         w("TLS negotiated (a Python client, no ALPN, as wrk): %s." % "; ".join(
             "%s %s" % kv for kv in sorted(results["negotiated"].items())))
@@ -796,7 +808,7 @@ def render(results, summary, meta):
     w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in summary:
         floor = (r["mode"], r["candidate"]) == FLOOR
-        name = ("**%s**" % r["candidate"]) if r["candidate"] == "quill" else r["candidate"]
+        name = ("**%s**" % r["candidate"]) if r["candidate"] in QUILLS else r["candidate"]
         w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["mode"], name + ("" if r["quiet_runs"] else " †"),
             fmt(r["rps"]), fmt(r["cpu_us_per_req"], 2), fmt(r["user_us_per_req"], 2),
@@ -857,11 +869,12 @@ def render(results, summary, meta):
           "Instructions are not seconds: they count Quill's own user-space work, whatever the machine is "
           "doing, and none of the kernel's." % (CALLGRIND_PORT + 1))
         w("")
-        w("| mode | instructions/req | Ir at N1 | Ir at N2 | N1, N2 | command |")
-        w("|---|---:|---:|---:|---|---|")
+        w("| mode | candidate | instructions/req | Ir at N1 | Ir at N2 | N1, N2 | command |")
+        w("|---|---|---:|---:|---:|---|---|")
         for r in results["callgrind"]:
-            w("| %s | %s | %s | %s | %d, %d | `%s` |" % (
-                r["mode"], fmt(r.get("per_request")) if "error" not in r else "**%s**" % r["error"],
+            w("| %s | %s | %s | %s | %s | %d, %d | `%s` |" % (
+                r["mode"], r.get("candidate", "quill"),
+                fmt(r.get("per_request")) if "error" not in r else "**%s**" % r["error"],
                 fmt(r.get("ir_n1")), fmt(r.get("ir_n2")), r["n1"], r["n2"], r["cmd"]))
         w("")
     w("## Configurations")
@@ -870,8 +883,7 @@ def render(results, summary, meta):
       "127.0.0.1:%d and :%d serving `1k`. Candidates (127.0.0.1, 2 workers or threads each): %s. h2o 2.2.5 "
       "takes one `proxy.reverse.url`: h2o sends every request to the first backend, the others alternate "
       "(the backends' CPU is summed over both)." % (BACKENDS[0], BACKENDS[1], "; ".join(
-          "%s/%s %d `%s`" % (m, n, p, " ".join(["quill"] + candidate_cmd(m, n, "WORK", "quill")[1:]
-                                               if n == "quill" else candidate_cmd(m, n, "WORK", "quill")))
+          "%s/%s %d `%s`" % (m, n, p, " ".join(candidate_cmd(m, n, "WORK", {q: q for q in QUILLS})))
           for (m, n), p in sorted(PORTS.items(), key=lambda kv: kv[1]))))
     w("")
     w("What the files say: HAProxy 2.6 `nbthread 2`, `mode tcp` (tcp) or `mode http` with `option "
@@ -908,6 +920,8 @@ def main(argv):
     p.add_argument("--work", required=True)
     p.add_argument("--quill-bin")
     p.add_argument("--quill-src", default="", help="where --quill-bin was copied from (for the report)")
+    p.add_argument("--quill-base-bin", help="the build before, measured as candidate quill-base")
+    p.add_argument("--quill-base-src", default="", help="where --quill-base-bin was copied from")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=int, default=5, help="seconds of each measured wrk run")
     p.add_argument("--ab-requests", type=int, default=30000)
@@ -938,6 +952,9 @@ def main(argv):
     if "quill" in a.only and not a.quill_bin:
         refused["quill"] = "no working quill binary (the build or `quill --version` failed)"
         a.only.remove("quill")
+    if "quill-base" in a.only and not a.quill_base_bin:
+        refused["quill-base"] = "no quill-base binary (set QUILL_BASE_BIN to the build before)"
+        a.only.remove("quill-base")
 
     def on_signal(signum, _frame):
         raise KeyboardInterrupt("signal %d" % signum)
@@ -948,6 +965,7 @@ def main(argv):
     os.chmod(a.work, 0o755)  # the backends' workers and h2o run as nobody
     bench = Bench(a)
     bench.cert, bench.key = cert, key
+    bench.quill_bins = {"quill": a.quill_bin, "quill-base": a.quill_base_bin}
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": a.command, "rounds": a.rounds, "duration": a.duration, "ab_requests": a.ab_requests,
             "strace_duration": a.strace_duration, "callgrind_requests": a.callgrind_requests,
@@ -955,7 +973,7 @@ def main(argv):
             "kernel": "Linux " + platform.release(), "cpus": os.cpu_count(), "cpu_model": harness.cpu_model(),
             "load_before": loadavg(), "versions": harness.versions(
                 a.quill_bin, ["quill"], pkgs=("haproxy", "nginx", "libnginx-mod-stream", "h2o", "wrk",
-                                             "apache2-utils", "openssl", "strace", "valgrind")), "quill_src": a.quill_src,
+                                             "apache2-utils", "openssl", "strace", "valgrind")), "quill_src": a.quill_src, "quill_base_src": a.quill_base_src,
             "ports": {"%s/%s" % k: v for k, v in PORTS.items()}, "backends": list(BACKENDS)}
     interrupted = harness.run_guarded(bench)
     meta["load_after"] = loadavg()

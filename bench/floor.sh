@@ -9,7 +9,8 @@
 #
 #   bash bench/floor.sh [--rounds N] [--quick] [--duration S] [--ab-requests N]
 #                       [--strace-duration S] [--callgrind-requests N] [--quiet-cores X]
-#                       [--only quill,haproxy,nginx,h2o] [--modes tcp,http,http-close,tls,static]
+#                       [--only quill,quill-base,haproxy,nginx,h2o]
+#                       [--modes tcp,http,http-close,tls,static]
 #
 # --rounds N (3); --quick = 1 round, wrk 2 s, ab 10,000, strace 2 s, callgrind 100 and 400 requests;
 # --duration S: each measured wrk run (5); --ab-requests N: each measured ab run (30000);
@@ -18,15 +19,18 @@
 # on the machine took at most X cores during it (0.2); the tables use a candidate's quiet runs when
 # it has any; --only: candidates; --modes: modes.
 # Env: QUILL_BIN=path  use this binary instead of building (cargo build --release)
+#      QUILL_BASE_BIN=path  the build before a change, measured as candidate quill-base in the
+#                      same rounds (and callgrind runs) as quill; added to --only's default
 #      KEEP_WORK=1     keep the temp work dir (certificate, configs, logs, pids)
 #      RESULTS_DIR=dir write the results there instead of bench/results
 # Writes bench/results/floor.md and bench/results/floor.json. About 8 minutes with the defaults
-# (--quick: 3). Ports 9131, 9132 (backends), 9133-9146 (candidates), 9147, 9148 (callgrind).
+# (--quick: 3). Ports 9131, 9132 (backends), 9133-9146 and 9151-9154 (candidates), 9147, 9148
+# (callgrind).
 # Exit status: 0, 1 (interrupted or setup failed), 2 (usage), 3 (a candidate did not start or
 # answered wrong: the tables are written, with that candidate marked NOT measured).
 set -euo pipefail
 
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 ROUNDS=3
 QUICK=
@@ -36,6 +40,7 @@ STRACE_DURATION=
 CALLGRIND_REQUESTS=
 QUIET_CORES=0.2
 ONLY=quill,haproxy,nginx,h2o
+[ -n "${QUILL_BASE_BIN:-}" ] && ONLY=quill,quill-base,haproxy,nginx,h2o
 MODES=tcp,http,http-close,tls,static
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -69,8 +74,8 @@ fi
 : "${DURATION:=5}" "${AB_REQUESTS:=30000}" "${STRACE_DURATION:=3}" "${CALLGRIND_REQUESTS:=1000}"
 for name in ${ONLY//,/ }; do
     case "$name" in
-        quill|haproxy|nginx|h2o) ;;
-        *) echo "floor.sh: unknown candidate '$name' (quill haproxy nginx h2o)" >&2; exit 2 ;;
+        quill|quill-base|haproxy|nginx|h2o) ;;
+        *) echo "floor.sh: unknown candidate '$name' (quill quill-base haproxy nginx h2o)" >&2; exit 2 ;;
     esac
 done
 for mode in ${MODES//,/ }; do
@@ -134,10 +139,24 @@ if [ -n "$QUILL" ]; then
     cp "$QUILL" "$WORK/quill" && QUILL="$WORK/quill"
     say "quill: $("$QUILL" --version 2>&1 | head -1) ($QUILL_SRC)"
 fi
+QUILL_BASE=
+QUILL_BASE_SRC=
+case ",$ONLY," in
+    *,quill-base,*)
+        if [ -n "${QUILL_BASE_BIN:-}" ] && "$QUILL_BASE_BIN" --version >/dev/null 2>&1; then
+            QUILL_BASE_SRC="$QUILL_BASE_BIN"
+            cp "$QUILL_BASE_BIN" "$WORK/quill-base" && QUILL_BASE="$WORK/quill-base"
+            say "quill-base: $("$QUILL_BASE" --version 2>&1 | head -1) ($QUILL_BASE_SRC)"
+        else
+            say "WARNING: QUILL_BASE_BIN is not set or does not run: quill-base is NOT measured"
+        fi
+        ;;
+esac
 
 say "work dir $WORK; candidates: $ONLY; modes: $MODES; rounds: $ROUNDS; wrk ${DURATION}s; ab $AB_REQUESTS"
 set +e
 python3 "$BENCH_DIR/floor.py" --work "$WORK" ${QUILL:+--quill-bin "$QUILL"} ${QUILL_SRC:+--quill-src "$QUILL_SRC"} \
+    ${QUILL_BASE:+--quill-base-bin "$QUILL_BASE"} ${QUILL_BASE_SRC:+--quill-base-src "$QUILL_BASE_SRC"} \
     --rounds "$ROUNDS" --duration "$DURATION" --ab-requests "$AB_REQUESTS" \
     --strace-duration "$STRACE_DURATION" --callgrind-requests "$CALLGRIND_REQUESTS" \
     --callgrind-n1 "$CALLGRIND_N1" --quiet-cores "$QUIET_CORES" --only "$ONLY" --modes "$MODES" \

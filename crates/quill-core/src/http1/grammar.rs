@@ -147,9 +147,6 @@ pub(super) fn is_host_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%:[]".contains(&b)
 }
 
-/// `host [":" port]` (RFC 3986 §3.2.2-3): a non-empty reg-name of unreserved and sub-delims
-/// bytes (no percent-encoding: a name that could be read two ways), or an IP literal in
-/// brackets; a port of at most 5 digits (possibly none). No userinfo.
 /// The bytes of a reg-name (RFC 3986 §3.2.2: unreserved and sub-delims; percent signs are not
 /// taken), looked up instead of compared one by one.
 const REG_NAME: [bool; 256] = {
@@ -168,6 +165,9 @@ const REG_NAME: [bool; 256] = {
     table
 };
 
+/// `host [":" port]` (RFC 3986 §3.2.2-3): a non-empty reg-name of unreserved and sub-delims
+/// bytes (no percent-encoding: a name that could be read two ways), or an IP literal in
+/// brackets; a port of at most 5 digits (possibly none). No userinfo.
 pub(super) fn is_host_and_port(a: &[u8]) -> bool {
     let (host, port) = if a.first() == Some(&b'[') {
         let Some(close) = a.iter().position(|&b| b == b']') else {

@@ -1548,12 +1548,14 @@ mod skip_tests {
         #![proptest_config(super::super::proptests::config(2000))]
 
         /// The word-at-a-time name comparison says what `eq_ignore_ascii_case` says, for names
-        /// that are a known one with some bytes' case flipped or replaced by any byte.
+        /// that are a known one with some bytes' case flipped or replaced by any byte, one
+        /// byte shorter or longer.
         #[test]
         fn known_names_compare_as_case_insensitive_equality_does(
             which in 0usize..KNOWN.len(),
             edits in prop::collection::vec((0usize..20, any::<u8>(), any::<bool>()), 0..4),
             cut in 0usize..20,
+            longer in any::<Option<u8>>(),
         ) {
             let known = KNOWN[which];
             let mut name = known.to_vec();
@@ -1563,6 +1565,7 @@ mod skip_tests {
                 }
             }
             name.truncate(cut.max(known.len().saturating_sub(1)));
+            name.extend(longer);
             prop_assert_eq!(
                 super::eq_lowercase(&name, known),
                 name.eq_ignore_ascii_case(known),

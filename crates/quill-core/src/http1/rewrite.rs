@@ -621,11 +621,9 @@ impl<'a, 'b> Request<'a, 'b> {
             && rw.rewrite_path.is_none()
             && (!rw.normalize_path || path::is_normal(self.origin_path()))
             && self.authority.is_none();
-        let end = self
-            .index
-            .lines()
-            .next()
-            .map_or(self.head.len.checked_sub(2)?, |(line, _)| line.start);
+        // method SP target SP HTTP/1.x CRLF: the line ends 11 bytes after the target (taken
+        // from the head, not from the index, which may not hold every field).
+        let end = self.head.target.end + b" HTTP/1.1\r\n".len();
         kept.then(|| self.buf.get(..end)).flatten()
     }
 

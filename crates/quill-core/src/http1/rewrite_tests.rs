@@ -872,3 +872,66 @@ fn plain_responses_are_copied_by_name_as_deciding_each_line_would_write_them() {
         assert_eq!(quick.starts_with(status_line), line, "{text:?}");
     }
 }
+
+/// A head whose index cannot hold every field (a request line past 64 KiB: the index's offsets
+/// are 16-bit) is written as deciding each line writes it, its request line once: the quick
+/// paths must not take the index's first field for the end of the request line.
+#[test]
+fn a_head_the_index_cannot_hold_is_rewritten_line_by_line() {
+    let limits = Limits {
+        max_head: 256 * 1024,
+        max_request_line: 256 * 1024,
+        ..Limits::default()
+    };
+    let target = format!("/{}", "a".repeat(70_000));
+    let text = format!(
+        "GET {target} HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    let buf = text.as_bytes();
+    let mut index = FieldIndex::empty();
+    let head = crate::http1::parse_request_indexed(buf, &limits, &mut index)
+        .unwrap()
+        .unwrap();
+    assert!(!index.only(&[], 0), "the index should be incomplete");
+    let mut out = vec![vec![0u8; 200_000]; 2];
+    let (quick, decided) = out.split_at_mut(1);
+    let n = write_request_with(buf, &head, &index, &rw(), &mut quick[0], true).unwrap();
+    let m = write_request_with(buf, &head, &index, &rw(), &mut decided[0], false).unwrap();
+    let written = String::from_utf8_lossy(&quick[0][..n]).into_owned();
+    assert_eq!(written, String::from_utf8_lossy(&decided[0][..m]));
+    assert_eq!(
+        written.matches("HTTP/1.1").count(),
+        1,
+        "the request line once"
+    );
+    assert!(!written
+        .to_ascii_lowercase()
+        .contains("connection: keep-alive"));
+}
+
+/// Edit names of 63 bytes or more share one length bit: the lists are still compared whole.
+#[test]
+fn long_edited_names_remove_only_their_own_fields() {
+    let long = "X-".to_string() + &"L".repeat(68);
+    let other = "X-".to_string() + &"O".repeat(63);
+    let remove = [HeaderEdit {
+        op: EditOp::Remove,
+        name: long.clone().into(),
+        value: "".into(),
+    }];
+    let rw = RequestRewrite {
+        edits: [&remove, &[], &[]],
+        ..rw()
+    };
+    let text = format!("GET / HTTP/1.1\r\nHost: a\r\n{long}: 1\r\n{other}: 2\r\n\r\n");
+    let buf = text.as_bytes();
+    let mut index = FieldIndex::empty();
+    let head = crate::http1::parse_request_indexed(buf, &Limits::default(), &mut index)
+        .unwrap()
+        .unwrap();
+    let mut out = [0u8; 1024];
+    let n = write_request_indexed(buf, &head, &index, &rw, &mut out).unwrap();
+    let written = String::from_utf8_lossy(&out[..n]);
+    assert!(!written.contains(&long), "{written}");
+    assert!(written.contains(&format!("{other}: 2")), "{written}");
+}
