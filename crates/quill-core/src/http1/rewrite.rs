@@ -154,21 +154,22 @@ pub fn write_request_indexed(
     write_request_with(buf, head, index, rw, out, true)
 }
 
-/// [`write_request_indexed`], copying the head's lines at once where it can (`verbatim`; the
-/// tests compare it with `false`, every line decided alone).
+/// [`write_request_indexed`], with `at_once` copying the request line as it came and keeping
+/// or removing each field by its name alone where it can (the tests compare it with `false`,
+/// every line decided alone).
 pub(super) fn write_request_with(
     buf: &[u8],
     head: &RequestHead,
     index: &FieldIndex,
     rw: &RequestRewrite,
     out: &mut [u8],
-    verbatim: bool,
+    at_once: bool,
 ) -> Result<usize, Overflow> {
     let mut found = None;
     let index = checked(index, buf, (head.len, head.fields), &mut found);
     let mut out = Out::new(out);
     let req = Request::new(buf, head, rw, index);
-    req.write_lines(&mut out, verbatim)?;
+    req.write_lines(&mut out, at_once)?;
     let mut connection = Tokens::default();
     connection.add(head.version == Version::Http10, b"keep-alive");
     connection.add(rw.upgrade, b"upgrade");

@@ -892,7 +892,10 @@ fn a_head_the_index_cannot_hold_is_rewritten_line_by_line() {
     let head = crate::http1::parse_request_indexed(buf, &limits, &mut index)
         .unwrap()
         .unwrap();
-    assert!(!index.only(&[], 0), "the index should be incomplete");
+    assert!(
+        index.lines().count() < head.fields,
+        "the index should not hold every field"
+    );
     let mut out = vec![vec![0u8; 200_000]; 2];
     let (quick, decided) = out.split_at_mut(1);
     let n = write_request_with(buf, &head, &index, &rw(), &mut quick[0], true).unwrap();
