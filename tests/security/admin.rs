@@ -557,6 +557,33 @@ fn free_below(pid: u32, limit: usize) -> usize {
             .count()
 }
 
+/// Takes `pid`'s free descriptors below `limit` with idle admin clients (`fillers`) until none
+/// has come free for 300 ms, longer than the listener's 100 ms pause: a client that the data path
+/// accepts with the last descriptor fails its server connect (EMFILE) and is closed, which frees
+/// that descriptor again for a moment (seen in CI: a check right after one filler found it free).
+/// Bounded by 3.5 s, well inside the 5 s the admin listener gives an idle client before closing
+/// it (the fillers must outlive the checks that follow); false if descriptors were still coming
+/// free then.
+fn fill_descriptors(
+    pid: u32,
+    limit: usize,
+    admin: SocketAddr,
+    fillers: &mut Vec<TcpStream>,
+) -> bool {
+    let mut quiet_since = Instant::now();
+    let until = Instant::now() + Duration::from_millis(3500);
+    while Instant::now() < until {
+        if free_below(pid, limit) > 0 {
+            fillers.push(connect(admin));
+            quiet_since = Instant::now();
+        } else if quiet_since.elapsed() >= Duration::from_millis(300) {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(25));
+    }
+    false
+}
+
 #[test]
 fn admin_answers_503_when_the_data_path_has_used_every_descriptor() {
     if !Path::new(PRLIMIT).exists() {
@@ -585,18 +612,22 @@ fn admin_answers_503_when_the_data_path_has_used_every_descriptor() {
     // Clients on the data path take what is left (each session holds two descriptors: client and
     // server); an idle admin client takes the last one if an odd one is left over.
     let clients: Vec<TcpStream> = (0..16).map(|_| connect_port(q.port)).collect();
-    let mut fillers = Vec::new();
-    for _ in 0..40 {
-        thread::sleep(Duration::from_millis(100));
-        if free_below(q.pid, limit) == 0 {
-            break;
+    // The sessions first (until the count of descriptors has not moved for 100 ms, at most 2 s):
+    // a filler taken while they still open would leave them an odd number.
+    let mut last = (open_descriptors(q.pid).len(), Instant::now());
+    let settle_by = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < settle_by && last.1.elapsed() < Duration::from_millis(100) {
+        thread::sleep(Duration::from_millis(10));
+        let n = open_descriptors(q.pid).len();
+        if n != last.0 {
+            last = (n, Instant::now());
         }
-        fillers.push(connect(admin));
     }
-    assert_eq!(
-        free_below(q.pid, limit),
-        0,
-        "quill never ran out of descriptors"
+    let mut fillers = Vec::new();
+    assert!(
+        fill_descriptors(q.pid, limit, admin, &mut fillers),
+        "quill never ran out of descriptors (limit {limit}, descriptors {:?})",
+        open_descriptors(q.pid)
     );
     // More clients find none left (the data path's sessions may have used up the first ones).
     let late: Vec<TcpStream> = (0..4).map(|_| connect_port(q.port)).collect();
@@ -620,22 +651,12 @@ fn admin_answers_503_when_the_data_path_has_used_every_descriptor() {
             thread::sleep(Duration::from_millis(25));
         }
     }
-    // Refill until none has come free for 300 ms (longer than the listener's 100 ms pause): a
-    // late client that the data path accepts with a descriptor that came free fails its server
-    // connect (EMFILE) and is closed, which frees that descriptor again for a moment (seen in
-    // CI: the scrape below then found it and got 200).
-    let mut quiet_since = Instant::now();
-    let until = Instant::now() + Duration::from_secs(4);
-    while Instant::now() < until {
-        if free_below(q.pid, limit) > 0 {
-            fillers.push(connect(admin));
-            quiet_since = Instant::now();
-        } else if quiet_since.elapsed() >= Duration::from_millis(300) {
-            break;
-        }
-        thread::sleep(Duration::from_millis(25));
-    }
-    assert_eq!(free_below(q.pid, limit), 0, "descriptors came free again");
+    assert!(
+        fill_descriptors(q.pid, limit, admin, &mut fillers),
+        "descriptors came free again (limit {limit}, {} idle admin clients, descriptors {:?})",
+        fillers.len(),
+        open_descriptors(q.pid)
+    );
     // The admin listener answers from its reserved descriptor instead of going silent, and takes
     // the reserve back for the next one.
     for _ in 0..2 {
