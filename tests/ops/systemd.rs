@@ -205,9 +205,11 @@ impl Activated {
         }
     }
 
-    /// Waits until quill serves (it logs "ready" once its workers run).
+    /// Waits until quill serves: its last "ready:" line, the workers' ("ready: N worker(s), at
+    /// most ..."), logged once they run. Each listener's "ready:" line comes before it (waiting
+    /// for the first "ready:" let a test read stderr before the workers' line was written).
     fn wait_ready(&mut self) {
-        self.wait_stderr("ready:");
+        self.wait_stderr(" worker(s), at most ");
     }
 
     /// Sends a control command over the control socket in the scratch directory.
