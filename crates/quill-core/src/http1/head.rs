@@ -329,7 +329,7 @@ pub(super) struct Kind {
 impl Kind {
     /// The kind of field name `name`; `plain`: the name is known to hold only letters, digits
     /// and dashes (false when not known).
-    #[inline]
+    #[inline(always)]
     pub(super) fn of(name: &[u8], plain: bool) -> Kind {
         let first = name.first().map_or(0, u8::to_ascii_lowercase);
         let is = |known: &[u8]| eq_lowercase(name, known);
@@ -1414,7 +1414,10 @@ pub(super) fn trailing_spaces(bytes: &[u8]) -> usize {
 }
 
 /// One `name: value CRLF` line: the name, the value without surrounding whitespace, and whether
-/// the name is letters, digits and dashes only.
+/// the name is letters, digits and dashes only. Inlined into the loop over a head's lines (a call
+/// a line, and its result through memory, cost more than the quick reader's own work on a short
+/// line); the checked reader stays out of line.
+#[inline(always)]
 fn field_line(c: &mut Cursor<'_>) -> Result<(Span, Span, bool), Stop> {
     match whole_field_line(c) {
         Some(line) => Ok(line),
@@ -1458,6 +1461,8 @@ fn whole_field_line(c: &mut Cursor<'_>) -> Option<(Span, Span, bool)> {
 
 /// [`field_line`] a byte at a time, with every check: what reports a line's error, or that the
 /// bytes ran out.
+#[cold]
+#[inline(never)]
 fn checked_field_line(c: &mut Cursor<'_>) -> Result<(Span, Span, bool), Stop> {
     let start = c.pos;
     let plain = c.skip_name();
