@@ -9,6 +9,7 @@
 #
 #   bash bench/floor.sh [--rounds N] [--quick] [--duration S] [--ab-requests N]
 #                       [--strace-duration S] [--callgrind-requests N] [--quiet-cores X]
+#                       [--batch-peers]
 #                       [--only quill,quill-base,haproxy,nginx,h2o]
 #                       [--modes tcp,http,http-close,tls,static]
 #
@@ -17,7 +18,9 @@
 # --strace-duration S: the load window under strace (3; 0 skips); --callgrind-requests N: N2 - N1
 # of the callgrind runs (1000, N1 = 300; 0 skips); --quiet-cores X: a run is quiet when other work
 # on the machine took at most X cores during it (0.2); the tables use a candidate's quiet runs when
-# it has any; --only: candidates; --modes: modes.
+# it has any; --only: candidates; --modes: modes; --batch-peers: the backends and the load
+# generator under SCHED_BATCH (chrt), so that waking them does not preempt the proxy (approximating,
+# for wake-up preemption only, a machine where they have cores of their own).
 # Env: QUILL_BIN=path  use this binary instead of building (cargo build --release)
 #      QUILL_BASE_BIN=path  the build before a change, measured as candidate quill-base in the
 #                      same rounds (and callgrind runs) as quill; added to --only's default
@@ -30,7 +33,7 @@
 # answered wrong: the tables are written, with that candidate marked NOT measured).
 set -euo pipefail
 
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 ROUNDS=3
 QUICK=
@@ -39,6 +42,7 @@ AB_REQUESTS=
 STRACE_DURATION=
 CALLGRIND_REQUESTS=
 QUIET_CORES=0.2
+BATCH_PEERS=
 ONLY=quill,haproxy,nginx,h2o
 [ -n "${QUILL_BASE_BIN:-}" ] && ONLY=quill,quill-base,haproxy,nginx,h2o
 MODES=tcp,http,http-close,tls,static
@@ -51,6 +55,7 @@ while [ $# -gt 0 ]; do
         --strace-duration) STRACE_DURATION="${2:?--strace-duration needs seconds}"; shift 2 ;;
         --callgrind-requests) CALLGRIND_REQUESTS="${2:?--callgrind-requests needs a number}"; shift 2 ;;
         --quiet-cores) QUIET_CORES="${2:?--quiet-cores needs a number}"; shift 2 ;;
+        --batch-peers) BATCH_PEERS=1; shift ;;
         --only) ONLY="${2:?--only needs a list}"; shift 2 ;;
         --modes) MODES="${2:?--modes needs a list}"; shift 2 ;;
         --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
@@ -92,6 +97,7 @@ RESULTS="${RESULTS_DIR:-$BENCH_DIR/results}"
 COMMAND="bash bench/floor.sh --rounds $ROUNDS --duration $DURATION --ab-requests $AB_REQUESTS"
 COMMAND="$COMMAND --strace-duration $STRACE_DURATION --callgrind-requests $CALLGRIND_REQUESTS"
 COMMAND="$COMMAND --quiet-cores $QUIET_CORES --only $ONLY --modes $MODES"
+[ -n "$BATCH_PEERS" ] && COMMAND="$COMMAND --batch-peers"
 
 say() { echo "[floor.sh] $*" >&2; }
 # shellcheck source=bench/lib.sh
@@ -106,6 +112,9 @@ for pair in haproxy:haproxy nginx:nginx h2o:h2o wrk:wrk ab:apache2-utils openssl
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing="$missing ${pair#*:}"
 done
 [ -f /usr/lib/nginx/modules/ngx_stream_module.so ] || missing="$missing libnginx-mod-stream"
+if [ -n "$BATCH_PEERS" ] && ! command -v chrt >/dev/null 2>&1; then
+    missing="$missing util-linux"
+fi
 if [ -n "$missing" ]; then
     say "installing$missing"
     export DEBIAN_FRONTEND=noninteractive
@@ -160,6 +169,7 @@ python3 "$BENCH_DIR/floor.py" --work "$WORK" ${QUILL:+--quill-bin "$QUILL"} ${QU
     --rounds "$ROUNDS" --duration "$DURATION" --ab-requests "$AB_REQUESTS" \
     --strace-duration "$STRACE_DURATION" --callgrind-requests "$CALLGRIND_REQUESTS" \
     --callgrind-n1 "$CALLGRIND_N1" --quiet-cores "$QUIET_CORES" --only "$ONLY" --modes "$MODES" \
+    ${BATCH_PEERS:+--batch-peers} \
     --results "$RESULTS" --command "$COMMAND" >/dev/null &
 DRIVER=$!
 wait "$DRIVER"

@@ -314,15 +314,16 @@ def file_tail(path, limit=1500):
         return ""
 
 
-def start_nginx_backends(procs, work, ports):
+def start_nginx_backends(procs, work, ports, prefix=()):
     """Starts the nginx backends WORK/backendI.conf (I from 1, one per port of `ports`) through
-    `procs` and waits until each listens; raises RuntimeError when a port is taken or a backend
-    does not start. Returns their processes."""
+    `procs` (each command after `prefix`, such as `chrt -b 0`, which execs it) and waits until each
+    listens; raises RuntimeError when a port is taken or a backend does not start. Returns their
+    processes."""
     started = []
     for i, port in enumerate(ports, 1):
         if port_open(port):
             raise RuntimeError("port %d already in use" % port)
-        p = procs.start("backend%d" % i, [
+        p = procs.start("backend%d" % i, list(prefix) + [
             "nginx", "-p", work + "/", "-c", os.path.join(work, "backend%d.conf" % i),
             "-e", os.path.join(work, "backend%d.err" % i)])
         if not wait_ready(port, p):
