@@ -1,18 +1,19 @@
 //! Time as the data path sees it: milliseconds since the process started (monotonic, cheap to read
 //! through the vDSO) and wall-clock seconds for logs.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A monotonic origin shared by all workers, so times stored in shared atomics compare.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Clock {
-    origin: Instant,
+    /// [`quill_core::sys::monotonic_us`] when the clock was made.
+    origin_us: u64,
 }
 
 impl Default for Clock {
     fn default() -> Clock {
         Clock {
-            origin: Instant::now(),
+            origin_us: quill_core::sys::monotonic_us(),
         }
     }
 }
@@ -25,7 +26,7 @@ impl Clock {
 
     /// Microseconds since the origin (a worker reads it once a turn: see [`ms_of`]).
     pub(crate) fn now_us(&self) -> u64 {
-        self.origin.elapsed().as_micros() as u64
+        quill_core::sys::monotonic_us().saturating_sub(self.origin_us)
     }
 }
 

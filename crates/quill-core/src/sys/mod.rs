@@ -5,7 +5,7 @@
 //! replaced descriptors, integer socket options, a socket's unacknowledged bytes); by kind, the
 //! rest lives in `file` (the web server's opens beneath a root, metadata, body reads and sends,
 //! directory entries, all through rustix), `process` (resource limits, users, privilege drop, network namespaces, heap
-//! trim), `packet` (packet sockets, their receive ring and batched sends) and `udp` (packet
+//! trim, the monotonic clock), `packet` (packet sockets, their receive ring and batched sends) and `udp` (packet
 //! info, the ICMP error queue, [`SendBatch`] and [`RecvBatch`]), `uring` (a worker's io_uring for
 //! accepting, [`AcceptRing`]), `thread` ([`ThreadRc`], an `Rc` kept on its thread inside a `Send`
 //! type), `reuse` ([`vacate`], a box kept for another value) and `simd`. Each file allows `unsafe`
@@ -36,8 +36,8 @@ pub use packet::{
     set_packet_qdisc_bypass, PacketRing, PacketSocket, RingFrame, PACKET_SEND_BATCH,
 };
 pub use process::{
-    chroot, clock_ticks_per_second, drop_privileges, enter_netns, lookup_user, nofile_limit,
-    raise_nofile_limit, trim_heap, UserIds,
+    chroot, clock_ticks_per_second, drop_privileges, enter_netns, lookup_user, monotonic_us,
+    nofile_limit, raise_nofile_limit, trim_heap, UserIds,
 };
 pub use reuse::vacate;
 pub use thread::ThreadRc;
