@@ -30,7 +30,9 @@ use std::net::IpAddr;
 use super::body::Framing;
 #[cfg(test)]
 use super::grammar::is_framing_lookalike;
-use super::grammar::{is_fixed_hop, is_host_byte, is_space, is_target_byte, is_tchar, same_name};
+use super::grammar::{
+    control_bits, is_fixed_hop, is_host_byte, is_space, is_target_byte, is_tchar, same_name,
+};
 use super::head::{
     trailing_spaces, Connection, Field, FieldIndex, Kind, Name, RequestHead, ResponseHead, Target,
 };
@@ -975,9 +977,17 @@ fn is_protected(name: &[u8]) -> bool {
 
 /// Visible ASCII, spaces, tabs and obs-text: what a field value may hold.
 fn is_value(bytes: &[u8]) -> bool {
-    bytes
-        .iter()
-        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80)
+    let byte_ok = |&b: &u8| b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80;
+    // Eight bytes a word (a request's id is checked on every request): a word with no control
+    // byte is all value bytes; one with a control byte or a tab is decided byte by byte.
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let w = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+        if control_bits(w) != 0 && !word.iter().all(byte_ok) {
+            return false;
+        }
+    }
+    words.remainder().iter().all(byte_ok)
 }
 
 /// The listener's, the route's and the proxy's edits, as one ordered list of the usable ones.

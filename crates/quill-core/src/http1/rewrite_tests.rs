@@ -938,3 +938,24 @@ fn long_edited_names_remove_only_their_own_fields() {
     assert!(!written.contains(&long), "{written}");
     assert!(written.contains(&format!("{other}: 2")), "{written}");
 }
+
+#[test]
+fn value_check_by_words_agrees_with_the_byte_rule() {
+    let byte_rule = |v: &[u8]| {
+        v.iter()
+            .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80)
+    };
+    // Every byte at every place of a 17-byte value (two words and a remainder), beside tabs,
+    // spaces, DEL and obs-text neighbours that could borrow into it.
+    for len in [0usize, 1, 7, 8, 9, 16, 17] {
+        for at in 0..len {
+            for b in 0..=255u8 {
+                for fill in [b'a', b'\t', b' ', 0x7f, 0x80, 0xff, 0x00] {
+                    let mut v = vec![fill; len];
+                    v[at] = b;
+                    assert_eq!(is_value(&v), byte_rule(&v), "{v:02x?}");
+                }
+            }
+        }
+    }
+}
