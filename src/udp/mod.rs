@@ -324,6 +324,12 @@ impl UdpWorker {
         }
     }
 
+    /// Whether this worker has nothing of UDP: no table, no queued reply, no socket to read
+    /// again (a worker of TCP listeners only skips its turn's UDP steps).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pending.is_empty() && self.again.is_empty() && self.tables.iter().all(Option::is_none)
+    }
+
     pub(crate) fn has_again(&self) -> bool {
         !self.again.is_empty()
     }
