@@ -833,6 +833,7 @@ def render(results, summary, meta):
     w("")
     w("Modes: %s." % "; ".join("**%s** %s" % (m, TITLES[m]) for m in meta["modes"]))
     w("")
+    out.extend(render_rounds(results, meta["modes"]))
     w("## The machine during each run")
     w("")
     w("Medians over the same runs as above, µs per request of the run: **softirq** and **steal** for the whole machine "
@@ -926,6 +927,51 @@ def render(results, summary, meta):
 
 def signed(v):
     return "–" if v is None else "%+.2f" % v
+
+
+def round_by_round(results, modes):
+    """Figures taken within each round, where the machine's drift between rounds cancels: each
+    Quill build's HTTP mode minus its own TCP mode (issue 27 point 2's gap), and Quill's CPU per
+    request over quill-base's in each mode. Rows: (label, [value per round], median); values None
+    where a run is missing or not valid."""
+    rounds = sorted({r["round"] for r in results["runs"]})
+
+    def cpu(rnd, mode, cand):
+        rows = [r for r in results["runs"] if r["round"] == rnd and r["mode"] == mode
+                and r["candidate"] == cand and r["valid"]]
+        return rows[0]["cpu_us_per_req"] if rows else None
+
+    out = []
+    if "tcp" in modes and "http" in modes:
+        for cand in QUILLS:
+            gaps = [None if cpu(n, "http", cand) is None or cpu(n, "tcp", cand) is None
+                    else cpu(n, "http", cand) - cpu(n, "tcp", cand) for n in rounds]
+            if any(g is not None for g in gaps):
+                out.append(("%s: http − tcp (µs)" % cand, gaps, median(gaps), 2))
+    for mode in modes:
+        ratios = [None if cpu(n, mode, "quill") is None or not cpu(n, mode, "quill-base")
+                  else cpu(n, mode, "quill") / cpu(n, mode, "quill-base") for n in rounds]
+        if any(x is not None for x in ratios):
+            out.append(("%s: quill / quill-base" % mode, ratios, median(ratios), 3))
+    return rounds, out
+
+
+def render_rounds(results, modes):
+    """The round-by-round table ([`round_by_round`]), or nothing when there is no pair to show."""
+    rounds, rows = round_by_round(results, modes)
+    if not rows:
+        return []
+    out = ["## Round by round", "",
+           "Pairs taken within one round, so that the machine's drift between rounds (on a shared virtual machine, "
+           "tens of percent within minutes) cancels: Quill's HTTP keep-alive CPU per request minus its own TCP "
+           "mode's (issue 27 point 2: at most 1.5 µs), and each mode's CPU per request of Quill over the build "
+           "before. Valid runs, quiet or not.", "",
+           "| pair | " + " | ".join("round %d" % n for n in rounds) + " | median |",
+           "|---|" + "---:|" * (len(rounds) + 1)]
+    for label, values, mid, nd in rows:
+        out.append("| %s | %s | %s |" % (label, " | ".join(fmt(v, nd) for v in values), fmt(mid, nd)))
+    out.append("")
+    return out
 
 
 # ---------------------------------------------------------------- main
