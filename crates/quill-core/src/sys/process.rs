@@ -1,6 +1,6 @@
 //! The process's own settings, wrapped: the open-file limit, the user database and the drop of
 //! privileges (chroot, groups, gid, uid), the network namespace of the calling thread, the clock
-//! tick, and glibc's heap trim. Part of `sys`, the one home of `unsafe`.
+//! tick, the monotonic clock (for the product's `clock`), and glibc's heap trim. Part of `sys`, the one home of `unsafe`.
 
 #![allow(unsafe_code)]
 
@@ -116,9 +116,11 @@ pub fn monotonic_us() -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `t` is a valid timespec the call writes and nothing else holds; CLOCK_MONOTONIC
-    // exists on every Linux, so the call does not fail (and on a failure `t` stays zero).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    // SAFETY: `t` is a valid timespec the call writes and nothing else holds.
+    let ret = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    // CLOCK_MONOTONIC exists on every Linux; were it missing, no deadline could be kept, and
+    // this stops as loudly as `Instant::now` would (a zero would stop every timer silently).
+    assert_eq!(ret, 0, "clock_gettime(CLOCK_MONOTONIC) failed");
     // Both fields are non-negative for CLOCK_MONOTONIC (time since boot).
     (t.tv_sec as u64) * 1_000_000 + (t.tv_nsec as u64) / 1000
 }
