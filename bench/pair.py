@@ -19,63 +19,51 @@ starts is stopped by its PID. Needs nginx, wrk and chrt (util-linux).
 
 import argparse
 import os
-import re
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import harness  # noqa: E402  (bench/harness.py: processes by PID, /proc CPU, nginx backends, wrk)
+
 BATCH = ["chrt", "-b", "0"]
-
-
-def cpu_seconds(pid):
-    """utime + stime of every thread of `pid`, in seconds."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / CLK_TCK
-
-
-def stop(p, within=10):
-    """Stops process `p` by its PID: SIGTERM, then SIGKILL after `within` seconds."""
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(within)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def wait_listening(port, proc, within=10):
-    """Waits until something listens on 127.0.0.1:`port` (from /proc/net/tcp); False if `proc`
-    exited or `within` seconds passed."""
-    want = ":%04X" % port
-    end = time.time() + within
-    while time.time() < end and proc.poll() is None:
-        with open("/proc/net/tcp") as f:
-            for line in f.readlines()[1:]:
-                cols = line.split()
-                if cols[1].endswith(want) and cols[3] == "0A":
-                    return True
-        time.sleep(0.1)
-    return False
 
 
 def wrk(port, seconds, connections):
     return ["wrk", "-t1", f"-c{connections}", f"-d{seconds}", f"http://127.0.0.1:{port}/1k"]
 
 
-def requests_of(output):
-    m = re.search(r"(\d+) requests in", output)
-    if not m:
-        raise RuntimeError("wrk printed no request count:\n" + output)
-    return int(m.group(1))
+def one_round(r, a, builds, procs, work):
+    """Both builds side by side for one round: {build: (CPU µs per request, requests)}."""
+    names = ["quill", "quill-base"] if r % 2 else ["quill-base", "quill"]
+    ports = {n: a.port + 1 + i for i, n in enumerate(names)}
+    started = {}
+    try:
+        for n in names:
+            args = [builds[n], "--workers", "1", "-r"] + (["-H"] if a.mode == "http" else [])
+            started[n] = procs.start(f"{n}-round{r}", args + [f"127.0.0.1:{ports[n]}", f"127.0.0.1:{a.port}"])
+            if not harness.wait_ready(ports[n], started[n]):
+                sys.exit(f"pair.py: {n} did not listen on {ports[n]} (see {work}/{n}-round{r}.log)")
+        for n in names:
+            subprocess.run(wrk(ports[n], 1, a.connections), capture_output=True, timeout=30)
+        before = {n: harness.cpu_ticks([started[n].pid]) for n in names}
+        loads = {n: subprocess.Popen(BATCH + wrk(ports[n], a.duration, a.connections),
+                                     stdout=subprocess.PIPE, text=True) for n in names}
+        outs = {n: loads[n].communicate(timeout=a.duration + 30)[0] for n in names}
+        after = {n: harness.cpu_ticks([started[n].pid]) for n in names}
+    finally:
+        for p in started.values():
+            procs.stop(p)
+    result = {}
+    for n in names:
+        w = harness.parse_wrk(outs[n])
+        if not w["requests"] or w["errors"]:
+            sys.exit(f"pair.py: round {r}, {n}: wrk gave {w['requests']} requests, {w['errors']} errors")
+        ticks = after[n] - before[n]
+        result[n] = (ticks * 1e6 / harness.CLK_TCK / w["requests"], w["requests"])
+    return result
 
 
 def main():
@@ -89,63 +77,24 @@ def main():
     ap.add_argument("--port", type=int, default=9161)
     a = ap.parse_args()
     builds = {"quill": os.path.abspath(a.quill), "quill-base": os.path.abspath(a.base)}
-    backend = a.port
+    ratios = []
     with tempfile.TemporaryDirectory(prefix="quill-pair.") as work:
-        with open(os.path.join(work, "1k"), "wb") as f:
-            f.write(b"x" * 1024)
-        with open(os.path.join(work, "nginx.conf"), "w") as f:
-            f.write(f"""worker_processes 1;
-daemon off;
-pid {work}/nginx.pid;
-error_log {work}/nginx.err;
-events {{ worker_connections 4096; }}
-http {{
-  access_log off;
-  keepalive_requests 1000000;
-  server {{ listen 127.0.0.1:{backend}; root {work}; location / {{ }} }}
-}}
-""")
-        nginx = subprocess.Popen(BATCH + ["nginx", "-p", work + "/", "-c", os.path.join(work, "nginx.conf")],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        ratios = []
+        procs = harness.Procs(work)
         try:
-            if not wait_listening(backend, nginx):
-                sys.exit(f"pair.py: the nginx backend did not listen on {backend}")
-            print(f"| round | quill µs/req | quill-base µs/req | quill / quill-base | requests (quill, base) |")
+            harness.write_backends(work, [a.port])
+            harness.start_nginx_backends(procs, work, [a.port], prefix=BATCH)
+            print("| round | quill µs/req | quill-base µs/req | quill / quill-base | requests (quill, base) |")
             print("|---:|---:|---:|---:|---|")
             for r in range(1, a.rounds + 1):
-                names = ["quill", "quill-base"] if r % 2 else ["quill-base", "quill"]
-                ports = {n: a.port + 1 + i for i, n in enumerate(names)}
-                procs = {}
-                try:
-                    for n in names:
-                        args = [builds[n], "--workers", "1", "-r"] + (["-H"] if a.mode == "http" else [])
-                        args += [f"127.0.0.1:{ports[n]}", f"127.0.0.1:{backend}"]
-                        procs[n] = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    for n in names:
-                        if not wait_listening(ports[n], procs[n]):
-                            sys.exit(f"pair.py: {n} did not listen on {ports[n]}")
-                    for n in names:
-                        subprocess.run(wrk(ports[n], 1, a.connections), capture_output=True, timeout=30)
-                    before = {n: cpu_seconds(procs[n].pid) for n in names}
-                    loads = {n: subprocess.Popen(BATCH + wrk(ports[n], a.duration, a.connections),
-                                                 stdout=subprocess.PIPE, text=True) for n in names}
-                    outs = {n: loads[n].communicate(timeout=a.duration + 30)[0] for n in names}
-                    after = {n: cpu_seconds(procs[n].pid) for n in names}
-                finally:
-                    for p in procs.values():
-                        stop(p)
-                reqs = {n: requests_of(outs[n]) for n in names}
-                us = {n: (after[n] - before[n]) * 1e6 / reqs[n] for n in names}
-                ratio = us["quill"] / us["quill-base"]
-                ratios.append(ratio)
-                print(f"| {r} | {us['quill']:.2f} | {us['quill-base']:.2f} | {ratio:.3f} | "
-                      f"{reqs['quill']:,}, {reqs['quill-base']:,} |", flush=True)
+                got = one_round(r, a, builds, procs, work)
+                (new, new_n), (old, old_n) = got["quill"], got["quill-base"]
+                ratios.append(new / old)
+                print(f"| {r} | {new:.2f} | {old:.2f} | {new / old:.3f} | {new_n:,}, {old_n:,} |", flush=True)
         finally:
-            stop(nginx)
-        print()
-        print(f"{a.mode}: quill / quill-base, median of {len(ratios)} rounds {statistics.median(ratios):.3f} "
-              f"(lowest {min(ratios):.3f}, highest {max(ratios):.3f})")
+            procs.stop_all()
+    print()
+    print(f"{a.mode}: quill / quill-base, median of {len(ratios)} rounds {statistics.median(ratios):.3f} "
+          f"(lowest {min(ratios):.3f}, highest {max(ratios):.3f})")
 
 
 if __name__ == "__main__":

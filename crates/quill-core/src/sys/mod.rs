@@ -4,10 +4,10 @@
 //! the descriptor and socket calls (pipes and splice, exclusive epoll registration, inherited and
 //! replaced descriptors, integer socket options, a socket's unacknowledged bytes); by kind, the
 //! rest lives in `file` (the web server's opens beneath a root, metadata, body reads and sends,
-//! directory entries, all through rustix), `process` (resource limits, users, privilege drop, network namespaces, heap
-//! trim, the monotonic clock), `packet` (packet sockets, their receive ring and batched sends) and `udp` (packet
-//! info, the ICMP error queue, [`SendBatch`] and [`RecvBatch`]), `uring` (a worker's io_uring for
-//! accepting, [`AcceptRing`]), `thread` ([`ThreadRc`], an `Rc` kept on its thread inside a `Send`
+//! directory entries, all through rustix), `process` (resource limits, users, privilege drop,
+//! network namespaces, heap trim, the monotonic clock), `packet` (packet sockets, their receive
+//! ring and batched sends) and `udp` (packet info, the ICMP error queue, [`SendBatch`] and
+//! [`RecvBatch`]), `uring` (a worker's io_uring for accepting, [`AcceptRing`]), `thread` ([`ThreadRc`], an `Rc` kept on its thread inside a `Send`
 //! type), `reuse` ([`vacate`], a box kept for another value) and `simd`. Each file allows `unsafe`
 //! on its own and carries a `// SAFETY:` comment on every block; callers name everything as
 //! `sys::X`.

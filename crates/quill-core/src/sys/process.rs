@@ -1,6 +1,7 @@
 //! The process's own settings, wrapped: the open-file limit, the user database and the drop of
 //! privileges (chroot, groups, gid, uid), the network namespace of the calling thread, the clock
-//! tick, the monotonic clock (for the product's `clock`), and glibc's heap trim. Part of `sys`, the one home of `unsafe`.
+//! tick, the monotonic clock (for the product's `clock`), and glibc's heap trim. Part of `sys`,
+//! the one home of `unsafe`.
 
 #![allow(unsafe_code)]
 
