@@ -261,3 +261,42 @@ fn listen_per_worker_a_listener_added_by_reload_is_bound_as_the_process_started(
         }
     }
 }
+
+#[test]
+fn listen_per_worker_clients_queued_when_a_sigterm_comes_are_all_served() {
+    // Clients that connected while the process was stopped wait in the queues of both workers'
+    // sockets when the drain begins; each is taken and answered before the sockets close (by
+    // its own worker's last pass, or by the last worker to drain, which looks at every socket).
+    let a = http("a");
+    let mut q = Quill::start(
+        &["-H", "--workers", "2", "--listen-per-worker"],
+        &[spec(a.addr())],
+    );
+    assert_eq!(listening_sockets(q.port), 2);
+    q.signal("STOP");
+    // Each connection comes from a new port, hashed to either socket (all 24 on one: 2^-23).
+    let mut clients = Vec::new();
+    for i in 0..24 {
+        let mut c = std::net::TcpStream::connect_timeout(&q.addr(), Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("client {i}: {e}"));
+        std::io::Write::write_all(&mut c, b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        clients.push(c);
+    }
+    q.signal("TERM");
+    q.signal("CONT");
+    for (i, mut c) in clients.into_iter().enumerate() {
+        let mut reply = Vec::new();
+        let read = std::io::Read::read_to_end(&mut c, &mut reply);
+        let text = String::from_utf8_lossy(&reply);
+        assert!(
+            read.is_ok() && text.starts_with("HTTP/1.1 200") && text.trim_end().ends_with('a'),
+            "client {i}, queued at the SIGTERM, got {read:?} {text:?}\n{}",
+            q.stderr()
+        );
+    }
+    let st = q
+        .wait_exit(Duration::from_secs(20))
+        .expect("quill exits after the drain");
+    assert_eq!(st.code(), Some(0), "{}", q.stderr());
+}
