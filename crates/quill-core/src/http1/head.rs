@@ -1347,19 +1347,20 @@ fn field_lines_with(
         }
         let line_start = c.pos;
         let (name_span, value_span, plain) = field_line(c)?;
-        let (name, value) = (name_span.of(c.buf), value_span.of(c.buf));
-        let kind = Kind::of(name, plain);
+        let kind = Kind::of(name_span.of(c.buf), plain);
         if let Some(ix) = index.as_deref_mut() {
             ix.push(line_start, name_span.end, value_span, c.pos, kind);
         }
+        // The value is looked at only for the few fields that say something here (taking it
+        // for every field cost each its bounds checks).
         match kind.name {
-            Name::ContentLength => seen.content_length(value),
-            Name::TransferEncoding => seen.transfer_codings(value),
+            Name::ContentLength => seen.content_length(value_span.of(c.buf)),
+            Name::TransferEncoding => seen.transfer_codings(value_span.of(c.buf)),
             Name::Host => {
                 seen.hosts += 1;
                 seen.host = value_span;
             }
-            Name::Connection => seen.connection_tokens(value),
+            Name::Connection => seen.connection_tokens(value_span.of(c.buf)),
             _ => {}
         }
     }
