@@ -10,11 +10,13 @@ N1 and then, in a second run, N2 requests; the cost per request is
 
 Modes:
   tcp        TCP mode, one connection per request (connect, 1 KiB echo, close)
+  tcp-kept   TCP mode, one kept-alive client connection for every request (as the wall-clock
+             benchmarks' TCP mode: the floor that HTTP keep-alive is compared with)
   http       HTTP mode, kept-alive client and server, 1 KiB responses
   http-close HTTP mode, a new client connection per request (the server connection kept)
 
   python3 bench/instructions.py --quill target/release/quill [--base /tmp/old/quill]
-      [--modes tcp,http,http-close] [--n1 300] [--n2 1300] [--port 9391] [--nginx-head]
+      [--modes tcp,tcp-kept,http,http-close] [--n1 300] [--n2 1300] [--port 9391] [--nginx-head]
 
 The backend answers every request with a 1 KiB body under a one-field head (`Content-Length`),
 or with `--nginx-head` under the eight-field head nginx sends with it (`Server`, `Date`,
@@ -110,7 +112,7 @@ def read_response(s):
 
 def client(mode, port, n):
     req = b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n"
-    if mode == "http":
+    if mode in ("http", "tcp-kept"):
         s = socket.create_connection(("127.0.0.1", port), timeout=60)
         for _ in range(n):
             s.sendall(req)
@@ -127,7 +129,7 @@ def client(mode, port, n):
 def instructions(quill, mode, n, port, backend_port, work):
     out = os.path.join(work, f"cg.{os.getpid()}.{mode}.{n}.{time.time_ns()}")
     args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", quill, "--workers", "1", "-r"]
-    if mode != "tcp":
+    if mode not in ("tcp", "tcp-kept"):
         args.append("-H")
     args += [f"127.0.0.1:{port}", f"127.0.0.1:{backend_port}"]
     p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -186,6 +188,9 @@ def main():
                       f"{per[name]:,.0f} instructions per request", file=sys.stderr)
             rows.append((mode, per))
     stop.set()
+    head = "nginx's eight-field head" if a.nginx_head else "a one-field head"
+    print(f"Instructions per request, responses with {head}:")
+    print()
     print("| mode | " + " | ".join(n for n, _ in builds) + (" | quill / quill-base |" if a.base else ""))
     print("|---|" + "---|" * len(builds) + ("---|" if a.base else ""))
     for mode, per in rows:

@@ -4,11 +4,11 @@ machine's drift cannot skew.
 
 On a shared virtual machine a build's CPU per request moves by tens of percent within minutes
 (docs/benchmarks.md, the fourth cuts), more than most changes; interleaved rounds only spread that
-drift over both builds. Here both builds run side by side in every round, each with one worker in
-front of the same nginx backend, each loaded by its own `wrk -t1` for the same seconds, so that
-whatever the machine does in a round it does to both. Per round: each build's CPU per request
-(utime + stime of all its threads from /proc, over the requests its wrk completed) and their
-ratio; which build gets which port alternates by round. The backend and both wrk run under
+drift over both builds. Here both sides run in every round, each with one worker in front of the
+same nginx backend, each loaded by its own `wrk -t1` for the same seconds, so that whatever the
+machine does in a round it does to both. Per round: each side's CPU per request (utime + stime of
+all its threads from /proc, over the requests its wrk completed) and its user part, their ratio
+and their difference; which side gets which port (and, in turn, goes first) alternates by round. The backend and both wrk run under
 SCHED_BATCH (`chrt -b 0`), as floor.sh's --batch-peers.
 
 With `--gap`, the two sides are one build's TCP mode and its HTTP mode (`--base` not needed):
@@ -24,7 +24,7 @@ With `--in-turn`, each round loads one side and then the other (which goes first
 they no longer share the cores with each other, and the drift within a round's seconds still
 falls on both nearly alike.
 
-Ports: PORT (the backend), PORT+1 and PORT+2 (the two builds). Loopback only; every process it
+Ports: PORT (the backend), PORT+1 and PORT+2 (the two sides). Loopback only; every process it
 starts is stopped by its PID. Needs nginx, wrk and chrt (util-linux).
 """
 
@@ -47,9 +47,8 @@ def wrk(port, seconds, connections):
 
 
 def one_round(r, a, sides, procs, work):
-    """Both sides for one round, at once or in turn: {side: (CPU µs per request, user µs per request,
-    requests)}.
-    `sides`: {name: (binary, mode)}."""
+    """Both sides of `sides` ({name: (binary, mode)}) for one round, at once or in turn:
+    {name: (CPU µs per request, user µs per request, requests)}."""
     names = list(sides) if r % 2 else list(sides)[::-1]
     ports = {n: a.port + 1 + i for i, n in enumerate(names)}
     started = {}
@@ -91,9 +90,10 @@ def one_round(r, a, sides, procs, work):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quill", required=True)
-    ap.add_argument("--base")
-    ap.add_argument("--mode", choices=["http", "tcp"], default="http")
-    ap.add_argument("--gap", action="store_true", help="the build's HTTP mode against its TCP mode")
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--base", help="the build to compare with")
+    what.add_argument("--gap", action="store_true", help="the build's HTTP mode against its TCP mode")
+    ap.add_argument("--mode", choices=["http", "tcp"], default="http", help="both builds' mode (not with --gap)")
     ap.add_argument("--in-turn", action="store_true",
                     help="load one side right after the other in each round, not both at once")
     ap.add_argument("--rounds", type=int, default=10)
@@ -102,13 +102,11 @@ def main():
     ap.add_argument("--port", type=int, default=9161)
     a = ap.parse_args()
     quill = os.path.abspath(a.quill)
+    # The first side is the one compared (numerator, minuend), the second its reference.
     if a.gap:
-        # The first side is the one compared (numerator, minuend), the second its reference.
         sides = {"http": (quill, "http"), "tcp": (quill, "tcp")}
-    elif a.base:
-        sides = {"quill": (quill, a.mode), "quill-base": (os.path.abspath(a.base), a.mode)}
     else:
-        ap.error("--base (the build to compare with) or --gap (HTTP mode against TCP mode)")
+        sides = {"quill": (quill, a.mode), "quill-base": (os.path.abspath(a.base), a.mode)}
     first, second = sides
     ratios, gaps, user_gaps = [], [], []
     with tempfile.TemporaryDirectory(prefix="quill-pair.") as work:

@@ -1351,8 +1351,7 @@ fn field_lines_with(
         if let Some(ix) = index.as_deref_mut() {
             ix.push(line_start, name_span.end, value_span, c.pos, kind);
         }
-        // The value is looked at only for the few fields that say something here (taking it
-        // for every field cost each its bounds checks).
+        // Only these fields' values say something to the parser: the others' are not sliced.
         match kind.name {
             Name::ContentLength => seen.content_length(value_span.of(c.buf)),
             Name::TransferEncoding => seen.transfer_codings(value_span.of(c.buf)),
