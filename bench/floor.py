@@ -675,8 +675,10 @@ class Bench:
                 bsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 bsock.bind(("127.0.0.1", CALLGRIND_PORT + 1))
                 bsock.listen(1024)
-                # bench/instructions.py's backend: every request answered with 1 KiB, kept alive.
-                threading.Thread(target=instructions.http_backend, args=(bsock, stop), daemon=True).start()
+                # bench/instructions.py's backend: every request answered with 1 KiB, kept alive,
+                # under nginx's eight-field head (as the wall-clock runs' backends) or a one-field one.
+                head = instructions.NGINX_RESPONSE if self.args.callgrind_head == "nginx" else instructions.RESPONSE
+                threading.Thread(target=instructions.http_backend, args=(bsock, stop, head), daemon=True).start()
                 try:
                     for mode in self.args.modes:
                         for name in QUILLS:
@@ -879,11 +881,13 @@ def render(results, summary, meta):
         w("## Quill's instructions per request (callgrind)")
         w("")
         w("`valgrind --tool=callgrind` on Quill with one worker in front of bench/instructions.py's Python "
-          "backend (1 KiB, kept alive) on 127.0.0.1:%d; a Python client sends N1 then, in a second run, N2 "
+          "backend (1 KiB, kept alive, under %s) on 127.0.0.1:%d; a Python client sends N1 then, in a second run, N2 "
           "requests for /1k on one kept-alive connection (a new connection per request in http-close; over "
           "TLS 1.3 in tls); per request = (Ir(N2) − Ir(N1)) / (N2 − N1), so start-up and shut-down cancel. "
           "Instructions are not seconds: they count Quill's own user-space work, whatever the machine is "
-          "doing, and none of the kernel's." % (CALLGRIND_PORT + 1))
+          "doing, and none of the kernel's." % (
+              "the eight-field head nginx sends with it" if meta.get("callgrind_head", "one") == "nginx"
+              else "a one-field head, `Content-Length`", CALLGRIND_PORT + 1))
         w("")
         w("| mode | candidate | instructions/req | Ir at N1 | Ir at N2 | N1, N2 | command |")
         w("|---|---|---:|---:|---:|---|---|")
@@ -989,6 +993,8 @@ def main(argv):
     p.add_argument("--strace-duration", type=int, default=3, help="seconds of load under strace; 0 skips")
     p.add_argument("--callgrind-requests", type=int, default=1000, help="N2 - N1; 0 skips callgrind")
     p.add_argument("--callgrind-n1", type=int, default=300)
+    p.add_argument("--callgrind-head", choices=["nginx", "one"], default="nginx",
+                   help="the callgrind backend's response head: nginx's eight fields, or Content-Length alone")
     p.add_argument("--quiet-cores", type=float, default=0.2,
                    help="a run is quiet when other work took at most this many cores during it")
     p.add_argument("--only", default=",".join(ALL_NAMES))
@@ -1032,7 +1038,7 @@ def main(argv):
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": a.command, "rounds": a.rounds, "duration": a.duration, "ab_requests": a.ab_requests,
             "strace_duration": a.strace_duration, "callgrind_requests": a.callgrind_requests,
-            "callgrind_n1": a.callgrind_n1, "quiet_cores": a.quiet_cores, "batch_peers": a.batch_peers, "modes": a.modes, "candidates": a.only,
+            "callgrind_n1": a.callgrind_n1, "callgrind_head": a.callgrind_head, "quiet_cores": a.quiet_cores, "batch_peers": a.batch_peers, "modes": a.modes, "candidates": a.only,
             "kernel": "Linux " + platform.release(), "cpus": os.cpu_count(), "cpu_model": harness.cpu_model(),
             "load_before": loadavg(), "versions": harness.versions(
                 a.quill_bin, ["quill"], pkgs=("haproxy", "nginx", "libnginx-mod-stream", "h2o", "wrk",

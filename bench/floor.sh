@@ -9,7 +9,7 @@
 #
 #   bash bench/floor.sh [--rounds N] [--quick] [--duration S] [--ab-requests N]
 #                       [--strace-duration S] [--callgrind-requests N] [--quiet-cores X]
-#                       [--batch-peers]
+#                       [--batch-peers] [--callgrind-head nginx|one]
 #                       [--only quill,quill-base,haproxy,nginx,h2o]
 #                       [--modes tcp,http,http-close,tls,static]
 #
@@ -20,7 +20,9 @@
 # on the machine took at most X cores during it (0.2); the tables use a candidate's quiet runs when
 # it has any; --only: candidates; --modes: modes; --batch-peers: the backends and the load
 # generator under SCHED_BATCH (chrt), so that waking them does not preempt the proxy (approximating,
-# for wake-up preemption only, a machine where they have cores of their own).
+# for wake-up preemption only, a machine where they have cores of their own); --callgrind-head:
+# the head of the callgrind backend's responses, nginx's eight fields as the wall-clock runs'
+# backends send them (the default) or one (Content-Length alone, as before 2026-12-06).
 # Env: QUILL_BIN=path  use this binary instead of building (cargo build --release)
 #      QUILL_BASE_BIN=path  the build before a change, measured as candidate quill-base in the
 #                      same rounds (and callgrind runs) as quill; added to --only's default
@@ -43,6 +45,7 @@ STRACE_DURATION=
 CALLGRIND_REQUESTS=
 QUIET_CORES=0.2
 BATCH_PEERS=
+CALLGRIND_HEAD=nginx
 ONLY=quill,haproxy,nginx,h2o
 [ -n "${QUILL_BASE_BIN:-}" ] && ONLY=quill,quill-base,haproxy,nginx,h2o
 MODES=tcp,http,http-close,tls,static
@@ -56,6 +59,7 @@ while [ $# -gt 0 ]; do
         --callgrind-requests) CALLGRIND_REQUESTS="${2:?--callgrind-requests needs a number}"; shift 2 ;;
         --quiet-cores) QUIET_CORES="${2:?--quiet-cores needs a number}"; shift 2 ;;
         --batch-peers) BATCH_PEERS=1; shift ;;
+        --callgrind-head) CALLGRIND_HEAD="${2:?--callgrind-head needs nginx or one}"; shift 2 ;;
         --only) ONLY="${2:?--only needs a list}"; shift 2 ;;
         --modes) MODES="${2:?--modes needs a list}"; shift 2 ;;
         --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
@@ -89,6 +93,10 @@ for mode in ${MODES//,/ }; do
         *) echo "floor.sh: unknown mode '$mode' (tcp http http-close tls static)" >&2; exit 2 ;;
     esac
 done
+case "$CALLGRIND_HEAD" in
+    nginx|one) ;;
+    *) echo "floor.sh: --callgrind-head is nginx or one, not '$CALLGRIND_HEAD'" >&2; exit 2 ;;
+esac
 [ -n "${ONLY//,/}" ] && [ -n "${MODES//,/}" ] || { echo "floor.sh: --only and --modes need a name" >&2; exit 2; }
 
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -98,6 +106,7 @@ COMMAND="bash bench/floor.sh --rounds $ROUNDS --duration $DURATION --ab-requests
 COMMAND="$COMMAND --strace-duration $STRACE_DURATION --callgrind-requests $CALLGRIND_REQUESTS"
 COMMAND="$COMMAND --quiet-cores $QUIET_CORES --only $ONLY --modes $MODES"
 [ -n "$BATCH_PEERS" ] && COMMAND="$COMMAND --batch-peers"
+COMMAND="$COMMAND --callgrind-head $CALLGRIND_HEAD"
 
 say() { echo "[floor.sh] $*" >&2; }
 # shellcheck source=bench/lib.sh
@@ -169,7 +178,7 @@ python3 "$BENCH_DIR/floor.py" --work "$WORK" ${QUILL:+--quill-bin "$QUILL"} ${QU
     --rounds "$ROUNDS" --duration "$DURATION" --ab-requests "$AB_REQUESTS" \
     --strace-duration "$STRACE_DURATION" --callgrind-requests "$CALLGRIND_REQUESTS" \
     --callgrind-n1 "$CALLGRIND_N1" --quiet-cores "$QUIET_CORES" --only "$ONLY" --modes "$MODES" \
-    ${BATCH_PEERS:+--batch-peers} \
+    ${BATCH_PEERS:+--batch-peers} --callgrind-head "$CALLGRIND_HEAD" \
     --results "$RESULTS" --command "$COMMAND" >/dev/null &
 DRIVER=$!
 wait "$DRIVER"
