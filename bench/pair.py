@@ -8,10 +8,10 @@ drift over both builds. Here both sides run in every round, each with one worker
 same nginx backend, each loaded by its own `wrk -t1` for the same seconds, so that whatever the
 machine does in a round it does to both. Per round: each side's CPU per request (utime + stime of
 all its threads from /proc, over the requests its wrk completed) and its user part, their ratio
-and their difference; which side gets which port (and, in turn, goes first) alternates by round. The backend and both wrk run under
-SCHED_BATCH (`chrt -b 0`), as floor.sh's --batch-peers.
+and their difference; which side gets which port (and, in turn, goes first) alternates by round.
+The backend and both wrk run under SCHED_BATCH (`chrt -b 0`), as floor.sh's --batch-peers.
 
-With `--gap`, the two sides are one build's TCP mode and its HTTP mode (`--base` not needed):
+With `--gap`, the two sides are one build's TCP mode and its HTTP mode (instead of `--base`):
 per round, HTTP mode's CPU per request minus TCP mode's, the distance from the floor that the
 HTTP issue's point 2 bounds (docs/benchmarks.md, the floor), taken where drift between rounds
 cannot enter it.

@@ -7,10 +7,10 @@
 //! directory entries, all through rustix), `process` (resource limits, users, privilege drop,
 //! network namespaces, heap trim, the monotonic clock), `packet` (packet sockets, their receive
 //! ring and batched sends) and `udp` (packet info, the ICMP error queue, [`SendBatch`] and
-//! [`RecvBatch`]), `uring` (a worker's io_uring for accepting, [`AcceptRing`]), `thread` ([`ThreadRc`], an `Rc` kept on its thread inside a `Send`
-//! type), `reuse` ([`vacate`], a box kept for another value) and `simd`. Each file allows `unsafe`
-//! on its own and carries a `// SAFETY:` comment on every block; callers name everything as
-//! `sys::X`.
+//! [`RecvBatch`]), `uring` (a worker's io_uring for accepting, [`AcceptRing`]), `thread`
+//! ([`ThreadRc`], an `Rc` kept on its thread inside a `Send` type), `reuse` ([`vacate`], a box
+//! kept for another value) and `simd`. Each file allows `unsafe` on its own and carries a
+//! `// SAFETY:` comment on every block; callers name everything as `sys::X`.
 //!
 //! Every wrapper returns `io::Result` and takes borrowed descriptors; nothing here keeps state but
 //! [`PacketRing`], the mapping of a packet socket's receive ring, and [`AcceptRing`].
