@@ -17,17 +17,27 @@ Modes:
 
   python3 bench/instructions.py --quill target/release/quill [--base /tmp/old/quill]
       [--modes tcp,tcp-kept,http,http-close] [--n1 300] [--n2 1300] [--port 9391] [--nginx-head]
+      [--locks]
 
 The backend answers every request with a 1 KiB body under a one-field head (`Content-Length`),
 or with `--nginx-head` under the eight-field head nginx sends with it (`Server`, `Date`,
 `Content-Type`, `Content-Length`, `Last-Modified`, `Connection`, `ETag`, `Accept-Ranges`), as the
 wall-clock benchmarks' nginx backends do: each field costs Quill a parse and a rewrite.
 
+With `--locks`, a second table counts the locked instructions among them (an instruction with
+the `lock` prefix, or an `xchg` with memory: atomic read-modify-writes, a reference count's
+change, a mutex taken or let go) in Quill's own code, inlined std included: each costs tens of
+cycles alone and more when the other worker wrote the same cache line last, which an
+instruction count does not show. callgrind runs with `--dump-instr=yes` and the addresses are
+read against `objdump -d` of the binary (binutils).
+
 Loopback only; every process it starts is stopped by its PID. Needs valgrind.
 """
 
 import argparse
+import collections
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -126,9 +136,14 @@ def client(mode, port, n):
         s.close()
 
 
-def instructions(quill, mode, n, port, backend_port, work):
+def instructions(quill, mode, n, port, backend_port, work, locked=None):
+    """Quill's instructions over a run of `n` requests; with `locked` (a `Locked` of the
+    binary), also the locked instructions among them: (instructions, locked or None)."""
     out = os.path.join(work, f"cg.{os.getpid()}.{mode}.{n}.{time.time_ns()}")
-    args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", quill, "--workers", "1", "-r"]
+    args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    if locked:
+        args.append("--dump-instr=yes")
+    args += [quill, "--workers", "1", "-r"]
     if mode not in ("tcp", "tcp-kept"):
         args.append("-H")
     args += [f"127.0.0.1:{port}", f"127.0.0.1:{backend_port}"]
@@ -146,15 +161,96 @@ def instructions(quill, mode, n, port, backend_port, work):
             p.kill()
             p.wait()
     total = 0
+    locks = None
     # One file per thread may be written (callgrind's --separate-threads is off: one file).
     for name in os.listdir(work):
         if name.startswith(os.path.basename(out)):
-            with open(os.path.join(work, name)) as f:
+            path = os.path.join(work, name)
+            with open(path) as f:
                 for line in f:
                     if line.startswith("summary:") or line.startswith("totals:"):
                         total = max(total, int(line.split()[1]))
-            os.remove(os.path.join(work, name))
-    return total
+            if locked:
+                locks = (locks or 0) + locked.count(path)
+            os.remove(path)
+    return total, locks
+
+
+class Locked:
+    """The locked instructions of one binary (by `objdump -d`), and their executions in a
+    callgrind profile of it taken with `--dump-instr=yes`."""
+
+    def __init__(self, binary):
+        self.binary = binary
+        self.name = os.path.basename(binary)
+        self.locked = set()
+        text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", binary],
+                              capture_output=True, text=True, check=True).stdout
+        for line in text.splitlines():
+            m = re.match(r"\s*([0-9a-f]+):\s+(\S+)\s*(.*)", line)
+            if m and (m.group(2) == "lock" or (m.group(2).startswith("xchg") and "(" in m.group(3))):
+                self.locked.add(int(m.group(1), 16))
+        self.symbols = {}
+        for line in subprocess.run(["nm", binary], capture_output=True, text=True).stdout.splitlines():
+            parts = line.split(" ", 2)
+            if len(parts) == 3 and parts[0] and parts[1] in "tT":
+                self.symbols.setdefault(parts[2], int(parts[0], 16))
+
+    def count(self, profile):
+        """How many times the profile's run executed a locked instruction of the binary."""
+        objects, functions = {}, {}
+        in_binary, fn = False, None
+        addr = line_no = 0
+        after_call = False
+        costs = collections.Counter()
+        lowest = {}
+
+        def position(token, last):
+            if token == "*":
+                return last
+            sign = {"+": 1, "-": -1}.get(token[0])
+            digits = token[1:] if sign else token
+            value = int(digits, 16) if digits.startswith("0x") else int(digits)
+            return last + sign * value if sign else value
+
+        with open(profile) as f:
+            for line in f:
+                # `ob=(n) path` names an object the first time, `ob=(n)` after; `cob=` and
+                # `cfn=` name a callee's object and function, which may come first there.
+                m = re.match(r"(c?ob|c?fn)=\((\d+)\)(?: (.*))?", line)
+                if m:
+                    kind, key, name = m.groups()
+                    table = objects if kind.endswith("ob") else functions
+                    if name:
+                        table[key] = name.strip()
+                    if kind == "ob":
+                        in_binary = os.path.basename(objects.get(key, "")) == self.name
+                    elif kind == "fn":
+                        fn = functions.get(key)
+                    continue
+                if line.startswith("calls="):
+                    after_call = True
+                    continue
+                if not line[:1] or line[0] not in "0123456789+-*":
+                    continue
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                addr = position(parts[0], addr)
+                line_no = position(parts[1], line_no)
+                if after_call:
+                    # The cost of a call, the callee's included: not this instruction's own.
+                    after_call = False
+                    continue
+                if in_binary:
+                    costs[addr] += int(parts[2])
+                    if fn in self.symbols:
+                        lowest[fn] = min(lowest.get(fn, addr), addr)
+        # The load offset of a position-independent binary, if the profile has one: the
+        # offset most functions agree on.
+        offsets = collections.Counter(a - self.symbols[f] for f, a in lowest.items())
+        offset = offsets.most_common(1)[0][0] if offsets else 0
+        return sum(c for a, c in costs.items() if a - offset in self.locked)
 
 
 def main():
@@ -167,6 +263,8 @@ def main():
     ap.add_argument("--port", type=int, default=9391)
     ap.add_argument("--nginx-head", action="store_true",
                     help="the backend answers with nginx's eight-field head, not a one-field one")
+    ap.add_argument("--locks", action="store_true",
+                    help="also count the locked instructions per request (needs objdump)")
     a = ap.parse_args()
     stop = threading.Event()
     bsock = socket.socket()
@@ -176,26 +274,44 @@ def main():
     response = NGINX_RESPONSE if a.nginx_head else RESPONSE
     threading.Thread(target=http_backend, args=(bsock, stop, response), daemon=True).start()
     builds = [("quill", a.quill)] + ([("quill-base", a.base)] if a.base else [])
-    rows = []
+    locked = {name: Locked(binary) for name, binary in builds} if a.locks else {}
+    rows, lock_rows = [], []
     with tempfile.TemporaryDirectory(prefix="quill-cg.") as work:
         for mode in a.modes.split(","):
-            per = {}
+            per, locks = {}, {}
             for name, binary in builds:
-                i1 = instructions(binary, mode, a.n1, a.port, a.port + 1, work)
-                i2 = instructions(binary, mode, a.n2, a.port, a.port + 1, work)
+                i1, l1 = instructions(binary, mode, a.n1, a.port, a.port + 1, work, locked.get(name))
+                i2, l2 = instructions(binary, mode, a.n2, a.port, a.port + 1, work, locked.get(name))
                 per[name] = (i2 - i1) / (a.n2 - a.n1)
                 print(f"{mode:10} {name:10} {i1:>14,} Ir at {a.n1}, {i2:>14,} at {a.n2}: "
                       f"{per[name]:,.0f} instructions per request", file=sys.stderr)
+                if a.locks:
+                    locks[name] = (l2 - l1) / (a.n2 - a.n1)
+                    print(f"{mode:10} {name:10} {l1:>14,} locked at {a.n1}, {l2:>14,} at {a.n2}: "
+                          f"{locks[name]:,.2f} per request", file=sys.stderr)
             rows.append((mode, per))
+            lock_rows.append((mode, locks))
     stop.set()
     head = "nginx's eight-field head" if a.nginx_head else "a one-field head"
-    print(f"Instructions per request, responses with {head}:")
+    table(f"Instructions per request, responses with {head}:", builds, rows, "{:,.0f}", a.base)
+    if a.locks:
+        print()
+        table("Locked instructions per request, among them:", builds, lock_rows, "{:,.2f}", a.base)
+
+
+def table(title, builds, rows, fmt, base):
+    print(title)
     print()
-    print("| mode | " + " | ".join(n for n, _ in builds) + (" | quill / quill-base |" if a.base else ""))
-    print("|---|" + "---|" * len(builds) + ("---|" if a.base else ""))
+    print("| mode | " + " | ".join(n for n, _ in builds) + (" | quill / quill-base |" if base else ""))
+    print("|---|" + "---|" * len(builds) + ("---|" if base else ""))
     for mode, per in rows:
-        cells = " | ".join(f"{per[n]:,.0f}" for n, _ in builds)
-        ratio = f" | {per['quill'] / per['quill-base']:.3f} |" if a.base else ""
+        cells = " | ".join(fmt.format(per[n]) for n, _ in builds)
+        ratio = ""
+        if base:
+            # A count of about nothing (TCP mode's locked instructions) gives no ratio.
+            ratio = " | – |"
+            if abs(per["quill-base"]) >= 0.5:
+                ratio = f" | {per['quill'] / per['quill-base']:.3f} |"
         print(f"| {mode} | {cells}{ratio}")
 
 
