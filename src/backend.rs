@@ -15,6 +15,7 @@ use crate::balancer::{ClientTable, Cursor, MaglevSet, Mode, ServerSet};
 use crate::clock::millis;
 use crate::config::model::{HashKey, UdpSettings};
 use crate::config::{HealthCheck, HttpSettings, ListenerConfig, ListenerKind, StreamProto, Tuning};
+use crate::per_worker::{self, Line, PerWorker};
 use crate::queue::Queue;
 use quill_core::http1::rewrite::{EditOp, HeaderEdit};
 
@@ -46,19 +47,30 @@ pub(crate) struct Server {
     up_since_ms: AtomicU64,
     /// The pool's slow-start time in ms (0 = off).
     slow_start_ms: AtomicU64,
-    /// Sessions using (or connecting to) this server now.
-    pub sessions: AtomicU64,
+    /// Sessions using (or connecting to) this server now: read by every worker's choice
+    /// (least connections, `max`), so shared, on a cache line of its own, away from the
+    /// settings every choice reads.
+    pub sessions: Line<AtomicU64>,
     /// Until when (clock ms) the server is skipped; 0 = not blacklisted.
     blacklisted_until: AtomicU64,
-    /// Sessions ever sent here, and connects that failed.
-    pub total: AtomicU64,
+    /// Connects that failed.
     pub failures: AtomicU64,
     /// Health checks run, and how many failed.
     pub checks: AtomicU64,
     pub checks_failed: AtomicU64,
+    /// Sessions ever sent here, and the bytes of finished sessions, each worker's own (an HTTP
+    /// request counts in both: see `per_worker`).
+    counts: PerWorker<Counts>,
+}
+
+/// A worker's counts of one server (see [`Server::total`], [`Server::sent`],
+/// [`Server::received`]).
+#[derive(Debug, Default)]
+struct Counts {
+    total: AtomicU64,
     /// Bytes sent to the server and received from it, by finished sessions (Pen's sx and rx).
-    pub sent: AtomicU64,
-    pub received: AtomicU64,
+    sent: AtomicU64,
+    received: AtomicU64,
 }
 
 impl Server {
@@ -74,14 +86,12 @@ impl Server {
             health: AtomicU8::new(Health::Unchecked as u8),
             up_since_ms: AtomicU64::new(0),
             slow_start_ms: AtomicU64::new(0),
-            sessions: AtomicU64::new(0),
+            sessions: Line(AtomicU64::new(0)),
             blacklisted_until: AtomicU64::new(0),
-            total: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             checks: AtomicU64::new(0),
             checks_failed: AtomicU64::new(0),
-            sent: AtomicU64::new(0),
-            received: AtomicU64::new(0),
+            counts: PerWorker::new(|_| Counts::default()),
         };
         s.set_spec(&spec);
         s
@@ -258,14 +268,37 @@ impl Server {
         }
     }
 
-    /// Adds a finished session's bytes.
+    /// Adds a finished session's (or HTTP request's) bytes, in the calling worker's counts.
     pub(crate) fn count_bytes(&self, sent: u64, received: u64) {
+        let (counts, alone) = self.counts.mine();
         if sent > 0 {
-            self.sent.fetch_add(sent, Ordering::Relaxed);
+            per_worker::add(&counts.sent, alone, sent);
         }
         if received > 0 {
-            self.received.fetch_add(received, Ordering::Relaxed);
+            per_worker::add(&counts.received, alone, received);
         }
+    }
+
+    /// Sessions ever sent here (HTTP: requests), all workers'.
+    pub(crate) fn total(&self) -> u64 {
+        self.sum(|c| &c.total)
+    }
+
+    /// Bytes sent to the server by finished sessions, all workers'.
+    pub(crate) fn sent(&self) -> u64 {
+        self.sum(|c| &c.sent)
+    }
+
+    /// Bytes received from the server by finished sessions, all workers'.
+    pub(crate) fn received(&self) -> u64 {
+        self.sum(|c| &c.received)
+    }
+
+    fn sum(&self, of: impl Fn(&Counts) -> &AtomicU64) -> u64 {
+        self.counts
+            .slots()
+            .map(|c| of(c).load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
     }
 }
 
@@ -284,7 +317,8 @@ pub(crate) struct ServerLease {
 impl ServerLease {
     pub(crate) fn new(server: Arc<Server>) -> ServerLease {
         server.sessions.fetch_add(1, Ordering::Relaxed);
-        server.total.fetch_add(1, Ordering::Relaxed);
+        let (counts, alone) = server.counts.mine();
+        per_worker::add(&counts.total, alone, 1);
         ServerLease {
             server,
             queue: None,
@@ -741,17 +775,13 @@ mod tests {
         let a = ServerLease::new(s.clone());
         let b = ServerLease::new(s.clone());
         assert_eq!(s.sessions.load(Ordering::Relaxed), 2);
-        assert_eq!(s.total.load(Ordering::Relaxed), 2);
+        assert_eq!(s.total(), 2);
         drop(a);
         assert_eq!(s.sessions.load(Ordering::Relaxed), 1);
         let kept = b.end();
         assert!(Arc::ptr_eq(&kept, &s));
         assert_eq!(s.sessions.load(Ordering::Relaxed), 0);
-        assert_eq!(
-            s.total.load(Ordering::Relaxed),
-            2,
-            "the total never goes down"
-        );
+        assert_eq!(s.total(), 2, "the total never goes down");
     }
 
     fn server() -> Server {

@@ -282,7 +282,9 @@ impl MaglevSet {
     }
 }
 
-/// Per-pool selection state shared by all workers.
+/// Per-pool selection state shared by all workers: one round-robin position, so that clients go
+/// round the servers in turn whichever worker takes them (each server gets exactly its share, as
+/// with Pen's one process; a position per worker was tried and broke that: docs/benchmarks.md).
 #[derive(Debug, Default)]
 pub(crate) struct Cursor(AtomicUsize);
 

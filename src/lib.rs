@@ -30,6 +30,7 @@ mod listener;
 mod log;
 mod metrics;
 mod net;
+mod per_worker;
 mod proxy;
 mod queue;
 mod route;

@@ -335,7 +335,7 @@ pub(crate) fn server_status(index: usize, s: &Server, now_ms: u64) -> ServerStat
         },
         admin: spec.state.name(),
         sessions: s.sessions.load(Ordering::Relaxed),
-        total: s.total.load(Ordering::Relaxed),
+        total: s.total(),
         failures: s.failures.load(Ordering::Relaxed),
         max: spec.max,
         hard: spec.hard,
@@ -346,8 +346,8 @@ pub(crate) fn server_status(index: usize, s: &Server, now_ms: u64) -> ServerStat
         checks: s.checks.load(Ordering::Relaxed),
         checks_failed: s.checks_failed.load(Ordering::Relaxed),
         ramp: s.ramp(now_ms),
-        sent: s.sent.load(Ordering::Relaxed),
-        received: s.received.load(Ordering::Relaxed),
+        sent: s.sent(),
+        received: s.received(),
     }
 }
 

@@ -21,7 +21,18 @@ use std::path::{Path, PathBuf};
 /// not import each other in a circle either); any other submodule counts as its top module.
 const LAYERS: &[(&str, &[&str])] = &[
     // Leaves: the vocabulary everything shares, no state (`sys` is quill-core's syscall wrappers).
-    ("leaf", &["sys", "addr", "acl", "geoip", "clock", "metrics"]),
+    (
+        "leaf",
+        &[
+            "sys",
+            "addr",
+            "acl",
+            "geoip",
+            "clock",
+            "metrics",
+            "per_worker",
+        ],
+    ),
     // Pure model: the configuration and what selects and counts servers. No sockets.
     (
         "model",

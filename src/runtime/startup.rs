@@ -190,6 +190,8 @@ impl Sockets {
         };
         let admin_at = config.global.admin;
         let token_file = config.global.admin_token_file.clone();
+        // Before any pool is built: its servers' counts and cursors get a slot per worker.
+        crate::per_worker::set_workers(config.global.workers);
         let controller = Controller::start(
             config,
             Clock::default(),

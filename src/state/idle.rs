@@ -96,8 +96,8 @@ struct Entry {
     /// The owner's slot.
     id: u32,
     stream: Stream,
-    /// Held so that no other server gets this address in memory (the key) while the entry waits.
-    #[expect(dead_code, reason = "held, never read")]
+    /// Held so that no other server gets this address in memory (the key) while the entry waits;
+    /// handed to the session that checks the connection out, which gives it back with it.
     server: Arc<Server>,
     /// Clock ms when it is closed if still idle.
     expires: u64,
@@ -326,13 +326,15 @@ impl ServerConns {
     }
 
     /// An idle connection to `server`, lent to `owner`: the newest in this worker's pool, else
-    /// one taken from another worker's pool and registered in `registry` (this worker's epoll).
+    /// one taken from another worker's pool and registered in `registry` (this worker's epoll);
+    /// with the reference to `server` its entry held (for [`ServerConns::checkin`] to take back
+    /// when the connection returns: no reference count changed on the way).
     pub(crate) fn checkout(
         &mut self,
         server: &Arc<Server>,
         owner: Token,
         registry: &Registry,
-    ) -> Option<(u32, Stream)> {
+    ) -> Option<(u32, Stream, Arc<Server>)> {
         let k = key(server);
         let pool = &self.pools.pools[self.me];
         if pool.idle.load(Ordering::Relaxed) > 0 {
@@ -343,14 +345,19 @@ impl ServerConns {
                 drop(lists);
                 self.slots.set(e.id, State::Busy(owner));
                 self.reused += 1;
-                return Some((e.id, e.stream));
+                return Some((e.id, e.stream, e.server));
             }
         }
         self.take(k, owner, registry)
     }
 
     /// Takes an idle connection to the server keyed `k` from another worker's pool.
-    fn take(&mut self, k: usize, owner: Token, registry: &Registry) -> Option<(u32, Stream)> {
+    fn take(
+        &mut self,
+        k: usize,
+        owner: Token,
+        registry: &Registry,
+    ) -> Option<(u32, Stream, Arc<Server>)> {
         let n = self.pools.pools.len();
         for step in 1..n {
             let other = &self.pools.pools[(self.me + step) % n];
@@ -366,7 +373,10 @@ impl ServerConns {
                 }
                 e
             };
-            let Some(Entry { mut stream, .. }) = taken else {
+            let Some(Entry {
+                mut stream, server, ..
+            }) = taken
+            else {
                 continue;
             };
             if let Some(theirs) = other.registry.get() {
@@ -385,7 +395,7 @@ impl ServerConns {
                 return None;
             }
             self.reused += 1;
-            return Some((id, stream));
+            return Some((id, stream, server));
         }
         None
     }
@@ -606,7 +616,7 @@ mod tests {
         let _peer = idle_one(&mut a, &pa, &l, &sv);
         let _ = tokens(&mut pa);
         assert_eq!((a.counts().opened, a.idle()), (1, 1));
-        let (id, _s) = a.checkout(&sv, Token(4), pa.registry()).unwrap();
+        let (id, _s, _) = a.checkout(&sv, Token(4), pa.registry()).unwrap();
         assert_eq!(a.counts().reused, 1);
         assert_eq!(a.idle(), 0);
         assert!(matches!(
@@ -628,7 +638,7 @@ mod tests {
         let gen = a.slots.slots[0].gen;
         // Never lent for another server, even one at the same address.
         assert!(b.checkout(&other, Token(6), pb.registry()).is_none());
-        let (id, stream) = b.checkout(&sv, Token(6), pb.registry()).unwrap();
+        let (id, stream, _) = b.checkout(&sv, Token(6), pb.registry()).unwrap();
         assert_eq!((b.counts().opened, b.counts().reused), (0, 1));
         assert_eq!((a.idle(), b.idle()), (0, 0));
         let token = b.slots.token(id);

@@ -288,6 +288,7 @@ impl Worker {
     /// (requests left there are dropped, so whoever waits for them hears at once).
     pub(crate) fn run(mut self) {
         self.mailbox.own();
+        crate::per_worker::enter_worker(self.id);
         if self.ring.is_some() {
             // The kernel completes a ring's accepts on the thread that armed them: this one.
             if let Err(e) = self.sync_listeners(self.shared.clock.now_ms()) {
