@@ -173,6 +173,8 @@ def instructions(quill, mode, n, port, backend_port, work, locked=None):
             if locked:
                 locks = (locks or 0) + locked.count(path)
             os.remove(path)
+    if locked and locks is None:
+        raise RuntimeError(f"no callgrind profile of {quill} in {mode} mode")
     return total, locks
 
 
@@ -190,20 +192,14 @@ class Locked:
             m = re.match(r"\s*([0-9a-f]+):\s+(\S+)\s*(.*)", line)
             if m and (m.group(2) == "lock" or (m.group(2).startswith("xchg") and "(" in m.group(3))):
                 self.locked.add(int(m.group(1), 16))
-        self.symbols = {}
-        for line in subprocess.run(["nm", binary], capture_output=True, text=True).stdout.splitlines():
-            parts = line.split(" ", 2)
-            if len(parts) == 3 and parts[0] and parts[1] in "tT":
-                self.symbols.setdefault(parts[2], int(parts[0], 16))
 
     def count(self, profile):
         """How many times the profile's run executed a locked instruction of the binary."""
-        objects, functions = {}, {}
-        in_binary, fn = False, None
+        objects = {}
+        in_binary = False
         addr = line_no = 0
         after_call = False
         costs = collections.Counter()
-        lowest = {}
 
         def position(token, last):
             if token == "*":
@@ -215,18 +211,15 @@ class Locked:
 
         with open(profile) as f:
             for line in f:
-                # `ob=(n) path` names an object the first time, `ob=(n)` after; `cob=` and
-                # `cfn=` name a callee's object and function, which may come first there.
-                m = re.match(r"(c?ob|c?fn)=\((\d+)\)(?: (.*))?", line)
+                # `ob=(n) path` names an object the first time, `ob=(n)` after; `cob=` names a
+                # callee's object, which may come first there.
+                m = re.match(r"(c?ob)=\((\d+)\)(?: (.*))?", line)
                 if m:
                     kind, key, name = m.groups()
-                    table = objects if kind.endswith("ob") else functions
                     if name:
-                        table[key] = name.strip()
+                        objects[key] = name.strip()
                     if kind == "ob":
                         in_binary = os.path.basename(objects.get(key, "")) == self.name
-                    elif kind == "fn":
-                        fn = functions.get(key)
                     continue
                 if line.startswith("calls="):
                     after_call = True
@@ -234,23 +227,21 @@ class Locked:
                 if not line[:1] or line[0] not in "0123456789+-*":
                     continue
                 parts = line.split()
+                if len(parts) >= 1:
+                    addr = position(parts[0], addr)
+                if len(parts) >= 2:
+                    line_no = position(parts[1], line_no)
                 if len(parts) < 3:
                     continue
-                addr = position(parts[0], addr)
-                line_no = position(parts[1], line_no)
                 if after_call:
                     # The cost of a call, the callee's included: not this instruction's own.
                     after_call = False
                     continue
                 if in_binary:
                     costs[addr] += int(parts[2])
-                    if fn in self.symbols:
-                        lowest[fn] = min(lowest.get(fn, addr), addr)
-        # The load offset of a position-independent binary, if the profile has one: the
-        # offset most functions agree on.
-        offsets = collections.Counter(a - self.symbols[f] for f, a in lowest.items())
-        offset = offsets.most_common(1)[0][0] if offsets else 0
-        return sum(c for a, c in costs.items() if a - offset in self.locked)
+        # callgrind writes an object's addresses as the object file has them (the load offset
+        # of a position-independent binary taken off): objdump's.
+        return sum(c for a, c in costs.items() if a in self.locked)
 
 
 def main():

@@ -294,6 +294,7 @@ impl Server {
         self.sum(|c| &c.received)
     }
 
+    /// One of the counts, every worker's slot added up.
     fn sum(&self, of: impl Fn(&Counts) -> &AtomicU64) -> u64 {
         self.counts
             .slots()

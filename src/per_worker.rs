@@ -1,4 +1,4 @@
-//! Values that every worker changes on every request (a server's counts of sessions and bytes),
+//! Values that every worker changes on every request (a server's total of sessions and its bytes),
 //! kept one per worker, each on a cache line of its own, so that no worker writes a line another
 //! worker wrote last: a worker adds to its own slot with a load and a store, no locked
 //! instruction, and a reader sums the slots.
@@ -29,7 +29,10 @@ pub(crate) fn enter_worker(id: usize) {
     WORKER.with(|w| w.set(id));
 }
 
-/// One value on a cache line of its own (64 bytes: what x86-64 and most ARM cores move).
+/// One value on a cache line of its own: 64 bytes, the line x86-64 and most ARM cores move.
+/// Some x86-64 cores also fetch a line's neighbour ahead, and Apple's cores move 128 bytes, so
+/// neighbouring slots may still share a little there (`metrics::HttpStats`, a few per listener,
+/// takes 128; a slot per worker for every server takes half the memory at 64).
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub(crate) struct Line<T>(pub(crate) T);

@@ -124,7 +124,8 @@ pub(crate) struct Connector {
     wait: Option<Box<QueueWait>>,
     /// HTTP: the reference to the server that the idle connection's entry held, kept for the
     /// entry the connection goes back in (see [`Connector::release`]): a checked-out connection
-    /// goes back without a reference count changed.
+    /// goes back without a reference count changed (two locked instructions a request fewer,
+    /// for 8 bytes a connector, a TCP session's too).
     idle_server: Option<Arc<Server>>,
 }
 
@@ -327,8 +328,8 @@ impl Connector {
         let connected = self.phase == Phase::Connected;
         match (socket, lease, keep && connected && !self.ready.error) {
             (Some(socket), Some(lease), true) => {
-                // The reference the connection's entry held when it was checked out, if it is
-                // to this lease's server, else a new one.
+                // The reference the connection's entry held when it was checked out (always to
+                // this lease's server, the check-out being keyed by it), else a new one.
                 let server = match self.idle_server.take() {
                     Some(s) if Arc::ptr_eq(&s, lease.server()) => s,
                     _ => lease.server().clone(),

@@ -190,7 +190,7 @@ impl Sockets {
         };
         let admin_at = config.global.admin;
         let token_file = config.global.admin_token_file.clone();
-        // Before any pool is built: its servers' counts and cursors get a slot per worker.
+        // Before any pool is built: its servers' counts get a slot per worker.
         crate::per_worker::set_workers(config.global.workers);
         let controller = Controller::start(
             config,

@@ -616,7 +616,9 @@ mod tests {
         let _peer = idle_one(&mut a, &pa, &l, &sv);
         let _ = tokens(&mut pa);
         assert_eq!((a.counts().opened, a.idle()), (1, 1));
-        let (id, _s, _) = a.checkout(&sv, Token(4), pa.registry()).unwrap();
+        let (id, _s, held) = a.checkout(&sv, Token(4), pa.registry()).unwrap();
+        // The entry's reference to the server comes with the connection, to go back with it.
+        assert!(Arc::ptr_eq(&held, &sv));
         assert_eq!(a.counts().reused, 1);
         assert_eq!(a.idle(), 0);
         assert!(matches!(
@@ -638,11 +640,12 @@ mod tests {
         let gen = a.slots.slots[0].gen;
         // Never lent for another server, even one at the same address.
         assert!(b.checkout(&other, Token(6), pb.registry()).is_none());
-        let (id, stream, _) = b.checkout(&sv, Token(6), pb.registry()).unwrap();
+        let (id, stream, held) = b.checkout(&sv, Token(6), pb.registry()).unwrap();
+        assert!(Arc::ptr_eq(&held, &sv));
         assert_eq!((b.counts().opened, b.counts().reused), (0, 1));
         assert_eq!((a.idle(), b.idle()), (0, 0));
         let token = b.slots.token(id);
-        b.checkin(id, stream, sv.clone(), 8, u64::MAX - 1);
+        b.checkin(id, stream, held, 8, u64::MAX - 1);
         assert_eq!(b.idle(), 1);
         let _ = tokens(&mut pb);
         // The server closes it: b sees it under its own token, a (deregistered) nothing.
