@@ -97,7 +97,7 @@ struct Entry {
     id: u32,
     stream: Stream,
     /// Held so that no other server gets this address in memory (the key) while the entry waits;
-    /// handed to the session that checks the connection out, which gives it back with it.
+    /// kept in the slot of the connection while it is lent, and back here with it after.
     server: Arc<Server>,
     /// Clock ms when it is closed if still idle.
     expires: u64,
@@ -157,8 +157,10 @@ impl Pool {
 #[derive(Debug)]
 enum State {
     Free,
-    /// Lent to the session registered with this (client) token.
-    Busy(Token),
+    /// Lent to the session registered with this (client) token; with the reference to its
+    /// server that its idle entry held, when it came out of a pool (to go back in with it:
+    /// [`ServerConns::checkin`]).
+    Busy(Token, Option<Arc<Server>>),
     /// In the worker's pool, under the server keyed so (unless another worker took it).
     Idle(usize),
 }
@@ -200,6 +202,14 @@ impl Slots {
     fn set(&mut self, id: u32, state: State) {
         if let Some(slot) = self.slots.get_mut(id as usize) {
             slot.state = state;
+        }
+    }
+
+    /// The reference to its server that a lent connection brought out of a pool, if any.
+    fn take_server(&mut self, id: u32) -> Option<Arc<Server>> {
+        match self.slots.get_mut(id as usize).map(|s| &mut s.state) {
+            Some(State::Busy(_, server)) => server.take(),
+            _ => None,
         }
     }
 
@@ -296,7 +306,7 @@ impl ServerConns {
     /// the token to register the socket with.
     pub(crate) fn open(&mut self, owner: Token) -> (u32, Token) {
         self.opened += 1;
-        self.slots.alloc(State::Busy(owner))
+        self.slots.alloc(State::Busy(owner, None))
     }
 
     /// The slot of a busy connection is free again: its connection was closed or never opened
@@ -306,7 +316,7 @@ impl ServerConns {
             .slots
             .slots
             .get(id as usize)
-            .is_some_and(|s| matches!(s.state, State::Busy(_)));
+            .is_some_and(|s| matches!(s.state, State::Busy(..)));
         if busy {
             self.slots.release(id);
         }
@@ -317,7 +327,7 @@ impl ServerConns {
     pub(crate) fn forget_owned_by(&mut self, owner: Token) {
         let ids: Vec<u32> = (0..self.slots.slots.len() as u32)
             .filter(
-                |&id| matches!(self.slots.slots[id as usize].state, State::Busy(t) if t == owner),
+                |&id| matches!(self.slots.slots[id as usize].state, State::Busy(t, _) if t == owner),
             )
             .collect();
         for id in ids {
@@ -326,15 +336,15 @@ impl ServerConns {
     }
 
     /// An idle connection to `server`, lent to `owner`: the newest in this worker's pool, else
-    /// one taken from another worker's pool and registered in `registry` (this worker's epoll);
-    /// with the reference to `server` its entry held (for [`ServerConns::checkin`] to take back
-    /// when the connection returns: no reference count changed on the way).
+    /// one taken from another worker's pool and registered in `registry` (this worker's epoll).
+    /// The reference to `server` its entry held stays with its slot, to go back in with it
+    /// ([`ServerConns::checkin`]): no reference count changes on the way out or back.
     pub(crate) fn checkout(
         &mut self,
         server: &Arc<Server>,
         owner: Token,
         registry: &Registry,
-    ) -> Option<(u32, Stream, Arc<Server>)> {
+    ) -> Option<(u32, Stream)> {
         let k = key(server);
         let pool = &self.pools.pools[self.me];
         if pool.idle.load(Ordering::Relaxed) > 0 {
@@ -343,21 +353,16 @@ impl ServerConns {
             if let Some(e) = lists.pop(k) {
                 pool.count(-1);
                 drop(lists);
-                self.slots.set(e.id, State::Busy(owner));
+                self.slots.set(e.id, State::Busy(owner, Some(e.server)));
                 self.reused += 1;
-                return Some((e.id, e.stream, e.server));
+                return Some((e.id, e.stream));
             }
         }
         self.take(k, owner, registry)
     }
 
     /// Takes an idle connection to the server keyed `k` from another worker's pool.
-    fn take(
-        &mut self,
-        k: usize,
-        owner: Token,
-        registry: &Registry,
-    ) -> Option<(u32, Stream, Arc<Server>)> {
+    fn take(&mut self, k: usize, owner: Token, registry: &Registry) -> Option<(u32, Stream)> {
         let n = self.pools.pools.len();
         for step in 1..n {
             let other = &self.pools.pools[(self.me + step) % n];
@@ -384,7 +389,7 @@ impl ServerConns {
                     tracing::debug!("cannot deregister a taken server connection: {e}");
                 }
             }
-            let (id, token) = self.slots.alloc(State::Busy(owner));
+            let (id, token) = self.slots.alloc(State::Busy(owner, Some(server)));
             if let Err(e) = registry.register(
                 stream.source(),
                 token,
@@ -395,7 +400,7 @@ impl ServerConns {
                 return None;
             }
             self.reused += 1;
-            return Some((id, stream, server));
+            return Some((id, stream));
         }
         None
     }
@@ -406,11 +411,17 @@ impl ServerConns {
         &mut self,
         id: u32,
         stream: Stream,
-        server: Arc<Server>,
+        server: &Arc<Server>,
         max_idle: u32,
         expires: u64,
     ) {
-        let k = key(&server);
+        let k = key(server);
+        // The reference the connection brought out of a pool (always to `server`: the
+        // check-out was keyed by it), else a new one (a connection opened for this request).
+        let server = match self.slots.take_server(id) {
+            Some(held) if Arc::ptr_eq(&held, server) => held,
+            _ => server.clone(),
+        };
         let pool = &self.pools.pools[self.me];
         let mut lists = pool.lock();
         self.slots.reclaim(&mut lists.taken);
@@ -449,7 +460,7 @@ impl ServerConns {
             return Owner::Nobody;
         }
         let k = match slot.state {
-            State::Busy(owner) => return Owner::Session(owner),
+            State::Busy(owner, _) => return Owner::Session(owner),
             State::Free => return Owner::Nobody,
             State::Idle(k) => k,
         };
@@ -597,7 +608,7 @@ mod tests {
         poll.registry()
             .register(s.source(), token, Interest::READABLE | Interest::WRITABLE)
             .unwrap();
-        c.checkin(id, s, sv.clone(), 8, u64::MAX - 1);
+        c.checkin(id, s, sv, 8, u64::MAX - 1);
         peer
     }
 
@@ -616,14 +627,13 @@ mod tests {
         let _peer = idle_one(&mut a, &pa, &l, &sv);
         let _ = tokens(&mut pa);
         assert_eq!((a.counts().opened, a.idle()), (1, 1));
-        let (id, _s, held) = a.checkout(&sv, Token(4), pa.registry()).unwrap();
-        // The entry's reference to the server comes with the connection, to go back with it.
-        assert!(Arc::ptr_eq(&held, &sv));
+        let (id, _s) = a.checkout(&sv, Token(4), pa.registry()).unwrap();
         assert_eq!(a.counts().reused, 1);
         assert_eq!(a.idle(), 0);
+        // The entry's reference to the server stays with the lent connection's slot.
         assert!(matches!(
-            a.slots.slots[id as usize].state,
-            State::Busy(Token(4))
+            &a.slots.slots[id as usize].state,
+            State::Busy(Token(4), Some(held)) if Arc::ptr_eq(held, &sv)
         ));
         assert!(b.checkout(&sv, Token(6), pb.registry()).is_none());
         assert_eq!(b.counts().reused, 0);
@@ -640,12 +650,15 @@ mod tests {
         let gen = a.slots.slots[0].gen;
         // Never lent for another server, even one at the same address.
         assert!(b.checkout(&other, Token(6), pb.registry()).is_none());
-        let (id, stream, held) = b.checkout(&sv, Token(6), pb.registry()).unwrap();
-        assert!(Arc::ptr_eq(&held, &sv));
+        let (id, stream) = b.checkout(&sv, Token(6), pb.registry()).unwrap();
         assert_eq!((b.counts().opened, b.counts().reused), (0, 1));
         assert_eq!((a.idle(), b.idle()), (0, 0));
         let token = b.slots.token(id);
-        b.checkin(id, stream, held, 8, u64::MAX - 1);
+        // Checked in again, the connection's entry holds the reference it came out with: the
+        // server's count of references is what it was while the connection was idle.
+        let refs = Arc::strong_count(&sv);
+        b.checkin(id, stream, &sv, 8, u64::MAX - 1);
+        assert_eq!(Arc::strong_count(&sv), refs);
         assert_eq!(b.idle(), 1);
         let _ = tokens(&mut pb);
         // The server closes it: b sees it under its own token, a (deregistered) nothing.
@@ -676,7 +689,7 @@ mod tests {
         for _ in 0..3 {
             let (s, peer) = connect(&l);
             let (id, _) = a.open(Token(2));
-            a.checkin(id, s, sv.clone(), 2, u64::MAX - 1);
+            a.checkin(id, s, &sv, 2, u64::MAX - 1);
             peers.push(peer);
         }
         assert_eq!(a.idle(), 2);
@@ -697,7 +710,7 @@ mod tests {
         for expires in [100, 200] {
             let (s, peer) = connect(&l);
             let (id, _) = a.open(Token(2));
-            a.checkin(id, s, sv.clone(), 8, expires);
+            a.checkin(id, s, &sv, 8, expires);
             peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             peers.push(peer);
         }
