@@ -227,8 +227,7 @@ class Locked:
                 if not line[:1] or line[0] not in "0123456789+-*":
                     continue
                 parts = line.split()
-                if len(parts) >= 1:
-                    addr = position(parts[0], addr)
+                addr = position(parts[0], addr)
                 if len(parts) >= 2:
                     line_no = position(parts[1], line_no)
                 if len(parts) < 3:

@@ -91,7 +91,7 @@ impl Server {
             failures: AtomicU64::new(0),
             checks: AtomicU64::new(0),
             checks_failed: AtomicU64::new(0),
-            counts: PerWorker::new(|_| Counts::default()),
+            counts: PerWorker::new(),
         };
         s.set_spec(&spec);
         s

@@ -11,6 +11,8 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use crate::metrics::Counters;
+
 /// How many workers the process runs (1 until [`set_workers`]).
 static WORKERS: AtomicUsize = AtomicUsize::new(1);
 
@@ -52,17 +54,17 @@ pub(crate) struct PerWorker<T> {
     slots: Box<[Line<T>]>,
 }
 
-impl<T> PerWorker<T> {
-    /// A slot for each worker of the process, worker `i`'s made by `make(Some(i))`, and the
-    /// shared one, made by `make(None)`.
-    pub(crate) fn new(make: impl Fn(Option<usize>) -> T) -> PerWorker<T> {
-        let workers = WORKERS.load(Ordering::Relaxed);
-        let slots = (0..workers).map(Some).chain([None]);
+impl<T: Default> PerWorker<T> {
+    /// A slot for each worker of the process and the shared one, each `T::default()`.
+    pub(crate) fn new() -> PerWorker<T> {
+        let slots = WORKERS.load(Ordering::Relaxed) + 1;
         PerWorker {
-            slots: slots.map(|i| Line(make(i))).collect(),
+            slots: (0..slots).map(|_| Line::default()).collect(),
         }
     }
+}
 
+impl<T> PerWorker<T> {
     /// The calling thread's slot, and whether it writes it alone (a worker's own slot; the
     /// shared one takes atomic adds).
     pub(crate) fn mine(&self) -> (&T, bool) {
@@ -78,13 +80,11 @@ impl<T> PerWorker<T> {
 }
 
 /// Adds `n` to `counter`, a slot [`PerWorker::mine`] gave: a load and a store when the thread
-/// writes it alone, an atomic add when it is shared.
+/// writes it alone (as a worker's own `metrics::Counters` are added to), an atomic add when it is
+/// shared.
 pub(crate) fn add(counter: &AtomicU64, alone: bool, n: u64) {
     if alone {
-        counter.store(
-            counter.load(Ordering::Relaxed).wrapping_add(n),
-            Ordering::Relaxed,
-        );
+        Counters::add(counter, n);
     } else {
         counter.fetch_add(n, Ordering::Relaxed);
     }
@@ -96,7 +96,7 @@ mod tests {
 
     #[test]
     fn a_thread_that_is_no_worker_shares_the_last_slot() {
-        let counts = PerWorker::new(|_| AtomicU64::new(0));
+        let counts = PerWorker::<AtomicU64>::new();
         let (slot, alone) = counts.mine();
         assert!(!alone);
         add(slot, alone, 3);
@@ -110,7 +110,7 @@ mod tests {
     fn a_worker_writes_its_own_slot_and_one_past_the_slots_shares() {
         std::thread::spawn(|| {
             enter_worker(0);
-            let counts = PerWorker::new(|_| AtomicU64::new(0));
+            let counts = PerWorker::<AtomicU64>::new();
             let (slot, alone) = counts.mine();
             assert!(alone);
             add(slot, alone, 2);
@@ -137,7 +137,7 @@ mod tests {
     #[test]
     fn each_slot_is_a_cache_line_of_its_own() {
         assert_eq!(std::mem::align_of::<Line<AtomicU64>>(), 64);
-        let counts = PerWorker::new(|i| AtomicUsize::new(i.unwrap_or(0)));
+        let counts = PerWorker::<AtomicU64>::new();
         let addrs: Vec<usize> = counts.slots().map(|c| c as *const _ as usize).collect();
         assert!(addrs.windows(2).all(|w| w[1] - w[0] >= 64));
     }
