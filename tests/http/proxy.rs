@@ -9,6 +9,7 @@
 //! --test http proxy::` runs the same tests through HAProxy (`mode http`) as a reference.
 
 use crate::http_support;
+use crate::support::Strace;
 
 use std::time::Duration;
 
@@ -172,6 +173,62 @@ fn http_keep_alive_reuses_one_server_connection() {
         1,
         "10 requests on one client connection"
     );
+}
+
+#[test]
+fn http_response_head_goes_out_with_its_body_in_one_send() {
+    // A rewritten response head no longer than the server's (its `Connection: keep-alive`
+    // dropped, nothing added) takes the server's head's place in the buffer, just before the body
+    // read with it: one `sendto` a response and no `writev`. A head the rewrite makes longer
+    // (`Via` added, nothing dropped) goes from a buffer of its own, in a `writev` with the body.
+    // The client gets every byte either way.
+    const N: usize = 100;
+    let test = "http_response_head_goes_out_with_its_body_in_one_send";
+    let body = body_pattern(1024);
+    for (http, longer) in [("", false), ("via = \"edge1\"\n", true)] {
+        let answer = response(
+            200,
+            if longer {
+                ""
+            } else {
+                "Connection: keep-alive\r\n"
+            },
+            &body,
+        );
+        let b = Backend::start(move |_| vec![Step::Send(answer.clone())]);
+        let p = start_proxy(http, &[b.addr()]);
+        // Quill's own system calls (not HAProxy's, as the reference).
+        let Some(q) = &p.quill else { return };
+        let mut c = p.client();
+        assert_eq!(c.roundtrip(&get("/first")).status, 200);
+        let Some(st) = Strace::attach(test, q.pid, "writev,sendto,sendmsg,write", &q.path("st"))
+        else {
+            return;
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        for i in 0..N {
+            let r = c.roundtrip(&get(&format!("/n{i}")));
+            assert_eq!(r.status, 200, "request {i}");
+            assert!(r.body == body, "request {i}: the body differs");
+            assert_eq!(r.header("via").is_some(), longer, "{:?}", r.headers);
+            assert!(r.header("connection").is_none(), "{:?}", r.headers);
+            assert_eq!(r.header("content-length"), Some("1024"), "{:?}", r.headers);
+        }
+        let (calls, text) = st.counts();
+        let writev = calls.get("writev").copied().unwrap_or(0);
+        let sendto = calls.get("sendto").copied().unwrap_or(0);
+        if longer {
+            // Nearly always the body is read with its head; one read behind it goes alone.
+            assert!(
+                writev >= N / 2,
+                "{writev} writev for {N} longer heads:\n{text}"
+            );
+        } else {
+            assert_eq!(writev, 0, "a head that fits went by writev:\n{text}");
+            // A request to the server and a response to the client, each by `sendto`.
+            assert!(sendto >= 2 * N, "{sendto} sendto for {N} requests:\n{text}");
+        }
+    }
 }
 
 #[test]

@@ -502,6 +502,86 @@ impl Drop for UnixEcho {
 }
 
 // ---------------------------------------------------------------------------------------------
+// System calls counted in a running process
+// ---------------------------------------------------------------------------------------------
+
+/// `strace -f -c` attached to a running process (every thread), counting some system calls
+/// until [`Strace::counts`]. Stopped by its PID on drop.
+pub struct Strace {
+    child: Child,
+    out: PathBuf,
+}
+
+impl Strace {
+    /// Attaches to `pid`, counting the calls in `calls` (strace's `trace=` list); the summary is
+    /// written to `out`. None (with why on stderr, naming `test`) where strace is not installed or
+    /// cannot attach: the caller skips its check.
+    pub fn attach(test: &str, pid: u32, calls: &str, out: &Path) -> Option<Strace> {
+        if Command::new("strace").arg("-V").output().is_err() {
+            eprintln!("strace is not installed: {test} skipped");
+            return None;
+        }
+        let mut child = Command::new("strace")
+            .args(["-f", "-c", "-e", &format!("trace={calls}"), "-o"])
+            .arg(out)
+            .args(["-p", &pid.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run strace");
+        // strace says "Process N attached" per thread; all are attached before it says anything
+        // else.
+        let mut err = io::BufReader::new(child.stderr.take().expect("strace's stderr"));
+        let mut first = String::new();
+        let _ = io::BufRead::read_line(&mut err, &mut first);
+        let st = Strace {
+            child,
+            out: out.to_path_buf(),
+        };
+        if !first.contains("attached") {
+            eprintln!(
+                "strace cannot attach here ({}): {test} skipped",
+                first.trim()
+            );
+            return None;
+        }
+        thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = err.read_to_string(&mut rest);
+        });
+        Some(st)
+    }
+
+    /// Stops counting (SIGINT: strace writes its summary) and returns how many times each call
+    /// was made, with strace's summary table as text.
+    pub fn counts(mut self) -> (std::collections::HashMap<String, usize>, String) {
+        let stopped = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(stopped.success());
+        let _ = self.child.wait();
+        let text = fs::read_to_string(&self.out).unwrap_or_default();
+        // `% time  seconds  usecs/call  calls  [errors]  syscall`: the count is the fourth field.
+        let counts = text
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|f| f.len() >= 5 && f[0] != "total" && f[3].parse::<usize>().is_ok())
+            .map(|f| (f[f.len() - 1].to_string(), f[3].parse().unwrap_or(0)))
+            .collect();
+        (counts, text)
+    }
+}
+
+impl Drop for Strace {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The quill process
 // ---------------------------------------------------------------------------------------------
 

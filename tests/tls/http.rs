@@ -8,7 +8,7 @@ use crate::http_support;
 use crate::support;
 use crate::tls_support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -202,12 +202,6 @@ fn tls_keep_alive_request_reads_the_client_socket_once() {
     // drained) instead of reading again for EAGAIN: per kept-alive request, one recvfrom on the
     // client's socket and one on the server's. strace counts them in the running binary.
     const N: usize = 100;
-    if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!(
-            "strace is not installed: tls_keep_alive_request_reads_the_client_socket_once skipped"
-        );
-        return;
-    }
     let backend = Backend::fixed(1024);
     let cert = self_signed("site", &["site.test"], KeyAlg::EcdsaP256);
     let q = start(&backend, |dir| {
@@ -221,30 +215,11 @@ fn tls_keep_alive_request_reads_the_client_socket_once() {
     let mut c = TlsClient::connect(q.addr(), &opts).unwrap();
     // The first request opens the server connection; the counted ones reuse it.
     assert!(get(&mut c, "site.test", "").starts_with("HTTP/1.1 200"));
-    let out = q.path("strace.txt");
-    let mut st = Command::new("strace")
-        .args(["-f", "-c", "-e", "trace=recvfrom,read,recvmsg", "-o"])
-        .arg(&out)
-        .args(["-p", &q.pid.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run strace");
-    // strace says "Process N attached" per thread; all are attached before it says anything else.
-    let mut err = BufReader::new(st.stderr.take().unwrap());
-    let mut first = String::new();
-    let _ = err.read_line(&mut first);
-    if !first.contains("attached") {
-        let _ = st.kill();
-        let _ = st.wait();
-        eprintln!("strace cannot attach here ({}): tls_keep_alive_request_reads_the_client_socket_once skipped", first.trim());
+    let test = "tls_keep_alive_request_reads_the_client_socket_once";
+    let Some(st) = Strace::attach(test, q.pid, "recvfrom,read,recvmsg", &q.path("strace.txt"))
+    else {
         return;
-    }
-    std::thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = err.read_to_string(&mut rest);
-    });
+    };
     std::thread::sleep(Duration::from_millis(500));
     // One write per request: one record in one segment (`write!` would send a record per piece).
     let request = b"GET / HTTP/1.1\r\nHost: site.test\r\n\r\n";
@@ -254,20 +229,11 @@ fn tls_keep_alive_request_reads_the_client_socket_once() {
         let r = response(&mut c);
         assert!(r.starts_with("HTTP/1.1 200"), "request {i}: {r}");
     }
-    let stopped = Command::new("kill")
-        .args(["-INT", &st.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(stopped.success());
-    let _ = st.wait();
-    let text = std::fs::read_to_string(&out).unwrap_or_default();
-    let calls = |name: &str| -> usize {
-        text.lines()
-            .map(|l| l.split_whitespace().collect::<Vec<_>>())
-            .find(|f| f.len() >= 5 && f.last() == Some(&name))
-            .map_or(0, |f| f[3].parse().unwrap_or(0))
-    };
-    let reads = calls("recvfrom") + calls("read") + calls("recvmsg");
+    let (calls, text) = st.counts();
+    let reads: usize = ["recvfrom", "read", "recvmsg"]
+        .iter()
+        .map(|name| calls.get(*name).copied().unwrap_or(0))
+        .sum();
     assert!(
         (2 * N..=2 * N + N / 10).contains(&reads),
         "{reads} reads for {N} kept-alive TLS requests (2 per request: the client's record, the \

@@ -915,7 +915,21 @@ impl Exchange {
                 return DownOutcome::Fault(502);
             }
         };
-        self.sinput.fwd = body_start as u32;
+        // A rewritten head no longer than the server's (the usual case: hop-by-hop fields go,
+        // nothing is added) takes the server's head's place, just before the body bytes read
+        // with it: head and body go out in one `send`, not a `writev` of two pieces.
+        let out = match self.sinput.buf.as_deref_mut() {
+            Some(b) if written.is_none() && n <= head.len => {
+                b[body_start - n..body_start].copy_from_slice(&out[..n]);
+                cx.pools.give_buffer(out);
+                self.sinput.fwd = (body_start - n) as u32;
+                None
+            }
+            _ => {
+                self.sinput.fwd = body_start as u32;
+                Some(out)
+            }
+        };
         self.sinput.fed = (body_start + taken) as u32;
         if !interim {
             self.status = status;
@@ -926,7 +940,11 @@ impl Exchange {
             };
             self.first_byte_us = Some(cx.now_us.saturating_sub(self.started_us));
         }
-        self.down = Some(Leg::new(out, n, rest).noting(written));
+        let leg = match out {
+            Some(out) => Leg::new(out, n, rest).noting(written),
+            None => Leg::in_input(rest),
+        };
+        self.down = Some(leg);
         self.answer = if interim {
             Answer::Interim
         } else if tunnel {

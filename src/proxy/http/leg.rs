@@ -64,12 +64,18 @@ pub(super) enum LegError {
 impl Leg {
     /// One side of a tunnel: everything the source sends, until it closes.
     pub(super) fn tunnel() -> Leg {
+        Leg::in_input(BodyRest::Raw(Direction::default()))
+    }
+
+    /// A message with nothing of its own to write first: its head, if any, waits in the
+    /// source's input with the body bytes read after it.
+    pub(super) fn in_input(rest: BodyRest) -> Leg {
         Leg {
             out: None,
             ostart: 0,
             oend: 0,
             written: None,
-            rest: BodyRest::Raw(Direction::default()),
+            rest,
             bytes: 0,
             payload: 0,
         }
@@ -106,7 +112,8 @@ impl Leg {
         }
     }
 
-    /// Writes the head and the input's pending bytes, in one `writev` when both are there.
+    /// Writes the head and the input's pending bytes, in one `writev` when both are there (a
+    /// response head that fit in its server's head's place is among the pending bytes).
     /// Ok(true) when all is written.
     pub(super) fn flush(
         &mut self,

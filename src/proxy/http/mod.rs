@@ -5,7 +5,8 @@
 //!
 //! The data path is the TCP session's: heads are parsed in place in a pooled read buffer by the
 //! strict parser of `quill_core::http1`, rewritten into a second pooled buffer, and written
-//! together with the body bytes read with them in one `writev`; a `Content-Length` or
+//! together with the body bytes read with them in one `writev` (a response head no longer than
+//! the server's is first copied into its place, before those bytes: one `send`); a `Content-Length` or
 //! close-delimited body then flows through a [`Direction`](super::copy::Direction) (pooled buffers, splice once bulky),
 //! and a chunked body through the read buffer and the validating chunk decoder, never re-chunked.
 //! An idle kept-alive client holds no buffer and no server connection.
