@@ -561,13 +561,19 @@ impl Strace {
             .status()
             .expect("run kill");
         assert!(stopped.success());
-        let _ = self.child.wait();
+        // strace detaches and writes its summary at once; killed (on drop) if it has not within
+        // ten seconds.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(20));
+        }
         let text = fs::read_to_string(&self.out).unwrap_or_default();
-        // `% time  seconds  usecs/call  calls  [errors]  syscall`: the count is the fourth field.
+        // `% time  seconds  usecs/call  calls  [errors]  syscall`: the count is the fourth field
+        // (the `total` line left out).
         let counts = text
             .lines()
             .map(|l| l.split_whitespace().collect::<Vec<_>>())
-            .filter(|f| f.len() >= 5 && f[0] != "total" && f[3].parse::<usize>().is_ok())
+            .filter(|f| f.len() >= 5 && f.last() != Some(&"total") && f[3].parse::<usize>().is_ok())
             .map(|f| (f[f.len() - 1].to_string(), f[3].parse().unwrap_or(0)))
             .collect();
         (counts, text)

@@ -9,8 +9,9 @@ use quill_core::http1;
 use crate::net::{Ready, Stream};
 use crate::proxy::copy::{Buf, Pools, BUF_SIZE};
 
-/// Bytes read from one side and not yet forwarded: `[start, fwd)` was forwarded (kept for a
-/// replay: a request's head is at `start` while its exchange may still go again), `[fwd, fed)`
+/// Bytes read from one side and not yet forwarded: `[start, fwd)` was forwarded or passed over
+/// (kept for a replay: a request's head is at `start` while its exchange may still go again; a
+/// server's head that its rewrite replaced in place), `[fwd, fed)`
 /// belongs to the message and waits to be written, `[fed, end)` is not yet parsed or fed to the
 /// body decoder; `[fed, scanned)` was already searched for the end of a head.
 ///

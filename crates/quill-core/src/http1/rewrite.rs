@@ -6,8 +6,9 @@
 //! Pure: no sockets, no clock, no allocation. The input head is never changed; fields are copied
 //! or skipped line by line, then the proxy's own fields are appended (but the `Host` of an
 //! absolute-form target, which comes first), then the blank line. The caller writes the output
-//! and the body bytes after the input head in one `writev` (or, when the output is no longer than
-//! the input head, copies it into the input head's place and sends both as one slice).
+//! and the body bytes after the input head in one `writev` (or, for a response to an HTTP/1
+//! client whose output is no longer than the input head, copies it into the input head's place and
+//! sends both as one slice).
 //!
 //! What is always done:
 //! - the start line is the proxy's own (`HTTP/1.1`, or `HTTP/1.0` toward a server for an
