@@ -108,6 +108,7 @@ impl Stream {
 
     /// Sends the backlog if the socket is writable: Ok(true) when none is left. A full socket
     /// clears `ready.writable`. No syscall on a plain socket.
+    #[inline]
     pub(crate) fn flush_backlog(&self, ready: &mut Ready) -> io::Result<bool> {
         match self {
             Stream::Tls(t) if t.has_backlog() => {

@@ -233,7 +233,7 @@ pub(crate) struct Shared {
     /// Whether bulk flows use splice pipes.
     pub splice: bool,
     /// Whether the main loop gathers clients on fewer workers under CPU contention
-    /// (`concentrate`).
+    /// (`concentrate`, and more than one worker).
     pub concentrate: bool,
     /// Workers that accept clients: the first this many (the others hand their kept-alive HTTP
     /// clients over between requests); set by the main loop (`runtime::balance`).
@@ -339,7 +339,8 @@ impl Shared {
             active: Arc::new(SessionCount::default()),
             accept_batch: g.accept_batch.max(1),
             splice: g.splice,
-            concentrate: g.concentrate,
+            // One worker has no other to hand a client to.
+            concentrate: g.concentrate && g.workers > 1,
             accepting: Accepting(AtomicUsize::new(g.workers)),
             phase: AtomicU8::new(0),
             drain_deadline_ms: AtomicU64::new(u64::MAX),

@@ -244,6 +244,9 @@ thread_local! {
     /// dropped when it is used again.
     #[expect(clippy::vec_box, reason = "the boxes are what is kept: one moves into a session's `ex`")]
     static SPARE: RefCell<Vec<Box<Exchange>>> = const { RefCell::new(Vec::new()) };
+    /// The index of the response head being parsed, reused from response to response: a fresh
+    /// one is 400 bytes to zero each time (a parse resets what it reads of it first).
+    static RESPONSE_FIELDS: RefCell<FieldIndex> = RefCell::new(FieldIndex::empty());
 }
 
 /// Most bytes of a chunked request body collected for a FastCGI server (which needs its length
@@ -802,18 +805,23 @@ impl Exchange {
         loop {
             if self.sinput.has_unparsed() {
                 let to_head = self.head.method == Method::Head;
-                let mut fields = FieldIndex::empty();
-                let unparsed = self.sinput.unparsed();
-                match http1::parse_response_indexed(unparsed, &limits, to_head, &mut fields) {
-                    Ok(Some(head)) => {
-                        let head = (head, &fields);
-                        return self.start_response(head, s, route_edits, closing, cx);
+                // Nothing below parses another response on this thread while the index is
+                // borrowed.
+                let done = RESPONSE_FIELDS.with_borrow_mut(|fields| {
+                    let unparsed = self.sinput.unparsed();
+                    match http1::parse_response_indexed(unparsed, &limits, to_head, fields) {
+                        Ok(Some(head)) => {
+                            Some(self.start_response((head, fields), s, route_edits, closing, cx))
+                        }
+                        Ok(None) => None,
+                        Err(e) => {
+                            cx.counters.http_parse_error(e);
+                            Some(DownOutcome::Fault(502))
+                        }
                     }
-                    Ok(None) => {}
-                    Err(e) => {
-                        cx.counters.http_parse_error(e);
-                        return DownOutcome::Fault(502);
-                    }
+                });
+                if let Some(outcome) = done {
+                    return outcome;
                 }
             }
             let Some((server, sready)) = self.connector.server_side() else {

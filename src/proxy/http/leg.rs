@@ -103,6 +103,7 @@ impl Leg {
         self
     }
 
+    #[inline]
     pub(super) fn release(&mut self, pools: &mut Pools) {
         if let Some(b) = self.out.take() {
             pools.give_buffer(b);
@@ -129,14 +130,7 @@ impl Leg {
             };
             let body = input.pending();
             if head.is_empty() && body.is_empty() {
-                // TLS: what the stream took counts as written once its records are out.
-                if !dst.flush_backlog(dr)? {
-                    return Ok(false);
-                }
-                if let Some(b) = self.out.take() {
-                    pools.give_buffer(b);
-                }
-                return Ok(true);
+                return self.finish_write(dst, dr, pools);
             }
             if !dr.writable {
                 return Ok(false);
@@ -171,7 +165,28 @@ impl Leg {
                 dr.writable = false;
                 return Ok(false);
             }
+            // All of it went (nearly always in one call): done without looking again.
+            return self.finish_write(dst, dr, pools);
         }
+    }
+
+    /// The head and the pending bytes are all written: Ok(true) once a TLS stream's records of
+    /// them are out too (what the stream took counts as written only then); the head's buffer
+    /// goes back to the pool.
+    #[inline(always)]
+    fn finish_write(
+        &mut self,
+        dst: &Stream,
+        dr: &mut Ready,
+        pools: &mut Pools,
+    ) -> io::Result<bool> {
+        if !dst.flush_backlog(dr)? {
+            return Ok(false);
+        }
+        if let Some(b) = self.out.take() {
+            pools.give_buffer(b);
+        }
+        Ok(true)
     }
 
     /// Moves the leg on as far as the sockets allow.
