@@ -7,7 +7,8 @@
 //! What a session call changes outside the session, it changes through calls that do not call
 //! back into session code (the buffer pool, the server connection slots, the access-log buffer,
 //! whose lines are built apart and written whole), so no state shared with other sessions is
-//! left half-changed when the unwind passes through.
+//! left half-changed when the unwind passes through. (The worker's index of the response head
+//! being parsed may be left half-filled: every parse begins it anew before anyone reads it.)
 //!
 //! The hook installed by [`install_hook`] keeps, for a panic inside [`contain`], its message,
 //! location and a backtrace for the worker to log with the session's identity; any other panic
