@@ -1440,7 +1440,9 @@ fn icmp_port_unreachable(
     p
 }
 
-/// The local ports of the UDP sockets connected to `server` (IPv4): Quill's flow sockets.
+/// The local ports of the UDP sockets connected to `server` (IPv4): Quill's flow sockets. One
+/// socket a port: a read of /proc/net/udp while other tests open and close sockets may list a
+/// socket twice (the same inode), which is not a second socket.
 fn flow_ports(server: SocketAddr) -> Vec<u16> {
     let IpAddr::V4(ip) = server.ip() else {
         panic!("IPv4 only");
@@ -1450,15 +1452,22 @@ fn flow_ports(server: SocketAddr) -> Vec<u16> {
         u32::from_le_bytes(ip.octets()),
         server.port()
     );
+    let mut seen = Vec::new();
     fs::read_to_string("/proc/net/udp")
         .unwrap()
         .lines()
         .skip(1)
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&want.as_str()))
+            // sl, local, remote, st, queues, tr, retrnsmt, uid, timeout, inode.
+            let port = (f.get(2) == Some(&want.as_str()))
                 .then(|| u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok())
-                .flatten()
+                .flatten()?;
+            let inode = f.get(9).copied().unwrap_or_default().to_string();
+            (!seen.contains(&inode)).then(|| {
+                seen.push(inode);
+                port
+            })
         })
         .collect()
 }
