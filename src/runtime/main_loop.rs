@@ -73,7 +73,7 @@ impl MainLoop {
             next_watchdog: Instant::now(),
             poked_ms: 0,
             running: g.workers,
-            balancer: (g.concentrate && g.workers > 1).then(Balancer::new),
+            balancer: g.gathers().then(Balancer::new),
         }
     }
 

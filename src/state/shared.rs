@@ -340,7 +340,7 @@ impl Shared {
             accept_batch: g.accept_batch.max(1),
             splice: g.splice,
             // One worker has no other to hand a client to.
-            concentrate: g.concentrate && g.workers > 1,
+            concentrate: g.gathers(),
             accepting: Accepting(AtomicUsize::new(g.workers)),
             phase: AtomicU8::new(0),
             drain_deadline_ms: AtomicU64::new(u64::MAX),

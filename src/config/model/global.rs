@@ -152,4 +152,10 @@ impl Global {
     pub(crate) fn check(&self) -> Result<(), String> {
         GLOBAL.iter().try_for_each(|e| e.check(self))
     }
+
+    /// Whether kept-alive clients gather on fewer workers: `concentrate`, with a second worker
+    /// to gather away from (one worker has none).
+    pub(crate) fn gathers(&self) -> bool {
+        self.concentrate && self.workers > 1
+    }
 }
