@@ -17,7 +17,7 @@ Modes:
 
   python3 bench/instructions.py --quill target/release/quill [--base /tmp/old/quill]
       [--modes tcp,tcp-kept,http,http-close] [--n1 300] [--n2 1300] [--port 9391] [--nginx-head]
-      [--locks]
+      [--locks] [--lines]
 
 The backend answers every request with a 1 KiB body under a one-field head (`Content-Length`),
 or with `--nginx-head` under the eight-field head nginx sends with it (`Server`, `Date`,
@@ -30,6 +30,13 @@ change, a mutex taken or let go) in Quill's own code, inlined std included: each
 cycles alone and more when the other worker wrote the same cache line last, which an
 instruction count does not show. callgrind runs with `--dump-instr=yes` and the addresses are
 read against `objdump -d` of the binary (binutils).
+
+With `--lines`, a third table counts the 64-byte lines of Quill's code (its binary's, not
+libc's) that every request runs: what the instruction cache must hold for one request. The
+kernel's code, run in the system calls between a request's steps, competes with it for the
+32 KiB first-level cache, and a line evicted comes back from the second-level one: a cost an
+instruction count does not show, larger when the same count is spread over more lines (code run
+once a request, branches around blocks not taken).
 
 Loopback only; every process it starts is stopped by its PID. Needs valgrind.
 """
@@ -136,12 +143,13 @@ def client(mode, port, n):
         s.close()
 
 
-def instructions(quill, mode, n, port, backend_port, work, locked=None):
-    """Quill's instructions over a run of `n` requests; with `locked` (a `Locked` of the
-    binary), also the locked instructions among them: (instructions, locked or None)."""
+def instructions(quill, mode, n, port, backend_port, work, by_address=False):
+    """Quill's instructions over a run of `n` requests; with `by_address`, also how many times
+    each instruction of the binary ran (a Counter by address, callgrind's `--dump-instr=yes`):
+    (instructions, Counter or None)."""
     out = os.path.join(work, f"cg.{os.getpid()}.{mode}.{n}.{time.time_ns()}")
     args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
-    if locked:
+    if by_address:
         args.append("--dump-instr=yes")
     args += [quill, "--workers", "1", "-r"]
     if mode not in ("tcp", "tcp-kept"):
@@ -161,7 +169,7 @@ def instructions(quill, mode, n, port, backend_port, work, locked=None):
             p.kill()
             p.wait()
     total = 0
-    locks = None
+    costs = None
     # One file per thread may be written (callgrind's --separate-threads is off: one file).
     for name in os.listdir(work):
         if name.startswith(os.path.basename(out)):
@@ -170,12 +178,71 @@ def instructions(quill, mode, n, port, backend_port, work, locked=None):
                 for line in f:
                     if line.startswith("summary:") or line.startswith("totals:"):
                         total = max(total, int(line.split()[1]))
-            if locked:
-                locks = (locks or 0) + locked.count(path)
+            if by_address:
+                costs = (costs or collections.Counter()) + address_costs(path, quill)
             os.remove(path)
-    if locked and locks is None:
+    if by_address and costs is None:
         raise RuntimeError(f"no callgrind profile of {quill} in {mode} mode")
-    return total, locks
+    return total, costs
+
+
+def address_costs(profile, binary):
+    """How many times each instruction of `binary` ran in a callgrind profile taken with
+    `--dump-instr=yes`: a Counter by address, as the object file has them (callgrind takes a
+    position-independent binary's load offset off: objdump's addresses)."""
+    name = os.path.basename(binary)
+    objects = {}
+    in_binary = False
+    addr = line_no = 0
+    after_call = False
+    costs = collections.Counter()
+
+    def position(token, last):
+        if token == "*":
+            return last
+        sign = {"+": 1, "-": -1}.get(token[0])
+        digits = token[1:] if sign else token
+        value = int(digits, 16) if digits.startswith("0x") else int(digits)
+        return last + sign * value if sign else value
+
+    with open(profile) as f:
+        for line in f:
+            # `ob=(n) path` names an object the first time, `ob=(n)` after; `cob=` names a
+            # callee's object, which may come first there.
+            m = re.match(r"(c?ob)=\((\d+)\)(?: (.*))?", line)
+            if m:
+                kind, key, obj = m.groups()
+                if obj:
+                    objects[key] = obj.strip()
+                if kind == "ob":
+                    in_binary = os.path.basename(objects.get(key, "")) == name
+                continue
+            if line.startswith("calls="):
+                after_call = True
+                continue
+            if not line[:1] or line[0] not in "0123456789+-*":
+                continue
+            parts = line.split()
+            addr = position(parts[0], addr)
+            if len(parts) >= 2:
+                line_no = position(parts[1], line_no)
+            if len(parts) < 3:
+                continue
+            if after_call:
+                # The cost of a call, the callee's included: not this instruction's own.
+                after_call = False
+                continue
+            if in_binary:
+                costs[addr] += int(parts[2])
+    return costs
+
+
+def code_lines(c1, c2, n1, n2):
+    """The 64-byte lines of code that every request of the run ran (an address that ran at
+    least 0.9 times a request more in the longer run), and the addresses among them."""
+    every = 0.9 * (n2 - n1)
+    addrs = [a for a in c2 if c2[a] - c1.get(a, 0) >= every]
+    return len({a >> 6 for a in addrs}), len(addrs)
 
 
 class Locked:
@@ -193,53 +260,9 @@ class Locked:
             if m and (m.group(2) == "lock" or (m.group(2).startswith("xchg") and "(" in m.group(3))):
                 self.locked.add(int(m.group(1), 16))
 
-    def count(self, profile):
-        """How many times the profile's run executed a locked instruction of the binary."""
-        objects = {}
-        in_binary = False
-        addr = line_no = 0
-        after_call = False
-        costs = collections.Counter()
-
-        def position(token, last):
-            if token == "*":
-                return last
-            sign = {"+": 1, "-": -1}.get(token[0])
-            digits = token[1:] if sign else token
-            value = int(digits, 16) if digits.startswith("0x") else int(digits)
-            return last + sign * value if sign else value
-
-        with open(profile) as f:
-            for line in f:
-                # `ob=(n) path` names an object the first time, `ob=(n)` after; `cob=` names a
-                # callee's object, which may come first there.
-                m = re.match(r"(c?ob)=\((\d+)\)(?: (.*))?", line)
-                if m:
-                    kind, key, name = m.groups()
-                    if name:
-                        objects[key] = name.strip()
-                    if kind == "ob":
-                        in_binary = os.path.basename(objects.get(key, "")) == self.name
-                    continue
-                if line.startswith("calls="):
-                    after_call = True
-                    continue
-                if not line[:1] or line[0] not in "0123456789+-*":
-                    continue
-                parts = line.split()
-                addr = position(parts[0], addr)
-                if len(parts) >= 2:
-                    line_no = position(parts[1], line_no)
-                if len(parts) < 3:
-                    continue
-                if after_call:
-                    # The cost of a call, the callee's included: not this instruction's own.
-                    after_call = False
-                    continue
-                if in_binary:
-                    costs[addr] += int(parts[2])
-        # callgrind writes an object's addresses as the object file has them (the load offset
-        # of a position-independent binary taken off): objdump's.
+    def count(self, costs):
+        """How many times a run executed a locked instruction of the binary, from its
+        `address_costs`."""
         return sum(c for a, c in costs.items() if a in self.locked)
 
 
@@ -255,6 +278,8 @@ def main():
                     help="the backend answers with nginx's eight-field head, not a one-field one")
     ap.add_argument("--locks", action="store_true",
                     help="also count the locked instructions per request (needs objdump)")
+    ap.add_argument("--lines", action="store_true",
+                    help="also count the 64-byte lines of Quill's code every request runs")
     a = ap.parse_args()
     stop = threading.Event()
     bsock = socket.socket()
@@ -265,28 +290,39 @@ def main():
     threading.Thread(target=http_backend, args=(bsock, stop, response), daemon=True).start()
     builds = [("quill", a.quill)] + ([("quill-base", a.base)] if a.base else [])
     locked = {name: Locked(binary) for name, binary in builds} if a.locks else {}
-    rows, lock_rows = [], []
+    rows, lock_rows, line_rows = [], [], []
+    dump = a.locks or a.lines
     with tempfile.TemporaryDirectory(prefix="quill-cg.") as work:
         for mode in a.modes.split(","):
-            per, locks = {}, {}
+            per, locks, lines = {}, {}, {}
             for name, binary in builds:
-                i1, l1 = instructions(binary, mode, a.n1, a.port, a.port + 1, work, locked.get(name))
-                i2, l2 = instructions(binary, mode, a.n2, a.port, a.port + 1, work, locked.get(name))
+                i1, c1 = instructions(binary, mode, a.n1, a.port, a.port + 1, work, dump)
+                i2, c2 = instructions(binary, mode, a.n2, a.port, a.port + 1, work, dump)
                 per[name] = (i2 - i1) / (a.n2 - a.n1)
                 print(f"{mode:10} {name:10} {i1:>14,} Ir at {a.n1}, {i2:>14,} at {a.n2}: "
                       f"{per[name]:,.0f} instructions per request", file=sys.stderr)
                 if a.locks:
+                    l1, l2 = locked[name].count(c1), locked[name].count(c2)
                     locks[name] = (l2 - l1) / (a.n2 - a.n1)
                     print(f"{mode:10} {name:10} {l1:>14,} locked at {a.n1}, {l2:>14,} at {a.n2}: "
                           f"{locks[name]:,.2f} per request", file=sys.stderr)
+                if a.lines:
+                    lines[name], addrs = code_lines(c1, c2, a.n1, a.n2)
+                    print(f"{mode:10} {name:10} {addrs:,} instructions in {lines[name]:,} lines "
+                          f"of 64 bytes run every request", file=sys.stderr)
             rows.append((mode, per))
             lock_rows.append((mode, locks))
+            line_rows.append((mode, lines))
     stop.set()
     head = "nginx's eight-field head" if a.nginx_head else "a one-field head"
     table(f"Instructions per request, responses with {head}:", builds, rows, "{:,.0f}", a.base)
     if a.locks:
         print()
         table("Locked instructions per request, among them:", builds, lock_rows, "{:,.2f}", a.base)
+    if a.lines:
+        print()
+        table("Lines of code (64 bytes) every request runs, Quill's binary alone:", builds,
+              line_rows, "{:,.0f}", a.base)
 
 
 def table(title, builds, rows, fmt, base):
