@@ -31,7 +31,7 @@ cycles alone and more when the other worker wrote the same cache line last, whic
 instruction count does not show. callgrind runs with `--dump-instr=yes` and the addresses are
 read against `objdump -d` of the binary (binutils).
 
-With `--lines`, a third table counts the 64-byte lines of Quill's code (its binary's, not
+With `--lines`, another table counts the 64-byte lines of Quill's code (its binary's, not
 libc's) that every request runs: what the instruction cache must hold for one request. The
 kernel's code, run in the system calls between a request's steps, competes with it for the
 32 KiB first-level cache, and a line evicted comes back from the second-level one: a cost an
@@ -181,8 +181,8 @@ def instructions(quill, mode, n, port, backend_port, work, by_address=False):
             if by_address:
                 costs = (costs or collections.Counter()) + address_costs(path, quill)
             os.remove(path)
-    if by_address and costs is None:
-        raise RuntimeError(f"no callgrind profile of {quill} in {mode} mode")
+    if by_address and not costs:
+        raise RuntimeError(f"no instruction of {quill} in its callgrind profile ({mode} mode)")
     return total, costs
 
 
