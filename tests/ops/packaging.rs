@@ -246,20 +246,20 @@ fn toml_man_page_names_every_configuration_key() {
 
 /// `scripts/pgo-build`'s training load runs through today's binary: every server it starts
 /// answers, every request of every load succeeds (TCP mode, HTTP mode kept alive and not, TLS
-/// termination, TLS to servers, files, HTTP/2 when h2load is here) and every process exits on
-/// SIGTERM, which is when an instrumented build writes its counts. The profile-guided build
+/// termination, TLS to servers, files, UDP flows, HTTP/2 when h2load is here) and every process
+/// exits with status 0 on SIGTERM, which is when an instrumented build writes its counts. The profile-guided build
 /// itself (two release builds, about ten minutes) is not run here; this keeps what it trains on
 /// from drifting away from the command line it drives.
 #[test]
 fn pgo_build_training_load_runs_through_quill() {
-    for tool in ["openssl", "curl"] {
+    for tool in ["openssl", "curl", "python3"] {
         if Command::new(tool).arg("--version").output().is_err() {
             eprintln!("skipped: {tool} is missing (scripts/test installs it)");
             return;
         }
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let ports: Vec<String> = (0..5)
+    let ports: Vec<String> = (0..7)
         .map(|_| crate::support::free_port().to_string())
         .collect();
     let out = Command::new(root.join("scripts/pgo-build"))
